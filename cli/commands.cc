@@ -1,0 +1,147 @@
+#include "cli/commands.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "coordinator/run_store.h"
+#include "datasets/csv.h"
+#include "datasets/idx.h"
+#include "datasets/partition.h"
+#include "datasets/shard.h"
+#include "datasets/synthetic.h"
+
+namespace cohort::cli {
+namespace {
+
+StatusOr<datasets::FeatureEncoding> ChooseEncoding(const std::string& name,
+                                                   const std::string& format) {
+  if (name == "float32") return datasets::FeatureEncoding::kFloat32;
+  if (name == "uint8") return datasets::FeatureEncoding::kUint8;
+  if (name == "auto") {
+    return format == "idx" ? datasets::FeatureEncoding::kUint8
+                           : datasets::FeatureEncoding::kFloat32;
+  }
+  return InvalidArgumentError("--encoding: \"" + name + "\" is not auto, float32 or uint8");
+}
+
+std::string JsonNumber(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+Status RunPartition(const PartitionOptions& o) {
+  COHORT_ASSIGN_OR_RETURN(datasets::PartitionSpec spec, datasets::ParsePartitionSpec(o.scheme));
+  COHORT_ASSIGN_OR_RETURN(datasets::FeatureEncoding encoding, ChooseEncoding(o.encoding, o.format));
+  if (o.out.empty()) return InvalidArgumentError("--out: an output directory is required");
+  datasets::Dataset train, test;
+  bool has_test = false;
+  if (o.format == "idx") {
+    if (o.train_images.empty() || o.train_labels.empty()) {
+      return InvalidArgumentError("--format idx needs --train-images and --train-labels");
+    }
+    COHORT_ASSIGN_OR_RETURN(train, datasets::ReadIdx(o.train_images, o.train_labels));
+    if (!o.test_images.empty() || !o.test_labels.empty()) {
+      COHORT_ASSIGN_OR_RETURN(test, datasets::ReadIdx(o.test_images, o.test_labels));
+      has_test = true;
+    }
+  } else if (o.format == "csv") {
+    if (o.train_csv.empty()) return InvalidArgumentError("--format csv needs --train");
+    datasets::CsvOptions csv;
+    csv.label_column = o.label_column;
+    COHORT_ASSIGN_OR_RETURN(train, datasets::ReadCsv(o.train_csv, csv));
+    if (!o.test_csv.empty()) {
+      csv.num_classes = train.num_classes;
+      COHORT_ASSIGN_OR_RETURN(test, datasets::ReadCsv(o.test_csv, csv));
+      has_test = true;
+    }
+  } else if (o.format == "synthetic") {
+    datasets::SyntheticOptions s;
+    s.num_samples = o.samples + o.test_samples;
+    s.num_features = o.features;
+    s.num_classes = o.classes;
+    s.seed = o.seed;
+    if (o.features == 0 || o.classes < 2 || o.samples == 0) {
+      return InvalidArgumentError(
+          "--format synthetic needs --samples >= 1, --features >= 1 "
+          "and --classes >= 2");
+    }
+    datasets::Dataset all = datasets::MakeSynthetic(s);
+    std::vector<uint32_t> head(o.samples), tail(o.test_samples);
+    for (uint32_t i = 0; i < o.samples; ++i) head[i] = i;
+    for (uint32_t i = 0; i < o.test_samples; ++i) tail[i] = o.samples + i;
+    train = datasets::Subset(all, head);
+    test = datasets::Subset(all, tail);
+    has_test = o.test_samples > 0;
+  } else {
+    return InvalidArgumentError("--format: \"" + o.format + "\" is not idx, csv or synthetic");
+  }
+  if (has_test && test.num_features != train.num_features) {
+    return InvalidArgumentError("test set has " + std::to_string(test.num_features) +
+                                " features, training set " + std::to_string(train.num_features));
+  }
+  COHORT_ASSIGN_OR_RETURN(
+      auto parts, datasets::Partition(train.labels, train.num_classes, o.clients, spec, o.seed));
+  std::error_code ec;
+  std::filesystem::create_directories(o.out, ec);
+  if (ec) return UnavailableError(o.out + ": " + ec.message());
+
+  std::printf("%-14s %8s", "client", "samples");
+  for (uint32_t c = 0; c < train.num_classes; ++c) std::printf(" %6u", c);
+  std::printf("\n");
+  for (uint32_t k = 0; k < o.clients; ++k) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "client-%03u", k);
+    datasets::Dataset shard = datasets::Subset(train, parts[k]);
+    COHORT_RETURN_IF_ERROR(datasets::WriteShard(shard, o.out + "/" + name + ".shard", encoding));
+    std::printf("%-14s %8zu", name, shard.size());
+    for (uint64_t n : datasets::LabelCounts(shard))
+      std::printf(" %6lu", static_cast<unsigned long>(n));
+    std::printf("\n");
+  }
+  if (has_test) {
+    COHORT_RETURN_IF_ERROR(datasets::WriteShard(test, o.out + "/test.shard", encoding));
+    std::printf("%-14s %8zu\n", "test", test.size());
+  }
+  return OkStatus();
+}
+
+Status RunStatus(const std::string& run_dir, bool json) {
+  const std::string path = run_dir + "/run.db";
+  if (!std::filesystem::exists(path)) return NotFoundError(path + ": no run database here");
+  COHORT_ASSIGN_OR_RETURN(auto store, coordinator::OpenSqliteRunStore(path));
+  COHORT_ASSIGN_OR_RETURN(auto rounds, store->Rounds());
+  if (!json) {
+    std::printf("%5s %12s %7s %10s %8s %9s %8s\n", "round", "participants", "dropped", "train_loss",
+                "test_acc", "test_loss", "seconds");
+  }
+  for (const auto& r : rounds) {
+    if (json) {
+      COHORT_ASSIGN_OR_RETURN(auto clients, store->ClientRounds(r.round));
+      std::string dropped = "[";
+      for (const auto& c : clients) {
+        if (c.status == "ok") continue;
+        if (dropped.size() > 1) dropped += ",";
+        dropped += "\"" + c.client + "\"";
+      }
+      dropped += "]";
+      std::printf(
+          "{\"round\":%u,\"participants\":%u,\"selected\":%u,\"dropped\":%u,"
+          "\"dropped_clients\":%s,\"train_loss\":%s,\"test_accuracy\":%s,\"test_loss\":%s,"
+          "\"seconds\":%s,\"coordinator_seconds\":%s}\n",
+          r.round, r.participants, r.selected, r.dropped, dropped.c_str(),
+          JsonNumber(r.train_loss).c_str(),
+          r.test_accuracy >= 0 ? JsonNumber(r.test_accuracy).c_str() : "null",
+          r.test_loss >= 0 ? JsonNumber(r.test_loss).c_str() : "null",
+          JsonNumber(r.seconds).c_str(), JsonNumber(r.coordinator_seconds).c_str());
+    } else {
+      std::printf("%5u %8u/%-3u %7u %10.4f %8.4f %9.4f %8.2f\n", r.round, r.participants,
+                  r.selected, r.dropped, r.train_loss, r.test_accuracy, r.test_loss, r.seconds);
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,129 @@
+// The single `cohort` executable. Only flag parsing lives here.
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "client/daemon.h"
+#include "common/logging.h"
+#include "coordinator/daemon.h"
+#include "proto/config_io.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+void InstallSignalHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+}
+
+int Report(const cohort::Status& status, const char* what) {
+  if (status.ok()) return 0;
+  if (status.code() == cohort::StatusCode::kCancelled && g_stop.load()) {
+    spdlog::info("{} stopped by signal: {}", what, status.message());
+    return 0;
+  }
+  spdlog::error("{}: {}", what, status.ToString());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Cohort: federated and data-parallel training"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error");
+
+  // coordinator
+  auto* coord = app.add_subcommand("coordinator", "Run the coordinator daemon");
+  std::string config_path, run_dir, bind = "tcp://127.0.0.1:7000", endpoint_file;
+  uint32_t rounds_flag = 0;
+  coord->add_option("--config", config_path, "Run configuration (text format or JSON)")->required();
+  coord->add_option("--run-dir", run_dir, "Run directory (SQLite database inside)")->required();
+  coord->add_option("--bind", bind,
+                    "ZeroMQ endpoint to bind, e.g. tcp://127.0.0.1:7000 "
+                    "(port 0: any free port)");
+  coord->add_option("--endpoint-file", endpoint_file,
+                    "Write the bound endpoint here (default RUN_DIR/coordinator.endpoint)");
+  coord->add_option("--rounds", rounds_flag, "Override rounds.num_rounds");
+
+  // client
+  auto* client = app.add_subcommand("client", "Run a client daemon");
+  cohort::client::ClientOptions copts;
+  client->add_option("--coordinator", copts.coordinator, "Coordinator endpoint")->required();
+  client->add_option("--data", copts.data, "This client's shard file")->required();
+  client->add_option("--name", copts.name, "Client name (default: shard file name)");
+  client->add_option("--threads", copts.threads, "BLAS threads for training")
+      ->check(CLI::Range(1, 256));
+  client->add_option("--fault-pause-before-update-round", copts.pause_before_update_round,
+                     "Testing: withhold the update of this round");
+
+  // partition
+  auto* part = app.add_subcommand("partition", "Split a dataset into client shard files");
+  cohort::cli::PartitionOptions popts;
+  part->add_option("--format", popts.format, "idx, csv or synthetic");
+  part->add_option("--train-images", popts.train_images, "IDX training images (.gz ok)");
+  part->add_option("--train-labels", popts.train_labels, "IDX training labels");
+  part->add_option("--test-images", popts.test_images, "IDX test images");
+  part->add_option("--test-labels", popts.test_labels, "IDX test labels");
+  part->add_option("--train", popts.train_csv, "CSV training file");
+  part->add_option("--test", popts.test_csv, "CSV test file");
+  part->add_option("--label-column", popts.label_column, "CSV label column (0-based)");
+  part->add_option("--samples", popts.samples, "synthetic: training samples");
+  part->add_option("--test-samples", popts.test_samples, "synthetic: test samples");
+  part->add_option("--features", popts.features, "synthetic: features");
+  part->add_option("--classes", popts.classes, "synthetic: classes");
+  part->add_option("--clients", popts.clients, "Number of client shards")
+      ->check(CLI::Range(1, 1000000));
+  part->add_option("--scheme", popts.scheme, "iid, dirichlet:ALPHA, shards:K, quantity:ALPHA");
+  part->add_option("--seed", popts.seed, "Partition seed");
+  part->add_option("--out", popts.out, "Output directory")->required();
+  part->add_option("--encoding", popts.encoding, "auto, float32 or uint8");
+
+  // status
+  auto* status = app.add_subcommand("status", "Print the rounds of a run");
+  std::string status_dir;
+  bool json = false;
+  status->add_option("--run-dir", status_dir, "Run directory")->required();
+  status->add_flag("--json", json, "One JSON object per round");
+
+  CLI11_PARSE(app, argc, argv);
+  InstallSignalHandlers();
+
+  if (coord->parsed()) {
+    cohort::InitLogging("coordinator", "", log_level);
+    auto config = cohort::config::LoadRunConfig(config_path);
+    if (!config.ok()) return Report(config.status(), "config");
+    if (rounds_flag != 0) config->mutable_rounds()->set_num_rounds(rounds_flag);
+    cohort::coordinator::DaemonOptions opts;
+    opts.config = *config;
+    opts.run_dir = run_dir;
+    opts.bind = bind;
+    opts.endpoint_file = endpoint_file.empty() ? run_dir + "/coordinator.endpoint" : endpoint_file;
+    return Report(cohort::coordinator::RunCoordinator(opts, g_stop), "coordinator");
+  }
+  if (client->parsed()) {
+    if (copts.name.empty()) copts.name = std::filesystem::path(copts.data).stem().string();
+    cohort::InitLogging("client", copts.name, log_level);
+    return Report(cohort::client::RunClient(copts, g_stop), "client");
+  }
+  if (part->parsed()) {
+    cohort::InitLogging("partition", "", log_level);
+    return Report(cohort::cli::RunPartition(popts), "partition");
+  }
+  if (status->parsed()) {
+    cohort::InitLogging("status", "", log_level);
+    return Report(cohort::cli::RunStatus(status_dir, json), "status");
+  }
+  return 2;
+}

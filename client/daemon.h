@@ -1,0 +1,32 @@
+// The client daemon: registers with the coordinator, trains on its private
+// shard when given a task, sends back the model delta and its metrics.
+// Survives coordinator restarts (re-registers by itself).
+#ifndef COHORT_CLIENT_DAEMON_H_
+#define COHORT_CLIENT_DAEMON_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace cohort::client {
+
+struct ClientOptions {
+  std::string coordinator;  // e.g. "tcp://127.0.0.1:7000"
+  std::string data;         // Shard file; never leaves this process.
+  std::string name;         // Client name; [A-Za-z0-9._-]{1,64}.
+  int threads = 1;          // BLAS threads for local training.
+  // Fault injection for tests: train round N but never send its update,
+  // printing "paused before update of round N" on stdout. 0: off.
+  uint32_t pause_before_update_round = 0;
+};
+
+// Runs until the coordinator says the run is finished (OK) or `stop` becomes
+// true (kCancelled). kFailedPrecondition when the coordinator rejects this
+// client or its model does not fit the local data.
+Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop);
+
+}  // namespace cohort::client
+
+#endif  // COHORT_CLIENT_DAEMON_H_

@@ -1,0 +1,25 @@
+// Time as a value. Protocol state machines never read the clock themselves;
+// daemons pass SteadyNowMs() in, tests pass whatever they like.
+#ifndef COHORT_COMMON_CLOCK_H_
+#define COHORT_COMMON_CLOCK_H_
+
+#include <chrono>
+#include <cstdint>
+
+namespace cohort {
+
+using TimeMs = int64_t;  // Milliseconds on a monotonic clock.
+
+inline TimeMs SteadyNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+inline double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace cohort
+
+#endif  // COHORT_COMMON_CLOCK_H_

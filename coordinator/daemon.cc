@@ -1,0 +1,152 @@
+#include "coordinator/daemon.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "coordinator/round_engine.h"
+#include "coordinator/run_store.h"
+#include "datasets/shard.h"
+#include "net/envelope.h"
+#include "train/backend.h"
+#include "train/model_config.h"
+#include "train/trainer.h"
+
+#ifndef COHORT_VERSION
+#define COHORT_VERSION "unknown"
+#endif
+
+namespace cohort::coordinator {
+namespace {
+
+Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text << "\n";
+    if (!out) return UnavailableError(tmp + ": cannot write");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return UnavailableError(path + ": " + ec.message());
+  return OkStatus();
+}
+
+void PrintRound(const RoundRecord& r, uint32_t total) {
+  std::printf("round %3u/%u  clients %u/%u  dropped %u  train_loss %.4f", r.round, total,
+              r.participants, r.selected, r.dropped, r.train_loss);
+  if (r.test_accuracy >= 0) {
+    std::printf("  test_acc %.4f  test_loss %.4f", r.test_accuracy, r.test_loss);
+  }
+  std::printf("  %.2fs\n", r.seconds);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop) {
+  const config::RunConfig& config = options.config;
+  std::error_code ec;
+  std::filesystem::create_directories(options.run_dir, ec);
+  if (ec)
+    return UnavailableError(options.run_dir + ": cannot create run directory: " + ec.message());
+
+  COHORT_ASSIGN_OR_RETURN(auto backend, train::NewCpuBackend(1));
+  COHORT_ASSIGN_OR_RETURN(auto model, train::BuildModel(config.model(), backend.get()));
+  std::vector<float> init(model->num_params());
+  model->Init(init, config.seed());
+
+  Evaluator evaluator;
+  std::shared_ptr<datasets::Dataset> test;
+  if (config.data().has_test_shard() && !config.data().test_shard().empty()) {
+    COHORT_ASSIGN_OR_RETURN(datasets::Dataset data,
+                            datasets::ReadShard(config.data().test_shard()));
+    COHORT_RETURN_IF_ERROR(
+        train::CheckCompatible(*model, data).WithContext(config.data().test_shard()));
+    test = std::make_shared<datasets::Dataset>(std::move(data));
+    evaluator = [&model, test](std::span<const float> params) -> StatusOr<EvalMetrics> {
+      COHORT_ASSIGN_OR_RETURN(train::EvalResult r, train::Evaluate(*model, params, *test));
+      return EvalMetrics{r.loss, r.accuracy};
+    };
+  }
+
+  COHORT_ASSIGN_OR_RETURN(auto store, OpenSqliteRunStore(options.run_dir + "/run.db"));
+  COHORT_ASSIGN_OR_RETURN(auto engine,
+                          RoundEngine::Create(config, std::move(init), store.get(), evaluator,
+                                              COHORT_VERSION, SteadyNowMs()));
+  if (engine->done()) {
+    spdlog::info("run already complete ({} rounds committed)", engine->last_committed_round());
+    return OkStatus();
+  }
+
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::router);
+  // An unroutable reply (peer gone) fails fast instead of vanishing.
+  socket.set(zmq::sockopt::router_mandatory, 1);
+  // Frames beyond this size drop the connection inside ZeroMQ before they are
+  // buffered; smaller oversize frames are rejected by DecodeEnvelope with a
+  // logged reason.
+  const int64_t max_msg = static_cast<int64_t>(engine->num_params()) * 4 + (4 << 20);
+  socket.set(zmq::sockopt::maxmsgsize, max_msg);
+  socket.set(zmq::sockopt::linger, 2000);
+  socket.set(zmq::sockopt::sndhwm, 100000);
+  try {
+    socket.bind(options.bind);
+  } catch (const zmq::error_t& e) {
+    return UnavailableError("cannot bind " + options.bind + ": " + e.what());
+  }
+  const std::string endpoint = net::LastEndpoint(socket);
+  spdlog::info("listening on {} (run {}, {} parameters, resuming after round {})", endpoint,
+               config.name(), engine->num_params(), engine->last_committed_round());
+  if (!options.endpoint_file.empty()) {
+    COHORT_RETURN_IF_ERROR(WriteFileAtomically(options.endpoint_file, endpoint));
+  }
+
+  const net::Limits limits = engine->limits();
+  auto send_all = [&](std::vector<Outgoing> out) {
+    for (auto& o : out) {
+      if (!net::SendFrames(socket, o.peer, net::EncodeEnvelope(o.header, o.payload))) {
+        spdlog::debug("could not send {} to a peer that is gone", net::BodyName(o.header));
+      }
+    }
+    for (const RoundRecord& r : engine->TakeCommitted())
+      PrintRound(r, config.rounds().num_rounds());
+  };
+
+  net::RawMessage raw;
+  while (!stop.load() && !engine->done()) {
+    if (!engine->store_error().ok()) return engine->store_error();
+    TimeMs now = SteadyNowMs();
+    // Wake for the engine's next deadline, and at least every 200 ms to see
+    // `stop` (signals do not interrupt zmq_poll reliably across versions).
+    TimeMs wait = 200;
+    if (auto next = engine->NextWakeup()) wait = std::clamp<TimeMs>(*next - now, 0, 200);
+    zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 1, std::chrono::milliseconds(wait));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      return UnavailableError(std::string("poll: ") + e.what());
+    }
+    // Drain everything that is ready, then let time advance.
+    for (int budget = 0; budget < 10000 && net::TryReceive(socket, true, raw); ++budget) {
+      now = SteadyNowMs();
+      auto envelope = net::DecodeEnvelope(raw.frames, limits);
+      if (!envelope.ok()) {
+        send_all(engine->OnMalformed(raw.peer, envelope.status()));
+      } else {
+        send_all(engine->OnMessage(raw.peer, *envelope, now));
+      }
+    }
+    send_all(engine->OnTick(SteadyNowMs()));
+  }
+  if (!engine->store_error().ok()) return engine->store_error();
+  if (!engine->done())
+    return CancelledError("stopped after round " + std::to_string(engine->last_committed_round()));
+  return OkStatus();
+}
+
+}  // namespace cohort::coordinator

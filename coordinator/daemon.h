@@ -1,0 +1,29 @@
+// The coordinator daemon: binds a RoundEngine to a ZeroMQ ROUTER socket.
+#ifndef COHORT_COORDINATOR_DAEMON_H_
+#define COHORT_COORDINATOR_DAEMON_H_
+
+#include <atomic>
+#include <string>
+
+#include "common/status.h"
+#include "proto/config.pb.h"
+
+namespace cohort::coordinator {
+
+struct DaemonOptions {
+  config::RunConfig config;
+  std::string run_dir;  // Holds run.db; created if missing.
+  std::string bind = "tcp://127.0.0.1:7000";
+  // After binding, the resolved endpoint is written here (atomically) so
+  // scripts and tests can find a port chosen by the OS ("tcp://...:0").
+  std::string endpoint_file;
+};
+
+// Runs until the configured rounds are committed (OK), `stop` becomes true
+// (kCancelled; committed rounds stay committed), or the store fails. Prints
+// one line per committed round on stdout.
+Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop);
+
+}  // namespace cohort::coordinator
+
+#endif  // COHORT_COORDINATOR_DAEMON_H_

@@ -1,0 +1,490 @@
+#include "coordinator/round_engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "common/rng.h"
+#include "proto/config_io.h"
+
+namespace cohort::coordinator {
+namespace {
+
+constexpr size_t kMaxNameLength = 64;
+constexpr uint64_t kMaxSamples = uint64_t{1} << 40;
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > kMaxNameLength) return false;
+  for (unsigned char c : name) {
+    if (!(std::isalnum(c) || c == '-' || c == '_' || c == '.')) return false;
+  }
+  return true;
+}
+
+TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} * 1000.0)); }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConfig& config,
+                                                           std::vector<float> init_model,
+                                                           RunStore* store, Evaluator evaluator,
+                                                           std::string code_version, TimeMs now) {
+  COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(config));
+  std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, std::move(evaluator)));
+  const std::string config_text = config::ToText(config);
+  COHORT_ASSIGN_OR_RETURN(std::optional<RunInfo> existing, store->LoadRun());
+  if (!existing.has_value()) {
+    if (init_model.empty()) return InvalidArgumentError("initial model is empty");
+    RunInfo info{config_text, config.seed(), std::move(code_version), 0};
+    Checkpoint initial{0, init_model, {}};
+    COHORT_RETURN_IF_ERROR(store->CreateRun(info, initial));
+    engine->global_ = std::move(init_model);
+  } else {
+    if (existing->config_text != config_text) {
+      return FailedPreconditionError(
+          "the run directory holds a run with a different configuration; use a new "
+          "--run-dir or the original config");
+    }
+    COHORT_ASSIGN_OR_RETURN(Checkpoint cp, store->LatestCheckpoint());
+    if (cp.round != existing->last_round) {
+      return DataLossError("newest checkpoint is of round " + std::to_string(cp.round) +
+                           " but round " + std::to_string(existing->last_round) + " was committed");
+    }
+    if (!init_model.empty() && cp.model.size() != init_model.size()) {
+      return FailedPreconditionError("checkpoint has " + std::to_string(cp.model.size()) +
+                                     " parameters, the model has " +
+                                     std::to_string(init_model.size()));
+    }
+    engine->global_ = std::move(cp.model);
+    engine->velocity_ = std::move(cp.velocity);
+    engine->round_ = cp.round;
+    spdlog::info("resuming run after committed round {}", cp.round);
+  }
+  if (engine->round_ >= config.rounds().num_rounds()) engine->phase_ = Phase::kDone;
+  // Task ids only need to differ between coordinator lifetimes, so stale
+  // updates from before a restart are recognised; they never touch the model.
+  engine->task_counter_ = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+  (void)now;
+  return engine;
+}
+
+RoundEngine::RoundEngine(const config::RunConfig& config, RunStore* store, Evaluator evaluator)
+    : config_(config), store_(store), evaluator_(std::move(evaluator)) {}
+
+net::Limits RoundEngine::limits() const {
+  net::Limits l;
+  l.max_header_bytes = config_.net().max_header_bytes();
+  l.max_payload_floats = global_.size();
+  l.max_payload_frames = 1;
+  return l;
+}
+
+const std::string* RoundEngine::NameOf(const std::string& peer) const {
+  auto it = peer_to_name_.find(peer);
+  return it == peer_to_name_.end() ? nullptr : &it->second;
+}
+
+RoundEngine::Participant* RoundEngine::FindParticipant(const std::string& name) {
+  for (auto& p : participants_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+Outgoing RoundEngine::MakeError(const std::string& peer, wire::ErrorCode code,
+                                std::string message) const {
+  Outgoing o;
+  o.peer = peer;
+  o.header.set_version(wire::VERSION_1);
+  auto* e = o.header.mutable_error();
+  e->set_code(code);
+  e->set_message(std::move(message));
+  e->set_round(phase_ == Phase::kTraining ? round_ + 1 : round_);
+  return o;
+}
+
+Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name) const {
+  Outgoing o;
+  o.peer = peer;
+  o.header.set_version(wire::VERSION_1);
+  auto* t = o.header.mutable_task();
+  t->set_round(round_ + 1);
+  t->set_task_id(task_id_);
+  t->set_train_seed(DeriveSeed(config_.seed(), round_ + 1, Fnv1a64(name)));
+  *t->mutable_train() = config_.train();
+  t->set_deadline_s(config_.rounds().round_deadline_s());
+  o.payload = global_;
+  return o;
+}
+
+std::vector<Outgoing> RoundEngine::OnMalformed(const std::string& peer, const Status& why) {
+  const std::string* name = NameOf(peer);
+  spdlog::warn("rejected message from {}: {}", name ? *name : "unregistered peer", why.message());
+  std::vector<Outgoing> out;
+  out.push_back(MakeError(
+      peer, why.code() == StatusCode::kResourceExhausted ? wire::TOO_LARGE : wire::MALFORMED,
+      why.message()));
+  return out;
+}
+
+std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net::Envelope& envelope,
+                                             TimeMs now) {
+  std::vector<Outgoing> out;
+  const wire::Header& h = envelope.header;
+  if (h.body_case() != wire::Header::kHello && h.body_case() != wire::Header::kUpdate &&
+      !envelope.payloads.empty()) {
+    out.push_back(MakeError(peer, wire::MALFORMED,
+                            "unexpected payload on a " + net::BodyName(h) + " message"));
+    return out;
+  }
+  switch (h.body_case()) {
+    case wire::Header::kHello:
+      OnHello(peer, h.hello(), now, out);
+      break;
+    case wire::Header::kUpdate:
+      OnUpdate(peer, envelope, now, out);
+      break;
+    case wire::Header::kHeartbeat: {
+      const std::string* name = NameOf(peer);
+      if (name == nullptr) {
+        out.push_back(MakeError(peer, wire::UNKNOWN_CLIENT, "unknown client; send hello"));
+        break;
+      }
+      Client& c = clients_[*name];
+      c.last_seen = now;
+      c.active = true;
+      Outgoing ack;
+      ack.peer = peer;
+      ack.header.set_version(wire::VERSION_1);
+      ack.header.mutable_heartbeat_ack();
+      out.push_back(std::move(ack));
+      break;
+    }
+    default: {
+      const std::string* name = NameOf(peer);
+      spdlog::warn("rejected {} message from {}: not a client message", net::BodyName(h),
+                   name ? *name : "unregistered peer");
+      out.push_back(MakeError(peer, wire::MALFORMED,
+                              "unexpected message type " + net::BodyName(h) + " from a client"));
+      break;
+    }
+  }
+  MaybeStartRound(now, out);
+  return out;
+}
+
+void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, TimeMs now,
+                          std::vector<Outgoing>& out) {
+  if (!ValidName(hello.client_name())) {
+    spdlog::warn("rejected hello: invalid client name \"{}\"", hello.client_name().substr(0, 80));
+    Outgoing o;
+    o.peer = peer;
+    o.header.set_version(wire::VERSION_1);
+    o.header.mutable_reject()->set_reason("invalid client name: 1-64 characters of [A-Za-z0-9._-]");
+    out.push_back(std::move(o));
+    return;
+  }
+  if (hello.num_samples() == 0 || hello.num_samples() > kMaxSamples) {
+    out.push_back(MakeError(peer, wire::MALFORMED, "hello: num_samples must be in [1, 2^40]"));
+    return;
+  }
+  const std::string& name = hello.client_name();
+  Client& c = clients_[name];
+  const bool is_new = c.peer.empty();
+  if (!c.peer.empty() && c.peer != peer) peer_to_name_.erase(c.peer);
+  // The previous owner of this routing id (if another name) loses it.
+  if (auto it = peer_to_name_.find(peer); it != peer_to_name_.end() && it->second != name) {
+    clients_.erase(it->second);
+  }
+  c.peer = peer;
+  c.last_seen = now;
+  c.active = true;
+  c.num_samples = hello.num_samples();
+  peer_to_name_[peer] = name;
+  spdlog::info("client {} {} ({} samples, {} registered)", name,
+               is_new ? "registered" : "re-registered", c.num_samples, clients_.size());
+  Outgoing w;
+  w.peer = peer;
+  w.header.set_version(wire::VERSION_1);
+  auto* welcome = w.header.mutable_welcome();
+  welcome->set_run_name(config_.name());
+  welcome->set_client_id(Fnv1a64(name));
+  *welcome->mutable_model() = config_.model();
+  welcome->set_num_params(static_cast<uint32_t>(global_.size()));
+  welcome->set_heartbeat_s(config_.net().heartbeat_s());
+  out.push_back(std::move(w));
+  if (phase_ == Phase::kDone) {
+    Outgoing f;
+    f.peer = peer;
+    f.header.set_version(wire::VERSION_1);
+    f.header.mutable_finished()->set_rounds(round_);
+    out.push_back(std::move(f));
+    return;
+  }
+  // A selected client that reconnected lost its task: send it again.
+  if (phase_ == Phase::kTraining) {
+    Participant* p = FindParticipant(name);
+    if (p != nullptr && p->state == Participant::State::kPending) {
+      out.push_back(MakeTask(peer, name));
+    }
+  }
+}
+
+void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelope, TimeMs now,
+                           std::vector<Outgoing>& out) {
+  const wire::Update& u = envelope.header.update();
+  const std::string* name_ptr = NameOf(peer);
+  if (name_ptr == nullptr) {
+    spdlog::warn("rejected update from an unregistered peer");
+    out.push_back(MakeError(peer, wire::UNKNOWN_CLIENT, "unknown client; send hello"));
+    return;
+  }
+  const std::string name = *name_ptr;
+  Client& c = clients_[name];
+  c.last_seen = now;
+  c.active = true;
+  const uint32_t current = round_ + 1;
+  if (phase_ != Phase::kTraining || u.round() != current || u.task_id() != task_id_) {
+    const std::string why =
+        phase_ != Phase::kTraining
+            ? "update for round " + std::to_string(u.round()) + " while no round is open"
+        : u.round() != current
+            ? "update for round " + std::to_string(u.round()) + ", current round is " +
+                  std::to_string(current)
+            : "update for a task of round " + std::to_string(current) + " that was replaced";
+    spdlog::warn("client {}: rejected update: {}", name, why);
+    out.push_back(MakeError(peer, wire::STALE, why));
+    return;
+  }
+  Participant* p = FindParticipant(name);
+  if (p == nullptr) {
+    spdlog::warn("client {}: rejected update: not selected for round {}", name, current);
+    out.push_back(
+        MakeError(peer, wire::NOT_SELECTED, "not selected for round " + std::to_string(current)));
+    return;
+  }
+  if (p->state != Participant::State::kPending) {
+    const std::string why = p->state == Participant::State::kOk
+                                ? "a second update for round " + std::to_string(current)
+                                : "update after being dropped from round " +
+                                      std::to_string(current) + " (" + p->reason + ")";
+    spdlog::warn("client {}: rejected update: {}", name, why);
+    out.push_back(MakeError(peer, wire::STALE, why));
+    return;
+  }
+  Status status;
+  if (envelope.payloads.size() != 1) {
+    status = InvalidArgumentError("update carries " + std::to_string(envelope.payloads.size()) +
+                                  " payload frames, expected 1");
+  } else if (u.num_samples() == 0 || u.num_samples() > kMaxSamples) {
+    status = InvalidArgumentError("num_samples " + std::to_string(u.num_samples()) +
+                                  " outside [1, 2^40]");
+  } else if (!std::isfinite(u.train_loss()) || !std::isfinite(u.train_accuracy())) {
+    status = InvalidArgumentError("non-finite training metrics");
+  } else {
+    const size_t index = static_cast<size_t>(p - participants_.data());
+    status = aggregator_->Accept(index, envelope.payloads[0], static_cast<double>(u.num_samples()));
+  }
+  if (!status.ok()) {
+    const std::string why =
+        "client " + name + ", round " + std::to_string(current) + ": " + status.message();
+    spdlog::warn("rejected update: {}", why);
+    Drop(*p, Participant::State::kRejected, status.message());
+    out.push_back(MakeError(peer, wire::INVALID_UPDATE, why));
+  } else {
+    p->state = Participant::State::kOk;
+    p->num_samples = u.num_samples();
+    p->train_loss = u.train_loss();
+    p->train_accuracy = u.train_accuracy();
+    p->train_seconds = u.train_seconds();
+  }
+  if (AllResolved()) CloseRound(now, out);
+}
+
+void RoundEngine::Drop(Participant& p, Participant::State state, std::string reason) {
+  p.state = state;
+  p.reason = std::move(reason);
+}
+
+bool RoundEngine::AllResolved() const {
+  return std::none_of(participants_.begin(), participants_.end(),
+                      [](const Participant& p) { return p.state == Participant::State::kPending; });
+}
+
+void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
+  if (phase_ != Phase::kWaiting || !store_error_.ok()) return;
+  std::vector<std::string> available;
+  for (const auto& [name, c] : clients_) {
+    if (c.active) available.push_back(name);
+  }
+  const auto& rc = config_.rounds();
+  uint32_t needed = rc.min_clients();
+  if (first_round_ && rc.start_clients() > needed) needed = rc.start_clients();
+  if (available.size() < needed) return;
+  first_round_ = false;
+  const uint32_t round = round_ + 1;
+  // Seeded by (seed, round) over the sorted names: a replayed round with the
+  // same clients available selects the same cohort.
+  Rng rng(DeriveSeed(config_.seed(), round, 0x5e1ec7));
+  rng.Shuffle(std::span<std::string>(available));
+  size_t k = static_cast<size_t>(std::ceil(rc.fraction() * available.size()));
+  k = std::max<size_t>(k, rc.min_clients());
+  if (rc.max_clients_per_round() != 0) k = std::min<size_t>(k, rc.max_clients_per_round());
+  k = std::min(k, available.size());
+  available.resize(k);
+  std::sort(available.begin(), available.end());
+
+  participants_.clear();
+  for (const auto& name : available) {
+    Participant p;
+    p.name = name;
+    participants_.push_back(std::move(p));
+  }
+  auto agg = aggregation::NewFedAvgAggregator(global_.size(), rc.min_clients());
+  aggregator_ = std::move(agg).value();  // Only fails for an empty model.
+  task_id_ = ++task_counter_;
+  round_started_ = now;
+  round_start_wall_ = WallSeconds();
+  deadline_ = now + SecondsToMs(rc.round_deadline_s());
+  phase_ = Phase::kTraining;
+  spdlog::info("round {}: selected {} of {} available clients", round, k, clients_.size());
+  for (const auto& p : participants_) out.push_back(MakeTask(clients_[p.name].peer, p.name));
+}
+
+void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
+  const uint32_t round = round_ + 1;
+  const double close_start = WallSeconds();
+  size_t ok = 0;
+  for (const auto& p : participants_) ok += p.state == Participant::State::kOk ? 1 : 0;
+  phase_ = Phase::kWaiting;
+  if (ok < config_.rounds().min_clients()) {
+    spdlog::warn("round {}: only {} updates accepted, need {}; the round is run again", round, ok,
+                 config_.rounds().min_clients());
+    participants_.clear();
+    aggregator_.reset();
+    MaybeStartRound(now, out);
+    return;
+  }
+  std::vector<float> mean(global_.size());
+  Status status = aggregator_->Finalize(mean);
+  if (!status.ok()) {
+    store_error_ = status;
+    return;
+  }
+  aggregation::ApplyServerUpdate({config_.server().learning_rate(), config_.server().momentum()},
+                                 mean, global_, velocity_);
+
+  RoundRecord record;
+  record.round = round;
+  record.selected = static_cast<uint32_t>(participants_.size());
+  record.participants = static_cast<uint32_t>(ok);
+  record.dropped = record.selected - record.participants;
+  double loss_sum = 0, weight_sum = 0;
+  std::vector<ClientRoundRecord> clients;
+  for (const auto& p : participants_) {
+    ClientRoundRecord cr;
+    cr.client = p.name;
+    switch (p.state) {
+      case Participant::State::kOk:
+        cr.status = "ok";
+        loss_sum += p.train_loss * p.num_samples;
+        weight_sum += p.num_samples;
+        break;
+      case Participant::State::kRejected:
+        cr.status = "rejected";
+        break;
+      default:
+        cr.status = "dropped";
+        break;
+    }
+    cr.reason = p.reason;
+    cr.num_samples = p.num_samples;
+    cr.train_loss = p.train_loss;
+    cr.train_accuracy = p.train_accuracy;
+    cr.train_seconds = p.train_seconds;
+    clients.push_back(std::move(cr));
+  }
+  record.train_loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
+  if (evaluator_) {
+    auto metrics = evaluator_(global_);
+    if (metrics.ok()) {
+      record.test_accuracy = metrics->accuracy;
+      record.test_loss = metrics->loss;
+    } else {
+      spdlog::error("round {}: evaluation failed: {}", round, metrics.status().message());
+    }
+  }
+  Checkpoint cp{round, global_, velocity_};
+  record.coordinator_seconds = WallSeconds() - close_start;
+  record.seconds = WallSeconds() - round_start_wall_;
+  status = store_->CommitRound(record, clients, cp, config_.rounds().keep_checkpoints());
+  record.coordinator_seconds = WallSeconds() - close_start;
+  if (!status.ok()) {
+    // The model in memory is ahead of the store; stop rather than diverge.
+    spdlog::error("round {}: commit failed: {}", round, status.message());
+    store_error_ = status;
+    return;
+  }
+  round_ = round;
+  committed_.push_back(record);
+  participants_.clear();
+  aggregator_.reset();
+  if (round_ >= config_.rounds().num_rounds()) {
+    phase_ = Phase::kDone;
+    spdlog::info("run finished after {} rounds", round_);
+    for (const auto& [name, c] : clients_) {
+      Outgoing f;
+      f.peer = c.peer;
+      f.header.set_version(wire::VERSION_1);
+      f.header.mutable_finished()->set_rounds(round_);
+      out.push_back(std::move(f));
+    }
+    return;
+  }
+  MaybeStartRound(now, out);
+}
+
+std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
+  std::vector<Outgoing> out;
+  const TimeMs timeout = SecondsToMs(config_.rounds().client_timeout_s());
+  for (auto& [name, c] : clients_) {
+    if (c.active && now - c.last_seen > timeout) {
+      c.active = false;
+      spdlog::warn("client {}: no message for {:.1f} s, marked unavailable", name,
+                   (now - c.last_seen) / 1000.0);
+      if (phase_ == Phase::kTraining) {
+        Participant* p = FindParticipant(name);
+        if (p != nullptr && p->state == Participant::State::kPending) {
+          Drop(*p, Participant::State::kDropped, "timed out");
+        }
+      }
+    }
+  }
+  if (phase_ == Phase::kTraining && now >= deadline_) {
+    for (auto& p : participants_) {
+      if (p.state == Participant::State::kPending) {
+        Drop(p, Participant::State::kDropped, "missed the round deadline");
+        // Not picked again until it speaks up.
+        clients_[p.name].active = false;
+        spdlog::warn("client {}: dropped from round {}: missed the deadline", p.name, round_ + 1);
+      }
+    }
+  }
+  if (phase_ == Phase::kTraining && AllResolved()) CloseRound(now, out);
+  MaybeStartRound(now, out);
+  return out;
+}
+
+std::optional<TimeMs> RoundEngine::NextWakeup() const {
+  std::optional<TimeMs> next;
+  const TimeMs timeout = SecondsToMs(config_.rounds().client_timeout_s());
+  for (const auto& [name, c] : clients_) {
+    if (c.active && (!next || c.last_seen + timeout + 1 < *next)) next = c.last_seen + timeout + 1;
+  }
+  if (phase_ == Phase::kTraining && (!next || deadline_ < *next)) next = deadline_;
+  return next;
+}
+
+}  // namespace cohort::coordinator

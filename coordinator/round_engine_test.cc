@@ -1,0 +1,258 @@
+#include "coordinator/round_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace cohort::coordinator {
+namespace {
+
+constexpr size_t kParams = 10;  // logreg 4 -> 2.
+
+config::RunConfig TestConfig(uint32_t clients, uint32_t min_clients, uint32_t rounds = 3) {
+  config::RunConfig c;
+  c.set_seed(11);
+  c.mutable_model()->set_arch("logreg");
+  c.mutable_model()->set_input_dim(4);
+  c.mutable_model()->set_num_classes(2);
+  c.mutable_rounds()->set_num_rounds(rounds);
+  c.mutable_rounds()->set_min_clients(min_clients);
+  c.mutable_rounds()->set_start_clients(clients);
+  c.mutable_rounds()->set_round_deadline_s(10);
+  c.mutable_rounds()->set_client_timeout_s(100);
+  return c;
+}
+
+net::Envelope Hello(const std::string& name, uint64_t samples = 100) {
+  net::Envelope e;
+  e.header.set_version(wire::VERSION_1);
+  e.header.mutable_hello()->set_client_name(name);
+  e.header.mutable_hello()->set_num_samples(samples);
+  return e;
+}
+
+net::Envelope UpdateFor(const wire::RoundTask& task, std::vector<float> delta,
+                        uint64_t samples = 100) {
+  net::Envelope e;
+  e.header.set_version(wire::VERSION_1);
+  auto* u = e.header.mutable_update();
+  u->set_round(task.round());
+  u->set_task_id(task.task_id());
+  u->set_num_samples(samples);
+  u->set_train_loss(0.5);
+  e.payloads.push_back(std::move(delta));
+  return e;
+}
+
+class RoundEngineTest : public ::testing::Test {
+ protected:
+  void Start(const config::RunConfig& config) {
+    config_ = config;
+    if (!store_) store_ = std::move(OpenSqliteRunStore(":memory:")).value();
+    auto e = RoundEngine::Create(config, std::vector<float>(kParams, 1.0f), store_.get(), {},
+                                 "test", now_);
+    ASSERT_TRUE(e.ok()) << e.status();
+    engine_ = std::move(e).value();
+  }
+  // Registers clients "c0".."cN-1" (peer ids "p0"...) and collects tasks.
+  void Register(int n) {
+    for (int i = 0; i < n; ++i) Deliver("p" + std::to_string(i), Hello("c" + std::to_string(i)));
+  }
+  void Deliver(const std::string& peer, const net::Envelope& e) {
+    Collect(engine_->OnMessage(peer, e, now_));
+  }
+  void Tick(TimeMs advance) {
+    now_ += advance;
+    Collect(engine_->OnTick(now_));
+  }
+  void Collect(std::vector<Outgoing> out) {
+    for (auto& o : out) {
+      if (o.header.has_task()) {
+        tasks_[o.peer] = o.header.task();
+        EXPECT_EQ(o.payload.size(), kParams);
+      }
+      if (o.header.has_error()) errors_[o.peer].push_back(o.header.error());
+      if (o.header.has_finished()) finished_.insert(o.peer);
+    }
+  }
+  std::vector<float> Global() {
+    return {engine_->global_model().begin(), engine_->global_model().end()};
+  }
+
+  config::RunConfig config_;
+  std::unique_ptr<RunStore> store_;
+  std::unique_ptr<RoundEngine> engine_;
+  TimeMs now_ = 1000;
+  std::map<std::string, wire::RoundTask> tasks_;
+  std::map<std::string, std::vector<wire::Error>> errors_;
+  std::set<std::string> finished_;
+};
+
+TEST_F(RoundEngineTest, RoundCommitsTheSampleWeightedMeanOfDeltas) {
+  Start(TestConfig(3, 3));
+  Register(3);
+  ASSERT_EQ(tasks_.size(), 3u);
+  EXPECT_EQ(tasks_["p0"].round(), 1u);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f), 100));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 2.0f), 100));
+  EXPECT_EQ(engine_->last_committed_round(), 0u);
+  Deliver("p2", UpdateFor(tasks_["p2"], std::vector<float>(kParams, 4.0f), 200));
+  EXPECT_EQ(engine_->last_committed_round(), 1u);
+  // 1 + (1*100 + 2*100 + 4*200) / 400 = 3.75
+  for (float v : Global()) EXPECT_FLOAT_EQ(v, 3.75f);
+  auto rounds = store_->Rounds();
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].participants, 3u);
+  EXPECT_EQ(store_->LatestCheckpoint()->model, Global());
+  EXPECT_EQ(tasks_["p0"].round(), 2u);  // Next round started at once.
+}
+
+TEST_F(RoundEngineTest, DeadlineClosesRoundWithoutTheMissingClients) {
+  Start(TestConfig(3, 2));
+  Register(3);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+  EXPECT_EQ(engine_->last_committed_round(), 0u);
+  ASSERT_TRUE(engine_->NextWakeup().has_value());
+  Tick(*engine_->NextWakeup() - now_);
+  EXPECT_EQ(engine_->last_committed_round(), 1u);
+  auto rounds = store_->Rounds();
+  EXPECT_EQ((*rounds)[0].participants, 2u);
+  EXPECT_EQ((*rounds)[0].dropped, 1u);
+  auto clients = store_->ClientRounds(1);
+  EXPECT_EQ((*clients)[2].status, "dropped");
+  EXPECT_EQ((*clients)[2].reason, "missed the round deadline");
+  // Round 2 goes ahead with the two that answered.
+  EXPECT_EQ(tasks_["p0"].round(), 2u);
+  EXPECT_EQ(tasks_["p2"].round(), 1u);
+}
+
+TEST_F(RoundEngineTest, BadUpdatesAreRejectedAndTheRoundGoesOn) {
+  Start(TestConfig(4, 2));
+  Register(4);
+  const std::vector<float> good(kParams, 0.5f);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams - 1, 0.0f)));
+  std::vector<float> nan = good;
+  nan[3] = std::numeric_limits<float>::quiet_NaN();
+  Deliver("p1", UpdateFor(tasks_["p1"], nan));
+  wire::RoundTask past = tasks_["p2"];
+  past.set_round(0);
+  Deliver("p2", UpdateFor(past, good));
+  Deliver("stranger", UpdateFor(tasks_["p3"], good));
+  ASSERT_EQ(errors_["p0"].size(), 1u);
+  EXPECT_EQ(errors_["p0"][0].code(), wire::INVALID_UPDATE);
+  EXPECT_NE(errors_["p0"][0].message().find("expected 10"), std::string::npos);
+  EXPECT_NE(errors_["p1"][0].message().find("NaN"), std::string::npos);
+  EXPECT_EQ(errors_["p2"][0].code(), wire::STALE);
+  EXPECT_EQ(errors_["stranger"][0].code(), wire::UNKNOWN_CLIENT);
+  // p2's stale message did not drop it; its real update and p3's close the round.
+  const wire::RoundTask round1_p3 = tasks_["p3"];
+  Deliver("p2", UpdateFor(tasks_["p2"], good));
+  Deliver("p3", UpdateFor(round1_p3, good));
+  EXPECT_EQ(engine_->last_committed_round(), 1u);
+  for (float v : Global()) EXPECT_FLOAT_EQ(v, 1.5f);
+  auto clients = store_->ClientRounds(1);
+  EXPECT_EQ((*clients)[0].status, "rejected");
+  EXPECT_EQ((*clients)[1].status, "rejected");
+  // A replay of the round-1 update during round 2 is refused as stale.
+  Deliver("p3", UpdateFor(round1_p3, good));
+  ASSERT_EQ(errors_["p3"].size(), 1u);
+  EXPECT_EQ(errors_["p3"][0].code(), wire::STALE);
+  EXPECT_NE(errors_["p3"][0].message().find("current round is 2"), std::string::npos);
+}
+
+TEST_F(RoundEngineTest, NonClientMessagesAndMalformedFramesGetErrors) {
+  Start(TestConfig(2, 2));
+  net::Envelope welcome;
+  welcome.header.set_version(wire::VERSION_1);
+  welcome.header.mutable_welcome();
+  Deliver("x", welcome);
+  Collect(engine_->OnMalformed("y", InvalidArgumentError("malformed header frame")));
+  EXPECT_EQ(errors_["x"][0].code(), wire::MALFORMED);
+  EXPECT_EQ(errors_["y"][0].message(), "malformed header frame");
+  net::Envelope bad_name = Hello("../../etc/passwd");
+  Deliver("z", bad_name);
+  EXPECT_TRUE(tasks_.empty());
+}
+
+TEST_F(RoundEngineTest, RunFinishesAndResumesFromTheStore) {
+  Start(TestConfig(2, 2, 3));
+  Register(2);
+  for (int r = 1; r <= 2; ++r) {
+    Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 0.25f)));
+    Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 0.25f)));
+  }
+  EXPECT_EQ(engine_->last_committed_round(), 2u);
+  const std::vector<float> after_two = Global();
+  // "Crash": a new engine over the same store resumes after round 2.
+  tasks_.clear();
+  Start(config_);
+  EXPECT_EQ(engine_->last_committed_round(), 2u);
+  EXPECT_EQ(Global(), after_two);
+  Register(2);
+  EXPECT_EQ(tasks_["p0"].round(), 3u);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 0.25f)));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 0.25f)));
+  EXPECT_TRUE(engine_->done());
+  EXPECT_EQ(finished_.size(), 2u);
+  for (float v : Global()) EXPECT_FLOAT_EQ(v, 1.75f);
+  // A different config on the same store is refused.
+  config::RunConfig other = config_;
+  other.set_seed(12);
+  EXPECT_EQ(RoundEngine::Create(other, std::vector<float>(kParams), store_.get(), {}, "t", 0)
+                .status()
+                .code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST_F(RoundEngineTest, SelectionIsASeededFraction) {
+  config::RunConfig c = TestConfig(10, 2);
+  c.mutable_rounds()->set_fraction(0.5f);
+  Start(c);
+  Register(10);
+  ASSERT_EQ(tasks_.size(), 5u);
+  std::set<std::string> first;
+  for (auto& [peer, t] : tasks_) first.insert(peer);
+  tasks_.clear();
+  store_.reset();
+  Start(c);
+  Register(10);
+  std::set<std::string> second;
+  for (auto& [peer, t] : tasks_) second.insert(peer);
+  EXPECT_EQ(first, second);
+}
+
+TEST_F(RoundEngineTest, ReconnectedClientGetsItsTaskAgain) {
+  Start(TestConfig(2, 2));
+  Register(2);
+  const uint64_t task_id = tasks_["p1"].task_id();
+  Deliver("p1-new", Hello("c1"));
+  ASSERT_TRUE(tasks_.count("p1-new"));
+  EXPECT_EQ(tasks_["p1-new"].task_id(), task_id);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 0.0f)));
+  Deliver("p1-new", UpdateFor(tasks_["p1-new"], std::vector<float>(kParams, 0.0f)));
+  EXPECT_EQ(engine_->last_committed_round(), 1u);
+}
+
+TEST_F(RoundEngineTest, TooFewUpdatesRunTheRoundAgainWithoutCommitting) {
+  Start(TestConfig(3, 3));
+  Register(3);
+  const uint64_t first_task = tasks_["p0"].task_id();
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  Tick(11000);  // Past the deadline: 1 of 3 arrived, 3 needed.
+  EXPECT_EQ(engine_->last_committed_round(), 0u);
+  EXPECT_TRUE(store_->Rounds()->empty());
+  // The two silent clients are unavailable until they speak again.
+  net::Envelope hb;
+  hb.header.set_version(wire::VERSION_1);
+  hb.header.mutable_heartbeat();
+  Deliver("p1", hb);
+  Deliver("p2", hb);
+  EXPECT_EQ(tasks_["p0"].round(), 1u);
+  EXPECT_NE(tasks_["p0"].task_id(), first_task);
+}
+
+}  // namespace
+}  // namespace cohort::coordinator

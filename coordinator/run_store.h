@@ -1,0 +1,86 @@
+// RunStore: the coordinator's durable state. A round commits in one
+// transaction (metrics, per-client records, checkpoint), so a coordinator
+// killed at any instant restarts from the last committed round.
+#ifndef COHORT_COORDINATOR_RUN_STORE_H_
+#define COHORT_COORDINATOR_RUN_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace cohort::coordinator {
+
+struct RunInfo {
+  std::string config_text;  // Text-format RunConfig.
+  uint64_t seed = 0;
+  std::string code_version;
+  uint32_t last_round = 0;  // 0: only the initial model is committed.
+};
+
+struct RoundRecord {
+  uint32_t round = 0;
+  uint32_t participants = 0;  // Updates aggregated.
+  uint32_t selected = 0;
+  uint32_t dropped = 0;  // Selected but missing or rejected.
+  double train_loss = 0;
+  double test_accuracy = -1;  // -1: no central evaluation.
+  double test_loss = -1;
+  double seconds = 0;              // Round wall time, tasks sent to commit.
+  double coordinator_seconds = 0;  // Aggregate + evaluate + commit.
+  int64_t committed_unix_ms = 0;
+};
+
+struct ClientRoundRecord {
+  std::string client;
+  std::string status;  // "ok", "dropped" or "rejected".
+  std::string reason;
+  uint64_t num_samples = 0;
+  double train_loss = 0;
+  double train_accuracy = 0;
+  double train_seconds = 0;
+};
+
+struct Checkpoint {
+  uint32_t round = 0;
+  std::vector<float> model;
+  std::vector<float> velocity;  // Server optimizer state; may be empty.
+};
+
+// Not thread-safe. Errors are kUnavailable / kDataLoss with SQLite's message.
+class RunStore {
+ public:
+  virtual ~RunStore() = default;
+  RunStore(const RunStore&) = delete;
+  RunStore& operator=(const RunStore&) = delete;
+
+  // Empty optional when no run was created in this store yet.
+  virtual StatusOr<std::optional<RunInfo>> LoadRun() = 0;
+  // Creates the run and commits `initial` as round 0. kAlreadyExists if a run
+  // is present.
+  virtual Status CreateRun(const RunInfo& info, const Checkpoint& initial) = 0;
+  // Commits round `record.round` (must be last_round + 1, else
+  // kFailedPrecondition) with its checkpoint; keeps the newest `keep`
+  // checkpoints.
+  virtual Status CommitRound(const RoundRecord& record,
+                             const std::vector<ClientRoundRecord>& clients,
+                             const Checkpoint& checkpoint, uint32_t keep) = 0;
+  // The newest checkpoint; kDataLoss if its checksum does not match.
+  virtual StatusOr<Checkpoint> LatestCheckpoint() = 0;
+  virtual StatusOr<std::vector<RoundRecord>> Rounds() = 0;
+  virtual StatusOr<std::vector<ClientRoundRecord>> ClientRounds(uint32_t round) = 0;
+
+ protected:
+  RunStore() = default;
+};
+
+// Opens (creating if needed) a SQLite store in WAL mode. ":memory:" gives an
+// in-memory store for tests.
+StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path);
+
+}  // namespace cohort::coordinator
+
+#endif  // COHORT_COORDINATOR_RUN_STORE_H_

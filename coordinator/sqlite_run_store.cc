@@ -1,0 +1,307 @@
+#include <sqlite3.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "common/bytes.h"
+#include "coordinator/run_store.h"
+
+namespace cohort::coordinator {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS runs (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  config TEXT NOT NULL,
+  seed INTEGER NOT NULL,
+  code_version TEXT NOT NULL,
+  created_unix_ms INTEGER NOT NULL,
+  last_round INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rounds (
+  round INTEGER PRIMARY KEY,
+  participants INTEGER NOT NULL,
+  selected INTEGER NOT NULL,
+  dropped INTEGER NOT NULL,
+  train_loss REAL NOT NULL,
+  test_accuracy REAL NOT NULL,
+  test_loss REAL NOT NULL,
+  seconds REAL NOT NULL,
+  coordinator_seconds REAL NOT NULL,
+  committed_unix_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS round_clients (
+  round INTEGER NOT NULL,
+  client TEXT NOT NULL,
+  status TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  num_samples INTEGER NOT NULL,
+  train_loss REAL NOT NULL,
+  train_accuracy REAL NOT NULL,
+  train_seconds REAL NOT NULL,
+  PRIMARY KEY (round, client)
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+  round INTEGER PRIMARY KEY,
+  model BLOB NOT NULL,
+  velocity BLOB NOT NULL,
+  model_crc32 INTEGER NOT NULL
+);
+)sql";
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+uint32_t FloatsCrc(const std::vector<float>& v) {
+  return Crc32({reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
+}
+
+// Finalizes on scope exit.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return stmt_; }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+class SqliteRunStore final : public RunStore {
+ public:
+  explicit SqliteRunStore(sqlite3* db) : db_(db) {}
+  ~SqliteRunStore() override { sqlite3_close(db_); }
+
+  Status Init() {
+    COHORT_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
+    // FULL: a committed round survives power loss, not only a process kill.
+    COHORT_RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL"));
+    COHORT_RETURN_IF_ERROR(Exec("PRAGMA busy_timeout=5000"));
+    return Exec(kSchema);
+  }
+
+  StatusOr<std::optional<RunInfo>> LoadRun() override {
+    Statement s(db_, "SELECT config, seed, code_version, last_round FROM runs WHERE id = 1");
+    if (!s.ok()) return Error("load run");
+    const int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_DONE) return std::optional<RunInfo>();
+    if (rc != SQLITE_ROW) return Error("load run");
+    RunInfo info;
+    info.config_text = Text(s.get(), 0);
+    info.seed = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 1));
+    info.code_version = Text(s.get(), 2);
+    info.last_round = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 3));
+    return std::optional<RunInfo>(std::move(info));
+  }
+
+  Status CreateRun(const RunInfo& info, const Checkpoint& initial) override {
+    COHORT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    Status status = [&]() -> Status {
+      Statement s(db_,
+                  "INSERT INTO runs (id, config, seed, code_version, created_unix_ms, last_round) "
+                  "VALUES (1, ?, ?, ?, ?, 0)");
+      if (!s.ok()) return Error("create run");
+      sqlite3_bind_text(s.get(), 1, info.config_text.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(s.get(), 2, static_cast<int64_t>(info.seed));
+      sqlite3_bind_text(s.get(), 3, info.code_version.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(s.get(), 4, UnixMs());
+      const int rc = sqlite3_step(s.get());
+      if (rc == SQLITE_CONSTRAINT) return AlreadyExistsError("run store already holds a run");
+      if (rc != SQLITE_DONE) return Error("create run");
+      return PutCheckpoint(initial);
+    }();
+    return Finish(status);
+  }
+
+  Status CommitRound(const RoundRecord& r, const std::vector<ClientRoundRecord>& clients,
+                     const Checkpoint& checkpoint, uint32_t keep) override {
+    COHORT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    Status status = [&]() -> Status {
+      Statement last(db_, "SELECT last_round FROM runs WHERE id = 1");
+      if (!last.ok() || sqlite3_step(last.get()) != SQLITE_ROW) return Error("commit round");
+      const auto last_round = static_cast<uint32_t>(sqlite3_column_int64(last.get(), 0));
+      if (r.round != last_round + 1 || checkpoint.round != r.round) {
+        return FailedPreconditionError("commit of round " + std::to_string(r.round) +
+                                       " after round " + std::to_string(last_round));
+      }
+      Statement s(db_, "INSERT INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      if (!s.ok()) return Error("commit round");
+      sqlite3_bind_int64(s.get(), 1, r.round);
+      sqlite3_bind_int64(s.get(), 2, r.participants);
+      sqlite3_bind_int64(s.get(), 3, r.selected);
+      sqlite3_bind_int64(s.get(), 4, r.dropped);
+      sqlite3_bind_double(s.get(), 5, r.train_loss);
+      sqlite3_bind_double(s.get(), 6, r.test_accuracy);
+      sqlite3_bind_double(s.get(), 7, r.test_loss);
+      sqlite3_bind_double(s.get(), 8, r.seconds);
+      sqlite3_bind_double(s.get(), 9, r.coordinator_seconds);
+      sqlite3_bind_int64(s.get(), 10, r.committed_unix_ms != 0 ? r.committed_unix_ms : UnixMs());
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
+      Statement c(db_, "INSERT INTO round_clients VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+      if (!c.ok()) return Error("commit round clients");
+      for (const ClientRoundRecord& cr : clients) {
+        sqlite3_reset(c.get());
+        sqlite3_bind_int64(c.get(), 1, r.round);
+        sqlite3_bind_text(c.get(), 2, cr.client.c_str(), -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(c.get(), 3, cr.status.c_str(), -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(c.get(), 4, cr.reason.c_str(), -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(c.get(), 5, static_cast<int64_t>(cr.num_samples));
+        sqlite3_bind_double(c.get(), 6, cr.train_loss);
+        sqlite3_bind_double(c.get(), 7, cr.train_accuracy);
+        sqlite3_bind_double(c.get(), 8, cr.train_seconds);
+        if (sqlite3_step(c.get()) != SQLITE_DONE) return Error("commit round clients");
+      }
+      COHORT_RETURN_IF_ERROR(PutCheckpoint(checkpoint));
+      Statement prune(db_, "DELETE FROM checkpoints WHERE round <= ?");
+      sqlite3_bind_int64(prune.get(), 1, static_cast<int64_t>(r.round) - keep);
+      if (!prune.ok() || sqlite3_step(prune.get()) != SQLITE_DONE) return Error("prune");
+      Statement up(db_, "UPDATE runs SET last_round = ? WHERE id = 1");
+      sqlite3_bind_int64(up.get(), 1, r.round);
+      if (!up.ok() || sqlite3_step(up.get()) != SQLITE_DONE) return Error("commit round");
+      return OkStatus();
+    }();
+    return Finish(status);
+  }
+
+  StatusOr<Checkpoint> LatestCheckpoint() override {
+    Statement s(db_,
+                "SELECT round, model, velocity, model_crc32 FROM checkpoints "
+                "ORDER BY round DESC LIMIT 1");
+    if (!s.ok()) return Error("load checkpoint");
+    const int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_DONE) return NotFoundError("run store has no checkpoint");
+    if (rc != SQLITE_ROW) return Error("load checkpoint");
+    Checkpoint cp;
+    cp.round = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 0));
+    cp.model = Floats(s.get(), 1);
+    cp.velocity = Floats(s.get(), 2);
+    if (FloatsCrc(cp.model) != static_cast<uint32_t>(sqlite3_column_int64(s.get(), 3))) {
+      return DataLossError("checkpoint of round " + std::to_string(cp.round) +
+                           " fails its checksum");
+    }
+    return cp;
+  }
+
+  StatusOr<std::vector<RoundRecord>> Rounds() override {
+    Statement s(db_, "SELECT * FROM rounds ORDER BY round");
+    if (!s.ok()) return Error("read rounds");
+    std::vector<RoundRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      RoundRecord r;
+      r.round = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 0));
+      r.participants = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 1));
+      r.selected = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 2));
+      r.dropped = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 3));
+      r.train_loss = sqlite3_column_double(s.get(), 4);
+      r.test_accuracy = sqlite3_column_double(s.get(), 5);
+      r.test_loss = sqlite3_column_double(s.get(), 6);
+      r.seconds = sqlite3_column_double(s.get(), 7);
+      r.coordinator_seconds = sqlite3_column_double(s.get(), 8);
+      r.committed_unix_ms = sqlite3_column_int64(s.get(), 9);
+      out.push_back(r);
+    }
+    if (rc != SQLITE_DONE) return Error("read rounds");
+    return out;
+  }
+
+  StatusOr<std::vector<ClientRoundRecord>> ClientRounds(uint32_t round) override {
+    Statement s(db_,
+                "SELECT client, status, reason, num_samples, train_loss, train_accuracy, "
+                "train_seconds FROM round_clients WHERE round = ? ORDER BY client");
+    if (!s.ok()) return Error("read round clients");
+    sqlite3_bind_int64(s.get(), 1, round);
+    std::vector<ClientRoundRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      ClientRoundRecord c;
+      c.client = Text(s.get(), 0);
+      c.status = Text(s.get(), 1);
+      c.reason = Text(s.get(), 2);
+      c.num_samples = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 3));
+      c.train_loss = sqlite3_column_double(s.get(), 4);
+      c.train_accuracy = sqlite3_column_double(s.get(), 5);
+      c.train_seconds = sqlite3_column_double(s.get(), 6);
+      out.push_back(std::move(c));
+    }
+    if (rc != SQLITE_DONE) return Error("read round clients");
+    return out;
+  }
+
+ private:
+  Status Exec(const char* sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string message = err != nullptr ? err : sqlite3_errmsg(db_);
+      sqlite3_free(err);
+      return UnavailableError("run store: " + message);
+    }
+    return OkStatus();
+  }
+  Status Error(const std::string& what) {
+    return UnavailableError("run store: " + what + ": " + sqlite3_errmsg(db_));
+  }
+  Status Finish(const Status& status) {
+    if (!status.ok()) {
+      (void)Exec("ROLLBACK");
+      return status;
+    }
+    return Exec("COMMIT");
+  }
+  Status PutCheckpoint(const Checkpoint& cp) {
+    Statement s(db_, "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)");
+    if (!s.ok()) return Error("write checkpoint");
+    sqlite3_bind_int64(s.get(), 1, cp.round);
+    BindFloats(s.get(), 2, cp.model);
+    BindFloats(s.get(), 3, cp.velocity);
+    sqlite3_bind_int64(s.get(), 4, FloatsCrc(cp.model));
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("write checkpoint");
+    return OkStatus();
+  }
+  // An empty vector binds as a zero-length blob, not NULL.
+  static void BindFloats(sqlite3_stmt* s, int col, const std::vector<float>& v) {
+    if (v.empty()) {
+      sqlite3_bind_zeroblob(s, col, 0);
+    } else {
+      sqlite3_bind_blob64(s, col, v.data(), v.size() * sizeof(float), SQLITE_STATIC);
+    }
+  }
+  static std::string Text(sqlite3_stmt* s, int col) {
+    const auto* p = sqlite3_column_text(s, col);
+    return p != nullptr ? reinterpret_cast<const char*>(p) : "";
+  }
+  static std::vector<float> Floats(sqlite3_stmt* s, int col) {
+    const void* p = sqlite3_column_blob(s, col);
+    const int bytes = sqlite3_column_bytes(s, col);
+    std::vector<float> out(bytes / sizeof(float));
+    if (p != nullptr && bytes > 0) std::memcpy(out.data(), p, out.size() * sizeof(float));
+    return out;
+  }
+
+  sqlite3* db_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return UnavailableError(path + ": cannot open run store: " + message);
+  }
+  auto store = std::make_unique<SqliteRunStore>(db);
+  COHORT_RETURN_IF_ERROR(store->Init().WithContext(path));
+  return std::unique_ptr<RunStore>(std::move(store));
+}
+
+}  // namespace cohort::coordinator

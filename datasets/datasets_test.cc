@@ -1,0 +1,229 @@
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "datasets/csv.h"
+#include "datasets/idx.h"
+#include "datasets/partition.h"
+#include "datasets/shard.h"
+#include "datasets/synthetic.h"
+
+namespace cohort::datasets {
+namespace {
+
+class DatasetsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("cohort_datasets_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Path(const std::string& name) { return (dir_ / name).string(); }
+  void WriteGz(const std::string& path, const std::string& bytes) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(f);
+  }
+  static std::string Be32(uint32_t v) {
+    return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(DatasetsTest, IdxReadsGzipImagesAndLabels) {
+  std::string images = Be32(0x803) + Be32(3) + Be32(2) + Be32(2);
+  for (int i = 0; i < 12; ++i) images += char(i * 20);
+  std::string labels = Be32(0x801) + Be32(3) + std::string("\x01\x00\x09", 3);
+  WriteGz(Path("img.gz"), images);
+  WriteGz(Path("lab.gz"), labels);
+  auto data = ReadIdx(Path("img.gz"), Path("lab.gz"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->size(), 3u);
+  EXPECT_EQ(data->num_features, 4u);
+  EXPECT_EQ(data->labels[2], 9);
+  EXPECT_FLOAT_EQ(data->features[11], 220 / 255.0f);
+}
+
+TEST_F(DatasetsTest, IdxErrorsNameTheFileAndProblem) {
+  std::string images = Be32(0x803) + Be32(3) + Be32(2) + Be32(2) + std::string(12, 'x');
+  WriteGz(Path("img.gz"), images);
+  WriteGz(Path("bad_magic.gz"), Be32(0x802) + Be32(3) + "abc");
+  auto data = ReadIdx(Path("img.gz"), Path("bad_magic.gz"));
+  ASSERT_FALSE(data.ok());
+  EXPECT_NE(data.status().message().find("bad_magic.gz"), std::string::npos);
+  EXPECT_NE(data.status().message().find("magic"), std::string::npos);
+
+  WriteGz(Path("two.gz"), Be32(0x801) + Be32(2) + "ab");
+  data = ReadIdx(Path("img.gz"), Path("two.gz"));
+  ASSERT_FALSE(data.ok());
+  EXPECT_NE(data.status().message().find("3 images but"), std::string::npos) << data.status();
+
+  WriteGz(Path("short.gz"), Be32(0x801) + Be32(3) + "a");
+  data = ReadIdx(Path("img.gz"), Path("short.gz"));
+  EXPECT_NE(data.status().message().find("promises 3 bytes"), std::string::npos) << data.status();
+}
+
+TEST_F(DatasetsTest, CsvReadsAndReportsLineOfBadValue) {
+  {
+    std::ofstream f(Path("ok.csv"));
+    f << "label,a,b\n1,0.5,2\n0,1.5,-3\n2,0,0\n";
+  }
+  auto data = ReadCsv(Path("ok.csv"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->size(), 3u);
+  EXPECT_EQ(data->num_features, 2u);
+  EXPECT_EQ(data->num_classes, 3u);
+  EXPECT_FLOAT_EQ(data->features[3], -3.0f);
+  {
+    std::ofstream f(Path("bad.csv"));
+    f << "1,0.5,2\n0,1.5,oops\n";
+  }
+  data = ReadCsv(Path("bad.csv"));
+  ASSERT_FALSE(data.ok());
+  EXPECT_NE(data.status().message().find("bad.csv:2"), std::string::npos) << data.status();
+  EXPECT_NE(data.status().message().find("oops"), std::string::npos);
+  {
+    std::ofstream f(Path("ragged.csv"));
+    f << "1,0.5,2\n0,1.5\n";
+  }
+  data = ReadCsv(Path("ragged.csv"));
+  EXPECT_NE(data.status().message().find("2 columns, expected 3"), std::string::npos);
+}
+
+TEST_F(DatasetsTest, ShardRoundTripsBothEncodings) {
+  Dataset data = MakeSynthetic({.num_samples = 50, .num_features = 7, .num_classes = 3});
+  ASSERT_TRUE(WriteShard(data, Path("f.shard")).ok());
+  auto back = ReadShard(Path("f.shard"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->features, data.features);
+  EXPECT_EQ(back->labels, data.labels);
+
+  for (float& v : data.features)
+    v = static_cast<float>(static_cast<int>(std::fabs(v) * 30) % 256) / 255.0f;
+  ASSERT_TRUE(WriteShard(data, Path("u.shard"), FeatureEncoding::kUint8).ok());
+  back = ReadShard(Path("u.shard"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->features, data.features);
+  EXPECT_LT(std::filesystem::file_size(Path("u.shard")),
+            std::filesystem::file_size(Path("f.shard")));
+}
+
+TEST_F(DatasetsTest, CorruptShardsGiveClearErrors) {
+  Dataset data = MakeSynthetic({.num_samples = 20, .num_features = 4, .num_classes = 2});
+  ASSERT_TRUE(WriteShard(data, Path("s.shard")).ok());
+  const auto size = std::filesystem::file_size(Path("s.shard"));
+  auto flip = [&](size_t offset, const std::string& name) {
+    std::filesystem::copy_file(Path("s.shard"), Path(name));
+    std::fstream f(Path(name), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(offset);
+    char c;
+    f.get(c);
+    f.seekp(offset);
+    f.put(static_cast<char>(c ^ 0x40));
+  };
+  flip(size - 3, "feat.shard");
+  auto r = ReadShard(Path("feat.shard"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("feat.shard"), std::string::npos);
+  EXPECT_NE(r.status().message().find("feature section checksum"), std::string::npos);
+
+  flip(20, "head.shard");
+  r = ReadShard(Path("head.shard"));
+  EXPECT_NE(r.status().message().find("header checksum"), std::string::npos) << r.status();
+
+  std::filesystem::copy_file(Path("s.shard"), Path("trunc.shard"));
+  std::filesystem::resize_file(Path("trunc.shard"), size - 10);
+  r = ReadShard(Path("trunc.shard"));
+  EXPECT_NE(r.status().message().find("truncated"), std::string::npos) << r.status();
+
+  { std::ofstream(Path("junk.shard")) << "this is not a shard file at all, just some text......"; }
+  r = ReadShard(Path("junk.shard"));
+  EXPECT_NE(r.status().message().find("bad magic"), std::string::npos) << r.status();
+  EXPECT_EQ(ReadShard(Path("missing.shard")).status().code(), StatusCode::kNotFound);
+}
+
+void ExpectDisjointCover(const std::vector<std::vector<uint32_t>>& parts, size_t n) {
+  std::set<uint32_t> seen;
+  for (const auto& p : parts) {
+    for (uint32_t i : p) EXPECT_TRUE(seen.insert(i).second) << "index " << i << " twice";
+  }
+  EXPECT_EQ(seen.size(), n);
+}
+
+TEST(PartitionTest, SpecsParseAndBadOnesSayWhy) {
+  EXPECT_EQ(ParsePartitionSpec("dirichlet:0.5")->alpha, 0.5);
+  EXPECT_EQ(ParsePartitionSpec("shards:2")->classes, 2u);
+  EXPECT_FALSE(ParsePartitionSpec("dirichlet:-1").ok());
+  EXPECT_FALSE(ParsePartitionSpec("dirichlet").ok());
+  EXPECT_FALSE(ParsePartitionSpec("shards:x").ok());
+  auto bad = ParsePartitionSpec("zipf:1");
+  EXPECT_NE(bad.status().message().find("unknown scheme"), std::string::npos);
+}
+
+TEST(PartitionTest, IidIsEqualDisjointAndSeeded) {
+  Dataset data = MakeSynthetic({.num_samples = 1003, .num_features = 2, .num_classes = 10});
+  auto parts = Partition(data.labels, 10, 10, *ParsePartitionSpec("iid"), 1);
+  ASSERT_TRUE(parts.ok());
+  ExpectDisjointCover(*parts, 1003);
+  for (const auto& p : *parts) EXPECT_TRUE(p.size() == 100 || p.size() == 101);
+  EXPECT_EQ(*parts, *Partition(data.labels, 10, 10, *ParsePartitionSpec("iid"), 1));
+  EXPECT_NE(*parts, *Partition(data.labels, 10, 10, *ParsePartitionSpec("iid"), 2));
+}
+
+TEST(PartitionTest, DirichletSkewsLabelsButKeepsTenPerClient) {
+  Dataset data = MakeSynthetic({.num_samples = 6000, .num_features = 2, .num_classes = 10});
+  auto parts = Partition(data.labels, 10, 10, *ParsePartitionSpec("dirichlet:0.1"), 0);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  ExpectDisjointCover(*parts, 6000);
+  double max_share = 0;
+  for (const auto& p : *parts) {
+    EXPECT_GE(p.size(), 10u);
+    std::vector<int> counts(10, 0);
+    for (uint32_t i : p) ++counts[data.labels[i]];
+    max_share = std::max(
+        max_share, *std::max_element(counts.begin(), counts.end()) / static_cast<double>(p.size()));
+  }
+  EXPECT_GT(max_share, 0.5);  // alpha 0.1: some client is dominated by one class.
+}
+
+TEST(PartitionTest, ShardsGiveEachClientKClasses) {
+  Dataset data = MakeSynthetic({.num_samples = 5000, .num_features = 2, .num_classes = 10});
+  auto parts = Partition(data.labels, 10, 20, *ParsePartitionSpec("shards:2"), 0);
+  ASSERT_TRUE(parts.ok());
+  for (const auto& p : *parts) {
+    std::set<int32_t> classes;
+    for (uint32_t i : p) classes.insert(data.labels[i]);
+    EXPECT_EQ(classes.size(), 2u);
+  }
+}
+
+TEST(PartitionTest, QuantitySkewVariesSizes) {
+  Dataset data = MakeSynthetic({.num_samples = 5000, .num_features = 2, .num_classes = 10});
+  auto parts = Partition(data.labels, 10, 10, *ParsePartitionSpec("quantity:0.5"), 0);
+  ASSERT_TRUE(parts.ok());
+  ExpectDisjointCover(*parts, 5000);
+  size_t lo = SIZE_MAX, hi = 0;
+  for (const auto& p : *parts) {
+    lo = std::min(lo, p.size());
+    hi = std::max(hi, p.size());
+  }
+  EXPECT_GE(lo, 10u);
+  EXPECT_GT(hi, 2 * lo);
+}
+
+TEST(PartitionTest, ImpossibleSplitsAreErrors) {
+  std::vector<int32_t> labels(5, 0);
+  EXPECT_FALSE(Partition(labels, 2, 10, *ParsePartitionSpec("iid"), 0).ok());
+  std::vector<int32_t> more(50, 0);
+  EXPECT_FALSE(Partition(more, 2, 10, *ParsePartitionSpec("dirichlet:0.5"), 0).ok());
+}
+
+}  // namespace
+}  // namespace cohort::datasets

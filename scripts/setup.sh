@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package Cohort needs to build, test and run its demo.
+# Idempotent: installs only what is missing, so a re-run costs one dpkg query.
+set -euo pipefail
+
+packages=(
+  build-essential meson ninja-build pkg-config
+  libzmq3-dev cppzmq-dev libsodium-dev
+  libprotobuf-dev protobuf-compiler
+  libsqlite3-dev libgtest-dev libcli11-dev libspdlog-dev
+  libopenblas-dev zlib1g-dev
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
