@@ -248,6 +248,13 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
                                          h.reject().reason());
         case wire::Header::kFinished:
           spdlog::info("run finished after {} rounds", h.finished().rounds());
+          {
+            // Acknowledge, so the coordinator can close without waiting.
+            wire::Header ack;
+            ack.set_version(wire::VERSION_1);
+            ack.mutable_heartbeat();
+            send(ack);
+          }
           exit_status = OkStatus();
           running = false;
           break;

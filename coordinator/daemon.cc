@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "coordinator/round_engine.h"
 #include "coordinator/run_store.h"
@@ -104,6 +105,8 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   if (!options.endpoint_file.empty()) {
     COHORT_RETURN_IF_ERROR(WriteFileAtomically(options.endpoint_file, endpoint));
   }
+  std::printf("coordinator listening on %s\n", endpoint.c_str());
+  std::fflush(stdout);
 
   const net::Limits limits = engine->limits();
   auto send_all = [&](std::vector<Outgoing> out) {
@@ -117,7 +120,16 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   };
 
   net::RawMessage raw;
-  while (!stop.load() && !engine->done()) {
+  // After the last round, serve a little longer so every client hears
+  // Finished and acknowledges it; closing with unread client messages would
+  // make the kernel reset connections and lose the Finished still in flight.
+  const TimeMs grace_ms = static_cast<TimeMs>(3000 * config.net().heartbeat_s()) + 500;
+  std::optional<TimeMs> done_at;
+  while (!stop.load()) {
+    if (engine->done()) {
+      if (!done_at) done_at = SteadyNowMs();
+      if (engine->all_acknowledged_finish() || SteadyNowMs() - *done_at > grace_ms) break;
+    }
     if (!engine->store_error().ok()) return engine->store_error();
     TimeMs now = SteadyNowMs();
     // Wake for the engine's next deadline, and at least every 200 ms to see

@@ -129,10 +129,31 @@ std::vector<Outgoing> RoundEngine::OnMalformed(const std::string& peer, const St
   return out;
 }
 
+bool RoundEngine::all_acknowledged_finish() const {
+  for (const auto& [name, c] : clients_) {
+    if (c.active && acknowledged_finish_.count(name) == 0) return false;
+  }
+  return true;
+}
+
 std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net::Envelope& envelope,
                                              TimeMs now) {
   std::vector<Outgoing> out;
   const wire::Header& h = envelope.header;
+  if (phase_ == Phase::kDone && h.body_case() != wire::Header::kHello) {
+    // The run is over: whatever a known client says, it hears Finished (a
+    // lost Finished is repaired by its next heartbeat), and a message after
+    // Finished is its acknowledgement.
+    if (const std::string* name = NameOf(peer)) {
+      acknowledged_finish_.insert(*name);
+      Outgoing f;
+      f.peer = peer;
+      f.header.set_version(wire::VERSION_1);
+      f.header.mutable_finished()->set_rounds(round_);
+      out.push_back(std::move(f));
+      return out;
+    }
+  }
   if (h.body_case() != wire::Header::kHello && h.body_case() != wire::Header::kUpdate &&
       !envelope.payloads.empty()) {
     out.push_back(MakeError(peer, wire::MALFORMED,

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -66,6 +67,9 @@ class RoundEngine {
   // When the engine next needs OnTick (absent: only a message can wake it).
   std::optional<TimeMs> NextWakeup() const;
   bool done() const { return phase_ == Phase::kDone; }
+  // After done(): every available client has acknowledged Finished, so the
+  // daemon can close without cutting anyone off.
+  bool all_acknowledged_finish() const;
   uint32_t last_committed_round() const { return round_; }
   std::span<const float> global_model() const { return global_; }
   size_t num_params() const { return global_.size(); }
@@ -117,6 +121,7 @@ class RoundEngine {
   bool first_round_ = true;
   std::map<std::string, Client> clients_;  // By name.
   std::map<std::string, std::string> peer_to_name_;
+  std::set<std::string> acknowledged_finish_;  // Names, after done().
 
   // The round in progress.
   uint64_t task_id_ = 0;

@@ -1,0 +1,45 @@
+// A small federated cluster on 127.0.0.1 for integration tests: synthetic
+// shards written by `cohort partition`, one coordinator process, N client
+// processes.
+#ifndef COHORT_TESTS_INTEGRATION_CLUSTER_H_
+#define COHORT_TESTS_INTEGRATION_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/integration/harness.h"
+
+namespace cohort::testing {
+
+class Cluster {
+ public:
+  // Partitions 1200 synthetic samples (20 features, 4 classes) over `clients`.
+  Cluster(const std::string& tag, int clients);
+
+  const TempDir& dir() const { return dir_; }
+  std::string Shard(int k) const;
+  // Writes a config: mlp 20-16-4, `rounds` rounds, and `rounds_extra` (text
+  // format) inside its rounds { } block.
+  std::string WriteConfig(const std::string& name, int rounds,
+                          const std::string& rounds_extra) const;
+  // Starts a coordinator; returns its endpoint from "coordinator listening on".
+  std::string StartCoordinator(const std::string& config, const std::string& run_dir,
+                               const std::string& bind = "tcp://127.0.0.1:0");
+  void StartClient(int k, const std::string& endpoint, const std::vector<std::string>& extra = {});
+
+  Process& coordinator() { return *coordinator_; }
+  Process& client(int k) { return *clients_.at(k); }
+  std::string coordinator_log() const { return dir_ / "coordinator.log"; }
+  void KillCoordinator();
+
+ private:
+  TempDir dir_;
+  int num_clients_;
+  std::unique_ptr<Process> coordinator_;
+  std::vector<std::unique_ptr<Process>> clients_;
+};
+
+}  // namespace cohort::testing
+
+#endif  // COHORT_TESTS_INTEGRATION_CLUSTER_H_

@@ -1,0 +1,99 @@
+// A whole federated run through the real binaries, and the errors a user
+// sees for broken inputs.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "tests/integration/cluster.h"
+
+namespace cohort::testing {
+namespace {
+
+TEST(FederatedRunTest, RunCompletesAndStatusReportsEveryRound) {
+  Cluster cluster("e2e", 4);
+  const std::string config =
+      cluster.WriteConfig("run.textproto", 4, "min_clients: 4 start_clients: 4");
+  const std::string run_dir = cluster.dir() / "run";
+  const std::string endpoint = cluster.StartCoordinator(config, run_dir);
+  for (int k = 0; k < 4; ++k) cluster.StartClient(k, endpoint);
+
+  ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(cluster.client(k).Wait(), 0) << "client " << k;
+  // One line per round on the coordinator's stdout.
+  int round_lines = 0;
+  for (const auto& l : cluster.coordinator().lines()) round_lines += l.rfind("round ", 0) == 0;
+  EXPECT_EQ(round_lines, 4);
+
+  std::string json;
+  ASSERT_EQ(RunCohort({"status", "--run-dir", run_dir, "--json"}, &json, cluster.dir() / "s.log"),
+            0);
+  std::istringstream lines(json);
+  std::string line;
+  int n = 0;
+  double last_accuracy = 0;
+  while (std::getline(lines, line)) {
+    ++n;
+    for (const char* key : {"\"round\":", "\"participants\":4", "\"dropped\":0", "\"train_loss\":",
+                            "\"test_accuracy\":", "\"test_loss\":", "\"seconds\":"}) {
+      EXPECT_NE(line.find(key), std::string::npos) << key << " missing in " << line;
+    }
+    last_accuracy = std::stod(line.substr(line.find("\"test_accuracy\":") + 16));
+  }
+  EXPECT_EQ(n, 4);
+  EXPECT_GT(last_accuracy, 0.9);  // Separable synthetic data.
+  std::string table;
+  ASSERT_EQ(RunCohort({"status", "--run-dir", run_dir}, &table, cluster.dir() / "s.log"), 0);
+  EXPECT_NE(table.find("participants"), std::string::npos);
+
+  // Starting the finished run again changes nothing and exits 0.
+  std::string out;
+  EXPECT_EQ(RunCohort({"coordinator", "--config", config, "--run-dir", run_dir, "--bind",
+                       "tcp://127.0.0.1:0"},
+                      &out, cluster.dir() / "again.log"),
+            0);
+}
+
+TEST(FederatedRunTest, CorruptShardAndConfigFilesGiveClearErrors) {
+  Cluster cluster("corrupt", 2);
+  // A shard with one flipped byte in its feature section.
+  const std::string shard = cluster.Shard(0);
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x7f');
+  }
+  const std::string log = cluster.dir() / "client.log";
+  EXPECT_EQ(
+      RunCohort({"client", "--coordinator", "tcp://127.0.0.1:9", "--data", shard}, nullptr, log),
+      1);
+  std::string err = ReadFile(log);
+  EXPECT_NE(err.find(shard), std::string::npos) << err;
+  EXPECT_NE(err.find("checksum"), std::string::npos) << err;
+
+  const std::string bad = cluster.dir() / "bad.textproto";
+  WriteFile(bad, "seed: 1\nrounds { num_rounds: 3 min_clientz: 2 }\n");
+  const std::string clog = cluster.dir() / "coord.log";
+  EXPECT_EQ(
+      RunCohort({"coordinator", "--config", bad, "--run-dir", cluster.dir() / "r"}, nullptr, clog),
+      1);
+  err = ReadFile(clog);
+  EXPECT_NE(err.find("bad.textproto"), std::string::npos) << err;
+  EXPECT_NE(err.find("line 2"), std::string::npos) << err;
+  EXPECT_NE(err.find("min_clientz"), std::string::npos) << err;
+
+  WriteFile(bad, "train { learning_rate: -1 }\n");
+  EXPECT_EQ(
+      RunCohort({"coordinator", "--config", bad, "--run-dir", cluster.dir() / "r"}, nullptr, clog),
+      1);
+  EXPECT_NE(ReadFile(clog).find("train.learning_rate"), std::string::npos);
+
+  WriteFile(bad, "data { test_shard: \"/nonexistent/test.shard\" }\n");
+  EXPECT_EQ(
+      RunCohort({"coordinator", "--config", bad, "--run-dir", cluster.dir() / "r"}, nullptr, clog),
+      1);
+  EXPECT_NE(ReadFile(clog).find("/nonexistent/test.shard"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cohort::testing

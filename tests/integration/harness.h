@@ -1,0 +1,67 @@
+// Helpers for multi-process integration tests: start `cohort` processes,
+// read their stdout line by line with a bounded wait, signal and reap them.
+// Synchronisation is always on an event (a line printed, a process exit),
+// never on a sleep.
+#ifndef COHORT_TESTS_INTEGRATION_HARNESS_H_
+#define COHORT_TESTS_INTEGRATION_HARNESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cohort::testing {
+
+// The cohort binary under test (environment variable COHORT_BIN).
+std::string CohortBin();
+
+// A fresh directory under $TMPDIR, removed on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag);
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+class Process {
+ public:
+  // Starts `argv` with stdout on a pipe and stderr appended to `stderr_path`.
+  Process(const std::vector<std::string>& argv, const std::string& stderr_path);
+  ~Process();  // SIGKILLs and reaps a process still running.
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Reads stdout until a line containing `needle` (returned), EOF or timeout.
+  std::optional<std::string> WaitForLine(const std::string& needle,
+                                         std::chrono::seconds timeout = std::chrono::seconds(60));
+  // Every stdout line read so far.
+  const std::vector<std::string>& lines() const { return lines_; }
+  void Signal(int sig);
+  // Waits for exit (bounded); returns the exit code, 128+signal, or -1 on timeout.
+  int Wait(std::chrono::seconds timeout = std::chrono::seconds(60));
+
+ private:
+  bool ReadMore(int timeout_ms);
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  std::string buffer_;
+  std::vector<std::string> lines_;
+  size_t consumed_ = 0;
+  std::optional<int> exit_code_;
+};
+
+// Runs a cohort subcommand to completion; returns exit code, fills stdout.
+int RunCohort(const std::vector<std::string>& args, std::string* out, const std::string& err_path);
+
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& text);
+}  // namespace cohort::testing
+
+#endif  // COHORT_TESTS_INTEGRATION_HARNESS_H_
