@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Cohort's benchmarks, with the peer baselines run in the same invocation
+# (this machine is noisy: only same-invocation ratios mean anything).
+#
+#   bash bench/run.sh [train,round,fedavg]     (default: train,round)
+#
+# train : 1-epoch Fashion-MNIST training, MLP 784-200-200-10 and logreg,
+#         batch 32, 1 thread; cohort vs ../shared/bench/peers/train_torch.py,
+#         interleaved, REPEATS rounds of each (default 3).
+# round : the coordinator's own time per round (no client training),
+#         10 and 100 clients.
+# fedavg: final test accuracy of the 10-client FedAvg run (make demo's
+#         settings) vs fedavg_torch.py, IID and dirichlet:0.5, SEEDS (0..4).
+# JSON lines go to $OUT (default ${TMPDIR:-/tmp}/cohort-bench); a summary
+# table is printed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+WHAT=${1:-train,round}
+OUT=${OUT:-${TMPDIR:-/tmp}/cohort-bench}
+PEERS=${PEERS:-$(cd .. && pwd)/shared/bench/peers}
+REPEATS=${REPEATS:-3}
+SEEDS=${SEEDS:-0 1 2 3 4}
+PY=/usr/bin/python3   # Debian's, with python3-torch; not the one first on PATH.
+mkdir -p "$OUT"
+have_peers=0
+if [[ -d $PEERS ]] && $PY -c "import torch" 2>/dev/null; then have_peers=1; else
+  echo "note: $PEERS or Debian's python3-torch missing: running cohort only" >&2
+fi
+
+if [[ $WHAT == *train* ]]; then
+  : > "$OUT/train.jsonl"
+  for ((r = 0; r < REPEATS; r++)); do
+    if ((have_peers)); then
+      (cd "$PEERS" && $PY train_torch.py --model mlp,logreg --threads 1 --repeats 1 --seed "$r") \
+        | grep '"bench": "train"' >> "$OUT/train.jsonl" || true
+    fi
+    for model in mlp logreg; do
+      OPENBLAS_NUM_THREADS=1 build/bench/train_bench --model "$model" --repeats 1 --seed "$r" \
+        >> "$OUT/train.jsonl"
+    done
+  done
+fi
+
+if [[ $WHAT == *round* ]]; then
+  : > "$OUT/round.jsonl"
+  for n in 10 100; do build/bench/round_bench --clients "$n" --rounds 7 >> "$OUT/round.jsonl"; done
+fi
+
+if [[ $WHAT == *fedavg* ]]; then
+  : > "$OUT/fedavg.jsonl"
+  for seed in $SEEDS; do
+    for scheme in iid dirichlet:0.5; do
+      run_dir="$OUT/fedavg-${scheme%%:*}-$seed"
+      SEED=$seed SCHEME=$scheme RUN_DIR=$run_dir bash scripts/demo.sh > "$run_dir.log" 2>&1
+      acc=$(build/cli/cohort status --run-dir "$run_dir" --json | tail -1 |
+            $PY -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])')
+      echo "{\"bench\":\"fedavg_final\",\"impl\":\"cohort\",\"partition\":\"${scheme%%:*}\",\"seed\":$seed,\"final_test_acc\":$acc}" >> "$OUT/fedavg.jsonl"
+    done
+    if ((have_peers)); then
+      (cd "$PEERS" && $PY fedavg_torch.py --partition iid,dirichlet --seed "$seed") |
+        grep fedavg_summary | $PY -c '
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line)
+    print(json.dumps({"bench": "fedavg_final", "impl": "pytorch", "partition": d["partition"],
+                      "seed": int(sys.argv[1]), "final_test_acc": d["final_test_acc"]}))' "$seed" \
+        >> "$OUT/fedavg.jsonl"
+    fi
+  done
+fi
+
+$PY - "$OUT" "$WHAT" <<'PY'
+import json, os, statistics, sys
+out, what = sys.argv[1], sys.argv[2]
+def load(name):
+    path = os.path.join(out, name)
+    return [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
+if "train" in what:
+    rows = [r for r in load("train.jsonl") if "samples_per_s" in r and r.get("threads", 1) == 1]
+    print("\n### Training, 1 epoch, batch 32, 1 thread (median samples/s)\n")
+    print("| model | cohort | pytorch | ratio | cohort acc | pytorch acc |")
+    print("|---|---|---|---|---|---|")
+    for model in ("mlp", "logreg"):
+        c = [r for r in rows if r.get("impl") == "cohort" and r["model"] == model]
+        p = [r for r in rows if r.get("impl", "pytorch") == "pytorch" and r["model"] == model]
+        med = lambda rs, k: statistics.median(r[k] for r in rs) if rs else float("nan")
+        cs, ps = med(c, "samples_per_s"), med(p, "samples_per_s")
+        print(f"| {model} | {cs:,.0f} | {ps:,.0f} | {cs / ps:.2f}x | {med(c, 'test_acc'):.4f} | {med(p, 'test_acc'):.4f} |")
+if "round" in what:
+    print("\n### Coordinator time per round (everything but client training)\n")
+    print("| clients | params | median s | aggregate+eval+commit s |")
+    print("|---|---|---|---|")
+    for r in load("round.jsonl"):
+        print(f"| {r['clients']} | {r['params']:,} | {r['median_s']:.3f} | {r['aggregate_eval_commit_median_s']:.3f} |")
+if "fedavg" in what:
+    rows = load("fedavg.jsonl")
+    print("\n### FedAvg final test accuracy, 10 clients, 10 rounds\n")
+    print("| partition | seed | cohort | pytorch |")
+    print("|---|---|---|---|")
+    for part in ("iid", "dirichlet"):
+        seeds = sorted({r["seed"] for r in rows if r["partition"] == part})
+        for s in seeds:
+            get = lambda impl: next((r["final_test_acc"] for r in rows if r["partition"] == part and r["seed"] == s and r["impl"] == impl), float("nan"))
+            print(f"| {part} | {s} | {get('cohort'):.4f} | {get('pytorch'):.4f} |")
+        for impl in ("cohort", "pytorch"):
+            v = [r["final_test_acc"] for r in rows if r["partition"] == part and r["impl"] == impl]
+            if v:
+                print(f"| {part} | mean | " + ("" if impl == "cohort" else "| ") + f"{statistics.mean(v):.4f} |")
+PY

@@ -1,0 +1,75 @@
+// Local training throughput on Fashion-MNIST: 1 epoch, batch 32, SGD lr 0.05,
+// the same protocol as ../shared/bench/peers/train_torch.py (samples/s =
+// 60000 / wall time of the epoch, excluding loading and evaluation).
+// Prints one JSON line per run: {"bench":"train","impl":"cohort",...}.
+//
+//   train_bench [--model mlp|logreg] [--repeats N] [--seed S] [--threads T]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "datasets/idx.h"
+#include "train/backend.h"
+#include "train/model.h"
+#include "train/trainer.h"
+
+using namespace cohort;
+
+int main(int argc, char** argv) {
+  std::string model_name = "mlp";
+  int repeats = 3, threads = 1;
+  uint64_t seed = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--model"))
+      model_name = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--repeats"))
+      repeats = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--seed"))
+      seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", argv[i]);
+      return 2;
+    }
+  }
+  const char* dir_env = std::getenv("FMNIST_DIR");
+  const std::string dir = dir_env ? dir_env : "/usr/share/datasets/fashion-mnist";
+  auto train =
+      datasets::ReadIdx(dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz");
+  auto test =
+      datasets::ReadIdx(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
+  if (!train.ok() || !test.ok()) {
+    std::fprintf(stderr, "%s\n", (!train.ok() ? train.status() : test.status()).ToString().c_str());
+    return 1;
+  }
+  auto backend = train::NewCpuBackend(threads);
+  if (!backend.ok()) return 1;
+  train::ModelSpec spec{model_name, 784, 10, {}};
+  if (model_name == "mlp") spec.hidden = {200, 200};
+  auto model = train::Model::Create(spec, backend->get());
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
+    return 2;
+  }
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<float> params((*model)->num_params());
+    (*model)->Init(params, seed + r);
+    train::TrainOptions opts;
+    opts.epochs = 1;
+    opts.batch_size = 32;
+    opts.sgd.learning_rate = 0.05f;
+    opts.seed = seed + r;
+    auto result = train::TrainLocal(**model, params, *train, opts);
+    auto eval = train::Evaluate(**model, params, *test);
+    if (!result.ok() || !eval.ok()) return 1;
+    std::printf(
+        "{\"bench\":\"train\",\"impl\":\"cohort\",\"model\":\"%s\",\"threads\":%d,\"seed\":%lu,"
+        "\"epoch_s\":%.4f,\"samples_per_s\":%.1f,\"test_acc\":%.4f,\"train_loss\":%.4f}\n",
+        model_name.c_str(), threads, static_cast<unsigned long>(seed + r), result->seconds,
+        result->samples / result->seconds, eval->accuracy, result->mean_loss);
+    std::fflush(stdout);
+  }
+  return 0;
+}
