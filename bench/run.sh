@@ -51,11 +51,23 @@ if [[ $WHAT == *fedavg* ]]; then
   : > "$OUT/fedavg.jsonl"
   for seed in $SEEDS; do
     for scheme in iid dirichlet:0.5; do
-      run_dir="$OUT/fedavg-${scheme%%:*}-$seed"
-      SEED=$seed SCHEME=$scheme RUN_DIR=$run_dir bash scripts/demo.sh > "$run_dir.log" 2>&1
-      acc=$(build/cli/cohort status --run-dir "$run_dir" --json | tail -1 |
-            $PY -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])')
-      echo "{\"bench\":\"fedavg_final\",\"impl\":\"cohort\",\"partition\":\"${scheme%%:*}\",\"seed\":$seed,\"final_test_acc\":$acc}" >> "$OUT/fedavg.jsonl"
+      part=${scheme%%:*}
+      # impl "cohort": Cohort's own partitioner; "cohort-same-split": the
+      # peer's exact numpy split, read through `cohort partition --assignment`.
+      for impl in cohort cohort-same-split; do
+        run_dir="$OUT/fedavg-$impl-$part-$seed"
+        assignment=""
+        if [[ $impl == cohort-same-split ]]; then
+          ((have_peers)) || continue
+          assignment="$OUT/split-$part-$seed.txt"
+          $PY bench/peer_partition.py "$PEERS" "$part" "$seed" "$assignment"
+        fi
+        SEED=$seed SCHEME=$scheme ASSIGNMENT=$assignment RUN_DIR=$run_dir \
+          bash scripts/demo.sh > "$run_dir.log" 2>&1
+        acc=$(build/cli/cohort status --run-dir "$run_dir" --json | tail -1 |
+              $PY -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])')
+        echo "{\"bench\":\"fedavg_final\",\"impl\":\"$impl\",\"partition\":\"$part\",\"seed\":$seed,\"final_test_acc\":$acc}" >> "$OUT/fedavg.jsonl"
+      done
     done
     if ((have_peers)); then
       (cd "$PEERS" && $PY fedavg_torch.py --partition iid,dirichlet --seed "$seed") |
@@ -96,15 +108,14 @@ if "round" in what:
 if "fedavg" in what:
     rows = load("fedavg.jsonl")
     print("\n### FedAvg final test accuracy, 10 clients, 10 rounds\n")
-    print("| partition | seed | cohort | pytorch |")
-    print("|---|---|---|---|")
+    impls = ("cohort", "cohort-same-split", "pytorch")
+    print("| partition | seed | " + " | ".join(impls) + " |")
+    print("|---|---|" + "---|" * len(impls))
     for part in ("iid", "dirichlet"):
         seeds = sorted({r["seed"] for r in rows if r["partition"] == part})
+        acc = lambda impl, s: next((r["final_test_acc"] for r in rows if r["partition"] == part and r["seed"] == s and r["impl"] == impl), float("nan"))
         for s in seeds:
-            get = lambda impl: next((r["final_test_acc"] for r in rows if r["partition"] == part and r["seed"] == s and r["impl"] == impl), float("nan"))
-            print(f"| {part} | {s} | {get('cohort'):.4f} | {get('pytorch'):.4f} |")
-        for impl in ("cohort", "pytorch"):
-            v = [r["final_test_acc"] for r in rows if r["partition"] == part and r["impl"] == impl]
-            if v:
-                print(f"| {part} | mean | " + ("" if impl == "cohort" else "| ") + f"{statistics.mean(v):.4f} |")
+            print(f"| {part} | {s} | " + " | ".join(f"{acc(i, s):.4f}" for i in impls) + " |")
+        means = [statistics.mean(acc(i, s) for s in seeds) if seeds else float("nan") for i in impls]
+        print(f"| {part} | mean | " + " | ".join(f"{m:.4f}" for m in means) + " |")
 PY

@@ -82,8 +82,14 @@ Status RunPartition(const PartitionOptions& o) {
     return InvalidArgumentError("test set has " + std::to_string(test.num_features) +
                                 " features, training set " + std::to_string(train.num_features));
   }
-  COHORT_ASSIGN_OR_RETURN(
-      auto parts, datasets::Partition(train.labels, train.num_classes, o.clients, spec, o.seed));
+  std::vector<std::vector<uint32_t>> parts;
+  if (!o.assignment.empty()) {
+    COHORT_ASSIGN_OR_RETURN(parts, datasets::ReadAssignment(o.assignment, train.size()));
+  } else {
+    COHORT_ASSIGN_OR_RETURN(
+        parts, datasets::Partition(train.labels, train.num_classes, o.clients, spec, o.seed));
+  }
+  const auto num_clients = static_cast<uint32_t>(parts.size());
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec) return UnavailableError(o.out + ": " + ec.message());
@@ -91,7 +97,7 @@ Status RunPartition(const PartitionOptions& o) {
   std::printf("%-14s %8s", "client", "samples");
   for (uint32_t c = 0; c < train.num_classes; ++c) std::printf(" %6u", c);
   std::printf("\n");
-  for (uint32_t k = 0; k < o.clients; ++k) {
+  for (uint32_t k = 0; k < num_clients; ++k) {
     char name[64];
     std::snprintf(name, sizeof(name), "client-%03u", k);
     datasets::Dataset shard = datasets::Subset(train, parts[k]);

@@ -18,6 +18,7 @@ struct PartitionOptions {
   uint32_t samples = 2000, test_samples = 500, features = 20, classes = 4;  // synthetic
   uint32_t clients = 10;
   std::string scheme = "iid";
+  std::string assignment;  // Explicit split file; overrides scheme and clients.
   uint64_t seed = 0;
   std::string out;
   std::string encoding = "auto";  // auto, float32, uint8

@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   part->add_option("--scheme", popts.scheme, "iid, dirichlet:ALPHA, shards:K, quantity:ALPHA");
   part->add_option("--seed", popts.seed, "Partition seed");
+  part->add_option("--assignment", popts.assignment,
+                   "Explicit split: one line of sample indices per client (overrides --scheme, "
+                   "--clients)");
   part->add_option("--out", popts.out, "Output directory")->required();
   part->add_option("--encoding", popts.encoding, "auto, float32 or uint8");
 

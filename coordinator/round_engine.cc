@@ -42,7 +42,14 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
     COHORT_RETURN_IF_ERROR(store->CreateRun(info, initial));
     engine->global_ = std::move(init_model);
   } else {
-    if (existing->config_text != config_text) {
+    // Everything but the number of rounds must match: a run may be extended.
+    config::RunConfig stored;
+    auto parsed = config::ParseRunConfig(existing->config_text, "stored config");
+    if (parsed.ok()) stored = *parsed;
+    stored.mutable_rounds()->clear_num_rounds();
+    config::RunConfig given = config;
+    given.mutable_rounds()->clear_num_rounds();
+    if (!parsed.ok() || config::ToText(stored) != config::ToText(given)) {
       return FailedPreconditionError(
           "the run directory holds a run with a different configuration; use a new "
           "--run-dir or the original config");

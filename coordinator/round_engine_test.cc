@@ -198,6 +198,14 @@ TEST_F(RoundEngineTest, RunFinishesAndResumesFromTheStore) {
   EXPECT_TRUE(engine_->done());
   EXPECT_EQ(finished_.size(), 2u);
   for (float v : Global()) EXPECT_FLOAT_EQ(v, 1.75f);
+  // More rounds on the same store extend the run.
+  config::RunConfig longer = config_;
+  longer.mutable_rounds()->set_num_rounds(4);
+  auto extended =
+      RoundEngine::Create(longer, std::vector<float>(kParams), store_.get(), {}, "t", 0);
+  ASSERT_TRUE(extended.ok()) << extended.status();
+  EXPECT_FALSE((*extended)->done());
+  EXPECT_EQ((*extended)->last_committed_round(), 3u);
   // A different config on the same store is refused.
   config::RunConfig other = config_;
   other.set_seed(12);

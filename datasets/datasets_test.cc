@@ -26,6 +26,9 @@ class DatasetsTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Path(const std::string& name) { return (dir_ / name).string(); }
+  void WriteFile(const std::string& name, const std::string& text) {
+    std::ofstream(Path(name)) << text;
+  }
   void WriteGz(const std::string& path, const std::string& bytes) {
     gzFile f = gzopen(path.c_str(), "wb");
     gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
@@ -147,6 +150,25 @@ TEST_F(DatasetsTest, CorruptShardsGiveClearErrors) {
   r = ReadShard(Path("junk.shard"));
   EXPECT_NE(r.status().message().find("bad magic"), std::string::npos) << r.status();
   EXPECT_EQ(ReadShard(Path("missing.shard")).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(DatasetsTest, AssignmentFilesAreCheckedLineByLine) {
+  WriteFile("ok.txt", "3 1 2\n\n0 4\n");
+  auto parts = ReadAssignment(Path("ok.txt"), 5);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  EXPECT_EQ(*parts, (std::vector<std::vector<uint32_t>>{{1, 2, 3}, {0, 4}}));
+  WriteFile("dup.txt", "0 1\n1 2\n");
+  EXPECT_NE(ReadAssignment(Path("dup.txt"), 5)
+                .status()
+                .message()
+                .find("dup.txt:2: index 1 assigned twice"),
+            std::string::npos);
+  WriteFile("range.txt", "0 9\n");
+  EXPECT_NE(ReadAssignment(Path("range.txt"), 5).status().message().find(">= 5"),
+            std::string::npos);
+  WriteFile("junk.txt", "0 x1\n");
+  EXPECT_NE(ReadAssignment(Path("junk.txt"), 5).status().message().find("not a sample index"),
+            std::string::npos);
 }
 
 void ExpectDisjointCover(const std::vector<std::vector<uint32_t>>& parts, size_t n) {

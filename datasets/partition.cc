@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <fstream>
 #include <numeric>
+#include <sstream>
 
 #include "common/rng.h"
 
@@ -196,6 +198,42 @@ StatusOr<std::vector<std::vector<uint32_t>>> Partition(std::span<const int32_t> 
     }
   }
   for (auto& p : parts) std::sort(p.begin(), p.end());
+  return parts;
+}
+
+StatusOr<std::vector<std::vector<uint32_t>>> ReadAssignment(const std::string& path,
+                                                            size_t num_samples) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError(path + ": cannot open assignment file");
+  std::vector<std::vector<uint32_t>> parts;
+  std::vector<bool> seen(num_samples, false);
+  std::string line;
+  size_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::istringstream fields(line);
+    std::string token;
+    std::vector<uint32_t> part;
+    while (fields >> token) {
+      uint64_t index = 0;
+      auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), index);
+      const std::string where = path + ":" + std::to_string(line_no);
+      if (ec != std::errc() || ptr != token.data() + token.size()) {
+        return InvalidArgumentError(where + ": \"" + token + "\" is not a sample index");
+      }
+      if (index >= num_samples) {
+        return InvalidArgumentError(where + ": index " + token +
+                                    " >= " + std::to_string(num_samples) + " samples");
+      }
+      if (seen[index]) return InvalidArgumentError(where + ": index " + token + " assigned twice");
+      seen[index] = true;
+      part.push_back(static_cast<uint32_t>(index));
+    }
+    std::sort(part.begin(), part.end());
+    parts.push_back(std::move(part));
+  }
+  if (parts.empty()) return InvalidArgumentError(path + ": no clients in assignment file");
   return parts;
 }
 

@@ -39,6 +39,13 @@ StatusOr<std::vector<std::vector<uint32_t>>> Partition(std::span<const int32_t> 
                                                        uint32_t num_classes, uint32_t num_clients,
                                                        const PartitionSpec& spec, uint64_t seed);
 
+// Reads an explicit assignment: one line per client, each a whitespace-
+// separated list of sample indices (as another framework's partitioner wrote
+// them). Every index must be < num_samples and appear at most once overall;
+// errors name the file and line. Lists are returned sorted.
+StatusOr<std::vector<std::vector<uint32_t>>> ReadAssignment(const std::string& path,
+                                                            size_t num_samples);
+
 }  // namespace cohort::datasets
 
 #endif  // COHORT_DATASETS_PARTITION_H_

@@ -4,7 +4,8 @@
 # Dirichlet(0.5) label skew. Leaves the run in runs/demo (run.db inside).
 #
 # Environment: SCHEME (default dirichlet:0.5), CLIENTS (10), ROUNDS (10),
-# SEED (0: partition and run seed), RUN_DIR (runs/demo),
+# SEED (0: partition and run seed), ASSIGNMENT (an explicit split file, see
+# `cohort partition --help`; overrides SCHEME), RUN_DIR (runs/demo),
 # CONFIG (examples/federated.textproto), COHORT (binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,11 +28,16 @@ trap cleanup EXIT
 # A fresh run every time: the demo shows a whole run, not a resumed one.
 rm -rf "$RUN_DIR"
 mkdir -p "$RUN_DIR/logs"
+split=(--clients "$CLIENTS" --scheme "$SCHEME" --seed "$SEED")
+if [[ -n ${ASSIGNMENT:-} ]]; then
+  split=(--assignment "$ASSIGNMENT")
+  SCHEME="split from $ASSIGNMENT"
+fi
 echo "== partitioning Fashion-MNIST into $CLIENTS shards ($SCHEME)"
 "$COHORT" partition --format idx \
   --train-images "$DATA/train-images-idx3-ubyte.gz" --train-labels "$DATA/train-labels-idx1-ubyte.gz" \
   --test-images "$DATA/t10k-images-idx3-ubyte.gz" --test-labels "$DATA/t10k-labels-idx1-ubyte.gz" \
-  --clients "$CLIENTS" --scheme "$SCHEME" --seed "$SEED" --out "$RUN_DIR/shards"
+  "${split[@]}" --out "$RUN_DIR/shards"
 
 # The example config points at runs/demo/shards/test.shard; use the run's own.
 sed -e "s#runs/demo/shards/test.shard#$RUN_DIR/shards/test.shard#" \
