@@ -221,7 +221,12 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
   const std::string& name = hello.client_name();
   Client& c = clients_[name];
   const bool is_new = c.peer.empty();
-  if (!c.peer.empty() && c.peer != peer) peer_to_name_.erase(c.peer);
+  if (!c.peer.empty() && c.peer != peer) {
+    // Either a reconnect or a second process using the same name; names are
+    // not authenticated until CURVE keys are (a later issue).
+    spdlog::warn("client {}: now on a new connection", name);
+    peer_to_name_.erase(c.peer);
+  }
   // The previous owner of this routing id (if another name) loses it.
   if (auto it = peer_to_name_.find(peer); it != peer_to_name_.end() && it->second != name) {
     clients_.erase(it->second);
@@ -306,10 +311,14 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
   if (envelope.payloads.size() != 1) {
     status = InvalidArgumentError("update carries " + std::to_string(envelope.payloads.size()) +
                                   " payload frames, expected 1");
-  } else if (u.num_samples() == 0 || u.num_samples() > kMaxSamples) {
-    status = InvalidArgumentError("num_samples " + std::to_string(u.num_samples()) +
-                                  " outside [1, 2^40]");
-  } else if (!std::isfinite(u.train_loss()) || !std::isfinite(u.train_accuracy())) {
+  } else if (u.num_samples() != c.num_samples) {
+    // The weight of an update is its sample count; a client may not claim
+    // more data in a round than it registered with.
+    status =
+        InvalidArgumentError("update claims " + std::to_string(u.num_samples()) +
+                             " samples, the client registered " + std::to_string(c.num_samples));
+  } else if (!std::isfinite(u.train_loss()) || !std::isfinite(u.train_accuracy()) ||
+             !std::isfinite(u.train_seconds())) {
     status = InvalidArgumentError("non-finite training metrics");
   } else {
     const size_t index = static_cast<size_t>(p - participants_.data());

@@ -92,7 +92,9 @@ class RoundEngineTest : public ::testing::Test {
 
 TEST_F(RoundEngineTest, RoundCommitsTheSampleWeightedMeanOfDeltas) {
   Start(TestConfig(3, 3));
-  Register(3);
+  Deliver("p0", Hello("c0", 100));
+  Deliver("p1", Hello("c1", 100));
+  Deliver("p2", Hello("c2", 200));
   ASSERT_EQ(tasks_.size(), 3u);
   EXPECT_EQ(tasks_["p0"].round(), 1u);
   Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f), 100));
@@ -130,8 +132,8 @@ TEST_F(RoundEngineTest, DeadlineClosesRoundWithoutTheMissingClients) {
 }
 
 TEST_F(RoundEngineTest, BadUpdatesAreRejectedAndTheRoundGoesOn) {
-  Start(TestConfig(4, 2));
-  Register(4);
+  Start(TestConfig(5, 2));
+  Register(5);
   const std::vector<float> good(kParams, 0.5f);
   Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams - 1, 0.0f)));
   std::vector<float> nan = good;
@@ -140,12 +142,15 @@ TEST_F(RoundEngineTest, BadUpdatesAreRejectedAndTheRoundGoesOn) {
   wire::RoundTask past = tasks_["p2"];
   past.set_round(0);
   Deliver("p2", UpdateFor(past, good));
+  // Claiming more samples than registered (to weigh more) is refused.
+  Deliver("p4", UpdateFor(tasks_["p4"], good, 100000));
   Deliver("stranger", UpdateFor(tasks_["p3"], good));
   ASSERT_EQ(errors_["p0"].size(), 1u);
   EXPECT_EQ(errors_["p0"][0].code(), wire::INVALID_UPDATE);
   EXPECT_NE(errors_["p0"][0].message().find("expected 10"), std::string::npos);
   EXPECT_NE(errors_["p1"][0].message().find("NaN"), std::string::npos);
   EXPECT_EQ(errors_["p2"][0].code(), wire::STALE);
+  EXPECT_NE(errors_["p4"][0].message().find("claims 100000 samples"), std::string::npos);
   EXPECT_EQ(errors_["stranger"][0].code(), wire::UNKNOWN_CLIENT);
   // p2's stale message did not drop it; its real update and p3's close the round.
   const wire::RoundTask round1_p3 = tasks_["p3"];
@@ -153,9 +158,13 @@ TEST_F(RoundEngineTest, BadUpdatesAreRejectedAndTheRoundGoesOn) {
   Deliver("p3", UpdateFor(round1_p3, good));
   EXPECT_EQ(engine_->last_committed_round(), 1u);
   for (float v : Global()) EXPECT_FLOAT_EQ(v, 1.5f);
+  auto rounds = store_->Rounds();
+  EXPECT_EQ((*rounds)[0].participants, 2u);
+  EXPECT_EQ((*rounds)[0].dropped, 3u);
   auto clients = store_->ClientRounds(1);
   EXPECT_EQ((*clients)[0].status, "rejected");
   EXPECT_EQ((*clients)[1].status, "rejected");
+  EXPECT_EQ((*clients)[4].status, "rejected");
   // A replay of the round-1 update during round 2 is refused as stale.
   Deliver("p3", UpdateFor(round1_p3, good));
   ASSERT_EQ(errors_["p3"].size(), 1u);
