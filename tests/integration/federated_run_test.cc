@@ -1,6 +1,7 @@
 // A whole federated run through the real binaries, and the errors a user
 // sees for broken inputs.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <fstream>
 #include <sstream>
@@ -52,6 +53,25 @@ TEST(FederatedRunTest, RunCompletesAndStatusReportsEveryRound) {
                        "tcp://127.0.0.1:0"},
                       &out, cluster.dir() / "again.log"),
             0);
+}
+
+TEST(FederatedRunTest, SigtermStopsDaemonsCleanlyAndKeepsCommittedRounds) {
+  Cluster cluster("sigterm", 2);
+  const std::string config = cluster.WriteConfig("run.textproto", 100000, "min_clients: 2");
+  const std::string run_dir = cluster.dir() / "run";
+  const std::string endpoint = cluster.StartCoordinator(config, run_dir);
+  for (int k = 0; k < 2; ++k) cluster.StartClient(k, endpoint);
+  ASSERT_TRUE(cluster.coordinator().WaitForLine("round   2/"));
+  cluster.coordinator().Signal(SIGTERM);
+  EXPECT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
+  cluster.client(0).Signal(SIGTERM);
+  cluster.client(1).Signal(SIGINT);
+  EXPECT_EQ(cluster.client(0).Wait(), 0);
+  EXPECT_EQ(cluster.client(1).Wait(), 0);
+  std::string json;
+  ASSERT_EQ(RunCohort({"status", "--run-dir", run_dir, "--json"}, &json, cluster.dir() / "s.log"),
+            0);
+  EXPECT_NE(json.find("\"round\":2,"), std::string::npos) << json;
 }
 
 TEST(FederatedRunTest, CorruptShardAndConfigFilesGiveClearErrors) {
