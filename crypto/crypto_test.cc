@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+
+#include "crypto/aead.h"
+#include "crypto/keys.h"
+#include "crypto/prg.h"
+#include "crypto/shamir.h"
+
+namespace cohort::crypto {
+namespace {
+
+std::span<const uint8_t> Bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+TEST(KeysTest, BothSidesAgreeOnTheSharedKey) {
+  auto a = GenerateX25519();
+  auto b = GenerateX25519();
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto ab = AgreeX25519(a->secret_key, a->public_key, b->public_key);
+  auto ba = AgreeX25519(b->secret_key, b->public_key, a->public_key);
+  ASSERT_TRUE(ab.ok() && ba.ok());
+  EXPECT_EQ(std::memcmp(ab->bytes().data(), ba->bytes().data(), 32), 0);
+  // The seed is the key pair.
+  auto again = X25519FromSeed(a->secret_key);
+  EXPECT_EQ(again->public_key, a->public_key);
+  X25519Public zero{};
+  EXPECT_FALSE(AgreeX25519(a->secret_key, a->public_key, zero).ok());
+}
+
+TEST(KeysTest, SignaturesBindTheMessage) {
+  auto key = GenerateEd25519();
+  ASSERT_TRUE(key.ok());
+  auto sig = Sign(*key, Bytes("round 3 survivors: 1 2 5"));
+  ASSERT_TRUE(sig.ok());
+  EXPECT_TRUE(Verify(key->public_key, Bytes("round 3 survivors: 1 2 5"), *sig));
+  EXPECT_FALSE(Verify(key->public_key, Bytes("round 3 survivors: 1 2 6"), *sig));
+}
+
+TEST(AeadTest, TamperingKeyOrContextChangeIsDetected) {
+  SecretBytes key = RandomSecret(32);
+  auto sealed = Seal(key, Bytes("share bytes"), Bytes("session|2|u1|u7"));
+  ASSERT_TRUE(sealed.ok());
+  auto opened = Open(key, Bytes(*sealed), Bytes("session|2|u1|u7"));
+  ASSERT_TRUE(opened.ok());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(opened->bytes().data()), opened->size()),
+            "share bytes");
+  EXPECT_FALSE(Open(key, Bytes(*sealed), Bytes("session|2|u1|u8")).ok());
+  std::string flipped = *sealed;
+  flipped[30] ^= 1;
+  EXPECT_FALSE(Open(key, Bytes(flipped), Bytes("session|2|u1|u7")).ok());
+  EXPECT_FALSE(Open(RandomSecret(32), Bytes(*sealed), Bytes("session|2|u1|u7")).ok());
+}
+
+TEST(PrgTest, MasksCancelAndDependOnTheKey) {
+  SecretBytes k1 = RandomSecret(32), k2 = RandomSecret(32);
+  std::vector<uint32_t> v(10000);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint32_t>(i * 7);
+  const std::vector<uint32_t> original = v;
+  ASSERT_TRUE(AddMask(k1, v, false).ok());
+  EXPECT_NE(v, original);
+  std::vector<uint32_t> w = original;
+  ASSERT_TRUE(AddMask(k2, w, false).ok());
+  EXPECT_NE(v, w);
+  ASSERT_TRUE(AddMask(k1, v, true).ok());
+  EXPECT_EQ(v, original);
+  // A prefix is a prefix: the stream does not depend on the vector's length.
+  std::vector<uint32_t> a(5000, 0), b(10000, 0);
+  ASSERT_TRUE(AddMask(k1, a, false).ok());
+  ASSERT_TRUE(AddMask(k1, b, false).ok());
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
+}
+
+TEST(ShamirTest, AnyThresholdSubsetRebuildsTheSecret) {
+  SecretBytes secret = RandomSecret(32);
+  std::vector<uint32_t> xs = {3, 9, 4, 12, 7};
+  auto shares = ShamirSplit(secret, 3, xs);
+  ASSERT_TRUE(shares.ok()) << shares.status();
+  ShamirCombiner combiner;
+  for (auto subset : std::vector<std::vector<int>>{{0, 1, 2}, {4, 2, 0}, {1, 3, 4}, {3, 4, 0, 1}}) {
+    std::vector<const SecretBytes*> picked;
+    for (int i : subset) picked.push_back(&(*shares)[i]);
+    auto rebuilt = combiner.Combine(picked, 3);
+    ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+    EXPECT_EQ(std::memcmp(rebuilt->bytes().data(), secret.bytes().data(), 32), 0);
+  }
+  std::vector<const SecretBytes*> two = {&(*shares)[0], &(*shares)[1]};
+  EXPECT_FALSE(combiner.Combine(two, 3).ok());
+}
+
+TEST(ShamirTest, MixedOrMalformedSharesAreRejected) {
+  SecretBytes a = RandomSecret(32), b = RandomSecret(32);
+  std::vector<uint32_t> xs = {1, 2, 3};
+  auto sa = ShamirSplit(a, 3, xs);
+  auto sb = ShamirSplit(b, 3, xs);
+  ShamirCombiner combiner;
+  std::vector<const SecretBytes*> mixed = {&(*sa)[0], &(*sa)[1], &(*sb)[2]};
+  // A wrong share gives a wrong limb; with overwhelming probability a limb
+  // leaves its 56-bit range, which is detected.
+  EXPECT_FALSE(combiner.Combine(mixed, 3).ok());
+  std::vector<const SecretBytes*> repeated = {&(*sa)[0], &(*sa)[0], &(*sa)[1]};
+  EXPECT_FALSE(combiner.Combine(repeated, 3).ok());
+  EXPECT_FALSE(ShamirSplit(a, 4, xs).ok());
+  std::vector<uint32_t> bad = {0, 1, 2};
+  EXPECT_FALSE(ShamirSplit(a, 2, bad).ok());
+}
+
+}  // namespace
+}  // namespace cohort::crypto

@@ -1,0 +1,47 @@
+// Shamir secret sharing of 32-byte secrets over the prime field
+// GF(2^61 - 1). A secret is cut into five 56-bit limbs (the last holds 32
+// bits); each limb is shared with its own random polynomial of degree t-1.
+// A share is 44 bytes: x (uint32 LE) then five field elements (uint64 LE).
+#ifndef COHORT_CRYPTO_SHAMIR_H_
+#define COHORT_CRYPTO_SHAMIR_H_
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "common/secret_bytes.h"
+#include "common/status.h"
+
+namespace cohort::crypto {
+
+inline constexpr size_t kShamirSecretBytes = 32;
+inline constexpr size_t kShamirShareBytes = 44;
+
+// One share per x in `xs` (each x >= 1, all distinct); any `threshold` of
+// them rebuild the secret, fewer reveal nothing about it.
+[[nodiscard]] StatusOr<std::vector<SecretBytes>> ShamirSplit(const SecretBytes& secret,
+                                                             uint32_t threshold,
+                                                             std::span<const uint32_t> xs);
+
+// x-coordinate of a share; 0 for a malformed share.
+uint32_t ShamirShareX(const SecretBytes& share);
+
+// Rebuilds secrets from shares. Keeps the Lagrange coefficients of each set
+// of x-coordinates it has seen (the same neighbour sets recur within a
+// round). Not thread-safe.
+class ShamirCombiner {
+ public:
+  // Uses the first `threshold` shares. kInvalidArgument when fewer are given,
+  // when a share is malformed, x repeats, or the result is not a valid secret
+  // encoding (shares from different secrets).
+  [[nodiscard]] StatusOr<SecretBytes> Combine(std::span<const SecretBytes* const> shares,
+                                              uint32_t threshold);
+
+ private:
+  std::map<std::vector<uint32_t>, std::vector<uint64_t>> lagrange_;
+};
+
+}  // namespace cohort::crypto
+
+#endif  // COHORT_CRYPTO_SHAMIR_H_
