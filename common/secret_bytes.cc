@@ -11,7 +11,7 @@ namespace cohort {
 SecretBytes::SecretBytes(size_t size) : size_(size) {
   COHORT_CHECK(sodium_init() >= 0);
   if (size == 0) return;
-  data_ = static_cast<uint8_t*>(sodium_malloc(size));
+  data_ = size >= kGuardedBytes ? static_cast<uint8_t*>(sodium_malloc(size)) : new uint8_t[size];
   COHORT_CHECK(data_ != nullptr);
   sodium_memzero(data_, size);
 }
@@ -32,8 +32,12 @@ SecretBytes& SecretBytes::operator=(SecretBytes&& other) noexcept {
 
 void SecretBytes::Reset() {
   if (data_ != nullptr) {
-    // sodium_free wipes the region before unmapping it.
-    sodium_free(data_);
+    if (size_ >= kGuardedBytes) {
+      sodium_free(data_);  // Wipes the region before unmapping it.
+    } else {
+      sodium_memzero(data_, size_);
+      delete[] data_;
+    }
   }
   data_ = nullptr;
   size_ = 0;

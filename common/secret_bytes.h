@@ -1,6 +1,9 @@
 // SecretBytes: the only home of keys, seeds and shares. Move-only; the bytes
-// live in sodium_malloc'd memory (guard pages, mlock where allowed) and are
-// wiped with sodium_memzero when the object dies or is moved from.
+// are wiped with sodium_memzero when the object dies or is reset. Secrets of
+// kGuardedBytes or more live in sodium_malloc'd memory (guard pages, mlock);
+// smaller ones (keys, seeds, Shamir shares) on the ordinary heap, because a
+// guarded allocation costs an mmap, an mprotect and an mlock, and secure
+// aggregation makes O(n k) shares per round.
 #ifndef COHORT_COMMON_SECRET_BYTES_H_
 #define COHORT_COMMON_SECRET_BYTES_H_
 
@@ -12,6 +15,8 @@ namespace cohort {
 
 class SecretBytes {
  public:
+  static constexpr size_t kGuardedBytes = 4096;
+
   SecretBytes() = default;
   // Allocates `size` zeroed bytes. Aborts if libsodium cannot allocate.
   explicit SecretBytes(size_t size);

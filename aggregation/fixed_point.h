@@ -1,0 +1,38 @@
+// Fixed-point encoding of weighted updates for secure aggregation: sums are
+// taken mod 2^32, so floats become integers first.
+//
+// encode(v, w) = stochastic_round(clip(v, +-clip) * w * scale) mod 2^32
+// decode(sum)  = int32(sum) / (scale * total_weight)
+//
+// `scale` is chosen once per round so that the sum of every encoding fits in
+// an int32: total_weight * clip * scale + clients < 2^31.
+#ifndef COHORT_AGGREGATION_FIXED_POINT_H_
+#define COHORT_AGGREGATION_FIXED_POINT_H_
+
+#include <cstdint>
+#include <span>
+
+#include "common/rng.h"
+#include "common/status.h"
+
+namespace cohort::aggregation {
+
+struct FixedPoint {
+  float clip = 1.0f;
+  double scale = 0;
+};
+
+// kInvalidArgument when the bound cannot hold (clip or weights too large for
+// even scale 1), so a misconfigured run fails at start-up, not by wrapping.
+StatusOr<FixedPoint> ChooseFixedPoint(float clip, double max_total_weight, uint32_t max_clients);
+
+// `rng` drives the stochastic rounding only; it must not be the mask PRG.
+void EncodeFixedPoint(std::span<const float> values, double weight, const FixedPoint& fp, Rng& rng,
+                      std::span<uint32_t> out);
+
+void DecodeFixedPoint(std::span<const uint32_t> sum, double total_weight, const FixedPoint& fp,
+                      std::span<float> out);
+
+}  // namespace cohort::aggregation
+
+#endif  // COHORT_AGGREGATION_FIXED_POINT_H_
