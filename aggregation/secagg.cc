@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "common/rng.h"
 #include "crypto/aead.h"
@@ -239,12 +240,15 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
 
 StatusOr<MaskedInput> SecAggClient::MaskInput(const InboundShares& inbound,
                                               std::span<const uint32_t> input) {
-  if (stage_ != 2) return FailedPreconditionError("secagg client: MaskInput out of order");
-  stage_ = -1;
-  if (input.size() != params_.length) {
-    return InvalidArgumentError("input has " + std::to_string(input.size()) + " values, expected " +
-                                std::to_string(params_.length));
+  COHORT_RETURN_IF_ERROR(ReceiveShares(inbound));
+  return MaskInput(input);
+}
+
+Status SecAggClient::ReceiveShares(const InboundShares& inbound) {
+  if (stage_ != 2 || shares_received_) {
+    return FailedPreconditionError("secagg client: ReceiveShares out of order");
   }
+  stage_ = -1;
   for (const auto& [v, sealed] : inbound.from) {
     auto it = neighbour_adverts_.find(v);
     if (it == neighbour_adverts_.end()) {
@@ -277,17 +281,35 @@ StatusOr<MaskedInput> SecAggClient::MaskInput(const InboundShares& inbound,
                                    " neighbours shared keys, below the threshold " +
                                    std::to_string(params_.t));
   }
+  shares_received_ = true;
+  stage_ = 2;
+  return OkStatus();
+}
+
+StatusOr<MaskedInput> SecAggClient::MaskInput(std::span<const uint32_t> input) {
+  if (stage_ != 2 || !shares_received_) {
+    return FailedPreconditionError("secagg client: MaskInput out of order");
+  }
+  stage_ = -1;
+  if (input.size() != params_.length) {
+    return InvalidArgumentError("input has " + std::to_string(input.size()) + " values, expected " +
+                                std::to_string(params_.length));
+  }
   MaskedInput out;
   out.from = index_;
   out.values.assign(input.begin(), input.end());
-  COHORT_RETURN_IF_ERROR(crypto::AddMask(self_seed_, out.values, false));
-  self_seed_.Reset();
+  std::vector<SecretBytes> pair_keys;
+  std::vector<crypto::MaskJob> jobs = {{&self_seed_, false}};
+  pair_keys.reserve(held_mask_shares_.size());
   for (const auto& [v, share] : held_mask_shares_) {
     COHORT_ASSIGN_OR_RETURN(SecretBytes k, PairMaskKey(mask_.secret_key, mask_.public_key,
                                                        neighbour_adverts_[v].mask_key, session_));
+    pair_keys.push_back(std::move(k));
     // The smaller index adds, the larger subtracts: the pair cancels.
-    COHORT_RETURN_IF_ERROR(crypto::AddMask(k, out.values, /*subtract=*/v < index_));
+    jobs.push_back({&pair_keys.back(), /*subtract=*/v < index_});
   }
+  COHORT_RETURN_IF_ERROR(crypto::AddMasks(jobs, out.values));
+  self_seed_.Reset();
   stage_ = 3;
   return out;
 }
@@ -574,6 +596,10 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
     for (const auto& s : r.shares) by_subject[{s.about, s.is_self_mask}].push_back(&s.share);
   }
   crypto::ShamirCombiner combiner;
+  // Every mask to take out of the sum: survivors' self masks, and the pair
+  // masks survivors shared with dropped neighbours.
+  std::vector<SecretBytes> keys;
+  std::vector<bool> subtract;
   for (uint32_t u : u3_) {
     const auto& shares = by_subject[{u, true}];
     if (shares.size() < params_.t) {
@@ -582,8 +608,17 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
     }
     auto b = combiner.Combine(shares, params_.t);
     if (!b.ok()) return Abort(b.status().message());
-    COHORT_RETURN_IF_ERROR(crypto::AddMask(*b, sum_, /*subtract=*/true));
+    keys.push_back(std::move(*b));
+    subtract.push_back(true);
   }
+  struct Pair {
+    const crypto::X25519KeyPair* dropped;
+    uint32_t survivor;
+    bool survivor_first;
+  };
+  std::vector<crypto::X25519KeyPair> rebuilt_keys;
+  rebuilt_keys.reserve(u2_.size());
+  std::vector<Pair> pairs;
   for (uint32_t v : u2_) {
     if (Contains(u3_, v)) continue;
     const auto& shares = by_subject[{v, false}];
@@ -598,14 +633,39 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
       return Abort("rebuilt mask key of client " + std::to_string(v) +
                    " does not match its advert");
     }
+    rebuilt_keys.push_back(std::move(rebuilt));
     for (uint32_t u : neighbours_[v]) {
-      if (!Contains(u3_, u)) continue;
-      COHORT_ASSIGN_OR_RETURN(SecretBytes k, PairMaskKey(rebuilt.secret_key, rebuilt.public_key,
-                                                         adverts_[u].mask_key, session_));
-      // u added +PRG when u < v: take it back out.
-      COHORT_RETURN_IF_ERROR(crypto::AddMask(k, sum_, /*subtract=*/u < v));
+      if (Contains(u3_, u)) pairs.push_back({&rebuilt_keys.back(), u, u < v});
     }
   }
+  // The X25519 agreements are the other big cost: spread them over the cores.
+  const size_t first_pair = keys.size();
+  keys.resize(first_pair + pairs.size());
+  for (const Pair& p : pairs) subtract.push_back(p.survivor_first);  // u added +PRG when u < v.
+  const unsigned threads =
+      std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                      static_cast<unsigned>(pairs.size() / 64 + 1)));
+  std::vector<Status> results(threads);
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (size_t i = t; i < pairs.size(); i += threads) {
+        auto k = PairMaskKey(pairs[i].dropped->secret_key, pairs[i].dropped->public_key,
+                             adverts_[pairs[i].survivor].mask_key, session_);
+        if (!k.ok()) {
+          results[t] = k.status();
+          return;
+        }
+        keys[first_pair + i] = std::move(*k);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (const Status& r : results) COHORT_RETURN_IF_ERROR(r);
+  std::vector<crypto::MaskJob> jobs;
+  jobs.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) jobs.push_back({&keys[i], subtract[i]});
+  COHORT_RETURN_IF_ERROR(crypto::AddMasks(jobs, sum_));
   unmasks_.clear();
   stage_ = 6;
   return std::move(sum_);

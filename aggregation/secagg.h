@@ -121,7 +121,11 @@ class SecAggClient {
 
   StatusOr<KeyAdvert> AdvertiseKeys();
   StatusOr<SealedShares> ShareKeys(const KeyList& list);
+  // Opens the shares neighbours sent (stage 2 -> 3, part one).
+  Status ReceiveShares(const InboundShares& inbound);
   // `input`: this client's fixed-point encoded, already weighted vector.
+  StatusOr<MaskedInput> MaskInput(std::span<const uint32_t> input);
+  // Both of the above.
   StatusOr<MaskedInput> MaskInput(const InboundShares& inbound, std::span<const uint32_t> input);
   StatusOr<SurvivorSignature> SignSurvivors(const SurvivorList& list);
   StatusOr<UnmaskResponse> Unmask(const UnmaskRequest& request);
@@ -135,6 +139,7 @@ class SecAggClient {
   std::vector<crypto::Ed25519Public> identities_;
   std::vector<uint32_t> neighbours_;
   int stage_ = 0;
+  bool shares_received_ = false;
   crypto::X25519KeyPair enc_;
   SecretBytes mask_seed_;
   crypto::X25519KeyPair mask_;

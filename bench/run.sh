@@ -11,6 +11,10 @@
 #         10 and 100 clients.
 # fedavg: final test accuracy of the 10-client FedAvg run (make demo's
 #         settings) vs fedavg_torch.py, IID and dirichlet:0.5, SEEDS (0..4).
+# secagg: secure-aggregation compute (client, server) for n = 100/500/1000,
+#         m = 100K/1M, dropout 0/10/30 %, complete and SecAgg+ graphs; no peer
+#         runs here: compare with Bonawitz et al. 2017's published figures.
+#         Configurations estimated above SECAGG_MAX_S (default 120 s) are skipped.
 # JSON lines go to $OUT (default ${TMPDIR:-/tmp}/cohort-bench); a summary
 # table is printed at the end.
 set -euo pipefail
@@ -82,6 +86,29 @@ for line in sys.stdin:
   done
 fi
 
+if [[ $WHAT == *secagg* ]]; then
+  : > "$OUT/secagg.jsonl"
+  for n in 100 500 1000; do
+    for m in 100000 1000000; do
+      for graph in complete secagg+; do
+        for d in 0 0.1 0.3; do
+          # Rough cost model (2 cores): set-up ~ n*k*100us, server masks
+          # ~ dropped*k*m*4 bytes at ~2.4 GB/s. Skip what would not finish.
+          k=$(( graph == "complete" || n <= 100 ? n : 200 ))
+          [[ $graph == complete ]] && k=$n
+          est=$($PY -c "n,m,k,d=$n,$m,$k,$d; print(int(n*k*1e-4 + d*n*k*(1-d)*m*4/2.4e9))")
+          if (( est > ${SECAGG_MAX_S:-120} )); then
+            echo "{\"bench\":\"secagg\",\"graph\":\"$graph\",\"n\":$n,\"m\":$m,\"dropout\":$d,\"skipped\":\"estimated ${est} s\"}" >> "$OUT/secagg.jsonl"
+            continue
+          fi
+          timeout 600 build/bench/secagg_bench --n "$n" --m "$m" --dropout "$d" --graph "$graph" \
+            >> "$OUT/secagg.jsonl" || echo "{\"bench\":\"secagg\",\"graph\":\"$graph\",\"n\":$n,\"m\":$m,\"dropout\":$d,\"skipped\":\"timeout\"}" >> "$OUT/secagg.jsonl"
+        done
+      done
+    done
+  done
+fi
+
 $PY - "$OUT" "$WHAT" <<'PY'
 import json, os, statistics, sys
 out, what = sys.argv[1], sys.argv[2]
@@ -105,6 +132,15 @@ if "round" in what:
     print("|---|---|---|---|")
     for r in load("round.jsonl"):
         print(f"| {r['clients']} | {r['params']:,} | {r['median_s']:.3f} | {r['aggregate_eval_commit_median_s']:.3f} |")
+if "secagg" in what:
+    print("\n### Secure aggregation compute (s)\n")
+    print("| n | m | graph | dropout | k | t | client s | server s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in load("secagg.jsonl"):
+        if "skipped" in r:
+            print(f"| {r['n']} | {r['m']:,} | {r['graph']} | {r['dropout']} | | | skipped ({r['skipped']}) | |")
+        else:
+            print(f"| {r['n']} | {r['m']:,} | {r['graph']} | {r['dropout']} | {r['k']} | {r['t']} | {r['client_s']:.3f} | {r['server_s']:.2f} |")
 if "fedavg" in what:
     rows = load("fedavg.jsonl")
     print("\n### FedAvg final test accuracy, 10 clients, 10 rounds\n")

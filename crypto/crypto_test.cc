@@ -73,6 +73,17 @@ TEST(PrgTest, MasksCancelAndDependOnTheKey) {
   EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
 }
 
+TEST(PrgTest, ThreadedMasksEqualSequentialOnes) {
+  std::vector<SecretBytes> keys;
+  for (int i = 0; i < 5; ++i) keys.push_back(RandomSecret(32));
+  std::vector<MaskJob> jobs;
+  for (int i = 0; i < 5; ++i) jobs.push_back({&keys[i], i % 2 == 1});
+  std::vector<uint32_t> a(100003, 3), b(100003, 3);
+  for (const auto& j : jobs) ASSERT_TRUE(AddMask(*j.key, a, j.subtract).ok());
+  ASSERT_TRUE(AddMasks(jobs, b, 3).ok());
+  EXPECT_EQ(a, b);
+}
+
 TEST(ShamirTest, AnyThresholdSubsetRebuildsTheSecret) {
   SecretBytes secret = RandomSecret(32);
   std::vector<uint32_t> xs = {3, 9, 4, 12, 7};

@@ -2,11 +2,18 @@
 
 #include <sodium.h>
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace cohort::crypto {
 
-Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract) {
+namespace {
+
+// acc covers stream words [offset, offset + acc.size()); offset is a multiple
+// of 16 words (one 64-byte ChaCha20 block).
+Status AddMaskAt(const SecretBytes& key, std::span<uint32_t> acc, size_t offset, bool subtract) {
   if (key.size() != crypto_stream_chacha20_KEYBYTES) {
     return InvalidArgumentError("mask key must have 32 bytes");
   }
@@ -16,7 +23,7 @@ Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract) {
   alignas(64) uint32_t block[kWords];
   for (size_t begin = 0; begin < acc.size(); begin += kWords) {
     const size_t n = std::min(kWords, acc.size() - begin);
-    const uint64_t counter = begin * sizeof(uint32_t) / 64;
+    const uint64_t counter = (offset + begin) * sizeof(uint32_t) / 64;
     std::memset(block, 0, n * sizeof(uint32_t));
     if (crypto_stream_chacha20_xor_ic(reinterpret_cast<uint8_t*>(block),
                                       reinterpret_cast<const uint8_t*>(block), n * sizeof(uint32_t),
@@ -31,6 +38,40 @@ Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract) {
     }
   }
   sodium_memzero(block, sizeof(block));
+  return OkStatus();
+}
+
+}  // namespace
+
+Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract) {
+  return AddMaskAt(key, acc, 0, subtract);
+}
+
+Status AddMasks(std::span<const MaskJob> jobs, std::span<uint32_t> acc, unsigned threads) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  // Small vectors: threads cost more than they save.
+  if (acc.size() < 16384 || threads == 1 || jobs.size() < 2) {
+    for (const MaskJob& j : jobs) COHORT_RETURN_IF_ERROR(AddMaskAt(*j.key, acc, 0, j.subtract));
+    return OkStatus();
+  }
+  const size_t per = (acc.size() / threads + 15) / 16 * 16;
+  std::vector<Status> results(threads);
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    const size_t lo = std::min(acc.size(), t * per);
+    const size_t hi = std::min(acc.size(), lo + per);
+    pool.emplace_back([&, t, lo, hi] {
+      for (const MaskJob& j : jobs) {
+        Status s = AddMaskAt(*j.key, acc.subspan(lo, hi - lo), lo, j.subtract);
+        if (!s.ok()) {
+          results[t] = s;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (const Status& s : results) COHORT_RETURN_IF_ERROR(s);
   return OkStatus();
 }
 
