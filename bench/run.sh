@@ -94,8 +94,8 @@ if [[ $WHAT == *secagg* ]]; then
         for d in 0 0.1 0.3; do
           # Rough cost model (2 cores): set-up ~ n*k*100us, server masks
           # ~ dropped*k*m*4 bytes at ~2.4 GB/s. Skip what would not finish.
-          k=$(( graph == "complete" || n <= 100 ? n : 200 ))
-          [[ $graph == complete ]] && k=$n
+          k=200
+          [[ $graph == complete || $n -le 200 ]] && k=$n
           est=$($PY -c "n,m,k,d=$n,$m,$k,$d; print(int(n*k*1e-4 + d*n*k*(1-d)*m*4/2.4e9))")
           if (( est > ${SECAGG_MAX_S:-120} )); then
             echo "{\"bench\":\"secagg\",\"graph\":\"$graph\",\"n\":$n,\"m\":$m,\"dropout\":$d,\"skipped\":\"estimated ${est} s\"}" >> "$OUT/secagg.jsonl"
