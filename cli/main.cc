@@ -9,6 +9,7 @@
 #include "client/daemon.h"
 #include "common/logging.h"
 #include "coordinator/daemon.h"
+#include "crypto/key_files.h"
 #include "proto/config_io.h"
 
 namespace {
@@ -56,6 +57,12 @@ int main(int argc, char** argv) {
   coord->add_option("--endpoint-file", endpoint_file,
                     "Write the bound endpoint here (default RUN_DIR/coordinator.endpoint)");
   coord->add_option("--rounds", rounds_flag, "Override rounds.num_rounds");
+  std::string coord_identity, allow_dir;
+  bool coord_insecure = false;
+  coord->add_option("--identity", coord_identity, "This coordinator's key file (cohort keygen)");
+  coord->add_option("--allow", allow_dir, "Directory of client .pub files allowed to join");
+  coord->add_flag("--insecure", coord_insecure,
+                  "No CURVE: plaintext, anyone may join (local development only)");
 
   // client
   auto* client = app.add_subcommand("client", "Run a client daemon");
@@ -67,6 +74,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 256));
   client->add_option("--fault-pause-before-update-round", copts.pause_before_update_round,
                      "Testing: withhold the update of this round");
+  client->add_option("--identity", copts.identity, "This client's key file (cohort keygen)");
+  client->add_option("--coordinator-key", copts.coordinator_key,
+                     "The coordinator's .pub file (pinned)");
+  client->add_flag("--insecure", copts.insecure, "No CURVE: plaintext (local development only)");
+
+  // keygen
+  auto* keygen = app.add_subcommand("keygen", "Write an identity key pair (NAME.key, NAME.pub)");
+  std::string key_dir, key_name;
+  keygen->add_option("--out", key_dir, "Directory for the key files")->required();
+  keygen->add_option("--name", key_name, "Key name, e.g. coordinator or client-000")->required();
 
   // partition
   auto* part = app.add_subcommand("partition", "Split a dataset into client shard files");
@@ -113,6 +130,9 @@ int main(int argc, char** argv) {
     opts.run_dir = run_dir;
     opts.bind = bind;
     opts.endpoint_file = endpoint_file.empty() ? run_dir + "/coordinator.endpoint" : endpoint_file;
+    opts.identity = coord_identity;
+    opts.allowlist = allow_dir;
+    opts.insecure = coord_insecure;
     return Report(cohort::coordinator::RunCoordinator(opts, g_stop), "coordinator");
   }
   if (client->parsed()) {
@@ -123,6 +143,14 @@ int main(int argc, char** argv) {
   if (part->parsed()) {
     cohort::InitLogging("partition", "", log_level);
     return Report(cohort::cli::RunPartition(popts), "partition");
+  }
+  if (keygen->parsed()) {
+    cohort::InitLogging("keygen", "", log_level);
+    cohort::Status st = cohort::crypto::WriteIdentity(key_dir, key_name);
+    if (st.ok())
+      std::printf("%s/%s.key (secret) and %s/%s.pub written\n", key_dir.c_str(), key_name.c_str(),
+                  key_dir.c_str(), key_name.c_str());
+    return Report(st, "keygen");
   }
   if (status->parsed()) {
     cohort::InitLogging("status", "", log_level);

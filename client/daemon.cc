@@ -9,6 +9,7 @@
 
 #include "common/bytes.h"
 #include "common/clock.h"
+#include "crypto/key_files.h"
 #include "datasets/shard.h"
 #include "net/envelope.h"
 #include "train/backend.h"
@@ -71,6 +72,25 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
   zmq::socket_t done_tx(context, zmq::socket_type::pair);
   done_rx.bind("inproc://training-done");
   done_tx.connect("inproc://training-done");
+  if (options.insecure) {
+    spdlog::warn("CURVE is off (--insecure): traffic to the coordinator is plaintext");
+  } else {
+    if (options.identity.empty() || options.coordinator_key.empty()) {
+      return InvalidArgumentError(
+          "the client needs --identity and --coordinator-key (or --insecure for local "
+          "development)");
+    }
+    COHORT_ASSIGN_OR_RETURN(crypto::Ed25519KeyPair identity,
+                            crypto::LoadIdentity(options.identity));
+    COHORT_ASSIGN_OR_RETURN(crypto::CurveKeys mine, crypto::CurveKeysFor(identity));
+    COHORT_ASSIGN_OR_RETURN(crypto::Ed25519Public server,
+                            crypto::LoadPublicKey(options.coordinator_key));
+    COHORT_ASSIGN_OR_RETURN(crypto::X25519Public server_curve, crypto::CurvePublicFor(server));
+    socket.set(zmq::sockopt::curve_serverkey, crypto::Z85(server_curve));
+    socket.set(zmq::sockopt::curve_publickey, mine.public_z85);
+    socket.set(zmq::sockopt::curve_secretkey,
+               std::string(reinterpret_cast<const char*>(mine.secret_z85.bytes().data()), 40));
+  }
   try {
     socket.connect(options.coordinator);
   } catch (const zmq::error_t& e) {

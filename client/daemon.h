@@ -20,6 +20,11 @@ struct ClientOptions {
   // Fault injection for tests: train round N but never send its update,
   // printing "paused before update of round N" on stdout. 0: off.
   uint32_t pause_before_update_round = 0;
+  // Transport security: this client's identity key file and the
+  // coordinator's .pub file (pinned). `insecure`: no CURVE (plaintext).
+  std::string identity;
+  std::string coordinator_key;
+  bool insecure = false;
 };
 
 // Runs until the coordinator says the run is finished (OK) or `stop` becomes

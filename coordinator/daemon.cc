@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include "coordinator/round_engine.h"
 #include "coordinator/run_store.h"
+#include "crypto/key_files.h"
 #include "datasets/shard.h"
 #include "net/envelope.h"
 #include "train/backend.h"
@@ -44,6 +47,40 @@ void PrintRound(const RoundRecord& r, uint32_t total) {
   }
   std::printf("  %.2fs\n", r.seconds);
   std::fflush(stdout);
+}
+
+// One ZAP request (RFC 27): frames version, request id, domain, address,
+// routing id, mechanism, credentials (the client's 32-byte CURVE key).
+void AnswerZap(zmq::socket_t& zap, const std::map<crypto::X25519Public, std::string>& allowed) {
+  std::vector<zmq::message_t> frames;
+  for (;;) {
+    zmq::message_t m;
+    if (!zap.recv(m, zmq::recv_flags::dontwait)) break;
+    const bool more = m.more();
+    frames.push_back(std::move(m));
+    if (!more) break;
+  }
+  if (frames.size() < 2) return;
+  std::string code = "400", text = "malformed ZAP request", user;
+  if (frames.size() >= 7 && frames[5].to_string() == "CURVE" && frames[6].size() == 32) {
+    crypto::X25519Public key;
+    std::memcpy(key.data(), frames[6].data(), 32);
+    auto it = allowed.find(key);
+    if (it != allowed.end()) {
+      code = "200";
+      text = "OK";
+      user = it->second;
+    } else {
+      text = "key not in the allowlist";
+      spdlog::warn("rejected a connection from {}: CURVE key {} is not in the allowlist",
+                   frames[3].to_string(), crypto::Z85(key));
+    }
+  }
+  std::vector<std::string> reply = {"1.0", frames[1].to_string(), code, text, user, ""};
+  for (size_t i = 0; i < reply.size(); ++i) {
+    zap.send(zmq::buffer(reply[i]),
+             i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
 }
 
 }  // namespace
@@ -84,7 +121,36 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   }
 
   zmq::context_t context(1);
+  // ZAP: ZeroMQ asks this socket whether a CURVE client key may connect. It
+  // must be bound before the ROUTER accepts anything.
+  zmq::socket_t zap(context, zmq::socket_type::rep);
+  std::map<crypto::X25519Public, std::string> allowed;  // CURVE key -> name.
+  std::optional<crypto::CurveKeys> curve;
+  if (options.insecure) {
+    spdlog::warn("CURVE is off (--insecure): traffic is plaintext and any client may join");
+  } else {
+    if (options.identity.empty() || options.allowlist.empty()) {
+      return InvalidArgumentError(
+          "the coordinator needs --identity and --allow (or --insecure for local development)");
+    }
+    COHORT_ASSIGN_OR_RETURN(crypto::Ed25519KeyPair identity,
+                            crypto::LoadIdentity(options.identity));
+    COHORT_ASSIGN_OR_RETURN(curve, crypto::CurveKeysFor(identity));
+    COHORT_ASSIGN_OR_RETURN(auto list, crypto::LoadAllowlist(options.allowlist));
+    for (const auto& entry : list) {
+      COHORT_ASSIGN_OR_RETURN(crypto::X25519Public pk, crypto::CurvePublicFor(entry.key));
+      allowed[pk] = entry.name;
+    }
+    spdlog::info("CURVE on; {} client keys in the allowlist {}", allowed.size(), options.allowlist);
+    zap.bind("inproc://zeromq.zap.01");
+  }
   zmq::socket_t socket(context, zmq::socket_type::router);
+  if (curve) {
+    socket.set(zmq::sockopt::curve_server, 1);
+    socket.set(zmq::sockopt::curve_secretkey,
+               std::string(reinterpret_cast<const char*>(curve->secret_z85.bytes().data()), 40));
+    socket.set(zmq::sockopt::zap_domain, "cohort");
+  }
   // An unroutable reply (peer gone) fails fast instead of vanishing.
   socket.set(zmq::sockopt::router_mandatory, 1);
   // Frames beyond this size drop the connection inside ZeroMQ before they are
@@ -136,13 +202,15 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
     // `stop` (signals do not interrupt zmq_poll reliably across versions).
     TimeMs wait = 200;
     if (auto next = engine->NextWakeup()) wait = std::clamp<TimeMs>(*next - now, 0, 200);
-    zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
+                               {zap.handle(), 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 1, std::chrono::milliseconds(wait));
+      zmq::poll(items, curve ? 2 : 1, std::chrono::milliseconds(wait));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       return UnavailableError(std::string("poll: ") + e.what());
     }
+    if (curve && (items[1].revents & ZMQ_POLLIN)) AnswerZap(zap, allowed);
     // Drain everything that is ready, then let time advance.
     for (int budget = 0; budget < 10000 && net::TryReceive(socket, true, raw); ++budget) {
       now = SteadyNowMs();

@@ -17,6 +17,12 @@ struct DaemonOptions {
   // After binding, the resolved endpoint is written here (atomically) so
   // scripts and tests can find a port chosen by the OS ("tcp://...:0").
   std::string endpoint_file;
+  // Transport security (ZeroMQ CURVE). The coordinator's identity key file,
+  // and a directory of client .pub files it admits (ZAP). `insecure`: no
+  // CURVE at all (plaintext, anyone may join) for local development.
+  std::string identity;
+  std::string allowlist;
+  bool insecure = false;
 };
 
 // Runs until the configured rounds are committed (OK), `stop` becomes true

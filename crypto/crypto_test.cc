@@ -1,9 +1,14 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "crypto/aead.h"
+#include "crypto/key_files.h"
 #include "crypto/keys.h"
 #include "crypto/prg.h"
 #include "crypto/shamir.h"
@@ -116,6 +121,37 @@ TEST(ShamirTest, MixedOrMalformedSharesAreRejected) {
   EXPECT_FALSE(ShamirSplit(a, 4, xs).ok());
   std::vector<uint32_t> bad = {0, 1, 2};
   EXPECT_FALSE(ShamirSplit(a, 2, bad).ok());
+}
+
+TEST(KeyFilesTest, IdentitiesRoundTripAndLooseSecretsAreRefused) {
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("cohort_keys_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(WriteIdentity(dir, "alice").ok());
+  EXPECT_EQ(WriteIdentity(dir, "alice").code(), StatusCode::kAlreadyExists);
+  auto identity = LoadIdentity(dir + "/alice.key");
+  ASSERT_TRUE(identity.ok()) << identity.status();
+  auto pub = LoadPublicKey(dir + "/alice.pub");
+  ASSERT_TRUE(pub.ok());
+  EXPECT_EQ(identity->public_key, *pub);
+  // The CURVE key a server derives from the .pub is the one the client uses.
+  auto curve = CurveKeysFor(*identity);
+  ASSERT_TRUE(curve.ok());
+  EXPECT_EQ(Z85(*CurvePublicFor(*pub)), curve->public_z85);
+  std::filesystem::create_directories(dir + "/allow");
+  std::filesystem::copy_file(dir + "/alice.pub", dir + "/allow/alice.pub");
+  auto allow = LoadAllowlist(dir + "/allow");
+  ASSERT_EQ(allow->size(), 1u);
+  EXPECT_EQ((*allow)[0].name, "alice");
+  chmod((dir + "/alice.key").c_str(), 0644);
+  auto loose = LoadIdentity(dir + "/alice.key");
+  ASSERT_FALSE(loose.ok());
+  EXPECT_NE(loose.status().message().find("chmod 600"), std::string::npos);
+  std::ofstream(dir + "/allow/bad.pub") << "cohort-ed25519-public 12ab\n";
+  auto bad = LoadAllowlist(dir + "/allow");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad.pub"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

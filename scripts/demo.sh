@@ -45,9 +45,22 @@ sed -e "s#runs/demo/shards/test.shard#$RUN_DIR/shards/test.shard#" \
     -e "s#min_clients: 8#min_clients: $(( CLIENTS * 8 / 10 > 0 ? CLIENTS * 8 / 10 : 1 ))#" \
     "$CONFIG" > "$RUN_DIR/run.textproto"
 
+# Transport security: an identity per process; the coordinator admits the
+# clients whose .pub files are in its allowlist, clients pin its key.
+echo "== keys for the coordinator and $CLIENTS clients (CURVE on; allowlist in $RUN_DIR/allow)"
+mkdir -p "$RUN_DIR/allow"
+"$COHORT" keygen --out "$RUN_DIR/keys" --name coordinator > /dev/null
+for ((k = 0; k < CLIENTS; k++)); do
+  name=$(printf "client-%03d" "$k")
+  "$COHORT" keygen --out "$RUN_DIR/keys" --name "$name" > /dev/null
+  cp "$RUN_DIR/keys/$name.pub" "$RUN_DIR/allow/"
+done
+
 echo "== coordinator + $CLIENTS clients on 127.0.0.1, $ROUNDS rounds (logs in $RUN_DIR/logs)"
 "$COHORT" coordinator --config "$RUN_DIR/run.textproto" --run-dir "$RUN_DIR" \
-  --bind tcp://127.0.0.1:0 --rounds "$ROUNDS" 2> "$RUN_DIR/logs/coordinator.log" &
+  --bind tcp://127.0.0.1:0 --rounds "$ROUNDS" \
+  --identity "$RUN_DIR/keys/coordinator.key" --allow "$RUN_DIR/allow" \
+  2> "$RUN_DIR/logs/coordinator.log" &
 coordinator=$!
 pids+=("$coordinator")
 # The coordinator writes its endpoint once bound (port 0 = any free port).
@@ -60,6 +73,7 @@ endpoint=$(cat "$RUN_DIR/coordinator.endpoint")
 for ((k = 0; k < CLIENTS; k++)); do
   name=$(printf "client-%03d" "$k")
   "$COHORT" client --coordinator "$endpoint" --data "$RUN_DIR/shards/$name.shard" \
+    --identity "$RUN_DIR/keys/$name.key" --coordinator-key "$RUN_DIR/keys/coordinator.pub" \
     2> "$RUN_DIR/logs/$name.log" &
   pids+=("$!")
 done

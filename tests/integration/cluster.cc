@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 
 namespace cohort::testing {
@@ -39,12 +40,34 @@ std::string Cluster::WriteConfig(const std::string& name, int rounds,
   return path;
 }
 
+void Cluster::EnableCurve(const std::vector<int>& allowed) {
+  curve_ = true;
+  std::string out;
+  auto keygen = [&](const std::string& dir, const std::string& name) {
+    if (RunCohort({"keygen", "--out", dir, "--name", name}, &out, dir_ / "keygen.log") != 0) {
+      throw std::runtime_error("keygen failed: " + ReadFile(dir_ / "keygen.log"));
+    }
+  };
+  keygen(dir_ / "keys", "coordinator");
+  for (int k = 0; k < num_clients_; ++k) keygen(dir_ / "keys", "client-" + std::to_string(k));
+  std::filesystem::create_directories(dir_ / "allow");
+  for (int k : allowed) {
+    const std::string name = "client-" + std::to_string(k) + ".pub";
+    std::filesystem::copy_file(dir_ / ("keys/" + name), dir_ / ("allow/" + name));
+  }
+}
+
 std::string Cluster::StartCoordinator(const std::string& config, const std::string& run_dir,
                                       const std::string& bind) {
-  coordinator_ = std::make_unique<Process>(
-      std::vector<std::string>{CohortBin(), "coordinator", "--config", config, "--run-dir", run_dir,
-                               "--bind", bind},
-      coordinator_log());
+  std::vector<std::string> argv = {CohortBin(), "coordinator", "--config", config,
+                                   "--run-dir", run_dir,       "--bind",   bind};
+  if (curve_) {
+    argv.insert(argv.end(),
+                {"--identity", dir_ / "keys/coordinator.key", "--allow", dir_ / "allow"});
+  } else {
+    argv.push_back("--insecure");
+  }
+  coordinator_ = std::make_unique<Process>(argv, coordinator_log());
   auto line = coordinator_->WaitForLine("coordinator listening on ");
   if (!line) throw std::runtime_error("coordinator did not start: " + ReadFile(coordinator_log()));
   return line->substr(line->rfind(' ') + 1);
@@ -54,6 +77,12 @@ void Cluster::StartClient(int k, const std::string& endpoint,
                           const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {CohortBin(), "client", "--coordinator",
                                    endpoint,    "--data", Shard(k)};
+  if (curve_) {
+    argv.insert(argv.end(), {"--identity", dir_ / ("keys/client-" + std::to_string(k) + ".key"),
+                             "--coordinator-key", dir_ / "keys/coordinator.pub"});
+  } else {
+    argv.push_back("--insecure");
+  }
   argv.insert(argv.end(), extra.begin(), extra.end());
   clients_.at(k) = std::make_unique<Process>(argv, dir_ / ("client-" + std::to_string(k) + ".log"));
 }

@@ -28,6 +28,10 @@ class Cluster {
                                const std::string& bind = "tcp://127.0.0.1:0");
   void StartClient(int k, const std::string& endpoint, const std::vector<std::string>& extra = {});
 
+  // From now on, processes use CURVE: keys for the coordinator and every
+  // client; clients in `allowed` go into the coordinator's allowlist.
+  void EnableCurve(const std::vector<int>& allowed);
+
   Process& coordinator() { return *coordinator_; }
   Process& client(int k) { return *clients_.at(k); }
   std::string coordinator_log() const { return dir_ / "coordinator.log"; }
@@ -36,6 +40,7 @@ class Cluster {
  private:
   TempDir dir_;
   int num_clients_;
+  bool curve_ = false;
   std::unique_ptr<Process> coordinator_;
   std::vector<std::unique_ptr<Process>> clients_;
 };
