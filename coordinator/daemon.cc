@@ -217,6 +217,18 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
       auto envelope = net::DecodeEnvelope(raw.frames, limits);
       if (!envelope.ok()) {
         send_all(engine->OnMalformed(raw.peer, envelope.status()));
+      } else if (curve && envelope->header.has_hello() &&
+                 envelope->header.hello().client_name() != raw.user_id) {
+        // Under CURVE a client's name is its allowlist entry: no client may
+        // speak for another.
+        spdlog::warn("rejected hello: key of {} claims the name \"{}\"", raw.user_id,
+                     envelope->header.hello().client_name().substr(0, 80));
+        wire::Header reject;
+        reject.set_version(wire::VERSION_1);
+        reject.mutable_reject()->set_reason(
+            "client name \"" + envelope->header.hello().client_name() +
+            "\" does not match this key's allowlist name \"" + raw.user_id + "\"");
+        (void)net::SendFrames(socket, raw.peer, net::EncodeEnvelope(reject));
       } else {
         send_all(engine->OnMessage(raw.peer, *envelope, now));
       }

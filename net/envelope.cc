@@ -85,6 +85,7 @@ bool SendFrames(zmq::socket_t& socket, const std::string& peer,
 bool TryReceive(zmq::socket_t& socket, bool router, RawMessage& out) {
   out.peer.clear();
   out.frames.clear();
+  out.user_id.clear();
   bool first = true;
   for (;;) {
     zmq::message_t msg;
@@ -94,6 +95,11 @@ bool TryReceive(zmq::socket_t& socket, bool router, RawMessage& out) {
     if (first && router) {
       out.peer.assign(static_cast<const char*>(msg.data()), msg.size());
     } else {
+      // Frames that came off the wire carry the connection's metadata (the
+      // routing-id frame a ROUTER makes up does not).
+      if (out.frames.empty()) {
+        if (const char* user = zmq_msg_gets(msg.handle(), "User-Id")) out.user_id = user;
+      }
       out.frames.push_back(std::move(msg));
     }
     first = false;

@@ -30,6 +30,9 @@ struct Envelope {
 struct RawMessage {
   std::string peer;
   std::vector<zmq::message_t> frames;
+  // The ZAP user id of the connection (the allowlist name under CURVE);
+  // empty when there is none.
+  std::string user_id;
 };
 
 // Builds the frames of a message: header, then `payload` (if not empty).

@@ -19,11 +19,13 @@ Cluster::Cluster(const std::string& tag, int clients)
   if (code != 0) throw std::runtime_error("partition failed: " + ReadFile(dir_ / "partition.log"));
 }
 
-std::string Cluster::Shard(int k) const {
+std::string ClientName(int k) {
   char name[32];
-  std::snprintf(name, sizeof(name), "client-%03d.shard", k);
-  return dir_ / ("shards/" + std::string(name));
+  std::snprintf(name, sizeof(name), "client-%03d", k);
+  return name;
 }
+
+std::string Cluster::Shard(int k) const { return dir_ / ("shards/" + ClientName(k) + ".shard"); }
 
 std::string Cluster::WriteConfig(const std::string& name, int rounds,
                                  const std::string& rounds_extra) const {
@@ -49,10 +51,10 @@ void Cluster::EnableCurve(const std::vector<int>& allowed) {
     }
   };
   keygen(dir_ / "keys", "coordinator");
-  for (int k = 0; k < num_clients_; ++k) keygen(dir_ / "keys", "client-" + std::to_string(k));
+  for (int k = 0; k < num_clients_; ++k) keygen(dir_ / "keys", ClientName(k));
   std::filesystem::create_directories(dir_ / "allow");
   for (int k : allowed) {
-    const std::string name = "client-" + std::to_string(k) + ".pub";
+    const std::string name = ClientName(k) + ".pub";
     std::filesystem::copy_file(dir_ / ("keys/" + name), dir_ / ("allow/" + name));
   }
 }
@@ -78,7 +80,7 @@ void Cluster::StartClient(int k, const std::string& endpoint,
   std::vector<std::string> argv = {CohortBin(), "client", "--coordinator",
                                    endpoint,    "--data", Shard(k)};
   if (curve_) {
-    argv.insert(argv.end(), {"--identity", dir_ / ("keys/client-" + std::to_string(k) + ".key"),
+    argv.insert(argv.end(), {"--identity", dir_ / ("keys/" + ClientName(k) + ".key"),
                              "--coordinator-key", dir_ / "keys/coordinator.pub"});
   } else {
     argv.push_back("--insecure");

@@ -12,6 +12,9 @@
 
 namespace cohort::testing {
 
+// "client-007": the shard stem, hence the default client name and key name.
+std::string ClientName(int k);
+
 class Cluster {
  public:
   // Partitions 1200 synthetic samples (20 features, 4 classes) over `clients`.

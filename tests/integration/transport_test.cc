@@ -158,6 +158,23 @@ TEST(TransportTest, ClientOutsideTheAllowlistCannotJoin) {
   }
 }
 
+TEST(TransportTest, AnAllowedClientCannotTakeAnotherClientsName) {
+  Cluster cluster("curve_name", 2);
+  cluster.EnableCurve({0, 1});
+  const std::string config =
+      cluster.WriteConfig("run.textproto", 1, "min_clients: 1 start_clients: 1");
+  const std::string endpoint = cluster.StartCoordinator(config, cluster.dir() / "run");
+  // client-001's key, client-000's name.
+  cluster.StartClient(1, endpoint, {"--name", "client-000"});
+  EXPECT_EQ(cluster.client(1).Wait(), 1);
+  EXPECT_NE(
+      ReadFile(cluster.dir() / "client-1.log").find("does not match this key's allowlist name"),
+      std::string::npos);
+  cluster.StartClient(0, endpoint);
+  ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
+  EXPECT_EQ(cluster.client(0).Wait(), 0);
+}
+
 void RunThroughRelay(bool curve, std::string* transcript) {
   Cluster cluster(curve ? "curve_relay" : "plain_relay", 2);
   if (curve) cluster.EnableCurve({0, 1});
