@@ -122,7 +122,7 @@ Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name)
   t->set_train_seed(DeriveSeed(config_.seed(), round_ + 1, Fnv1a64(name)));
   *t->mutable_train() = config_.train();
   t->set_deadline_s(config_.rounds().round_deadline_s());
-  o.payload = global_;
+  o.payload = task_model_;
   return o;
 }
 
@@ -386,6 +386,8 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   round_start_wall_ = WallSeconds();
   deadline_ = now + SecondsToMs(rc.round_deadline_s());
   phase_ = Phase::kTraining;
+  // One copy per round, however many clients receive it.
+  task_model_ = std::make_shared<const std::vector<float>>(global_);
   spdlog::info("round {}: selected {} of {} available clients", round, k, clients_.size());
   for (const auto& p : participants_) out.push_back(MakeTask(clients_[p.name].peer, p.name));
 }

@@ -28,12 +28,13 @@
 
 namespace cohort::coordinator {
 
-// A message to send. `payload` (may be empty) points into the engine's
-// global model and stays valid until the next call into the engine.
+// A message to send. `payload` (may be empty) is the round's model snapshot,
+// shared by every task of the round; it stays alive as long as any message
+// holding it, so the transport can send it without copying.
 struct Outgoing {
   std::string peer;
   wire::Header header;
-  std::span<const float> payload;
+  std::shared_ptr<const std::vector<float>> payload;
 };
 
 struct EvalMetrics {
@@ -129,7 +130,8 @@ class RoundEngine {
   TimeMs round_started_ = 0;
   TimeMs deadline_ = 0;
   double round_start_wall_ = 0;
-  std::vector<Participant> participants_;  // Sorted by name.
+  std::vector<Participant> participants_;                 // Sorted by name.
+  std::shared_ptr<const std::vector<float>> task_model_;  // Sent with every task.
   std::unique_ptr<aggregation::Aggregator> aggregator_;
   std::vector<RoundRecord> committed_;
   Status store_error_;

@@ -71,7 +71,8 @@ class RoundEngineTest : public ::testing::Test {
     for (auto& o : out) {
       if (o.header.has_task()) {
         tasks_[o.peer] = o.header.task();
-        EXPECT_EQ(o.payload.size(), kParams);
+        ASSERT_TRUE(o.payload);
+        EXPECT_EQ(o.payload->size(), kParams);
       }
       if (o.header.has_error()) errors_[o.peer].push_back(o.header.error());
       if (o.header.has_finished()) finished_.insert(o.peer);

@@ -13,6 +13,20 @@ std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
   return frames;
 }
 
+std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
+                                           std::shared_ptr<const std::vector<float>> payload) {
+  std::vector<zmq::message_t> frames = EncodeEnvelope(header, std::span<const float>());
+  if (payload && !payload->empty()) {
+    using Owner = std::shared_ptr<const std::vector<float>>;
+    auto* owner = new Owner(std::move(payload));
+    // Called by ZeroMQ (possibly on its I/O thread) once the frame is sent.
+    auto release = [](void*, void* hint) { delete static_cast<Owner*>(hint); };
+    frames.emplace_back(const_cast<float*>((*owner)->data()), (*owner)->size() * sizeof(float),
+                        release, owner);
+  }
+  return frames;
+}
+
 StatusOr<Envelope> DecodeEnvelope(std::span<const zmq::message_t> frames, const Limits& limits) {
   if (frames.empty()) return InvalidArgumentError("empty message");
   if (frames.size() - 1 > limits.max_payload_frames) {

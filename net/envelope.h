@@ -4,6 +4,7 @@
 #define COHORT_NET_ENVELOPE_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,6 +39,10 @@ struct RawMessage {
 // Builds the frames of a message: header, then `payload` (if not empty).
 std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
                                            std::span<const float> payload = {});
+// Same, without copying the payload: the frame references `*payload` and
+// keeps it alive until ZeroMQ has sent it. Null: no payload frame.
+std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
+                                           std::shared_ptr<const std::vector<float>> payload);
 
 // Checks frame count and sizes against `limits`, parses the header (version
 // must be VERSION_1, the body must be set) and copies the payloads out.

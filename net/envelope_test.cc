@@ -32,6 +32,24 @@ TEST(EnvelopeTest, RoundTripKeepsHeaderAndPayloadBits) {
   EXPECT_EQ(BodyName(env->header), "update");
 }
 
+TEST(EnvelopeTest, SharedPayloadIsSentWithoutCopyAndOutlivesItsOwner) {
+  wire::Header h;
+  h.set_version(wire::VERSION_1);
+  h.mutable_task()->set_round(1);
+  auto model = std::make_shared<const std::vector<float>>(std::vector<float>{1.5f, 2.5f});
+  std::weak_ptr<const std::vector<float>> watch = model;
+  auto frames = EncodeEnvelope(h, model);
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(frames[1].data(), model->data());  // The same memory: no copy.
+  model.reset();
+  EXPECT_FALSE(watch.expired());  // The frame keeps it alive...
+  auto env = DecodeEnvelope(frames, TestLimits());
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->payloads[0], (std::vector<float>{1.5f, 2.5f}));
+  frames.clear();
+  EXPECT_TRUE(watch.expired());  // ...until the frame is gone.
+}
+
 TEST(EnvelopeTest, RejectsGarbageWithAReason) {
   auto env = DecodeEnvelope(Frames({"\xff\xff\xff\xff garbage"}), TestLimits());
   ASSERT_FALSE(env.ok());
