@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "coordinator/run_store.h"
+#include "crypto/key_files.h"
 #include "tests/integration/cluster.h"
 #include "train/backend.h"
 #include "train/model.h"
@@ -175,7 +176,7 @@ TEST(TransportTest, AnAllowedClientCannotTakeAnotherClientsName) {
   EXPECT_EQ(cluster.client(0).Wait(), 0);
 }
 
-void RunThroughRelay(bool curve, std::string* transcript) {
+void RunThroughRelay(bool curve, std::string* transcript, std::string* client_key = nullptr) {
   Cluster cluster(curve ? "curve_relay" : "plain_relay", 2);
   if (curve) cluster.EnableCurve({0, 1});
   const std::string config =
@@ -188,6 +189,13 @@ void RunThroughRelay(bool curve, std::string* transcript) {
   EXPECT_EQ(cluster.client(0).Wait(), 0);
   EXPECT_EQ(cluster.client(1).Wait(), 0);
   *transcript = relay.transcript();
+  if (client_key != nullptr && curve) {
+    // client-000's long-term CURVE public key, raw.
+    auto pub = crypto::LoadPublicKey(cluster.dir() / "keys/client-000.pub");
+    ASSERT_TRUE(pub.ok());
+    auto curve_key = crypto::CurvePublicFor(*pub);
+    *client_key = std::string(reinterpret_cast<const char*>(curve_key->data()), 32);
+  }
 }
 
 TEST(TransportTest, RelayNeverSeesPlaintextUnderCurve) {
@@ -199,8 +207,11 @@ TEST(TransportTest, RelayNeverSeesPlaintextUnderCurve) {
   ASSERT_GT(plain.size(), 1000u);
   EXPECT_NE(plain.find("client-000"), std::string::npos);
   EXPECT_NE(plain.find(model), std::string::npos);
-  RunThroughRelay(true, &encrypted);
+  std::string client_key;
+  RunThroughRelay(true, &encrypted, &client_key);
   ASSERT_GT(encrypted.size(), 1000u);
+  ASSERT_EQ(client_key.size(), 32u);
+  EXPECT_EQ(encrypted.find(client_key), std::string::npos) << "client key visible on the wire";
   EXPECT_EQ(encrypted.find("client-000"), std::string::npos);
   EXPECT_EQ(encrypted.find(model), std::string::npos);
   EXPECT_EQ(encrypted.find(model.substr(0, 16)), std::string::npos);
