@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "common/parallel.h"
 #include "common/rng.h"
 #include "crypto/aead.h"
 #include "crypto/prg.h"
@@ -202,13 +203,19 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
       }
       own = true;
     } else if (std::binary_search(neighbours_.begin(), neighbours_.end(), a.index)) {
-      const std::string msg = AdvertMessage(params_.context, a.index, a.enc_key, a.mask_key);
-      if (!crypto::Verify(identities_[a.index], AsBytes(msg), a.signature)) {
-        return InvalidArgumentError("key list: bad signature on client " + std::to_string(a.index));
-      }
       neighbour_adverts_[a.index] = a;
     }
   }
+  std::vector<const KeyAdvert*> to_check;
+  for (const auto& [v, a] : neighbour_adverts_) to_check.push_back(&a);
+  COHORT_RETURN_IF_ERROR(ParallelFor(to_check.size(), [&](size_t i) -> Status {
+    const KeyAdvert& a = *to_check[i];
+    const std::string msg = AdvertMessage(params_.context, a.index, a.enc_key, a.mask_key);
+    if (!crypto::Verify(identities_[a.index], AsBytes(msg), a.signature)) {
+      return InvalidArgumentError("key list: bad signature on client " + std::to_string(a.index));
+    }
+    return OkStatus();
+  }));
   if (!own) return InvalidArgumentError("key list: this client's own keys are missing");
   if (neighbour_adverts_.size() < params_.t) {
     return FailedPreconditionError("key list: " + std::to_string(neighbour_adverts_.size()) +
@@ -222,18 +229,22 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
   COHORT_ASSIGN_OR_RETURN(auto self_shares, crypto::ShamirSplit(self_seed_, params_.t, xs));
   SealedShares out;
   out.from = index_;
-  size_t i = 0;
-  for (const auto& [v, a] : neighbour_adverts_) {
+  const std::vector<const KeyAdvert*>& recipients = to_check;  // Sorted by index, as xs.
+  std::vector<std::string> sealed(recipients.size());
+  COHORT_RETURN_IF_ERROR(ParallelFor(recipients.size(), [&](size_t i) -> Status {
+    const KeyAdvert& a = *recipients[i];
     COHORT_ASSIGN_OR_RETURN(SecretBytes key,
                             crypto::AgreeX25519(enc_.secret_key, enc_.public_key, a.enc_key));
     SecretBytes plain(2 * crypto::kShamirShareBytes);
     std::memcpy(plain.bytes().data(), mask_shares[i].bytes().data(), crypto::kShamirShareBytes);
     std::memcpy(plain.bytes().data() + crypto::kShamirShareBytes, self_shares[i].bytes().data(),
                 crypto::kShamirShareBytes);
-    const std::string ad = ShareAd(session_, index_, v);
-    COHORT_ASSIGN_OR_RETURN(out.to[v], crypto::Seal(key, plain.bytes(), AsBytes(ad)));
-    ++i;
-  }
+    const std::string ad = ShareAd(session_, index_, a.index);
+    COHORT_ASSIGN_OR_RETURN(sealed[i], crypto::Seal(key, plain.bytes(), AsBytes(ad)));
+    return OkStatus();
+  }));
+  for (size_t i = 0; i < recipients.size(); ++i)
+    out.to[recipients[i]->index] = std::move(sealed[i]);
   stage_ = 2;
   return out;
 }
@@ -249,32 +260,40 @@ Status SecAggClient::ReceiveShares(const InboundShares& inbound) {
     return FailedPreconditionError("secagg client: ReceiveShares out of order");
   }
   stage_ = -1;
+  std::vector<std::pair<uint32_t, const std::string*>> items;
   for (const auto& [v, sealed] : inbound.from) {
-    auto it = neighbour_adverts_.find(v);
-    if (it == neighbour_adverts_.end()) {
+    if (neighbour_adverts_.count(v) == 0) {
       return InvalidArgumentError("shares from client " + std::to_string(v) +
                                   ", not a neighbour that advertised keys");
     }
-    COHORT_ASSIGN_OR_RETURN(
-        SecretBytes key, crypto::AgreeX25519(enc_.secret_key, enc_.public_key, it->second.enc_key));
+    items.emplace_back(v, &sealed);
+  }
+  std::vector<SecretBytes> mask_shares(items.size()), self_shares(items.size());
+  COHORT_RETURN_IF_ERROR(ParallelFor(items.size(), [&](size_t i) -> Status {
+    const uint32_t v = items[i].first;
+    const std::string where = "shares from client " + std::to_string(v);
+    COHORT_ASSIGN_OR_RETURN(SecretBytes key, crypto::AgreeX25519(enc_.secret_key, enc_.public_key,
+                                                                 neighbour_adverts_.at(v).enc_key));
     const std::string ad = ShareAd(session_, v, index_);
-    auto plain = crypto::Open(key, AsBytes(sealed), AsBytes(ad));
-    if (!plain.ok()) return plain.status().WithContext("shares from client " + std::to_string(v));
+    auto plain = crypto::Open(key, AsBytes(*items[i].second), AsBytes(ad));
+    if (!plain.ok()) return plain.status().WithContext(where);
     if (plain->size() != 2 * crypto::kShamirShareBytes) {
-      return InvalidArgumentError("shares from client " + std::to_string(v) +
-                                  " have the wrong size");
+      return InvalidArgumentError(where + " have the wrong size");
     }
-    SecretBytes mask_share(crypto::kShamirShareBytes), self_share(crypto::kShamirShareBytes);
-    std::memcpy(mask_share.bytes().data(), plain->bytes().data(), crypto::kShamirShareBytes);
-    std::memcpy(self_share.bytes().data(), plain->bytes().data() + crypto::kShamirShareBytes,
+    mask_shares[i] = SecretBytes(crypto::kShamirShareBytes);
+    self_shares[i] = SecretBytes(crypto::kShamirShareBytes);
+    std::memcpy(mask_shares[i].bytes().data(), plain->bytes().data(), crypto::kShamirShareBytes);
+    std::memcpy(self_shares[i].bytes().data(), plain->bytes().data() + crypto::kShamirShareBytes,
                 crypto::kShamirShareBytes);
-    if (crypto::ShamirShareX(mask_share) != index_ + 1 ||
-        crypto::ShamirShareX(self_share) != index_ + 1) {
-      return InvalidArgumentError("shares from client " + std::to_string(v) +
-                                  " are not addressed to this client");
+    if (crypto::ShamirShareX(mask_shares[i]) != index_ + 1 ||
+        crypto::ShamirShareX(self_shares[i]) != index_ + 1) {
+      return InvalidArgumentError(where + " are not addressed to this client");
     }
-    held_mask_shares_[v] = std::move(mask_share);
-    held_self_shares_[v] = std::move(self_share);
+    return OkStatus();
+  }));
+  for (size_t i = 0; i < items.size(); ++i) {
+    held_mask_shares_[items[i].first] = std::move(mask_shares[i]);
+    held_self_shares_[items[i].first] = std::move(self_shares[i]);
   }
   if (held_mask_shares_.size() < params_.t) {
     return FailedPreconditionError(std::to_string(held_mask_shares_.size()) +
@@ -298,15 +317,19 @@ StatusOr<MaskedInput> SecAggClient::MaskInput(std::span<const uint32_t> input) {
   MaskedInput out;
   out.from = index_;
   out.values.assign(input.begin(), input.end());
-  std::vector<SecretBytes> pair_keys;
+  std::vector<uint32_t> peers;
+  for (const auto& [v, share] : held_mask_shares_) peers.push_back(v);
+  std::vector<SecretBytes> pair_keys(peers.size());
+  COHORT_RETURN_IF_ERROR(ParallelFor(peers.size(), [&](size_t i) -> Status {
+    COHORT_ASSIGN_OR_RETURN(pair_keys[i],
+                            PairMaskKey(mask_.secret_key, mask_.public_key,
+                                        neighbour_adverts_.at(peers[i]).mask_key, session_));
+    return OkStatus();
+  }));
   std::vector<crypto::MaskJob> jobs = {{&self_seed_, false}};
-  pair_keys.reserve(held_mask_shares_.size());
-  for (const auto& [v, share] : held_mask_shares_) {
-    COHORT_ASSIGN_OR_RETURN(SecretBytes k, PairMaskKey(mask_.secret_key, mask_.public_key,
-                                                       neighbour_adverts_[v].mask_key, session_));
-    pair_keys.push_back(std::move(k));
+  for (size_t i = 0; i < peers.size(); ++i) {
     // The smaller index adds, the larger subtracts: the pair cancels.
-    jobs.push_back({&pair_keys.back(), /*subtract=*/v < index_});
+    jobs.push_back({&pair_keys[i], /*subtract=*/peers[i] < index_});
   }
   COHORT_RETURN_IF_ERROR(crypto::AddMasks(jobs, out.values));
   self_seed_.Reset();
@@ -642,26 +665,12 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
   const size_t first_pair = keys.size();
   keys.resize(first_pair + pairs.size());
   for (const Pair& p : pairs) subtract.push_back(p.survivor_first);  // u added +PRG when u < v.
-  const unsigned threads =
-      std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
-                                      static_cast<unsigned>(pairs.size() / 64 + 1)));
-  std::vector<Status> results(threads);
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (size_t i = t; i < pairs.size(); i += threads) {
-        auto k = PairMaskKey(pairs[i].dropped->secret_key, pairs[i].dropped->public_key,
-                             adverts_[pairs[i].survivor].mask_key, session_);
-        if (!k.ok()) {
-          results[t] = k.status();
-          return;
-        }
-        keys[first_pair + i] = std::move(*k);
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  for (const Status& r : results) COHORT_RETURN_IF_ERROR(r);
+  COHORT_RETURN_IF_ERROR(ParallelFor(pairs.size(), [&](size_t i) -> Status {
+    COHORT_ASSIGN_OR_RETURN(keys[first_pair + i],
+                            PairMaskKey(pairs[i].dropped->secret_key, pairs[i].dropped->public_key,
+                                        adverts_.at(pairs[i].survivor).mask_key, session_));
+    return OkStatus();
+  }));
   std::vector<crypto::MaskJob> jobs;
   jobs.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) jobs.push_back({&keys[i], subtract[i]});
