@@ -124,7 +124,11 @@ int main(int argc, char** argv) {
     cohort::InitLogging("coordinator", "", log_level);
     auto config = cohort::config::LoadRunConfig(config_path);
     if (!config.ok()) return Report(config.status(), "config");
-    if (rounds_flag != 0) config->mutable_rounds()->set_num_rounds(rounds_flag);
+    if (rounds_flag != 0) {
+      config->mutable_rounds()->set_num_rounds(rounds_flag);
+      cohort::Status valid = cohort::config::ValidateRunConfig(*config);
+      if (!valid.ok()) return Report(valid.WithContext("--rounds"), "config");
+    }
     cohort::coordinator::DaemonOptions opts;
     opts.config = *config;
     opts.run_dir = run_dir;
