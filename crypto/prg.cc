@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/parallel.h"
+
 namespace cohort::crypto {
 
 namespace {
@@ -55,24 +57,18 @@ Status AddMasks(std::span<const MaskJob> jobs, std::span<uint32_t> acc, unsigned
     return OkStatus();
   }
   const size_t per = (acc.size() / threads + 15) / 16 * 16;
-  std::vector<Status> results(threads);
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) {
-    const size_t lo = std::min(acc.size(), t * per);
-    const size_t hi = std::min(acc.size(), lo + per);
-    pool.emplace_back([&, t, lo, hi] {
-      for (const MaskJob& j : jobs) {
-        Status s = AddMaskAt(*j.key, acc.subspan(lo, hi - lo), lo, j.subtract);
-        if (!s.ok()) {
-          results[t] = s;
-          return;
+  // One slice per thread; each streams every key over its own slice.
+  return ParallelFor(
+      threads,
+      [&](size_t t) -> Status {
+        const size_t lo = std::min(acc.size(), t * per);
+        const size_t hi = std::min(acc.size(), lo + per);
+        for (const MaskJob& j : jobs) {
+          COHORT_RETURN_IF_ERROR(AddMaskAt(*j.key, acc.subspan(lo, hi - lo), lo, j.subtract));
         }
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  for (const Status& s : results) COHORT_RETURN_IF_ERROR(s);
-  return OkStatus();
+        return OkStatus();
+      },
+      threads, /*min_per_thread=*/1);
 }
 
 }  // namespace cohort::crypto
