@@ -88,6 +88,11 @@ fi
 
 if [[ $WHAT == *secagg* ]]; then
   : > "$OUT/secagg.jsonl"
+  # Records a configuration that did not run, and why.
+  skip_secagg() {
+    echo "{\"bench\":\"secagg\",\"graph\":\"$graph\",\"n\":$n,\"m\":$m,\"dropout\":$d,\"skipped\":\"$1\"}" \
+      >> "$OUT/secagg.jsonl"
+  }
   for n in 100 500 1000; do
     for m in 100000 1000000; do
       for graph in complete secagg+; do
@@ -98,11 +103,11 @@ if [[ $WHAT == *secagg* ]]; then
           [[ $graph == complete || $n -le 200 ]] && k=$n
           est=$($PY -c "n,m,k,d=$n,$m,$k,$d; print(int(n*k*1e-4 + d*n*k*(1-d)*m*4/2.4e9))")
           if (( est > ${SECAGG_MAX_S:-120} )); then
-            echo "{\"bench\":\"secagg\",\"graph\":\"$graph\",\"n\":$n,\"m\":$m,\"dropout\":$d,\"skipped\":\"estimated ${est} s\"}" >> "$OUT/secagg.jsonl"
+            skip_secagg "estimated ${est} s"
             continue
           fi
           timeout 600 build/bench/secagg_bench --n "$n" --m "$m" --dropout "$d" --graph "$graph" \
-            >> "$OUT/secagg.jsonl" || echo "{\"bench\":\"secagg\",\"graph\":\"$graph\",\"n\":$n,\"m\":$m,\"dropout\":$d,\"skipped\":\"timeout\"}" >> "$OUT/secagg.jsonl"
+            >> "$OUT/secagg.jsonl" || skip_secagg "timeout"
         done
       done
     done
