@@ -130,6 +130,28 @@ StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double cor
   return p;
 }
 
+std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t round,
+                                      uint64_t task_id, const SecAggParams& params, float clip,
+                                      double scale, double total_weight,
+                                      std::span<const crypto::Ed25519Public> identities) {
+  std::string m = "cohort-secagg-context-v1";
+  m.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
+  auto put = [&m](const auto& v) { m.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(round);
+  put(task_id);
+  put(params.n);
+  put(params.k);
+  put(params.t);
+  put(params.graph_seed);
+  put(static_cast<uint64_t>(params.length));
+  put(static_cast<uint8_t>(params.consistency_check));
+  put(clip);
+  put(scale);
+  put(total_weight);
+  for (const auto& id : identities) m.append(reinterpret_cast<const char*>(id.data()), id.size());
+  return crypto::Hash256({AsBytes(m)});
+}
+
 std::vector<std::vector<uint32_t>> HararyNeighbours(uint32_t n, uint32_t k, uint64_t seed) {
   std::vector<std::vector<uint32_t>> out(n);
   if (k >= n - 1) {

@@ -61,6 +61,15 @@ struct SecAggParams {
 StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double corrupt, bool complete,
                                           size_t length);
 
+// The session context (SecAggParams::context), computed by every party from
+// the round's public parameters: a coordinator that tells two clients
+// different parameters (weights, scale, cohort, identities) makes their
+// signatures over each other's keys fail.
+std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t round,
+                                      uint64_t task_id, const SecAggParams& params, float clip,
+                                      double scale, double total_weight,
+                                      std::span<const crypto::Ed25519Public> identities);
+
 // Neighbour lists of H(k, n) over a seeded permutation (sorted indices).
 std::vector<std::vector<uint32_t>> HararyNeighbours(uint32_t n, uint32_t k, uint64_t seed);
 

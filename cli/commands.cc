@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
+#include <map>
 
 #include "coordinator/run_store.h"
 #include "datasets/csv.h"
@@ -120,31 +122,50 @@ Status RunStatus(const std::string& run_dir, bool json) {
   COHORT_ASSIGN_OR_RETURN(auto store, coordinator::OpenSqliteRunStore(path));
   COHORT_ASSIGN_OR_RETURN(auto rounds, store->Rounds());
   if (!json) {
-    std::printf("%5s %12s %7s %10s %8s %9s %8s\n", "round", "participants", "dropped", "train_loss",
-                "test_acc", "test_loss", "seconds");
+    std::printf("%5s %-8s %12s %7s %10s %8s %9s %8s\n", "round", "agg", "participants", "dropped",
+                "train_loss", "test_acc", "test_loss", "seconds");
   }
   for (const auto& r : rounds) {
     if (json) {
       COHORT_ASSIGN_OR_RETURN(auto clients, store->ClientRounds(r.round));
       std::string dropped = "[";
+      // Secure aggregation: who left at which stage.
+      static constexpr const char* kStages[] = {"advertise_keys", "share_keys", "masked_input",
+                                                "consistency", "unmasking"};
+      std::map<std::string, std::string> by_stage;
       for (const auto& c : clients) {
+        if (!c.stage.empty()) {
+          std::string& list = by_stage[c.stage];
+          list += (list.empty() ? "\"" : ",\"") + c.client + "\"";
+        }
         if (c.status == "ok") continue;
         if (dropped.size() > 1) dropped += ",";
         dropped += "\"" + c.client + "\"";
       }
       dropped += "]";
+      std::string stages;
+      if (r.aggregation != "plain") {
+        stages = ",\"dropped_by_stage\":{";
+        for (size_t i = 0; i < std::size(kStages); ++i) {
+          stages +=
+              std::string(i ? "," : "") + "\"" + kStages[i] + "\":[" + by_stage[kStages[i]] + "]";
+        }
+        stages += "}";
+      }
       std::printf(
-          "{\"round\":%u,\"participants\":%u,\"selected\":%u,\"dropped\":%u,"
-          "\"dropped_clients\":%s,\"train_loss\":%s,\"test_accuracy\":%s,\"test_loss\":%s,"
-          "\"seconds\":%s,\"coordinator_seconds\":%s}\n",
-          r.round, r.participants, r.selected, r.dropped, dropped.c_str(),
-          JsonNumber(r.train_loss).c_str(),
+          "{\"round\":%u,\"aggregation\":\"%s\",\"outcome\":\"%s\",\"participants\":%u,"
+          "\"selected\":%u,\"dropped\":%u,\"dropped_clients\":%s%s,\"train_loss\":%s,"
+          "\"test_accuracy\":%s,\"test_loss\":%s,\"seconds\":%s,\"coordinator_seconds\":%s}\n",
+          r.round, r.aggregation.c_str(), r.outcome.c_str(), r.participants, r.selected, r.dropped,
+          dropped.c_str(), stages.c_str(), JsonNumber(r.train_loss).c_str(),
           r.test_accuracy >= 0 ? JsonNumber(r.test_accuracy).c_str() : "null",
           r.test_loss >= 0 ? JsonNumber(r.test_loss).c_str() : "null",
           JsonNumber(r.seconds).c_str(), JsonNumber(r.coordinator_seconds).c_str());
     } else {
-      std::printf("%5u %8u/%-3u %7u %10.4f %8.4f %9.4f %8.2f\n", r.round, r.participants,
-                  r.selected, r.dropped, r.train_loss, r.test_accuracy, r.test_loss, r.seconds);
+      std::printf("%5u %-8s %8u/%-3u %7u %10.4f %8.4f %9.4f %8.2f%s\n", r.round,
+                  r.aggregation.c_str(), r.participants, r.selected, r.dropped, r.train_loss,
+                  r.test_accuracy, r.test_loss, r.seconds,
+                  r.outcome == "committed" ? "" : ("  " + r.outcome).c_str());
     }
   }
   return OkStatus();

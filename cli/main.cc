@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "cli/commands.h"
 #include "client/daemon.h"
@@ -63,6 +64,9 @@ int main(int argc, char** argv) {
   coord->add_option("--allow", allow_dir, "Directory of client .pub files allowed to join");
   coord->add_flag("--insecure", coord_insecure,
                   "No CURVE: plaintext, anyone may join (local development only)");
+  std::string dump_sums;
+  coord->add_option("--dump-sums", dump_sums,
+                    "Debugging: write each secure round's unmasked sum to this directory");
 
   // client
   auto* client = app.add_subcommand("client", "Run a client daemon");
@@ -72,8 +76,16 @@ int main(int argc, char** argv) {
   client->add_option("--name", copts.name, "Client name (default: shard file name)");
   client->add_option("--threads", copts.threads, "BLAS threads for training")
       ->check(CLI::Range(1, 256));
-  client->add_option("--fault-pause-before-update-round", copts.pause_before_update_round,
+  uint32_t pause_round = 0;
+  std::string fault;
+  client->add_option("--fault-pause-before-update-round", pause_round,
                      "Testing: withhold the update of this round");
+  client->add_option("--fault-stop-before", fault,
+                     "Testing: STAGE:ROUND; send nothing from that secure-aggregation stage of "
+                     "that round on (advertise_keys, share_keys, masked_input, consistency, "
+                     "unmasking)");
+  client->add_option("--dump-inputs", copts.dump_inputs,
+                     "Debugging: write each secure round's encoded input to this directory");
   client->add_option("--identity", copts.identity, "This client's key file (cohort keygen)");
   client->add_option("--coordinator-key", copts.coordinator_key,
                      "The coordinator's .pub file (pinned)");
@@ -137,10 +149,35 @@ int main(int argc, char** argv) {
     opts.identity = coord_identity;
     opts.allowlist = allow_dir;
     opts.insecure = coord_insecure;
+    opts.dump_sums = dump_sums;
     return Report(cohort::coordinator::RunCoordinator(opts, g_stop), "coordinator");
   }
   if (client->parsed()) {
     if (copts.name.empty()) copts.name = std::filesystem::path(copts.data).stem().string();
+    if (pause_round != 0) {
+      copts.fault_stage = "masked_input";
+      copts.fault_round = pause_round;
+    }
+    if (!fault.empty()) {
+      static const std::set<std::string> kStages = {"advertise_keys", "share_keys", "masked_input",
+                                                    "consistency", "unmasking"};
+      const size_t colon = fault.find(':');
+      char* end = nullptr;
+      const std::string stage = fault.substr(0, colon);
+      const unsigned long round =
+          colon == std::string::npos ? 0 : std::strtoul(fault.c_str() + colon + 1, &end, 10);
+      if (kStages.count(stage) == 0 || round == 0 || round > 1000000 || end == nullptr ||
+          *end != '\0') {
+        std::fprintf(stderr,
+                     "client: --fault-stop-before: expected STAGE:ROUND with STAGE one of "
+                     "advertise_keys, share_keys, masked_input, consistency, unmasking; got "
+                     "\"%s\"\n",
+                     fault.c_str());
+        return 2;
+      }
+      copts.fault_stage = stage;
+      copts.fault_round = static_cast<uint32_t>(round);
+    }
     cohort::InitLogging("client", copts.name, log_level);
     return Report(cohort::client::RunClient(copts, g_stop), "client");
   }

@@ -53,6 +53,12 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
   zmq::socket_t done_tx(context, zmq::socket_type::pair);
   done_rx.bind("inproc://training-done");
   done_tx.connect("inproc://training-done");
+  crypto::Ed25519KeyPair identity;
+  if (!options.identity.empty()) {
+    COHORT_ASSIGN_OR_RETURN(identity, crypto::LoadIdentity(options.identity));
+  } else {
+    COHORT_ASSIGN_OR_RETURN(identity, crypto::GenerateEd25519());
+  }
   if (options.insecure) {
     spdlog::warn("CURVE is off (--insecure): traffic to the coordinator is plaintext");
   } else {
@@ -61,8 +67,6 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
           "the client needs --identity and --coordinator-key (or --insecure for local "
           "development)");
     }
-    COHORT_ASSIGN_OR_RETURN(crypto::Ed25519KeyPair identity,
-                            crypto::LoadIdentity(options.identity));
     COHORT_ASSIGN_OR_RETURN(crypto::CurveKeys mine, crypto::CurveKeysFor(identity));
     COHORT_ASSIGN_OR_RETURN(crypto::Ed25519Public server,
                             crypto::LoadPublicKey(options.coordinator_key));
@@ -86,7 +90,19 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
         COHORT_RETURN_IF_ERROR(train::CheckCompatible(*model, data).WithContext(options.data));
         return model->num_params();
       },
-      options.pause_before_update_round);
+      &identity, FaultPlan{options.fault_stage, options.fault_round},
+      options.dump_inputs.empty()
+          ? InputObserver()
+          : [&options](uint32_t round, std::span<const uint32_t> input) {
+              const std::string path = options.dump_inputs + "/" + options.name + ".round-" +
+                                       std::to_string(round) + ".u32";
+              if (FILE* f = std::fopen(path.c_str(), "wb")) {
+                std::fwrite(input.data(), sizeof(uint32_t), input.size(), f);
+                std::fclose(f);
+              } else {
+                spdlog::error("cannot write {}", path);
+              }
+            });
 
   std::unique_ptr<Job> job;
   std::thread worker;
@@ -149,6 +165,9 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
     }
     for (int budget = 0; budget < 1000 && !exit && net::TryReceive(socket, false, raw); ++budget) {
       net::Limits limits;
+      // Secure-aggregation messages grow with the cohort (keys, shares and
+      // signatures of up to a million clients).
+      limits.max_header_bytes = 64 << 20;
       limits.max_payload_floats = std::max<size_t>(session.num_params(), 1);
       auto env = net::DecodeEnvelope(raw.frames, limits);
       if (!env.ok()) {

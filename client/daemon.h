@@ -17,11 +17,17 @@ struct ClientOptions {
   std::string data;         // Shard file; never leaves this process.
   std::string name;         // Client name; [A-Za-z0-9._-]{1,64}.
   int threads = 1;          // BLAS threads for local training.
-  // Fault injection for tests: train round N but never send its update,
-  // printing "paused before update of round N" on stdout. 0: off.
-  uint32_t pause_before_update_round = 0;
+  // Fault injection for tests (see client::FaultPlan): in round
+  // `fault_round`, send nothing from stage `fault_stage` on. 0: off.
+  std::string fault_stage;
+  uint32_t fault_round = 0;
+  // Debugging: write each securely aggregated round's encoded input (before
+  // masking) to DIR/NAME.round-N.u32. The file stays on this site.
+  std::string dump_inputs;
   // Transport security: this client's identity key file and the
-  // coordinator's .pub file (pinned). `insecure`: no CURVE (plaintext).
+  // coordinator's .pub file (pinned). `insecure`: no CURVE (plaintext); the
+  // identity that signs secure aggregation is then `identity` if given, else
+  // a fresh key for this process.
   std::string identity;
   std::string coordinator_key;
   bool insecure = false;

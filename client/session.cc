@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/bytes.h"
+#include "common/rng.h"
 
 #ifndef COHORT_VERSION
 #define COHORT_VERSION "unknown"
@@ -41,11 +43,28 @@ wire::Header Header() {
 }  // namespace
 
 Session::Session(std::string name, uint64_t num_samples, ModelBuilder build_model,
-                 uint32_t pause_before_update_round)
+                 const crypto::Ed25519KeyPair* identity, FaultPlan fault, InputObserver observer)
     : name_(std::move(name)),
       num_samples_(num_samples),
       build_model_(std::move(build_model)),
-      pause_round_(pause_before_update_round) {}
+      identity_(identity),
+      fault_(std::move(fault)),
+      observer_(std::move(observer)) {}
+
+bool Session::Paused(const std::string& stage, uint32_t round, Actions& a) {
+  if (fault_.round != round || fault_.stage != stage) return false;
+  a.printed.push_back("paused before " + stage + " of round " + std::to_string(round));
+  spdlog::warn("fault injection: sending nothing from {} of round {} on", stage, round);
+  secagg_.reset();
+  return true;
+}
+
+void Session::Refuse(const Status& why, Actions& a) {
+  const uint32_t round = secagg_ ? secagg_->round : 0;
+  spdlog::warn("round {}: secure aggregation: leaving the round: {}", round, why.message());
+  a.printed.push_back("secagg refused in round " + std::to_string(round) + ": " + why.message());
+  secagg_.reset();
+}
 
 void Session::Send(wire::Header header, std::vector<float> payload, TimeMs now, Actions& a) {
   last_sent_ = now;
@@ -57,6 +76,9 @@ void Session::SendHello(TimeMs now, Actions& a) {
   h.mutable_hello()->set_client_name(name_);
   h.mutable_hello()->set_num_samples(num_samples_);
   h.mutable_hello()->set_code_version(COHORT_VERSION);
+  if (identity_ != nullptr) {
+    h.mutable_hello()->set_identity_key(identity_->public_key.data(), identity_->public_key.size());
+  }
   Send(std::move(h), {}, now, a);
 }
 
@@ -101,21 +123,36 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
   last_completed_task_ = task_id;
   std::vector<float> delta(local.begin(), local.end());
   for (size_t i = 0; i < delta.size(); ++i) delta[i] -= task.global[i];
-  if (pause_round_ == task.round) {
+  spdlog::info("round {}: trained {} samples in {:.2f} s, loss {:.4f}", task.round, result->samples,
+               result->seconds, result->mean_loss);
+  wire::Update update;
+  update.set_round(task.round);
+  update.set_task_id(task_id);
+  update.set_num_samples(num_samples_);
+  update.set_train_loss(result->mean_loss);
+  update.set_train_accuracy(result->accuracy);
+  update.set_train_seconds(result->seconds);
+  if (secagg_ && secagg_->task_id == task_id) {
+    if (Paused("masked_input", task.round, a)) return a;
+    // Weighted, clipped and rounded to the fixed-point grid; the rounding
+    // draws from its own RNG, never from the mask PRG.
+    std::vector<uint32_t> encoded(delta.size());
+    Rng rng(DeriveSeed(secagg_->train_seed, 0xf17ed));
+    aggregation::EncodeFixedPoint(delta, secagg_->weight, secagg_->fixed_point, rng, encoded);
+    if (observer_) observer_(task.round, encoded);
+    secagg_->input = std::move(encoded);
+    update.set_masked(true);
+    secagg_->update = update;
+    if (secagg_->shares_in) SendMaskedInput(now, a);
+    return a;
+  }
+  if (fault_.stage == "masked_input" && fault_.round == task.round) {
     a.printed.push_back("paused before update of round " + std::to_string(task.round));
     spdlog::warn("fault injection: withholding the update of round {}", task.round);
     return a;
   }
   wire::Header h = Header();
-  auto* u = h.mutable_update();
-  u->set_round(task.round);
-  u->set_task_id(task_id);
-  u->set_num_samples(num_samples_);
-  u->set_train_loss(result->mean_loss);
-  u->set_train_accuracy(result->accuracy);
-  u->set_train_seconds(result->seconds);
-  spdlog::info("round {}: trained {} samples in {:.2f} s, loss {:.4f}", task.round, result->samples,
-               result->seconds, result->mean_loss);
+  *h.mutable_update() = update;
   Send(std::move(h), std::move(delta), now, a);
   return a;
 }
@@ -173,12 +210,31 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       task.options.sgd.weight_decay = t.train().weight_decay();
       task.options.seed = t.train_seed();
       spdlog::info("round {}: task received", t.round());
+      secagg_.reset();
+      if (t.has_secagg()) {
+        Status started = StartSecAgg(t, now, a);
+        if (!started.ok()) {
+          // Without a valid secure-aggregation session the update could
+          // not be sent: do not train for nothing.
+          spdlog::warn("round {}: refused the task: {}", t.round(), started.message());
+          a.printed.push_back("secagg refused in round " + std::to_string(t.round()) + ": " +
+                              started.message());
+          secagg_.reset();
+          break;
+        }
+      }
       a.cancel_training = running_.has_value();
       running_ = task;
       a.train = std::move(task);
       break;
     }
     case wire::Header::kHeartbeatAck:
+      break;
+    case wire::Header::kSecaggKeys:
+    case wire::Header::kSecaggShares:
+    case wire::Header::kSecaggSurvivors:
+    case wire::Header::kSecaggUnmaskRequest:
+      OnSecAggMessage(h, now, a);
       break;
     case wire::Header::kError: {
       const auto& e = h.error();
@@ -213,6 +269,218 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       break;
   }
   return a;
+}
+
+}  // namespace cohort::client
+
+namespace cohort::client {
+namespace {
+
+template <size_t N>
+bool CopyBytes(const std::string& bytes, std::array<uint8_t, N>& out) {
+  if (bytes.size() != N) return false;
+  std::memcpy(out.data(), bytes.data(), N);
+  return true;
+}
+
+constexpr uint32_t kMaxCohort = 1u << 20;
+
+}  // namespace
+
+Status Session::StartSecAgg(const wire::RoundTask& task, TimeMs now, Actions& a) {
+  const wire::SecAggSetup& s = task.secagg();
+  if (identity_ == nullptr) return FailedPreconditionError("no identity key to sign with");
+  if (s.n() < 2 || s.n() > kMaxCohort || s.k() == 0 || s.k() >= s.n() || s.t() < 2 ||
+      s.t() > s.k() || s.index() >= s.n() || static_cast<uint32_t>(s.identities_size()) != s.n()) {
+    return InvalidArgumentError("secagg setup: inconsistent n, k, t, index or identities");
+  }
+  if (s.context().size() != 32)
+    return InvalidArgumentError("secagg setup: context is not 32 bytes");
+  // A threshold of half the neighbourhood or less would let the server
+  // collect both shares of a client from two disjoint halves.
+  if (s.t() <= s.k() / 2) {
+    return InvalidArgumentError("secagg setup: threshold " + std::to_string(s.t()) +
+                                " is not above half of " + std::to_string(s.k()) + " neighbours");
+  }
+  if (!std::isfinite(s.clip()) || s.clip() <= 0 || !std::isfinite(s.scale()) || s.scale() < 1 ||
+      !std::isfinite(s.total_weight()) || s.total_weight() < static_cast<double>(num_samples_)) {
+    return InvalidArgumentError("secagg setup: bad clip, scale or total weight");
+  }
+  // The whole cohort's encodings must fit 31 bits, or the sum wraps.
+  if (s.scale() * s.clip() + s.n() > 2147483647.0) {
+    return InvalidArgumentError("secagg setup: scale x clip overflows 32 bits");
+  }
+  std::vector<crypto::Ed25519Public> identities(s.n());
+  for (uint32_t i = 0; i < s.n(); ++i) {
+    if (!CopyBytes(s.identities(static_cast<int>(i)), identities[i])) {
+      return InvalidArgumentError("secagg setup: identity " + std::to_string(i) +
+                                  " is not 32 bytes");
+    }
+  }
+  if (identities[s.index()] != identity_->public_key) {
+    return InvalidArgumentError("secagg setup: the identity at this client's index is not its own");
+  }
+  aggregation::SecAggParams params;
+  params.n = s.n();
+  params.k = s.k();
+  params.t = s.t();
+  params.graph_seed = s.graph_seed();
+  params.length = num_params_;
+  params.consistency_check = s.consistency_check();
+  std::array<uint8_t, 32> nonce{};
+  std::memcpy(nonce.data(), s.context().data(), nonce.size());
+  params.context = aggregation::SecAggContext(nonce, task.round(), task.task_id(), params, s.clip(),
+                                              s.scale(), s.total_weight(), identities);
+  SecAggRound r;
+  r.round = task.round();
+  r.task_id = task.task_id();
+  r.train_seed = task.train_seed();
+  r.fixed_point = {s.clip(), s.scale()};
+  r.weight = static_cast<double>(num_samples_) / s.total_weight();
+  r.client = std::make_unique<aggregation::SecAggClient>(params, s.index(), identity_,
+                                                         std::move(identities));
+  secagg_ = std::move(r);
+  if (Paused("advertise_keys", task.round(), a)) return OkStatus();
+  COHORT_ASSIGN_OR_RETURN(aggregation::KeyAdvert advert, secagg_->client->AdvertiseKeys());
+  wire::Header h = Header();
+  auto* m = h.mutable_secagg_keys();
+  m->set_round(task.round());
+  m->set_task_id(task.task_id());
+  auto* w = m->add_adverts();
+  w->set_index(advert.index);
+  w->set_enc_key(advert.enc_key.data(), advert.enc_key.size());
+  w->set_mask_key(advert.mask_key.data(), advert.mask_key.size());
+  w->set_signature(advert.signature.data(), advert.signature.size());
+  Send(std::move(h), {}, now, a);
+  return OkStatus();
+}
+
+void Session::SendMaskedInput(TimeMs now, Actions& a) {
+  auto masked = secagg_->client->MaskInput(*secagg_->input);
+  secagg_->input.reset();
+  if (!masked.ok()) {
+    Refuse(masked.status(), a);
+    return;
+  }
+  std::vector<float> payload(masked->values.size());
+  std::memcpy(payload.data(), masked->values.data(), payload.size() * sizeof(float));
+  wire::Header h = Header();
+  *h.mutable_update() = secagg_->update;
+  Send(std::move(h), std::move(payload), now, a);
+}
+
+void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
+  uint32_t round = 0;
+  uint64_t task_id = 0;
+  switch (h.body_case()) {
+    case wire::Header::kSecaggKeys:
+      round = h.secagg_keys().round(), task_id = h.secagg_keys().task_id();
+      break;
+    case wire::Header::kSecaggShares:
+      round = h.secagg_shares().round(), task_id = h.secagg_shares().task_id();
+      break;
+    case wire::Header::kSecaggSurvivors:
+      round = h.secagg_survivors().round(), task_id = h.secagg_survivors().task_id();
+      break;
+    case wire::Header::kSecaggUnmaskRequest:
+      round = h.secagg_unmask_request().round(), task_id = h.secagg_unmask_request().task_id();
+      break;
+    default:
+      return;
+  }
+  if (!secagg_ || secagg_->task_id != task_id || secagg_->round != round) {
+    spdlog::debug("ignored a {} message for a round this client is not in", net::BodyName(h));
+    return;
+  }
+  aggregation::SecAggClient& client = *secagg_->client;
+  switch (h.body_case()) {
+    case wire::Header::kSecaggKeys: {
+      if (Paused("share_keys", round, a)) return;
+      aggregation::KeyList list;
+      for (const auto& w : h.secagg_keys().adverts()) {
+        aggregation::KeyAdvert ad;
+        ad.index = w.index();
+        if (!CopyBytes(w.enc_key(), ad.enc_key) || !CopyBytes(w.mask_key(), ad.mask_key) ||
+            !CopyBytes(w.signature(), ad.signature)) {
+          return Refuse(InvalidArgumentError("key list: malformed advert"), a);
+        }
+        list.adverts.push_back(ad);
+      }
+      auto sealed = client.ShareKeys(list);
+      if (!sealed.ok()) return Refuse(sealed.status(), a);
+      wire::Header out = Header();
+      auto* m = out.mutable_secagg_shares();
+      m->set_round(round);
+      m->set_task_id(task_id);
+      for (const auto& [to, ct] : sealed->to) {
+        auto* sh = m->add_shares();
+        sh->set_peer(to);
+        sh->set_ciphertext(ct);
+      }
+      Send(std::move(out), {}, now, a);
+      return;
+    }
+    case wire::Header::kSecaggShares: {
+      aggregation::InboundShares inbound;
+      for (const auto& sh : h.secagg_shares().shares()) {
+        if (!inbound.from.emplace(sh.peer(), sh.ciphertext()).second) {
+          return Refuse(InvalidArgumentError("two sets of shares from one neighbour"), a);
+        }
+      }
+      Status received = client.ReceiveShares(inbound);
+      if (!received.ok()) return Refuse(received, a);
+      secagg_->shares_in = true;
+      if (secagg_->input) SendMaskedInput(now, a);
+      return;
+    }
+    case wire::Header::kSecaggSurvivors: {
+      if (Paused("consistency", round, a)) return;
+      aggregation::SurvivorList list;
+      list.survivors.assign(h.secagg_survivors().survivors().begin(),
+                            h.secagg_survivors().survivors().end());
+      auto sig = client.SignSurvivors(list);
+      if (!sig.ok()) return Refuse(sig.status(), a);
+      wire::Header out = Header();
+      auto* m = out.mutable_secagg_signature();
+      m->set_round(round);
+      m->set_task_id(task_id);
+      m->set_signature(sig->signature.data(), sig->signature.size());
+      Send(std::move(out), {}, now, a);
+      return;
+    }
+    case wire::Header::kSecaggUnmaskRequest: {
+      if (Paused("unmasking", round, a)) return;
+      const auto& m = h.secagg_unmask_request();
+      aggregation::UnmaskRequest request;
+      request.survivors.assign(m.survivors().begin(), m.survivors().end());
+      request.dropped.assign(m.dropped().begin(), m.dropped().end());
+      for (const auto& w : m.signatures()) {
+        aggregation::SurvivorSignature sig;
+        sig.from = w.index();
+        if (!CopyBytes(w.signature(), sig.signature)) {
+          return Refuse(InvalidArgumentError("unmask request: malformed signature"), a);
+        }
+        request.signatures.push_back(sig);
+      }
+      auto response = client.Unmask(request);
+      if (!response.ok()) return Refuse(response.status(), a);
+      wire::Header out = Header();
+      auto* u = out.mutable_secagg_unmask();
+      u->set_round(round);
+      u->set_task_id(task_id);
+      for (const auto& share : response->shares) {
+        auto* w = u->add_shares();
+        w->set_about(share.about);
+        w->set_self_mask(share.is_self_mask);
+        w->set_share(reinterpret_cast<const char*>(share.share.bytes().data()), share.share.size());
+      }
+      Send(std::move(out), {}, now, a);
+      secagg_.reset();  // Done: its secrets are wiped.
+      return;
+    }
+    default:
+      return;
+  }
 }
 
 }  // namespace cohort::client

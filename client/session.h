@@ -6,13 +6,17 @@
 #define COHORT_CLIENT_SESSION_H_
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "aggregation/fixed_point.h"
+#include "aggregation/secagg.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "crypto/keys.h"
 #include "net/envelope.h"
 #include "proto/config.pb.h"
 #include "proto/wire.pb.h"
@@ -40,6 +44,19 @@ struct Actions {
   std::vector<std::string> printed;  // Lines for stdout (fault injection).
 };
 
+// Fault injection for tests: in round `round`, send nothing from `stage` on
+// ("advertise_keys", "share_keys", "masked_input", "consistency",
+// "unmasking"; "masked_input" also withholds a plain update), printing
+// "paused before STAGE of round N" on stdout. The client keeps heartbeating.
+struct FaultPlan {
+  std::string stage;
+  uint32_t round = 0;  // 0: off.
+};
+
+// Called with this client's fixed-point encoded, weighted input of a
+// securely aggregated round, before masking (debugging and tests).
+using InputObserver = std::function<void(uint32_t round, std::span<const uint32_t> input)>;
+
 // Builds the local model for the coordinator's ModelConfig; returns its
 // parameter count, or why the local data cannot train it.
 using ModelBuilder = std::function<StatusOr<size_t>(const config::ModelConfig&)>;
@@ -47,9 +64,11 @@ using ModelBuilder = std::function<StatusOr<size_t>(const config::ModelConfig&)>
 // Not thread-safe.
 class Session {
  public:
-  // `pause_before_update_round`: fault injection (0: off), see ClientOptions.
+  // `identity` (not owned, must outlive the session) signs the secure-
+  // aggregation stages; its public key goes in Hello.
   Session(std::string name, uint64_t num_samples, ModelBuilder build_model,
-          uint32_t pause_before_update_round = 0);
+          const crypto::Ed25519KeyPair* identity, FaultPlan fault = {},
+          InputObserver observer = {});
 
   Actions Start(TimeMs now);
   // `envelope` comes from the coordinator; it is untrusted all the same.
@@ -67,13 +86,34 @@ class Session {
 
  private:
   void SendHello(TimeMs now, Actions& a);
+  // Secure aggregation of the current task.
+  struct SecAggRound {
+    uint32_t round = 0;
+    uint64_t task_id = 0;
+    uint64_t train_seed = 0;
+    aggregation::FixedPoint fixed_point;
+    double weight = 0;  // num_samples / total_weight.
+    std::unique_ptr<aggregation::SecAggClient> client;
+    bool shares_in = false;
+    std::optional<std::vector<uint32_t>> input;  // Encoded, awaiting shares.
+    wire::Update update;                         // Metrics to send with it.
+  };
+  Status StartSecAgg(const wire::RoundTask& task, TimeMs now, Actions& a);
+  void OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a);
+  void SendMaskedInput(TimeMs now, Actions& a);
+  // True (and prints the fault line) when the fault plan stops `stage`.
+  bool Paused(const std::string& stage, uint32_t round, Actions& a);
+  void Refuse(const Status& why, Actions& a);
   void Send(wire::Header header, std::vector<float> payload, TimeMs now, Actions& a);
   TimeMs Interval() const;
 
   std::string name_;
   uint64_t num_samples_;
   ModelBuilder build_model_;
-  uint32_t pause_round_;
+  const crypto::Ed25519KeyPair* identity_;
+  FaultPlan fault_;
+  InputObserver observer_;
+  std::optional<SecAggRound> secagg_;
   size_t num_params_ = 0;
   bool welcomed_ = false;
   TimeMs heartbeat_ms_ = 1000;

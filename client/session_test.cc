@@ -44,7 +44,7 @@ class SessionTest : public ::testing::Test {
           ++builds_;
           return kParams;
         },
-        pause);
+        nullptr, FaultPlan{"masked_input", pause});
   }
   int builds_ = 0;
 };

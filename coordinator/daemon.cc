@@ -26,11 +26,11 @@
 namespace cohort::coordinator {
 namespace {
 
-Status WriteFileAtomically(const std::string& path, const std::string& text) {
+Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
   {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text << "\n";
+    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
+    out << bytes;
     if (!out) return UnavailableError(tmp + ": cannot write");
   }
   std::error_code ec;
@@ -115,6 +115,19 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   COHORT_ASSIGN_OR_RETURN(auto engine,
                           RoundEngine::Create(config, std::move(init), store.get(), evaluator,
                                               COHORT_VERSION, SteadyNowMs()));
+  if (!options.dump_sums.empty()) {
+    engine->set_sum_observer([dir = options.dump_sums](uint32_t round,
+                                                       std::span<const uint32_t> sum,
+                                                       const std::vector<std::string>& names) {
+      const std::string base = dir + "/round-" + std::to_string(round);
+      std::string list;
+      for (const auto& n : names) list += n + "\n";
+      std::string bytes(reinterpret_cast<const char*>(sum.data()), sum.size_bytes());
+      Status st = WriteFileAtomically(base + ".u32", bytes);
+      if (st.ok()) st = WriteFileAtomically(base + ".names", list);
+      if (!st.ok()) spdlog::error("--dump-sums: {}", st.message());
+    });
+  }
   if (engine->done()) {
     spdlog::info("run already complete ({} rounds committed)", engine->last_committed_round());
     return OkStatus();
@@ -124,7 +137,8 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   // ZAP: ZeroMQ asks this socket whether a CURVE client key may connect. It
   // must be bound before the ROUTER accepts anything.
   zmq::socket_t zap(context, zmq::socket_type::rep);
-  std::map<crypto::X25519Public, std::string> allowed;  // CURVE key -> name.
+  std::map<crypto::X25519Public, std::string> allowed;      // CURVE key -> name.
+  std::map<std::string, crypto::Ed25519Public> identities;  // Name -> identity key.
   std::optional<crypto::CurveKeys> curve;
   if (options.insecure) {
     spdlog::warn("CURVE is off (--insecure): traffic is plaintext and any client may join");
@@ -140,6 +154,7 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
     for (const auto& entry : list) {
       COHORT_ASSIGN_OR_RETURN(crypto::X25519Public pk, crypto::CurvePublicFor(entry.key));
       allowed[pk] = entry.name;
+      identities[entry.name] = entry.key;
     }
     spdlog::info("CURVE on; {} client keys in the allowlist {}", allowed.size(), options.allowlist);
     zap.bind("inproc://zeromq.zap.01");
@@ -169,12 +184,11 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   spdlog::info("listening on {} (run {}, {} parameters, resuming after round {})", endpoint,
                config.name(), engine->num_params(), engine->last_committed_round());
   if (!options.endpoint_file.empty()) {
-    COHORT_RETURN_IF_ERROR(WriteFileAtomically(options.endpoint_file, endpoint));
+    COHORT_RETURN_IF_ERROR(WriteFileAtomically(options.endpoint_file, endpoint + "\n"));
   }
   std::printf("coordinator listening on %s\n", endpoint.c_str());
   std::fflush(stdout);
 
-  const net::Limits limits = engine->limits();
   auto send_all = [&](std::vector<Outgoing> out) {
     for (auto& o : out) {
       if (!net::SendFrames(socket, o.peer, net::EncodeEnvelope(o.header, o.payload))) {
@@ -214,20 +228,27 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
     // Drain everything that is ready, then let time advance.
     for (int budget = 0; budget < 10000 && net::TryReceive(socket, true, raw); ++budget) {
       now = SteadyNowMs();
-      auto envelope = net::DecodeEnvelope(raw.frames, limits);
+      auto envelope = net::DecodeEnvelope(raw.frames, engine->limits());
       if (!envelope.ok()) {
         send_all(engine->OnMalformed(raw.peer, envelope.status()));
       } else if (curve && envelope->header.has_hello() &&
-                 envelope->header.hello().client_name() != raw.user_id) {
-        // Under CURVE a client's name is its allowlist entry: no client may
-        // speak for another.
-        spdlog::warn("rejected hello: key of {} claims the name \"{}\"", raw.user_id,
-                     envelope->header.hello().client_name().substr(0, 80));
+                 (envelope->header.hello().client_name() != raw.user_id ||
+                  envelope->header.hello().identity_key() !=
+                      std::string(reinterpret_cast<const char*>(identities[raw.user_id].data()),
+                                  crypto::kEd25519PublicBytes))) {
+        // Under CURVE a client's name and its signing identity are its
+        // allowlist entry: no client may speak or sign for another.
+        const auto& hello = envelope->header.hello();
+        const bool name_ok = hello.client_name() == raw.user_id;
+        spdlog::warn("rejected hello: key of {} claims {}", raw.user_id,
+                     name_ok ? "another identity key"
+                             : "the name \"" + hello.client_name().substr(0, 80) + "\"");
         wire::Header reject;
         reject.set_version(wire::VERSION_1);
         reject.mutable_reject()->set_reason(
-            "client name \"" + envelope->header.hello().client_name() +
-            "\" does not match this key's allowlist name \"" + raw.user_id + "\"");
+            name_ok ? "identity key in hello is not the allowlisted key of \"" + raw.user_id + "\""
+                    : "client name \"" + hello.client_name() +
+                          "\" does not match this key's allowlist name \"" + raw.user_id + "\"");
         (void)net::SendFrames(socket, raw.peer, net::EncodeEnvelope(reject));
       } else {
         send_all(engine->OnMessage(raw.peer, *envelope, now));

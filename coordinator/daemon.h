@@ -23,6 +23,9 @@ struct DaemonOptions {
   std::string identity;
   std::string allowlist;
   bool insecure = false;
+  // Debugging: write each securely aggregated round's unmasked sum to
+  // DIR/round-N.u32 and the names it holds to DIR/round-N.names.
+  std::string dump_sums;
 };
 
 // Runs until the configured rounds are committed (OK), `stop` becomes true

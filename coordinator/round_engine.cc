@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "common/rng.h"
@@ -85,6 +86,8 @@ net::Limits RoundEngine::limits() const {
   l.max_header_bytes = config_.net().max_header_bytes();
   l.max_payload_floats = global_.size();
   l.max_payload_frames = 1;
+  // Secure-aggregation messages carry a few hundred bytes per cohort member.
+  if (stage_ != 0) l.max_header_bytes += size_t{256} * participants_.size();
   return l;
 }
 
@@ -122,6 +125,24 @@ Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name)
   t->set_train_seed(DeriveSeed(config_.seed(), round_ + 1, Fnv1a64(name)));
   *t->mutable_train() = config_.train();
   t->set_deadline_s(config_.rounds().round_deadline_s());
+  if (secagg_) {
+    auto* sa = t->mutable_secagg();
+    const auto& p = secagg_params_;
+    sa->set_sparse(config_.secagg().aggregation() == config::SECAGG_PLUS);
+    sa->set_n(p.n);
+    sa->set_k(p.k);
+    sa->set_t(p.t);
+    sa->set_graph_seed(p.graph_seed);
+    for (size_t i = 0; i < participants_.size(); ++i) {
+      if (participants_[i].name == name) sa->set_index(static_cast<uint32_t>(i));
+    }
+    sa->set_consistency_check(p.consistency_check);
+    sa->set_context(secagg_nonce_.data(), secagg_nonce_.size());
+    for (const auto& id : cohort_identities_) sa->add_identities(id.data(), id.size());
+    sa->set_clip(fixed_point_.clip);
+    sa->set_scale(fixed_point_.scale);
+    sa->set_total_weight(cohort_weight_);
+  }
   o.payload = task_model_;
   return o;
 }
@@ -161,8 +182,7 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
       return out;
     }
   }
-  if (h.body_case() != wire::Header::kHello && h.body_case() != wire::Header::kUpdate &&
-      !envelope.payloads.empty()) {
+  if (h.body_case() != wire::Header::kUpdate && !envelope.payloads.empty()) {
     out.push_back(MakeError(peer, wire::MALFORMED,
                             "unexpected payload on a " + net::BodyName(h) + " message"));
     return out;
@@ -173,6 +193,12 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
       break;
     case wire::Header::kUpdate:
       OnUpdate(peer, envelope, now, out);
+      break;
+    case wire::Header::kSecaggKeys:
+    case wire::Header::kSecaggShares:
+    case wire::Header::kSecaggSignature:
+    case wire::Header::kSecaggUnmask:
+      OnSecAggMessage(peer, envelope, now, out);
       break;
     case wire::Header::kHeartbeat: {
       const std::string* name = NameOf(peer);
@@ -218,6 +244,22 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
     out.push_back(MakeError(peer, wire::MALFORMED, "hello: num_samples must be in [1, 2^40]"));
     return;
   }
+  std::optional<crypto::Ed25519Public> identity;
+  if (hello.identity_key().size() == crypto::kEd25519PublicBytes) {
+    identity.emplace();
+    std::memcpy(identity->data(), hello.identity_key().data(), identity->size());
+  } else if (!hello.identity_key().empty() || secure()) {
+    spdlog::warn("rejected hello from {}: identity key of {} bytes", hello.client_name(),
+                 hello.identity_key().size());
+    Outgoing o;
+    o.peer = peer;
+    o.header.set_version(wire::VERSION_1);
+    o.header.mutable_reject()->set_reason(
+        "this run uses secure aggregation: hello must carry the client's 32-byte Ed25519 "
+        "identity key");
+    out.push_back(std::move(o));
+    return;
+  }
   const std::string& name = hello.client_name();
   Client& c = clients_[name];
   const bool is_new = c.peer.empty();
@@ -235,6 +277,7 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
   c.last_seen = now;
   c.active = true;
   c.num_samples = hello.num_samples();
+  c.identity = identity;
   peer_to_name_[peer] = name;
   spdlog::info("client {} {} ({} samples, {} registered)", name,
                is_new ? "registered" : "re-registered", c.num_samples, clients_.size());
@@ -307,8 +350,14 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     out.push_back(MakeError(peer, wire::STALE, why));
     return;
   }
+  if (secure()) {
+    OnMaskedUpdate(*p, peer, envelope, now, out);
+    return;
+  }
   Status status;
-  if (envelope.payloads.size() != 1) {
+  if (u.masked()) {
+    status = InvalidArgumentError("masked update in a round with plain aggregation");
+  } else if (envelope.payloads.size() != 1) {
     status = InvalidArgumentError("update carries " + std::to_string(envelope.payloads.size()) +
                                   " payload frames, expected 1");
   } else if (u.num_samples() != c.num_samples) {
@@ -357,7 +406,8 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
     if (c.active) available.push_back(name);
   }
   const auto& rc = config_.rounds();
-  uint32_t needed = rc.min_clients();
+  const uint32_t min_clients = MinClients();
+  uint32_t needed = min_clients;
   if (first_round_ && rc.start_clients() > needed) needed = rc.start_clients();
   if (available.size() < needed) return;
   first_round_ = false;
@@ -367,7 +417,7 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   Rng rng(DeriveSeed(config_.seed(), round, 0x5e1ec7));
   rng.Shuffle(std::span<std::string>(available));
   size_t k = static_cast<size_t>(std::ceil(rc.fraction() * available.size()));
-  k = std::max<size_t>(k, rc.min_clients());
+  k = std::max<size_t>(k, min_clients);
   if (rc.max_clients_per_round() != 0) k = std::min<size_t>(k, rc.max_clients_per_round());
   k = std::min(k, available.size());
   available.resize(k);
@@ -379,16 +429,31 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
     p.name = name;
     participants_.push_back(std::move(p));
   }
-  auto agg = aggregation::NewFedAvgAggregator(global_.size(), rc.min_clients());
-  aggregator_ = std::move(agg).value();  // Only fails for an empty model.
   task_id_ = ++task_counter_;
+  round_started_ = now;
+  if (secure()) {
+    Status started = StartSecAgg(available);
+    if (!started.ok()) {
+      // Only a configuration the validator let through can get here.
+      spdlog::error("round {}: cannot set up secure aggregation: {}", round, started.message());
+      store_error_ = started;
+      participants_.clear();
+      return;
+    }
+  } else {
+    auto agg = aggregation::NewFedAvgAggregator(global_.size(), rc.min_clients());
+    aggregator_ = std::move(agg).value();  // Only fails for an empty model.
+  }
   round_started_ = now;
   round_start_wall_ = WallSeconds();
   deadline_ = now + SecondsToMs(rc.round_deadline_s());
   phase_ = Phase::kTraining;
   // One copy per round, however many clients receive it.
   task_model_ = std::make_shared<const std::vector<float>>(global_);
-  spdlog::info("round {}: selected {} of {} available clients", round, k, clients_.size());
+  spdlog::info(
+      "round {}: selected {} of {} available clients{}", round, k, clients_.size(),
+      secagg_ ? fmt::format(" (secure aggregation, k={} t={})", secagg_params_.k, secagg_params_.t)
+              : "");
   for (const auto& p : participants_) out.push_back(MakeTask(clients_[p.name].peer, p.name));
 }
 
@@ -412,13 +477,29 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
     store_error_ = status;
     return;
   }
-  aggregation::ApplyServerUpdate({config_.server().learning_rate(), config_.server().momentum()},
-                                 mean, global_, velocity_);
+  CommitRound(now, &mean, WallSeconds() - close_start, out);
+}
+
+void RoundEngine::CommitRound(TimeMs now, const std::vector<float>* mean, double spent_seconds,
+                              std::vector<Outgoing>& out) {
+  const uint32_t round = round_ + 1;
+  const double close_start = WallSeconds() - spent_seconds;
+  phase_ = Phase::kWaiting;
+  size_t ok = 0;
+  for (const auto& p : participants_) ok += p.state == Participant::State::kOk ? 1 : 0;
+  if (mean != nullptr) {
+    aggregation::ApplyServerUpdate({config_.server().learning_rate(), config_.server().momentum()},
+                                   *mean, global_, velocity_);
+  }
 
   RoundRecord record;
   record.round = round;
+  record.aggregation = !secure()                                               ? "plain"
+                       : config_.secagg().aggregation() == config::SECAGG_PLUS ? "secagg+"
+                                                                               : "secagg";
+  record.outcome = mean != nullptr ? "committed" : "aborted";
   record.selected = static_cast<uint32_t>(participants_.size());
-  record.participants = static_cast<uint32_t>(ok);
+  record.participants = mean != nullptr ? static_cast<uint32_t>(ok) : 0;
   record.dropped = record.selected - record.participants;
   double loss_sum = 0, weight_sum = 0;
   std::vector<ClientRoundRecord> clients;
@@ -439,6 +520,7 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
         break;
     }
     cr.reason = p.reason;
+    cr.stage = p.stage;
     cr.num_samples = p.num_samples;
     cr.train_loss = p.train_loss;
     cr.train_accuracy = p.train_accuracy;
@@ -458,7 +540,7 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
   Checkpoint cp{round, global_, velocity_};
   record.coordinator_seconds = WallSeconds() - close_start;
   record.seconds = WallSeconds() - round_start_wall_;
-  status = store_->CommitRound(record, clients, cp, config_.rounds().keep_checkpoints());
+  Status status = store_->CommitRound(record, clients, cp, config_.rounds().keep_checkpoints());
   record.coordinator_seconds = WallSeconds() - close_start;
   if (!status.ok()) {
     // The model in memory is ahead of the store; stop rather than diverge.
@@ -470,6 +552,8 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
   committed_.push_back(record);
   participants_.clear();
   aggregator_.reset();
+  secagg_.reset();
+  stage_ = 0;
   if (round_ >= config_.rounds().num_rounds()) {
     phase_ = Phase::kDone;
     spdlog::info("run finished after {} rounds", round_);
@@ -495,13 +579,17 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
                    (now - c.last_seen) / 1000.0);
       if (phase_ == Phase::kTraining) {
         Participant* p = FindParticipant(name);
-        if (p != nullptr && p->state == Participant::State::kPending) {
+        if (secure()) {
+          if (p != nullptr && !p->left) LeaveSecAgg(*p, Participant::State::kDropped, "timed out");
+        } else if (p != nullptr && p->state == Participant::State::kPending) {
           Drop(*p, Participant::State::kDropped, "timed out");
         }
       }
     }
   }
-  if (phase_ == Phase::kTraining && now >= deadline_) {
+  if (phase_ == Phase::kTraining && secure()) {
+    AdvanceSecAgg(now, out);
+  } else if (phase_ == Phase::kTraining && now >= deadline_) {
     for (auto& p : participants_) {
       if (p.state == Participant::State::kPending) {
         Drop(p, Participant::State::kDropped, "missed the round deadline");
@@ -511,7 +599,7 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
       }
     }
   }
-  if (phase_ == Phase::kTraining && AllResolved()) CloseRound(now, out);
+  if (phase_ == Phase::kTraining && !secure() && AllResolved()) CloseRound(now, out);
   MaybeStartRound(now, out);
   return out;
 }
@@ -523,6 +611,10 @@ std::optional<TimeMs> RoundEngine::NextWakeup() const {
     if (c.active && (!next || c.last_seen + timeout + 1 < *next)) next = c.last_seen + timeout + 1;
   }
   if (phase_ == Phase::kTraining && (!next || deadline_ < *next)) next = deadline_;
+  if (phase_ == Phase::kTraining && stage_ != 0 && stage_ != 3 &&
+      (!next || stage_deadline_ < *next)) {
+    next = stage_deadline_;
+  }
   return next;
 }
 

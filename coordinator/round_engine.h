@@ -6,9 +6,15 @@
 // send each the global model, collect updates until all selected clients
 // answered or the deadline passed, aggregate (FedAvg + server optimizer),
 // evaluate on the test set, commit to the RunStore in one transaction.
+//
+// With secure aggregation (secagg.aggregation SECAGG or SECAGG_PLUS) the
+// collection step is the five-stage protocol of aggregation/secagg.h: the
+// key exchange runs while clients train, updates arrive masked, and the
+// engine only ever holds their sum (round_engine_secagg.cc).
 #ifndef COHORT_COORDINATOR_ROUND_ENGINE_H_
 #define COHORT_COORDINATOR_ROUND_ENGINE_H_
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -19,9 +25,12 @@
 #include <vector>
 
 #include "aggregation/aggregator.h"
+#include "aggregation/fixed_point.h"
+#include "aggregation/secagg.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "coordinator/run_store.h"
+#include "crypto/keys.h"
 #include "net/envelope.h"
 #include "proto/config.pb.h"
 #include "proto/wire.pb.h"
@@ -81,6 +90,12 @@ class RoundEngine {
   // The first error the store returned, if any (the daemon stops on it).
   const Status& store_error() const { return store_error_; }
 
+  // Debugging and tests: called with each securely aggregated round's
+  // unmasked sum (fixed point, mod 2^32) and the names whose inputs it holds.
+  using SumObserver = std::function<void(uint32_t round, std::span<const uint32_t> sum,
+                                         const std::vector<std::string>& names)>;
+  void set_sum_observer(SumObserver observer) { sum_observer_ = std::move(observer); }
+
  private:
   enum class Phase { kWaiting, kTraining, kDone };
   struct Client {
@@ -88,6 +103,7 @@ class RoundEngine {
     TimeMs last_seen = 0;
     bool active = true;
     uint64_t num_samples = 0;
+    std::optional<crypto::Ed25519Public> identity;  // From Hello.
   };
   struct Participant {
     std::string name;
@@ -95,6 +111,11 @@ class RoundEngine {
     std::string reason;
     uint64_t num_samples = 0;
     double train_loss = 0, train_accuracy = 0, train_seconds = 0;
+    // Secure aggregation: the last stage this client completed, and whether
+    // (and at which stage) it left the round.
+    int answered = 0;
+    bool left = false;
+    std::string stage;
   };
 
   RoundEngine(const config::RunConfig& config, RunStore* store, Evaluator evaluator);
@@ -105,6 +126,28 @@ class RoundEngine {
                 std::vector<Outgoing>& out);
   void MaybeStartRound(TimeMs now, std::vector<Outgoing>& out);
   void CloseRound(TimeMs now, std::vector<Outgoing>& out);
+  // Applies `mean` (null: an aborted round, model unchanged), evaluates and
+  // commits the round, then starts the next one or finishes the run.
+  // `spent_seconds`: coordinator time already spent aggregating.
+  void CommitRound(TimeMs now, const std::vector<float>* mean, double spent_seconds,
+                   std::vector<Outgoing>& out);
+
+  // Secure aggregation (round_engine_secagg.cc).
+  bool secure() const;
+  // rounds.min_clients, at least 3 with secure aggregation.
+  uint32_t MinClients() const;
+  Status StartSecAgg(std::span<const std::string> cohort);
+  void OnSecAggMessage(const std::string& peer, const net::Envelope& envelope, TimeMs now,
+                       std::vector<Outgoing>& out);
+  void OnMaskedUpdate(Participant& p, const std::string& peer, const net::Envelope& envelope,
+                      TimeMs now, std::vector<Outgoing>& out);
+  // Closes every stage whose clients all answered or whose deadline passed.
+  void AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out);
+  void AbortSecAgg(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
+  void LeaveSecAgg(Participant& p, Participant::State state, std::string reason);
+  Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id, int stage,
+                            const std::string& what, std::vector<Outgoing>& out);
+  int LiveWaiting() const;
   void Drop(Participant& p, Participant::State state, std::string reason);
   bool AllResolved() const;
   Outgoing MakeTask(const std::string& peer, const std::string& name) const;
@@ -135,6 +178,18 @@ class RoundEngine {
   std::unique_ptr<aggregation::Aggregator> aggregator_;
   std::vector<RoundRecord> committed_;
   Status store_error_;
+
+  // Secure aggregation state of the round in progress (stage 0: none).
+  int stage_ = 0;
+  TimeMs stage_deadline_ = 0;
+  aggregation::SecAggParams secagg_params_;
+  aggregation::FixedPoint fixed_point_;
+  std::vector<crypto::Ed25519Public> cohort_identities_;
+  std::array<uint8_t, 32> secagg_nonce_{};
+  double cohort_weight_ = 0;   // Sum of the cohort's registered samples.
+  double secagg_seconds_ = 0;  // Coordinator time spent in the protocol.
+  std::unique_ptr<aggregation::SecAggServer> secagg_;
+  SumObserver sum_observer_;
 };
 
 }  // namespace cohort::coordinator

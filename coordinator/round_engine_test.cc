@@ -22,6 +22,7 @@ config::RunConfig TestConfig(uint32_t clients, uint32_t min_clients, uint32_t ro
   c.mutable_rounds()->set_start_clients(clients);
   c.mutable_rounds()->set_round_deadline_s(10);
   c.mutable_rounds()->set_client_timeout_s(100);
+  c.mutable_secagg()->set_aggregation(config::PLAIN);
   return c;
 }
 

@@ -32,6 +32,10 @@ struct RoundRecord {
   double seconds = 0;              // Round wall time, tasks sent to commit.
   double coordinator_seconds = 0;  // Aggregate + evaluate + commit.
   int64_t committed_unix_ms = 0;
+  std::string aggregation = "plain";  // "plain", "secagg" or "secagg+".
+  // "committed", or "aborted" (secure aggregation fell below its threshold:
+  // the model is unchanged and nothing about the inputs was revealed).
+  std::string outcome = "committed";
 };
 
 struct ClientRoundRecord {
@@ -42,6 +46,11 @@ struct ClientRoundRecord {
   double train_loss = 0;
   double train_accuracy = 0;
   double train_seconds = 0;
+  // Secure aggregation: the stage at which the client left the round
+  // ("advertise_keys", "share_keys", "masked_input", "consistency",
+  // "unmasking"); empty if it stayed to the end. A client that left after
+  // its masked input still counts ("ok"): its input is in the sum.
+  std::string stage;
 };
 
 struct Checkpoint {

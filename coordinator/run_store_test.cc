@@ -26,8 +26,13 @@ TEST(RunStoreTest, CommittedRoundsSurviveReopening) {
     r.selected = 3;
     r.dropped = 1;
     r.test_accuracy = 0.75;
-    std::vector<ClientRoundRecord> clients = {{"a", "ok", "", 10, 0.5, 0.8, 1.0},
-                                              {"b", "dropped", "missed the round deadline"}};
+    std::vector<ClientRoundRecord> clients(2);
+    clients[0] = {"a", "ok", "", 10, 0.5, 0.8, 1.0, ""};
+    clients[1].client = "b";
+    clients[1].status = "dropped";
+    clients[1].reason = "missed the round deadline";
+    clients[1].stage = "share_keys";
+    r.aggregation = "secagg+";
     ASSERT_TRUE(store->CommitRound(r, clients, Cp(1, 1.5f), 3).ok());
   }
   auto store = std::move(OpenSqliteRunStore(path)).value();
@@ -43,9 +48,12 @@ TEST(RunStoreTest, CommittedRoundsSurviveReopening) {
   ASSERT_EQ(rounds->size(), 1u);
   EXPECT_EQ((*rounds)[0].dropped, 1u);
   EXPECT_DOUBLE_EQ((*rounds)[0].test_accuracy, 0.75);
+  EXPECT_EQ((*rounds)[0].aggregation, "secagg+");
+  EXPECT_EQ((*rounds)[0].outcome, "committed");
   auto clients = store->ClientRounds(1);
   ASSERT_EQ(clients->size(), 2u);
   EXPECT_EQ((*clients)[1].reason, "missed the round deadline");
+  EXPECT_EQ((*clients)[1].stage, "share_keys");
   std::filesystem::remove_all(dir);
 }
 

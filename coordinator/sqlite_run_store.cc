@@ -28,7 +28,9 @@ CREATE TABLE IF NOT EXISTS rounds (
   test_loss REAL NOT NULL,
   seconds REAL NOT NULL,
   coordinator_seconds REAL NOT NULL,
-  committed_unix_ms INTEGER NOT NULL
+  committed_unix_ms INTEGER NOT NULL,
+  aggregation TEXT NOT NULL DEFAULT 'plain',
+  outcome TEXT NOT NULL DEFAULT 'committed'
 );
 CREATE TABLE IF NOT EXISTS round_clients (
   round INTEGER NOT NULL,
@@ -39,6 +41,7 @@ CREATE TABLE IF NOT EXISTS round_clients (
   train_loss REAL NOT NULL,
   train_accuracy REAL NOT NULL,
   train_seconds REAL NOT NULL,
+  stage TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (round, client)
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -84,7 +87,13 @@ class SqliteRunStore final : public RunStore {
     // FULL: a committed round survives power loss, not only a process kill.
     COHORT_RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL"));
     COHORT_RETURN_IF_ERROR(Exec("PRAGMA busy_timeout=5000"));
-    return Exec(kSchema);
+    COHORT_RETURN_IF_ERROR(Exec(kSchema));
+    // Stores written before secure aggregation lack these columns.
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("rounds", "aggregation", "TEXT NOT NULL DEFAULT 'plain'"));
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("rounds", "outcome", "TEXT NOT NULL DEFAULT 'committed'"));
+    return AddColumnIfMissing("round_clients", "stage", "TEXT NOT NULL DEFAULT ''");
   }
 
   StatusOr<std::optional<RunInfo>> LoadRun() override {
@@ -131,7 +140,10 @@ class SqliteRunStore final : public RunStore {
         return FailedPreconditionError("commit of round " + std::to_string(r.round) +
                                        " after round " + std::to_string(last_round));
       }
-      Statement s(db_, "INSERT INTO rounds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      Statement s(db_,
+                  "INSERT INTO rounds (round, participants, selected, dropped, train_loss, "
+                  "test_accuracy, test_loss, seconds, coordinator_seconds, committed_unix_ms, "
+                  "aggregation, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       if (!s.ok()) return Error("commit round");
       sqlite3_bind_int64(s.get(), 1, r.round);
       sqlite3_bind_int64(s.get(), 2, r.participants);
@@ -143,8 +155,13 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_double(s.get(), 8, r.seconds);
       sqlite3_bind_double(s.get(), 9, r.coordinator_seconds);
       sqlite3_bind_int64(s.get(), 10, r.committed_unix_ms != 0 ? r.committed_unix_ms : UnixMs());
+      sqlite3_bind_text(s.get(), 11, r.aggregation.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(s.get(), 12, r.outcome.c_str(), -1, SQLITE_TRANSIENT);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
-      Statement c(db_, "INSERT INTO round_clients VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+      Statement c(db_,
+                  "INSERT INTO round_clients (round, client, status, reason, num_samples, "
+                  "train_loss, train_accuracy, train_seconds, stage) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
       if (!c.ok()) return Error("commit round clients");
       for (const ClientRoundRecord& cr : clients) {
         sqlite3_reset(c.get());
@@ -156,6 +173,7 @@ class SqliteRunStore final : public RunStore {
         sqlite3_bind_double(c.get(), 6, cr.train_loss);
         sqlite3_bind_double(c.get(), 7, cr.train_accuracy);
         sqlite3_bind_double(c.get(), 8, cr.train_seconds);
+        sqlite3_bind_text(c.get(), 9, cr.stage.c_str(), -1, SQLITE_TRANSIENT);
         if (sqlite3_step(c.get()) != SQLITE_DONE) return Error("commit round clients");
       }
       COHORT_RETURN_IF_ERROR(PutCheckpoint(checkpoint));
@@ -190,7 +208,10 @@ class SqliteRunStore final : public RunStore {
   }
 
   StatusOr<std::vector<RoundRecord>> Rounds() override {
-    Statement s(db_, "SELECT * FROM rounds ORDER BY round");
+    Statement s(db_,
+                "SELECT round, participants, selected, dropped, train_loss, test_accuracy, "
+                "test_loss, seconds, coordinator_seconds, committed_unix_ms, aggregation, "
+                "outcome FROM rounds ORDER BY round");
     if (!s.ok()) return Error("read rounds");
     std::vector<RoundRecord> out;
     int rc;
@@ -206,6 +227,8 @@ class SqliteRunStore final : public RunStore {
       r.seconds = sqlite3_column_double(s.get(), 7);
       r.coordinator_seconds = sqlite3_column_double(s.get(), 8);
       r.committed_unix_ms = sqlite3_column_int64(s.get(), 9);
+      r.aggregation = Text(s.get(), 10);
+      r.outcome = Text(s.get(), 11);
       out.push_back(r);
     }
     if (rc != SQLITE_DONE) return Error("read rounds");
@@ -215,7 +238,7 @@ class SqliteRunStore final : public RunStore {
   StatusOr<std::vector<ClientRoundRecord>> ClientRounds(uint32_t round) override {
     Statement s(db_,
                 "SELECT client, status, reason, num_samples, train_loss, train_accuracy, "
-                "train_seconds FROM round_clients WHERE round = ? ORDER BY client");
+                "train_seconds, stage FROM round_clients WHERE round = ? ORDER BY client");
     if (!s.ok()) return Error("read round clients");
     sqlite3_bind_int64(s.get(), 1, round);
     std::vector<ClientRoundRecord> out;
@@ -229,6 +252,7 @@ class SqliteRunStore final : public RunStore {
       c.train_loss = sqlite3_column_double(s.get(), 4);
       c.train_accuracy = sqlite3_column_double(s.get(), 5);
       c.train_seconds = sqlite3_column_double(s.get(), 6);
+      c.stage = Text(s.get(), 7);
       out.push_back(std::move(c));
     }
     if (rc != SQLITE_DONE) return Error("read round clients");
@@ -236,6 +260,16 @@ class SqliteRunStore final : public RunStore {
   }
 
  private:
+  Status AddColumnIfMissing(const std::string& table, const std::string& column,
+                            const std::string& type) {
+    Statement s(db_, ("SELECT 1 FROM pragma_table_info('" + table + "') WHERE name = ?").c_str());
+    if (!s.ok()) return Error("inspect schema");
+    sqlite3_bind_text(s.get(), 1, column.c_str(), -1, SQLITE_TRANSIENT);
+    const int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_ROW) return OkStatus();
+    if (rc != SQLITE_DONE) return Error("inspect schema");
+    return Exec(("ALTER TABLE " + table + " ADD COLUMN " + column + " " + type).c_str());
+  }
   Status Exec(const char* sql) {
     char* err = nullptr;
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {

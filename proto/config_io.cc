@@ -142,6 +142,30 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (c.net().max_header_bytes() < 1024) {
     return InvalidArgumentError("net.max_header_bytes: must be >= 1024");
   }
+  const SecAggConfig& sa = c.secagg();
+  if (sa.aggregation() == AGGREGATION_UNSPECIFIED) {
+    return InvalidArgumentError("secagg.aggregation: must be PLAIN, SECAGG or SECAGG_PLUS");
+  }
+  if (sa.aggregation() != PLAIN) {
+    if (r.max_clients_per_round() != 0 && r.max_clients_per_round() < 3) {
+      return InvalidArgumentError(
+          "rounds.max_clients_per_round: secure aggregation needs cohorts of >= 3 clients");
+    }
+    if (!IsFinitePositive(sa.clip()) || sa.clip() > 1e6f) {
+      return InvalidArgumentError("secagg.clip: must be in (0, 1e6]");
+    }
+    if (!std::isfinite(sa.expected_dropout()) || sa.expected_dropout() < 0 ||
+        sa.expected_dropout() >= 0.9f) {
+      return InvalidArgumentError("secagg.expected_dropout: must be in [0, 0.9)");
+    }
+    if (!std::isfinite(sa.corrupt_fraction()) || sa.corrupt_fraction() < 0 ||
+        sa.corrupt_fraction() >= 0.5f) {
+      return InvalidArgumentError("secagg.corrupt_fraction: must be in [0, 0.5)");
+    }
+    if (!IsFinitePositive(sa.stage_timeout_s())) {
+      return InvalidArgumentError("secagg.stage_timeout_s: must be > 0");
+    }
+  }
   return OkStatus();
 }
 

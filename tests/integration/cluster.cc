@@ -28,7 +28,7 @@ std::string ClientName(int k) {
 std::string Cluster::Shard(int k) const { return dir_ / ("shards/" + ClientName(k) + ".shard"); }
 
 std::string Cluster::WriteConfig(const std::string& name, int rounds,
-                                 const std::string& rounds_extra) const {
+                                 const std::string& rounds_extra, const std::string& extra) const {
   const std::string path = dir_ / name;
   WriteFile(path,
             "seed: 5\n"
@@ -38,7 +38,8 @@ std::string Cluster::WriteConfig(const std::string& name, int rounds,
                 "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: 16 }\n"
                 "train { batch_size: 16 learning_rate: 0.05 }\n"
                 "net { heartbeat_s: 0.5 }\n" +
-                "rounds { num_rounds: " + std::to_string(rounds) + " " + rounds_extra + " }\n");
+                "rounds { num_rounds: " + std::to_string(rounds) + " " + rounds_extra + " }\n" +
+                extra + "\n");
   return path;
 }
 

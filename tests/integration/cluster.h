@@ -22,10 +22,11 @@ class Cluster {
 
   const TempDir& dir() const { return dir_; }
   std::string Shard(int k) const;
-  // Writes a config: mlp 20-16-4, `rounds` rounds, and `rounds_extra` (text
-  // format) inside its rounds { } block.
-  std::string WriteConfig(const std::string& name, int rounds,
-                          const std::string& rounds_extra) const;
+  // Writes a config: mlp 20-16-4, `rounds` rounds, `rounds_extra` (text
+  // format) inside its rounds { } block and `extra` at the top level (by
+  // default plain aggregation; the secagg tests pass their own).
+  std::string WriteConfig(const std::string& name, int rounds, const std::string& rounds_extra,
+                          const std::string& extra = "secagg { aggregation: PLAIN }") const;
   // Starts a coordinator; returns its endpoint from "coordinator listening on".
   std::string StartCoordinator(const std::string& config, const std::string& run_dir,
                                const std::string& bind = "tcp://127.0.0.1:0");
