@@ -55,7 +55,6 @@ bool Session::Paused(const std::string& stage, uint32_t round, Actions& a) {
   if (fault_.round != round || fault_.stage != stage) return false;
   a.printed.push_back("paused before " + stage + " of round " + std::to_string(round));
   spdlog::warn("fault injection: sending nothing from {} of round {} on", stage, round);
-  secagg_.reset();
   return true;
 }
 
@@ -132,7 +131,10 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
   update.set_train_loss(result->mean_loss);
   update.set_train_accuracy(result->accuracy);
   update.set_train_seconds(result->seconds);
-  if (secagg_ && secagg_->task_id == task_id) {
+  if (secure_task_ == task_id) {
+    // A securely aggregated task never sends a plaintext update: when the
+    // session was refused or abandoned, nothing is sent at all.
+    if (!secagg_ || secagg_->task_id != task_id) return a;
     if (Paused("masked_input", task.round, a)) return a;
     // Weighted, clipped and rounded to the fixed-point grid; the rounding
     // draws from its own RNG, never from the mask PRG.
@@ -211,6 +213,7 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       task.options.seed = t.train_seed();
       spdlog::info("round {}: task received", t.round());
       secagg_.reset();
+      secure_task_ = t.has_secagg() ? t.task_id() : 0;
       if (t.has_secagg()) {
         Status started = StartSecAgg(t, now, a);
         if (!started.ok()) {

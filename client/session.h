@@ -114,6 +114,7 @@ class Session {
   FaultPlan fault_;
   InputObserver observer_;
   std::optional<SecAggRound> secagg_;
+  uint64_t secure_task_ = 0;  // The current task, if securely aggregated.
   size_t num_params_ = 0;
   bool welcomed_ = false;
   TimeMs heartbeat_ms_ = 1000;

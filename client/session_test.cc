@@ -143,6 +143,76 @@ TEST_F(SessionTest, FaultInjectionWithholdsTheUpdate) {
   EXPECT_EQ(a.printed[0], "paused before update of round 2");
 }
 
+net::Envelope SecureTask(uint64_t task_id, const crypto::Ed25519Public& own, uint32_t t = 2) {
+  net::Envelope e = Task(1, task_id, {0, 0, 0, 0});
+  auto* sa = e.header.mutable_task()->mutable_secagg();
+  sa->set_n(3);
+  sa->set_k(2);
+  sa->set_t(t);
+  sa->set_index(0);
+  sa->set_consistency_check(true);
+  sa->set_context(std::string(32, 'c'));
+  sa->add_identities(own.data(), own.size());
+  sa->add_identities(std::string(32, 'x'));
+  sa->add_identities(std::string(32, 'y'));
+  sa->set_clip(4);
+  sa->set_scale(1e6);
+  sa->set_total_weight(150);
+  return e;
+}
+
+TEST(SecureSessionTest, AdvertisesKeysAndNeverSendsAPlaintextUpdate) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  Actions a = s.Start(0);
+  ASSERT_EQ(a.send.size(), 1u);
+  EXPECT_EQ(a.send[0].header.hello().identity_key(),
+            std::string(identity.public_key.begin(), identity.public_key.end()));
+  s.OnMessage(Welcome(), 10);
+  a = s.OnMessage(SecureTask(7, identity.public_key), 20);
+  ASSERT_TRUE(a.train.has_value());
+  ASSERT_EQ(a.send.size(), 1u);
+  ASSERT_TRUE(a.send[0].header.has_secagg_keys());
+  EXPECT_EQ(a.send[0].header.secagg_keys().adverts(0).index(), 0u);
+  EXPECT_EQ(a.send[0].header.secagg_keys().adverts(0).signature().size(), 64u);
+  // A key list without this client's own keys: it leaves the round...
+  wire::Header keys;
+  keys.mutable_secagg_keys()->set_round(1);
+  keys.mutable_secagg_keys()->set_task_id(7);
+  a = s.OnMessage(Env(keys), 30);
+  EXPECT_TRUE(a.send.empty());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("secagg refused"), std::string::npos);
+  // ...and its trained delta is never sent in the clear.
+  std::vector<float> local(kParams, 1.0f);
+  EXPECT_TRUE(s.OnTrainingDone(7, train::TrainResult{}, local, 40).send.empty());
+}
+
+TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  auto other = std::move(crypto::GenerateEd25519()).value();
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  // Threshold 1 of 2 neighbours: one colluder could rebuild both secrets.
+  Actions a = s.OnMessage(SecureTask(8, identity.public_key, /*t=*/1), 20);
+  EXPECT_FALSE(a.train.has_value());
+  EXPECT_TRUE(a.send.empty());
+  // Another client's identity at this client's index.
+  a = s.OnMessage(SecureTask(9, other.public_key), 30);
+  EXPECT_FALSE(a.train.has_value());
+  EXPECT_TRUE(a.send.empty());
+  // Weights that would let the sum wrap around 2^32.
+  net::Envelope wrap = SecureTask(10, identity.public_key);
+  wrap.header.mutable_task()->mutable_secagg()->set_scale(1e9);
+  a = s.OnMessage(wrap, 40);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("overflows"), std::string::npos);
+}
+
 TEST_F(SessionTest, UnknownClientReRegistersFinishedAcknowledgesAndRejectStops) {
   Session s = Make();
   s.Start(0);

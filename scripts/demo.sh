@@ -6,7 +6,8 @@
 # Environment: SCHEME (default dirichlet:0.5), CLIENTS (10), ROUNDS (10),
 # SEED (0: partition and run seed), ASSIGNMENT (an explicit split file, see
 # `cohort partition --help`; overrides SCHEME), RUN_DIR (runs/demo),
-# CONFIG (examples/federated.textproto), COHORT (binary).
+# CONFIG (examples/federated.textproto), COHORT (binary), AGGREGATION
+# (SECAGG_PLUS, the default; SECAGG or PLAIN).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,7 @@ CLIENTS=${CLIENTS:-10}
 ROUNDS=${ROUNDS:-10}
 SEED=${SEED:-0}
 RUN_DIR=${RUN_DIR:-runs/demo}
+AGGREGATION=${AGGREGATION:-SECAGG_PLUS}
 CONFIG=${CONFIG:-examples/federated.textproto}
 COHORT=${COHORT:-build/cli/cohort}
 DATA=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
@@ -42,6 +44,7 @@ echo "== partitioning Fashion-MNIST into $CLIENTS shards ($SCHEME)"
 # The example config points at runs/demo/shards/test.shard; use the run's own.
 sed -e "s#runs/demo/shards/test.shard#$RUN_DIR/shards/test.shard#" \
     -e "s#start_clients: 10#start_clients: $CLIENTS#" -e "s#^seed: 0#seed: $SEED#" \
+    -e "s#aggregation: SECAGG_PLUS#aggregation: $AGGREGATION#" \
     -e "s#min_clients: 8#min_clients: $(( CLIENTS * 8 / 10 > 0 ? CLIENTS * 8 / 10 : 1 ))#" \
     "$CONFIG" > "$RUN_DIR/run.textproto"
 
@@ -56,7 +59,7 @@ for ((k = 0; k < CLIENTS; k++)); do
   cp "$RUN_DIR/keys/$name.pub" "$RUN_DIR/allow/"
 done
 
-echo "== coordinator + $CLIENTS clients on 127.0.0.1, $ROUNDS rounds (logs in $RUN_DIR/logs)"
+echo "== coordinator + $CLIENTS clients on 127.0.0.1, $ROUNDS rounds, aggregation $AGGREGATION (logs in $RUN_DIR/logs)"
 "$COHORT" coordinator --config "$RUN_DIR/run.textproto" --run-dir "$RUN_DIR" \
   --bind tcp://127.0.0.1:0 --rounds "$ROUNDS" \
   --identity "$RUN_DIR/keys/coordinator.key" --allow "$RUN_DIR/allow" \

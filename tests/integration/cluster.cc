@@ -61,7 +61,8 @@ void Cluster::EnableCurve(const std::vector<int>& allowed) {
 }
 
 std::string Cluster::StartCoordinator(const std::string& config, const std::string& run_dir,
-                                      const std::string& bind) {
+                                      const std::string& bind,
+                                      const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {CohortBin(), "coordinator", "--config", config,
                                    "--run-dir", run_dir,       "--bind",   bind};
   if (curve_) {
@@ -70,6 +71,7 @@ std::string Cluster::StartCoordinator(const std::string& config, const std::stri
   } else {
     argv.push_back("--insecure");
   }
+  argv.insert(argv.end(), extra.begin(), extra.end());
   coordinator_ = std::make_unique<Process>(argv, coordinator_log());
   auto line = coordinator_->WaitForLine("coordinator listening on ");
   if (!line) throw std::runtime_error("coordinator did not start: " + ReadFile(coordinator_log()));

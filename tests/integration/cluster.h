@@ -29,7 +29,8 @@ class Cluster {
                           const std::string& extra = "secagg { aggregation: PLAIN }") const;
   // Starts a coordinator; returns its endpoint from "coordinator listening on".
   std::string StartCoordinator(const std::string& config, const std::string& run_dir,
-                               const std::string& bind = "tcp://127.0.0.1:0");
+                               const std::string& bind = "tcp://127.0.0.1:0",
+                               const std::vector<std::string>& extra = {});
   void StartClient(int k, const std::string& endpoint, const std::vector<std::string>& extra = {});
 
   // From now on, processes use CURVE: keys for the coordinator and every

@@ -33,6 +33,7 @@ TempDir::TempDir(const std::string& tag) {
 }
 
 TempDir::~TempDir() {
+  if (std::getenv("COHORT_KEEP_TEST_DIRS") != nullptr) return;  // For debugging.
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
 }
