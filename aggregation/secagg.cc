@@ -112,13 +112,18 @@ StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double cor
   p.length = length;
   p.k = n - 1;
   if (!complete && n > 16) {
-    const double budget = std::ldexp(1.0, -20) / n;  // Union bound over the clients.
+    // Union bounds over the clients. Security (t corrupt neighbours would
+    // reveal a client's secrets) gets 2^-20; correctness (too few
+    // neighbours survive, so the round aborts and the next one runs) gets
+    // 2^-10: an abort costs one round, not privacy.
+    const double security_budget = std::ldexp(1.0, -20) / n;
+    const double abort_budget = std::ldexp(1.0, -10) / n;
     for (uint32_t k = 4; k < n - 1; k += 2) {
       const uint32_t t = ThresholdFor(k, corrupt);
       if (t > k) continue;
       const double too_few = BinomialCdfBelow(k, t, 1.0 - dropout);
       const double too_corrupt = corrupt > 0 ? 1.0 - BinomialCdfBelow(k, t, corrupt) : 0.0;
-      if (too_few <= budget && too_corrupt <= budget) {
+      if (too_few <= abort_budget && too_corrupt <= security_budget) {
         p.k = k;
         break;
       }

@@ -55,9 +55,10 @@ struct SecAggParams {
 
 // The documented rule for k and t (see secagg.cc): complete graph when
 // `complete` or n <= 16; otherwise the smallest even k such that, with
-// t = max(floor(k/2) + 1, floor(corrupt * k) + 1), a union bound over the n
-// clients puts both P[fewer than t neighbours survive] (dropout rate
-// `dropout`) and P[t or more neighbours are corrupt] below 2^-20.
+// t = max(floor(k/2) + 1, floor(corrupt * k) + 1), union bounds over the n
+// clients put P[t or more neighbours are corrupt] below 2^-20 and
+// P[fewer than t neighbours survive] (dropout rate `dropout`; the round
+// aborts) below 2^-10.
 StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double corrupt, bool complete,
                                           size_t length);
 

@@ -15,12 +15,18 @@
 #         m = 100K/1M, dropout 0/10/30 %, complete and SecAgg+ graphs; no peer
 #         runs here: compare with Bonawitz et al. 2017's published figures.
 #         Configurations estimated above SECAGG_MAX_S (default 120 s) are skipped.
+# secagg-learn: make demo's 10-client Fashion-MNIST run with PLAIN and with
+#         SECAGG_PLUS aggregation, same split and seed, SEEDS (0..4).
+# secagg-round: end-to-end round time (tasks sent to commit) of 100 client
+#         processes on this machine, MLP 784-1024-192-10 (1.0M parameters),
+#         PLAIN vs SECAGG_PLUS, ROUNDS_E2E rounds each (default 4).
 # JSON lines go to $OUT (default ${TMPDIR:-/tmp}/cohort-bench); a summary
 # table is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 WHAT=${1:-train,round}
+has() { [[ ",$WHAT," == *",$1,"* ]]; }
 OUT=${OUT:-${TMPDIR:-/tmp}/cohort-bench}
 PEERS=${PEERS:-$(cd .. && pwd)/shared/bench/peers}
 REPEATS=${REPEATS:-3}
@@ -32,7 +38,7 @@ if [[ -d $PEERS ]] && $PY -c "import torch" 2>/dev/null; then have_peers=1; else
   echo "note: $PEERS or Debian's python3-torch missing: running cohort only" >&2
 fi
 
-if [[ $WHAT == *train* ]]; then
+if has train; then
   : > "$OUT/train.jsonl"
   for ((r = 0; r < REPEATS; r++)); do
     if ((have_peers)); then
@@ -46,12 +52,12 @@ if [[ $WHAT == *train* ]]; then
   done
 fi
 
-if [[ $WHAT == *round* ]]; then
+if has round; then
   : > "$OUT/round.jsonl"
   for n in 10 100; do build/bench/round_bench --clients "$n" --rounds 7 >> "$OUT/round.jsonl"; done
 fi
 
-if [[ $WHAT == *fedavg* ]]; then
+if has fedavg; then
   : > "$OUT/fedavg.jsonl"
   for seed in $SEEDS; do
     for scheme in iid dirichlet:0.5; do
@@ -66,7 +72,7 @@ if [[ $WHAT == *fedavg* ]]; then
           assignment="$OUT/split-$part-$seed.txt"
           $PY bench/peer_partition.py "$PEERS" "$part" "$seed" "$assignment"
         fi
-        SEED=$seed SCHEME=$scheme ASSIGNMENT=$assignment RUN_DIR=$run_dir \
+        AGGREGATION=PLAIN SEED=$seed SCHEME=$scheme ASSIGNMENT=$assignment RUN_DIR=$run_dir \
           bash scripts/demo.sh > "$run_dir.log" 2>&1
         acc=$(build/cli/cohort status --run-dir "$run_dir" --json | tail -1 |
               $PY -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])')
@@ -86,7 +92,7 @@ for line in sys.stdin:
   done
 fi
 
-if [[ $WHAT == *secagg* ]]; then
+if has secagg; then
   : > "$OUT/secagg.jsonl"
   # Records a configuration that did not run, and why.
   skip_secagg() {
@@ -114,9 +120,66 @@ if [[ $WHAT == *secagg* ]]; then
   done
 fi
 
+if has secagg-learn; then
+  : > "$OUT/secagg_learn.jsonl"
+  for seed in $SEEDS; do
+    for agg in PLAIN SECAGG_PLUS; do
+      run_dir="$OUT/learn-$agg-$seed"
+      AGGREGATION=$agg SEED=$seed RUN_DIR=$run_dir bash scripts/demo.sh > "$run_dir.log" 2>&1
+      build/cli/cohort status --run-dir "$run_dir" --json | tail -1 | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+print(json.dumps({"bench": "secagg_learn", "aggregation": d["aggregation"], "seed": int(sys.argv[1]),
+                  "final_test_acc": d["test_accuracy"]}))' "$seed" >> "$OUT/secagg_learn.jsonl"
+    done
+  done
+fi
+
+if has secagg-round; then
+  : > "$OUT/secagg_round.jsonl"
+  dir="$OUT/e2e"
+  rm -rf "$dir" && mkdir -p "$dir"
+  build/cli/cohort partition --format synthetic --samples 2000 --test-samples 1000 --features 784 \
+    --classes 10 --clients 100 --seed 1 --out "$dir/shards" > /dev/null
+  for agg in PLAIN SECAGG_PLUS; do
+    cat > "$dir/$agg.textproto" <<EOF
+seed: 1
+data { test_shard: "$dir/shards/test.shard" }
+model { arch: "mlp" input_dim: 784 num_classes: 10 hidden: 1024 hidden: 192 }
+train { batch_size: 20 learning_rate: 0.05 }
+rounds { num_rounds: ${ROUNDS_E2E:-4} min_clients: 100 start_clients: 100 round_deadline_s: 600 client_timeout_s: 300 }
+net { heartbeat_s: 2 }
+secagg { aggregation: $agg stage_timeout_s: 300 }
+EOF
+    rm -rf "$dir/run-$agg"
+    build/cli/cohort coordinator --config "$dir/$agg.textproto" --run-dir "$dir/run-$agg" \
+      --bind tcp://127.0.0.1:0 --insecure > "$dir/$agg.out" 2> "$dir/$agg.log" &
+    coordinator=$!
+    for _ in $(seq 300); do [[ -s "$dir/run-$agg/coordinator.endpoint" ]] && break; sleep 0.1; done
+    endpoint=$(cat "$dir/run-$agg/coordinator.endpoint")
+    clients=()
+    for ((k = 0; k < 100; k++)); do
+      OPENBLAS_NUM_THREADS=1 build/cli/cohort client --coordinator "$endpoint" --insecure \
+        --data "$dir/shards/$(printf client-%03d $k).shard" 2> /dev/null > /dev/null &
+      clients+=("$!")
+    done
+    wait "$coordinator"
+    for pid in "${clients[@]}"; do wait "$pid" || true; done
+    build/cli/cohort status --run-dir "$dir/run-$agg" --json | $PY -c '
+import json, statistics, sys
+rows = [json.loads(l) for l in sys.stdin]
+later = rows[1:] or rows
+print(json.dumps({"bench": "secagg_round", "aggregation": rows[0]["aggregation"], "clients": 100,
+                  "params": 1002570, "rounds": len(rows),
+                  "median_round_s": statistics.median(r["seconds"] for r in later),
+                  "median_coordinator_s": statistics.median(r["coordinator_seconds"] for r in later),
+                  "final_test_acc": rows[-1]["test_accuracy"]}))' >> "$OUT/secagg_round.jsonl"
+  done
+fi
+
 $PY - "$OUT" "$WHAT" <<'PY'
 import json, os, statistics, sys
-out, what = sys.argv[1], sys.argv[2]
+out, what = sys.argv[1], sys.argv[2].split(",")
 def load(name):
     path = os.path.join(out, name)
     return [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
@@ -137,6 +200,25 @@ if "round" in what:
     print("|---|---|---|---|")
     for r in load("round.jsonl"):
         print(f"| {r['clients']} | {r['params']:,} | {r['median_s']:.3f} | {r['aggregate_eval_commit_median_s']:.3f} |")
+if "secagg-learn" in what:
+    rows = load("secagg_learn.jsonl")
+    print("\n### Final test accuracy with and without secure aggregation (make demo, 10 clients)\n")
+    print("| seed | plain | secagg+ | difference (points) |")
+    print("|---|---|---|---|")
+    acc = lambda a, s: next((r["final_test_acc"] for r in rows if r["aggregation"] == a and r["seed"] == s), float("nan"))
+    for s in sorted({r["seed"] for r in rows}):
+        print(f"| {s} | {acc('plain', s):.4f} | {acc('secagg+', s):.4f} | {100 * (acc('secagg+', s) - acc('plain', s)):+.2f} |")
+if "secagg-round" in what:
+    rows = {r["aggregation"]: r for r in load("secagg_round.jsonl")}
+    print("\n### End-to-end round time, 100 client processes, 1.0M parameters\n")
+    print("| aggregation | median round s | coordinator s | final acc |")
+    print("|---|---|---|---|")
+    for a in ("plain", "secagg+"):
+        if a in rows:
+            r = rows[a]
+            print(f"| {a} | {r['median_round_s']:.2f} | {r['median_coordinator_s']:.2f} | {r['final_test_acc']:.4f} |")
+    if "plain" in rows and "secagg+" in rows:
+        print(f"\nratio secagg+/plain: {rows['secagg+']['median_round_s'] / rows['plain']['median_round_s']:.2f}x")
 if "secagg" in what:
     print("\n### Secure aggregation compute (s)\n")
     print("| n | m | graph | dropout | k | t | client s | server s |")
