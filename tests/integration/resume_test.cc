@@ -1,6 +1,7 @@
 // Acceptance: a coordinator SIGKILLed after round 3 of 6 restarts from its
 // run directory, the run completes, and the final model is bit-identical to
-// an uninterrupted run with the same seed.
+// an uninterrupted run with the same seed, with plain and with secure
+// aggregation (masks cancel exactly and the fixed-point rounding is seeded).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -21,10 +22,13 @@ std::vector<float> FinalModel(const std::string& run_dir, uint32_t* round) {
   return cp->model;
 }
 
-TEST(ResumeTest, KilledCoordinatorResumesToTheBitIdenticalModel) {
+class ResumeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ResumeTest, KilledCoordinatorResumesToTheBitIdenticalModel) {
   Cluster cluster("resume", 3);
   const std::string config =
-      cluster.WriteConfig("run.textproto", 6, "min_clients: 3 start_clients: 3");
+      cluster.WriteConfig("run.textproto", 6, "min_clients: 3 start_clients: 3",
+                          "secagg { aggregation: " + GetParam() + " }");
 
   // Reference: an uninterrupted run.
   const std::string ref_dir = cluster.dir() / "ref";
@@ -58,8 +62,12 @@ TEST(ResumeTest, KilledCoordinatorResumesToTheBitIdenticalModel) {
   EXPECT_EQ(std::memcmp(reference.data(), resumed.data(), reference.size() * sizeof(float)), 0)
       << "resumed model differs from the uninterrupted one";
   auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
-  EXPECT_EQ(store->Rounds()->size(), 6u);
+  const auto rounds = std::move(store->Rounds()).value();
+  EXPECT_EQ(rounds.size(), 6u);
+  EXPECT_EQ(rounds.back().aggregation, GetParam() == "PLAIN" ? "plain" : "secagg+");
 }
+
+INSTANTIATE_TEST_SUITE_P(Aggregation, ResumeTest, ::testing::Values("PLAIN", "SECAGG_PLUS"));
 
 }  // namespace
 }  // namespace cohort::testing
