@@ -354,22 +354,8 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     OnMaskedUpdate(*p, peer, envelope, now, out);
     return;
   }
-  Status status;
-  if (u.masked()) {
-    status = InvalidArgumentError("masked update in a round with plain aggregation");
-  } else if (envelope.payloads.size() != 1) {
-    status = InvalidArgumentError("update carries " + std::to_string(envelope.payloads.size()) +
-                                  " payload frames, expected 1");
-  } else if (u.num_samples() != c.num_samples) {
-    // The weight of an update is its sample count; a client may not claim
-    // more data in a round than it registered with.
-    status =
-        InvalidArgumentError("update claims " + std::to_string(u.num_samples()) +
-                             " samples, the client registered " + std::to_string(c.num_samples));
-  } else if (!std::isfinite(u.train_loss()) || !std::isfinite(u.train_accuracy()) ||
-             !std::isfinite(u.train_seconds())) {
-    status = InvalidArgumentError("non-finite training metrics");
-  } else {
+  Status status = CheckUpdate(u, envelope, c, /*masked=*/false);
+  if (status.ok()) {
     const size_t index = static_cast<size_t>(p - participants_.data());
     status = aggregator_->Accept(index, envelope.payloads[0], static_cast<double>(u.num_samples()));
   }
@@ -387,6 +373,30 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     p->train_seconds = u.train_seconds();
   }
   if (AllResolved()) CloseRound(now, out);
+}
+
+Status RoundEngine::CheckUpdate(const wire::Update& u, const net::Envelope& envelope,
+                                const Client& c, bool masked) const {
+  if (u.masked() != masked) {
+    return InvalidArgumentError(
+        masked ? "plaintext update in a round with secure aggregation; the update must be masked"
+               : "masked update in a round with plain aggregation");
+  }
+  if (envelope.payloads.size() != 1) {
+    return InvalidArgumentError("update carries " + std::to_string(envelope.payloads.size()) +
+                                " payload frames, expected 1");
+  }
+  if (u.num_samples() != c.num_samples) {
+    // The weight of an update is its sample count; a client may not claim
+    // more data in a round than it registered with.
+    return InvalidArgumentError("update claims " + std::to_string(u.num_samples()) +
+                                " samples, the client registered " + std::to_string(c.num_samples));
+  }
+  if (!std::isfinite(u.train_loss()) || !std::isfinite(u.train_accuracy()) ||
+      !std::isfinite(u.train_seconds())) {
+    return InvalidArgumentError("non-finite training metrics");
+  }
+  return OkStatus();
 }
 
 void RoundEngine::Drop(Participant& p, Participant::State state, std::string reason) {

@@ -148,6 +148,9 @@ class RoundEngine {
   Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id, int stage,
                             const std::string& what, std::vector<Outgoing>& out);
   int LiveWaiting() const;
+  // The checks every update passes, plain or masked.
+  Status CheckUpdate(const wire::Update& u, const net::Envelope& envelope, const Client& c,
+                     bool masked) const;
   void Drop(Participant& p, Participant::State state, std::string reason);
   bool AllResolved() const;
   Outgoing MakeTask(const std::string& peer, const std::string& name) const;

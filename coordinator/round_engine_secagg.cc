@@ -246,21 +246,8 @@ void RoundEngine::OnMaskedUpdate(Participant& p, const std::string& peer,
     return;
   }
   const Client& c = clients_.at(p.name);
-  Status status;
-  if (!u.masked()) {
-    status = InvalidArgumentError(
-        "plaintext update in a round with secure aggregation; the update must be masked");
-  } else if (envelope.payloads.size() != 1) {
-    status = InvalidArgumentError("update carries " + std::to_string(envelope.payloads.size()) +
-                                  " payload frames, expected 1");
-  } else if (u.num_samples() != c.num_samples) {
-    status =
-        InvalidArgumentError("update claims " + std::to_string(u.num_samples()) +
-                             " samples, the client registered " + std::to_string(c.num_samples));
-  } else if (!std::isfinite(u.train_loss()) || !std::isfinite(u.train_accuracy()) ||
-             !std::isfinite(u.train_seconds())) {
-    status = InvalidArgumentError("non-finite training metrics");
-  } else {
+  Status status = CheckUpdate(u, envelope, c, /*masked=*/true);
+  if (status.ok()) {
     const double started = WallSeconds();
     aggregation::MaskedInput in;
     in.from = static_cast<uint32_t>(&p - participants_.data());
