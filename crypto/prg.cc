@@ -1,72 +1,283 @@
 #include "crypto/prg.h"
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "common/parallel.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define COHORT_HAVE_VAES_KERNEL 1
+#endif
+
 namespace cohort::crypto {
 
 namespace {
 
-// acc covers stream words [offset, offset + acc.size()); offset is a multiple
-// of 16 words (one 64-byte ChaCha20 block).
-Status AddMaskAt(const SecretBytes& key, std::span<uint32_t> acc, size_t offset, bool subtract) {
-  if (key.size() != crypto_stream_chacha20_KEYBYTES) {
-    return InvalidArgumentError("mask key must have 32 bytes");
+constexpr size_t kKeyBytes = 32;
+constexpr size_t kWordsPerBlock = 4;  // One 16-byte AES block.
+
+// ---- VAES/AVX2 kernel ------------------------------------------------------
+#if COHORT_HAVE_VAES_KERNEL
+
+// The AES-256 key schedule, each round key held twice (both 128-bit lanes of
+// a ymm register). Wiped by its owner; read with unaligned loads, so it may
+// live anywhere (a SecretBytes).
+struct RoundKeys {
+  uint8_t k[15][32];
+};
+
+#define COHORT_AES_TARGET __attribute__((target("aes,sse4.1")))
+#define COHORT_VAES_TARGET __attribute__((target("vaes,avx2,aes,sse4.1")))
+
+COHORT_AES_TARGET __m128i ExpandStep1(__m128i a, __m128i assist) {
+  assist = _mm_shuffle_epi32(assist, 0xff);
+  a = _mm_xor_si128(a, _mm_slli_si128(a, 4));
+  a = _mm_xor_si128(a, _mm_slli_si128(a, 4));
+  a = _mm_xor_si128(a, _mm_slli_si128(a, 4));
+  return _mm_xor_si128(a, assist);
+}
+
+COHORT_AES_TARGET __m128i ExpandStep2(__m128i a, __m128i b) {
+  const __m128i assist = _mm_shuffle_epi32(_mm_aeskeygenassist_si128(a, 0), 0xaa);
+  b = _mm_xor_si128(b, _mm_slli_si128(b, 4));
+  b = _mm_xor_si128(b, _mm_slli_si128(b, 4));
+  b = _mm_xor_si128(b, _mm_slli_si128(b, 4));
+  return _mm_xor_si128(b, assist);
+}
+
+COHORT_AES_TARGET void ExpandKey(const uint8_t* key, RoundKeys& out) {
+  __m128i rk[15];
+  __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(key));
+  __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(key + 16));
+  rk[0] = a;
+  rk[1] = b;
+  // aeskeygenassist takes its round constant as an immediate.
+#define COHORT_EXPAND(i, rcon)                            \
+  a = ExpandStep1(a, _mm_aeskeygenassist_si128(b, rcon)); \
+  rk[i] = a;                                              \
+  if (i < 14) {                                           \
+    b = ExpandStep2(a, b);                                \
+    rk[i + 1] = b;                                        \
   }
-  // Fresh keys every round, so a fixed zero nonce never repeats under a key.
-  static const uint8_t kNonce[crypto_stream_chacha20_NONCEBYTES] = {};
-  constexpr size_t kWords = 4096;  // 16 KiB: a multiple of the 64-byte block.
-  alignas(64) uint32_t block[kWords];
+  COHORT_EXPAND(2, 0x01)
+  COHORT_EXPAND(4, 0x02)
+  COHORT_EXPAND(6, 0x04)
+  COHORT_EXPAND(8, 0x08)
+  COHORT_EXPAND(10, 0x10)
+  COHORT_EXPAND(12, 0x20)
+  COHORT_EXPAND(14, 0x40)
+#undef COHORT_EXPAND
+  for (int i = 0; i < 15; ++i) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.k[i]), rk[i]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.k[i] + 16), rk[i]);
+  }
+  sodium_memzero(rk, sizeof(rk));
+}
+
+COHORT_AES_TARGET __m128i RoundKey128(const RoundKeys& rk, int r) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rk.k[r]));
+}
+
+COHORT_VAES_TARGET __m256i RoundKey256(const RoundKeys& rk, int r) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rk.k[r]));
+}
+
+// One keystream block (counter `block`) into `out`.
+COHORT_AES_TARGET void EncryptCounter(const RoundKeys& rk, uint64_t block, uint8_t out[16]) {
+  const __m128i bswap = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m128i x = _mm_xor_si128(_mm_shuffle_epi8(_mm_set_epi64x(0, static_cast<int64_t>(block)), bswap),
+                            RoundKey128(rk, 0));
+  for (int r = 1; r < 14; ++r) x = _mm_aesenc_si128(x, RoundKey128(rk, r));
+  x = _mm_aesenclast_si128(x, RoundKey128(rk, 14));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), x);
+}
+
+// acc[w] +-= keystream word (4 * first_block + w), w < words.
+template <bool kSubtract>
+COHORT_VAES_TARGET void CtrAddVaes(const RoundKeys& rk, uint64_t first_block, uint32_t* acc,
+                                   size_t words) {
+  constexpr int kLanes = 8;  // ymm registers in flight: 16 blocks, 64 words.
+  const __m256i bswap = _mm256_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15,
+                                         14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  // Counters as 64-bit integers in the low half of each 128-bit lane; the
+  // byte swap makes them the big-endian 128-bit counter block.
+  const auto b0 = static_cast<int64_t>(first_block);
+  __m256i counter = _mm256_setr_epi64x(b0, 0, b0 + 1, 0);
+  const __m256i two = _mm256_setr_epi64x(2, 0, 2, 0);
+  size_t w = 0;
+  for (; w + kLanes * 8 <= words; w += kLanes * 8) {
+    __m256i x[kLanes];
+    const __m256i k0 = RoundKey256(rk, 0);
+#pragma GCC unroll 8
+    for (int j = 0; j < kLanes; ++j) {
+      x[j] = _mm256_xor_si256(_mm256_shuffle_epi8(counter, bswap), k0);
+      counter = _mm256_add_epi64(counter, two);
+    }
+#pragma GCC unroll 13
+    for (int r = 1; r < 14; ++r) {
+      const __m256i kr = RoundKey256(rk, r);
+#pragma GCC unroll 8
+      for (int j = 0; j < kLanes; ++j) x[j] = _mm256_aesenc_epi128(x[j], kr);
+    }
+    const __m256i k14 = RoundKey256(rk, 14);
+#pragma GCC unroll 8
+    for (int j = 0; j < kLanes; ++j) {
+      x[j] = _mm256_aesenclast_epi128(x[j], k14);
+      auto* p = reinterpret_cast<__m256i*>(acc + w + 8 * j);
+      const __m256i v = _mm256_loadu_si256(p);
+      _mm256_storeu_si256(p, kSubtract ? _mm256_sub_epi32(v, x[j]) : _mm256_add_epi32(v, x[j]));
+    }
+  }
+  // The tail, a block at a time; the last block may be partial.
+  uint64_t block = first_block + w / kWordsPerBlock;
+  alignas(16) uint32_t stream[kWordsPerBlock];
+  for (; w < words; w += kWordsPerBlock, ++block) {
+    EncryptCounter(rk, block, reinterpret_cast<uint8_t*>(stream));
+    const size_t n = std::min(kWordsPerBlock, words - w);
+    for (size_t i = 0; i < n; ++i)
+      acc[w + i] = kSubtract ? acc[w + i] - stream[i] : acc[w + i] + stream[i];
+  }
+  sodium_memzero(stream, sizeof(stream));
+}
+
+// Every job over `acc` (stream words from 4 * first_block on), tile by tile:
+// each 8 KiB tile of acc stays in L1 while all the keys stream over it.
+Status AddMasksVaes(std::span<const MaskJob> jobs, std::span<uint32_t> acc, uint64_t first_block) {
+  SecretBytes schedule(jobs.size() * sizeof(RoundKeys));
+  auto* rk = reinterpret_cast<RoundKeys*>(schedule.bytes().data());
+  for (size_t j = 0; j < jobs.size(); ++j) ExpandKey(jobs[j].key->bytes().data(), rk[j]);
+  constexpr size_t kTile = 2048;  // Words; a multiple of the kernel's 64.
+  for (size_t w = 0; w < acc.size(); w += kTile) {
+    const size_t n = std::min(kTile, acc.size() - w);
+    const uint64_t block = first_block + w / kWordsPerBlock;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      if (jobs[j].subtract) {
+        CtrAddVaes<true>(rk[j], block, acc.data() + w, n);
+      } else {
+        CtrAddVaes<false>(rk[j], block, acc.data() + w, n);
+      }
+    }
+  }
+  return OkStatus();  // `schedule` wipes the round keys.
+}
+
+#endif  // COHORT_HAVE_VAES_KERNEL
+
+// ---- OpenSSL ---------------------------------------------------------------
+
+Status AddMaskOpenSsl(const SecretBytes& key, std::span<uint32_t> acc, uint64_t first_block,
+                      bool subtract) {
+  std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)> ctx(EVP_CIPHER_CTX_new(),
+                                                                      &EVP_CIPHER_CTX_free);
+  if (!ctx) return InternalError("mask PRG: EVP_CIPHER_CTX_new failed");
+  uint8_t iv[16] = {};
+  for (int i = 0; i < 8; ++i) iv[15 - i] = static_cast<uint8_t>(first_block >> (8 * i));
+  if (EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_ctr(), nullptr, key.bytes().data(), iv) != 1) {
+    return InternalError("mask PRG: AES-256-CTR init failed");
+  }
+  constexpr size_t kWords = 4096;  // 16 KiB.
+  static const uint8_t kZeros[kWords * sizeof(uint32_t)] = {};
+  alignas(64) uint32_t stream[kWords];
+  Status status = OkStatus();
   for (size_t begin = 0; begin < acc.size(); begin += kWords) {
     const size_t n = std::min(kWords, acc.size() - begin);
-    const uint64_t counter = (offset + begin) * sizeof(uint32_t) / 64;
-    std::memset(block, 0, n * sizeof(uint32_t));
-    if (crypto_stream_chacha20_xor_ic(reinterpret_cast<uint8_t*>(block),
-                                      reinterpret_cast<const uint8_t*>(block), n * sizeof(uint32_t),
-                                      kNonce, counter, key.bytes().data()) != 0) {
-      return InternalError("chacha20 failed");
+    const int bytes = static_cast<int>(n * sizeof(uint32_t));
+    int written = 0;
+    if (EVP_EncryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(stream), &written, kZeros, bytes) !=
+            1 ||
+        written != bytes) {
+      status = InternalError("mask PRG: AES-256-CTR failed");
+      break;
     }
     uint32_t* a = acc.data() + begin;
     if (subtract) {
-      for (size_t i = 0; i < n; ++i) a[i] -= block[i];
+      for (size_t i = 0; i < n; ++i) a[i] -= stream[i];
     } else {
-      for (size_t i = 0; i < n; ++i) a[i] += block[i];
+      for (size_t i = 0; i < n; ++i) a[i] += stream[i];
     }
   }
-  sodium_memzero(block, sizeof(block));
-  return OkStatus();
+  sodium_memzero(stream, sizeof(stream));
+  return status;  // EVP_CIPHER_CTX_free cleanses the key schedule.
+}
+
+// acc covers stream words [4 * first_block, 4 * first_block + acc.size()).
+Status AddMasksAt(std::span<const MaskJob> jobs, std::span<uint32_t> acc, uint64_t first_block,
+                  PrgImpl impl) {
+  for (const MaskJob& j : jobs) {
+    if (j.key == nullptr || j.key->size() != kKeyBytes) {
+      return InvalidArgumentError("mask key must have 32 bytes");
+    }
+  }
+  switch (impl == PrgImpl::kAuto ? BestPrgImpl() : impl) {
+    case PrgImpl::kVaes:
+      if (BestPrgImpl() != PrgImpl::kVaes) {
+        return FailedPreconditionError("mask PRG: this CPU has no VAES/AVX2");
+      }
+#if COHORT_HAVE_VAES_KERNEL
+      return AddMasksVaes(jobs, acc, first_block);
+#endif
+    default:
+      for (const MaskJob& j : jobs) {
+        COHORT_RETURN_IF_ERROR(AddMaskOpenSsl(*j.key, acc, first_block, j.subtract));
+      }
+      return OkStatus();
+  }
 }
 
 }  // namespace
 
-Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract) {
-  return AddMaskAt(key, acc, 0, subtract);
+PrgImpl BestPrgImpl() {
+#if !COHORT_HAVE_VAES_KERNEL
+  return PrgImpl::kOpenSsl;
+#else
+  static const PrgImpl best = [] {
+    __builtin_cpu_init();
+    const bool vaes = __builtin_cpu_supports("vaes") && __builtin_cpu_supports("avx2") &&
+                      __builtin_cpu_supports("aes") && __builtin_cpu_supports("sse4.1");
+    return vaes ? PrgImpl::kVaes : PrgImpl::kOpenSsl;
+  }();
+  return best;
+#endif
 }
 
-Status AddMasks(std::span<const MaskJob> jobs, std::span<uint32_t> acc, unsigned threads) {
+const char* PrgImplName(PrgImpl impl) {
+  switch (impl == PrgImpl::kAuto ? BestPrgImpl() : impl) {
+    case PrgImpl::kVaes:
+      return "aes256-ctr (vaes)";
+    default:
+      return "aes256-ctr (openssl)";
+  }
+}
+
+Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract, PrgImpl impl) {
+  const MaskJob job{&key, subtract};
+  return AddMasksAt({&job, 1}, acc, 0, impl);
+}
+
+Status AddMasks(std::span<const MaskJob> jobs, std::span<uint32_t> acc, unsigned threads,
+                PrgImpl impl) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   // Small vectors: threads cost more than they save.
   if (acc.size() < 16384 || threads == 1 || jobs.size() < 2) {
-    for (const MaskJob& j : jobs) COHORT_RETURN_IF_ERROR(AddMaskAt(*j.key, acc, 0, j.subtract));
-    return OkStatus();
+    return AddMasksAt(jobs, acc, 0, impl);
   }
-  const size_t per = (acc.size() / threads + 15) / 16 * 16;
+  // Slices of whole 16-block groups, so the kernel's fast loop covers them.
+  constexpr size_t kAlign = 64;
+  const size_t per = (acc.size() / threads + kAlign - 1) / kAlign * kAlign;
   // One slice per thread; each streams every key over its own slice.
   return ParallelFor(
       threads,
       [&](size_t t) -> Status {
         const size_t lo = std::min(acc.size(), t * per);
         const size_t hi = std::min(acc.size(), lo + per);
-        for (const MaskJob& j : jobs) {
-          COHORT_RETURN_IF_ERROR(AddMaskAt(*j.key, acc.subspan(lo, hi - lo), lo, j.subtract));
-        }
-        return OkStatus();
+        return AddMasksAt(jobs, acc.subspan(lo, hi - lo), lo / kWordsPerBlock, impl);
       },
       threads, /*min_per_thread=*/1);
 }

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential meson ninja-build pkg-config
-  libzmq3-dev cppzmq-dev libsodium-dev
+  libzmq3-dev cppzmq-dev libsodium-dev libssl-dev
   libprotobuf-dev protobuf-compiler
   libsqlite3-dev libgtest-dev libcli11-dev libspdlog-dev
   libopenblas-dev zlib1g-dev
