@@ -30,6 +30,13 @@ StatusOr<FixedPoint> ChooseFixedPoint(float clip, double max_total_weight, uint3
 void EncodeFixedPoint(std::span<const float> values, double weight, const FixedPoint& fp, Rng& rng,
                       std::span<uint32_t> out);
 
+namespace internal {
+// EncodeFixedPoint with the AVX2 kernel on or off (tests: both must agree).
+// `avx2` on a CPU without AVX2 is undefined behaviour.
+void EncodeFixedPoint(std::span<const float> values, double weight, const FixedPoint& fp, Rng& rng,
+                      std::span<uint32_t> out, bool avx2);
+}  // namespace internal
+
 void DecodeFixedPoint(std::span<const uint32_t> sum, double total_weight, const FixedPoint& fp,
                       std::span<float> out);
 

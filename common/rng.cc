@@ -12,8 +12,6 @@ uint64_t SplitMix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
 }  // namespace
 
 uint64_t DeriveSeed(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
@@ -38,18 +36,6 @@ uint64_t Fnv1a64(std::string_view data) {
 Rng::Rng(uint64_t seed) {
   uint64_t state = seed;
   for (auto& s : s_) s = SplitMix64(state);
-}
-
-uint64_t Rng::Next() {
-  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = Rotl(s_[3], 45);
-  return result;
 }
 
 double Rng::UniformDouble() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }

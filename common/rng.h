@@ -24,7 +24,17 @@ class Rng {
  public:
   explicit Rng(uint64_t seed);
 
-  uint64_t Next();
+  uint64_t Next() {  // Inline: the fixed-point encoder draws per value.
+    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = Rotl(s_[3], 45);
+    return result;
+  }
   // Uniform in [0, 1) with 53 random bits.
   double UniformDouble();
   // Uniform in [0, 1) with 24 random bits.
@@ -45,6 +55,7 @@ class Rng {
   }
 
  private:
+  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   uint64_t s_[4];
 };
 
