@@ -139,7 +139,7 @@ std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t r
                                       uint64_t task_id, const SecAggParams& params, float clip,
                                       double scale, double total_weight,
                                       std::span<const crypto::Ed25519Public> identities) {
-  std::string m = "cohort-secagg-context-v1";
+  std::string m = "cohort-secagg-context-v2:aes256-ctr";
   m.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   auto put = [&m](const auto& v) { m.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   put(round);
@@ -277,9 +277,9 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
 }
 
 StatusOr<MaskedInput> SecAggClient::MaskInput(const InboundShares& inbound,
-                                              std::span<const uint32_t> input) {
+                                              std::vector<uint32_t> input) {
   COHORT_RETURN_IF_ERROR(ReceiveShares(inbound));
-  return MaskInput(input);
+  return MaskInput(std::move(input));
 }
 
 Status SecAggClient::ReceiveShares(const InboundShares& inbound) {
@@ -332,7 +332,7 @@ Status SecAggClient::ReceiveShares(const InboundShares& inbound) {
   return OkStatus();
 }
 
-StatusOr<MaskedInput> SecAggClient::MaskInput(std::span<const uint32_t> input) {
+StatusOr<MaskedInput> SecAggClient::MaskInput(std::vector<uint32_t> input) {
   if (stage_ != 2 || !shares_received_) {
     return FailedPreconditionError("secagg client: MaskInput out of order");
   }
@@ -343,7 +343,7 @@ StatusOr<MaskedInput> SecAggClient::MaskInput(std::span<const uint32_t> input) {
   }
   MaskedInput out;
   out.from = index_;
-  out.values.assign(input.begin(), input.end());
+  out.values = std::move(input);  // Masked in place.
   std::vector<uint32_t> peers;
   for (const auto& [v, share] : held_mask_shares_) peers.push_back(v);
   std::vector<SecretBytes> pair_keys(peers.size());
@@ -562,16 +562,29 @@ StatusOr<std::map<uint32_t, InboundShares>> SecAggServer::CloseShares() {
 }
 
 Status SecAggServer::OnMaskedInput(const MaskedInput& in) {
+  return OnMaskedInput(in.from, {reinterpret_cast<const uint8_t*>(in.values.data()),
+                                 in.values.size() * sizeof(uint32_t)});
+}
+
+Status SecAggServer::OnMaskedInput(uint32_t from, std::span<const uint8_t> words) {
   if (aborted_ || stage_ != 3)
     return FailedPreconditionError("input outside the MaskedInput stage");
-  if (!Contains(u2_, in.from)) return InvalidArgumentError("masked input from a client not in U2");
-  if (Contains(u3_, in.from)) return InvalidArgumentError("second masked input");
-  if (in.values.size() != params_.length) {
-    return InvalidArgumentError("masked input has " + std::to_string(in.values.size()) +
+  if (!Contains(u2_, from)) return InvalidArgumentError("masked input from a client not in U2");
+  if (Contains(u3_, from)) return InvalidArgumentError("second masked input");
+  if (words.size() != params_.length * sizeof(uint32_t)) {
+    return InvalidArgumentError("masked input has " + std::to_string(words.size() / 4) +
                                 " values, expected " + std::to_string(params_.length));
   }
-  for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += in.values[i];
-  u3_.insert(std::upper_bound(u3_.begin(), u3_.end(), in.from), in.from);
+  // Through a small buffer: the frame's bytes need not be uint32 objects.
+  constexpr size_t kChunk = 2048;
+  uint32_t chunk[kChunk];
+  for (size_t begin = 0; begin < sum_.size(); begin += kChunk) {
+    const size_t n = std::min(kChunk, sum_.size() - begin);
+    std::memcpy(chunk, words.data() + begin * sizeof(uint32_t), n * sizeof(uint32_t));
+    uint32_t* s = sum_.data() + begin;
+    for (size_t i = 0; i < n; ++i) s[i] += chunk[i];
+  }
+  u3_.insert(std::upper_bound(u3_.begin(), u3_.end(), from), from);
   return OkStatus();
 }
 

@@ -133,10 +133,11 @@ class SecAggClient {
   StatusOr<SealedShares> ShareKeys(const KeyList& list);
   // Opens the shares neighbours sent (stage 2 -> 3, part one).
   Status ReceiveShares(const InboundShares& inbound);
-  // `input`: this client's fixed-point encoded, already weighted vector.
-  StatusOr<MaskedInput> MaskInput(std::span<const uint32_t> input);
+  // `input`: this client's fixed-point encoded, already weighted vector;
+  // it is masked in place and returned as the MaskedInput's values.
+  StatusOr<MaskedInput> MaskInput(std::vector<uint32_t> input);
   // Both of the above.
-  StatusOr<MaskedInput> MaskInput(const InboundShares& inbound, std::span<const uint32_t> input);
+  StatusOr<MaskedInput> MaskInput(const InboundShares& inbound, std::vector<uint32_t> input);
   StatusOr<SurvivorSignature> SignSurvivors(const SurvivorList& list);
   StatusOr<UnmaskResponse> Unmask(const UnmaskRequest& request);
 
@@ -179,6 +180,9 @@ class SecAggServer {
   // Adds the masked vector to the running sum at once; nothing per client is
   // kept.
   Status OnMaskedInput(const MaskedInput& input);
+  // Same, straight from a received frame: `words` holds the masked vector as
+  // little-endian 32-bit words (4 x length bytes), so nothing is copied.
+  Status OnMaskedInput(uint32_t from, std::span<const uint8_t> words);
   StatusOr<SurvivorList> CloseMaskedInput();
   Status OnSignature(const SurvivorSignature& signature);
   StatusOr<UnmaskRequest> CloseConsistency();

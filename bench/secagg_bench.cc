@@ -110,11 +110,12 @@ int main(int argc, char** argv) {
     if (!rs.ok()) return 1;
     MaskedInput masked;
     if (i < timed) {
-      auto r = timed_call(client_s[i], [&] { return clients[i]->MaskInput(input); });
+      std::vector<uint32_t> mine = input;  // Copied outside the timed call.
+      auto r = timed_call(client_s[i], [&] { return clients[i]->MaskInput(std::move(mine)); });
       must(r);
       masked = std::move(*r);
     } else {
-      auto r = clients[i]->MaskInput(std::span<const uint32_t>(input.data(), 1));
+      auto r = clients[i]->MaskInput(std::vector<uint32_t>(input.begin(), input.begin() + 1));
       must(r);
       masked.from = i;
       masked.values = input;  // Same cost for the server as a real input.

@@ -115,8 +115,10 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
   auto apply = [&](Actions a) {
     for (auto& o : a.send) {
       // A failed send (not connected) is retried by the session's timers.
-      (void)net::SendFrames(socket, "",
-                            net::EncodeEnvelope(o.header, std::span<const float>(o.payload)));
+      (void)net::SendFrames(
+          socket, "",
+          o.words.empty() ? net::EncodeEnvelope(o.header, std::span<const float>(o.payload))
+                          : net::EncodeEnvelope(o.header, std::span<const uint32_t>(o.words)));
     }
     for (const auto& line : a.printed) {
       std::printf("%s\n", line.c_str());

@@ -131,11 +131,17 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
   update.set_train_loss(result->mean_loss);
   update.set_train_accuracy(result->accuracy);
   update.set_train_seconds(result->seconds);
-  if (secure_task_ == task_id) {
+  if (task.secure) {
     // A securely aggregated task never sends a plaintext update: when the
     // session was refused or abandoned, nothing is sent at all.
     if (!secagg_ || secagg_->task_id != task_id) return a;
     if (Paused("masked_input", task.round, a)) return a;
+    // The coordinator cannot check a masked vector, so the client does: a
+    // diverged update leaves the round (a dropout) instead of being encoded.
+    if (!AllFinite(delta)) {
+      Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
+      return a;
+    }
     // Weighted, clipped and rounded to the fixed-point grid; the rounding
     // draws from its own RNG, never from the mask PRG.
     std::vector<uint32_t> encoded(delta.size());
@@ -212,20 +218,25 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       task.options.sgd.weight_decay = t.train().weight_decay();
       task.options.seed = t.train_seed();
       spdlog::info("round {}: task received", t.round());
-      secagg_.reset();
-      secure_task_ = t.has_secagg() ? t.task_id() : 0;
       if (t.has_secagg()) {
-        Status started = StartSecAgg(t, now, a);
-        if (!started.ok()) {
-          // Without a valid secure-aggregation session the update could
-          // not be sent: do not train for nothing.
-          spdlog::warn("round {}: refused the task: {}", t.round(), started.message());
-          a.printed.push_back("secagg refused in round " + std::to_string(t.round()) + ": " +
-                              started.message());
-          secagg_.reset();
+        // Usually the key exchange began with SecAggStart; else start it now.
+        const bool started_early = secure_task_ == t.task_id();
+        if (!started_early) StartSecureTask(t.round(), t.task_id(), t.secagg(), now, a);
+        if (!secagg_ || secagg_->task_id != t.task_id()) {
+          // Refused (or left) the session: the update could not be sent,
+          // so do not train for nothing.
           break;
         }
+        if (started_early && t.secagg().SerializeAsString() != secagg_->setup) {
+          Refuse(InvalidArgumentError("the task's secagg setup differs from SecAggStart's"), a);
+          break;
+        }
+        secagg_->train_seed = t.train_seed();
+      } else {
+        secagg_.reset();
+        secure_task_ = 0;
       }
+      task.secure = t.has_secagg();
       a.cancel_training = running_.has_value();
       running_ = task;
       a.train = std::move(task);
@@ -233,6 +244,24 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
     }
     case wire::Header::kHeartbeatAck:
       break;
+    case wire::Header::kSecaggStart: {
+      const auto& st = h.secagg_start();
+      if (num_params_ == 0) {
+        spdlog::warn("secagg start before welcome; ignored");
+        break;
+      }
+      if (st.round() == 0 || secure_task_ == st.task_id() ||
+          (running_ && running_->task_id == st.task_id()) || last_completed_task_ == st.task_id()) {
+        break;  // Bad, or a session this client already has.
+      }
+      spdlog::info("round {}: secure aggregation starts ({} clients, index {})", st.round(),
+                   st.setup().n(), st.setup().index());
+      // A new round: whatever was still training is obsolete.
+      a.cancel_training = running_.has_value();
+      running_.reset();
+      StartSecureTask(st.round(), st.task_id(), st.setup(), now, a);
+      break;
+    }
     case wire::Header::kSecaggKeys:
     case wire::Header::kSecaggShares:
     case wire::Header::kSecaggSurvivors:
@@ -259,7 +288,7 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       spdlog::info("run finished after {} rounds", h.finished().rounds());
       // Acknowledge, so the coordinator can close without waiting.
       wire::Header ack = Header();
-      ack.mutable_heartbeat();
+      ack.mutable_heartbeat()->set_finished(true);
       Send(std::move(ack), {}, now, a);
       a.cancel_training = running_.has_value();
       running_.reset();
@@ -290,8 +319,22 @@ constexpr uint32_t kMaxCohort = 1u << 20;
 
 }  // namespace
 
-Status Session::StartSecAgg(const wire::RoundTask& task, TimeMs now, Actions& a) {
-  const wire::SecAggSetup& s = task.secagg();
+void Session::StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup,
+                              TimeMs now, Actions& a) {
+  secagg_.reset();
+  // From here on this task never sends a plaintext update.
+  secure_task_ = task_id;
+  Status started = StartSecAgg(round, task_id, setup, now, a);
+  if (!started.ok()) {
+    spdlog::warn("round {}: refused the task: {}", round, started.message());
+    a.printed.push_back("secagg refused in round " + std::to_string(round) + ": " +
+                        started.message());
+    secagg_.reset();
+  }
+}
+
+Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& s,
+                            TimeMs now, Actions& a) {
   if (identity_ == nullptr) return FailedPreconditionError("no identity key to sign with");
   if (s.n() < 2 || s.n() > kMaxCohort || s.k() == 0 || s.k() >= s.n() || s.t() < 2 ||
       s.t() > s.k() || s.index() >= s.n() || static_cast<uint32_t>(s.identities_size()) != s.n()) {
@@ -332,23 +375,23 @@ Status Session::StartSecAgg(const wire::RoundTask& task, TimeMs now, Actions& a)
   params.consistency_check = s.consistency_check();
   std::array<uint8_t, 32> nonce{};
   std::memcpy(nonce.data(), s.context().data(), nonce.size());
-  params.context = aggregation::SecAggContext(nonce, task.round(), task.task_id(), params, s.clip(),
-                                              s.scale(), s.total_weight(), identities);
+  params.context = aggregation::SecAggContext(nonce, round, task_id, params, s.clip(), s.scale(),
+                                              s.total_weight(), identities);
   SecAggRound r;
-  r.round = task.round();
-  r.task_id = task.task_id();
-  r.train_seed = task.train_seed();
+  r.round = round;
+  r.task_id = task_id;
+  r.setup = s.SerializeAsString();
   r.fixed_point = {s.clip(), s.scale()};
   r.weight = static_cast<double>(num_samples_) / s.total_weight();
   r.client = std::make_unique<aggregation::SecAggClient>(params, s.index(), identity_,
                                                          std::move(identities));
   secagg_ = std::move(r);
-  if (Paused("advertise_keys", task.round(), a)) return OkStatus();
+  if (Paused("advertise_keys", round, a)) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(aggregation::KeyAdvert advert, secagg_->client->AdvertiseKeys());
   wire::Header h = Header();
   auto* m = h.mutable_secagg_keys();
-  m->set_round(task.round());
-  m->set_task_id(task.task_id());
+  m->set_round(round);
+  m->set_task_id(task_id);
   auto* w = m->add_adverts();
   w->set_index(advert.index);
   w->set_enc_key(advert.enc_key.data(), advert.enc_key.size());
@@ -359,17 +402,17 @@ Status Session::StartSecAgg(const wire::RoundTask& task, TimeMs now, Actions& a)
 }
 
 void Session::SendMaskedInput(TimeMs now, Actions& a) {
-  auto masked = secagg_->client->MaskInput(*secagg_->input);
+  // Masked in place: the encoded input becomes the payload, no copies.
+  auto masked = secagg_->client->MaskInput(std::move(*secagg_->input));
   secagg_->input.reset();
   if (!masked.ok()) {
     Refuse(masked.status(), a);
     return;
   }
-  std::vector<float> payload(masked->values.size());
-  std::memcpy(payload.data(), masked->values.data(), payload.size() * sizeof(float));
   wire::Header h = Header();
   *h.mutable_update() = secagg_->update;
-  Send(std::move(h), std::move(payload), now, a);
+  last_sent_ = now;
+  a.send.push_back({std::move(h), {}, std::move(masked->values)});
 }
 
 void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {

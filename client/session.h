@@ -26,7 +26,8 @@ namespace cohort::client {
 
 struct Outbound {
   wire::Header header;
-  std::vector<float> payload;  // Empty: none.
+  std::vector<float> payload;   // Empty: none.
+  std::vector<uint32_t> words;  // A masked update's payload instead (secure aggregation).
 };
 
 struct TrainTask {
@@ -34,6 +35,7 @@ struct TrainTask {
   uint64_t task_id = 0;
   std::vector<float> global;
   train::TrainOptions options;
+  bool secure = false;  // Securely aggregated: never send a plaintext update.
 };
 
 struct Actions {
@@ -90,7 +92,8 @@ class Session {
   struct SecAggRound {
     uint32_t round = 0;
     uint64_t task_id = 0;
-    uint64_t train_seed = 0;
+    uint64_t train_seed = 0;  // From the task; seeds the stochastic rounding.
+    std::string setup;        // The SecAggSetup it started from, serialized.
     aggregation::FixedPoint fixed_point;
     double weight = 0;  // num_samples / total_weight.
     std::unique_ptr<aggregation::SecAggClient> client;
@@ -98,7 +101,12 @@ class Session {
     std::optional<std::vector<uint32_t>> input;  // Encoded, awaiting shares.
     wire::Update update;                         // Metrics to send with it.
   };
-  Status StartSecAgg(const wire::RoundTask& task, TimeMs now, Actions& a);
+  // Starts the session of a secure task (from SecAggStart or the task);
+  // on a refusal it prints why and leaves no session.
+  void StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
+                       Actions& a);
+  Status StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
+                     Actions& a);
   void OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a);
   void SendMaskedInput(TimeMs now, Actions& a);
   // True (and prints the fault line) when the fault plan stops `stage`.

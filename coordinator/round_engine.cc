@@ -115,6 +115,35 @@ Outgoing RoundEngine::MakeError(const std::string& peer, wire::ErrorCode code,
   return o;
 }
 
+void RoundEngine::FillSecAggSetup(const std::string& name, wire::SecAggSetup* sa) const {
+  const auto& p = secagg_params_;
+  sa->set_sparse(config_.secagg().aggregation() == config::SECAGG_PLUS);
+  sa->set_n(p.n);
+  sa->set_k(p.k);
+  sa->set_t(p.t);
+  sa->set_graph_seed(p.graph_seed);
+  for (size_t i = 0; i < participants_.size(); ++i) {
+    if (participants_[i].name == name) sa->set_index(static_cast<uint32_t>(i));
+  }
+  sa->set_consistency_check(p.consistency_check);
+  sa->set_context(secagg_nonce_.data(), secagg_nonce_.size());
+  for (const auto& id : cohort_identities_) sa->add_identities(id.data(), id.size());
+  sa->set_clip(fixed_point_.clip);
+  sa->set_scale(fixed_point_.scale);
+  sa->set_total_weight(cohort_weight_);
+}
+
+Outgoing RoundEngine::MakeSecAggStart(const std::string& peer, const std::string& name) const {
+  Outgoing o;
+  o.peer = peer;
+  o.header.set_version(wire::VERSION_1);
+  auto* s = o.header.mutable_secagg_start();
+  s->set_round(round_ + 1);
+  s->set_task_id(task_id_);
+  FillSecAggSetup(name, s->mutable_setup());
+  return o;
+}
+
 Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name) const {
   Outgoing o;
   o.peer = peer;
@@ -125,24 +154,7 @@ Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name)
   t->set_train_seed(DeriveSeed(config_.seed(), round_ + 1, Fnv1a64(name)));
   *t->mutable_train() = config_.train();
   t->set_deadline_s(config_.rounds().round_deadline_s());
-  if (secagg_) {
-    auto* sa = t->mutable_secagg();
-    const auto& p = secagg_params_;
-    sa->set_sparse(config_.secagg().aggregation() == config::SECAGG_PLUS);
-    sa->set_n(p.n);
-    sa->set_k(p.k);
-    sa->set_t(p.t);
-    sa->set_graph_seed(p.graph_seed);
-    for (size_t i = 0; i < participants_.size(); ++i) {
-      if (participants_[i].name == name) sa->set_index(static_cast<uint32_t>(i));
-    }
-    sa->set_consistency_check(p.consistency_check);
-    sa->set_context(secagg_nonce_.data(), secagg_nonce_.size());
-    for (const auto& id : cohort_identities_) sa->add_identities(id.data(), id.size());
-    sa->set_clip(fixed_point_.clip);
-    sa->set_scale(fixed_point_.scale);
-    sa->set_total_weight(cohort_weight_);
-  }
+  if (secagg_) FillSecAggSetup(name, t->mutable_secagg());
   o.payload = task_model_;
   return o;
 }
@@ -170,10 +182,15 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
   const wire::Header& h = envelope.header;
   if (phase_ == Phase::kDone && h.body_case() != wire::Header::kHello) {
     // The run is over: whatever a known client says, it hears Finished (a
-    // lost Finished is repaired by its next heartbeat), and a message after
-    // Finished is its acknowledgement.
+    // lost Finished is repaired by its next heartbeat). Only a heartbeat
+    // marked `finished` acknowledges it: another message may have crossed
+    // Finished in flight, and closing on it could reset the connection
+    // before Finished arrives.
     if (const std::string* name = NameOf(peer)) {
-      acknowledged_finish_.insert(*name);
+      if (h.has_heartbeat() && h.heartbeat().finished()) {
+        acknowledged_finish_.insert(*name);
+        return out;
+      }
       Outgoing f;
       f.peer = peer;
       f.header.set_version(wire::VERSION_1);
@@ -464,6 +481,13 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
       "round {}: selected {} of {} available clients{}", round, k, clients_.size(),
       secagg_ ? fmt::format(" (secure aggregation, k={} t={})", secagg_params_.k, secagg_params_.t)
               : "");
+  if (secagg_) {
+    // Every key exchange first: the small SecAggStart messages are queued
+    // ahead of the models, so stages 1 and 2 overlap the downloads.
+    for (const auto& p : participants_) {
+      out.push_back(MakeSecAggStart(clients_[p.name].peer, p.name));
+    }
+  }
   for (const auto& p : participants_) out.push_back(MakeTask(clients_[p.name].peer, p.name));
 }
 

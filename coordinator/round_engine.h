@@ -153,6 +153,8 @@ class RoundEngine {
                      bool masked) const;
   void Drop(Participant& p, Participant::State state, std::string reason);
   bool AllResolved() const;
+  void FillSecAggSetup(const std::string& name, wire::SecAggSetup* setup) const;
+  Outgoing MakeSecAggStart(const std::string& peer, const std::string& name) const;
   Outgoing MakeTask(const std::string& peer, const std::string& name) const;
   Outgoing MakeError(const std::string& peer, wire::ErrorCode code, std::string message) const;
   Participant* FindParticipant(const std::string& name);

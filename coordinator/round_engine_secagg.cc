@@ -249,12 +249,11 @@ void RoundEngine::OnMaskedUpdate(Participant& p, const std::string& peer,
   Status status = CheckUpdate(u, envelope, c, /*masked=*/true);
   if (status.ok()) {
     const double started = WallSeconds();
-    aggregation::MaskedInput in;
-    in.from = static_cast<uint32_t>(&p - participants_.data());
+    // The float frame carries the masked uint32 words bit for bit.
     const auto& payload = envelope.payloads[0];
-    in.values.resize(payload.size());
-    std::memcpy(in.values.data(), payload.data(), payload.size() * sizeof(uint32_t));
-    status = secagg_->OnMaskedInput(in);
+    status = secagg_->OnMaskedInput(
+        static_cast<uint32_t>(&p - participants_.data()),
+        {reinterpret_cast<const uint8_t*>(payload.data()), payload.size() * sizeof(float)});
     secagg_seconds_ += WallSeconds() - started;
   }
   if (!status.ok()) {
@@ -301,6 +300,10 @@ void RoundEngine::AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out) {
       }
     }
     const double started = WallSeconds();
+    spdlog::debug("round {}: stage {} closes {:.3f} s into the round, {} clients in", round,
+                  kStageNames[stage_], started - round_start_wall_,
+                  std::count_if(participants_.begin(), participants_.end(),
+                                [](const Participant& p) { return !p.left; }));
     auto send = [&](const Participant& p, wire::Header h) {
       Outgoing o;
       o.peer = clients_[p.name].peer;

@@ -14,6 +14,13 @@ std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
 }
 
 std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
+                                           std::span<const uint32_t> payload) {
+  std::vector<zmq::message_t> frames = EncodeEnvelope(header, std::span<const float>());
+  if (!payload.empty()) frames.emplace_back(payload.data(), payload.size_bytes());
+  return frames;
+}
+
+std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
                                            std::shared_ptr<const std::vector<float>> payload) {
   std::vector<zmq::message_t> frames = EncodeEnvelope(header, std::span<const float>());
   if (payload && !payload->empty()) {

@@ -39,6 +39,9 @@ struct RawMessage {
 // Builds the frames of a message: header, then `payload` (if not empty).
 std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
                                            std::span<const float> payload = {});
+// Same, with 32-bit words (a masked update) as the payload frame.
+std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
+                                           std::span<const uint32_t> payload);
 // Same, without copying the payload: the frame references `*payload` and
 // keeps it alive until ZeroMQ has sent it. Null: no payload frame.
 std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
