@@ -16,10 +16,11 @@
 #         runs here: compare with Bonawitz et al. 2017's published figures.
 #         Configurations estimated above SECAGG_MAX_S (default 120 s) are skipped.
 # secagg-learn: make demo's 10-client Fashion-MNIST run with PLAIN and with
-#         SECAGG_PLUS aggregation, same split and seed, SEEDS (0..4).
+#         SECAGG_PLUS aggregation (AGGS to pick), same split and seed, SEEDS (0..4).
 # secagg-round: end-to-end round time (tasks sent to commit) of 100 client
 #         processes on this machine, MLP 784-1024-192-10 (1.0M parameters),
-#         PLAIN vs SECAGG_PLUS, ROUNDS_E2E rounds each (default 4).
+#         PLAIN vs SECAGG_PLUS (AGGS to pick), ROUNDS_E2E rounds each
+#         (default 4).
 # JSON lines go to $OUT (default ${TMPDIR:-/tmp}/cohort-bench); a summary
 # table is printed at the end.
 set -euo pipefail
@@ -123,7 +124,7 @@ fi
 if has secagg-learn; then
   : > "$OUT/secagg_learn.jsonl"
   for seed in $SEEDS; do
-    for agg in PLAIN SECAGG_PLUS; do
+    for agg in ${AGGS:-PLAIN SECAGG_PLUS}; do
       run_dir="$OUT/learn-$agg-$seed"
       AGGREGATION=$agg SEED=$seed RUN_DIR=$run_dir bash scripts/demo.sh > "$run_dir.log" 2>&1
       build/cli/cohort status --run-dir "$run_dir" --json | tail -1 | $PY -c '
@@ -141,7 +142,7 @@ if has secagg-round; then
   rm -rf "$dir" && mkdir -p "$dir"
   build/cli/cohort partition --format synthetic --samples 2000 --test-samples 1000 --features 784 \
     --classes 10 --clients 100 --seed 1 --out "$dir/shards" > /dev/null
-  for agg in PLAIN SECAGG_PLUS; do
+  for agg in ${AGGS:-PLAIN SECAGG_PLUS}; do
     cat > "$dir/$agg.textproto" <<EOF
 seed: 1
 data { test_shard: "$dir/shards/test.shard" }

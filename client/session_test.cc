@@ -189,6 +189,61 @@ TEST(SecureSessionTest, AdvertisesKeysAndNeverSendsAPlaintextUpdate) {
   EXPECT_TRUE(s.OnTrainingDone(7, train::TrainResult{}, local, 40).send.empty());
 }
 
+net::Envelope SecAggStartFor(const net::Envelope& secure_task) {
+  wire::Header h;
+  h.mutable_secagg_start()->set_round(secure_task.header.task().round());
+  h.mutable_secagg_start()->set_task_id(secure_task.header.task().task_id());
+  *h.mutable_secagg_start()->mutable_setup() = secure_task.header.task().secagg();
+  return Env(h);
+}
+
+TEST(SecureSessionTest, SecAggStartAdvertisesBeforeTheModelArrives) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  net::Envelope task = SecureTask(7, identity.public_key);
+  // The key advert goes out on SecAggStart, with no model yet.
+  Actions a = s.OnMessage(SecAggStartFor(task), 20);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.send.size(), 1u);
+  ASSERT_TRUE(a.send[0].header.has_secagg_keys());
+  // The task then trains without a second advert.
+  a = s.OnMessage(task, 30);
+  EXPECT_TRUE(a.train.has_value());
+  EXPECT_TRUE(a.send.empty());
+  // A task whose setup differs from SecAggStart's is refused.
+  net::Envelope next = SecureTask(8, identity.public_key);
+  next.header.mutable_task()->set_round(2);
+  a = s.OnMessage(SecAggStartFor(next), 40);
+  ASSERT_EQ(a.send.size(), 1u);
+  EXPECT_TRUE(a.cancel_training);  // Round 1's job is obsolete.
+  next.header.mutable_task()->mutable_secagg()->set_total_weight(5000);
+  a = s.OnMessage(next, 50);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("differs"), std::string::npos);
+  // Neither task's delta is ever sent in the clear.
+  std::vector<float> local(kParams, 1.0f);
+  EXPECT_TRUE(s.OnTrainingDone(7, train::TrainResult{}, local, 60).send.empty());
+  EXPECT_TRUE(s.OnTrainingDone(8, train::TrainResult{}, local, 70).send.empty());
+}
+
+TEST(SecureSessionTest, ADivergedUpdateLeavesTheRoundInsteadOfBeingEncoded) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  ASSERT_TRUE(s.OnMessage(SecureTask(7, identity.public_key), 20).train.has_value());
+  std::vector<float> local = {1.0f, std::numeric_limits<float>::quiet_NaN(), 0, 0};
+  Actions a = s.OnTrainingDone(7, train::TrainResult{}, local, 30);
+  EXPECT_TRUE(a.send.empty());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("NaN"), std::string::npos);
+}
+
 TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
   auto other = std::move(crypto::GenerateEd25519()).value();
@@ -229,7 +284,7 @@ TEST_F(SessionTest, UnknownClientReRegistersFinishedAcknowledgesAndRejectStops) 
   ASSERT_TRUE(a.exit.has_value());
   EXPECT_TRUE(a.exit->ok());
   ASSERT_EQ(a.send.size(), 1u);
-  EXPECT_TRUE(a.send[0].header.has_heartbeat());
+  EXPECT_TRUE(a.send[0].header.heartbeat().finished());
 
   Session r = Make();
   r.Start(0);
