@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
   client->add_option("--dump-inputs", copts.dump_inputs,
                      "Debugging: write each secure round's encoded input to this directory");
   client->add_option("--identity", copts.identity, "This client's key file (cohort keygen)");
+  client->add_option("--peers", copts.peers,
+                     "Directory of .pub files: the only identity keys accepted in a "
+                     "secure-aggregation cohort (default: trust the coordinator's list)");
   client->add_option("--coordinator-key", copts.coordinator_key,
                      "The coordinator's .pub file (pinned)");
   client->add_flag("--insecure", copts.insecure, "No CURVE: plaintext (local development only)");

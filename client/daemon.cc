@@ -82,6 +82,14 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
     return InvalidArgumentError("cannot connect to " + options.coordinator + ": " + e.what());
   }
 
+  std::vector<crypto::Ed25519Public> peers;
+  if (!options.peers.empty()) {
+    COHORT_ASSIGN_OR_RETURN(auto allowed, crypto::LoadAllowlist(options.peers));
+    if (allowed.empty())
+      return InvalidArgumentError("--peers " + options.peers + " has no .pub files");
+    for (const auto& a : allowed) peers.push_back(a.key);
+  }
+
   std::unique_ptr<train::Model> model;
   Session session(
       options.name, data.size(),
@@ -103,6 +111,7 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
                 spdlog::error("cannot write {}", path);
               }
             });
+  if (!peers.empty()) session.set_peers(std::move(peers));
 
   std::unique_ptr<Job> job;
   std::thread worker;

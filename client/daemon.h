@@ -31,6 +31,9 @@ struct ClientOptions {
   std::string identity;
   std::string coordinator_key;
   bool insecure = false;
+  // Directory of .pub files: the only identity keys this client accepts in
+  // a secure-aggregation cohort. Empty: trust the coordinator's list.
+  std::string peers;
 };
 
 // Runs until the coordinator says the run is finished (OK) or `stop` becomes

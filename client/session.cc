@@ -366,6 +366,23 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   if (identities[s.index()] != identity_->public_key) {
     return InvalidArgumentError("secagg setup: the identity at this client's index is not its own");
   }
+  {
+    std::vector<crypto::Ed25519Public> sorted = identities;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      return InvalidArgumentError("secagg setup: an identity key appears twice in the cohort");
+    }
+  }
+  if (!peers_.empty()) {
+    // This site's own copy of who may be in a cohort (--peers): the
+    // coordinator cannot slip in keys of its own.
+    for (uint32_t i = 0; i < s.n(); ++i) {
+      if (!std::binary_search(peers_.begin(), peers_.end(), identities[i])) {
+        return InvalidArgumentError("secagg setup: identity " + std::to_string(i) +
+                                    " is not one of this client's --peers");
+      }
+    }
+  }
   aggregation::SecAggParams params;
   params.n = s.n();
   params.k = s.k();

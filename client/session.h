@@ -5,6 +5,7 @@
 #ifndef COHORT_CLIENT_SESSION_H_
 #define COHORT_CLIENT_SESSION_H_
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -84,6 +85,12 @@ class Session {
   TimeMs NextWakeup() const;
   // Decoding limit for the coordinator's messages (0 before Welcome).
   size_t num_params() const { return num_params_; }
+  // Identity keys allowed in a secure-aggregation cohort (--peers); a setup
+  // naming any other key is refused. Empty (the default): no check.
+  void set_peers(std::vector<crypto::Ed25519Public> peers) {
+    std::sort(peers.begin(), peers.end());
+    peers_ = std::move(peers);
+  }
   bool welcomed() const { return welcomed_; }
 
  private:
@@ -121,6 +128,7 @@ class Session {
   const crypto::Ed25519KeyPair* identity_;
   FaultPlan fault_;
   InputObserver observer_;
+  std::vector<crypto::Ed25519Public> peers_;  // Sorted; empty: no check.
   std::optional<SecAggRound> secagg_;
   uint64_t secure_task_ = 0;  // The current task, if securely aggregated.
   size_t num_params_ = 0;

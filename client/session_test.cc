@@ -259,6 +259,21 @@ TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {
   a = s.OnMessage(SecureTask(9, other.public_key), 30);
   EXPECT_FALSE(a.train.has_value());
   EXPECT_TRUE(a.send.empty());
+  // The same key twice in the cohort.
+  net::Envelope twice = SecureTask(11, identity.public_key);
+  twice.header.mutable_task()->mutable_secagg()->set_identities(
+      2, std::string(identity.public_key.begin(), identity.public_key.end()));
+  a = s.OnMessage(twice, 35);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("twice"), std::string::npos);
+  // With --peers, a key outside this site's list ('x', 'y' are not in it).
+  s.set_peers({identity.public_key});
+  a = s.OnMessage(SecureTask(12, identity.public_key), 38);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("--peers"), std::string::npos);
+  s.set_peers({});
   // Weights that would let the sum wrap around 2^32.
   net::Envelope wrap = SecureTask(10, identity.public_key);
   wrap.header.mutable_task()->mutable_secagg()->set_scale(1e9);

@@ -69,7 +69,11 @@ TEST(SecAggE2eTest, UnmaskedSumIsExactOverCurveAndTheModelLearns) {
   std::filesystem::create_directories(dumps);
   const std::string endpoint =
       cluster.StartCoordinator(config, run_dir, "tcp://127.0.0.1:0", {"--dump-sums", dumps});
-  for (int k = 0; k < kClients; ++k) cluster.StartClient(k, endpoint, Args(dumps));
+  // Each client checks the cohort against its own copy of the allowlist.
+  const std::string peers = cluster.dir() / "allow";
+  for (int k = 0; k < kClients; ++k) {
+    cluster.StartClient(k, endpoint, Args(dumps, {"--peers", peers}));
+  }
   ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
   for (int k = 0; k < kClients; ++k) EXPECT_EQ(cluster.client(k).Wait(), 0) << "client " << k;
 
