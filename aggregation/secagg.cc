@@ -139,7 +139,7 @@ std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t r
                                       uint64_t task_id, const SecAggParams& params, float clip,
                                       double scale, double total_weight,
                                       std::span<const crypto::Ed25519Public> identities) {
-  std::string m = "cohort-secagg-context-v2:aes256-ctr";
+  std::string m = "cohort-secagg-context-v2";
   m.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   auto put = [&m](const auto& v) { m.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   put(round);
@@ -150,6 +150,7 @@ std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t r
   put(params.graph_seed);
   put(static_cast<uint64_t>(params.length));
   put(static_cast<uint8_t>(params.consistency_check));
+  put(static_cast<uint8_t>(params.prg));
   put(clip);
   put(scale);
   put(total_weight);
@@ -358,7 +359,8 @@ StatusOr<MaskedInput> SecAggClient::MaskInput(std::vector<uint32_t> input) {
     // The smaller index adds, the larger subtracts: the pair cancels.
     jobs.push_back({&pair_keys[i], /*subtract=*/peers[i] < index_});
   }
-  COHORT_RETURN_IF_ERROR(crypto::AddMasks(jobs, out.values));
+  COHORT_RETURN_IF_ERROR(
+      crypto::AddMasks(jobs, out.values, 0, crypto::PrgImpl::kAuto, params_.prg));
   self_seed_.Reset();
   stage_ = 3;
   return out;
@@ -714,7 +716,7 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
   std::vector<crypto::MaskJob> jobs;
   jobs.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) jobs.push_back({&keys[i], subtract[i]});
-  COHORT_RETURN_IF_ERROR(crypto::AddMasks(jobs, sum_));
+  COHORT_RETURN_IF_ERROR(crypto::AddMasks(jobs, sum_, 0, crypto::PrgImpl::kAuto, params_.prg));
   unmasks_.clear();
   stage_ = 6;
   return std::move(sum_);

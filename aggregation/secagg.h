@@ -39,18 +39,20 @@
 #include "common/secret_bytes.h"
 #include "common/status.h"
 #include "crypto/keys.h"
+#include "crypto/prg.h"
 #include "crypto/shamir.h"
 
 namespace cohort::aggregation {
 
 struct SecAggParams {
-  uint32_t n = 0;                     // Clients in the cohort.
-  uint32_t k = 0;                     // Neighbours per client (n - 1: complete graph).
-  uint32_t t = 0;                     // Shamir threshold.
-  uint64_t graph_seed = 0;            // Permutation of the Harary ring.
-  size_t length = 0;                  // Vector length.
-  bool consistency_check = true;      // Stage 4.
-  std::array<uint8_t, 32> context{};  // Hash of run, round and config.
+  uint32_t n = 0;                 // Clients in the cohort.
+  uint32_t k = 0;                 // Neighbours per client (n - 1: complete graph).
+  uint32_t t = 0;                 // Shamir threshold.
+  uint64_t graph_seed = 0;        // Permutation of the Harary ring.
+  size_t length = 0;              // Vector length.
+  bool consistency_check = true;  // Stage 4.
+  crypto::MaskPrg prg = crypto::MaskPrg::kAes256Ctr;  // The mask generator.
+  std::array<uint8_t, 32> context{};                  // Hash of run, round and config.
 };
 
 // The documented rule for k and t (see secagg.cc): complete graph when

@@ -131,6 +131,17 @@ TEST(SecAggTest, SumIsExactForThreeTenAndHundredClients) {
   }
 }
 
+TEST(SecAggTest, SumIsExactWithChaCha20Masks) {
+  SecAggParams p = Params(10, 1000);
+  p.prg = crypto::MaskPrg::kChaCha20;
+  Harness h(p);
+  Drops d;
+  d.before_masked_input = {3};  // The server removes a dropped client's pair masks too.
+  Outcome o = h.Run(d);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.sum, o.expected);
+}
+
 TEST(SecAggTest, DropoutsAtEveryStageKeepTheSumExact) {
   Harness h(Params(10, 500));  // Complete graph, k = 9, t = 5.
   ASSERT_EQ(h.params().t, 5u);

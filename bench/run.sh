@@ -20,7 +20,7 @@
 # secagg-round: end-to-end round time (tasks sent to commit) of 100 client
 #         processes on this machine, MLP 784-1024-192-10 (1.0M parameters),
 #         PLAIN vs SECAGG_PLUS (AGGS to pick), ROUNDS_E2E rounds each
-#         (default 4).
+#         (default 4); MASK_PRG=CHACHA20 for ChaCha20 masks.
 # JSON lines go to $OUT (default ${TMPDIR:-/tmp}/cohort-bench); a summary
 # table is printed at the end.
 set -euo pipefail
@@ -151,7 +151,7 @@ model { arch: "mlp" input_dim: 784 num_classes: 10 hidden: 1024 hidden: 192 }
 train { batch_size: 20 learning_rate: 0.05 }
 rounds { num_rounds: ${ROUNDS_E2E:-4} min_clients: 100 start_clients: 100 round_deadline_s: 600 client_timeout_s: 300 }
 net { heartbeat_s: 2 }
-secagg { aggregation: $agg stage_timeout_s: 300 }
+secagg { aggregation: $agg stage_timeout_s: 300 ${MASK_PRG:+mask_prg: $MASK_PRG} }
 EOF
     rm -rf "$dir/run-$agg"
     build/cli/cohort coordinator --config "$dir/$agg.textproto" --run-dir "$dir/run-$agg" \

@@ -390,6 +390,10 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   params.graph_seed = s.graph_seed();
   params.length = num_params_;
   params.consistency_check = s.consistency_check();
+  if (s.mask_prg() > static_cast<uint32_t>(crypto::MaskPrg::kChaCha20)) {
+    return InvalidArgumentError("secagg setup: unknown mask PRG " + std::to_string(s.mask_prg()));
+  }
+  params.prg = static_cast<crypto::MaskPrg>(s.mask_prg());
   std::array<uint8_t, 32> nonce{};
   std::memcpy(nonce.data(), s.context().data(), nonce.size());
   params.context = aggregation::SecAggContext(nonce, round, task_id, params, s.clip(), s.scale(),

@@ -126,6 +126,7 @@ void RoundEngine::FillSecAggSetup(const std::string& name, wire::SecAggSetup* sa
     if (participants_[i].name == name) sa->set_index(static_cast<uint32_t>(i));
   }
   sa->set_consistency_check(p.consistency_check);
+  sa->set_mask_prg(static_cast<uint32_t>(p.prg));
   sa->set_context(secagg_nonce_.data(), secagg_nonce_.size());
   for (const auto& id : cohort_identities_) sa->add_identities(id.data(), id.size());
   sa->set_clip(fixed_point_.clip);

@@ -68,6 +68,8 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
   }
   secagg_params_.graph_seed = DeriveSeed(config_.seed(), round, task_id_, 0x9a9);
   secagg_params_.consistency_check = sc.consistency_check();
+  secagg_params_.prg =
+      sc.mask_prg() == config::CHACHA20 ? crypto::MaskPrg::kChaCha20 : crypto::MaskPrg::kAes256Ctr;
   {
     // Fresh per round: sessions never repeat, even when a round is replayed.
     SecretBytes random = crypto::RandomSecret(secagg_nonce_.size());

@@ -128,6 +128,29 @@ TEST(PrgTest, VaesKernelEqualsOpenSsl) {
   EXPECT_EQ(a, b);
 }
 
+// ChaCha20, all-zero key and nonce, block 0: 76b8e0ad a0f13d90 405d6ae5
+// 5386bd28 (the well-known first keystream bytes).
+TEST(PrgTest, ChaCha20KnownAnswerAndThreadedSlices) {
+  SecretBytes zero_key(32);
+  std::vector<uint32_t> acc(4, 0);
+  ASSERT_TRUE(AddMask(zero_key, acc, false, PrgImpl::kAuto, MaskPrg::kChaCha20).ok());
+  EXPECT_EQ(acc, (std::vector<uint32_t>{0xade0b876, 0x903df1a0, 0xe56a5d40, 0x28bd8653}));
+  std::vector<SecretBytes> keys;
+  for (int i = 0; i < 3; ++i) keys.push_back(RandomSecret(32));
+  std::vector<MaskJob> jobs;
+  for (int i = 0; i < 3; ++i) jobs.push_back({&keys[i], i == 1});
+  std::vector<uint32_t> a(70001, 9), b(70001, 9);
+  for (const auto& j : jobs) {
+    ASSERT_TRUE(AddMask(*j.key, a, j.subtract, PrgImpl::kAuto, MaskPrg::kChaCha20).ok());
+  }
+  ASSERT_TRUE(AddMasks(jobs, b, 3, PrgImpl::kAuto, MaskPrg::kChaCha20).ok());
+  EXPECT_EQ(a, b);
+  // A different stream from AES-256-CTR under the same keys.
+  std::vector<uint32_t> c(70001, 9);
+  ASSERT_TRUE(AddMasks(jobs, c, 3).ok());
+  EXPECT_NE(b, c);
+}
+
 TEST(PrgTest, RejectsAWrongKeySize) {
   SecretBytes short_key = RandomSecret(16);
   std::vector<uint32_t> acc(8, 0);

@@ -207,14 +207,52 @@ Status AddMaskOpenSsl(const SecretBytes& key, std::span<uint32_t> acc, uint64_t 
   return status;  // EVP_CIPHER_CTX_free cleanses the key schedule.
 }
 
+// ---- ChaCha20 (libsodium) ---------------------------------------------------
+
+// acc covers stream words [16 * first_chacha_block, ...).
+Status AddMaskChaCha20(const SecretBytes& key, std::span<uint32_t> acc, uint64_t first_chacha_block,
+                       bool subtract) {
+  static const uint8_t kNonce[crypto_stream_chacha20_NONCEBYTES] = {};
+  constexpr size_t kWords = 4096;  // 16 KiB: a multiple of the 64-byte block.
+  alignas(64) uint32_t stream[kWords];
+  Status status = OkStatus();
+  for (size_t begin = 0; begin < acc.size(); begin += kWords) {
+    const size_t n = std::min(kWords, acc.size() - begin);
+    std::memset(stream, 0, n * sizeof(uint32_t));
+    if (crypto_stream_chacha20_xor_ic(reinterpret_cast<uint8_t*>(stream),
+                                      reinterpret_cast<const uint8_t*>(stream),
+                                      n * sizeof(uint32_t), kNonce, first_chacha_block + begin / 16,
+                                      key.bytes().data()) != 0) {
+      status = InternalError("mask PRG: chacha20 failed");
+      break;
+    }
+    uint32_t* a = acc.data() + begin;
+    if (subtract) {
+      for (size_t i = 0; i < n; ++i) a[i] -= stream[i];
+    } else {
+      for (size_t i = 0; i < n; ++i) a[i] += stream[i];
+    }
+  }
+  sodium_memzero(stream, sizeof(stream));
+  return status;
+}
+
 // acc covers stream words [4 * first_block, 4 * first_block + acc.size()).
 Status AddMasksAt(std::span<const MaskJob> jobs, std::span<uint32_t> acc, uint64_t first_block,
-                  PrgImpl impl) {
+                  PrgImpl impl, MaskPrg prg) {
   for (const MaskJob& j : jobs) {
     if (j.key == nullptr || j.key->size() != kKeyBytes) {
       return InvalidArgumentError("mask key must have 32 bytes");
     }
   }
+  if (prg == MaskPrg::kChaCha20) {
+    // Slices start on 64-word boundaries, so first_block is a multiple of 4.
+    for (const MaskJob& j : jobs) {
+      COHORT_RETURN_IF_ERROR(AddMaskChaCha20(*j.key, acc, first_block / 4, j.subtract));
+    }
+    return OkStatus();
+  }
+  if (prg != MaskPrg::kAes256Ctr) return InvalidArgumentError("unknown mask PRG");
   switch (impl == PrgImpl::kAuto ? BestPrgImpl() : impl) {
     case PrgImpl::kVaes:
       if (BestPrgImpl() != PrgImpl::kVaes) {
@@ -256,17 +294,22 @@ const char* PrgImplName(PrgImpl impl) {
   }
 }
 
-Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract, PrgImpl impl) {
+const char* MaskPrgName(MaskPrg prg) {
+  return prg == MaskPrg::kChaCha20 ? "chacha20" : "aes256-ctr";
+}
+
+Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract, PrgImpl impl,
+               MaskPrg prg) {
   const MaskJob job{&key, subtract};
-  return AddMasksAt({&job, 1}, acc, 0, impl);
+  return AddMasksAt({&job, 1}, acc, 0, impl, prg);
 }
 
 Status AddMasks(std::span<const MaskJob> jobs, std::span<uint32_t> acc, unsigned threads,
-                PrgImpl impl) {
+                PrgImpl impl, MaskPrg prg) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   // Small vectors: threads cost more than they save.
   if (acc.size() < 16384 || threads == 1 || jobs.size() < 2) {
-    return AddMasksAt(jobs, acc, 0, impl);
+    return AddMasksAt(jobs, acc, 0, impl, prg);
   }
   // Slices of whole 16-block groups, so the kernel's fast loop covers them.
   constexpr size_t kAlign = 64;
@@ -277,7 +320,7 @@ Status AddMasks(std::span<const MaskJob> jobs, std::span<uint32_t> acc, unsigned
       [&](size_t t) -> Status {
         const size_t lo = std::min(acc.size(), t * per);
         const size_t hi = std::min(acc.size(), lo + per);
-        return AddMasksAt(jobs, acc.subspan(lo, hi - lo), lo / kWordsPerBlock, impl);
+        return AddMasksAt(jobs, acc.subspan(lo, hi - lo), lo / kWordsPerBlock, impl, prg);
       },
       threads, /*min_per_thread=*/1);
 }

@@ -1,15 +1,18 @@
-// The mask generator: AES-256 in counter mode under a 32-byte key with a
-// zero IV, so keystream block i is AES_key(i as a 128-bit big-endian
-// integer); the keystream is read as little-endian uint32 words and added to
-// or subtracted from a vector mod 2^32. This is the PRG of Google's
-// production secure aggregation (fcp/secagg AesCtrPrng); it replaced ChaCha20
-// here because it is 4-6x faster on CPUs with AES instructions, and mask
-// expansion is most of a secure round's cost (docs/architecture.md).
+// The mask generator: a keystream under a 32-byte key, read as
+// little-endian uint32 words and added to or subtracted from a vector
+// mod 2^32. Two algorithms (both parties of a session must use the same one;
+// it is part of the session context):
 //
-// Two implementations give the same stream: a VAES/AVX2 kernel of our own
-// (16 blocks in flight, the keystream added straight from registers) and
-// OpenSSL's EVP AES-256-CTR (AES-NI, or its constant-time vector-permute AES
-// on CPUs without AES instructions).
+// - AES-256-CTR (the default), zero IV: keystream block i is AES_key(i as a
+//   128-bit big-endian integer). The PRG of Google's production secure
+//   aggregation (fcp/secagg AesCtrPrng); 4-8x faster than ChaCha20 on CPUs
+//   with AES instructions, and mask expansion is most of a secure round's
+//   cost (docs/architecture.md). Two implementations give the same stream:
+//   a VAES/AVX2 kernel of our own (16 blocks in flight, the keystream added
+//   straight from registers) and OpenSSL's EVP AES-256-CTR (AES-NI, or its
+//   constant-time vector-permute AES on CPUs without AES instructions).
+// - ChaCha20 (libsodium crypto_stream_chacha20, zero nonce): the faster one
+//   on CPUs without AES instructions.
 #ifndef COHORT_CRYPTO_PRG_H_
 #define COHORT_CRYPTO_PRG_H_
 
@@ -21,6 +24,10 @@
 
 namespace cohort::crypto {
 
+enum class MaskPrg : uint8_t { kAes256Ctr = 0, kChaCha20 = 1 };
+const char* MaskPrgName(MaskPrg prg);
+
+// The implementation of AES-256-CTR (ChaCha20 has one: libsodium's).
 enum class PrgImpl { kAuto, kVaes, kOpenSsl };
 
 // What kAuto runs on this CPU: kVaes where it has VAES, AVX2 and AES-NI.
@@ -31,7 +38,7 @@ const char* PrgImplName(PrgImpl impl);
 // bytes. Streams in blocks, so memory stays constant whatever acc's size.
 // kVaes on a CPU without it is an error.
 [[nodiscard]] Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract,
-                             PrgImpl impl = PrgImpl::kAuto);
+                             PrgImpl impl = PrgImpl::kAuto, MaskPrg prg = MaskPrg::kAes256Ctr);
 
 struct MaskJob {
   const SecretBytes* key;  // 32 bytes.
@@ -43,7 +50,8 @@ struct MaskJob {
 // thread streams every key over its own slice. Same result as calling
 // AddMask for each job in turn.
 [[nodiscard]] Status AddMasks(std::span<const MaskJob> jobs, std::span<uint32_t> acc,
-                              unsigned threads = 0, PrgImpl impl = PrgImpl::kAuto);
+                              unsigned threads = 0, PrgImpl impl = PrgImpl::kAuto,
+                              MaskPrg prg = MaskPrg::kAes256Ctr);
 
 }  // namespace cohort::crypto
 

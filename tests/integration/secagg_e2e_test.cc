@@ -96,13 +96,14 @@ TEST(SecAggE2eTest, ClientsLeavingAtEachStageCostTheRoundNothing) {
   Cluster cluster("secagg-dropout", kClients);
   const std::string config =
       cluster.WriteConfig("run.textproto", 6, "min_clients: 3 start_clients: 5 round_deadline_s: 4",
-                          "secagg { aggregation: SECAGG stage_timeout_s: 1.5 }");
+                          "secagg { aggregation: SECAGG stage_timeout_s: 1.5 mask_prg: CHACHA20 }");
   const std::string run_dir = cluster.dir() / "run";
   const std::string dumps = cluster.dir() / "dumps";
   std::filesystem::create_directories(dumps);
   const std::string endpoint =
       cluster.StartCoordinator(config, run_dir, "tcp://127.0.0.1:0", {"--dump-sums", dumps});
   // Client k goes silent at stage k of round k + 2 (t = 3 of 4 neighbours).
+  // ChaCha20 masks here; the CURVE test above uses the default AES-256-CTR.
   const std::vector<std::string> stages = {"advertise_keys", "share_keys", "masked_input",
                                            "consistency", "unmasking"};
   for (int k = 0; k < kClients; ++k) {
