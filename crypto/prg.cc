@@ -170,6 +170,15 @@ Status AddMasksVaes(std::span<const MaskJob> jobs, std::span<uint32_t> acc, uint
 
 #endif  // COHORT_HAVE_VAES_KERNEL
 
+// acc[i] +-= stream[i] for i < n.
+void AddStream(const uint32_t* stream, uint32_t* acc, size_t n, bool subtract) {
+  if (subtract) {
+    for (size_t i = 0; i < n; ++i) acc[i] -= stream[i];
+  } else {
+    for (size_t i = 0; i < n; ++i) acc[i] += stream[i];
+  }
+}
+
 // ---- OpenSSL ---------------------------------------------------------------
 
 Status AddMaskOpenSsl(const SecretBytes& key, std::span<uint32_t> acc, uint64_t first_block,
@@ -196,12 +205,7 @@ Status AddMaskOpenSsl(const SecretBytes& key, std::span<uint32_t> acc, uint64_t 
       status = InternalError("mask PRG: AES-256-CTR failed");
       break;
     }
-    uint32_t* a = acc.data() + begin;
-    if (subtract) {
-      for (size_t i = 0; i < n; ++i) a[i] -= stream[i];
-    } else {
-      for (size_t i = 0; i < n; ++i) a[i] += stream[i];
-    }
+    AddStream(stream, acc.data() + begin, n, subtract);
   }
   sodium_memzero(stream, sizeof(stream));
   return status;  // EVP_CIPHER_CTX_free cleanses the key schedule.
@@ -226,12 +230,7 @@ Status AddMaskChaCha20(const SecretBytes& key, std::span<uint32_t> acc, uint64_t
       status = InternalError("mask PRG: chacha20 failed");
       break;
     }
-    uint32_t* a = acc.data() + begin;
-    if (subtract) {
-      for (size_t i = 0; i < n; ++i) a[i] -= stream[i];
-    } else {
-      for (size_t i = 0; i < n; ++i) a[i] += stream[i];
-    }
+    AddStream(stream, acc.data() + begin, n, subtract);
   }
   sodium_memzero(stream, sizeof(stream));
   return status;
