@@ -147,22 +147,65 @@ COHORT_VAES_TARGET void CtrAddVaes(const RoundKeys& rk, uint64_t first_block, ui
   sodium_memzero(stream, sizeof(stream));
 }
 
+// The same with 128-bit AES-NI: 8 blocks (32 words) in flight.
+template <bool kSubtract>
+COHORT_AES_TARGET void CtrAddAesNi(const RoundKeys& rk, uint64_t first_block, uint32_t* acc,
+                                   size_t words) {
+  constexpr int kLanes = 8;
+  const __m128i bswap = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  __m128i counter = _mm_set_epi64x(0, static_cast<int64_t>(first_block));
+  const __m128i one = _mm_set_epi64x(0, 1);
+  size_t w = 0;
+  for (; w + kLanes * 4 <= words; w += kLanes * 4) {
+    __m128i x[kLanes];
+    const __m128i k0 = RoundKey128(rk, 0);
+#pragma GCC unroll 8
+    for (int j = 0; j < kLanes; ++j) {
+      x[j] = _mm_xor_si128(_mm_shuffle_epi8(counter, bswap), k0);
+      counter = _mm_add_epi64(counter, one);
+    }
+#pragma GCC unroll 13
+    for (int r = 1; r < 14; ++r) {
+      const __m128i kr = RoundKey128(rk, r);
+#pragma GCC unroll 8
+      for (int j = 0; j < kLanes; ++j) x[j] = _mm_aesenc_si128(x[j], kr);
+    }
+    const __m128i k14 = RoundKey128(rk, 14);
+#pragma GCC unroll 8
+    for (int j = 0; j < kLanes; ++j) {
+      x[j] = _mm_aesenclast_si128(x[j], k14);
+      auto* p = reinterpret_cast<__m128i*>(acc + w + 4 * j);
+      const __m128i v = _mm_loadu_si128(p);
+      _mm_storeu_si128(p, kSubtract ? _mm_sub_epi32(v, x[j]) : _mm_add_epi32(v, x[j]));
+    }
+  }
+  uint64_t block = first_block + w / kWordsPerBlock;
+  alignas(16) uint32_t stream[kWordsPerBlock];
+  for (; w < words; w += kWordsPerBlock, ++block) {
+    EncryptCounter(rk, block, reinterpret_cast<uint8_t*>(stream));
+    const size_t n = std::min(kWordsPerBlock, words - w);
+    for (size_t i = 0; i < n; ++i)
+      acc[w + i] = kSubtract ? acc[w + i] - stream[i] : acc[w + i] + stream[i];
+  }
+  sodium_memzero(stream, sizeof(stream));
+}
+
 // Every job over `acc` (stream words from 4 * first_block on), tile by tile:
 // each 8 KiB tile of acc stays in L1 while all the keys stream over it.
-Status AddMasksVaes(std::span<const MaskJob> jobs, std::span<uint32_t> acc, uint64_t first_block) {
+// `vaes`: the 256-bit kernel, else the 128-bit AES-NI one.
+Status AddMasksAesKernel(std::span<const MaskJob> jobs, std::span<uint32_t> acc,
+                         uint64_t first_block, bool vaes) {
   SecretBytes schedule(jobs.size() * sizeof(RoundKeys));
   auto* rk = reinterpret_cast<RoundKeys*>(schedule.bytes().data());
   for (size_t j = 0; j < jobs.size(); ++j) ExpandKey(jobs[j].key->bytes().data(), rk[j]);
-  constexpr size_t kTile = 2048;  // Words; a multiple of the kernel's 64.
+  constexpr size_t kTile = 2048;  // Words; a multiple of the kernels' 64.
   for (size_t w = 0; w < acc.size(); w += kTile) {
     const size_t n = std::min(kTile, acc.size() - w);
     const uint64_t block = first_block + w / kWordsPerBlock;
     for (size_t j = 0; j < jobs.size(); ++j) {
-      if (jobs[j].subtract) {
-        CtrAddVaes<true>(rk[j], block, acc.data() + w, n);
-      } else {
-        CtrAddVaes<false>(rk[j], block, acc.data() + w, n);
-      }
+      auto* kernel = vaes ? (jobs[j].subtract ? &CtrAddVaes<true> : &CtrAddVaes<false>)
+                          : (jobs[j].subtract ? &CtrAddAesNi<true> : &CtrAddAesNi<false>);
+      kernel(rk[j], block, acc.data() + w, n);
     }
   }
   return OkStatus();  // `schedule` wipes the round keys.
@@ -258,7 +301,14 @@ Status AddMasksAt(std::span<const MaskJob> jobs, std::span<uint32_t> acc, uint64
         return FailedPreconditionError("mask PRG: this CPU has no VAES/AVX2");
       }
 #if COHORT_HAVE_VAES_KERNEL
-      return AddMasksVaes(jobs, acc, first_block);
+      return AddMasksAesKernel(jobs, acc, first_block, /*vaes=*/true);
+#endif
+    case PrgImpl::kAesNi:
+      if (BestPrgImpl() == PrgImpl::kOpenSsl) {
+        return FailedPreconditionError("mask PRG: this CPU has no AES-NI/SSE4.1");
+      }
+#if COHORT_HAVE_VAES_KERNEL
+      return AddMasksAesKernel(jobs, acc, first_block, /*vaes=*/false);
 #endif
     default:
       for (const MaskJob& j : jobs) {
@@ -278,7 +328,8 @@ PrgImpl BestPrgImpl() {
     __builtin_cpu_init();
     const bool vaes = __builtin_cpu_supports("vaes") && __builtin_cpu_supports("avx2") &&
                       __builtin_cpu_supports("aes") && __builtin_cpu_supports("sse4.1");
-    return vaes ? PrgImpl::kVaes : PrgImpl::kOpenSsl;
+    const bool aesni = __builtin_cpu_supports("aes") && __builtin_cpu_supports("sse4.1");
+    return vaes ? PrgImpl::kVaes : aesni ? PrgImpl::kAesNi : PrgImpl::kOpenSsl;
   }();
   return best;
 #endif
@@ -288,6 +339,8 @@ const char* PrgImplName(PrgImpl impl) {
   switch (impl == PrgImpl::kAuto ? BestPrgImpl() : impl) {
     case PrgImpl::kVaes:
       return "aes256-ctr (vaes)";
+    case PrgImpl::kAesNi:
+      return "aes256-ctr (aes-ni)";
     default:
       return "aes256-ctr (openssl)";
   }

@@ -7,10 +7,11 @@
 //   128-bit big-endian integer). The PRG of Google's production secure
 //   aggregation (fcp/secagg AesCtrPrng); 4-8x faster than ChaCha20 on CPUs
 //   with AES instructions, and mask expansion is most of a secure round's
-//   cost (docs/architecture.md). Two implementations give the same stream:
-//   a VAES/AVX2 kernel of our own (16 blocks in flight, the keystream added
-//   straight from registers) and OpenSSL's EVP AES-256-CTR (AES-NI, or its
-//   constant-time vector-permute AES on CPUs without AES instructions).
+//   cost (docs/architecture.md). Three implementations give the same
+//   stream: our VAES/AVX2 kernel (16 blocks in flight, the keystream added
+//   straight from registers), our 128-bit AES-NI kernel (8 blocks) for CPUs
+//   without VAES, and OpenSSL's EVP AES-256-CTR (its constant-time
+//   vector-permute AES on CPUs without AES instructions).
 // - ChaCha20 (libsodium crypto_stream_chacha20, zero nonce): the faster one
 //   on CPUs without AES instructions.
 #ifndef COHORT_CRYPTO_PRG_H_
@@ -28,9 +29,10 @@ enum class MaskPrg : uint8_t { kAes256Ctr = 0, kChaCha20 = 1 };
 const char* MaskPrgName(MaskPrg prg);
 
 // The implementation of AES-256-CTR (ChaCha20 has one: libsodium's).
-enum class PrgImpl { kAuto, kVaes, kOpenSsl };
+enum class PrgImpl { kAuto, kVaes, kAesNi, kOpenSsl };
 
-// What kAuto runs on this CPU: kVaes where it has VAES, AVX2 and AES-NI.
+// What kAuto runs on this CPU: kVaes where it has VAES, AVX2 and AES-NI;
+// else kAesNi (our 128-bit kernel) where it has AES-NI; else OpenSSL.
 PrgImpl BestPrgImpl();
 const char* PrgImplName(PrgImpl impl);
 
