@@ -99,6 +99,23 @@ COHORT_AES_TARGET void EncryptCounter(const RoundKeys& rk, uint64_t block, uint8
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), x);
 }
 
+// acc[w..words) +-= the keystream, a block at a time (the kernels' tail);
+// the last block may be partial. acc[0] is stream word 4 * first_block.
+template <bool kSubtract>
+COHORT_AES_TARGET void AddTailBlocks(const RoundKeys& rk, uint64_t first_block, uint32_t* acc,
+                                     size_t w, size_t words) {
+  uint64_t block = first_block + w / kWordsPerBlock;
+  alignas(16) uint32_t stream[kWordsPerBlock];
+  for (; w < words; w += kWordsPerBlock, ++block) {
+    EncryptCounter(rk, block, reinterpret_cast<uint8_t*>(stream));
+    const size_t n = std::min(kWordsPerBlock, words - w);
+    for (size_t i = 0; i < n; ++i) {
+      acc[w + i] = kSubtract ? acc[w + i] - stream[i] : acc[w + i] + stream[i];
+    }
+  }
+  sodium_memzero(stream, sizeof(stream));
+}
+
 // acc[w] +-= keystream word (4 * first_block + w), w < words.
 template <bool kSubtract>
 COHORT_VAES_TARGET void CtrAddVaes(const RoundKeys& rk, uint64_t first_block, uint32_t* acc,
@@ -135,16 +152,7 @@ COHORT_VAES_TARGET void CtrAddVaes(const RoundKeys& rk, uint64_t first_block, ui
       _mm256_storeu_si256(p, kSubtract ? _mm256_sub_epi32(v, x[j]) : _mm256_add_epi32(v, x[j]));
     }
   }
-  // The tail, a block at a time; the last block may be partial.
-  uint64_t block = first_block + w / kWordsPerBlock;
-  alignas(16) uint32_t stream[kWordsPerBlock];
-  for (; w < words; w += kWordsPerBlock, ++block) {
-    EncryptCounter(rk, block, reinterpret_cast<uint8_t*>(stream));
-    const size_t n = std::min(kWordsPerBlock, words - w);
-    for (size_t i = 0; i < n; ++i)
-      acc[w + i] = kSubtract ? acc[w + i] - stream[i] : acc[w + i] + stream[i];
-  }
-  sodium_memzero(stream, sizeof(stream));
+  AddTailBlocks<kSubtract>(rk, first_block, acc, w, words);
 }
 
 // The same with 128-bit AES-NI: 8 blocks (32 words) in flight.
@@ -179,15 +187,7 @@ COHORT_AES_TARGET void CtrAddAesNi(const RoundKeys& rk, uint64_t first_block, ui
       _mm_storeu_si128(p, kSubtract ? _mm_sub_epi32(v, x[j]) : _mm_add_epi32(v, x[j]));
     }
   }
-  uint64_t block = first_block + w / kWordsPerBlock;
-  alignas(16) uint32_t stream[kWordsPerBlock];
-  for (; w < words; w += kWordsPerBlock, ++block) {
-    EncryptCounter(rk, block, reinterpret_cast<uint8_t*>(stream));
-    const size_t n = std::min(kWordsPerBlock, words - w);
-    for (size_t i = 0; i < n; ++i)
-      acc[w + i] = kSubtract ? acc[w + i] - stream[i] : acc[w + i] + stream[i];
-  }
-  sodium_memzero(stream, sizeof(stream));
+  AddTailBlocks<kSubtract>(rk, first_block, acc, w, words);
 }
 
 // Every job over `acc` (stream words from 4 * first_block on), tile by tile:
