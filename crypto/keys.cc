@@ -61,6 +61,18 @@ StatusOr<SecretBytes> AgreeX25519(const SecretBytes& my_secret, const X25519Publ
   return shared;
 }
 
+bool IsContributoryX25519(const X25519Public& key) {
+  if (sodium_init() < 0) return false;
+  // X25519 clamps every scalar to a multiple of the cofactor 8, so a point of
+  // order dividing 8 gives the all-zero output for any scalar, and libsodium
+  // reports it. A fixed scalar suffices.
+  static constexpr uint8_t kProbe[crypto_scalarmult_SCALARBYTES] = {9};
+  uint8_t out[crypto_scalarmult_BYTES];
+  const bool ok = crypto_scalarmult(out, kProbe, key.data()) == 0;
+  sodium_memzero(out, sizeof(out));
+  return ok;
+}
+
 StatusOr<Ed25519KeyPair> GenerateEd25519() {
   COHORT_RETURN_IF_ERROR(InitSodium());
   Ed25519KeyPair pair;

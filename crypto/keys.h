@@ -44,6 +44,11 @@ struct X25519KeyPair {
                                                 const X25519Public& my_public,
                                                 const X25519Public& their_public);
 
+// False when `key` is a low-order point (or otherwise gives an all-zero
+// agreement with every secret): such a key makes each peer's key agreement
+// fail, so untrusted keys must pass this before they are used or forwarded.
+bool IsContributoryX25519(const X25519Public& key);
+
 struct Ed25519KeyPair {
   Ed25519Public public_key{};
   SecretBytes secret_key;  // 64 bytes (libsodium's seed || public layout).

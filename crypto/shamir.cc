@@ -151,4 +151,57 @@ StatusOr<SecretBytes> ShamirCombiner::Combine(std::span<const SecretBytes* const
   return secret;
 }
 
+StatusOr<bool> ShamirCombiner::Consistent(std::span<const SecretBytes* const> basis,
+                                          const SecretBytes& candidate) {
+  const uint32_t x = ShamirShareX(candidate);
+  if (basis.empty() || x == 0) return InvalidArgumentError("shamir: malformed share");
+  const size_t t = basis.size();
+  std::vector<uint32_t> xs(t);
+  for (size_t i = 0; i < t; ++i) {
+    xs[i] = ShamirShareX(*basis[i]);
+    if (xs[i] == 0) return InvalidArgumentError("shamir: malformed share");
+  }
+  auto [it, inserted] = denominators_.try_emplace(xs);
+  if (inserted) {
+    for (size_t i = 0; i < t; ++i) {
+      uint64_t den = 1;
+      for (size_t m = 0; m < t; ++m) {
+        if (m != i) den = Mul(den, Sub(xs[i], xs[m]));
+      }
+      if (den == 0) {
+        denominators_.erase(it);
+        return InvalidArgumentError("shamir: repeated x-coordinate");
+      }
+      it->second.push_back(Inverse(den));
+    }
+  }
+  // l_i(x) = prod_{m != i} (x - x_m) / prod_{m != i} (x_i - x_m); the
+  // numerators from prefix and suffix products, without inversions.
+  std::vector<uint64_t> weight(t);
+  uint64_t prefix = 1;
+  for (size_t i = 0; i < t; ++i) {
+    weight[i] = prefix;
+    prefix = Mul(prefix, Sub(x, xs[i]));
+  }
+  uint64_t suffix = 1;
+  for (size_t i = t; i-- > 0;) {
+    weight[i] = Mul(Mul(weight[i], suffix), it->second[i]);
+    suffix = Mul(suffix, Sub(x, xs[i]));
+  }
+  const uint8_t* c = candidate.bytes().data();
+  for (int l = 0; l < kLimbs; ++l) {
+    uint64_t acc = 0;
+    for (size_t i = 0; i < t; ++i) {
+      uint64_t y;
+      std::memcpy(&y, basis[i]->bytes().data() + 4 + 8 * l, 8);
+      if (y >= kP) return InvalidArgumentError("shamir: share value outside the field");
+      acc = Add(acc, Mul(weight[i], y));
+    }
+    uint64_t expected;
+    std::memcpy(&expected, c + 4 + 8 * l, 8);
+    if (acc != expected) return false;
+  }
+  return true;
+}
+
 }  // namespace cohort::crypto

@@ -37,9 +37,17 @@ class ShamirCombiner {
   // encoding (shares from different secrets).
   [[nodiscard]] StatusOr<SecretBytes> Combine(std::span<const SecretBytes* const> shares,
                                               uint32_t threshold);
+  // Whether `candidate` lies on the polynomials through `basis` (the shares
+  // that rebuilt a secret, distinct x). Lets a caller that verified the
+  // secret by other means name each share that does not belong to it.
+  // kInvalidArgument on a malformed share or a repeated x in `basis`.
+  [[nodiscard]] StatusOr<bool> Consistent(std::span<const SecretBytes* const> basis,
+                                          const SecretBytes& candidate);
 
  private:
   std::map<std::vector<uint32_t>, std::vector<uint64_t>> lagrange_;
+  // 1 / prod_{m != i} (x_i - x_m), per set of x-coordinates.
+  std::map<std::vector<uint32_t>, std::vector<uint64_t>> denominators_;
 };
 
 }  // namespace cohort::crypto
