@@ -73,11 +73,13 @@ class RunStore {
   virtual Status CreateRun(const RunInfo& info, const Checkpoint& initial) = 0;
   // Commits round `record.round` (must be last_round + 1, else
   // kFailedPrecondition) with its checkpoint; keeps the newest `keep`
-  // checkpoints.
+  // checkpoints (kInvalidArgument when `keep` is 0) and deletes the others.
   virtual Status CommitRound(const RoundRecord& record,
                              const std::vector<ClientRoundRecord>& clients,
                              const Checkpoint& checkpoint, uint32_t keep) = 0;
-  // The newest checkpoint; kDataLoss if its checksum does not match.
+  // The newest checkpoint. kDataLoss, naming the round and the part, when
+  // the model or the server velocity fails its CRC-32 or has an impossible
+  // size; kNotFound when there is none.
   virtual StatusOr<Checkpoint> LatestCheckpoint() = 0;
   virtual StatusOr<std::vector<RoundRecord>> Rounds() = 0;
   virtual StatusOr<std::vector<ClientRoundRecord>> ClientRounds(uint32_t round) = 0;
@@ -88,6 +90,13 @@ class RunStore {
 
 // Opens (creating if needed) a SQLite store in WAL mode. ":memory:" gives an
 // in-memory store for tests.
+//
+// Test hook, for crash tests only: when the environment variable
+// COHORT_FAULT_KILL_IN_COMMIT is N (a round >= 1) at open, the process
+// raises SIGKILL inside round N's CommitRound, after every row of the round
+// is written and flushed to the WAL, and before COMMIT. A restarted
+// coordinator must then find round N - 1 as the last committed round. Any
+// other non-empty value makes the open fail with kInvalidArgument.
 StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path);
 
 }  // namespace cohort::coordinator

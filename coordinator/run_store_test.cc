@@ -1,13 +1,79 @@
 #include "coordinator/run_store.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 namespace cohort::coordinator {
 namespace {
 
 Checkpoint Cp(uint32_t round, float v) { return {round, std::vector<float>(5, v), {}}; }
+
+// A fresh directory for a file-backed store, removed on destruction.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& tag)
+      : path_(std::filesystem::temp_directory_path() /
+              ("cohort_store_" + tag + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  std::string db() const { return path_ + "/run.db"; }
+
+ private:
+  std::string path_;
+};
+
+// Runs `sql` on the store's file through a separate SQLite connection, as
+// an outside party (a disk error, an operator) would change it.
+void RawSql(const std::string& path, const std::string& sql,
+            const std::vector<uint8_t>& blob = {}) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  if (!blob.empty()) sqlite3_bind_blob(stmt, 1, blob.data(), blob.size(), SQLITE_TRANSIENT);
+  EXPECT_EQ(sqlite3_step(stmt), SQLITE_DONE) << sqlite3_errmsg(db);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
+std::vector<uint32_t> CheckpointRounds(const std::string& path) {
+  sqlite3* db = nullptr;
+  std::vector<uint32_t> rounds;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  EXPECT_EQ(
+      sqlite3_prepare_v2(db, "SELECT round FROM checkpoints ORDER BY round", -1, &stmt, nullptr),
+      SQLITE_OK);
+  while (sqlite3_step(stmt) == SQLITE_ROW) rounds.push_back(sqlite3_column_int(stmt, 0));
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return rounds;
+}
+
+std::vector<uint8_t> FloatBytes(const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(float));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+// Distinct values, so the model's bytes occur once in the file.
+std::vector<float> Distinct(size_t n, float base) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = base + 0.001f * static_cast<float>(i);
+  return v;
+}
 
 TEST(RunStoreTest, CommittedRoundsSurviveReopening) {
   const std::string dir =
@@ -69,15 +135,173 @@ TEST(RunStoreTest, OutOfOrderCommitIsRefusedAndChangesNothing) {
 }
 
 TEST(RunStoreTest, KeepsOnlyTheNewestCheckpoints) {
-  auto store = std::move(OpenSqliteRunStore(":memory:")).value();
+  ScratchDir dir("prune");
+  auto store = std::move(OpenSqliteRunStore(dir.db())).value();
   ASSERT_TRUE(store->CreateRun({"c", 1, "v", 0}, Cp(0, 0)).ok());
   for (uint32_t i = 1; i <= 5; ++i) {
     RoundRecord r;
     r.round = i;
     ASSERT_TRUE(store->CommitRound(r, {}, Cp(i, static_cast<float>(i)), 2).ok());
+    // The older checkpoints are gone from the file, not only shadowed.
+    const std::vector<uint32_t> expected =
+        i == 1 ? std::vector<uint32_t>{0, 1} : std::vector<uint32_t>{i - 1, i};
+    EXPECT_EQ(CheckpointRounds(dir.db()), expected) << "after round " << i;
   }
   EXPECT_EQ(store->LatestCheckpoint()->model[0], 5.0f);
   EXPECT_EQ(store->Rounds()->size(), 5u);
+  // keep = 0 would delete the checkpoint just written.
+  RoundRecord r;
+  r.round = 6;
+  EXPECT_EQ(store->CommitRound(r, {}, Cp(6, 6), 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckpointRounds(dir.db()), (std::vector<uint32_t>{4, 5}));
+}
+
+TEST(RunStoreTest, VelocityIsCheckpointedWithTheModel) {
+  auto store = std::move(OpenSqliteRunStore(":memory:")).value();
+  ASSERT_TRUE(store->CreateRun({"c", 1, "v", 0}, Cp(0, 0)).ok());
+  RoundRecord r;
+  r.round = 1;
+  Checkpoint cp{1, Distinct(7, 1.0f), Distinct(7, -2.0f)};
+  ASSERT_TRUE(store->CommitRound(r, {}, cp, 3).ok());
+  auto loaded = store->LatestCheckpoint();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->model, cp.model);
+  EXPECT_EQ(loaded->velocity, cp.velocity);
+}
+
+// Writes round 1 with a distinct model and velocity into a file store.
+void WriteOneRound(const std::string& path, const Checkpoint& cp) {
+  auto store = std::move(OpenSqliteRunStore(path)).value();
+  ASSERT_TRUE(store->CreateRun({"c", 1, "v", 0}, Cp(0, 0)).ok());
+  RoundRecord r;
+  r.round = 1;
+  ASSERT_TRUE(store->CommitRound(r, {}, cp, 3).ok());
+}
+
+void ExpectDataLoss(const std::string& path, const std::string& needle) {
+  auto store = OpenSqliteRunStore(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto cp = (*store)->LatestCheckpoint();
+  ASSERT_FALSE(cp.ok()) << "a corrupted checkpoint was loaded";
+  EXPECT_EQ(cp.status().code(), StatusCode::kDataLoss) << cp.status();
+  EXPECT_NE(cp.status().message().find("round 1"), std::string::npos) << cp.status();
+  EXPECT_NE(cp.status().message().find(needle), std::string::npos) << cp.status();
+}
+
+// Bit rot below SQLite: one bit flipped in the model's bytes in the database
+// file. SQLite has no checksum of its own for row contents; ours catches it.
+TEST(RunStoreTest, FlippedBitInTheFileIsDataLossNamingTheModel) {
+  ScratchDir dir("bitrot");
+  const Checkpoint cp{1, Distinct(64, 3.0f), {}};
+  WriteOneRound(dir.db(), cp);  // Closing checkpoints the WAL into run.db.
+  ASSERT_FALSE(std::filesystem::exists(dir.db() + "-wal"));
+  std::string bytes;
+  {
+    std::ifstream in(dir.db(), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::vector<uint8_t> model = FloatBytes(cp.model);
+  const std::string needle(model.begin(), model.end());
+  int flipped = 0;
+  for (size_t at = bytes.find(needle); at != std::string::npos; at = bytes.find(needle, at + 1)) {
+    bytes[at + 101] ^= 0x10;
+    ++flipped;
+  }
+  ASSERT_GE(flipped, 1) << "model bytes not found in the file";
+  {
+    std::ofstream out(dir.db(), std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  ExpectDataLoss(dir.db(), "model fails its CRC-32");
+}
+
+TEST(RunStoreTest, CorruptedVelocityOrTruncatedModelIsDataLoss) {
+  const Checkpoint cp{1, Distinct(16, 3.0f), Distinct(16, -1.0f)};
+  {
+    ScratchDir dir("velocity");
+    WriteOneRound(dir.db(), cp);
+    std::vector<uint8_t> velocity = FloatBytes(cp.velocity);
+    velocity[9] ^= 0x01;
+    RawSql(dir.db(), "UPDATE checkpoints SET velocity = ? WHERE round = 1", velocity);
+    ExpectDataLoss(dir.db(), "server velocity fails its CRC-32");
+  }
+  {
+    ScratchDir dir("truncated");
+    WriteOneRound(dir.db(), cp);
+    std::vector<uint8_t> model = FloatBytes(cp.model);
+    model.resize(model.size() - 2);
+    RawSql(dir.db(), "UPDATE checkpoints SET model = ? WHERE round = 1", model);
+    ExpectDataLoss(dir.db(), "model has 62 bytes");
+  }
+  {
+    ScratchDir dir("short-velocity");
+    WriteOneRound(dir.db(), cp);
+    std::vector<uint8_t> velocity = FloatBytes(cp.velocity);
+    velocity.resize(velocity.size() - 4);
+    RawSql(dir.db(), "UPDATE checkpoints SET velocity = ? WHERE round = 1", velocity);
+    ExpectDataLoss(dir.db(), "velocity has 60 bytes");
+  }
+}
+
+// A store written before the velocity checksum existed still loads.
+TEST(RunStoreTest, CheckpointWithoutVelocityChecksumLoads) {
+  ScratchDir dir("old");
+  const Checkpoint cp{1, Distinct(16, 3.0f), Distinct(16, -1.0f)};
+  WriteOneRound(dir.db(), cp);
+  RawSql(dir.db(), "UPDATE checkpoints SET velocity_crc32 = NULL");
+  auto store = std::move(OpenSqliteRunStore(dir.db())).value();
+  auto loaded = store->LatestCheckpoint();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->velocity, cp.velocity);
+}
+
+// The crash-test hook: a process killed inside round 2's commit, with the
+// round's pages already in the WAL, leaves round 1 as the last committed
+// round, and round 2 can then be committed again.
+TEST(RunStoreTest, KillInsideTheCommitLosesTheWholeRoundAndNothingElse) {
+  ScratchDir dir("kill");
+  WriteOneRound(dir.db(), Checkpoint{1, Distinct(8, 1.0f), {}});
+  RoundRecord r;
+  r.round = 2;
+  r.participants = 3;
+  std::vector<ClientRoundRecord> clients(1);
+  clients[0] = {"a", "ok", "", 10, 0.5, 0.8, 1.0, ""};
+  const Checkpoint cp2{2, Distinct(8, 2.0f), Distinct(8, 0.5f)};
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("COHORT_FAULT_KILL_IN_COMMIT", "2", 1);
+    auto store = OpenSqliteRunStore(dir.db());
+    if (!store.ok()) _exit(2);
+    (void)(*store)->CommitRound(r, clients, cp2, 3);
+    _exit(3);  // Not reached: the hook raises SIGKILL.
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  // The round's pages did reach the WAL, without a commit record.
+  ASSERT_TRUE(std::filesystem::exists(dir.db() + "-wal"));
+  EXPECT_GT(std::filesystem::file_size(dir.db() + "-wal"), 0u);
+
+  auto store = std::move(OpenSqliteRunStore(dir.db())).value();
+  EXPECT_EQ((*store->LoadRun())->last_round, 1u);
+  EXPECT_EQ(store->Rounds()->size(), 1u);
+  EXPECT_TRUE(store->ClientRounds(2)->empty());
+  auto cp = store->LatestCheckpoint();
+  ASSERT_TRUE(cp.ok()) << cp.status();
+  EXPECT_EQ(cp->round, 1u);
+  EXPECT_EQ(cp->model, Distinct(8, 1.0f));
+  ASSERT_TRUE(store->CommitRound(r, clients, cp2, 3).ok());
+  EXPECT_EQ(store->LatestCheckpoint()->round, 2u);
+}
+
+TEST(RunStoreTest, MalformedKillHookValueIsRefused) {
+  setenv("COHORT_FAULT_KILL_IN_COMMIT", "soon", 1);
+  auto store = OpenSqliteRunStore(":memory:");
+  unsetenv("COHORT_FAULT_KILL_IN_COMMIT");
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(store.status().message().find("COHORT_FAULT_KILL_IN_COMMIT"), std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
+#include <signal.h>
 #include <sqlite3.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/bytes.h"
@@ -48,7 +51,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   round INTEGER PRIMARY KEY,
   model BLOB NOT NULL,
   velocity BLOB NOT NULL,
-  model_crc32 INTEGER NOT NULL
+  model_crc32 INTEGER NOT NULL,
+  velocity_crc32 INTEGER
 );
 )sql";
 
@@ -60,6 +64,25 @@ int64_t UnixMs() {
 
 uint32_t FloatsCrc(const std::vector<float>& v) {
   return Crc32({reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
+}
+
+std::string Hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", v);
+  return buf;
+}
+
+// The test hook of run_store.h: 0 when off.
+StatusOr<uint32_t> KillInCommitRound() {
+  const char* v = std::getenv("COHORT_FAULT_KILL_IN_COMMIT");
+  if (v == nullptr || *v == '\0') return 0u;
+  char* end = nullptr;
+  const unsigned long round = std::strtoul(v, &end, 10);
+  if (*end != '\0' || round == 0 || round > UINT32_MAX) {
+    return InvalidArgumentError(
+        std::string("COHORT_FAULT_KILL_IN_COMMIT: expected a round >= 1, got \"") + v + "\"");
+  }
+  return static_cast<uint32_t>(round);
 }
 
 // Finalizes on scope exit.
@@ -79,7 +102,8 @@ class Statement {
 
 class SqliteRunStore final : public RunStore {
  public:
-  explicit SqliteRunStore(sqlite3* db) : db_(db) {}
+  SqliteRunStore(sqlite3* db, uint32_t kill_in_commit_round)
+      : db_(db), kill_in_commit_round_(kill_in_commit_round) {}
   ~SqliteRunStore() override { sqlite3_close(db_); }
 
   Status Init() {
@@ -93,7 +117,10 @@ class SqliteRunStore final : public RunStore {
         AddColumnIfMissing("rounds", "aggregation", "TEXT NOT NULL DEFAULT 'plain'"));
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("rounds", "outcome", "TEXT NOT NULL DEFAULT 'committed'"));
-    return AddColumnIfMissing("round_clients", "stage", "TEXT NOT NULL DEFAULT ''");
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("round_clients", "stage", "TEXT NOT NULL DEFAULT ''"));
+    // Stores written before it have no velocity checksum (NULL: not checked).
+    return AddColumnIfMissing("checkpoints", "velocity_crc32", "INTEGER");
   }
 
   StatusOr<std::optional<RunInfo>> LoadRun() override {
@@ -131,6 +158,7 @@ class SqliteRunStore final : public RunStore {
 
   Status CommitRound(const RoundRecord& r, const std::vector<ClientRoundRecord>& clients,
                      const Checkpoint& checkpoint, uint32_t keep) override {
+    if (keep == 0) return InvalidArgumentError("run store: keep at least 1 checkpoint");
     COHORT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     Status status = [&]() -> Status {
       Statement last(db_, "SELECT last_round FROM runs WHERE id = 1");
@@ -185,12 +213,19 @@ class SqliteRunStore final : public RunStore {
       if (!up.ok() || sqlite3_step(up.get()) != SQLITE_DONE) return Error("commit round");
       return OkStatus();
     }();
+    if (status.ok() && r.round == kill_in_commit_round_) {
+      // Test hook: die with the round's pages in the WAL but no commit record.
+      sqlite3_db_cacheflush(db_);
+      std::fprintf(stderr, "run store: fault injection: SIGKILL before the commit of round %u\n",
+                   r.round);
+      raise(SIGKILL);
+    }
     return Finish(status);
   }
 
   StatusOr<Checkpoint> LatestCheckpoint() override {
     Statement s(db_,
-                "SELECT round, model, velocity, model_crc32 FROM checkpoints "
+                "SELECT round, model, velocity, model_crc32, velocity_crc32 FROM checkpoints "
                 "ORDER BY round DESC LIMIT 1");
     if (!s.ok()) return Error("load checkpoint");
     const int rc = sqlite3_step(s.get());
@@ -198,11 +233,30 @@ class SqliteRunStore final : public RunStore {
     if (rc != SQLITE_ROW) return Error("load checkpoint");
     Checkpoint cp;
     cp.round = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 0));
+    const std::string what = "run store: checkpoint of round " + std::to_string(cp.round);
+    const int model_bytes = sqlite3_column_bytes(s.get(), 1);
+    const int velocity_bytes = sqlite3_column_bytes(s.get(), 2);
+    if (model_bytes == 0 || model_bytes % sizeof(float) != 0) {
+      return DataLossError(what + ": model has " + std::to_string(model_bytes) +
+                           " bytes, not a positive multiple of 4");
+    }
+    if (velocity_bytes != 0 && velocity_bytes != model_bytes) {
+      return DataLossError(what + ": velocity has " + std::to_string(velocity_bytes) +
+                           " bytes, the model " + std::to_string(model_bytes));
+    }
     cp.model = Floats(s.get(), 1);
     cp.velocity = Floats(s.get(), 2);
-    if (FloatsCrc(cp.model) != static_cast<uint32_t>(sqlite3_column_int64(s.get(), 3))) {
-      return DataLossError("checkpoint of round " + std::to_string(cp.round) +
-                           " fails its checksum");
+    const auto stored_model_crc = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 3));
+    if (const uint32_t crc = FloatsCrc(cp.model); crc != stored_model_crc) {
+      return DataLossError(what + ": model fails its CRC-32 (stored " + Hex32(stored_model_crc) +
+                           ", computed " + Hex32(crc) + ")");
+    }
+    if (sqlite3_column_type(s.get(), 4) != SQLITE_NULL) {
+      const auto stored = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 4));
+      if (const uint32_t crc = FloatsCrc(cp.velocity); crc != stored) {
+        return DataLossError(what + ": server velocity fails its CRC-32 (stored " + Hex32(stored) +
+                             ", computed " + Hex32(crc) + ")");
+      }
     }
     return cp;
   }
@@ -290,12 +344,15 @@ class SqliteRunStore final : public RunStore {
     return Exec("COMMIT");
   }
   Status PutCheckpoint(const Checkpoint& cp) {
-    Statement s(db_, "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)");
+    Statement s(db_,
+                "INSERT OR REPLACE INTO checkpoints (round, model, velocity, model_crc32, "
+                "velocity_crc32) VALUES (?, ?, ?, ?, ?)");
     if (!s.ok()) return Error("write checkpoint");
     sqlite3_bind_int64(s.get(), 1, cp.round);
     BindFloats(s.get(), 2, cp.model);
     BindFloats(s.get(), 3, cp.velocity);
     sqlite3_bind_int64(s.get(), 4, FloatsCrc(cp.model));
+    sqlite3_bind_int64(s.get(), 5, FloatsCrc(cp.velocity));
     if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("write checkpoint");
     return OkStatus();
   }
@@ -320,11 +377,13 @@ class SqliteRunStore final : public RunStore {
   }
 
   sqlite3* db_;
+  const uint32_t kill_in_commit_round_;
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path) {
+  COHORT_ASSIGN_OR_RETURN(const uint32_t kill_in_commit_round, KillInCommitRound());
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -333,7 +392,7 @@ StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path) 
     sqlite3_close(db);
     return UnavailableError(path + ": cannot open run store: " + message);
   }
-  auto store = std::make_unique<SqliteRunStore>(db);
+  auto store = std::make_unique<SqliteRunStore>(db, kill_in_commit_round);
   COHORT_RETURN_IF_ERROR(store->Init().WithContext(path));
   return std::unique_ptr<RunStore>(std::move(store));
 }

@@ -183,6 +183,57 @@ TEST(ShamirTest, AnyThresholdSubsetRebuildsTheSecret) {
   EXPECT_FALSE(combiner.Combine(two, 3).ok());
 }
 
+bool SameBytes(const SecretBytes& a, const SecretBytes& b) {
+  return a.size() == b.size() && std::memcmp(a.bytes().data(), b.bytes().data(), a.size()) == 0;
+}
+
+// Secrecy below the threshold. With a polynomial of degree t-1, any t-1
+// shares are uniformly distributed whatever the secret, so interpolating
+// them (as if the threshold were t-1) gives a value unrelated to the secret.
+// With a polynomial one degree too low, the same t-1 shares rebuild it.
+TEST(ShamirTest, FewerThanThresholdSharesRevealNothing) {
+  ShamirCombiner combiner;
+  for (uint32_t t : {2u, 3u, 5u}) {
+    std::vector<uint32_t> xs;
+    for (uint32_t i = 0; i < t + 2; ++i) xs.push_back(3 * i + 2);
+    for (int trial = 0; trial < 20; ++trial) {
+      SecretBytes secret = RandomSecret(kShamirSecretBytes);
+      auto shares = ShamirSplit(secret, t, xs);
+      ASSERT_TRUE(shares.ok()) << shares.status();
+      // Two different sets of t-1 shares: the first ones and the last ones.
+      for (size_t start : {size_t{0}, xs.size() - (t - 1)}) {
+        std::vector<const SecretBytes*> below;
+        for (size_t i = start; i < start + t - 1; ++i) below.push_back(&(*shares)[i]);
+        auto guess = combiner.Combine(below, t - 1);
+        // Usually an error (the interpolated limbs leave their range); a
+        // result, when there is one, must not be the secret.
+        EXPECT_FALSE(guess.ok() && SameBytes(*guess, secret))
+            << t - 1 << " shares rebuilt a secret shared with threshold " << t;
+      }
+      std::vector<const SecretBytes*> enough;
+      for (size_t i = 0; i < t; ++i) enough.push_back(&(*shares)[xs.size() - 1 - i]);
+      auto rebuilt = combiner.Combine(enough, t);
+      ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
+      EXPECT_TRUE(SameBytes(*rebuilt, secret)) << "threshold " << t;
+    }
+  }
+}
+
+// Each split draws a fresh polynomial: splitting one secret twice gives
+// different shares at every x (with reused coefficients, the difference of
+// two secrets' shares would equal the difference of the secrets).
+TEST(ShamirTest, EachSplitDrawsFreshCoefficients) {
+  SecretBytes secret = RandomSecret(kShamirSecretBytes);
+  std::vector<uint32_t> xs = {1, 2, 3, 4};
+  auto a = ShamirSplit(secret, 3, xs);
+  auto b = ShamirSplit(secret, 3, xs);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    EXPECT_EQ(ShamirShareX((*a)[i]), xs[i]);
+    EXPECT_FALSE(SameBytes((*a)[i], (*b)[i])) << "x = " << xs[i];
+  }
+}
+
 TEST(ShamirTest, MixedOrMalformedSharesAreRejected) {
   SecretBytes a = RandomSecret(32), b = RandomSecret(32);
   std::vector<uint32_t> xs = {1, 2, 3};
