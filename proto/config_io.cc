@@ -132,7 +132,8 @@ StatusOr<RunConfig> LoadRunConfig(const std::string& path) {
   // reads it as an empty file, which parses as a run on defaults.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return NotFoundError(path + ": cannot open config file: " + std::strerror(errno));
+    const std::string why = std::strerror(errno);
+    return NotFoundError(path + ": cannot open config file: " + why);
   }
   struct stat st = {};
   if (::fstat(fd, &st) != 0) {
