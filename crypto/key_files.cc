@@ -94,7 +94,8 @@ bool IsBlank(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'
 
 // Parses "TAG <hex>" (what follows the hex is ignored) with exactly
 // `out.size()` bytes of hex payload into `out`. The hex is decoded in place
-// from `text`; no copy of it is made.
+// from `text`; no copy of it is made. On an error `out` may hold part of the
+// key: callers keep secrets in SecretBytes, which wipes it.
 Status ParseTagged(const std::string& path, std::span<const uint8_t> text, const char* tag,
                    std::span<uint8_t> out) {
   // The next whitespace-separated word from `pos`.
@@ -116,7 +117,6 @@ Status ParseTagged(const std::string& path, std::span<const uint8_t> text, const
       sodium_hex2bin(out.data(), out.size(), reinterpret_cast<const char*>(hex.data()), hex.size(),
                      nullptr, &len, nullptr) != 0 ||
       len != out.size()) {
-    sodium_memzero(out.data(), out.size());
     return InvalidArgumentError(path + ": key must be " + std::to_string(out.size() * 2) +
                                 " hex characters");
   }
