@@ -20,9 +20,13 @@
 
 namespace cohort::crypto {
 
-// Writes DIR/NAME.key and DIR/NAME.pub; kAlreadyExists if NAME.key exists.
+// Writes DIR/NAME.key (created 0600, never over an existing file) and
+// DIR/NAME.pub; kAlreadyExists if NAME.key exists.
 Status WriteIdentity(const std::string& dir, const std::string& name);
-// Errors name the file: unreadable, wrong permissions, malformed.
+// Errors name the file: unreadable, not a regular file, over 1 KiB, wrong
+// permissions (a secret key group or others may read), malformed. Every
+// buffer that held the file's text or the decoded secret is wiped before it
+// is freed.
 StatusOr<Ed25519KeyPair> LoadIdentity(const std::string& key_path);
 StatusOr<Ed25519Public> LoadPublicKey(const std::string& pub_path);
 
@@ -30,7 +34,9 @@ struct AllowedKey {
   std::string name;  // File stem.
   Ed25519Public key{};
 };
-// Every *.pub file in `dir`; a malformed one is an error naming it.
+// Every *.pub file in `dir`, sorted by file name; a malformed one is an error
+// naming it, and so is one key in two files (kInvalidArgument naming both):
+// a key maps to exactly one client name.
 StatusOr<std::vector<AllowedKey>> LoadAllowlist(const std::string& dir);
 
 // The CURVE (X25519) keys of an identity, Z85-encoded as ZeroMQ wants them.

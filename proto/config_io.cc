@@ -1,12 +1,18 @@
 #include "proto/config_io.h"
 
+#include <fcntl.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
-#include <fstream>
-#include <sstream>
+#include <cstdio>
+#include <cstring>
+#include <vector>
 
 namespace cohort::config {
 namespace {
@@ -30,7 +36,71 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
 
 bool IsFinitePositive(float v) { return std::isfinite(v) && v > 0; }
 
+// Every duration becomes int64 milliseconds (llround(s * 1000)) added to a
+// steady clock. Below a millisecond it rounds to a deadline already past;
+// 1e20 s overflows the arithmetic. A week is longer than any sensible wait.
+constexpr double kMinSeconds = 0.001;
+constexpr double kMaxSeconds = 7 * 24 * 3600.0;
+// The client clamps the heartbeat it is told to [50 ms, 60 s]; a value
+// outside would be silently changed.
+constexpr double kMinHeartbeatS = 0.05;
+constexpr double kMaxHeartbeatS = 60;
+// A client is gone after this many heartbeat periods without a message (the
+// client's own rule for a quiet coordinator).
+constexpr double kTimeoutHeartbeats = 3;
+// Floats one training step holds: 1 GiB of float32.
+constexpr uint64_t kMaxStepFloats = uint64_t{1} << 28;
+// A config file is a few hundred bytes; this stops `--config /dev/zero`.
+constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+
+std::string Number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+// "FIELD: must be in [LO, HI]UNIT, got V"; NaN is out of every range.
+Status CheckRange(const char* field, double v, double lo, double hi, const char* unit = "") {
+  if (v >= lo && v <= hi) return OkStatus();
+  return InvalidArgumentError(std::string(field) + ": must be in [" + Number(lo) + ", " +
+                              Number(hi) + "]" + unit + ", got " + Number(v));
+}
+
+Status CheckSeconds(const char* field, float v) {
+  return CheckRange(field, v, kMinSeconds, kMaxSeconds, " seconds (1 ms to 7 days)");
+}
+
+// The widths of the MLP's layers, input first.
+std::vector<uint64_t> Widths(const ModelConfig& m) {
+  std::vector<uint64_t> widths = {m.input_dim()};
+  widths.insert(widths.end(), m.hidden().begin(), m.hidden().end());
+  widths.push_back(m.num_classes());
+  return widths;
+}
+
+std::string DescribeModel(const ModelConfig& m) {
+  std::string hidden;
+  for (int i = 0; i < m.hidden_size() && i < 8; ++i) {
+    hidden += (i ? ", " : "") + std::to_string(m.hidden(i));
+  }
+  if (m.hidden_size() > 8) hidden += ", ... (" + std::to_string(m.hidden_size()) + " layers)";
+  return "input_dim " + std::to_string(m.input_dim()) + ", hidden [" + hidden + "], num_classes " +
+         std::to_string(m.num_classes());
+}
+
 }  // namespace
+
+uint64_t NumModelParams(const ModelConfig& model) {
+  const std::vector<uint64_t> widths = Widths(model);
+  uint64_t total = 0;
+  for (size_t l = 0; l + 1 < widths.size(); ++l) {
+    // Weight [out x in] and bias [out], as train::Model lays them out. The
+    // widths are 32-bit, so one layer is below 2^64; the sum may not be.
+    const uint64_t layer = widths[l + 1] * (widths[l] + 1);
+    if (__builtin_add_overflow(total, layer, &total)) return UINT64_MAX;
+  }
+  return total;
+}
 
 StatusOr<RunConfig> ParseRunConfig(std::string_view text, std::string_view source_name) {
   RunConfig config;
@@ -58,11 +128,48 @@ StatusOr<RunConfig> ParseRunConfig(std::string_view text, std::string_view sourc
 }
 
 StatusOr<RunConfig> LoadRunConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open config file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseRunConfig(buffer.str(), path);
+  // open + fstat rather than std::ifstream: an ifstream opens a directory and
+  // reads it as an empty file, which parses as a run on defaults.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const std::string why = std::strerror(errno);
+    return NotFoundError(path + ": cannot open config file: " + why);
+  }
+  struct stat st = {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return NotFoundError(path + ": cannot stat config file: " + std::strerror(err));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgumentError(path + ": is a directory, not a config file");
+  }
+  // Not only regular files: `--config <(generate)` is a pipe.
+  std::string text;
+  char buf[65536];
+  while (text.size() <= kMaxConfigBytes) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return NotFoundError(path + ": cannot read config file: " + std::strerror(err));
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (text.size() > kMaxConfigBytes) {
+    return InvalidArgumentError(path + ": config file is larger than " +
+                                std::to_string(kMaxConfigBytes) + " bytes");
+  }
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return InvalidArgumentError(path +
+                                ": config file is empty; write at least one field (a run "
+                                "on defaults is `name: \"run\"`)");
+  }
+  return ParseRunConfig(text, path);
 }
 
 Status ValidateRunConfig(const RunConfig& c) {
@@ -88,12 +195,40 @@ Status ValidateRunConfig(const RunConfig& c) {
       return InvalidArgumentError("model.hidden[" + std::to_string(i) + "]: must be in [1, 2^20]");
     }
   }
+  const uint64_t params = NumModelParams(m);
+  if (params > kMaxModelParams) {
+    return InvalidArgumentError(
+        "model: " + DescribeModel(m) + " make " +
+        (params == UINT64_MAX ? std::string("more than 2^64") : std::to_string(params)) +
+        " parameters; at most " + std::to_string(kMaxModelParams) + " (2^26) are supported");
+  }
   const TrainConfig& t = c.train();
   if (t.local_epochs() == 0 || t.local_epochs() > 1000) {
     return InvalidArgumentError("train.local_epochs: must be in [1, 1000]");
   }
   if (t.batch_size() == 0 || t.batch_size() > 65536) {
     return InvalidArgumentError("train.batch_size: must be in [1, 65536]");
+  }
+  {
+    // A training step holds, per sample, the input row, every layer's
+    // activations and two gradient buffers as wide as the widest layer
+    // (train/model.cc). The parameter cap above bounds the sum of the
+    // widths, so this cannot overflow.
+    const std::vector<uint64_t> widths = Widths(m);
+    uint64_t per_sample = 0, widest = 0;
+    for (size_t l = 0; l < widths.size(); ++l) {
+      per_sample += widths[l];
+      if (l > 0) widest = std::max(widest, widths[l]);
+    }
+    per_sample += 2 * widest;
+    const uint64_t floats = per_sample * t.batch_size();
+    if (floats > kMaxStepFloats) {
+      return InvalidArgumentError(
+          "train.batch_size: " + std::to_string(t.batch_size()) + " samples x " +
+          std::to_string(per_sample) + " floats each (inputs, activations, gradients of " +
+          DescribeModel(m) + ") = " + std::to_string(floats) + " floats per step; at most " +
+          std::to_string(kMaxStepFloats) + " (2^28, 1 GiB)");
+    }
   }
   if (!IsFinitePositive(t.learning_rate())) {
     return InvalidArgumentError("train.learning_rate: must be > 0");
@@ -120,12 +255,8 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (r.max_clients_per_round() != 0 && r.max_clients_per_round() < r.min_clients()) {
     return InvalidArgumentError("rounds.max_clients_per_round: must be 0 or >= rounds.min_clients");
   }
-  if (!IsFinitePositive(r.round_deadline_s())) {
-    return InvalidArgumentError("rounds.round_deadline_s: must be > 0");
-  }
-  if (!IsFinitePositive(r.client_timeout_s())) {
-    return InvalidArgumentError("rounds.client_timeout_s: must be > 0");
-  }
+  COHORT_RETURN_IF_ERROR(CheckSeconds("rounds.round_deadline_s", r.round_deadline_s()));
+  COHORT_RETURN_IF_ERROR(CheckSeconds("rounds.client_timeout_s", r.client_timeout_s()));
   if (r.keep_checkpoints() == 0) {
     return InvalidArgumentError("rounds.keep_checkpoints: must be >= 1");
   }
@@ -136,8 +267,14 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!std::isfinite(s.momentum()) || s.momentum() < 0 || s.momentum() >= 1) {
     return InvalidArgumentError("server.momentum: must be in [0, 1)");
   }
-  if (!IsFinitePositive(c.net().heartbeat_s())) {
-    return InvalidArgumentError("net.heartbeat_s: must be > 0");
+  COHORT_RETURN_IF_ERROR(CheckRange("net.heartbeat_s", c.net().heartbeat_s(), kMinHeartbeatS,
+                                    kMaxHeartbeatS, " seconds"));
+  // A live client says something every heartbeat; a shorter timeout marks it
+  // gone between two of them.
+  if (double{r.client_timeout_s()} < kTimeoutHeartbeats * c.net().heartbeat_s()) {
+    return InvalidArgumentError("rounds.client_timeout_s: must be at least 3 x net.heartbeat_s (" +
+                                Number(kTimeoutHeartbeats * c.net().heartbeat_s()) +
+                                " seconds), got " + Number(r.client_timeout_s()));
   }
   if (c.net().max_header_bytes() < 1024) {
     return InvalidArgumentError("net.max_header_bytes: must be >= 1024");
@@ -162,9 +299,7 @@ Status ValidateRunConfig(const RunConfig& c) {
         sa.corrupt_fraction() >= 0.5f) {
       return InvalidArgumentError("secagg.corrupt_fraction: must be in [0, 0.5)");
     }
-    if (!IsFinitePositive(sa.stage_timeout_s())) {
-      return InvalidArgumentError("secagg.stage_timeout_s: must be > 0");
-    }
+    COHORT_RETURN_IF_ERROR(CheckSeconds("secagg.stage_timeout_s", sa.stage_timeout_s()));
   }
   return OkStatus();
 }

@@ -2,6 +2,7 @@
 #ifndef COHORT_PROTO_CONFIG_IO_H_
 #define COHORT_PROTO_CONFIG_IO_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -14,10 +15,28 @@ namespace cohort::config {
 // '{'. Unknown fields and syntax errors are kInvalidArgument naming the
 // source, line and column, and the field. Validates the result.
 StatusOr<RunConfig> ParseRunConfig(std::string_view text, std::string_view source_name);
-// Reads and parses `path`; kNotFound when it cannot be read.
+// Reads and parses `path` (a file or a pipe). kNotFound when it cannot be
+// opened or read (the error says why); kInvalidArgument when it is a
+// directory, empty (only blanks), larger than 1 MiB, or does not parse.
 StatusOr<RunConfig> LoadRunConfig(const std::string& path);
 
-// Checks value ranges; the error names the field ("rounds.min_clients: ...").
+// The largest model a run accepts. A checkpoint row in the run store holds
+// the model and the server velocity as float32 blobs, and SQLite refuses a row
+// over 10^9 bytes: 2 x 4 x 2^26 bytes fits, 2^27 parameters would not. At the
+// cap each copy the coordinator keeps (global model, velocity, the round's
+// task, the sum, the checkpoint) is 256 MiB.
+inline constexpr uint64_t kMaxModelParams = uint64_t{1} << 26;
+
+// Parameters of the model `model` describes (weights and biases of every
+// layer, as train::Model lays them out); UINT64_MAX when the count overflows.
+uint64_t NumModelParams(const ModelConfig& model);
+
+// Checks value ranges; the error names the field and the allowed range
+// ("rounds.client_timeout_s: must be in [0.001, 604800] seconds ..., got 1e+20").
+// Durations are in [1 ms, 7 days] (net.heartbeat_s in [0.05, 60] s, and
+// rounds.client_timeout_s at least 3 heartbeats); the model has at most
+// kMaxModelParams parameters; a training step (train.batch_size x the floats
+// one sample needs) holds at most 2^28 floats.
 Status ValidateRunConfig(const RunConfig& config);
 
 // Text-format rendering (stored in the run database, printed by tools).

@@ -1,6 +1,12 @@
 #include "proto/config_io.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 namespace cohort::config {
 namespace {
@@ -54,9 +60,202 @@ TEST(ConfigTest, DataParallelIsNotSilentlyIgnored) {
   EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
 }
 
+// The error of parsing `text`, which must fail; "" when it parsed.
+std::string ErrorOf(const std::string& text) {
+  auto c = ParseRunConfig(text, "x.textproto");
+  if (c.ok()) return "";
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status();
+  return std::string(c.status().message());
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(ConfigTest, HugeDurationsAreErrorsNamingFieldAndRange) {
+  // 1e20 s overflowed the int64 milliseconds: no round ever started, or the
+  // round restarted ~90 times a second.
+  for (const char* field : {"round_deadline_s", "client_timeout_s"}) {
+    const std::string e = ErrorOf("rounds { " + std::string(field) + ": 1e20 }");
+    EXPECT_TRUE(
+        Contains(e, std::string("rounds.") + field + ": must be in [0.001, 604800] seconds"))
+        << e;
+    EXPECT_TRUE(Contains(e, "got 1e+20")) << e;
+  }
+  std::string e = ErrorOf("secagg { stage_timeout_s: 1e20 }");
+  EXPECT_TRUE(Contains(e, "secagg.stage_timeout_s: must be in [0.001, 604800] seconds")) << e;
+  e = ErrorOf("net { heartbeat_s: 1e20 }");
+  EXPECT_TRUE(Contains(e, "net.heartbeat_s: must be in [0.05, 60] seconds")) << e;
+}
+
+TEST(ConfigTest, DurationBoundsAreInclusiveAndNanIsOut) {
+  // A week is allowed, a little more is not.
+  EXPECT_EQ(ErrorOf("rounds { round_deadline_s: 604800 client_timeout_s: 604800 }"
+                    "secagg { stage_timeout_s: 604800 }"),
+            "");
+  EXPECT_TRUE(Contains(ErrorOf("rounds { round_deadline_s: 604900 }"), "rounds.round_deadline_s"));
+  EXPECT_TRUE(Contains(ErrorOf("rounds { client_timeout_s: 604900 }"), "rounds.client_timeout_s"));
+  EXPECT_TRUE(Contains(ErrorOf("secagg { stage_timeout_s: 604900 }"), "secagg.stage_timeout_s"));
+  // A millisecond is allowed; less rounds to a deadline already past.
+  EXPECT_EQ(ErrorOf("rounds { round_deadline_s: 0.001 } secagg { stage_timeout_s: 0.001 }"), "");
+  EXPECT_TRUE(Contains(ErrorOf("rounds { round_deadline_s: 0.0001 }"), "rounds.round_deadline_s"));
+  EXPECT_TRUE(Contains(ErrorOf("secagg { stage_timeout_s: 0.0001 }"), "secagg.stage_timeout_s"));
+  EXPECT_TRUE(Contains(ErrorOf("rounds { round_deadline_s: 0 }"), "rounds.round_deadline_s"));
+  const std::string nan = ErrorOf("rounds { round_deadline_s: nan }");
+  EXPECT_TRUE(Contains(nan, "rounds.round_deadline_s") && Contains(nan, "nan")) << nan;
+  EXPECT_TRUE(Contains(ErrorOf("rounds { client_timeout_s: inf }"), "rounds.client_timeout_s"));
+  EXPECT_TRUE(Contains(ErrorOf("rounds { client_timeout_s: -1 }"), "rounds.client_timeout_s"));
+  // The heartbeat: what the client would otherwise clamp silently.
+  EXPECT_EQ(ErrorOf("net { heartbeat_s: 0.05 }"), "");
+  EXPECT_EQ(ErrorOf("net { heartbeat_s: 10 }"), "");  // client_timeout_s 30 = 3 heartbeats.
+  EXPECT_EQ(ErrorOf("net { heartbeat_s: 60 } rounds { client_timeout_s: 180 }"), "");
+  EXPECT_TRUE(Contains(ErrorOf("net { heartbeat_s: 0.04 }"), "net.heartbeat_s"));
+  EXPECT_TRUE(Contains(ErrorOf("net { heartbeat_s: 61 } rounds { client_timeout_s: 1000 }"),
+                       "net.heartbeat_s"));
+  // Unused under plain aggregation, so not checked there.
+  EXPECT_EQ(ErrorOf("secagg { aggregation: PLAIN stage_timeout_s: 1e20 }"), "");
+}
+
+TEST(ConfigTest, ClientTimeoutShorterThanThreeHeartbeatsIsAnError) {
+  // A live client speaks once a heartbeat: a shorter timeout marks it gone.
+  const std::string e = ErrorOf("rounds { client_timeout_s: 2.9 } net { heartbeat_s: 1 }");
+  EXPECT_TRUE(Contains(e, "rounds.client_timeout_s: must be at least 3 x net.heartbeat_s (3 "))
+      << e;
+  EXPECT_TRUE(Contains(e, "got 2.9")) << e;
+  EXPECT_EQ(ErrorOf("rounds { client_timeout_s: 3 } net { heartbeat_s: 1 }"), "");
+}
+
+TEST(ConfigTest, ModelOverTheParameterCapIsAnErrorNamingTheCap) {
+  // 2^20 x (2^24 + 1) + 2 x (2^20 + 1), about 2^44 parameters: std::bad_alloc
+  // at start before.
+  const std::string e = ErrorOf(
+      "model { input_dim: 16777216 hidden: 1048576 num_classes: 2 } train { batch_size: 1 }");
+  EXPECT_TRUE(Contains(e,
+                       "model: input_dim 16777216, hidden [1048576], num_classes 2 make "
+                       "17592189190146 parameters"))
+      << e;
+  EXPECT_TRUE(Contains(e, "at most 67108864 (2^26)")) << e;
+  // Exactly the cap: 4 x (2^24 - 1 + 1). One input more is over.
+  EXPECT_EQ(ErrorOf("model { arch: \"logreg\" input_dim: 16777215 num_classes: 4 }"
+                    "train { batch_size: 8 }"),
+            "");
+  EXPECT_TRUE(Contains(ErrorOf("model { arch: \"logreg\" input_dim: 16777216 num_classes: 4 }"
+                               "train { batch_size: 8 }"),
+                       "make 67108868 parameters"));
+  // Every layer counts, not only the first.
+  EXPECT_TRUE(Contains(ErrorOf("model { input_dim: 8 hidden: 8192 hidden: 8192 hidden: 8192 }"),
+                       "hidden [8192, 8192, 8192]"));
+}
+
+TEST(ConfigTest, ParameterCountMatchesTheModelAndSaturates) {
+  ModelConfig m;
+  m.set_input_dim(784);
+  m.add_hidden(200);
+  m.set_num_classes(10);
+  EXPECT_EQ(NumModelParams(m), 784u * 200 + 200 + 200u * 10 + 10);  // PyTorch's count.
+  m.clear_hidden();
+  EXPECT_EQ(NumModelParams(m), 7850u);
+  // Beyond anything the validator lets through: the count saturates rather
+  // than wrapping round to a small number.
+  m.set_input_dim(UINT32_MAX);
+  for (int i = 0; i < 3; ++i) m.add_hidden(UINT32_MAX);
+  EXPECT_EQ(NumModelParams(m), UINT64_MAX);
+}
+
+TEST(ConfigTest, ZeroWidthLayerNamesTheLayer) {
+  const std::string e = ErrorOf("model { hidden: 200 hidden: 0 }");
+  EXPECT_TRUE(Contains(e, "model.hidden[1]: must be in [1, 2^20]")) << e;
+}
+
+TEST(ConfigTest, TrainingStepOverOneGibIsAnErrorNamingBatchSize) {
+  // 2^25 + 4 parameters pass the cap, but 65536 rows of 2^24 inputs do not
+  // fit anywhere.
+  const std::string e = ErrorOf(
+      "model { arch: \"logreg\" input_dim: 16777216 num_classes: 2 } train { batch_size: 65536 }");
+  EXPECT_TRUE(Contains(e, "train.batch_size: 65536 samples x 16777222 floats each")) << e;
+  EXPECT_TRUE(Contains(e, "at most 268435456 (2^28, 1 GiB)")) << e;
+  // 15 rows of 16777222 floats fit; 16 do not.
+  const std::string model = "model { arch: \"logreg\" input_dim: 16777216 num_classes: 2 }";
+  EXPECT_EQ(ErrorOf(model + " train { batch_size: 15 }"), "");
+  EXPECT_TRUE(Contains(ErrorOf(model + " train { batch_size: 16 }"), "train.batch_size"));
+  // Hidden widths count twice more: the two gradient buffers.
+  EXPECT_TRUE(Contains(ErrorOf("model { input_dim: 1 hidden: 1048576 num_classes: 2 }"
+                               " train { batch_size: 86 }"),
+                       "x 3145731 floats each"));
+}
+
+class ConfigFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("cohort_config_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ + "/" + name) << text;
+    return dir_ + "/" + name;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ConfigFileTest, FileIsRead) {
+  auto c = LoadRunConfig(Write("run.textproto", "name: \"filed\"\nrounds { num_rounds: 3 }\n"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name(), "filed");
+  EXPECT_EQ(c->rounds().num_rounds(), 3u);
+}
+
+TEST_F(ConfigFileTest, DirectoryIsAnErrorNamingThePath) {
+  // An ifstream opened it and read nothing: a run on defaults.
+  auto c = LoadRunConfig(dir_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(), dir_ + ": is a directory, not a config file");
+}
+
+TEST_F(ConfigFileTest, EmptyFileIsAnError) {
+  for (const char* text : {"", " \n\t\n"}) {
+    const std::string path = Write("empty.textproto", text);
+    auto c = LoadRunConfig(path);
+    ASSERT_FALSE(c.ok());
+    EXPECT_TRUE(Contains(std::string(c.status().message()), path + ": config file is empty"))
+        << c.status();
+  }
+  // A comment says the defaults are meant.
+  EXPECT_TRUE(LoadRunConfig(Write("comment.textproto", "# all defaults\n")).ok());
+}
+
+TEST_F(ConfigFileTest, EndlessOrHugeInputIsAnError) {
+  auto c = LoadRunConfig("/dev/zero");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(), "/dev/zero: config file is larger than 1048576 bytes");
+  // Just under the limit is read (and then parsed).
+  const std::string padded(1048576 - 20, ' ');
+  EXPECT_TRUE(LoadRunConfig(Write("padded.textproto", padded + "name: \"p\"")).ok());
+}
+
+TEST_F(ConfigFileTest, UnreadableFileSaysWhy) {
+  const std::string path = Write("run.textproto", "name: \"x\"");
+  auto c = LoadRunConfig(path + "/inner.textproto");
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.status().message(),
+            path + "/inner.textproto: cannot open config file: Not a directory");
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads any file";
+  ::chmod(path.c_str(), 0);
+  c = LoadRunConfig(path);
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Contains(std::string(c.status().message()), "Permission denied")) << c.status();
+}
+
 TEST(ConfigTest, MissingFileIsNotFound) {
   auto c = LoadRunConfig("/nonexistent/run.textproto");
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(c.status().message(),
+            "/nonexistent/run.textproto: cannot open config file: No such file or directory");
 }
 
 }  // namespace
