@@ -119,4 +119,22 @@ void DecodeFixedPoint(std::span<const uint32_t> sum, double total_weight, const 
   }
 }
 
+namespace {
+constexpr double kMetricRange[kSecureMetricSlots] = {kMaxSecureLoss, 1.0, kMaxSecureSeconds};
+}  // namespace
+
+void MetricsToSlots(const SecureMetrics& m, float clip, std::span<float> slots) {
+  const double values[kSecureMetricSlots] = {m.loss, m.accuracy, m.seconds};
+  for (size_t i = 0; i < kSecureMetricSlots; ++i) {
+    const double v = std::isfinite(values[i]) ? values[i] : 0.0;
+    slots[i] = static_cast<float>(std::clamp(v, 0.0, kMetricRange[i]) / kMetricRange[i] * clip);
+  }
+}
+
+SecureMetrics SlotsToMetrics(std::span<const float> slots, float clip) {
+  double v[kSecureMetricSlots];
+  for (size_t i = 0; i < kSecureMetricSlots; ++i) v[i] = slots[i] / clip * kMetricRange[i];
+  return {v[0], v[1], v[2]};
+}
+
 }  // namespace cohort::aggregation

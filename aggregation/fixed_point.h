@@ -40,6 +40,21 @@ void EncodeFixedPoint(std::span<const float> values, double weight, const FixedP
 void DecodeFixedPoint(std::span<const uint32_t> sum, double total_weight, const FixedPoint& fp,
                       std::span<float> out);
 
+// Training metrics travel inside a secure round's masked vector, after the
+// model delta, so the coordinator learns only their weighted means. Each is
+// clamped to a range (loss [0, kMaxSecureLoss], accuracy [0, 1], seconds
+// [0, kMaxSecureSeconds]) and mapped onto [0, clip] like any coordinate.
+inline constexpr size_t kSecureMetricSlots = 3;
+inline constexpr double kMaxSecureLoss = 100;
+inline constexpr double kMaxSecureSeconds = 1e5;
+struct SecureMetrics {
+  double loss = 0, accuracy = 0, seconds = 0;
+};
+// `slots` has kSecureMetricSlots values.
+void MetricsToSlots(const SecureMetrics& metrics, float clip, std::span<float> slots);
+// The inverse on decoded (weighted-mean) slots; NaN in, NaN out.
+SecureMetrics SlotsToMetrics(std::span<const float> slots, float clip);
+
 }  // namespace cohort::aggregation
 
 #endif  // COHORT_AGGREGATION_FIXED_POINT_H_

@@ -1,10 +1,11 @@
 #include "aggregation/secagg.h"
 
+#include <sodium.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
-#include <thread>
 
 #include "common/parallel.h"
 #include "common/rng.h"
@@ -14,33 +15,42 @@
 namespace cohort::aggregation {
 namespace {
 
-constexpr size_t kSealedSharesBytes =
-    crypto::kAeadNonceBytes + 2 * crypto::kShamirShareBytes + crypto::kAeadTagBytes;
+constexpr size_t kShare = crypto::kShamirShareBytes;
+constexpr size_t kSig = crypto::kSignatureBytes;
+// Plaintext of one neighbour's sealed shares: mask-seed share, its dealer
+// signature, self-mask share, its dealer signature.
+constexpr size_t kPlainBytes = 2 * (kShare + kSig);
+constexpr size_t kBlobBytes = crypto::kAeadNonceBytes + kPlainBytes + crypto::kAeadTagBytes;
+// The AEAD blob, then the sender's signature over it.
+constexpr size_t kSealedBytes = kBlobBytes + kSig;
 
 void PutU32(std::string& out, uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); }
+void PutBytes(std::string& out, std::span<const uint8_t> b) {
+  out.append(reinterpret_cast<const char*>(b.data()), b.size());
+}
 
 std::span<const uint8_t> AsBytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-std::string AdvertMessage(const std::array<uint8_t, 32>& context, uint32_t index,
-                          const crypto::X25519Public& enc, const crypto::X25519Public& mask) {
-  std::string m = "cohort-secagg-advert";
-  m.append(reinterpret_cast<const char*>(context.data()), context.size());
-  PutU32(m, index);
-  m.append(reinterpret_cast<const char*>(enc.data()), enc.size());
-  m.append(reinterpret_cast<const char*>(mask.data()), mask.size());
+std::string AdvertMessage(const std::array<uint8_t, 32>& context, const KeyAdvert& a) {
+  std::string m = "cohort-secagg-advert-v2";
+  PutBytes(m, context);
+  PutU32(m, a.index);
+  PutBytes(m, a.enc_key);
+  PutBytes(m, a.mask_key);
+  PutBytes(m, a.self_commitment);
   return m;
 }
 
-std::array<uint8_t, 32> SessionId(const std::array<uint8_t, 32>& context, const KeyList& list) {
-  std::string all;
-  for (const auto& a : list.adverts) {
-    PutU32(all, a.index);
-    all.append(reinterpret_cast<const char*>(a.enc_key.data()), a.enc_key.size());
-    all.append(reinterpret_cast<const char*>(a.mask_key.data()), a.mask_key.size());
-  }
-  return crypto::Hash256({context, AsBytes(all)});
+// The graph is seeded by the session, a hash of every advert: neither the
+// server nor any one client picks it.
+uint64_t GraphSeed(const std::array<uint8_t, 32>& session) {
+  static constexpr char kLabel[] = "cohort-secagg-graph";
+  auto h = crypto::Hash256({session, {reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}});
+  uint64_t seed;
+  std::memcpy(&seed, h.data(), sizeof(seed));
+  return seed;
 }
 
 std::string ShareAd(const std::array<uint8_t, 32>& session, uint32_t from, uint32_t to) {
@@ -51,13 +61,32 @@ std::string ShareAd(const std::array<uint8_t, 32>& session, uint32_t from, uint3
   return ad;
 }
 
-std::string SurvivorMessage(const std::array<uint8_t, 32>& session,
-                            const std::vector<uint32_t>& survivors) {
-  std::string m = "cohort-secagg-survivors";
-  m.append(reinterpret_cast<const char*>(session.data()), session.size());
-  PutU32(m, static_cast<uint32_t>(survivors.size()));
-  for (uint32_t s : survivors) PutU32(m, s);
+// What a dealer signs for each share it deals, so a share revealed later
+// can be checked on its own.
+std::string ShareMessage(const std::array<uint8_t, 32>& session, uint32_t dealer, uint32_t holder,
+                         bool self_mask, std::span<const uint8_t> share) {
+  std::string m = "cohort-secagg-share";
+  PutBytes(m, session);
+  PutU32(m, dealer);
+  PutU32(m, holder);
+  m.push_back(self_mask ? 1 : 0);
+  PutBytes(m, share);
   return m;
+}
+
+std::string ComplaintContext(const std::array<uint8_t, 32>& session, uint32_t dealer,
+                             uint32_t holder) {
+  std::string m = "cohort-secagg-complaint";
+  PutBytes(m, session);
+  PutU32(m, dealer);
+  PutU32(m, holder);
+  return m;
+}
+
+crypto::Signature SignatureAt(std::span<const uint8_t> bytes) {
+  crypto::Signature s;
+  std::memcpy(s.data(), bytes.data(), s.size());
+  return s;
 }
 
 // The pairwise mask key: a hash of the X25519 agreement and the session.
@@ -68,8 +97,44 @@ StatusOr<SecretBytes> PairMaskKey(const SecretBytes& my_secret, const crypto::X2
   auto h = crypto::Hash256({shared.bytes(), session});
   SecretBytes key(32);
   std::memcpy(key.bytes().data(), h.data(), 32);
-  std::fill(h.begin(), h.end(), 0);
+  sodium_memzero(h.data(), h.size());  // std::fill may be elided as a dead store.
   return key;
+}
+
+// A neighbour's sealed shares, opened and checked: the AEAD, the share
+// x-coordinates and both dealer signatures.
+struct Opened {
+  SecretBytes mask_share, self_share;
+  crypto::Signature mask_signature{}, self_signature{};
+};
+StatusOr<Opened> OpenBlob(const SecretBytes& key, std::span<const uint8_t> blob,
+                          const std::array<uint8_t, 32>& session, uint32_t dealer, uint32_t holder,
+                          const crypto::Ed25519Public& dealer_identity) {
+  auto plain = crypto::Open(key, blob, AsBytes(ShareAd(session, dealer, holder)));
+  if (!plain.ok()) return InvalidArgumentError("sealed shares do not open");
+  if (plain->size() != kPlainBytes)
+    return InvalidArgumentError("sealed shares have the wrong size");
+  const uint8_t* p = plain->bytes().data();
+  Opened o;
+  o.mask_share = SecretBytes(kShare);
+  o.self_share = SecretBytes(kShare);
+  std::memcpy(o.mask_share.bytes().data(), p, kShare);
+  o.mask_signature = SignatureAt({p + kShare, kSig});
+  std::memcpy(o.self_share.bytes().data(), p + kShare + kSig, kShare);
+  o.self_signature = SignatureAt({p + 2 * kShare + kSig, kSig});
+  if (crypto::ShamirShareX(o.mask_share) != holder + 1 ||
+      crypto::ShamirShareX(o.self_share) != holder + 1) {
+    return InvalidArgumentError("shares are not addressed to this client");
+  }
+  if (!crypto::Verify(dealer_identity,
+                      AsBytes(ShareMessage(session, dealer, holder, false, o.mask_share.bytes())),
+                      o.mask_signature) ||
+      !crypto::Verify(dealer_identity,
+                      AsBytes(ShareMessage(session, dealer, holder, true, o.self_share.bytes())),
+                      o.self_signature)) {
+    return InvalidArgumentError("a share carries a bad dealer signature");
+  }
+  return o;
 }
 
 bool SortedUnique(const std::vector<uint32_t>& v, uint32_t n) {
@@ -90,20 +155,69 @@ double LogBinomialPmf(uint32_t k, uint32_t i, double p) {
 }
 
 double BinomialCdfBelow(uint32_t k, uint32_t t, double p) {  // P[X < t]
+  if (p <= 0) return t > 0 ? 1.0 : 0.0;
+  if (p >= 1) return t > k ? 1.0 : 0.0;
   double sum = 0;
-  for (uint32_t i = 0; i < t; ++i) sum += std::exp(LogBinomialPmf(k, i, p));
-  return sum;
+  for (uint32_t i = 0; i < t && i <= k; ++i) sum += std::exp(LogBinomialPmf(k, i, p));
+  return std::min(sum, 1.0);
 }
 
-uint32_t ThresholdFor(uint32_t k, double corrupt) {
-  return std::max<uint32_t>(k / 2 + 1, static_cast<uint32_t>(std::floor(corrupt * k)) + 1);
-}
+std::string Str(uint32_t v) { return std::to_string(v); }
 
 }  // namespace
 
+Commitment SelfMaskCommitment(const std::array<uint8_t, 32>& context, uint32_t index,
+                              std::span<const uint8_t> seed) {
+  std::string m = "cohort-secagg-self-commitment";
+  PutBytes(m, context);
+  PutU32(m, index);
+  return crypto::Hash256({AsBytes(m), seed});
+}
+
+std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context, const KeyList& list) {
+  std::string all = "cohort-secagg-session";
+  for (const auto& a : list.adverts) {
+    PutBytes(all, crypto::Hash256({AsBytes(AdvertMessage(context, a))}));
+  }
+  return crypto::Hash256({context, AsBytes(all)});
+}
+
+std::vector<uint8_t> SurvivorListMessage(const std::array<uint8_t, 32>& session,
+                                         std::span<const uint32_t> survivors) {
+  std::string m = "cohort-secagg-survivors";
+  PutBytes(m, session);
+  PutU32(m, static_cast<uint32_t>(survivors.size()));
+  for (uint32_t s : survivors) PutU32(m, s);
+  return {m.begin(), m.end()};
+}
+
+std::vector<uint8_t> SealedSharesMessage(const std::array<uint8_t, 32>& session, uint32_t from,
+                                         uint32_t to, std::span<const uint8_t> blob) {
+  std::string m = "cohort-secagg-sealed";
+  PutBytes(m, session);
+  PutU32(m, from);
+  PutU32(m, to);
+  PutBytes(m, blob);
+  return {m.begin(), m.end()};
+}
+
+uint32_t MaxCorruptNeighbours(uint32_t n, uint32_t k, double corrupt) {
+  const auto in_cohort = static_cast<uint32_t>(std::ceil(corrupt * n - 1e-9));
+  if (k + 1 >= n || corrupt <= 0) return std::min(in_cohort, k);
+  // Union bound over the n clients of P[more than c of k neighbours corrupt].
+  const double budget = std::ldexp(1.0, -20) / n;
+  uint32_t c = 0;
+  while (c < k && 1.0 - BinomialCdfBelow(k, c + 1, corrupt) > budget) ++c;
+  return std::min(c, in_cohort);
+}
+
+uint32_t SecureThreshold(uint32_t n, uint32_t k, double corrupt) {
+  return (k + MaxCorruptNeighbours(n, k, corrupt)) / 2 + 1;
+}
+
 StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double corrupt, bool complete,
                                           size_t length) {
-  if (n < 2) return InvalidArgumentError("secagg: need at least 2 clients");
+  if (n < 3) return InvalidArgumentError("secagg: need at least 3 clients");
   if (!(dropout >= 0 && dropout < 1) || !(corrupt >= 0 && corrupt < 0.5)) {
     return InvalidArgumentError("secagg: dropout must be in [0, 1) and corrupt in [0, 0.5)");
   }
@@ -112,34 +226,48 @@ StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double cor
   p.length = length;
   p.k = n - 1;
   if (!complete && n > 16) {
-    // Union bounds over the clients. Security (t corrupt neighbours would
-    // reveal a client's secrets) gets 2^-20; correctness (too few
-    // neighbours survive, so the round aborts and the next one runs) gets
-    // 2^-10: an abort costs one round, not privacy.
-    const double security_budget = std::ldexp(1.0, -20) / n;
+    // Union bounds over the clients. Security (the corrupt neighbours of
+    // one client exceed what t tolerates) has 2^-20 inside SecureThreshold;
+    // an abort (too few neighbours survive) gets 2^-10: it costs one round,
+    // not privacy.
     const double abort_budget = std::ldexp(1.0, -10) / n;
     for (uint32_t k = 4; k < n - 1; k += 2) {
-      const uint32_t t = ThresholdFor(k, corrupt);
-      if (t > k) continue;
-      const double too_few = BinomialCdfBelow(k, t, 1.0 - dropout);
-      const double too_corrupt = corrupt > 0 ? 1.0 - BinomialCdfBelow(k, t, corrupt) : 0.0;
-      if (too_few <= abort_budget && too_corrupt <= security_budget) {
+      const uint32_t t = SecureThreshold(n, k, corrupt);
+      if (t <= k && BinomialCdfBelow(k, t, 1.0 - dropout) <= abort_budget) {
         p.k = k;
         break;
       }
     }
   }
-  p.t = ThresholdFor(p.k, corrupt);
-  if (p.t > p.k)
-    return InvalidArgumentError("secagg: no threshold fits " + std::to_string(n) + " clients");
+  p.t = SecureThreshold(n, p.k, corrupt);
+  if (p.t > p.k) {
+    return InvalidArgumentError("secagg: no threshold fits " + Str(n) + " clients with " +
+                                std::to_string(corrupt) + " of them corrupt");
+  }
   return p;
+}
+
+Status CheckSecAggParams(uint32_t n, uint32_t k, uint32_t t, double corrupt) {
+  if (n < 3 || k == 0 || k >= n || t == 0 || t > k || (k + 1 < n && k % 2 != 0)) {
+    return FailedPreconditionError("secagg setup: n=" + Str(n) + ", k=" + Str(k) + ", t=" + Str(t) +
+                                   " do not describe a neighbour graph and threshold");
+  }
+  const uint32_t needed = SecureThreshold(n, k, corrupt);
+  if (t < needed) {
+    return FailedPreconditionError(
+        "secagg setup: threshold t=" + Str(t) + " is weaker than this client's t=" + Str(needed) +
+        " for n=" + Str(n) + ", k=" + Str(k) + " with up to " +
+        Str(MaxCorruptNeighbours(n, k, corrupt)) + " corrupt neighbours (corrupt fraction " +
+        std::to_string(corrupt) + "): two halves of the neighbours could each reach t");
+  }
+  return OkStatus();
 }
 
 std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t round,
                                       uint64_t task_id, const SecAggParams& params, float clip,
                                       double scale, double total_weight,
                                       std::span<const crypto::Ed25519Public> identities) {
-  std::string m = "cohort-secagg-context-v2";
+  std::string m = "cohort-secagg-context-v3";
   m.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   auto put = [&m](const auto& v) { m.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   put(round);
@@ -147,9 +275,7 @@ std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t r
   put(params.n);
   put(params.k);
   put(params.t);
-  put(params.graph_seed);
   put(static_cast<uint64_t>(params.length));
-  put(static_cast<uint8_t>(params.consistency_check));
   put(static_cast<uint8_t>(params.prg));
   put(clip);
   put(scale);
@@ -190,153 +316,223 @@ std::vector<std::vector<uint32_t>> HararyNeighbours(uint32_t n, uint32_t k, uint
 SecAggClient::SecAggClient(const SecAggParams& params, uint32_t index,
                            const crypto::Ed25519KeyPair* identity,
                            std::vector<crypto::Ed25519Public> identities)
-    : params_(params), index_(index), identity_(identity), identities_(std::move(identities)) {
-  neighbours_ = HararyNeighbours(params.n, params.k, params.graph_seed)[index];
-}
+    : params_(params), index_(index), identity_(identity), identities_(std::move(identities)) {}
 
 StatusOr<KeyAdvert> SecAggClient::AdvertiseKeys() {
   if (stage_ != 0) return FailedPreconditionError("secagg client: keys already advertised");
-  COHORT_ASSIGN_OR_RETURN(enc_, crypto::GenerateX25519());
+  COHORT_ASSIGN_OR_RETURN(enc_, crypto::GenerateEncKey());
   mask_seed_ = crypto::RandomSecret(crypto::kX25519SecretBytes);
   COHORT_ASSIGN_OR_RETURN(mask_, crypto::X25519FromSeed(mask_seed_));
+  self_seed_ = crypto::RandomSecret(crypto::kShamirSecretBytes);
   KeyAdvert advert;
   advert.index = index_;
   advert.enc_key = enc_.public_key;
   advert.mask_key = mask_.public_key;
-  const std::string msg = AdvertMessage(params_.context, index_, enc_.public_key, mask_.public_key);
-  COHORT_ASSIGN_OR_RETURN(advert.signature, crypto::Sign(*identity_, AsBytes(msg)));
+  advert.self_commitment = SelfMaskCommitment(params_.context, index_, self_seed_.bytes());
+  COHORT_ASSIGN_OR_RETURN(
+      advert.signature, crypto::Sign(*identity_, AsBytes(AdvertMessage(params_.context, advert))));
   stage_ = 1;
   return advert;
+}
+
+Status SecAggClient::CheckKeyList(const KeyList& list) {
+  std::set<crypto::EncPublic> enc_keys;
+  std::set<crypto::X25519Public> mask_keys;
+  bool own = false;
+  for (size_t i = 0; i < list.adverts.size(); ++i) {
+    const KeyAdvert& a = list.adverts[i];
+    if (a.index >= params_.n || (i > 0 && a.index <= list.adverts[i - 1].index)) {
+      return InvalidArgumentError("key list: indices not sorted, unique and < n");
+    }
+    if (!enc_keys.insert(a.enc_key).second || !mask_keys.insert(a.mask_key).second) {
+      return InvalidArgumentError("key list: repeated public key (client " + Str(a.index) + ")");
+    }
+    if (a.index == index_) {
+      if (a.enc_key != enc_.public_key || a.mask_key != mask_.public_key ||
+          a.self_commitment != SelfMaskCommitment(params_.context, index_, self_seed_.bytes())) {
+        return InvalidArgumentError("key list: this client's keys were replaced");
+      }
+      own = true;
+    }
+  }
+  if (!own) return InvalidArgumentError("key list: this client's own keys are missing");
+  // Every advert, not just the neighbours': the list seeds the graph, so a
+  // server that could add unsigned entries could steer it.
+  return ParallelFor(list.adverts.size(), [&](size_t i) -> Status {
+    const KeyAdvert& a = list.adverts[i];
+    if (!crypto::Verify(identities_[a.index], AsBytes(AdvertMessage(params_.context, a)),
+                        a.signature)) {
+      return InvalidArgumentError("key list: bad signature on client " + Str(a.index));
+    }
+    return OkStatus();
+  });
 }
 
 StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
   if (stage_ != 1) return FailedPreconditionError("secagg client: ShareKeys out of order");
   stage_ = -1;  // Any early return leaves the round.
-  std::set<crypto::X25519Public> keys;
-  bool own = false;
-  uint32_t previous = 0;
-  for (size_t i = 0; i < list.adverts.size(); ++i) {
-    const KeyAdvert& a = list.adverts[i];
-    if (a.index >= params_.n || (i > 0 && a.index <= previous)) {
-      return InvalidArgumentError("key list: indices not sorted, unique and < n");
+  COHORT_RETURN_IF_ERROR(CheckKeyList(list));
+  session_ = SecAggSession(params_.context, list);
+  graph_ = HararyNeighbours(params_.n, params_.k, GraphSeed(session_));
+  neighbours_ = graph_[index_];
+  for (const KeyAdvert& a : list.adverts) {
+    if (!Contains(neighbours_, a.index)) continue;
+    // The server must have refused these; one that forwards them is broken.
+    if (!crypto::IsValidEncPublic(a.enc_key) || !crypto::IsContributoryX25519(a.mask_key)) {
+      return InvalidArgumentError("key list: client " + Str(a.index) +
+                                  " advertised an invalid key, which the server forwarded");
     }
-    previous = a.index;
-    if (!keys.insert(a.enc_key).second || !keys.insert(a.mask_key).second) {
-      return InvalidArgumentError("key list: repeated public key (client " +
-                                  std::to_string(a.index) + ")");
-    }
-    if (a.index == index_) {
-      if (a.enc_key != enc_.public_key || a.mask_key != mask_.public_key) {
-        return InvalidArgumentError("key list: this client's keys were replaced");
-      }
-      own = true;
-    } else if (std::binary_search(neighbours_.begin(), neighbours_.end(), a.index)) {
-      neighbour_adverts_[a.index] = a;
-    }
+    neighbour_adverts_[a.index] = a;
   }
-  std::vector<const KeyAdvert*> to_check;
-  for (const auto& [v, a] : neighbour_adverts_) to_check.push_back(&a);
-  COHORT_RETURN_IF_ERROR(ParallelFor(to_check.size(), [&](size_t i) -> Status {
-    const KeyAdvert& a = *to_check[i];
-    const std::string msg = AdvertMessage(params_.context, a.index, a.enc_key, a.mask_key);
-    if (!crypto::Verify(identities_[a.index], AsBytes(msg), a.signature)) {
-      return InvalidArgumentError("key list: bad signature on client " + std::to_string(a.index));
-    }
-    return OkStatus();
-  }));
-  if (!own) return InvalidArgumentError("key list: this client's own keys are missing");
   if (neighbour_adverts_.size() < params_.t) {
-    return FailedPreconditionError("key list: " + std::to_string(neighbour_adverts_.size()) +
-                                   " neighbours, below the threshold " + std::to_string(params_.t));
+    return FailedPreconditionError("key list: " + Str(neighbour_adverts_.size()) +
+                                   " neighbours, below the threshold " + Str(params_.t));
   }
-  session_ = SessionId(params_.context, list);
-  self_seed_ = crypto::RandomSecret(32);
   std::vector<uint32_t> xs;
-  for (const auto& [v, a] : neighbour_adverts_) xs.push_back(v + 1);
+  std::vector<const KeyAdvert*> recipients;
+  for (const auto& [v, a] : neighbour_adverts_) {
+    xs.push_back(v + 1);
+    recipients.push_back(&a);
+  }
   COHORT_ASSIGN_OR_RETURN(auto mask_shares, crypto::ShamirSplit(mask_seed_, params_.t, xs));
   COHORT_ASSIGN_OR_RETURN(auto self_shares, crypto::ShamirSplit(self_seed_, params_.t, xs));
-  SealedShares out;
-  out.from = index_;
-  const std::vector<const KeyAdvert*>& recipients = to_check;  // Sorted by index, as xs.
   std::vector<std::string> sealed(recipients.size());
   COHORT_RETURN_IF_ERROR(ParallelFor(recipients.size(), [&](size_t i) -> Status {
-    const KeyAdvert& a = *recipients[i];
-    COHORT_ASSIGN_OR_RETURN(SecretBytes key,
-                            crypto::AgreeX25519(enc_.secret_key, enc_.public_key, a.enc_key));
-    SecretBytes plain(2 * crypto::kShamirShareBytes);
-    std::memcpy(plain.bytes().data(), mask_shares[i].bytes().data(), crypto::kShamirShareBytes);
-    std::memcpy(plain.bytes().data() + crypto::kShamirShareBytes, self_shares[i].bytes().data(),
-                crypto::kShamirShareBytes);
-    const std::string ad = ShareAd(session_, index_, a.index);
-    COHORT_ASSIGN_OR_RETURN(sealed[i], crypto::Seal(key, plain.bytes(), AsBytes(ad)));
+    const uint32_t v = recipients[i]->index;
+    COHORT_ASSIGN_OR_RETURN(SecretBytes point,
+                            crypto::EncSharedPoint(enc_.secret_key, recipients[i]->enc_key));
+    SecretBytes key =
+        crypto::EncKeyFromPoint(point.bytes(), enc_.public_key, recipients[i]->enc_key);
+    SecretBytes plain(kPlainBytes);
+    uint8_t* p = plain.bytes().data();
+    COHORT_ASSIGN_OR_RETURN(
+        auto mask_sig, crypto::Sign(*identity_, AsBytes(ShareMessage(session_, index_, v, false,
+                                                                     mask_shares[i].bytes()))));
+    COHORT_ASSIGN_OR_RETURN(
+        auto self_sig, crypto::Sign(*identity_, AsBytes(ShareMessage(session_, index_, v, true,
+                                                                     self_shares[i].bytes()))));
+    std::memcpy(p, mask_shares[i].bytes().data(), kShare);
+    std::memcpy(p + kShare, mask_sig.data(), kSig);
+    std::memcpy(p + kShare + kSig, self_shares[i].bytes().data(), kShare);
+    std::memcpy(p + 2 * kShare + kSig, self_sig.data(), kSig);
+    COHORT_ASSIGN_OR_RETURN(
+        sealed[i], crypto::Seal(key, plain.bytes(), AsBytes(ShareAd(session_, index_, v))));
+    COHORT_ASSIGN_OR_RETURN(
+        auto outer,
+        crypto::Sign(*identity_, SealedSharesMessage(session_, index_, v, AsBytes(sealed[i]))));
+    PutBytes(sealed[i], outer);
     return OkStatus();
   }));
-  for (size_t i = 0; i < recipients.size(); ++i)
+  SealedShares out;
+  out.from = index_;
+  for (size_t i = 0; i < recipients.size(); ++i) {
     out.to[recipients[i]->index] = std::move(sealed[i]);
+  }
   stage_ = 2;
   return out;
 }
 
-StatusOr<MaskedInput> SecAggClient::MaskInput(const InboundShares& inbound,
-                                              std::vector<uint32_t> input) {
-  COHORT_RETURN_IF_ERROR(ReceiveShares(inbound));
-  return MaskInput(std::move(input));
+Status SecAggClient::OpenShares(uint32_t v, const std::string& sealed, Held& held) const {
+  const KeyAdvert& a = neighbour_adverts_.at(v);
+  COHORT_ASSIGN_OR_RETURN(SecretBytes point, crypto::EncSharedPoint(enc_.secret_key, a.enc_key));
+  SecretBytes key = crypto::EncKeyFromPoint(point.bytes(), enc_.public_key, a.enc_key);
+  COHORT_ASSIGN_OR_RETURN(Opened o, OpenBlob(key, AsBytes(sealed).first(kBlobBytes), session_, v,
+                                             index_, identities_[v]));
+  held.mask_share = std::move(o.mask_share);
+  held.self_share = std::move(o.self_share);
+  held.mask_signature = o.mask_signature;
+  held.self_signature = o.self_signature;
+  return OkStatus();
 }
 
-Status SecAggClient::ReceiveShares(const InboundShares& inbound) {
-  if (stage_ != 2 || shares_received_) {
-    return FailedPreconditionError("secagg client: ReceiveShares out of order");
-  }
+StatusOr<ShareCheck> SecAggClient::CheckShares(const InboundShares& inbound) {
+  if (stage_ != 2) return FailedPreconditionError("secagg client: CheckShares out of order");
   stage_ = -1;
   std::vector<std::pair<uint32_t, const std::string*>> items;
   for (const auto& [v, sealed] : inbound.from) {
     if (neighbour_adverts_.count(v) == 0) {
-      return InvalidArgumentError("shares from client " + std::to_string(v) +
+      return InvalidArgumentError("shares from client " + Str(v) +
                                   ", not a neighbour that advertised keys");
     }
     items.emplace_back(v, &sealed);
   }
-  std::vector<SecretBytes> mask_shares(items.size()), self_shares(items.size());
+  enum class Verdict { kOk, kBadSignature, kBadShares };
+  std::vector<Verdict> verdicts(items.size(), Verdict::kOk);
+  std::vector<Held> held(items.size());
   COHORT_RETURN_IF_ERROR(ParallelFor(items.size(), [&](size_t i) -> Status {
-    const uint32_t v = items[i].first;
-    const std::string where = "shares from client " + std::to_string(v);
-    COHORT_ASSIGN_OR_RETURN(SecretBytes key, crypto::AgreeX25519(enc_.secret_key, enc_.public_key,
-                                                                 neighbour_adverts_.at(v).enc_key));
-    const std::string ad = ShareAd(session_, v, index_);
-    auto plain = crypto::Open(key, AsBytes(*items[i].second), AsBytes(ad));
-    if (!plain.ok()) return plain.status().WithContext(where);
-    if (plain->size() != 2 * crypto::kShamirShareBytes) {
-      return InvalidArgumentError(where + " have the wrong size");
-    }
-    mask_shares[i] = SecretBytes(crypto::kShamirShareBytes);
-    self_shares[i] = SecretBytes(crypto::kShamirShareBytes);
-    std::memcpy(mask_shares[i].bytes().data(), plain->bytes().data(), crypto::kShamirShareBytes);
-    std::memcpy(self_shares[i].bytes().data(), plain->bytes().data() + crypto::kShamirShareBytes,
-                crypto::kShamirShareBytes);
-    if (crypto::ShamirShareX(mask_shares[i]) != index_ + 1 ||
-        crypto::ShamirShareX(self_shares[i]) != index_ + 1) {
-      return InvalidArgumentError(where + " are not addressed to this client");
+    const auto [v, sealed] = items[i];
+    const auto bytes = AsBytes(*sealed);
+    // The sender's signature first: without it the server (which relays the
+    // bytes) could be the one who changed them, and no secret is revealed.
+    if (bytes.size() != kSealedBytes ||
+        !crypto::Verify(identities_[v],
+                        SealedSharesMessage(session_, v, index_, bytes.first(kBlobBytes)),
+                        SignatureAt(bytes.subspan(kBlobBytes)))) {
+      verdicts[i] = Verdict::kBadSignature;
+    } else if (!OpenShares(v, *sealed, held[i]).ok()) {
+      verdicts[i] = Verdict::kBadShares;
     }
     return OkStatus();
   }));
+  ShareCheck out;
+  out.from = index_;
   for (size_t i = 0; i < items.size(); ++i) {
-    held_mask_shares_[items[i].first] = std::move(mask_shares[i]);
-    held_self_shares_[items[i].first] = std::move(self_shares[i]);
+    const uint32_t v = items[i].first;
+    if (verdicts[i] == Verdict::kOk) {
+      held_[v] = std::move(held[i]);
+      continue;
+    }
+    Complaint c;
+    c.about = v;
+    if (verdicts[i] == Verdict::kBadShares) {
+      // Signed by v, yet not openable: prove the key, so the server can see
+      // for itself what v sealed. This reveals only what v and this client
+      // exchanged.
+      const KeyAdvert& a = neighbour_adverts_.at(v);
+      COHORT_ASSIGN_OR_RETURN(SecretBytes point,
+                              crypto::EncSharedPoint(enc_.secret_key, a.enc_key));
+      c.point.emplace();
+      std::memcpy(c.point->data(), point.bytes().data(), c.point->size());
+      COHORT_ASSIGN_OR_RETURN(
+          c.proof,
+          crypto::ProveSharedPoint(enc_.secret_key, enc_.public_key, a.enc_key, point.bytes(),
+                                   AsBytes(ComplaintContext(session_, v, index_))));
+    }
+    out.complaints.push_back(c);
   }
-  if (held_mask_shares_.size() < params_.t) {
-    return FailedPreconditionError(std::to_string(held_mask_shares_.size()) +
-                                   " neighbours shared keys, below the threshold " +
-                                   std::to_string(params_.t));
+  stage_ = 3;
+  return out;
+}
+
+Status SecAggClient::ReceiveChecked(const CheckedList& list) {
+  if (stage_ != 3) return FailedPreconditionError("secagg client: ReceiveChecked out of order");
+  stage_ = -1;
+  if (!SortedUnique(list.members, params_.n)) {
+    return InvalidArgumentError("checked list: not sorted, unique and < n");
   }
-  shares_received_ = true;
-  stage_ = 2;
+  if (!Contains(list.members, index_)) {
+    return FailedPreconditionError("checked list omits this client");
+  }
+  uint32_t neighbours_in = 0;
+  for (uint32_t v : list.members) {
+    if (!Contains(neighbours_, v)) continue;
+    if (held_.count(v) == 0) {
+      return FailedPreconditionError("checked list names client " + Str(v) +
+                                     ", whose shares this client does not hold");
+    }
+    ++neighbours_in;
+  }
+  if (neighbours_in < params_.t) {
+    return FailedPreconditionError("checked list: " + Str(neighbours_in) +
+                                   " neighbours left, below the threshold " + Str(params_.t));
+  }
+  checked_ = list.members;
+  stage_ = 4;
   return OkStatus();
 }
 
 StatusOr<MaskedInput> SecAggClient::MaskInput(std::vector<uint32_t> input) {
-  if (stage_ != 2 || !shares_received_) {
-    return FailedPreconditionError("secagg client: MaskInput out of order");
-  }
+  if (stage_ != 4) return FailedPreconditionError("secagg client: MaskInput out of order");
   stage_ = -1;
   if (input.size() != params_.length) {
     return InvalidArgumentError("input has " + std::to_string(input.size()) + " values, expected " +
@@ -346,7 +542,9 @@ StatusOr<MaskedInput> SecAggClient::MaskInput(std::vector<uint32_t> input) {
   out.from = index_;
   out.values = std::move(input);  // Masked in place.
   std::vector<uint32_t> peers;
-  for (const auto& [v, share] : held_mask_shares_) peers.push_back(v);
+  for (uint32_t v : neighbours_) {
+    if (Contains(checked_, v)) peers.push_back(v);
+  }
   std::vector<SecretBytes> pair_keys(peers.size());
   COHORT_RETURN_IF_ERROR(ParallelFor(peers.size(), [&](size_t i) -> Status {
     COHORT_ASSIGN_OR_RETURN(pair_keys[i],
@@ -362,12 +560,12 @@ StatusOr<MaskedInput> SecAggClient::MaskInput(std::vector<uint32_t> input) {
   COHORT_RETURN_IF_ERROR(
       crypto::AddMasks(jobs, out.values, 0, crypto::PrgImpl::kAuto, params_.prg));
   self_seed_.Reset();
-  stage_ = 3;
+  stage_ = 5;
   return out;
 }
 
 StatusOr<SurvivorSignature> SecAggClient::SignSurvivors(const SurvivorList& list) {
-  if (stage_ != 3) return FailedPreconditionError("secagg client: SignSurvivors out of order");
+  if (stage_ != 5) return FailedPreconditionError("secagg client: SignSurvivors out of order");
   stage_ = -1;
   if (!SortedUnique(list.survivors, params_.n)) {
     return InvalidArgumentError("survivor list: not sorted, unique and < n");
@@ -377,29 +575,54 @@ StatusOr<SurvivorSignature> SecAggClient::SignSurvivors(const SurvivorList& list
   }
   uint32_t neighbours_left = 0;
   for (uint32_t v : list.survivors) {
-    if (v == index_ || !std::binary_search(neighbours_.begin(), neighbours_.end(), v)) continue;
-    if (held_mask_shares_.count(v) == 0) {
-      return FailedPreconditionError("survivor list names client " + std::to_string(v) +
-                                     ", which never shared keys with this client");
+    if (!Contains(checked_, v)) {
+      return FailedPreconditionError("survivor list names client " + Str(v) +
+                                     ", which is not in the checked list");
     }
-    ++neighbours_left;
+    neighbours_left += Contains(neighbours_, v) ? 1 : 0;
   }
   if (neighbours_left < params_.t) {
-    return FailedPreconditionError("survivor list: " + std::to_string(neighbours_left) +
+    return FailedPreconditionError("survivor list: " + Str(neighbours_left) +
                                    " neighbours left, below the threshold");
   }
   signed_survivors_ = list.survivors;
   SurvivorSignature out;
   out.from = index_;
-  COHORT_ASSIGN_OR_RETURN(
-      out.signature, crypto::Sign(*identity_, AsBytes(SurvivorMessage(session_, list.survivors))));
-  stage_ = 4;
+  COHORT_ASSIGN_OR_RETURN(out.signature,
+                          crypto::Sign(*identity_, SurvivorListMessage(session_, list.survivors)));
+  stage_ = 6;
   return out;
 }
 
+Status SecAggClient::CheckSignatures(const UnmaskRequest& request) const {
+  const std::vector<uint8_t> msg = SurvivorListMessage(session_, request.survivors);
+  std::vector<uint32_t> valid;
+  for (const auto& s : request.signatures) {
+    if (s.from < params_.n && Contains(request.survivors, s.from) &&
+        crypto::Verify(identities_[s.from], msg, s.signature)) {
+      valid.push_back(s.from);
+    }
+  }
+  std::sort(valid.begin(), valid.end());
+  valid.erase(std::unique(valid.begin(), valid.end()), valid.end());
+  // Counted among each subject's own neighbours: no two different lists can
+  // both reach t there, so every honest client that reveals anything about
+  // v saw the same list.
+  for (uint32_t v : neighbours_) {
+    if (!Contains(checked_, v)) continue;
+    uint32_t count = 0;
+    for (uint32_t w : graph_[v]) count += Contains(valid, w) ? 1 : 0;
+    if (count < params_.t) {
+      return FailedPreconditionError("unmask request carries " + Str(count) +
+                                     " valid survivor signatures from client " + Str(v) +
+                                     "'s neighbours, below the threshold " + Str(params_.t));
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<UnmaskResponse> SecAggClient::Unmask(const UnmaskRequest& request) {
-  const int expected = params_.consistency_check ? 4 : 3;
-  if (stage_ != expected) return FailedPreconditionError("secagg client: Unmask out of order");
+  if (stage_ != 6) return FailedPreconditionError("secagg client: Unmask out of order");
   stage_ = -1;
   if (!SortedUnique(request.survivors, params_.n) || !SortedUnique(request.dropped, params_.n)) {
     return InvalidArgumentError("unmask request: lists not sorted, unique and < n");
@@ -407,69 +630,57 @@ StatusOr<UnmaskResponse> SecAggClient::Unmask(const UnmaskRequest& request) {
   for (uint32_t v : request.dropped) {
     if (Contains(request.survivors, v)) {
       return FailedPreconditionError(
-          "unmask request names client " + std::to_string(v) +
+          "unmask request names client " + Str(v) +
           " both as survivor and as dropped: refusing to reveal both shares");
     }
   }
-  if (!Contains(request.survivors, index_)) {
-    return FailedPreconditionError("unmask request omits this client from the survivors");
+  if (request.survivors != signed_survivors_) {
+    return FailedPreconditionError("unmask request's survivor list differs from the one signed");
   }
-  if (params_.consistency_check) {
-    if (request.survivors != signed_survivors_) {
-      return FailedPreconditionError("unmask request's survivor list differs from the one signed");
-    }
-    const std::string msg = SurvivorMessage(session_, request.survivors);
-    std::set<uint32_t> valid;
-    for (const auto& s : request.signatures) {
-      if (s.from < params_.n && Contains(request.survivors, s.from) &&
-          crypto::Verify(identities_[s.from], AsBytes(msg), s.signature)) {
-        valid.insert(s.from);
-      }
-    }
-    if (valid.size() < params_.t) {
-      return FailedPreconditionError("unmask request carries " + std::to_string(valid.size()) +
-                                     " valid survivor signatures, below the threshold");
-    }
+  // The dropped are exactly the checked clients that did not survive.
+  std::vector<uint32_t> dropped;
+  std::set_difference(checked_.begin(), checked_.end(), request.survivors.begin(),
+                      request.survivors.end(), std::back_inserter(dropped));
+  if (request.dropped != dropped) {
+    return FailedPreconditionError(
+        "unmask request's dropped list is not the checked list minus the survivors");
   }
-  // Every neighbour whose shares this client holds must be in exactly one list,
-  // and the lists may name no neighbour it holds nothing for.
-  for (const auto* list : {&request.survivors, &request.dropped}) {
-    for (uint32_t v : *list) {
-      if (v != index_ && std::binary_search(neighbours_.begin(), neighbours_.end(), v) &&
-          held_mask_shares_.count(v) == 0) {
-        return FailedPreconditionError("unmask request names client " + std::to_string(v) +
-                                       ", which never shared keys with this client");
-      }
-    }
-  }
-  uint32_t surviving_neighbours = 0;
+  COHORT_RETURN_IF_ERROR(CheckSignatures(request));
   UnmaskResponse out;
   out.from = index_;
-  for (auto& [v, share] : held_self_shares_) {
-    const bool survived = Contains(request.survivors, v);
-    if (!survived && !Contains(request.dropped, v)) {
-      return FailedPreconditionError("unmask request leaves out neighbour " + std::to_string(v));
-    }
-    surviving_neighbours += survived ? 1 : 0;
-  }
-  if (surviving_neighbours < params_.t) {
-    return FailedPreconditionError("only " + std::to_string(surviving_neighbours) +
-                                   " neighbours survive, below the threshold");
-  }
-  for (auto& [v, share] : held_self_shares_) {
+  for (uint32_t v : neighbours_) {
+    if (!Contains(checked_, v)) continue;
+    Held& h = held_.at(v);
     UnmaskShare s;
     s.about = v;
     s.is_self_mask = Contains(request.survivors, v);
-    s.share = s.is_self_mask ? std::move(share) : std::move(held_mask_shares_[v]);
+    s.share = std::move(s.is_self_mask ? h.self_share : h.mask_share);
+    s.dealer_signature = s.is_self_mask ? h.self_signature : h.mask_signature;
     out.shares.push_back(std::move(s));
   }
   // Nothing secret is needed any more.
-  held_self_shares_.clear();
-  held_mask_shares_.clear();
+  held_.clear();
   enc_.secret_key.Reset();
   mask_.secret_key.Reset();
   mask_seed_.Reset();
-  stage_ = 5;
+  stage_ = 7;
+  return out;
+}
+
+std::vector<UnmaskShare> SecAggClient::HeldSharesForTesting(uint32_t dealer) const {
+  std::vector<UnmaskShare> out;
+  auto it = held_.find(dealer);
+  if (it == held_.end()) return out;
+  for (bool self : {false, true}) {
+    UnmaskShare s;
+    s.about = dealer;
+    s.is_self_mask = self;
+    const SecretBytes& from = self ? it->second.self_share : it->second.mask_share;
+    s.share = SecretBytes(from.size());
+    std::memcpy(s.share.bytes().data(), from.bytes().data(), from.size());
+    s.dealer_signature = self ? it->second.self_signature : it->second.mask_signature;
+    out.push_back(std::move(s));
+  }
   return out;
 }
 
@@ -477,10 +688,7 @@ StatusOr<UnmaskResponse> SecAggClient::Unmask(const UnmaskRequest& request) {
 
 SecAggServer::SecAggServer(const SecAggParams& params,
                            std::vector<crypto::Ed25519Public> identities)
-    : params_(params),
-      identities_(std::move(identities)),
-      neighbours_(HararyNeighbours(params.n, params.k, params.graph_seed)),
-      sum_(params.length, 0) {}
+    : params_(params), identities_(std::move(identities)), sum_(params.length, 0) {}
 
 Status SecAggServer::Abort(const std::string& why) {
   aborted_ = true;
@@ -488,22 +696,37 @@ Status SecAggServer::Abort(const std::string& why) {
   return FailedPreconditionError("secure aggregation aborted: " + why);
 }
 
+void SecAggServer::Blame(uint32_t client, std::string what) {
+  for (const auto& m : misbehaviour_) {
+    if (m.client == client) return;
+  }
+  misbehaviour_.push_back({client, std::move(what)});
+}
+
 Status SecAggServer::OnAdvertise(const KeyAdvert& a) {
-  if (aborted_ || stage_ != 1)
+  if (aborted_ || stage_ != 1) {
     return FailedPreconditionError("advert outside the AdvertiseKeys stage");
+  }
   if (a.index >= params_.n) return InvalidArgumentError("advert from unknown index");
   if (adverts_.count(a.index))
-    return InvalidArgumentError("second advert from client " + std::to_string(a.index));
+    return InvalidArgumentError("second advert from client " + Str(a.index));
+  // Checked here, before anyone else sees them: a bad key would make every
+  // neighbour's key agreement fail, and the neighbours would take the blame.
+  if (!crypto::IsValidEncPublic(a.enc_key)) {
+    return InvalidArgumentError("advert's encryption key is not a valid ristretto255 point");
+  }
+  if (!crypto::IsContributoryX25519(a.mask_key)) {
+    return InvalidArgumentError("advert's mask key is a low-order X25519 point");
+  }
   for (const auto& [i, other] : adverts_) {
-    if (other.enc_key == a.enc_key || other.mask_key == a.mask_key || other.enc_key == a.mask_key ||
-        other.mask_key == a.enc_key || a.enc_key == a.mask_key) {
-      return InvalidArgumentError("advert repeats a public key");
+    if (other.enc_key == a.enc_key || other.mask_key == a.mask_key) {
+      return InvalidArgumentError("advert repeats client " + Str(i) + "'s public key");
     }
   }
-  const std::string msg = AdvertMessage(params_.context, a.index, a.enc_key, a.mask_key);
-  if (!crypto::Verify(identities_[a.index], AsBytes(msg), a.signature)) {
-    return InvalidArgumentError("advert signature does not match client " +
-                                std::to_string(a.index) + "'s identity");
+  if (!crypto::Verify(identities_[a.index], AsBytes(AdvertMessage(params_.context, a)),
+                      a.signature)) {
+    return InvalidArgumentError("advert signature does not match client " + Str(a.index) +
+                                "'s identity");
   }
   adverts_[a.index] = a;
   return OkStatus();
@@ -513,12 +736,12 @@ StatusOr<KeyList> SecAggServer::CloseAdvertise() {
   if (aborted_ || stage_ != 1) return FailedPreconditionError("CloseAdvertise out of order");
   for (const auto& [i, a] : adverts_) u1_.push_back(i);
   if (u1_.size() < params_.t) {
-    return Abort(std::to_string(u1_.size()) + " clients advertised keys, need " +
-                 std::to_string(params_.t));
+    return Abort(Str(u1_.size()) + " clients advertised keys, need " + Str(params_.t));
   }
   KeyList list;
   for (const auto& [i, a] : adverts_) list.adverts.push_back(a);
-  session_ = SessionId(params_.context, list);
+  session_ = SecAggSession(params_.context, list);
+  neighbours_ = HararyNeighbours(params_.n, params_.k, GraphSeed(session_));
   stage_ = 2;
   return list;
 }
@@ -532,11 +755,11 @@ Status SecAggServer::OnShares(const SealedShares& s) {
     if (!Contains(u1_, v)) continue;
     ++expected;
     auto it = s.to.find(v);
-    if (it == s.to.end())
-      return InvalidArgumentError("no shares for neighbour " + std::to_string(v));
-    if (it->second.size() != kSealedSharesBytes) {
-      return InvalidArgumentError("sealed shares for " + std::to_string(v) +
-                                  " have the wrong size");
+    if (it == s.to.end()) return InvalidArgumentError("no shares for neighbour " + Str(v));
+    if (it->second.size() != kSealedBytes) {
+      return InvalidArgumentError("sealed shares for " + Str(v) + " have " +
+                                  std::to_string(it->second.size()) + " bytes, expected " +
+                                  std::to_string(kSealedBytes));
     }
   }
   if (s.to.size() != expected) return InvalidArgumentError("shares addressed to non-neighbours");
@@ -548,8 +771,7 @@ StatusOr<std::map<uint32_t, InboundShares>> SecAggServer::CloseShares() {
   if (aborted_ || stage_ != 2) return FailedPreconditionError("CloseShares out of order");
   for (const auto& [u, s] : shares_) u2_.push_back(u);
   if (u2_.size() < params_.t) {
-    return Abort(std::to_string(u2_.size()) + " clients shared keys, need " +
-                 std::to_string(params_.t));
+    return Abort(Str(u2_.size()) + " clients shared keys, need " + Str(params_.t));
   }
   std::map<uint32_t, InboundShares> out;
   for (uint32_t v : u2_) out[v];
@@ -558,9 +780,79 @@ StatusOr<std::map<uint32_t, InboundShares>> SecAggServer::CloseShares() {
       if (Contains(u2_, v)) out[v].from[u] = ct;
     }
   }
-  shares_.clear();
   stage_ = 3;
   return out;
+}
+
+StatusOr<bool> SecAggServer::ResolveComplaint(uint32_t from, const Complaint& c) {
+  const std::string& sealed = shares_.at(c.about).to.at(from);
+  const auto bytes = AsBytes(sealed);
+  const auto blob = bytes.first(kBlobBytes);
+  // The sender's channel is authenticated: a bad signature on what it sent
+  // is its own.
+  if (!crypto::Verify(identities_[c.about], SealedSharesMessage(session_, c.about, from, blob),
+                      SignatureAt(bytes.subspan(kBlobBytes)))) {
+    return true;
+  }
+  if (!c.point) return false;  // Claimed a bad signature on a good one.
+  const crypto::EncPublic& mine = adverts_.at(from).enc_key;
+  const crypto::EncPublic& theirs = adverts_.at(c.about).enc_key;
+  if (!crypto::VerifySharedPoint(mine, theirs, *c.point, c.proof,
+                                 AsBytes(ComplaintContext(session_, c.about, from)))) {
+    return false;
+  }
+  SecretBytes key = crypto::EncKeyFromPoint(*c.point, mine, theirs);
+  return !OpenBlob(key, blob, session_, c.about, from, identities_[c.about]).ok();
+}
+
+Status SecAggServer::OnShareCheck(const ShareCheck& check) {
+  if (aborted_ || stage_ != 3) {
+    return FailedPreconditionError("share check outside the CheckShares stage");
+  }
+  if (!Contains(u2_, check.from))
+    return InvalidArgumentError("share check from a client not in U2");
+  if (checked_.count(check.from)) return InvalidArgumentError("second share check");
+  if (excluded_.count(check.from)) {
+    return FailedPreconditionError("already out of the round after a complaint");
+  }
+  std::set<uint32_t> seen;
+  for (const Complaint& c : check.complaints) {
+    if (!seen.insert(c.about).second)
+      return InvalidArgumentError("two complaints about one client");
+    if (!Contains(neighbours_[check.from], c.about) || !Contains(u2_, c.about)) {
+      return InvalidArgumentError("complaint about client " + Str(c.about) +
+                                  ", which sent this client no shares");
+    }
+  }
+  for (const Complaint& c : check.complaints) {
+    if (excluded_.count(c.about)) continue;
+    COHORT_ASSIGN_OR_RETURN(bool accused_lied, ResolveComplaint(check.from, c));
+    if (!accused_lied) {
+      excluded_.insert(check.from);
+      const std::string what = "filed a false complaint about client " + Str(c.about);
+      Blame(check.from, what);
+      return InvalidArgumentError(what);
+    }
+    excluded_.insert(c.about);
+    Blame(c.about,
+          "sent client " + Str(check.from) +
+              (c.point ? " shares that do not open or verify" : " shares with a bad signature"));
+  }
+  checked_.insert(check.from);
+  return OkStatus();
+}
+
+StatusOr<CheckedList> SecAggServer::CloseShareCheck() {
+  if (aborted_ || stage_ != 3) return FailedPreconditionError("CloseShareCheck out of order");
+  for (uint32_t u : checked_) {
+    if (!excluded_.count(u)) u3_.push_back(u);
+  }
+  shares_.clear();
+  if (u3_.size() < params_.t) {
+    return Abort(Str(u3_.size()) + " clients passed the share check, need " + Str(params_.t));
+  }
+  stage_ = 4;
+  return CheckedList{u3_};
 }
 
 Status SecAggServer::OnMaskedInput(const MaskedInput& in) {
@@ -569,10 +861,11 @@ Status SecAggServer::OnMaskedInput(const MaskedInput& in) {
 }
 
 Status SecAggServer::OnMaskedInput(uint32_t from, std::span<const uint8_t> words) {
-  if (aborted_ || stage_ != 3)
+  if (aborted_ || stage_ != 4) {
     return FailedPreconditionError("input outside the MaskedInput stage");
-  if (!Contains(u2_, from)) return InvalidArgumentError("masked input from a client not in U2");
-  if (Contains(u3_, from)) return InvalidArgumentError("second masked input");
+  }
+  if (!Contains(u3_, from)) return InvalidArgumentError("masked input from a client not in U3");
+  if (Contains(u4_, from)) return InvalidArgumentError("second masked input");
   if (words.size() != params_.length * sizeof(uint32_t)) {
     return InvalidArgumentError("masked input has " + std::to_string(words.size() / 4) +
                                 " values, expected " + std::to_string(params_.length));
@@ -586,94 +879,150 @@ Status SecAggServer::OnMaskedInput(uint32_t from, std::span<const uint8_t> words
     uint32_t* s = sum_.data() + begin;
     for (size_t i = 0; i < n; ++i) s[i] += chunk[i];
   }
-  u3_.insert(std::upper_bound(u3_.begin(), u3_.end(), from), from);
+  u4_.insert(std::upper_bound(u4_.begin(), u4_.end(), from), from);
   return OkStatus();
 }
 
 StatusOr<SurvivorList> SecAggServer::CloseMaskedInput() {
-  if (aborted_ || stage_ != 3) return FailedPreconditionError("CloseMaskedInput out of order");
-  if (u3_.size() < params_.t) {
-    return Abort(std::to_string(u3_.size()) + " masked inputs, need " + std::to_string(params_.t));
+  if (aborted_ || stage_ != 4) return FailedPreconditionError("CloseMaskedInput out of order");
+  if (u4_.size() < params_.t) {
+    return Abort(Str(u4_.size()) + " masked inputs, need " + Str(params_.t));
   }
-  stage_ = params_.consistency_check ? 4 : 5;
-  return SurvivorList{u3_};
+  stage_ = 5;
+  return SurvivorList{u4_};
 }
 
 Status SecAggServer::OnSignature(const SurvivorSignature& s) {
-  if (aborted_ || stage_ != 4)
+  if (aborted_ || stage_ != 5) {
     return FailedPreconditionError("signature outside the consistency stage");
-  if (!Contains(u3_, s.from)) return InvalidArgumentError("signature from a client not in U3");
-  if (!crypto::Verify(identities_[s.from], AsBytes(SurvivorMessage(session_, u3_)), s.signature)) {
-    return InvalidArgumentError("bad survivor signature from client " + std::to_string(s.from));
+  }
+  if (!Contains(u4_, s.from)) return InvalidArgumentError("signature from a client not in U4");
+  if (signatures_.count(s.from)) return InvalidArgumentError("second survivor signature");
+  if (!crypto::Verify(identities_[s.from], SurvivorListMessage(session_, u4_), s.signature)) {
+    return InvalidArgumentError("bad survivor signature from client " + Str(s.from));
   }
   signatures_[s.from] = s;
   return OkStatus();
 }
 
 StatusOr<UnmaskRequest> SecAggServer::CloseConsistency() {
-  if (aborted_ || (stage_ != 4 && stage_ != 5))
-    return FailedPreconditionError("CloseConsistency out of order");
-  if (params_.consistency_check && signatures_.size() < params_.t) {
-    return Abort(std::to_string(signatures_.size()) + " survivor signatures, need " +
-                 std::to_string(params_.t));
+  if (aborted_ || stage_ != 5) return FailedPreconditionError("CloseConsistency out of order");
+  if (signatures_.size() < params_.t) {
+    return Abort(Str(signatures_.size()) + " survivor signatures, need " + Str(params_.t));
   }
   UnmaskRequest req;
-  req.survivors = u3_;
-  for (uint32_t u : u2_) {
-    if (!Contains(u3_, u)) req.dropped.push_back(u);
-  }
+  req.survivors = u4_;
+  std::set_difference(u3_.begin(), u3_.end(), u4_.begin(), u4_.end(),
+                      std::back_inserter(req.dropped));
   for (const auto& [i, s] : signatures_) req.signatures.push_back(s);
-  stage_ = 5;
+  stage_ = 6;
   return req;
 }
 
 Status SecAggServer::OnUnmask(UnmaskResponse r) {
-  if (aborted_ || stage_ != 5) return FailedPreconditionError("unmask outside the Unmasking stage");
-  if (!Contains(u3_, r.from)) return InvalidArgumentError("unmask from a client not in U3");
-  if (params_.consistency_check && signatures_.count(r.from) == 0) {
+  if (aborted_ || stage_ != 6) return FailedPreconditionError("unmask outside the Unmasking stage");
+  if (!Contains(u4_, r.from)) return InvalidArgumentError("unmask from a client not in U4");
+  if (signatures_.count(r.from) == 0) {
     return InvalidArgumentError("unmask from a client that did not sign the survivor list");
   }
   if (unmasks_.count(r.from)) return InvalidArgumentError("second unmask response");
   std::set<uint32_t> seen;
   for (const auto& s : r.shares) {
     if (!seen.insert(s.about).second) return InvalidArgumentError("two shares about one client");
-    if (!std::binary_search(neighbours_[r.from].begin(), neighbours_[r.from].end(), s.about) ||
-        !Contains(u2_, s.about)) {
-      return InvalidArgumentError("share about a client that is not a neighbour in U2");
+    if (!Contains(neighbours_[r.from], s.about) || !Contains(u3_, s.about)) {
+      return InvalidArgumentError("share about client " + Str(s.about) +
+                                  ", not a neighbour in the checked list");
     }
-    if (s.is_self_mask != Contains(u3_, s.about)) {
-      return InvalidArgumentError("share of the wrong kind about client " +
-                                  std::to_string(s.about));
+    if (s.is_self_mask != Contains(u4_, s.about)) {
+      return InvalidArgumentError("share of the wrong kind about client " + Str(s.about));
     }
     if (crypto::ShamirShareX(s.share) != r.from + 1) return InvalidArgumentError("malformed share");
   }
   const uint32_t from = r.from;
   unmasks_.emplace(from, std::move(r));
-  u5_.insert(std::upper_bound(u5_.begin(), u5_.end(), from), from);
+  u6_.insert(std::upper_bound(u6_.begin(), u6_.end(), from), from);
   return OkStatus();
 }
 
+StatusOr<SecretBytes> SecAggServer::Rebuild(uint32_t about, bool self_mask,
+                                            std::vector<Share> shares,
+                                            crypto::ShamirCombiner& combiner) {
+  const std::string what = self_mask ? "client " + Str(about) + "'s self mask"
+                                     : "dropped client " + Str(about) + "'s mask key";
+  const KeyAdvert& advert = adverts_.at(about);
+  auto matches = [&](const SecretBytes& secret) {
+    if (self_mask) {
+      return SelfMaskCommitment(params_.context, about, secret.bytes()) == advert.self_commitment;
+    }
+    auto pair = crypto::X25519FromSeed(secret);
+    return pair.ok() && pair->public_key == advert.mask_key;
+  };
+  auto combine = [&](const std::vector<Share>& from) -> std::optional<SecretBytes> {
+    if (from.size() < params_.t) return std::nullopt;
+    std::vector<const SecretBytes*> basis;
+    for (uint32_t i = 0; i < params_.t; ++i) basis.push_back(&from[i].share->share);
+    auto secret = combiner.Combine(basis, params_.t);
+    if (!secret.ok() || !matches(*secret)) return std::nullopt;
+    return std::move(*secret);
+  };
+  auto dealt = [&](const Share& s) {
+    return crypto::Verify(
+        identities_[about],
+        AsBytes(ShareMessage(session_, about, s.from, self_mask, s.share->share.bytes())),
+        s.share->dealer_signature);
+  };
+  std::optional<SecretBytes> secret = combine(shares);
+  if (!secret) {
+    // A bad share among the first t (rare): keep only the shares `about`
+    // itself signed, and name whoever revealed another.
+    std::vector<Share> signed_shares;
+    for (const Share& s : shares) {
+      if (dealt(s)) {
+        signed_shares.push_back(s);
+      } else {
+        Blame(s.from, "revealed a forged share of " + what);
+      }
+    }
+    shares = std::move(signed_shares);
+    if (shares.size() < params_.t) {
+      return Abort(Str(shares.size()) + " valid shares of " + what + ", need " + Str(params_.t));
+    }
+    secret = combine(shares);
+    if (!secret) {
+      Blame(about, "dealt shares that do not rebuild its committed secret");
+      return Abort(what + " cannot be rebuilt: client " + Str(about) + " dealt bad shares");
+    }
+  }
+  // Shares beyond the first t were not used; still name a forger among them.
+  std::vector<const SecretBytes*> basis;
+  for (uint32_t i = 0; i < params_.t; ++i) basis.push_back(&shares[i].share->share);
+  for (size_t j = params_.t; j < shares.size(); ++j) {
+    auto consistent = combiner.Consistent(basis, shares[j].share->share);
+    if (consistent.ok() && *consistent) continue;
+    if (dealt(shares[j])) {
+      Blame(about, "dealt shares that are not on one polynomial");
+    } else {
+      Blame(shares[j].from, "revealed a forged share of " + what);
+    }
+  }
+  return std::move(*secret);
+}
+
 StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
-  if (aborted_ || stage_ != 5) return FailedPreconditionError("Finalize out of order");
-  // Shares by (subject, kind), from the responders.
-  std::map<std::pair<uint32_t, bool>, std::vector<const SecretBytes*>> by_subject;
+  if (aborted_ || stage_ != 6) return FailedPreconditionError("Finalize out of order");
+  // Shares by (subject, kind), from the responders in index order.
+  std::map<std::pair<uint32_t, bool>, std::vector<Share>> by_subject;
   for (const auto& [from, r] : unmasks_) {
-    for (const auto& s : r.shares) by_subject[{s.about, s.is_self_mask}].push_back(&s.share);
+    for (const auto& s : r.shares) by_subject[{s.about, s.is_self_mask}].push_back({from, &s});
   }
   crypto::ShamirCombiner combiner;
   // Every mask to take out of the sum: survivors' self masks, and the pair
   // masks survivors shared with dropped neighbours.
   std::vector<SecretBytes> keys;
   std::vector<bool> subtract;
-  for (uint32_t u : u3_) {
-    const auto& shares = by_subject[{u, true}];
-    if (shares.size() < params_.t) {
-      return Abort(std::to_string(shares.size()) + " shares of client " + std::to_string(u) +
-                   "'s self mask, need " + std::to_string(params_.t));
-    }
-    auto b = combiner.Combine(shares, params_.t);
-    if (!b.ok()) return Abort(b.status().message());
-    keys.push_back(std::move(*b));
+  for (uint32_t u : u4_) {
+    COHORT_ASSIGN_OR_RETURN(SecretBytes b, Rebuild(u, true, by_subject[{u, true}], combiner));
+    keys.push_back(std::move(b));
     subtract.push_back(true);
   }
   struct Pair {
@@ -682,25 +1031,15 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
     bool survivor_first;
   };
   std::vector<crypto::X25519KeyPair> rebuilt_keys;
-  rebuilt_keys.reserve(u2_.size());
+  rebuilt_keys.reserve(u3_.size());
   std::vector<Pair> pairs;
-  for (uint32_t v : u2_) {
-    if (Contains(u3_, v)) continue;
-    const auto& shares = by_subject[{v, false}];
-    if (shares.size() < params_.t) {
-      return Abort(std::to_string(shares.size()) + " shares of dropped client " +
-                   std::to_string(v) + "'s mask key, need " + std::to_string(params_.t));
-    }
-    auto seed = combiner.Combine(shares, params_.t);
-    if (!seed.ok()) return Abort(seed.status().message());
-    COHORT_ASSIGN_OR_RETURN(crypto::X25519KeyPair rebuilt, crypto::X25519FromSeed(*seed));
-    if (rebuilt.public_key != adverts_[v].mask_key) {
-      return Abort("rebuilt mask key of client " + std::to_string(v) +
-                   " does not match its advert");
-    }
+  for (uint32_t v : u3_) {
+    if (Contains(u4_, v)) continue;
+    COHORT_ASSIGN_OR_RETURN(SecretBytes seed, Rebuild(v, false, by_subject[{v, false}], combiner));
+    COHORT_ASSIGN_OR_RETURN(crypto::X25519KeyPair rebuilt, crypto::X25519FromSeed(seed));
     rebuilt_keys.push_back(std::move(rebuilt));
     for (uint32_t u : neighbours_[v]) {
-      if (Contains(u3_, u)) pairs.push_back({&rebuilt_keys.back(), u, u < v});
+      if (Contains(u4_, u)) pairs.push_back({&rebuilt_keys.back(), u, u < v});
     }
   }
   // The X25519 agreements are the other big cost: spread them over the cores.
@@ -718,7 +1057,7 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
   for (size_t i = 0; i < keys.size(); ++i) jobs.push_back({&keys[i], subtract[i]});
   COHORT_RETURN_IF_ERROR(crypto::AddMasks(jobs, sum_, 0, crypto::PrgImpl::kAuto, params_.prg));
   unmasks_.clear();
-  stage_ = 6;
+  stage_ = 7;
   return std::move(sum_);
 }
 

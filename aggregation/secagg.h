@@ -1,30 +1,44 @@
 // Secure aggregation: SecAgg (Bonawitz et al., CCS 2017) over the k-regular
 // Harary graph of SecAgg+ (Bell et al., CCS 2020), as two sans-I/O state
-// machines. Messages are plain structs; the daemons carry them over the wire.
+// machines, hardened against a malicious server and malicious clients.
+// Messages are plain structs; the daemons carry them over the wire.
 //
 // The server learns only the sum (mod 2^32) of the inputs of the clients
-// that survived to the masked-input stage, and only if at least t of each
-// client's neighbours stay to the end. Clients are indexed 0..n-1; client i
-// uses Shamir x-coordinate i + 1.
+// that survived to the masked-input stage. Clients are indexed 0..n-1; client
+// i uses Shamir x-coordinate i + 1.
 //
 // Stages:
-//   1 AdvertiseKeys   client -> server: two fresh X25519 public keys (enc,
-//                     mask; the mask pair is derived from a 32-byte seed),
-//                     signed with the client's Ed25519 identity.
-//     server -> all:  the list of every advert (U1).
+//   1 AdvertiseKeys   client -> server: a fresh ristretto255 encryption key,
+//                     an X25519 mask key (derived from a 32-byte seed) and a
+//                     commitment to a fresh self-mask seed b, signed with the
+//                     client's Ed25519 identity. The server checks every key.
+//     server -> all:  every advert (U1). The neighbour graph is seeded by a
+//                     hash of this list, so no one party chooses it.
 //   2 ShareKeys       client -> server: for each neighbour in U1, its shares
-//                     of the mask seed and of a self-mask seed b, sealed
-//                     with XChaCha20-Poly1305 under the X25519(enc) key.
+//                     of the mask seed and of b, each signed by the dealer,
+//                     sealed with XChaCha20-Poly1305 and signed again.
 //     server -> each: the ciphertexts addressed to it from U2.
-//   3 MaskedInput     client -> server: x + PRG(b) + sum over neighbours v
-//                     in U2 of +-PRG(k_uv) (mod 2^32; + when u < v).
-//     server -> all:  U3 (who sent a masked input).
-//   4 Consistency     client -> server: a signature over U3 (optional).
-//   5 Unmasking       server -> all: U3, dropped D = U2 \ U3, >= t signatures.
+//   3 CheckShares     client -> server: the shares it could not open, each a
+//                     complaint the server can verify (a bad signature, or
+//                     the shared point with a proof). The server drops
+//                     whichever side lied.
+//     server -> all:  U3, the clients of U2 that passed the check.
+//   4 MaskedInput     client -> server: x + PRG(b) + sum over neighbours v
+//                     in U3 of +-PRG(k_uv) (mod 2^32; + when u < v).
+//     server -> all:  U4 (who sent a masked input).
+//   5 Consistency     client -> server: a signature over U4.
+//   6 Unmasking       server -> U4: U4, dropped D = U3 \ U4, the signatures.
 //                     client -> server: per neighbour exactly one share: b
 //                     for survivors, the mask seed for the dropped.
-// A client refuses (kPermissionDenied-like kFailedPrecondition) when lists
-// overlap, contradict what it saw, carry bad signatures or fall below t.
+//
+// Threat model (docs/architecture.md): a server colluding with at most
+// c_max of any client's k neighbours learns nothing about an honest
+// client's input beyond the sum. The threshold is t = floor((k + c_max)/2)
+// + 1, so no two disjoint sets of honest neighbours can each complete a
+// threshold with the corrupt ones: a server that shows different clients
+// different lists still collects t shares of at most one of b_v and the
+// mask seed of v. On top, a client reveals a share about v only when t of
+// v's neighbours signed the same U4.
 #ifndef COHORT_AGGREGATION_SECAGG_H_
 #define COHORT_AGGREGATION_SECAGG_H_
 
@@ -32,12 +46,15 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/secret_bytes.h"
 #include "common/status.h"
+#include "crypto/enc_keys.h"
 #include "crypto/keys.h"
 #include "crypto/prg.h"
 #include "crypto/shamir.h"
@@ -45,24 +62,35 @@
 namespace cohort::aggregation {
 
 struct SecAggParams {
-  uint32_t n = 0;                 // Clients in the cohort.
-  uint32_t k = 0;                 // Neighbours per client (n - 1: complete graph).
-  uint32_t t = 0;                 // Shamir threshold.
-  uint64_t graph_seed = 0;        // Permutation of the Harary ring.
-  size_t length = 0;              // Vector length.
-  bool consistency_check = true;  // Stage 4.
+  uint32_t n = 0;     // Clients in the cohort.
+  uint32_t k = 0;     // Neighbours per client (n - 1: complete graph).
+  uint32_t t = 0;     // Shamir threshold.
+  size_t length = 0;  // Vector length.
   crypto::MaskPrg prg = crypto::MaskPrg::kAes256Ctr;  // The mask generator.
   std::array<uint8_t, 32> context{};                  // Hash of run, round and config.
 };
 
-// The documented rule for k and t (see secagg.cc): complete graph when
-// `complete` or n <= 16; otherwise the smallest even k such that, with
-// t = max(floor(k/2) + 1, floor(corrupt * k) + 1), union bounds over the n
-// clients put P[t or more neighbours are corrupt] below 2^-20 and
-// P[fewer than t neighbours survive] (dropout rate `dropout`; the round
-// aborts) below 2^-10.
+// The most corrupt neighbours of one client the parameters tolerate, for a
+// cohort of n with a fraction `corrupt` colluding with the server: complete
+// graph (k = n - 1): ceil(corrupt * n); sparse graph: the smallest c with
+// n * P[Binomial(k, corrupt) > c] <= 2^-20, and never above ceil(corrupt * n).
+uint32_t MaxCorruptNeighbours(uint32_t n, uint32_t k, double corrupt);
+// floor((k + MaxCorruptNeighbours) / 2) + 1: the threshold against a
+// malicious server.
+uint32_t SecureThreshold(uint32_t n, uint32_t k, double corrupt);
+
+// The documented rule for k and t: complete graph when `complete` or
+// n <= 16; otherwise the smallest even k with t = SecureThreshold <= k and
+// n * P[fewer than t of k neighbours survive] <= 2^-10 (dropout rate
+// `dropout`; that event aborts the round); the complete graph when no
+// sparse k fits.
 StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double corrupt, bool complete,
                                           size_t length);
+
+// A client's check of the parameters a server sent: kFailedPrecondition,
+// naming what is weaker, when t is below SecureThreshold(n, k, corrupt) for
+// this client's own `corrupt`, or n, k, t do not describe a graph.
+Status CheckSecAggParams(uint32_t n, uint32_t k, uint32_t t, double corrupt);
 
 // The session context (SecAggParams::context), computed by every party from
 // the round's public parameters: a coordinator that tells two clients
@@ -78,10 +106,17 @@ std::vector<std::vector<uint32_t>> HararyNeighbours(uint32_t n, uint32_t k, uint
 
 // --- Messages ---------------------------------------------------------------
 
+using Commitment = std::array<uint8_t, 32>;
+
+// The commitment to client `index`'s self-mask seed in its advert.
+Commitment SelfMaskCommitment(const std::array<uint8_t, 32>& context, uint32_t index,
+                              std::span<const uint8_t> seed);
+
 struct KeyAdvert {
   uint32_t index = 0;
-  crypto::X25519Public enc_key{};
+  crypto::EncPublic enc_key{};
   crypto::X25519Public mask_key{};
+  Commitment self_commitment{};  // Binds the self-mask seed b.
   crypto::Signature signature{};
 };
 struct KeyList {
@@ -89,36 +124,68 @@ struct KeyList {
 };
 struct SealedShares {
   uint32_t from = 0;
-  std::map<uint32_t, std::string> to;  // Recipient -> ciphertext.
+  std::map<uint32_t, std::string> to;  // Recipient -> sealed shares (opaque to the server).
 };
 struct InboundShares {
-  std::map<uint32_t, std::string> from;  // Sender -> ciphertext, senders in U2.
+  std::map<uint32_t, std::string> from;  // Sender -> sealed shares, senders in U2.
+};
+struct Complaint {
+  uint32_t about = 0;
+  // Empty: the sealed shares carry a bad signature. Otherwise the shared
+  // point of the two encryption keys and its proof: the server opens the
+  // shares itself.
+  std::optional<std::array<uint8_t, crypto::kEncPointBytes>> point;
+  crypto::DleqProof proof{};
+};
+struct ShareCheck {
+  uint32_t from = 0;
+  std::vector<Complaint> complaints;
+};
+struct CheckedList {
+  std::vector<uint32_t> members;  // U3, sorted.
 };
 struct MaskedInput {
   uint32_t from = 0;
   std::vector<uint32_t> values;
 };
 struct SurvivorList {
-  std::vector<uint32_t> survivors;  // U3, sorted.
+  std::vector<uint32_t> survivors;  // U4, sorted.
 };
 struct SurvivorSignature {
   uint32_t from = 0;
   crypto::Signature signature{};
 };
 struct UnmaskRequest {
-  std::vector<uint32_t> survivors;  // U3, sorted.
-  std::vector<uint32_t> dropped;    // U2 \ U3, sorted.
+  std::vector<uint32_t> survivors;  // U4, sorted.
+  std::vector<uint32_t> dropped;    // U3 \ U4, sorted.
   std::vector<SurvivorSignature> signatures;
 };
 struct UnmaskShare {
   uint32_t about = 0;
   bool is_self_mask = false;  // b share (survivor) vs mask-seed share (dropped).
   SecretBytes share;
+  crypto::Signature dealer_signature{};  // By `about`, over this share.
 };
 struct UnmaskResponse {
   uint32_t from = 0;
   std::vector<UnmaskShare> shares;
 };
+
+// Who broke the protocol, and how (for the run store and the logs).
+struct Misbehaviour {
+  uint32_t client = 0;
+  std::string what;
+};
+
+// The session id every party derives from the context and U1, and the bytes
+// a client signs for a survivor list under it (tests play a malicious
+// server with them).
+std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context, const KeyList& list);
+std::vector<uint8_t> SurvivorListMessage(const std::array<uint8_t, 32>& session,
+                                         std::span<const uint32_t> survivors);
+// What a sender signs over the AEAD blob of the shares it seals for `to`.
+std::vector<uint8_t> SealedSharesMessage(const std::array<uint8_t, 32>& session, uint32_t from,
+                                         uint32_t to, std::span<const uint8_t> blob);
 
 // --- Client half ------------------------------------------------------------
 
@@ -133,43 +200,59 @@ class SecAggClient {
 
   StatusOr<KeyAdvert> AdvertiseKeys();
   StatusOr<SealedShares> ShareKeys(const KeyList& list);
-  // Opens the shares neighbours sent (stage 2 -> 3, part one).
-  Status ReceiveShares(const InboundShares& inbound);
+  // Opens the shares neighbours sent; what cannot be opened becomes a
+  // complaint (the client stays in the round).
+  StatusOr<ShareCheck> CheckShares(const InboundShares& inbound);
+  // U3: the neighbours whose pair masks the input will carry.
+  Status ReceiveChecked(const CheckedList& list);
   // `input`: this client's fixed-point encoded, already weighted vector;
   // it is masked in place and returned as the MaskedInput's values.
   StatusOr<MaskedInput> MaskInput(std::vector<uint32_t> input);
-  // Both of the above.
-  StatusOr<MaskedInput> MaskInput(const InboundShares& inbound, std::vector<uint32_t> input);
   StatusOr<SurvivorSignature> SignSurvivors(const SurvivorList& list);
   StatusOr<UnmaskResponse> Unmask(const UnmaskRequest& request);
 
   const std::vector<uint32_t>& neighbours() const { return neighbours_; }
+  // Testing only: copies of the two shares `dealer` sealed for this client
+  // (mask seed, then self mask), i.e. what a corrupt client could hand the
+  // server. Empty when it holds none.
+  std::vector<UnmaskShare> HeldSharesForTesting(uint32_t dealer) const;
 
  private:
+  struct Held {  // What a neighbour dealt this client.
+    SecretBytes mask_share, self_share;
+    crypto::Signature mask_signature{}, self_signature{};
+  };
+  Status CheckKeyList(const KeyList& list);
+  // Opens one neighbour's sealed shares; an error is the complaint's reason.
+  Status OpenShares(uint32_t v, const std::string& sealed, Held& held) const;
+  Status CheckSignatures(const UnmaskRequest& request) const;
+
   SecAggParams params_;
   uint32_t index_;
   const crypto::Ed25519KeyPair* identity_;
   std::vector<crypto::Ed25519Public> identities_;
+  std::vector<std::vector<uint32_t>> graph_;  // All neighbour lists (known from stage 2).
   std::vector<uint32_t> neighbours_;
   int stage_ = 0;
-  bool shares_received_ = false;
-  crypto::X25519KeyPair enc_;
+  crypto::EncKeyPair enc_;
   SecretBytes mask_seed_;
   crypto::X25519KeyPair mask_;
   SecretBytes self_seed_;  // b_u.
   std::array<uint8_t, 32> session_{};
-  std::map<uint32_t, KeyAdvert> neighbour_adverts_;   // N(u) ∩ U1.
-  std::map<uint32_t, SecretBytes> held_mask_shares_;  // Of v's mask seed, v in N(u) ∩ U2.
-  std::map<uint32_t, SecretBytes> held_self_shares_;  // Of v's b.
+  std::map<uint32_t, KeyAdvert> neighbour_adverts_;  // N(u) ∩ U1.
+  std::map<uint32_t, Held> held_;                    // N(u) ∩ U2, opened.
+  std::vector<uint32_t> checked_;                    // U3 as this client saw it.
   std::vector<uint32_t> signed_survivors_;
 };
 
 // --- Server half ------------------------------------------------------------
 
 // One instance per round. On* calls take untrusted client messages and
-// return kInvalidArgument for a bad one (the client is then out of the round);
-// Close* end a stage and return kFailedPrecondition ("aborted") when fewer
-// than t clients remain, after which the instance reveals nothing more.
+// return kInvalidArgument for a bad one (the client is then out of the
+// round); Close* end a stage and return kFailedPrecondition ("aborted") when
+// fewer than t clients remain, after which the instance reveals nothing more.
+// A complaint may put another client than its sender out of the round: the
+// engine reads TakeMisbehaviour() after every call.
 class SecAggServer {
  public:
   SecAggServer(const SecAggParams& params, std::vector<crypto::Ed25519Public> identities);
@@ -179,6 +262,10 @@ class SecAggServer {
   Status OnShares(const SealedShares& shares);
   // Per client in U2: what to send it.
   StatusOr<std::map<uint32_t, InboundShares>> CloseShares();
+  // kInvalidArgument when the sender's own complaint was false; a true one
+  // puts the accused out (see TakeMisbehaviour).
+  Status OnShareCheck(const ShareCheck& check);
+  StatusOr<CheckedList> CloseShareCheck();
   // Adds the masked vector to the running sum at once; nothing per client is
   // kept.
   Status OnMaskedInput(const MaskedInput& input);
@@ -189,30 +276,49 @@ class SecAggServer {
   Status OnSignature(const SurvivorSignature& signature);
   StatusOr<UnmaskRequest> CloseConsistency();
   Status OnUnmask(UnmaskResponse response);
-  // Rebuilds the self masks of U3 and the mask keys of D, removes them and
-  // returns the sum of U3's inputs mod 2^32.
+  // Rebuilds the self masks of U4 and the mask keys of D (tolerating and
+  // naming bad shares), removes them and returns the sum of U4's inputs mod
+  // 2^32.
   StatusOr<std::vector<uint32_t>> Finalize();
+
+  // Clients found misbehaving since the last call (each at most once).
+  std::vector<Misbehaviour> TakeMisbehaviour() { return std::exchange(misbehaviour_, {}); }
+  // Clients out of the round because of another's complaint.
+  bool excluded(uint32_t client) const { return excluded_.count(client) != 0; }
 
   const std::vector<uint32_t>& u1() const { return u1_; }
   const std::vector<uint32_t>& u2() const { return u2_; }
   const std::vector<uint32_t>& u3() const { return u3_; }
-  const std::vector<uint32_t>& u5() const { return u5_; }
+  const std::vector<uint32_t>& u4() const { return u4_; }
+  const std::vector<uint32_t>& u6() const { return u6_; }
 
  private:
   Status Abort(const std::string& why);
+  void Blame(uint32_t client, std::string what);
+  // Resolves one complaint: true when the accused is to blame.
+  StatusOr<bool> ResolveComplaint(uint32_t from, const Complaint& c);
+  struct Share {
+    uint32_t from;
+    const UnmaskShare* share;
+  };
+  // Rebuilds one secret from the responders' shares (see Finalize).
+  StatusOr<SecretBytes> Rebuild(uint32_t about, bool self_mask, std::vector<Share> shares,
+                                crypto::ShamirCombiner& combiner);
 
   SecAggParams params_;
   std::vector<crypto::Ed25519Public> identities_;
-  std::vector<std::vector<uint32_t>> neighbours_;
+  std::vector<std::vector<uint32_t>> neighbours_;  // From CloseAdvertise on.
   int stage_ = 1;
   bool aborted_ = false;
   std::map<uint32_t, KeyAdvert> adverts_;
   std::array<uint8_t, 32> session_{};
-  std::map<uint32_t, SealedShares> shares_;
-  std::vector<uint32_t> u1_, u2_, u3_, u5_;
+  std::map<uint32_t, SealedShares> shares_;  // Kept until the check closes.
+  std::set<uint32_t> checked_, excluded_;
+  std::vector<uint32_t> u1_, u2_, u3_, u4_, u6_;
   std::vector<uint32_t> sum_;
   std::map<uint32_t, SurvivorSignature> signatures_;
   std::map<uint32_t, UnmaskResponse> unmasks_;
+  std::vector<Misbehaviour> misbehaviour_;
 };
 
 }  // namespace cohort::aggregation

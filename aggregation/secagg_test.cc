@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <set>
 
 #include "aggregation/fixed_point.h"
@@ -14,21 +16,33 @@ namespace {
 // Where clients stop answering.
 struct Drops {
   std::set<uint32_t> before_share_keys;
+  std::set<uint32_t> before_check;  // Shared keys; never checks what it received.
   std::set<uint32_t> before_masked_input;
   std::set<uint32_t> before_consistency;  // Sent input; silent afterwards.
   std::set<uint32_t> before_unmask;       // Signed; no unmask response.
 };
 
+// What malicious clients do to their own messages (each may be empty).
+struct Tamper {
+  std::function<void(KeyAdvert&)> advert;
+  // Also given the session, so a malicious sender can sign what it sends.
+  std::function<void(SealedShares&, const std::array<uint8_t, 32>&)> shares;
+  std::function<void(ShareCheck&)> check;
+  std::function<void(UnmaskResponse&)> unmask;
+};
+
 struct Outcome {
   Status status;
-  std::vector<uint32_t> sum;
-  std::vector<uint32_t> expected;  // Plain sum over U3.
-  std::vector<uint32_t> u3;
+  std::vector<uint32_t> sum = {};
+  std::vector<uint32_t> expected = {};  // Plain sum over U4.
+  std::vector<uint32_t> u3 = {}, u4 = {};
+  std::vector<Misbehaviour> blamed = {};
+  std::map<uint32_t, Status> refused = {};  // Server refusals of a client's message.
 };
 
 class Harness {
  public:
-  Harness(const SecAggParams& params) : params_(params) {
+  explicit Harness(const SecAggParams& params) : params_(params) {
     for (uint32_t i = 0; i < params.n; ++i) {
       keys_.push_back(std::move(crypto::GenerateEd25519()).value());
       identities_.push_back(keys_.back().public_key);
@@ -40,39 +54,67 @@ class Harness {
     }
   }
 
-  Outcome Run(const Drops& d) {
+  Outcome Run(const Drops& d, const Tamper& tamper = {}) {
     Outcome o;
     SecAggServer server(params_, identities_);
+    auto blame = [&] {
+      for (auto& m : server.TakeMisbehaviour()) o.blamed.push_back(m);
+    };
+    // A refused message puts its sender out; so does a neighbour's true
+    // complaint (TakeMisbehaviour).
+    std::set<uint32_t> out;
+    auto accept = [&](uint32_t i, Status s) {
+      blame();
+      if (!s.ok()) {
+        o.refused[i] = s;
+        out.insert(i);
+      }
+      for (const auto& m : o.blamed) out.insert(m.client);
+      return s.ok();
+    };
     std::vector<std::unique_ptr<SecAggClient>> clients;
     for (uint32_t i = 0; i < params_.n; ++i) {
       clients.push_back(std::make_unique<SecAggClient>(params_, i, &keys_[i], identities_));
       auto advert = clients[i]->AdvertiseKeys();
       EXPECT_TRUE(advert.ok());
-      EXPECT_TRUE(server.OnAdvertise(*advert).ok());
+      if (tamper.advert) tamper.advert(*advert);
+      accept(i, server.OnAdvertise(*advert));
     }
     auto list = server.CloseAdvertise();
     if (!list.ok()) return {list.status()};
     std::set<uint32_t> alive;
     for (uint32_t i = 0; i < params_.n; ++i) {
-      if (d.before_share_keys.count(i)) continue;
+      if (d.before_share_keys.count(i) || out.count(i)) continue;
       auto shares = clients[i]->ShareKeys(*list);
       if (!shares.ok()) continue;
-      EXPECT_TRUE(server.OnShares(*shares).ok());
-      alive.insert(i);
+      if (tamper.shares) tamper.shares(*shares, SecAggSession(params_.context, *list));
+      if (accept(i, server.OnShares(*shares))) alive.insert(i);
     }
     auto inbound = server.CloseShares();
     if (!inbound.ok()) return {inbound.status()};
-    std::set<uint32_t> sent_input;
     for (uint32_t i : alive) {
+      if (d.before_check.count(i) || out.count(i)) continue;
+      auto check = clients[i]->CheckShares((*inbound)[i]);
+      if (!check.ok()) continue;
+      if (tamper.check) tamper.check(*check);
+      accept(i, server.OnShareCheck(*check));
+    }
+    auto checked = server.CloseShareCheck();
+    blame();
+    if (!checked.ok()) return {checked.status(), {}, {}, {}, {}, o.blamed};
+    o.u3 = checked->members;
+    std::set<uint32_t> sent_input;
+    for (uint32_t i : o.u3) {
       if (d.before_masked_input.count(i)) continue;
-      auto masked = clients[i]->MaskInput((*inbound)[i], inputs_[i]);
+      if (!clients[i]->ReceiveChecked(*checked).ok()) continue;
+      auto masked = clients[i]->MaskInput(inputs_[i]);
       if (!masked.ok()) continue;
       EXPECT_TRUE(server.OnMaskedInput(*masked).ok());
       sent_input.insert(i);
     }
     auto survivors = server.CloseMaskedInput();
-    if (!survivors.ok()) return {survivors.status()};
-    o.u3 = survivors->survivors;
+    if (!survivors.ok()) return {survivors.status(), {}, {}, o.u3, {}, o.blamed};
+    o.u4 = survivors->survivors;
     std::set<uint32_t> signed_up;
     for (uint32_t i : sent_input) {
       if (d.before_consistency.count(i)) continue;
@@ -82,19 +124,20 @@ class Harness {
       signed_up.insert(i);
     }
     auto request = server.CloseConsistency();
-    if (!request.ok()) return {request.status()};
-    last_request_ = *request;
+    if (!request.ok()) return {request.status(), {}, {}, o.u3, o.u4, o.blamed};
     for (uint32_t i : signed_up) {
       if (d.before_unmask.count(i)) continue;
       auto response = clients[i]->Unmask(*request);
       if (!response.ok()) continue;
-      EXPECT_TRUE(server.OnUnmask(std::move(*response)).ok());
+      if (tamper.unmask) tamper.unmask(*response);
+      accept(i, server.OnUnmask(std::move(*response)));
     }
     auto sum = server.Finalize();
-    if (!sum.ok()) return {sum.status()};
+    blame();
+    if (!sum.ok()) return {sum.status(), {}, {}, o.u3, o.u4, o.blamed, o.refused};
     o.sum = *sum;
     o.expected.assign(params_.length, 0);
-    for (uint32_t u : o.u3) {
+    for (uint32_t u : o.u4) {
       for (size_t j = 0; j < params_.length; ++j) o.expected[j] += inputs_[u][j];
     }
     return o;
@@ -110,15 +153,20 @@ class Harness {
   std::vector<crypto::Ed25519KeyPair> keys_;
   std::vector<crypto::Ed25519Public> identities_;
   std::vector<std::vector<uint32_t>> inputs_;
-  UnmaskRequest last_request_;
 };
 
 SecAggParams Params(uint32_t n, size_t length, bool complete = true) {
   auto p = ChooseSecAggParams(n, 0.1, 0.1, complete, length);
   EXPECT_TRUE(p.ok()) << p.status();
-  p->graph_seed = 7;
   p->context[0] = static_cast<uint8_t>(n);
   return *p;
+}
+
+bool Blamed(const Outcome& o, uint32_t client, const std::string& what) {
+  for (const auto& m : o.blamed) {
+    if (m.client == client && m.what.find(what) != std::string::npos) return true;
+  }
+  return false;
 }
 
 TEST(SecAggTest, SumIsExactForThreeTenAndHundredClients) {
@@ -126,8 +174,9 @@ TEST(SecAggTest, SumIsExactForThreeTenAndHundredClients) {
     Harness h(Params(n, 1000, /*complete=*/n <= 10));
     Outcome o = h.Run({});
     ASSERT_TRUE(o.status.ok()) << "n=" << n << ": " << o.status;
-    EXPECT_EQ(o.u3.size(), n);
+    EXPECT_EQ(o.u4.size(), n);
     EXPECT_EQ(o.sum, o.expected) << "n=" << n;
+    EXPECT_TRUE(o.blamed.empty());
   }
 }
 
@@ -143,17 +192,19 @@ TEST(SecAggTest, SumIsExactWithChaCha20Masks) {
 }
 
 TEST(SecAggTest, DropoutsAtEveryStageKeepTheSumExact) {
-  Harness h(Params(10, 500));  // Complete graph, k = 9, t = 5.
-  ASSERT_EQ(h.params().t, 5u);
+  Harness h(Params(14, 500));  // Complete graph, k = 13, 2 corrupt tolerated, t = 8.
+  ASSERT_EQ(h.params().t, 8u);
   Drops d;
   d.before_share_keys = {1};
+  d.before_check = {2};
   d.before_masked_input = {4};
   d.before_consistency = {6};
   d.before_unmask = {8};
   Outcome o = h.Run(d);
   ASSERT_TRUE(o.status.ok()) << o.status;
-  // U3 excludes the clients that never sent input (1 and 4), includes 6 and 8.
-  EXPECT_EQ(o.u3, (std::vector<uint32_t>{0, 2, 3, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(o.u3, (std::vector<uint32_t>{0, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}));
+  // U4 excludes the clients that never sent input (1, 2 and 4), includes 6 and 8.
+  EXPECT_EQ(o.u4, (std::vector<uint32_t>{0, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13}));
   EXPECT_EQ(o.sum, o.expected);
 }
 
@@ -165,108 +216,542 @@ TEST(SecAggTest, SecAggPlusGraphSurvivesDropouts) {
   d.before_unmask = {3, 55};
   Outcome o = h.Run(d);
   ASSERT_TRUE(o.status.ok()) << o.status;
-  EXPECT_EQ(o.u3.size(), 90u);
+  EXPECT_EQ(o.u4.size(), 90u);
   EXPECT_EQ(o.sum, o.expected);
 }
 
 TEST(SecAggTest, BelowThresholdAbortsAndRevealsNothing) {
-  Harness h(Params(6, 100));  // k = 5, t = 3.
+  Harness h(Params(6, 100));  // k = 5, t = 4.
+  ASSERT_EQ(h.params().t, 4u);
   Drops d;
-  d.before_masked_input = {0, 1, 2, 3};  // Only 2 inputs: below t.
+  d.before_masked_input = {0, 1, 2};  // Only 3 inputs: below t.
   Outcome o = h.Run(d);
   EXPECT_EQ(o.status.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(o.status.message().find("aborted"), std::string::npos) << o.status;
   EXPECT_TRUE(o.sum.empty());
   // Enough inputs but too few unmask responses: also an abort.
   Drops late;
-  late.before_unmask = {0, 1, 2, 3};
+  late.before_unmask = {0, 1, 2};
   o = h.Run(late);
   EXPECT_EQ(o.status.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(o.sum.empty());
 }
 
-// Runs a round up to the unmask request and returns the clients and request.
+// --- Parameters --------------------------------------------------------------
+
+TEST(SecAggParamsTest, ThresholdOutnumbersTwoHalvesOfTheNeighbours) {
+  // Demo cohort: complete graph, 1 corrupt client tolerated, t = 6 of 9.
+  auto p10 = ChooseSecAggParams(10, 0.1, 0.1, false, 1);
+  ASSERT_TRUE(p10.ok());
+  EXPECT_EQ(p10->k, 9u);
+  EXPECT_EQ(p10->t, 6u);
+  auto p100 = ChooseSecAggParams(100, 0.1, 0.1, false, 1);
+  ASSERT_TRUE(p100.ok());
+  EXPECT_EQ(p100->k, 38u);
+  EXPECT_EQ(p100->t, 25u);
+  EXPECT_EQ(MaxCorruptNeighbours(100, 38, 0.1), 10u);
+  for (uint32_t n : {10u, 20u, 100u, 500u}) {
+    auto p = ChooseSecAggParams(n, 0.1, 0.1, false, 1);
+    ASSERT_TRUE(p.ok());
+    const uint32_t c = MaxCorruptNeighbours(n, p->k, 0.1);
+    // Two disjoint honest groups plus the corrupt ones cannot both reach t.
+    EXPECT_GT(2 * p->t, p->k + c) << "n=" << n;
+  }
+  auto graph = HararyNeighbours(500, ChooseSecAggParams(500, 0.1, 0.1, false, 1)->k, 3);
+  for (const auto& nb : graph) EXPECT_EQ(nb.size(), graph[0].size());
+  auto harsh = ChooseSecAggParams(500, 0.3, 0.1, false, 1);
+  ASSERT_TRUE(harsh.ok());
+  EXPECT_GE(harsh->k, ChooseSecAggParams(500, 0.1, 0.1, false, 1)->k);
+}
+
+TEST(SecAggParamsTest, ClientRefusesAWeakerSetupThanItsOwnDerivation) {
+  EXPECT_TRUE(CheckSecAggParams(10, 9, 6, 0.1).ok());
+  EXPECT_TRUE(CheckSecAggParams(100, 38, 25, 0.1).ok());
+  Status weak = CheckSecAggParams(10, 9, 5, 0.1);  // The old rule's t.
+  ASSERT_FALSE(weak.ok());
+  EXPECT_NE(weak.message().find("weaker than this client's t=6"), std::string::npos) << weak;
+  // A server claiming nobody is corrupt does not lower the client's own bar.
+  EXPECT_FALSE(CheckSecAggParams(100, 38, 20, 0.1).ok());
+  EXPECT_FALSE(CheckSecAggParams(100, 37, 25, 0.1).ok());  // Odd k: not a Harary graph.
+  EXPECT_FALSE(CheckSecAggParams(10, 10, 6, 0.1).ok());
+  EXPECT_FALSE(CheckSecAggParams(10, 9, 10, 0.1).ok());
+}
+
+// --- Staging helpers ----------------------------------------------------------
+
 struct Staged {
+  std::unique_ptr<SecAggServer> server;
   std::vector<std::unique_ptr<SecAggClient>> clients;
+  std::vector<KeyAdvert> adverts;
   UnmaskRequest request;
 };
 
-Staged StageToUnmask(Harness& h) {
+// Every client advertised; the server has not closed stage 1.
+Staged StageAdverts(Harness& h) {
   Staged s;
-  SecAggServer server(h.params(), h.identities());
+  s.server = std::make_unique<SecAggServer>(h.params(), h.identities());
   for (uint32_t i = 0; i < h.params().n; ++i) {
     s.clients.push_back(
         std::make_unique<SecAggClient>(h.params(), i, &h.keys()[i], h.identities()));
-    EXPECT_TRUE(server.OnAdvertise(*s.clients[i]->AdvertiseKeys()).ok());
+    s.adverts.push_back(*s.clients[i]->AdvertiseKeys());
   }
+  return s;
+}
+
+// A whole honest round up to the unmask request.
+Staged StageToRequest(Harness& h) {
+  Staged s = StageAdverts(h);
+  SecAggServer& server = *s.server;
+  for (auto& a : s.adverts) EXPECT_TRUE(server.OnAdvertise(a).ok());
   auto list = server.CloseAdvertise();
   for (auto& c : s.clients) EXPECT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
   auto inbound = server.CloseShares();
-  // Client 4 drops before sending its input.
   for (uint32_t i = 0; i < h.params().n; ++i) {
-    if (i == 4) continue;
-    EXPECT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput((*inbound)[i], h.inputs()[i])).ok());
+    EXPECT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());
+  }
+  auto checked = server.CloseShareCheck();
+  for (uint32_t i = 0; i < h.params().n; ++i) {
+    EXPECT_TRUE(s.clients[i]->ReceiveChecked(*checked).ok());
+    EXPECT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
   }
   auto survivors = server.CloseMaskedInput();
-  for (uint32_t i = 0; i < h.params().n; ++i) {
-    if (i == 4) continue;
-    EXPECT_TRUE(server.OnSignature(*s.clients[i]->SignSurvivors(*survivors)).ok());
-  }
+  for (auto& c : s.clients) EXPECT_TRUE(server.OnSignature(*c->SignSurvivors(*survivors)).ok());
   s.request = *server.CloseConsistency();
   return s;
 }
 
-TEST(SecAggTest, ClientRefusesToRevealBothSharesOfANeighbour) {
-  Harness h(Params(6, 50));
-  Staged s = StageToUnmask(h);
-  ASSERT_EQ(s.request.dropped, (std::vector<uint32_t>{4}));
-  UnmaskRequest greedy = s.request;
-  // Ask for client 2's self-mask share (as a survivor) and its mask key (as dropped).
-  greedy.dropped = {2, 4};
-  auto r = s.clients[0]->Unmask(greedy);
+// --- A malicious server ------------------------------------------------------
+
+struct SplitView {
+  bool b_recovered = false;  // t shares of v's self mask reached the server.
+  bool s_recovered = false;  // t shares of v's mask key reached the server.
+  std::vector<Status> refusals;
+};
+
+// The attack of issue 8: the server shows half of v's honest neighbours a
+// survivor list where v survived (they reveal shares of b_v) and the other
+// half one where v dropped (shares of v's mask key); the corrupt neighbours
+// sign both and hand over everything they hold. `group_a` honest neighbours
+// get list A.
+SplitView PlaySplitView(Harness& h, uint32_t corrupt, uint32_t group_a) {
+  const SecAggParams& p = h.params();
+  const uint32_t v = 0;
+  SecAggServer server(p, h.identities());
+  std::vector<std::unique_ptr<SecAggClient>> clients;
+  for (uint32_t i = 0; i < p.n; ++i) {
+    clients.push_back(std::make_unique<SecAggClient>(p, i, &h.keys()[i], h.identities()));
+    EXPECT_TRUE(server.OnAdvertise(*clients[i]->AdvertiseKeys()).ok());
+  }
+  auto list = server.CloseAdvertise();
+  for (auto& c : clients) EXPECT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
+  auto inbound = server.CloseShares();
+  for (uint32_t i = 0; i < p.n; ++i) {
+    EXPECT_TRUE(server.OnShareCheck(*clients[i]->CheckShares((*inbound)[i])).ok());
+  }
+  auto checked = server.CloseShareCheck();
+  for (uint32_t i = 0; i < p.n; ++i) {
+    EXPECT_TRUE(clients[i]->ReceiveChecked(*checked).ok());
+    EXPECT_TRUE(server.OnMaskedInput(*clients[i]->MaskInput(h.inputs()[i])).ok());
+  }
+  // The server's own bookkeeping ends here: it now plays malicious.
+  const std::vector<uint32_t>& nv = clients[v]->neighbours();
+  std::vector<uint32_t> bad(nv.begin(), nv.begin() + corrupt);  // As close as it gets.
+  std::vector<uint32_t> honest(nv.begin() + corrupt, nv.end());
+  std::set<uint32_t> in_a(honest.begin(), honest.begin() + group_a);
+  SurvivorList list_a = {checked->members}, list_b;
+  for (uint32_t u : checked->members) {
+    if (u != v) list_b.survivors.push_back(u);
+  }
+  auto is_bad = [&](uint32_t u) { return std::count(bad.begin(), bad.end(), u) > 0; };
+  UnmaskRequest req_a{list_a.survivors, {}, {}}, req_b{list_b.survivors, {v}, {}};
+  for (uint32_t u = 0; u < p.n; ++u) {
+    if (is_bad(u)) {
+      // A corrupt client signs whatever it is shown, list A here and list
+      // B below.
+      req_a.signatures.push_back(*clients[u]->SignSurvivors(list_a));
+      continue;
+    }
+    const bool b_side = std::count(honest.begin(), honest.end(), u) && !in_a.count(u);
+    if (b_side) {
+      req_b.signatures.push_back(*clients[u]->SignSurvivors(list_b));
+    } else {
+      req_a.signatures.push_back(*clients[u]->SignSurvivors(list_a));
+    }
+  }
+  // The corrupt clients sign list B too: the same bytes an honest client
+  // signs, under their own keys.
+  const auto session = SecAggSession(p.context, *list);
+  for (uint32_t u : bad) {
+    req_b.signatures.push_back(
+        {u, *crypto::Sign(h.keys()[u], SurvivorListMessage(session, list_b.survivors))});
+  }
+  SplitView out;
+  std::vector<const SecretBytes*> b_shares, s_shares;
+  std::vector<UnmaskResponse> kept;
+  kept.reserve(p.n);
+  for (uint32_t u : honest) {
+    auto r = clients[u]->Unmask(in_a.count(u) ? req_a : req_b);
+    if (!r.ok()) {
+      out.refusals.push_back(r.status());
+      continue;
+    }
+    kept.push_back(std::move(*r));
+  }
+  std::vector<std::vector<UnmaskShare>> leaked;
+  for (uint32_t u : bad) leaked.push_back(clients[u]->HeldSharesForTesting(v));
+  for (const auto& r : kept) {
+    for (const auto& s : r.shares) {
+      if (s.about == v) (s.is_self_mask ? b_shares : s_shares).push_back(&s.share);
+    }
+  }
+  for (const auto& l : leaked) {
+    for (const auto& s : l) (s.is_self_mask ? b_shares : s_shares).push_back(&s.share);
+  }
+  crypto::ShamirCombiner combiner;
+  if (b_shares.size() >= p.t) {
+    auto b = combiner.Combine(b_shares, p.t);
+    out.b_recovered =
+        b.ok() && SelfMaskCommitment(p.context, v, b->bytes()) == list->adverts[v].self_commitment;
+  }
+  if (s_shares.size() >= p.t) {
+    auto s = combiner.Combine(s_shares, p.t);
+    auto pair = s.ok() ? crypto::X25519FromSeed(*s) : StatusOr<crypto::X25519KeyPair>(s.status());
+    out.s_recovered = pair.ok() && pair->public_key == list->adverts[v].mask_key;
+  }
+  return out;
+}
+
+TEST(SecAggMaliciousServerTest, SplitViewRecoversNoInputAtTenClients) {
+  Harness h(Params(10, 16));
+  const uint32_t corrupt = MaxCorruptNeighbours(10, h.params().k, 0.1);
+  ASSERT_EQ(corrupt, 1u);
+  for (uint32_t group_a : {3u, 4u, 5u}) {
+    SplitView r = PlaySplitView(h, corrupt, group_a);
+    EXPECT_FALSE(r.b_recovered && r.s_recovered) << "split " << group_a;
+    ASSERT_FALSE(r.refusals.empty()) << "split " << group_a;
+    for (const Status& s : r.refusals) {
+      EXPECT_NE(s.message().find("valid survivor signatures from client"), std::string::npos) << s;
+    }
+  }
+}
+
+TEST(SecAggMaliciousServerTest, SplitViewRecoversNoInputAtAHundredClients) {
+  Harness h(Params(100, 16, /*complete=*/false));
+  const uint32_t corrupt = MaxCorruptNeighbours(100, h.params().k, 0.1);
+  ASSERT_EQ(corrupt, 10u);
+  const uint32_t honest = h.params().k - corrupt;
+  for (uint32_t group_a : {honest / 2, h.params().t - corrupt}) {
+    SplitView r = PlaySplitView(h, corrupt, group_a);
+    EXPECT_FALSE(r.b_recovered && r.s_recovered) << "split " << group_a;
+    EXPECT_FALSE(r.refusals.empty()) << "split " << group_a;
+  }
+}
+
+TEST(SecAggMaliciousServerTest, SignaturesCountAmongTheSubjectsNeighbours) {
+  // A sparse graph (k = 10 of 30): plenty of valid signatures in all, but
+  // fewer than t from one neighbour's own neighbours.
+  SecAggParams p = Params(30, 8);
+  p.k = 10;
+  p.t = 8;
+  Harness h(p);
+  Staged s = StageToRequest(h);
+  const uint32_t v = s.clients[0]->neighbours()[0];
+  std::vector<uint32_t> nv = s.clients[v]->neighbours();
+  UnmaskRequest thin = s.request;
+  thin.signatures.clear();
+  uint32_t from_nv = 0;
+  for (const auto& sig : s.request.signatures) {
+    const bool in_nv = std::count(nv.begin(), nv.end(), sig.from) > 0;
+    if (in_nv && (sig.from == 0 || from_nv + 1 >= p.t)) continue;
+    from_nv += in_nv ? 1 : 0;
+    thin.signatures.push_back(sig);
+  }
+  ASSERT_GE(thin.signatures.size(), p.t);  // Enough for a count over the whole cohort.
+  auto r = s.clients[0]->Unmask(thin);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("both as survivor and as dropped"), std::string::npos);
-  // The honest request still works for another client.
+  EXPECT_NE(r.status().message().find("from client " + std::to_string(v) + "'s neighbours"),
+            std::string::npos)
+      << r.status();
   EXPECT_TRUE(s.clients[1]->Unmask(s.request).ok());
 }
 
-TEST(SecAggTest, ClientRefusesAnInconsistentSurvivorList) {
-  Harness h(Params(6, 50));
-  Staged s = StageToUnmask(h);
-  // Pretend client 3 dropped: a different list from the one everyone signed.
-  UnmaskRequest forked = s.request;
+// --- Malicious clients -------------------------------------------------------
+
+TEST(SecAggMaliciousClientTest, LowOrderAndInvalidKeysAreRefusedAtTheAdvert) {
+  Harness h(Params(10, 64));
+  Tamper t;
+  t.advert = [](KeyAdvert& a) {
+    if (a.index == 3) a.mask_key = {};  // The all-zero X25519 point.
+    if (a.index == 5) a.enc_key.fill(0xff);
+  };
+  Outcome o = h.Run({}, t);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_NE(o.refused[3].message().find("low-order"), std::string::npos) << o.refused[3];
+  EXPECT_NE(o.refused[5].message().find("not a valid ristretto255 point"), std::string::npos);
+  EXPECT_EQ(o.u4, (std::vector<uint32_t>{0, 1, 2, 4, 6, 7, 8, 9}));
+  EXPECT_EQ(o.sum, o.expected);
+}
+
+TEST(SecAggMaliciousClientTest, GarbageSharesPutTheirSenderOutNotTheRecipients) {
+  Harness h(Params(10, 64));
+  Tamper t;
+  t.shares = [](SealedShares& s, const std::array<uint8_t, 32>&) {
+    if (s.from != 3) return;
+    Rng rng(3);
+    for (auto& [to, ct] : s.to) {
+      for (auto& c : ct) c = static_cast<char>(rng.Next());  // Right size, random bytes.
+    }
+  };
+  Outcome o = h.Run({}, t);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_TRUE(Blamed(o, 3, "bad signature")) << (o.blamed.empty() ? "" : o.blamed[0].what);
+  EXPECT_EQ(o.blamed.size(), 1u);
+  EXPECT_EQ(o.u4, (std::vector<uint32_t>{0, 1, 2, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(o.sum, o.expected);
+}
+
+TEST(SecAggMaliciousClientTest, SignedButUnopenableSharesAreProvenAgainstTheirSender) {
+  Harness h(Params(10, 64));
+  auto& keys = h.keys();
+  Tamper t;
+  // Client 6 seals garbage for client 2 and signs it properly, so only the
+  // recipient's proof of the shared point can show whose fault it is.
+  t.shares = [&](SealedShares& s, const std::array<uint8_t, 32>& session) {
+    if (s.from != 6) return;
+    std::string& sealed = s.to.at(2);
+    const size_t blob = sealed.size() - crypto::kSignatureBytes;
+    sealed[30] ^= 1;  // Inside the AEAD blob.
+    auto sig = crypto::Sign(
+        keys[6], SealedSharesMessage(session, 6, 2,
+                                     {reinterpret_cast<const uint8_t*>(sealed.data()), blob}));
+    sealed.replace(blob, sig->size(), reinterpret_cast<const char*>(sig->data()), sig->size());
+  };
+  Outcome o = h.Run({}, t);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_TRUE(Blamed(o, 6, "sent client 2 shares that do not open or verify"))
+      << (o.blamed.empty() ? "nobody blamed" : o.blamed[0].what);
+  EXPECT_EQ(o.blamed.size(), 1u);
+  EXPECT_EQ(std::count(o.u4.begin(), o.u4.end(), 6), 0);
+  EXPECT_NE(std::count(o.u4.begin(), o.u4.end(), 2), 0);
+  EXPECT_EQ(o.sum, o.expected);
+}
+
+TEST(SecAggMaliciousClientTest, AFalseComplaintPutsTheComplainantOut) {
+  Harness h(Params(10, 64));
+  Tamper t;
+  t.check = [](ShareCheck& c) {
+    if (c.from == 5) c.complaints.push_back({/*about=*/2, std::nullopt, {}});
+  };
+  Outcome o = h.Run({}, t);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_TRUE(Blamed(o, 5, "false complaint about client 2"));
+  EXPECT_NE(std::count(o.u4.begin(), o.u4.end(), 2), 0);
+  EXPECT_EQ(std::count(o.u4.begin(), o.u4.end(), 5), 0);
+  EXPECT_EQ(o.sum, o.expected);
+}
+
+TEST(SecAggMaliciousClientTest, AForgedProofPutsTheComplainantOut) {
+  Harness h(Params(10, 64));
+  Tamper t;
+  t.check = [](ShareCheck& c) {
+    if (c.from != 7) return;
+    Complaint fake{/*about=*/1, std::array<uint8_t, 32>{}, {}};
+    auto enc = crypto::GenerateEncKey();
+    fake.point = enc->public_key;  // A valid point, but not the shared one.
+    c.complaints.push_back(fake);
+  };
+  Outcome o = h.Run({}, t);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_TRUE(Blamed(o, 7, "false complaint about client 1"));
+  EXPECT_EQ(o.sum, o.expected);
+}
+
+TEST(SecAggMaliciousClientTest, BadUnmaskingSharesAreToleratedAndNamed) {
+  Harness h(Params(10, 64));
+  Tamper t;
+  t.unmask = [](UnmaskResponse& r) {
+    if (r.from != 4 && r.from != 8) return;
+    Rng rng(r.from);
+    for (auto& s : r.shares) {
+      for (size_t i = 4; i < s.share.size(); ++i) s.share.bytes()[i] = 0;
+      s.share.bytes()[4 + r.from] = static_cast<uint8_t>(rng.Next());
+    }
+  };
+  Drops d;
+  d.before_masked_input = {9};  // Both kinds of share are needed.
+  Outcome o = h.Run(d, t);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.sum, o.expected);
+  EXPECT_TRUE(Blamed(o, 4, "forged share")) << (o.blamed.empty() ? "" : o.blamed[0].what);
+  EXPECT_TRUE(Blamed(o, 8, "forged share"));
+}
+
+// --- Server-side refusals ----------------------------------------------------
+
+TEST(SecAggServerTest, RefusesRepeatedKeysAndBadAdvertSignatures) {
+  Harness h(Params(5, 8));
+  Staged s = StageAdverts(h);
+  ASSERT_TRUE(s.server->OnAdvertise(s.adverts[0]).ok());
+  Status again = s.server->OnAdvertise(s.adverts[0]);
+  EXPECT_NE(again.message().find("second advert"), std::string::npos) << again;
+  KeyAdvert copy = s.adverts[1];
+  copy.mask_key = s.adverts[0].mask_key;
+  EXPECT_NE(s.server->OnAdvertise(copy).message().find("repeats client 0's public key"),
+            std::string::npos);
+  KeyAdvert forged = s.adverts[2];
+  forged.signature[0] ^= 1;
+  EXPECT_NE(s.server->OnAdvertise(forged).message().find("advert signature"), std::string::npos);
+  KeyAdvert swapped = s.adverts[3];
+  swapped.index = 4;  // Client 3's advert claimed for client 4.
+  EXPECT_FALSE(s.server->OnAdvertise(swapped).ok());
+}
+
+TEST(SecAggServerTest, RefusesBadSurvivorSignaturesAndMalformedUnmaskResponses) {
+  Harness h(Params(6, 8));
+  Staged s = StageAdverts(h);
+  SecAggServer& server = *s.server;
+  for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
+  auto list = server.CloseAdvertise();
+  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
+  auto inbound = server.CloseShares();
+  for (uint32_t i = 0; i < 6; ++i) {
+    ASSERT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());
+  }
+  EXPECT_NE(server.OnShareCheck({0, {}}).message().find("second share check"), std::string::npos);
+  auto checked = server.CloseShareCheck();
+  for (uint32_t i = 0; i < 6; ++i) {
+    ASSERT_TRUE(s.clients[i]->ReceiveChecked(*checked).ok());
+    if (i == 5) continue;  // Client 5 drops: its mask key is needed.
+    ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
+  }
+  auto survivors = server.CloseMaskedInput();
+  for (uint32_t i = 0; i < 5; ++i) {
+    auto sig = *s.clients[i]->SignSurvivors(*survivors);
+    if (i == 0) {
+      auto bad = sig;
+      bad.signature[3] ^= 1;
+      EXPECT_NE(server.OnSignature(bad).message().find("bad survivor signature"),
+                std::string::npos);
+    }
+    ASSERT_TRUE(server.OnSignature(sig).ok());
+  }
+  auto request = server.CloseConsistency();
+  ASSERT_TRUE(request.ok());
+  auto response = *s.clients[1]->Unmask(*request);
+  // A share of the wrong kind: client 5 dropped, so only its mask seed counts.
+  UnmaskResponse wrong_kind{1, {}};
+  for (auto& sh : response.shares) {
+    UnmaskShare c{sh.about, sh.is_self_mask, SecretBytes(sh.share.size()), sh.dealer_signature};
+    std::memcpy(c.share.bytes().data(), sh.share.bytes().data(), sh.share.size());
+    if (sh.about == 5) c.is_self_mask = true;
+    wrong_kind.shares.push_back(std::move(c));
+  }
+  EXPECT_NE(server.OnUnmask(std::move(wrong_kind)).message().find("wrong kind about client 5"),
+            std::string::npos);
+  UnmaskResponse twice{1, {}};
+  for (int k = 0; k < 2; ++k) {
+    const auto& sh = response.shares[0];
+    UnmaskShare c{sh.about, sh.is_self_mask, SecretBytes(sh.share.size()), sh.dealer_signature};
+    std::memcpy(c.share.bytes().data(), sh.share.bytes().data(), sh.share.size());
+    twice.shares.push_back(std::move(c));
+  }
+  EXPECT_NE(server.OnUnmask(std::move(twice)).message().find("two shares about one client"),
+            std::string::npos);
+  EXPECT_TRUE(server.OnUnmask(std::move(response)).ok());
+}
+
+// --- Client-side refusals ----------------------------------------------------
+
+TEST(SecAggClientTest, RefusesListsThatDoNotMatchWhatItHolds) {
+  Harness h(Params(6, 8));
+  Staged s = StageAdverts(h);
+  SecAggServer& server = *s.server;
+  for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
+  auto list = server.CloseAdvertise();
+  for (uint32_t i = 0; i < 6; ++i) {
+    if (i == 4) continue;  // Client 4 never shares keys.
+    ASSERT_TRUE(server.OnShares(*s.clients[i]->ShareKeys(*list)).ok());
+  }
+  auto inbound = server.CloseShares();
+  for (uint32_t i : {0u, 1u, 2u, 3u, 5u}) {
+    ASSERT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());
+  }
+  // A checked list naming client 4, which never shared keys with anyone.
+  CheckedList forged = {{0, 1, 2, 3, 4, 5}};
+  Status r = s.clients[0]->ReceiveChecked(forged);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("names client 4, whose shares this client does not hold"),
+            std::string::npos)
+      << r;
+  // A list that leaves the client itself out.
+  EXPECT_NE(s.clients[1]->ReceiveChecked({{0, 2, 3, 5}}).message().find("omits this client"),
+            std::string::npos);
+  // The real one; then an unmask request whose dropped list hides a survivor.
+  auto checked = server.CloseShareCheck();
+  for (uint32_t i : {2u, 3u, 5u}) {
+    ASSERT_TRUE(s.clients[i]->ReceiveChecked(*checked).ok());
+    ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
+  }
+}
+
+TEST(SecAggClientTest, UnmaskRefusesBothSharesOfANeighbourAndForkedLists) {
+  Harness h(Params(6, 8));
+  Staged s = StageAdverts(h);
+  SecAggServer& server = *s.server;
+  for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
+  auto list = server.CloseAdvertise();
+  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
+  auto inbound = server.CloseShares();
+  for (uint32_t i = 0; i < 6; ++i) {
+    ASSERT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());
+  }
+  auto checked = server.CloseShareCheck();
+  for (uint32_t i = 0; i < 6; ++i) {
+    ASSERT_TRUE(s.clients[i]->ReceiveChecked(*checked).ok());
+    if (i != 4) ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
+  }
+  auto survivors = server.CloseMaskedInput();
+  for (uint32_t i : {0u, 1u, 2u, 3u, 5u}) {
+    ASSERT_TRUE(server.OnSignature(*s.clients[i]->SignSurvivors(*survivors)).ok());
+  }
+  auto request = *server.CloseConsistency();
+  ASSERT_EQ(request.dropped, (std::vector<uint32_t>{4}));
+  UnmaskRequest greedy = request;
+  greedy.dropped = {2, 4};  // Client 2 both as survivor and as dropped.
+  auto r = s.clients[0]->Unmask(greedy);
+  EXPECT_NE(r.status().message().find("both as survivor and as dropped"), std::string::npos);
+  UnmaskRequest forked = request;
   forked.survivors = {0, 1, 2, 5};
   forked.dropped = {3, 4};
-  auto r = s.clients[0]->Unmask(forked);
-  ASSERT_FALSE(r.ok());
+  r = s.clients[1]->Unmask(forked);
   EXPECT_NE(r.status().message().find("differs from the one signed"), std::string::npos);
-  // Without the signatures, the right list is refused too.
-  UnmaskRequest unsigned_request = s.request;
-  unsigned_request.signatures.clear();
-  r = s.clients[1]->Unmask(unsigned_request);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("valid survivor signatures"), std::string::npos);
-  // A survivor left out of both lists is an inconsistency as well.
-  UnmaskRequest hiding = s.request;
+  UnmaskRequest hiding = request;
   hiding.dropped.clear();
   r = s.clients[2]->Unmask(hiding);
-  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("checked list minus the survivors"), std::string::npos);
+  UnmaskRequest unsigned_request = request;
+  unsigned_request.signatures.resize(2);
+  r = s.clients[3]->Unmask(unsigned_request);
+  EXPECT_NE(r.status().message().find("valid survivor signatures"), std::string::npos);
+  EXPECT_TRUE(s.clients[5]->Unmask(request).ok());
 }
 
 TEST(SecAggTest, MaskedVectorLooksUniformAndUncorrelatedWithTheInput) {
   const size_t m = 1 << 16;
   Harness h(Params(3, m));
   for (size_t j = 0; j < m; ++j) h.inputs()[0][j] = static_cast<uint32_t>(j % 97);  // Structured.
-  SecAggServer server(h.params(), h.identities());
-  std::vector<std::unique_ptr<SecAggClient>> clients;
-  for (uint32_t i = 0; i < 3; ++i) {
-    clients.push_back(std::make_unique<SecAggClient>(h.params(), i, &h.keys()[i], h.identities()));
-    ASSERT_TRUE(server.OnAdvertise(*clients[i]->AdvertiseKeys()).ok());
-  }
+  Staged s = StageAdverts(h);
+  SecAggServer& server = *s.server;
+  for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
   auto list = server.CloseAdvertise();
-  for (auto& c : clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
+  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
   auto inbound = server.CloseShares();
-  auto masked = clients[0]->MaskInput((*inbound)[0], h.inputs()[0]);
+  for (uint32_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());
+  }
+  auto checked = server.CloseShareCheck();
+  ASSERT_TRUE(s.clients[0]->ReceiveChecked(*checked).ok());
+  auto masked = s.clients[0]->MaskInput(h.inputs()[0]);
   ASSERT_TRUE(masked.ok());
   // Chi-square of the top byte over 256 bins (df 255: mean 255, sd 22.6).
   std::vector<double> bins(256, 0);
@@ -286,19 +771,6 @@ TEST(SecAggTest, MaskedVectorLooksUniformAndUncorrelatedWithTheInput) {
   EXPECT_LT(chi2, 255 + 5 * 22.6) << "top byte is not uniform";
   const double r = (m * sxy - sx * sy) / std::sqrt((m * sxx - sx * sx) * (m * syy - sy * sy));
   EXPECT_LT(std::fabs(r), 5.0 / std::sqrt(static_cast<double>(m))) << "correlated with the input";
-}
-
-TEST(SecAggTest, ParameterRuleUsesSparseGraphsForLargeCohorts) {
-  auto small = ChooseSecAggParams(10, 0.1, 0.1, false, 1);
-  EXPECT_EQ(small->k, 9u);  // Complete graph for small n.
-  auto p = ChooseSecAggParams(500, 0.1, 0.1, false, 1);
-  ASSERT_TRUE(p.ok());
-  EXPECT_LT(p->k, 100u);
-  EXPECT_GT(p->t, p->k / 2);
-  auto harsh = ChooseSecAggParams(500, 0.3, 0.1, false, 1);
-  EXPECT_GE(harsh->k, p->k);
-  auto graph = HararyNeighbours(500, p->k, 3);
-  for (const auto& nb : graph) EXPECT_EQ(nb.size(), p->k);
 }
 
 TEST(FixedPointTest, WeightedSumsDecodeToTheWeightedMean) {

@@ -50,7 +50,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", params.status().ToString().c_str());
     return 2;
   }
-  params->graph_seed = 1;
   std::vector<crypto::Ed25519KeyPair> keys;
   std::vector<crypto::Ed25519Public> ids;
   for (uint32_t i = 0; i < n; ++i) {
@@ -102,11 +101,18 @@ int main(int argc, char** argv) {
   }
   auto inbound = timed_call(server_s, [&] { return server.CloseShares(); });
   must(inbound);
+  for (uint32_t i = 0; i < n; ++i) {
+    auto check = timed_call(client_s[i], [&] { return clients[i]->CheckShares((*inbound)[i]); });
+    must(check);
+    (void)timed_call(server_s, [&] { return server.OnShareCheck(*check); });
+  }
+  auto checked = timed_call(server_s, [&] { return server.CloseShareCheck(); });
+  must(checked);
   std::vector<uint32_t> input(m);
   for (auto& v : input) v = static_cast<uint32_t>(rng.Next());
   for (uint32_t i = 0; i < n; ++i) {
     if (dropped[i]) continue;
-    Status rs = timed_call(client_s[i], [&] { return clients[i]->ReceiveShares((*inbound)[i]); });
+    Status rs = timed_call(client_s[i], [&] { return clients[i]->ReceiveChecked(*checked); });
     if (!rs.ok()) return 1;
     MaskedInput masked;
     if (i < timed) {

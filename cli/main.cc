@@ -82,8 +82,8 @@ int main(int argc, char** argv) {
                      "Testing: withhold the update of this round");
   client->add_option("--fault-stop-before", fault,
                      "Testing: STAGE:ROUND; send nothing from that secure-aggregation stage of "
-                     "that round on (advertise_keys, share_keys, masked_input, consistency, "
-                     "unmasking)");
+                     "that round on (advertise_keys, share_keys, check_shares, masked_input, "
+                     "consistency, unmasking)");
   client->add_option("--dump-inputs", copts.dump_inputs,
                      "Debugging: write each secure round's encoded input to this directory");
   client->add_option("--identity", copts.identity, "This client's key file (cohort keygen)");
@@ -162,8 +162,8 @@ int main(int argc, char** argv) {
       copts.fault_round = pause_round;
     }
     if (!fault.empty()) {
-      static const std::set<std::string> kStages = {"advertise_keys", "share_keys", "masked_input",
-                                                    "consistency", "unmasking"};
+      static const std::set<std::string> kStages = {"advertise_keys", "share_keys",  "check_shares",
+                                                    "masked_input",   "consistency", "unmasking"};
       const size_t colon = fault.find(':');
       char* end = nullptr;
       const std::string stage = fault.substr(0, colon);
@@ -173,7 +173,8 @@ int main(int argc, char** argv) {
           *end != '\0') {
         std::fprintf(stderr,
                      "client: --fault-stop-before: expected STAGE:ROUND with STAGE one of "
-                     "advertise_keys, share_keys, masked_input, consistency, unmasking; got "
+                     "advertise_keys, share_keys, check_shares, masked_input, consistency, "
+                     "unmasking; got "
                      "\"%s\"\n",
                      fault.c_str());
         return 2;

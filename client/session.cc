@@ -8,6 +8,7 @@
 
 #include "common/bytes.h"
 #include "common/rng.h"
+#include "net/secagg_wire.h"
 
 #ifndef COHORT_VERSION
 #define COHORT_VERSION "unknown"
@@ -142,6 +143,12 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
       Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
       return a;
     }
+    // The metrics ride in the masked vector, after the delta: the
+    // coordinator learns only their weighted means.
+    const size_t m = delta.size();
+    delta.resize(m + aggregation::kSecureMetricSlots);
+    aggregation::MetricsToSlots({result->mean_loss, result->accuracy, result->seconds},
+                                secagg_->fixed_point.clip, std::span<float>(delta).subspan(m));
     // Weighted, clipped and rounded to the fixed-point grid; the rounding
     // draws from its own RNG, never from the mask PRG.
     std::vector<uint32_t> encoded(delta.size());
@@ -149,9 +156,13 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
     aggregation::EncodeFixedPoint(delta, secagg_->weight, secagg_->fixed_point, rng, encoded);
     if (observer_) observer_(task.round, encoded);
     secagg_->input = std::move(encoded);
-    update.set_masked(true);
-    secagg_->update = update;
-    if (secagg_->shares_in) SendMaskedInput(now, a);
+    wire::Update masked;
+    masked.set_round(task.round);
+    masked.set_task_id(task_id);
+    masked.set_num_samples(num_samples_);
+    masked.set_masked(true);
+    secagg_->update = masked;
+    if (secagg_->checked_in) SendMaskedInput(now, a);
     return a;
   }
   if (fault_.stage == "masked_input" && fault_.round == task.round) {
@@ -264,6 +275,7 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
     }
     case wire::Header::kSecaggKeys:
     case wire::Header::kSecaggShares:
+    case wire::Header::kSecaggChecked:
     case wire::Header::kSecaggSurvivors:
     case wire::Header::kSecaggUnmaskRequest:
       OnSecAggMessage(h, now, a);
@@ -336,18 +348,19 @@ void Session::StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecA
 Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& s,
                             TimeMs now, Actions& a) {
   if (identity_ == nullptr) return FailedPreconditionError("no identity key to sign with");
-  if (s.n() < 2 || s.n() > kMaxCohort || s.k() == 0 || s.k() >= s.n() || s.t() < 2 ||
-      s.t() > s.k() || s.index() >= s.n() || static_cast<uint32_t>(s.identities_size()) != s.n()) {
-    return InvalidArgumentError("secagg setup: inconsistent n, k, t, index or identities");
+  if (s.n() < 3 || s.n() > kMaxCohort || s.index() >= s.n() ||
+      static_cast<uint32_t>(s.identities_size()) != s.n()) {
+    return InvalidArgumentError("secagg setup: inconsistent n, index or identities");
   }
   if (s.context().size() != 32)
     return InvalidArgumentError("secagg setup: context is not 32 bytes");
-  // A threshold of half the neighbourhood or less would let the server
-  // collect both shares of a client from two disjoint halves.
-  if (s.t() <= s.k() / 2) {
-    return InvalidArgumentError("secagg setup: threshold " + std::to_string(s.t()) +
-                                " is not above half of " + std::to_string(s.k()) + " neighbours");
+  if (!(s.corrupt_fraction() >= 0 && s.corrupt_fraction() < 0.5)) {
+    return InvalidArgumentError("secagg setup: corrupt fraction outside [0, 0.5)");
   }
+  // The threshold must hold against this client's own idea of how many may
+  // collude with the coordinator, not only the coordinator's.
+  COHORT_RETURN_IF_ERROR(aggregation::CheckSecAggParams(
+      s.n(), s.k(), s.t(), std::max<double>(s.corrupt_fraction(), min_corrupt_fraction_)));
   if (!std::isfinite(s.clip()) || s.clip() <= 0 || !std::isfinite(s.scale()) || s.scale() < 1 ||
       !std::isfinite(s.total_weight()) || s.total_weight() < static_cast<double>(num_samples_)) {
     return InvalidArgumentError("secagg setup: bad clip, scale or total weight");
@@ -387,9 +400,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   params.n = s.n();
   params.k = s.k();
   params.t = s.t();
-  params.graph_seed = s.graph_seed();
-  params.length = num_params_;
-  params.consistency_check = s.consistency_check();
+  params.length = num_params_ + aggregation::kSecureMetricSlots;
   if (s.mask_prg() > static_cast<uint32_t>(crypto::MaskPrg::kChaCha20)) {
     return InvalidArgumentError("secagg setup: unknown mask PRG " + std::to_string(s.mask_prg()));
   }
@@ -409,16 +420,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   secagg_ = std::move(r);
   if (Paused("advertise_keys", round, a)) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(aggregation::KeyAdvert advert, secagg_->client->AdvertiseKeys());
-  wire::Header h = Header();
-  auto* m = h.mutable_secagg_keys();
-  m->set_round(round);
-  m->set_task_id(task_id);
-  auto* w = m->add_adverts();
-  w->set_index(advert.index);
-  w->set_enc_key(advert.enc_key.data(), advert.enc_key.size());
-  w->set_mask_key(advert.mask_key.data(), advert.mask_key.size());
-  w->set_signature(advert.signature.data(), advert.signature.size());
-  Send(std::move(h), {}, now, a);
+  Send(net::ToWire(round, task_id, advert), {}, now, a);
   return OkStatus();
 }
 
@@ -446,6 +448,9 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
     case wire::Header::kSecaggShares:
       round = h.secagg_shares().round(), task_id = h.secagg_shares().task_id();
       break;
+    case wire::Header::kSecaggChecked:
+      round = h.secagg_checked().round(), task_id = h.secagg_checked().task_id();
+      break;
     case wire::Header::kSecaggSurvivors:
       round = h.secagg_survivors().round(), task_id = h.secagg_survivors().task_id();
       break;
@@ -463,85 +468,46 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
   switch (h.body_case()) {
     case wire::Header::kSecaggKeys: {
       if (Paused("share_keys", round, a)) return;
-      aggregation::KeyList list;
-      for (const auto& w : h.secagg_keys().adverts()) {
-        aggregation::KeyAdvert ad;
-        ad.index = w.index();
-        if (!CopyBytes(w.enc_key(), ad.enc_key) || !CopyBytes(w.mask_key(), ad.mask_key) ||
-            !CopyBytes(w.signature(), ad.signature)) {
-          return Refuse(InvalidArgumentError("key list: malformed advert"), a);
-        }
-        list.adverts.push_back(ad);
-      }
-      auto sealed = client.ShareKeys(list);
+      auto list = net::FromWire(h.secagg_keys());
+      if (!list.ok()) return Refuse(list.status(), a);
+      auto sealed = client.ShareKeys(*list);
       if (!sealed.ok()) return Refuse(sealed.status(), a);
-      wire::Header out = Header();
-      auto* m = out.mutable_secagg_shares();
-      m->set_round(round);
-      m->set_task_id(task_id);
-      for (const auto& [to, ct] : sealed->to) {
-        auto* sh = m->add_shares();
-        sh->set_peer(to);
-        sh->set_ciphertext(ct);
-      }
-      Send(std::move(out), {}, now, a);
+      Send(net::ToWire(round, task_id, *sealed), {}, now, a);
       return;
     }
     case wire::Header::kSecaggShares: {
-      aggregation::InboundShares inbound;
-      for (const auto& sh : h.secagg_shares().shares()) {
-        if (!inbound.from.emplace(sh.peer(), sh.ciphertext()).second) {
-          return Refuse(InvalidArgumentError("two sets of shares from one neighbour"), a);
-        }
+      if (Paused("check_shares", round, a)) return;
+      auto inbound = net::FromWire(h.secagg_shares());
+      if (!inbound.ok()) return Refuse(inbound.status(), a);
+      auto check = client.CheckShares(*inbound);
+      if (!check.ok()) return Refuse(check.status(), a);
+      for (const auto& c : check->complaints) {
+        spdlog::warn("round {}: cannot open the shares of client {}: complaining", round, c.about);
       }
-      Status received = client.ReceiveShares(inbound);
+      Send(net::ToWire(round, task_id, *check), {}, now, a);
+      return;
+    }
+    case wire::Header::kSecaggChecked: {
+      Status received = client.ReceiveChecked(net::FromWire(h.secagg_checked()));
       if (!received.ok()) return Refuse(received, a);
-      secagg_->shares_in = true;
+      secagg_->checked_in = true;
       if (secagg_->input) SendMaskedInput(now, a);
       return;
     }
     case wire::Header::kSecaggSurvivors: {
       if (Paused("consistency", round, a)) return;
-      aggregation::SurvivorList list;
-      list.survivors.assign(h.secagg_survivors().survivors().begin(),
-                            h.secagg_survivors().survivors().end());
-      auto sig = client.SignSurvivors(list);
+      auto sig = client.SignSurvivors(net::FromWire(h.secagg_survivors()));
       if (!sig.ok()) return Refuse(sig.status(), a);
-      wire::Header out = Header();
-      auto* m = out.mutable_secagg_signature();
-      m->set_round(round);
-      m->set_task_id(task_id);
-      m->set_signature(sig->signature.data(), sig->signature.size());
-      Send(std::move(out), {}, now, a);
+      Send(net::ToWire(round, task_id, *sig), {}, now, a);
       return;
     }
     case wire::Header::kSecaggUnmaskRequest: {
       if (Paused("unmasking", round, a)) return;
-      const auto& m = h.secagg_unmask_request();
-      aggregation::UnmaskRequest request;
-      request.survivors.assign(m.survivors().begin(), m.survivors().end());
-      request.dropped.assign(m.dropped().begin(), m.dropped().end());
-      for (const auto& w : m.signatures()) {
-        aggregation::SurvivorSignature sig;
-        sig.from = w.index();
-        if (!CopyBytes(w.signature(), sig.signature)) {
-          return Refuse(InvalidArgumentError("unmask request: malformed signature"), a);
-        }
-        request.signatures.push_back(sig);
-      }
-      auto response = client.Unmask(request);
+      auto request = net::FromWire(h.secagg_unmask_request());
+      if (!request.ok()) return Refuse(request.status(), a);
+      auto response = client.Unmask(*request);
       if (!response.ok()) return Refuse(response.status(), a);
-      wire::Header out = Header();
-      auto* u = out.mutable_secagg_unmask();
-      u->set_round(round);
-      u->set_task_id(task_id);
-      for (const auto& share : response->shares) {
-        auto* w = u->add_shares();
-        w->set_about(share.about);
-        w->set_self_mask(share.is_self_mask);
-        w->set_share(reinterpret_cast<const char*>(share.share.bytes().data()), share.share.size());
-      }
-      Send(std::move(out), {}, now, a);
+      Send(net::ToWire(round, task_id, *response), {}, now, a);
       secagg_.reset();  // Done: its secrets are wiped.
       return;
     }

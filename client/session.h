@@ -48,8 +48,9 @@ struct Actions {
 };
 
 // Fault injection for tests: in round `round`, send nothing from `stage` on
-// ("advertise_keys", "share_keys", "masked_input", "consistency",
-// "unmasking"; "masked_input" also withholds a plain update), printing
+// ("advertise_keys", "share_keys", "check_shares", "masked_input",
+// "consistency", "unmasking"; "masked_input" also withholds a plain
+// update), printing
 // "paused before STAGE of round N" on stdout. The client keeps heartbeating.
 struct FaultPlan {
   std::string stage;
@@ -92,6 +93,10 @@ class Session {
     peers_ = std::move(peers);
   }
   bool welcomed() const { return welcomed_; }
+  // This client's own planning figure for the fraction of a cohort that may
+  // collude with the coordinator (default 0.1): it refuses a secure-
+  // aggregation setup whose threshold is weaker than this requires.
+  void set_min_corrupt_fraction(double fraction) { min_corrupt_fraction_ = fraction; }
 
  private:
   void SendHello(TimeMs now, Actions& a);
@@ -104,9 +109,9 @@ class Session {
     aggregation::FixedPoint fixed_point;
     double weight = 0;  // num_samples / total_weight.
     std::unique_ptr<aggregation::SecAggClient> client;
-    bool shares_in = false;
-    std::optional<std::vector<uint32_t>> input;  // Encoded, awaiting shares.
-    wire::Update update;                         // Metrics to send with it.
+    bool checked_in = false;                     // U3 received: ready to mask.
+    std::optional<std::vector<uint32_t>> input;  // Encoded, awaiting U3.
+    wire::Update update;                         // Its header.
   };
   // Starts the session of a secure task (from SecAggStart or the task);
   // on a refusal it prints why and leaves no session.
@@ -129,6 +134,7 @@ class Session {
   FaultPlan fault_;
   InputObserver observer_;
   std::vector<crypto::Ed25519Public> peers_;  // Sorted; empty: no check.
+  double min_corrupt_fraction_ = 0.1;
   std::optional<SecAggRound> secagg_;
   uint64_t secure_task_ = 0;  // The current task, if securely aggregated.
   size_t num_params_ = 0;

@@ -150,7 +150,6 @@ net::Envelope SecureTask(uint64_t task_id, const crypto::Ed25519Public& own, uin
   sa->set_k(2);
   sa->set_t(t);
   sa->set_index(0);
-  sa->set_consistency_check(true);
   sa->set_context(std::string(32, 'c'));
   sa->add_identities(own.data(), own.size());
   sa->add_identities(std::string(32, 'x'));
@@ -281,6 +280,38 @@ TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {
   EXPECT_FALSE(a.train.has_value());
   ASSERT_EQ(a.printed.size(), 1u);
   EXPECT_NE(a.printed[0].find("overflows"), std::string::npos);
+}
+
+TEST(SecureSessionTest, RefusesAThresholdWeakerThanItsOwnDerivation) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  // Ten clients on the complete graph: with one possible colluder the
+  // client wants t = 6 of its 9 neighbours.
+  auto ten = [&](uint64_t task_id, uint32_t t, float corrupt) {
+    net::Envelope e = SecureTask(task_id, identity.public_key, t);
+    auto* sa = e.header.mutable_task()->mutable_secagg();
+    sa->set_n(10);
+    sa->set_k(9);
+    sa->set_corrupt_fraction(corrupt);
+    for (int i = 3; i < 10; ++i) sa->add_identities(std::string(32, static_cast<char>('a' + i)));
+    return e;
+  };
+  // The rule before issue 8 (t = k/2 + 1 = 5), sent by a coordinator that
+  // claims nobody colludes: refused, and the client says why.
+  Actions a = s.OnMessage(ten(20, 5, 0.0f), 20);
+  EXPECT_FALSE(a.train.has_value());
+  EXPECT_TRUE(a.send.empty());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("weaker than this client's t=6"), std::string::npos) << a.printed[0];
+  EXPECT_TRUE(s.OnMessage(ten(21, 6, 0.0f), 30).train.has_value());
+  // A site that expects more collusion asks more of the threshold.
+  s.set_min_corrupt_fraction(0.3);
+  a = s.OnMessage(ten(22, 6, 0.1f), 40);
+  EXPECT_FALSE(a.train.has_value());
+  EXPECT_TRUE(s.OnMessage(ten(23, 7, 0.1f), 50).train.has_value());
 }
 
 TEST_F(SessionTest, UnknownClientReRegistersFinishedAcknowledgesAndRejectStops) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/bytes.h"
 #include "common/rng.h"
 #include "proto/config_io.h"
 
@@ -84,7 +85,8 @@ RoundEngine::RoundEngine(const config::RunConfig& config, RunStore* store, Evalu
 net::Limits RoundEngine::limits() const {
   net::Limits l;
   l.max_header_bytes = config_.net().max_header_bytes();
-  l.max_payload_floats = global_.size();
+  // A masked update carries the training metrics after the delta.
+  l.max_payload_floats = global_.size() + (secure() ? aggregation::kSecureMetricSlots : 0);
   l.max_payload_frames = 1;
   // Secure-aggregation messages carry a few hundred bytes per cohort member.
   if (stage_ != 0) l.max_header_bytes += size_t{256} * participants_.size();
@@ -121,17 +123,16 @@ void RoundEngine::FillSecAggSetup(const std::string& name, wire::SecAggSetup* sa
   sa->set_n(p.n);
   sa->set_k(p.k);
   sa->set_t(p.t);
-  sa->set_graph_seed(p.graph_seed);
   for (size_t i = 0; i < participants_.size(); ++i) {
     if (participants_[i].name == name) sa->set_index(static_cast<uint32_t>(i));
   }
-  sa->set_consistency_check(p.consistency_check);
   sa->set_mask_prg(static_cast<uint32_t>(p.prg));
   sa->set_context(secagg_nonce_.data(), secagg_nonce_.size());
   for (const auto& id : cohort_identities_) sa->add_identities(id.data(), id.size());
   sa->set_clip(fixed_point_.clip);
   sa->set_scale(fixed_point_.scale);
   sa->set_total_weight(cohort_weight_);
+  sa->set_corrupt_fraction(config_.secagg().corrupt_fraction());
 }
 
 Outgoing RoundEngine::MakeSecAggStart(const std::string& peer, const std::string& name) const {
@@ -214,6 +215,7 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
       break;
     case wire::Header::kSecaggKeys:
     case wire::Header::kSecaggShares:
+    case wire::Header::kSecaggShareCheck:
     case wire::Header::kSecaggSignature:
     case wire::Header::kSecaggUnmask:
       OnSecAggMessage(peer, envelope, now, out);
@@ -281,7 +283,8 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
   const std::string& name = hello.client_name();
   Client& c = clients_[name];
   const bool is_new = c.peer.empty();
-  if (!c.peer.empty() && c.peer != peer) {
+  const bool reconnected = !c.peer.empty() && c.peer != peer;
+  if (reconnected) {
     // Either a reconnect or a second process using the same name; names are
     // not authenticated until CURVE keys are (a later issue).
     spdlog::warn("client {}: now on a new connection", name);
@@ -317,12 +320,23 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
     out.push_back(std::move(f));
     return;
   }
-  // A selected client that reconnected lost its task: send it again.
-  if (phase_ == Phase::kTraining) {
-    Participant* p = FindParticipant(name);
-    if (p != nullptr && p->state == Participant::State::kPending) {
-      out.push_back(MakeTask(peer, name));
+  // The sample count of a selected client stays as it was at selection
+  // (Participant::num_samples); the new one counts from the next round.
+  if (phase_ != Phase::kTraining) return;
+  Participant* p = FindParticipant(name);
+  if (p == nullptr) return;
+  if (secure()) {
+    // A new connection is a new process: its keys and shares are gone, so
+    // waiting for it would only stall the round to its deadline.
+    if (reconnected && !p->left) {
+      spdlog::warn("client {}: reconnected during round {}; it leaves the round", name, round_ + 1);
+      LeaveSecAgg(*p, Participant::State::kDropped,
+                  "reconnected during the round; its secure-aggregation state is gone");
+      AdvanceSecAgg(now, out);
     }
+  } else if (p->state == Participant::State::kPending) {
+    // A selected client that reconnected lost its task: send it again.
+    out.push_back(MakeTask(peer, name));
   }
 }
 
@@ -372,7 +386,8 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     OnMaskedUpdate(*p, peer, envelope, now, out);
     return;
   }
-  Status status = CheckUpdate(u, envelope, c, /*masked=*/false);
+  Status status = CheckUpdate(u, envelope, *p, /*masked=*/false);
+  if (status.ok()) status = CheckUpdateNorm(envelope.payloads[0]);
   if (status.ok()) {
     const size_t index = static_cast<size_t>(p - participants_.data());
     status = aggregator_->Accept(index, envelope.payloads[0], static_cast<double>(u.num_samples()));
@@ -385,7 +400,6 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     out.push_back(MakeError(peer, wire::INVALID_UPDATE, why));
   } else {
     p->state = Participant::State::kOk;
-    p->num_samples = u.num_samples();
     p->train_loss = u.train_loss();
     p->train_accuracy = u.train_accuracy();
     p->train_seconds = u.train_seconds();
@@ -394,7 +408,7 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
 }
 
 Status RoundEngine::CheckUpdate(const wire::Update& u, const net::Envelope& envelope,
-                                const Client& c, bool masked) const {
+                                const Participant& p, bool masked) const {
   if (u.masked() != masked) {
     return InvalidArgumentError(
         masked ? "plaintext update in a round with secure aggregation; the update must be masked"
@@ -404,15 +418,30 @@ Status RoundEngine::CheckUpdate(const wire::Update& u, const net::Envelope& enve
     return InvalidArgumentError("update carries " + std::to_string(envelope.payloads.size()) +
                                 " payload frames, expected 1");
   }
-  if (u.num_samples() != c.num_samples) {
-    // The weight of an update is its sample count; a client may not claim
-    // more data in a round than it registered with.
+  if (u.num_samples() != p.num_samples) {
+    // The weight of an update is its sample count, fixed when the round
+    // selected the client.
     return InvalidArgumentError("update claims " + std::to_string(u.num_samples()) +
-                                " samples, the client registered " + std::to_string(c.num_samples));
+                                " samples, the client was selected with " +
+                                std::to_string(p.num_samples));
   }
   if (!std::isfinite(u.train_loss()) || !std::isfinite(u.train_accuracy()) ||
       !std::isfinite(u.train_seconds())) {
     return InvalidArgumentError("non-finite training metrics");
+  }
+  return OkStatus();
+}
+
+Status RoundEngine::CheckUpdateNorm(std::span<const float> update) const {
+  const double bound = config_.server().max_update_norm();
+  if (bound <= 0) return OkStatus();
+  double squares = 0;  // Double: a float update's squares cannot overflow it.
+  for (float v : update) squares += static_cast<double>(v) * v;
+  const double norm = std::sqrt(squares);
+  // NaN and Inf are the aggregator's to refuse, with their own message.
+  if (std::isfinite(norm) && norm > bound) {
+    return InvalidArgumentError(
+        fmt::format("update has L2 norm {:.4g}, above server.max_update_norm {:.4g}", norm, bound));
   }
   return OkStatus();
 }
@@ -455,6 +484,7 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   for (const auto& name : available) {
     Participant p;
     p.name = name;
+    p.num_samples = clients_.at(name).num_samples;
     participants_.push_back(std::move(p));
   }
   task_id_ = ++task_counter_;
@@ -512,31 +542,33 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
     store_error_ = status;
     return;
   }
-  CommitRound(now, &mean, WallSeconds() - close_start, out);
+  CommitRound(now, &mean, WallSeconds() - close_start, "", out);
 }
 
-void RoundEngine::CommitRound(TimeMs now, const std::vector<float>* mean, double spent_seconds,
-                              std::vector<Outgoing>& out) {
-  const uint32_t round = round_ + 1;
-  const double close_start = WallSeconds() - spent_seconds;
-  phase_ = Phase::kWaiting;
-  size_t ok = 0;
-  for (const auto& p : participants_) ok += p.state == Participant::State::kOk ? 1 : 0;
-  if (mean != nullptr) {
-    aggregation::ApplyServerUpdate({config_.server().learning_rate(), config_.server().momentum()},
-                                   *mean, global_, velocity_);
+Status RoundEngine::StepModel(const std::vector<float>& mean, EvalMetrics& metrics) {
+  std::vector<float> model = global_, velocity = velocity_;
+  aggregation::ApplyServerUpdate({config_.server().learning_rate(), config_.server().momentum()},
+                                 mean, model, velocity);
+  if (!AllFinite(model) || !AllFinite(velocity)) {
+    return FailedPreconditionError("the aggregated model is not finite");
   }
+  if (evaluator_) {
+    auto evaluated = evaluator_(model);
+    if (!evaluated.ok()) {
+      return FailedPreconditionError("evaluation failed: " + evaluated.status().message());
+    }
+    if (!std::isfinite(evaluated->loss) || !std::isfinite(evaluated->accuracy)) {
+      return FailedPreconditionError("the new model's test loss is not finite");
+    }
+    metrics = *evaluated;
+  }
+  global_ = std::move(model);
+  velocity_ = std::move(velocity);
+  return OkStatus();
+}
 
-  RoundRecord record;
-  record.round = round;
-  record.aggregation = !secure()                                               ? "plain"
-                       : config_.secagg().aggregation() == config::SECAGG_PLUS ? "secagg+"
-                                                                               : "secagg";
-  record.outcome = mean != nullptr ? "committed" : "aborted";
-  record.selected = static_cast<uint32_t>(participants_.size());
-  record.participants = mean != nullptr ? static_cast<uint32_t>(ok) : 0;
-  record.dropped = record.selected - record.participants;
-  double loss_sum = 0, weight_sum = 0;
+std::vector<ClientRoundRecord> RoundEngine::ClientRecords(double& loss_sum,
+                                                          double& weight_sum) const {
   std::vector<ClientRoundRecord> clients;
   for (const auto& p : participants_) {
     ClientRoundRecord cr;
@@ -562,16 +594,53 @@ void RoundEngine::CommitRound(TimeMs now, const std::vector<float>* mean, double
     cr.train_seconds = p.train_seconds;
     clients.push_back(std::move(cr));
   }
-  record.train_loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
-  if (evaluator_) {
-    auto metrics = evaluator_(global_);
-    if (metrics.ok()) {
-      record.test_accuracy = metrics->accuracy;
-      record.test_loss = metrics->loss;
-    } else {
-      spdlog::error("round {}: evaluation failed: {}", round, metrics.status().message());
+  return clients;
+}
+
+void RoundEngine::CommitRound(TimeMs now, const std::vector<float>* mean, double spent_seconds,
+                              const std::string& abort_reason, std::vector<Outgoing>& out) {
+  const uint32_t round = round_ + 1;
+  const double close_start = WallSeconds() - spent_seconds;
+  phase_ = Phase::kWaiting;
+  std::string why = abort_reason;
+  EvalMetrics metrics{-1, -1};
+  if (mean != nullptr) {
+    Status stepped = StepModel(*mean, metrics);
+    if (!stepped.ok()) {
+      why = stepped.message();
+      spdlog::error("round {}: aborted: {}; the model is unchanged and the run goes on", round,
+                    why);
+      for (auto& p : participants_) {
+        if (p.state == Participant::State::kOk) p.state = Participant::State::kDropped;
+        if (p.reason.empty()) p.reason = "round aborted: " + why;
+      }
+      mean = nullptr;
     }
   }
+  if (mean == nullptr && evaluator_) {
+    auto unchanged = evaluator_(global_);
+    if (unchanged.ok() && std::isfinite(unchanged->loss)) metrics = *unchanged;
+  }
+  RoundRecord record;
+  record.round = round;
+  record.aggregation = !secure()                                               ? "plain"
+                       : config_.secagg().aggregation() == config::SECAGG_PLUS ? "secagg+"
+                                                                               : "secagg";
+  record.outcome = mean != nullptr ? "committed" : "aborted";
+  record.outcome_reason = mean != nullptr ? "" : why;
+  record.test_accuracy = metrics.accuracy;
+  record.test_loss = metrics.loss;
+  double loss_sum = 0, weight_sum = 0;
+  std::vector<ClientRoundRecord> clients = ClientRecords(loss_sum, weight_sum);
+  size_t ok = 0;
+  for (const auto& c : clients) ok += c.status == "ok" ? 1 : 0;
+  record.selected = static_cast<uint32_t>(participants_.size());
+  record.participants = mean != nullptr ? static_cast<uint32_t>(ok) : 0;
+  record.dropped = record.selected - record.participants;
+  // Secure rounds learn only the weighted mean of the training loss.
+  record.train_loss = secure()         ? (mean != nullptr ? secure_metrics_.loss : 0)
+                      : weight_sum > 0 ? loss_sum / weight_sum
+                                       : 0;
   Checkpoint cp{round, global_, velocity_};
   record.coordinator_seconds = WallSeconds() - close_start;
   record.seconds = WallSeconds() - round_start_wall_;

@@ -109,6 +109,8 @@ class RoundEngine {
     std::string name;
     enum class State { kPending, kOk, kDropped, kRejected } state = State::kPending;
     std::string reason;
+    // Registered count at selection: the update's weight for the whole
+    // round, whatever a later Hello claims.
     uint64_t num_samples = 0;
     double train_loss = 0, train_accuracy = 0, train_seconds = 0;
     // Secure aggregation: the last stage this client completed, and whether
@@ -129,8 +131,16 @@ class RoundEngine {
   // Applies `mean` (null: an aborted round, model unchanged), evaluates and
   // commits the round, then starts the next one or finishes the run.
   // `spent_seconds`: coordinator time already spent aggregating.
+  // `abort_reason` says why, for a null `mean`. A model or metric that is
+  // not finite is never committed: such a round is aborted instead.
   void CommitRound(TimeMs now, const std::vector<float>* mean, double spent_seconds,
-                   std::vector<Outgoing>& out);
+                   const std::string& abort_reason, std::vector<Outgoing>& out);
+  // Applies `mean` and evaluates the result; on an error (a value or metric
+  // that is not finite) the model and server state stay as they were.
+  Status StepModel(const std::vector<float>& mean, EvalMetrics& metrics);
+  // The round's per-client records; sums the weighted training loss of the
+  // clients whose updates count.
+  std::vector<ClientRoundRecord> ClientRecords(double& loss_sum, double& weight_sum) const;
 
   // Secure aggregation (round_engine_secagg.cc).
   bool secure() const;
@@ -143,14 +153,23 @@ class RoundEngine {
                       TimeMs now, std::vector<Outgoing>& out);
   // Closes every stage whose clients all answered or whose deadline passed.
   void AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out);
+  // Ends stages 1-5 (messages for the next stage into `out`); an error aborts.
+  Status CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out);
+  // Stage 6: unmasks the sum and commits the round.
+  void FinishSecAgg(TimeMs now, double started, std::vector<Outgoing>& out);
+  void BroadcastSecAgg(const wire::Header& h, std::vector<Outgoing>& out);
+  // Names the clients the protocol caught misbehaving, and puts them out.
+  void TakeSecAggBlame();
   void AbortSecAgg(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
   void LeaveSecAgg(Participant& p, Participant::State state, std::string reason);
   Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id, int stage,
                             const std::string& what, std::vector<Outgoing>& out);
   int LiveWaiting() const;
   // The checks every update passes, plain or masked.
-  Status CheckUpdate(const wire::Update& u, const net::Envelope& envelope, const Client& c,
+  Status CheckUpdate(const wire::Update& u, const net::Envelope& envelope, const Participant& p,
                      bool masked) const;
+  // Plain rounds: the update's L2 norm against server.max_update_norm.
+  Status CheckUpdateNorm(std::span<const float> update) const;
   void Drop(Participant& p, Participant::State state, std::string reason);
   bool AllResolved() const;
   void FillSecAggSetup(const std::string& name, wire::SecAggSetup* setup) const;
@@ -191,8 +210,9 @@ class RoundEngine {
   aggregation::FixedPoint fixed_point_;
   std::vector<crypto::Ed25519Public> cohort_identities_;
   std::array<uint8_t, 32> secagg_nonce_{};
-  double cohort_weight_ = 0;   // Sum of the cohort's registered samples.
-  double secagg_seconds_ = 0;  // Coordinator time spent in the protocol.
+  double cohort_weight_ = 0;                   // Sum of the cohort's registered samples.
+  aggregation::SecureMetrics secure_metrics_;  // Weighted means, decoded with the sum.
+  double secagg_seconds_ = 0;                  // Coordinator time spent in the protocol.
   std::unique_ptr<aggregation::SecAggServer> secagg_;
   SumObserver sum_observer_;
 };

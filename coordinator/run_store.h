@@ -36,6 +36,9 @@ struct RoundRecord {
   // "committed", or "aborted" (secure aggregation fell below its threshold:
   // the model is unchanged and nothing about the inputs was revealed).
   std::string outcome = "committed";
+  // Why an aborted round was aborted (too few clients at a stage, a model
+  // or metric that is not finite); empty for a committed one.
+  std::string outcome_reason;
 };
 
 struct ClientRoundRecord {

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS rounds (
   coordinator_seconds REAL NOT NULL,
   committed_unix_ms INTEGER NOT NULL,
   aggregation TEXT NOT NULL DEFAULT 'plain',
-  outcome TEXT NOT NULL DEFAULT 'committed'
+  outcome TEXT NOT NULL DEFAULT 'committed',
+  outcome_reason TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS round_clients (
   round INTEGER NOT NULL,
@@ -118,6 +119,8 @@ class SqliteRunStore final : public RunStore {
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("rounds", "outcome", "TEXT NOT NULL DEFAULT 'committed'"));
     COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("rounds", "outcome_reason", "TEXT NOT NULL DEFAULT ''"));
+    COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("round_clients", "stage", "TEXT NOT NULL DEFAULT ''"));
     // Stores written before it have no velocity checksum (NULL: not checked).
     return AddColumnIfMissing("checkpoints", "velocity_crc32", "INTEGER");
@@ -171,7 +174,8 @@ class SqliteRunStore final : public RunStore {
       Statement s(db_,
                   "INSERT INTO rounds (round, participants, selected, dropped, train_loss, "
                   "test_accuracy, test_loss, seconds, coordinator_seconds, committed_unix_ms, "
-                  "aggregation, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                  "aggregation, outcome, outcome_reason) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       if (!s.ok()) return Error("commit round");
       sqlite3_bind_int64(s.get(), 1, r.round);
       sqlite3_bind_int64(s.get(), 2, r.participants);
@@ -185,6 +189,7 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_int64(s.get(), 10, r.committed_unix_ms != 0 ? r.committed_unix_ms : UnixMs());
       sqlite3_bind_text(s.get(), 11, r.aggregation.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_text(s.get(), 12, r.outcome.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(s.get(), 13, r.outcome_reason.c_str(), -1, SQLITE_TRANSIENT);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
       Statement c(db_,
                   "INSERT INTO round_clients (round, client, status, reason, num_samples, "
@@ -265,7 +270,7 @@ class SqliteRunStore final : public RunStore {
     Statement s(db_,
                 "SELECT round, participants, selected, dropped, train_loss, test_accuracy, "
                 "test_loss, seconds, coordinator_seconds, committed_unix_ms, aggregation, "
-                "outcome FROM rounds ORDER BY round");
+                "outcome, outcome_reason FROM rounds ORDER BY round");
     if (!s.ok()) return Error("read rounds");
     std::vector<RoundRecord> out;
     int rc;
@@ -283,6 +288,7 @@ class SqliteRunStore final : public RunStore {
       r.committed_unix_ms = sqlite3_column_int64(s.get(), 9);
       r.aggregation = Text(s.get(), 10);
       r.outcome = Text(s.get(), 11);
+      r.outcome_reason = Text(s.get(), 12);
       out.push_back(r);
     }
     if (rc != SQLITE_DONE) return Error("read rounds");

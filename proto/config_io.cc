@@ -279,6 +279,11 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (c.net().max_header_bytes() < 1024) {
     return InvalidArgumentError("net.max_header_bytes: must be >= 1024");
   }
+  const float norm = c.server().max_update_norm();
+  if (!std::isfinite(norm) || norm < 0) {
+    return InvalidArgumentError(
+        "server.max_update_norm: must be a finite value >= 0 (0: no bound)");
+  }
   const SecAggConfig& sa = c.secagg();
   if (sa.aggregation() == AGGREGATION_UNSPECIFIED) {
     return InvalidArgumentError("secagg.aggregation: must be PLAIN, SECAGG or SECAGG_PLUS");
@@ -291,9 +296,16 @@ Status ValidateRunConfig(const RunConfig& c) {
     if (!IsFinitePositive(sa.clip()) || sa.clip() > 1e6f) {
       return InvalidArgumentError("secagg.clip: must be in (0, 1e6]");
     }
+    // The threshold is above half of each client's neighbours, so a round
+    // in which half the cohort drops aborts whatever the graph.
     if (!std::isfinite(sa.expected_dropout()) || sa.expected_dropout() < 0 ||
-        sa.expected_dropout() >= 0.9f) {
-      return InvalidArgumentError("secagg.expected_dropout: must be in [0, 0.9)");
+        sa.expected_dropout() >= 0.5f) {
+      return InvalidArgumentError("secagg.expected_dropout: must be in [0, 0.5)");
+    }
+    if (!sa.consistency_check()) {
+      return InvalidArgumentError(
+          "secagg.consistency_check: must be true: clients refuse to unmask without the "
+          "survivors' signatures");
     }
     if (!std::isfinite(sa.corrupt_fraction()) || sa.corrupt_fraction() < 0 ||
         sa.corrupt_fraction() >= 0.5f) {

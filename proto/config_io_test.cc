@@ -251,6 +251,18 @@ TEST_F(ConfigFileTest, UnreadableFileSaysWhy) {
   EXPECT_TRUE(Contains(std::string(c.status().message()), "Permission denied")) << c.status();
 }
 
+TEST(ConfigTest, SettingsThatWeakenOrBreakSecureRoundsAreErrors) {
+  std::string e = ErrorOf("secagg { consistency_check: false }");
+  EXPECT_TRUE(Contains(e, "secagg.consistency_check: must be true")) << e;
+  e = ErrorOf("secagg { expected_dropout: 0.5 }");
+  EXPECT_TRUE(Contains(e, "secagg.expected_dropout: must be in [0, 0.5)")) << e;
+  EXPECT_EQ(ErrorOf("secagg { expected_dropout: 0.45 }"), "");
+  e = ErrorOf("server { max_update_norm: -1 }");
+  EXPECT_TRUE(Contains(e, "server.max_update_norm")) << e;
+  EXPECT_TRUE(Contains(ErrorOf("server { max_update_norm: inf }"), "server.max_update_norm"));
+  EXPECT_EQ(ErrorOf("server { max_update_norm: 0 }"), "");
+}
+
 TEST(ConfigTest, MissingFileIsNotFound) {
   auto c = LoadRunConfig("/nonexistent/run.textproto");
   EXPECT_EQ(c.status().code(), StatusCode::kNotFound);

@@ -1,0 +1,243 @@
+#include "net/secagg_wire.h"
+
+#include <cstring>
+#include <string>
+
+namespace cohort::net {
+namespace {
+
+template <size_t N>
+Status Copy(const std::string& bytes, std::array<uint8_t, N>& out, const char* field) {
+  if (bytes.size() != N) {
+    return InvalidArgumentError(std::string(field) + " has " + std::to_string(bytes.size()) +
+                                " bytes, expected " + std::to_string(N));
+  }
+  std::memcpy(out.data(), bytes.data(), N);
+  return OkStatus();
+}
+
+template <size_t N>
+void Put(std::string* field, const std::array<uint8_t, N>& bytes) {
+  field->assign(reinterpret_cast<const char*>(bytes.data()), N);
+}
+
+wire::Header NewHeader() {
+  wire::Header h;
+  h.set_version(wire::VERSION_1);
+  return h;
+}
+
+template <typename M>
+void Name(M* m, uint32_t round, uint64_t task_id) {
+  m->set_round(round);
+  m->set_task_id(task_id);
+}
+
+StatusOr<aggregation::KeyAdvert> AdvertFromWire(const wire::KeyAdvert& w) {
+  aggregation::KeyAdvert a;
+  a.index = w.index();
+  COHORT_RETURN_IF_ERROR(Copy(w.enc_key(), a.enc_key, "advert enc_key"));
+  COHORT_RETURN_IF_ERROR(Copy(w.mask_key(), a.mask_key, "advert mask_key"));
+  COHORT_RETURN_IF_ERROR(Copy(w.self_commitment(), a.self_commitment, "advert self_commitment"));
+  COHORT_RETURN_IF_ERROR(Copy(w.signature(), a.signature, "advert signature"));
+  return a;
+}
+
+void AdvertToWire(const aggregation::KeyAdvert& a, wire::KeyAdvert* w) {
+  w->set_index(a.index);
+  Put(w->mutable_enc_key(), a.enc_key);
+  Put(w->mutable_mask_key(), a.mask_key);
+  Put(w->mutable_self_commitment(), a.self_commitment);
+  Put(w->mutable_signature(), a.signature);
+}
+
+// Sealed shares keyed by peer; a peer named twice is an error.
+StatusOr<std::map<uint32_t, std::string>> SharesFromWire(const wire::SecAggShares& m) {
+  std::map<uint32_t, std::string> out;
+  for (const auto& s : m.shares()) {
+    if (!out.emplace(s.peer(), s.ciphertext()).second) {
+      return InvalidArgumentError("two sealed shares for client " + std::to_string(s.peer()));
+    }
+  }
+  return out;
+}
+
+void SharesToWire(const std::map<uint32_t, std::string>& shares, wire::SecAggShares* m) {
+  for (const auto& [peer, ct] : shares) {
+    auto* s = m->add_shares();
+    s->set_peer(peer);
+    s->set_ciphertext(ct);
+  }
+}
+
+}  // namespace
+
+StatusOr<aggregation::KeyAdvert> FromWire(const wire::SecAggKeys& m, uint32_t from) {
+  if (m.adverts_size() != 1 || m.adverts(0).index() != from) {
+    return InvalidArgumentError("key advert must hold one advert with this client's index");
+  }
+  return AdvertFromWire(m.adverts(0));
+}
+
+StatusOr<aggregation::SealedShares> FromWire(const wire::SecAggShares& m, uint32_t from) {
+  aggregation::SealedShares s;
+  s.from = from;
+  COHORT_ASSIGN_OR_RETURN(s.to, SharesFromWire(m));
+  return s;
+}
+
+StatusOr<aggregation::ShareCheck> FromWire(const wire::SecAggShareCheck& m, uint32_t from) {
+  aggregation::ShareCheck check;
+  check.from = from;
+  for (const auto& w : m.complaints()) {
+    aggregation::Complaint c;
+    c.about = w.about();
+    if (!w.point().empty() || !w.proof().empty()) {
+      c.point.emplace();
+      COHORT_RETURN_IF_ERROR(Copy(w.point(), *c.point, "complaint point"));
+      COHORT_RETURN_IF_ERROR(Copy(w.proof(), c.proof, "complaint proof"));
+    }
+    check.complaints.push_back(c);
+  }
+  return check;
+}
+
+StatusOr<aggregation::SurvivorSignature> FromWire(const wire::SecAggSignature& m, uint32_t from) {
+  aggregation::SurvivorSignature s;
+  s.from = from;
+  COHORT_RETURN_IF_ERROR(Copy(m.signature(), s.signature, "survivor signature"));
+  return s;
+}
+
+StatusOr<aggregation::UnmaskResponse> FromWire(const wire::SecAggUnmask& m, uint32_t from) {
+  aggregation::UnmaskResponse r;
+  r.from = from;
+  for (const auto& w : m.shares()) {
+    if (w.share().size() != crypto::kShamirShareBytes) {
+      return InvalidArgumentError("unmasking share about client " + std::to_string(w.about()) +
+                                  " has " + std::to_string(w.share().size()) + " bytes");
+    }
+    aggregation::UnmaskShare u;
+    u.about = w.about();
+    u.is_self_mask = w.self_mask();
+    u.share = SecretBytes(crypto::kShamirShareBytes);
+    std::memcpy(u.share.bytes().data(), w.share().data(), crypto::kShamirShareBytes);
+    COHORT_RETURN_IF_ERROR(Copy(w.dealer_signature(), u.dealer_signature, "dealer signature"));
+    r.shares.push_back(std::move(u));
+  }
+  return r;
+}
+
+StatusOr<aggregation::KeyList> FromWire(const wire::SecAggKeys& m) {
+  aggregation::KeyList list;
+  for (const auto& w : m.adverts()) {
+    COHORT_ASSIGN_OR_RETURN(aggregation::KeyAdvert a, AdvertFromWire(w));
+    list.adverts.push_back(a);
+  }
+  return list;
+}
+
+StatusOr<aggregation::InboundShares> FromWire(const wire::SecAggShares& m) {
+  aggregation::InboundShares in;
+  COHORT_ASSIGN_OR_RETURN(in.from, SharesFromWire(m));
+  return in;
+}
+
+aggregation::CheckedList FromWire(const wire::SecAggChecked& m) {
+  return {{m.members().begin(), m.members().end()}};
+}
+
+aggregation::SurvivorList FromWire(const wire::SecAggSurvivors& m) {
+  return {{m.survivors().begin(), m.survivors().end()}};
+}
+
+StatusOr<aggregation::UnmaskRequest> FromWire(const wire::SecAggUnmaskRequest& m) {
+  aggregation::UnmaskRequest r;
+  r.survivors.assign(m.survivors().begin(), m.survivors().end());
+  r.dropped.assign(m.dropped().begin(), m.dropped().end());
+  for (const auto& w : m.signatures()) {
+    aggregation::SurvivorSignature s;
+    s.from = w.index();
+    COHORT_RETURN_IF_ERROR(Copy(w.signature(), s.signature, "survivor signature"));
+    r.signatures.push_back(s);
+  }
+  return r;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::KeyAdvert& advert) {
+  return ToWire(round, task_id, aggregation::KeyList{{advert}});
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::KeyList& list) {
+  wire::Header h = NewHeader();
+  auto* m = h.mutable_secagg_keys();
+  Name(m, round, task_id);
+  for (const auto& a : list.adverts) AdvertToWire(a, m->add_adverts());
+  return h;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SealedShares& shares) {
+  wire::Header h = NewHeader();
+  Name(h.mutable_secagg_shares(), round, task_id);
+  SharesToWire(shares.to, h.mutable_secagg_shares());
+  return h;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::InboundShares& shares) {
+  wire::Header h = NewHeader();
+  Name(h.mutable_secagg_shares(), round, task_id);
+  SharesToWire(shares.from, h.mutable_secagg_shares());
+  return h;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::ShareCheck& check) {
+  wire::Header h = NewHeader();
+  auto* m = h.mutable_secagg_share_check();
+  Name(m, round, task_id);
+  for (const auto& c : check.complaints) {
+    auto* w = m->add_complaints();
+    w->set_about(c.about);
+    if (c.point) {
+      Put(w->mutable_point(), *c.point);
+      Put(w->mutable_proof(), c.proof);
+    }
+  }
+  return h;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SurvivorSignature& sig) {
+  wire::Header h = NewHeader();
+  Name(h.mutable_secagg_signature(), round, task_id);
+  Put(h.mutable_secagg_signature()->mutable_signature(), sig.signature);
+  return h;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskRequest& request) {
+  wire::Header h = NewHeader();
+  auto* m = h.mutable_secagg_unmask_request();
+  Name(m, round, task_id);
+  for (uint32_t s : request.survivors) m->add_survivors(s);
+  for (uint32_t d : request.dropped) m->add_dropped(d);
+  for (const auto& sig : request.signatures) {
+    auto* w = m->add_signatures();
+    w->set_index(sig.from);
+    Put(w->mutable_signature(), sig.signature);
+  }
+  return h;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskResponse& response) {
+  wire::Header h = NewHeader();
+  auto* m = h.mutable_secagg_unmask();
+  Name(m, round, task_id);
+  for (const auto& s : response.shares) {
+    auto* w = m->add_shares();
+    w->set_about(s.about);
+    w->set_self_mask(s.is_self_mask);
+    w->set_share(reinterpret_cast<const char*>(s.share.bytes().data()), s.share.size());
+    Put(w->mutable_dealer_signature(), s.dealer_signature);
+  }
+  return h;
+}
+
+}  // namespace cohort::net

@@ -1,0 +1,46 @@
+// The one translation between the secure-aggregation wire messages
+// (proto/wire.proto) and the protocol structs of aggregation/secagg.h, used
+// by the coordinator and the client alike. Every FromWire takes untrusted
+// bytes: a field of the wrong size is kInvalidArgument naming it. The sender
+// of a client message is the index of its authenticated connection, never a
+// field of the message.
+#ifndef COHORT_NET_SECAGG_WIRE_H_
+#define COHORT_NET_SECAGG_WIRE_H_
+
+#include <cstdint>
+
+#include "aggregation/secagg.h"
+#include "common/status.h"
+#include "proto/wire.pb.h"
+
+namespace cohort::net {
+
+// Client -> coordinator.
+StatusOr<aggregation::KeyAdvert> FromWire(const wire::SecAggKeys& m, uint32_t from);
+StatusOr<aggregation::SealedShares> FromWire(const wire::SecAggShares& m, uint32_t from);
+StatusOr<aggregation::ShareCheck> FromWire(const wire::SecAggShareCheck& m, uint32_t from);
+StatusOr<aggregation::SurvivorSignature> FromWire(const wire::SecAggSignature& m, uint32_t from);
+StatusOr<aggregation::UnmaskResponse> FromWire(const wire::SecAggUnmask& m, uint32_t from);
+
+// Coordinator -> client.
+StatusOr<aggregation::KeyList> FromWire(const wire::SecAggKeys& m);
+StatusOr<aggregation::InboundShares> FromWire(const wire::SecAggShares& m);
+aggregation::CheckedList FromWire(const wire::SecAggChecked& m);
+aggregation::SurvivorList FromWire(const wire::SecAggSurvivors& m);
+StatusOr<aggregation::UnmaskRequest> FromWire(const wire::SecAggUnmaskRequest& m);
+
+// Headers (version set) for each direction; `round` and `task_id` name the
+// session. SealedShares go to the coordinator keyed by recipient,
+// InboundShares to a client keyed by sender.
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::KeyAdvert& advert);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::KeyList& list);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SealedShares& shares);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::InboundShares& shares);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::ShareCheck& check);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SurvivorSignature& sig);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskRequest& request);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskResponse& response);
+
+}  // namespace cohort::net
+
+#endif  // COHORT_NET_SECAGG_WIRE_H_
