@@ -1,5 +1,6 @@
 // The single `cohort` executable. Only flag parsing lives here.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -8,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "client/daemon.h"
+#include "client/session.h"
 #include "common/logging.h"
 #include "coordinator/daemon.h"
 #include "crypto/key_files.h"
@@ -84,6 +86,9 @@ int main(int argc, char** argv) {
                      "Testing: STAGE:ROUND; send nothing from that secure-aggregation stage of "
                      "that round on (advertise_keys, share_keys, check_shares, masked_input, "
                      "consistency, unmasking)");
+  client->add_option("--fault-misbehave", copts.fault_misbehave,
+                     "Testing: play a malicious client in every round (low_order_key, "
+                     "garbage_shares, bad_unmask_share, rehello_weight, huge_update)");
   client->add_option("--dump-inputs", copts.dump_inputs,
                      "Debugging: write each secure round's encoded input to this directory");
   client->add_option("--identity", copts.identity, "This client's key file (cohort keygen)");
@@ -181,6 +186,14 @@ int main(int argc, char** argv) {
       }
       copts.fault_stage = stage;
       copts.fault_round = static_cast<uint32_t>(round);
+    }
+    if (!copts.fault_misbehave.empty() &&
+        std::find(std::begin(cohort::client::kMisbehaviours),
+                  std::end(cohort::client::kMisbehaviours),
+                  copts.fault_misbehave) == std::end(cohort::client::kMisbehaviours)) {
+      std::fprintf(stderr, "client: --fault-misbehave: unknown behaviour \"%s\"\n",
+                   copts.fault_misbehave.c_str());
+      return 2;
     }
     cohort::InitLogging("client", copts.name, log_level);
     return Report(cohort::client::RunClient(copts, g_stop), "client");

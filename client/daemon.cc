@@ -98,7 +98,7 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
         COHORT_RETURN_IF_ERROR(train::CheckCompatible(*model, data).WithContext(options.data));
         return model->num_params();
       },
-      &identity, FaultPlan{options.fault_stage, options.fault_round},
+      &identity, FaultPlan{options.fault_stage, options.fault_round, options.fault_misbehave},
       options.dump_inputs.empty()
           ? InputObserver()
           : [&options](uint32_t round, std::span<const uint32_t> input) {

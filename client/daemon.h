@@ -21,6 +21,7 @@ struct ClientOptions {
   // `fault_round`, send nothing from stage `fault_stage` on. 0: off.
   std::string fault_stage;
   uint32_t fault_round = 0;
+  std::string fault_misbehave;  // Testing: see client::kMisbehaviours.
   // Debugging: write each securely aggregated round's encoded input (before
   // masking) to DIR/NAME.round-N.u32. The file stays on this site.
   std::string dump_inputs;

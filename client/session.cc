@@ -1,10 +1,12 @@
 #include "client/session.h"
 
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/bytes.h"
 #include "common/rng.h"
@@ -41,6 +43,8 @@ wire::Header Header() {
   return h;
 }
 
+constexpr uint64_t kHugeSamples = uint64_t{1} << 40;  // Fault injection only.
+
 }  // namespace
 
 Session::Session(std::string name, uint64_t num_samples, ModelBuilder build_model,
@@ -74,7 +78,7 @@ void Session::Send(wire::Header header, std::vector<float> payload, TimeMs now, 
 void Session::SendHello(TimeMs now, Actions& a) {
   wire::Header h = Header();
   h.mutable_hello()->set_client_name(name_);
-  h.mutable_hello()->set_num_samples(num_samples_);
+  h.mutable_hello()->set_num_samples(Misbehaves("huge_update") ? kHugeSamples : num_samples_);
   h.mutable_hello()->set_code_version(COHORT_VERSION);
   if (identity_ != nullptr) {
     h.mutable_hello()->set_identity_key(identity_->public_key.data(), identity_->public_key.size());
@@ -125,10 +129,11 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
   for (size_t i = 0; i < delta.size(); ++i) delta[i] -= task.global[i];
   spdlog::info("round {}: trained {} samples in {:.2f} s, loss {:.4f}", task.round, result->samples,
                result->seconds, result->mean_loss);
+  if (Misbehaves("huge_update")) delta.assign(delta.size(), std::numeric_limits<float>::max());
   wire::Update update;
   update.set_round(task.round);
   update.set_task_id(task_id);
-  update.set_num_samples(num_samples_);
+  update.set_num_samples(Misbehaves("huge_update") ? kHugeSamples : num_samples_);
   update.set_train_loss(result->mean_loss);
   update.set_train_accuracy(result->accuracy);
   update.set_train_seconds(result->seconds);
@@ -229,6 +234,16 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       task.options.sgd.weight_decay = t.train().weight_decay();
       task.options.seed = t.train_seed();
       spdlog::info("round {}: task received", t.round());
+      if (Misbehaves("rehello_weight")) {
+        wire::Header hello = Header();
+        hello.mutable_hello()->set_client_name(name_);
+        hello.mutable_hello()->set_num_samples(kHugeSamples);
+        if (identity_ != nullptr) {
+          hello.mutable_hello()->set_identity_key(identity_->public_key.data(),
+                                                  identity_->public_key.size());
+        }
+        Send(std::move(hello), {}, now, a);
+      }
       if (t.has_secagg()) {
         // Usually the key exchange began with SecAggStart; else start it now.
         const bool started_early = secure_task_ == t.task_id();
@@ -420,6 +435,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   secagg_ = std::move(r);
   if (Paused("advertise_keys", round, a)) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(aggregation::KeyAdvert advert, secagg_->client->AdvertiseKeys());
+  if (Misbehaves("low_order_key")) advert.mask_key = {};
   Send(net::ToWire(round, task_id, advert), {}, now, a);
   return OkStatus();
 }
@@ -472,6 +488,9 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       if (!list.ok()) return Refuse(list.status(), a);
       auto sealed = client.ShareKeys(*list);
       if (!sealed.ok()) return Refuse(sealed.status(), a);
+      if (Misbehaves("garbage_shares")) {
+        for (auto& [to, ct] : sealed->to) randombytes_buf(ct.data(), ct.size());
+      }
       Send(net::ToWire(round, task_id, *sealed), {}, now, a);
       return;
     }
@@ -507,6 +526,9 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       if (!request.ok()) return Refuse(request.status(), a);
       auto response = client.Unmask(*request);
       if (!response.ok()) return Refuse(response.status(), a);
+      if (Misbehaves("bad_unmask_share")) {
+        for (auto& sh : response->shares) randombytes_buf(sh.share.bytes().data() + 4, 8);
+      }
       Send(net::ToWire(round, task_id, *response), {}, now, a);
       secagg_.reset();  // Done: its secrets are wiped.
       return;

@@ -55,7 +55,18 @@ struct Actions {
 struct FaultPlan {
   std::string stage;
   uint32_t round = 0;  // 0: off.
+  // Testing: play a malicious client in every round (kMisbehaviours).
+  std::string misbehave;
 };
+
+// What a malicious client does under FaultPlan::misbehave:
+//   low_order_key     advertise the all-zero (low-order) X25519 mask key;
+//   garbage_shares    send random bytes as its sealed shares;
+//   bad_unmask_share  reveal random values as its unmasking shares;
+//   rehello_weight    say Hello again with 2^40 samples when a task arrives;
+//   huge_update       claim 2^40 samples and send an all-FLT_MAX plain update.
+inline constexpr const char* kMisbehaviours[] = {
+    "low_order_key", "garbage_shares", "bad_unmask_share", "rehello_weight", "huge_update"};
 
 // Called with this client's fixed-point encoded, weighted input of a
 // securely aggregated round, before masking (debugging and tests).
@@ -100,6 +111,7 @@ class Session {
 
  private:
   void SendHello(TimeMs now, Actions& a);
+  bool Misbehaves(const char* how) const { return fault_.misbehave == how; }
   // Secure aggregation of the current task.
   struct SecAggRound {
     uint32_t round = 0;

@@ -294,10 +294,22 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
   if (auto it = peer_to_name_.find(peer); it != peer_to_name_.end() && it->second != name) {
     clients_.erase(it->second);
   }
+  // A shard does not change under a running process: a Hello on the same
+  // connection that claims another sample count is refused (the count
+  // stays), and a selected client that tries it leaves the round. A new
+  // connection (a restarted process) may bring a new count.
+  const bool recount = !is_new && !reconnected && c.num_samples != hello.num_samples();
+  if (recount) {
+    spdlog::warn(
+        "client {}: hello claims {} samples on the same connection, registered with {}; "
+        "kept {}",
+        name, hello.num_samples(), c.num_samples, c.num_samples);
+  } else {
+    c.num_samples = hello.num_samples();
+  }
   c.peer = peer;
   c.last_seen = now;
   c.active = true;
-  c.num_samples = hello.num_samples();
   c.identity = identity;
   peer_to_name_[peer] = name;
   spdlog::info("client {} {} ({} samples, {} registered)", name,
@@ -321,10 +333,23 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
     return;
   }
   // The sample count of a selected client stays as it was at selection
-  // (Participant::num_samples); the new one counts from the next round.
+  // (Participant::num_samples); a new one counts from the next round.
   if (phase_ != Phase::kTraining) return;
   Participant* p = FindParticipant(name);
   if (p == nullptr) return;
+  if (recount) {
+    const std::string why = "misbehaved: changed its sample count from " +
+                            std::to_string(p->num_samples) + " to " +
+                            std::to_string(hello.num_samples()) + " during the round";
+    if (secure() && !p->left) {
+      LeaveSecAgg(*p, Participant::State::kRejected, why);
+      AdvanceSecAgg(now, out);
+    } else if (!secure() && p->state == Participant::State::kPending) {
+      Drop(*p, Participant::State::kRejected, why);
+      if (AllResolved()) CloseRound(now, out);
+    }
+    return;
+  }
   if (secure()) {
     // A new connection is a new process: its keys and shares are gone, so
     // waiting for it would only stall the round to its deadline.
