@@ -739,10 +739,11 @@ std::optional<TimeMs> RoundEngine::NextWakeup() const {
   for (const auto& [name, c] : clients_) {
     if (c.active && (!next || c.last_seen + timeout + 1 < *next)) next = c.last_seen + timeout + 1;
   }
-  if (phase_ == Phase::kTraining && (!next || deadline_ < *next)) next = deadline_;
-  if (phase_ == Phase::kTraining && stage_ != 0 && stage_ != 3 &&
-      (!next || stage_deadline_ < *next)) {
-    next = stage_deadline_;
+  if (phase_ == Phase::kTraining) {
+    // A secure round waits on its stage's deadline; only the masked inputs
+    // (like a plain round's updates) wait for the round deadline.
+    const TimeMs due = stage_ == 0 || stage_ == kMaskedInputStage ? deadline_ : stage_deadline_;
+    if (!next || due < *next) next = due;
   }
   return next;
 }

@@ -203,7 +203,9 @@ class RoundEngine {
   std::vector<RoundRecord> committed_;
   Status store_error_;
 
-  // Secure aggregation state of the round in progress (stage 0: none).
+  // Secure aggregation state of the round in progress (stage 0: none; see
+  // round_engine_secagg.cc for the numbers).
+  static constexpr int kMaskedInputStage = 4;
   int stage_ = 0;
   TimeMs stage_deadline_ = 0;
   aggregation::SecAggParams secagg_params_;

@@ -25,7 +25,6 @@ namespace {
 
 constexpr const char* kStageNames[] = {
     "", "advertise_keys", "share_keys", "check_shares", "masked_input", "consistency", "unmasking"};
-constexpr int kMaskedInputStage = 4;
 
 TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} * 1000.0)); }
 
@@ -306,6 +305,9 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
       m->set_task_id(task_id_);
       for (uint32_t u : checked.members) m->add_members(u);
       BroadcastSecAgg(h, out);
+      // Clients can mask only now: slow key-exchange stages must not eat the
+      // whole masked-input stage.
+      deadline_ = std::max(deadline_, now + stage_timeout);
       break;
     }
     case 4: {

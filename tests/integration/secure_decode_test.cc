@@ -1,0 +1,207 @@
+// Issue 8, acceptance 6: the secure decode against plain FedAvg. One real
+// RoundEngine and real client::Sessions, wired together in process (no
+// sockets, virtual time); the test plays each client's training by handing
+// the session a chosen local model. Shards are unequal and clients drop
+// out, so a decode that divided by the cohort's weight instead of the
+// survivors' (or ignored dropouts) would miss the plain weighted mean.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <map>
+
+#include "client/session.h"
+#include "coordinator/round_engine.h"
+#include "coordinator/run_store.h"
+#include "crypto/keys.h"
+
+namespace cohort::testing {
+namespace {
+
+constexpr size_t kInputs = 6, kClasses = 3;
+constexpr size_t kParams = kInputs * kClasses + kClasses;  // logreg
+
+config::RunConfig Config(int clients, config::Aggregation aggregation) {
+  config::RunConfig c;
+  c.set_seed(5);
+  c.mutable_model()->set_arch("logreg");
+  c.mutable_model()->set_input_dim(kInputs);
+  c.mutable_model()->set_num_classes(kClasses);
+  c.mutable_rounds()->set_num_rounds(1);
+  c.mutable_rounds()->set_min_clients(3);
+  c.mutable_rounds()->set_start_clients(clients);
+  c.mutable_rounds()->set_round_deadline_s(10);
+  c.mutable_rounds()->set_client_timeout_s(1000);
+  c.mutable_secagg()->set_aggregation(aggregation);
+  c.mutable_secagg()->set_clip(1.0f);
+  return c;
+}
+
+// Everything in one process: messages are delivered in order, time only
+// moves when the test advances it.
+class InProcessRun {
+ public:
+  InProcessRun(const config::RunConfig& config, std::vector<uint64_t> samples,
+               std::vector<std::vector<float>> deltas, std::map<int, std::string> faults)
+      : deltas_(std::move(deltas)) {
+    store_ = std::move(coordinator::OpenSqliteRunStore(":memory:")).value();
+    engine_ = std::move(coordinator::RoundEngine::Create(config, std::vector<float>(kParams, 0.0f),
+                                                         store_.get(), {}, "test", now_))
+                  .value();
+    for (size_t i = 0; i < samples.size(); ++i) {
+      keys_.push_back(std::move(crypto::GenerateEd25519()).value());
+    }
+    for (size_t i = 0; i < samples.size(); ++i) {
+      client::FaultPlan fault;
+      if (faults.count(static_cast<int>(i))) fault = {faults.at(static_cast<int>(i)), 1};
+      sessions_.push_back(std::make_unique<client::Session>(
+          "c" + std::to_string(i), samples[i],
+          [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &keys_[i],
+          fault));
+      Handle(static_cast<int>(i), sessions_[i]->Start(now_));
+    }
+  }
+
+  // Runs until the engine is done, advancing time to each wakeup.
+  void Run() {
+    for (int guard = 0; guard < 10000 && !engine_->done(); ++guard) {
+      if (!Pump()) {
+        auto next = engine_->NextWakeup();
+        ASSERT_TRUE(next.has_value()) << "stalled";
+        now_ = std::max(now_, *next);
+        for (auto& o : engine_->OnTick(now_)) ToClient(o);
+      }
+    }
+    ASSERT_TRUE(engine_->done());
+  }
+
+  coordinator::RunStore& store() { return *store_; }
+  std::span<const float> model() const { return engine_->global_model(); }
+
+ private:
+  struct ToEngine {
+    int client;
+    net::Envelope envelope;
+  };
+
+  void Handle(int i, client::Actions a) {
+    for (auto& out : a.send) {
+      net::Envelope e;
+      e.header = std::move(out.header);
+      if (!out.payload.empty()) e.payloads.push_back(std::move(out.payload));
+      if (!out.words.empty()) {
+        std::vector<float> bits(out.words.size());
+        std::memcpy(bits.data(), out.words.data(), bits.size() * sizeof(float));
+        e.payloads.push_back(std::move(bits));
+      }
+      if (std::getenv("DBG")) fprintf(stderr, "c%d -> %s (%zu payloads) t=%lld\n", i, net::BodyName(e.header).c_str(), e.payloads.size(), (long long)now_);
+      to_engine_.push_back({i, std::move(e)});
+    }
+    if (a.train) {
+      std::vector<float> local = a.train->global;
+      for (size_t j = 0; j < local.size(); ++j) local[j] += deltas_[i][j];
+      train::TrainResult result;
+      result.mean_loss = 0.1 * (i + 1);
+      result.samples = 1;
+      pending_training_.push_back({i, a.train->task_id, std::move(local), result});
+    }
+  }
+
+  void ToClient(const coordinator::Outgoing& o) {
+    net::Envelope e;
+    e.header = o.header;
+    if (o.payload) e.payloads.push_back(*o.payload);
+    if (o.header.has_error()) ADD_FAILURE() << o.peer << ": " << o.header.error().message();
+    const int i = std::stoi(o.peer.substr(1));
+    Handle(i, sessions_[i]->OnMessage(e, now_));
+  }
+
+  // Delivers one message or finishes one training job; false when idle.
+  bool Pump() {
+    if (!to_engine_.empty()) {
+      ToEngine m = std::move(to_engine_.front());
+      to_engine_.pop_front();
+      for (auto& o : engine_->OnMessage("p" + std::to_string(m.client), m.envelope, now_)) {
+        ToClient(o);
+      }
+      return true;
+    }
+    if (!pending_training_.empty()) {
+      auto job = std::move(pending_training_.front());
+      pending_training_.pop_front();
+      Handle(job.client,
+             sessions_[job.client]->OnTrainingDone(job.task_id, job.result, job.local, now_));
+      return true;
+    }
+    return false;
+  }
+
+  struct Job {
+    int client;
+    uint64_t task_id;
+    std::vector<float> local;
+    train::TrainResult result;
+  };
+  TimeMs now_ = 1000;
+  std::unique_ptr<coordinator::RunStore> store_;
+  std::unique_ptr<coordinator::RoundEngine> engine_;
+  std::vector<crypto::Ed25519KeyPair> keys_;
+  std::vector<std::unique_ptr<client::Session>> sessions_;
+  std::vector<std::vector<float>> deltas_;
+  std::deque<ToEngine> to_engine_;
+  std::deque<Job> pending_training_;
+};
+
+TEST(SecureDecodeTest, EqualsPlainFedAvgOnUnequalShardsWithDropouts) {
+  constexpr int kClients = 9;
+  const std::vector<uint64_t> samples = {10, 2000, 35, 700, 1, 90, 5000, 64, 333};
+  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
+  uint64_t seed = 7;
+  for (auto& d : deltas) {
+    for (auto& v : d) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      v = static_cast<float>((seed >> 40) % 20001) / 10000.0f - 1.0f;  // In [-1, 1] = +-clip.
+    }
+  }
+  // Client 6 (the largest shard) drops before its masked input, client 1
+  // before the key exchange; client 8 leaves after its input (it counts).
+  const std::map<int, std::string> faults = {
+      {6, "masked_input"}, {1, "share_keys"}, {8, "consistency"}};
+  InProcessRun run(Config(kClients, config::SECAGG_PLUS), samples, deltas, faults);
+  run.Run();
+  auto rounds = std::move(run.store().Rounds()).value();
+  ASSERT_EQ(rounds.size(), 1u);
+  ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+  ASSERT_EQ(rounds[0].participants, 7u);
+
+  // Plain FedAvg over the clients whose inputs are in the sum.
+  double weight = 0;
+  std::vector<double> mean(kParams, 0);
+  for (int i = 0; i < kClients; ++i) {
+    if (i == 6 || i == 1) continue;
+    weight += samples[i];
+    for (size_t j = 0; j < kParams; ++j) mean[j] += samples[i] * double{deltas[i][j]};
+  }
+  // The bound: each client's encoding rounds by less than one unit of the
+  // grid, 1 / (scale * n_k / W); summed over the survivors and divided by
+  // their weight, the error stays below survivors / (scale * sum n_k / W).
+  const double total = 8333 + 1;  // Registered samples of the whole cohort, W.
+  double cohort = 0;
+  for (uint64_t s : samples) cohort += s;
+  const double scale = std::floor((2147483647.0 - kClients) / 1.0);
+  const double bound = 7.0 / (scale * weight / cohort) + 1e-6;  // + float rounding of the model.
+  (void)total;
+  for (size_t j = 0; j < kParams; ++j) {
+    EXPECT_NEAR(run.model()[j], mean[j] / weight, bound) << "parameter " << j;
+  }
+  // The round's training loss is the weighted mean of the survivors' losses.
+  double loss = 0;
+  for (int i = 0; i < kClients; ++i) {
+    if (i != 6 && i != 1) loss += samples[i] * 0.1 * (i + 1);
+  }
+  EXPECT_NEAR(rounds[0].train_loss, loss / weight, 1e-4);
+}
+
+}  // namespace
+}  // namespace cohort::testing
