@@ -93,8 +93,10 @@ crypto::Signature SignatureAt(std::span<const uint8_t> bytes) {
 StatusOr<SecretBytes> PairMaskKey(const SecretBytes& my_secret, const crypto::X25519Public& mine,
                                   const crypto::X25519Public& theirs,
                                   const std::array<uint8_t, 32>& session) {
+  static constexpr char kLabel[] = "cohort-secagg-pair-mask";
   COHORT_ASSIGN_OR_RETURN(SecretBytes shared, crypto::AgreeX25519(my_secret, mine, theirs));
-  auto h = crypto::Hash256({shared.bytes(), session});
+  auto h = crypto::Hash256(
+      {{reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}, shared.bytes(), session});
   SecretBytes key(32);
   std::memcpy(key.bytes().data(), h.data(), 32);
   sodium_memzero(h.data(), h.size());  // std::fill may be elided as a dead store.
@@ -204,10 +206,18 @@ std::vector<uint8_t> SealedSharesMessage(const std::array<uint8_t, 32>& session,
 uint32_t MaxCorruptNeighbours(uint32_t n, uint32_t k, double corrupt) {
   const auto in_cohort = static_cast<uint32_t>(std::ceil(corrupt * n - 1e-9));
   if (k + 1 >= n || corrupt <= 0) return std::min(in_cohort, k);
-  // Union bound over the n clients of P[more than c of k neighbours corrupt].
+  // Union bound over the n clients of P[more than c of k neighbours
+  // corrupt], with the tail summed from the top (one pass, O(k), and no
+  // cancellation in 1 - CDF).
   const double budget = std::ldexp(1.0, -20) / n;
-  uint32_t c = 0;
-  while (c < k && 1.0 - BinomialCdfBelow(k, c + 1, corrupt) > budget) ++c;
+  double tail = 0;  // P[X > c] for the c of the current step.
+  uint32_t c = k;
+  while (c > 0) {
+    const double next = tail + std::exp(LogBinomialPmf(k, c, corrupt));  // P[X > c - 1]
+    if (next > budget) break;
+    tail = next;
+    --c;
+  }
   return std::min(c, in_cohort);
 }
 
@@ -251,6 +261,11 @@ Status CheckSecAggParams(uint32_t n, uint32_t k, uint32_t t, double corrupt) {
   if (n < 3 || k == 0 || k >= n || t == 0 || t > k || (k + 1 < n && k % 2 != 0)) {
     return FailedPreconditionError("secagg setup: n=" + Str(n) + ", k=" + Str(k) + ", t=" + Str(t) +
                                    " do not describe a neighbour graph and threshold");
+  }
+  // A sparse graph is held whole (n k entries): bound what a setup costs.
+  if (k + 1 < n && uint64_t{n} * k > kMaxGraphEntries) {
+    return FailedPreconditionError("secagg setup: a graph of " + Str(n) + " clients with " +
+                                   Str(k) + " neighbours each is larger than this client holds");
   }
   const uint32_t needed = SecureThreshold(n, k, corrupt);
   if (t < needed) {
@@ -372,9 +387,21 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
   if (stage_ != 1) return FailedPreconditionError("secagg client: ShareKeys out of order");
   stage_ = -1;  // Any early return leaves the round.
   COHORT_RETURN_IF_ERROR(CheckKeyList(list));
+  if (list.adverts.size() <= params_.t) {
+    return FailedPreconditionError("key list: " + Str(list.adverts.size()) +
+                                   " adverts, too few for the threshold " + Str(params_.t));
+  }
   session_ = SecAggSession(params_.context, list);
-  graph_ = HararyNeighbours(params_.n, params_.k, GraphSeed(session_));
-  neighbours_ = graph_[index_];
+  if (params_.k + 1 >= params_.n) {
+    // The complete graph stays implicit: n^2 entries would be a setup's
+    // way to exhaust a client's memory.
+    for (uint32_t v = 0; v < params_.n; ++v) {
+      if (v != index_) neighbours_.push_back(v);
+    }
+  } else {
+    graph_ = HararyNeighbours(params_.n, params_.k, GraphSeed(session_));
+    neighbours_ = graph_[index_];
+  }
   for (const KeyAdvert& a : list.adverts) {
     if (!Contains(neighbours_, a.index)) continue;
     // The server must have refused these; one that forwards them is broken.
@@ -608,10 +635,15 @@ Status SecAggClient::CheckSignatures(const UnmaskRequest& request) const {
   // Counted among each subject's own neighbours: no two different lists can
   // both reach t there, so every honest client that reveals anything about
   // v saw the same list.
+  const bool complete = graph_.empty();
   for (uint32_t v : neighbours_) {
     if (!Contains(checked_, v)) continue;
     uint32_t count = 0;
-    for (uint32_t w : graph_[v]) count += Contains(valid, w) ? 1 : 0;
+    if (complete) {
+      count = static_cast<uint32_t>(valid.size()) - (Contains(valid, v) ? 1 : 0);
+    } else {
+      for (uint32_t w : graph_[v]) count += Contains(valid, w) ? 1 : 0;
+    }
     if (count < params_.t) {
       return FailedPreconditionError("unmask request carries " + Str(count) +
                                      " valid survivor signatures from client " + Str(v) +
@@ -994,16 +1026,29 @@ StatusOr<SecretBytes> SecAggServer::Rebuild(uint32_t about, bool self_mask,
     }
   }
   // Shares beyond the first t were not used; still name a forger among them.
+  // A signed share off the polynomial blames the dealer only when every
+  // share of the basis is signed too: two colluding holders can forge
+  // basis shares whose errors cancel in the secret.
   std::vector<const SecretBytes*> basis;
   for (uint32_t i = 0; i < params_.t; ++i) basis.push_back(&shares[i].share->share);
+  std::optional<bool> basis_signed;
   for (size_t j = params_.t; j < shares.size(); ++j) {
     auto consistent = combiner.Consistent(basis, shares[j].share->share);
     if (consistent.ok() && *consistent) continue;
-    if (dealt(shares[j])) {
-      Blame(about, "dealt shares that are not on one polynomial");
-    } else {
+    if (!dealt(shares[j])) {
       Blame(shares[j].from, "revealed a forged share of " + what);
+      continue;
     }
+    if (!basis_signed) {
+      basis_signed = true;
+      for (uint32_t i = 0; i < params_.t; ++i) {
+        if (!dealt(shares[i])) {
+          basis_signed = false;
+          Blame(shares[i].from, "revealed a forged share of " + what);
+        }
+      }
+    }
+    if (*basis_signed) Blame(about, "dealt shares that are not on one polynomial");
   }
   return std::move(*secret);
 }

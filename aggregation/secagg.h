@@ -87,6 +87,9 @@ uint32_t SecureThreshold(uint32_t n, uint32_t k, double corrupt);
 StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double corrupt, bool complete,
                                           size_t length);
 
+// The most neighbour-list entries (n k) of a sparse graph a client accepts.
+inline constexpr uint64_t kMaxGraphEntries = uint64_t{1} << 26;
+
 // A client's check of the parameters a server sent: kFailedPrecondition,
 // naming what is weaker, when t is below SecureThreshold(n, k, corrupt) for
 // this client's own `corrupt`, or n, k, t do not describe a graph.
@@ -231,7 +234,8 @@ class SecAggClient {
   uint32_t index_;
   const crypto::Ed25519KeyPair* identity_;
   std::vector<crypto::Ed25519Public> identities_;
-  std::vector<std::vector<uint32_t>> graph_;  // All neighbour lists (known from stage 2).
+  // All neighbour lists (known from stage 2); empty for the complete graph.
+  std::vector<std::vector<uint32_t>> graph_;
   std::vector<uint32_t> neighbours_;
   int stage_ = 0;
   crypto::EncKeyPair enc_;

@@ -343,6 +343,10 @@ bool CopyBytes(const std::string& bytes, std::array<uint8_t, N>& out) {
 }
 
 constexpr uint32_t kMaxCohort = 1u << 20;
+// With --peers, a cohort must keep this many honest clients besides this
+// one even if every colluder of the allowlist is in it: the sum then mixes
+// this client's input with at least two others.
+constexpr double kMinHonestOthers = 2;
 
 }  // namespace
 
@@ -373,9 +377,26 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
     return InvalidArgumentError("secagg setup: corrupt fraction outside [0, 0.5)");
   }
   // The threshold must hold against this client's own idea of how many may
-  // collude with the coordinator, not only the coordinator's.
-  COHORT_RETURN_IF_ERROR(aggregation::CheckSecAggParams(
-      s.n(), s.k(), s.t(), std::max<double>(s.corrupt_fraction(), min_corrupt_fraction_)));
+  // collude with the coordinator, not only the coordinator's. With --peers
+  // that is a number of clients: the coordinator picks the cohort, and could
+  // fill it with every corrupt one of the allowlist.
+  double corrupt = std::max<double>(s.corrupt_fraction(), min_corrupt_fraction_);
+  if (!peers_.empty()) {
+    const double in_allowlist = std::ceil(corrupt * static_cast<double>(peers_.size()) - 1e-9);
+    if (static_cast<double>(s.n()) - 1 - in_allowlist < kMinHonestOthers) {
+      return FailedPreconditionError(
+          "secagg setup: a cohort of " + std::to_string(s.n()) + " could hold " +
+          std::to_string(static_cast<int>(in_allowlist)) + " colluding clients of the " +
+          std::to_string(peers_.size()) + " in --peers and fewer than " +
+          std::to_string(kMinHonestOthers) + " honest ones besides this client");
+    }
+    corrupt = std::max(corrupt, in_allowlist / s.n());
+    if (corrupt >= 0.5) {
+      return FailedPreconditionError("secagg setup: a cohort of " + std::to_string(s.n()) +
+                                     " is too small for the colluders --peers allows");
+    }
+  }
+  COHORT_RETURN_IF_ERROR(aggregation::CheckSecAggParams(s.n(), s.k(), s.t(), corrupt));
   if (!std::isfinite(s.clip()) || s.clip() <= 0 || !std::isfinite(s.scale()) || s.scale() < 1 ||
       !std::isfinite(s.total_weight()) || s.total_weight() < static_cast<double>(num_samples_)) {
     return InvalidArgumentError("secagg setup: bad clip, scale or total weight");

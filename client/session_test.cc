@@ -314,6 +314,40 @@ TEST(SecureSessionTest, RefusesAThresholdWeakerThanItsOwnDerivation) {
   EXPECT_TRUE(s.OnMessage(ten(23, 7, 0.1f), 50).train.has_value());
 }
 
+TEST(SecureSessionTest, WithPeersACohortTheColludersCouldFillIsRefused) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  // An allowlist of 30: up to 3 may collude (corrupt fraction 0.1).
+  std::vector<crypto::Ed25519Public> peers = {identity.public_key};
+  for (int i = 1; i < 30; ++i) {
+    crypto::Ed25519Public k;
+    k.fill(static_cast<uint8_t>(i));
+    peers.push_back(k);
+  }
+  s.set_peers(peers);
+  auto cohort = [&](uint64_t task_id, uint32_t n, uint32_t t) {
+    net::Envelope e = SecureTask(task_id, identity.public_key, t);
+    auto* sa = e.header.mutable_task()->mutable_secagg();
+    sa->set_n(n);
+    sa->set_k(n - 1);
+    sa->clear_identities();
+    for (uint32_t i = 0; i < n; ++i) sa->add_identities(peers[i].data(), peers[i].size());
+    return e;
+  };
+  // Five: this client, three colluders and one honest client at worst.
+  Actions a = s.OnMessage(cohort(30, 5, 4), 20);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("could hold 3 colluding clients"), std::string::npos) << a.printed[0];
+  // Ten: the threshold must then count 3 colluders, not ceil(0.1 x 10) = 1.
+  a = s.OnMessage(cohort(31, 10, 6), 30);
+  EXPECT_FALSE(a.train.has_value());
+  EXPECT_TRUE(s.OnMessage(cohort(32, 10, 7), 40).train.has_value());
+}
+
 TEST_F(SessionTest, UnknownClientReRegistersFinishedAcknowledgesAndRejectStops) {
   Session s = Make();
   s.Start(0);

@@ -341,6 +341,7 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
     const std::string why = "misbehaved: changed its sample count from " +
                             std::to_string(p->num_samples) + " to " +
                             std::to_string(hello.num_samples()) + " during the round";
+    Ban(*p, why);
     if (secure() && !p->left) {
       LeaveSecAgg(*p, Participant::State::kRejected, why);
       AdvanceSecAgg(now, out);
@@ -485,7 +486,7 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   if (phase_ != Phase::kWaiting || !store_error_.ok()) return;
   std::vector<std::string> available;
   for (const auto& [name, c] : clients_) {
-    if (c.active) available.push_back(name);
+    if (c.active && c.banned.empty()) available.push_back(name);
   }
   const auto& rc = config_.rounds();
   const uint32_t min_clients = MinClients();

@@ -104,6 +104,9 @@ class RoundEngine {
     bool active = true;
     uint64_t num_samples = 0;
     std::optional<crypto::Ed25519Public> identity;  // From Hello.
+    // Set when the protocol proved this client misbehaving: it is not
+    // selected again in this coordinator's lifetime.
+    std::string banned;
   };
   struct Participant {
     std::string name;
@@ -160,6 +163,8 @@ class RoundEngine {
   void BroadcastSecAgg(const wire::Header& h, std::vector<Outgoing>& out);
   // Names the clients the protocol caught misbehaving, and puts them out.
   void TakeSecAggBlame();
+  // Records proven misbehaviour on the participant and bans the client.
+  void Ban(Participant& p, const std::string& why);
   void AbortSecAgg(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
   void LeaveSecAgg(Participant& p, Participant::State state, std::string reason);
   Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id, int stage,

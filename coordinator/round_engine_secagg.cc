@@ -109,11 +109,20 @@ void RoundEngine::TakeSecAggBlame() {
     spdlog::warn("client {} misbehaved in round {} ({}): {}", p.name, round_ + 1,
                  kStageNames[stage_], m.what);
     const std::string reason = "misbehaved: " + m.what;
+    Ban(p, reason);
     if (!p.left) {
       LeaveSecAgg(p, Participant::State::kRejected, reason);
     } else if (p.reason.rfind("misbehaved", 0) != 0) {
       p.reason = reason + (p.reason.empty() ? "" : "; " + p.reason);
     }
+  }
+}
+
+void RoundEngine::Ban(Participant& p, const std::string& why) {
+  Client& c = clients_[p.name];
+  if (c.banned.empty()) {
+    spdlog::warn("client {} is excluded from the rest of the run: {}", p.name, why);
+    c.banned = why;
   }
 }
 

@@ -83,7 +83,8 @@ SecretBytes EncKeyFromPoint(std::span<const uint8_t> point, const EncPublic& a,
   const bool a_first = std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end());
   const EncPublic& lo = a_first ? a : b;
   const EncPublic& hi = a_first ? b : a;
-  auto h = Hash256({point, lo, hi});
+  static constexpr char kLabel[] = "cohort-secagg-share-key";
+  auto h = Hash256({{reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}, point, lo, hi});
   SecretBytes key(h.size());
   std::memcpy(key.bytes().data(), h.data(), h.size());
   sodium_memzero(h.data(), h.size());

@@ -62,7 +62,9 @@ StatusOr<SecretBytes> AgreeX25519(const SecretBytes& my_secret, const X25519Publ
 }
 
 bool IsContributoryX25519(const X25519Public& key) {
-  if (sodium_init() < 0) return false;
+  // The top bit is ignored by X25519: a key with it set is a second
+  // spelling of another and is refused, so keys compare by their bytes.
+  if (sodium_init() < 0 || (key[31] & 0x80) != 0) return false;
   // X25519 clamps every scalar to a multiple of the cofactor 8, so a point of
   // order dividing 8 gives the all-zero output for any scalar, and libsodium
   // reports it. A fixed scalar suffices.

@@ -44,9 +44,10 @@ struct X25519KeyPair {
                                                 const X25519Public& my_public,
                                                 const X25519Public& their_public);
 
-// False when `key` is a low-order point (or otherwise gives an all-zero
-// agreement with every secret): such a key makes each peer's key agreement
-// fail, so untrusted keys must pass this before they are used or forwarded.
+// False when `key` is a low-order point (it gives the all-zero agreement
+// with every secret, so each peer's key agreement would fail) or has the
+// top bit set (a second spelling of another key). Untrusted keys must pass
+// this before they are used or forwarded.
 bool IsContributoryX25519(const X25519Public& key);
 
 struct Ed25519KeyPair {

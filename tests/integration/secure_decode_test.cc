@@ -95,7 +95,6 @@ class InProcessRun {
         std::memcpy(bits.data(), out.words.data(), bits.size() * sizeof(float));
         e.payloads.push_back(std::move(bits));
       }
-      if (std::getenv("DBG")) fprintf(stderr, "c%d -> %s (%zu payloads) t=%lld\n", i, net::BodyName(e.header).c_str(), e.payloads.size(), (long long)now_);
       to_engine_.push_back({i, std::move(e)});
     }
     if (a.train) {
@@ -186,12 +185,10 @@ TEST(SecureDecodeTest, EqualsPlainFedAvgOnUnequalShardsWithDropouts) {
   // The bound: each client's encoding rounds by less than one unit of the
   // grid, 1 / (scale * n_k / W); summed over the survivors and divided by
   // their weight, the error stays below survivors / (scale * sum n_k / W).
-  const double total = 8333 + 1;  // Registered samples of the whole cohort, W.
-  double cohort = 0;
+  double cohort = 0;  // W: the registered samples of the whole cohort.
   for (uint64_t s : samples) cohort += s;
   const double scale = std::floor((2147483647.0 - kClients) / 1.0);
   const double bound = 7.0 / (scale * weight / cohort) + 1e-6;  // + float rounding of the model.
-  (void)total;
   for (size_t j = 0; j < kParams; ++j) {
     EXPECT_NEAR(run.model()[j], mean[j] / weight, bound) << "parameter " << j;
   }
