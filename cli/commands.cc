@@ -116,6 +116,74 @@ Status RunPartition(const PartitionOptions& o) {
   return OkStatus();
 }
 
+namespace {
+
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + "\"";
+}
+
+// Clients the protocol proved misbehaving: their reason says so.
+bool Misbehaved(const coordinator::ClientRoundRecord& c) {
+  return c.reason.rfind("misbehaved: ", 0) == 0 ||
+         c.reason.find("; misbehaved") != std::string::npos;
+}
+
+std::string RoundJson(const coordinator::RoundRecord& r,
+                      const std::vector<coordinator::ClientRoundRecord>& clients) {
+  // Secure aggregation: who left at which stage.
+  static constexpr const char* kStages[] = {"advertise_keys", "share_keys",  "check_shares",
+                                            "masked_input",   "consistency", "unmasking"};
+  std::map<std::string, std::string> by_stage;
+  std::string dropped, misbehaving;
+  for (const auto& c : clients) {
+    if (!c.stage.empty()) {
+      std::string& list = by_stage[c.stage];
+      list += (list.empty() ? "" : ",") + JsonString(c.client);
+    }
+    if (Misbehaved(c)) {
+      misbehaving += (misbehaving.empty() ? "" : ",") + std::string("{\"client\":") +
+                     JsonString(c.client) + ",\"what\":" + JsonString(c.reason) + "}";
+    }
+    if (c.status == "ok") continue;
+    dropped += (dropped.empty() ? "" : ",") + JsonString(c.client);
+  }
+  std::string stages;
+  if (r.aggregation != "plain") {
+    stages = ",\"dropped_by_stage\":{";
+    for (size_t i = 0; i < std::size(kStages); ++i) {
+      stages += std::string(i ? "," : "") + "\"" + kStages[i] + "\":[" + by_stage[kStages[i]] + "]";
+    }
+    stages += "}";
+  }
+  return "{\"round\":" + std::to_string(r.round) + ",\"aggregation\":" + JsonString(r.aggregation) +
+         ",\"outcome\":" + JsonString(r.outcome) +
+         (r.outcome_reason.empty() ? "" : ",\"outcome_reason\":" + JsonString(r.outcome_reason)) +
+         ",\"participants\":" + std::to_string(r.participants) +
+         ",\"selected\":" + std::to_string(r.selected) +
+         ",\"dropped\":" + std::to_string(r.dropped) + ",\"dropped_clients\":[" + dropped + "]" +
+         stages + ",\"misbehaving\":[" + misbehaving +
+         "],\"train_loss\":" + JsonNumber(r.train_loss) +
+         ",\"test_accuracy\":" + (r.test_accuracy >= 0 ? JsonNumber(r.test_accuracy) : "null") +
+         ",\"test_loss\":" + (r.test_loss >= 0 ? JsonNumber(r.test_loss) : "null") +
+         ",\"seconds\":" + JsonNumber(r.seconds) +
+         ",\"coordinator_seconds\":" + JsonNumber(r.coordinator_seconds) + "}";
+}
+
+}  // namespace
+
 Status RunStatus(const std::string& run_dir, bool json) {
   const std::string path = run_dir + "/run.db";
   if (!std::filesystem::exists(path)) return NotFoundError(path + ": no run database here");
@@ -126,46 +194,18 @@ Status RunStatus(const std::string& run_dir, bool json) {
                 "train_loss", "test_acc", "test_loss", "seconds");
   }
   for (const auto& r : rounds) {
+    COHORT_ASSIGN_OR_RETURN(auto clients, store->ClientRounds(r.round));
     if (json) {
-      COHORT_ASSIGN_OR_RETURN(auto clients, store->ClientRounds(r.round));
-      std::string dropped = "[";
-      // Secure aggregation: who left at which stage.
-      static constexpr const char* kStages[] = {"advertise_keys", "share_keys", "masked_input",
-                                                "consistency", "unmasking"};
-      std::map<std::string, std::string> by_stage;
-      for (const auto& c : clients) {
-        if (!c.stage.empty()) {
-          std::string& list = by_stage[c.stage];
-          list += (list.empty() ? "\"" : ",\"") + c.client + "\"";
-        }
-        if (c.status == "ok") continue;
-        if (dropped.size() > 1) dropped += ",";
-        dropped += "\"" + c.client + "\"";
-      }
-      dropped += "]";
-      std::string stages;
-      if (r.aggregation != "plain") {
-        stages = ",\"dropped_by_stage\":{";
-        for (size_t i = 0; i < std::size(kStages); ++i) {
-          stages +=
-              std::string(i ? "," : "") + "\"" + kStages[i] + "\":[" + by_stage[kStages[i]] + "]";
-        }
-        stages += "}";
-      }
-      std::printf(
-          "{\"round\":%u,\"aggregation\":\"%s\",\"outcome\":\"%s\",\"participants\":%u,"
-          "\"selected\":%u,\"dropped\":%u,\"dropped_clients\":%s%s,\"train_loss\":%s,"
-          "\"test_accuracy\":%s,\"test_loss\":%s,\"seconds\":%s,\"coordinator_seconds\":%s}\n",
-          r.round, r.aggregation.c_str(), r.outcome.c_str(), r.participants, r.selected, r.dropped,
-          dropped.c_str(), stages.c_str(), JsonNumber(r.train_loss).c_str(),
-          r.test_accuracy >= 0 ? JsonNumber(r.test_accuracy).c_str() : "null",
-          r.test_loss >= 0 ? JsonNumber(r.test_loss).c_str() : "null",
-          JsonNumber(r.seconds).c_str(), JsonNumber(r.coordinator_seconds).c_str());
-    } else {
-      std::printf("%5u %-8s %8u/%-3u %7u %10.4f %8.4f %9.4f %8.2f%s\n", r.round,
-                  r.aggregation.c_str(), r.participants, r.selected, r.dropped, r.train_loss,
-                  r.test_accuracy, r.test_loss, r.seconds,
-                  r.outcome == "committed" ? "" : ("  " + r.outcome).c_str());
+      std::printf("%s\n", RoundJson(r, clients).c_str());
+      continue;
+    }
+    std::printf(
+        "%5u %-8s %8u/%-3u %7u %10.4f %8.4f %9.4f %8.2f%s\n", r.round, r.aggregation.c_str(),
+        r.participants, r.selected, r.dropped, r.train_loss, r.test_accuracy, r.test_loss,
+        r.seconds,
+        r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
+    for (const auto& c : clients) {
+      if (Misbehaved(c)) std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());
     }
   }
   return OkStatus();

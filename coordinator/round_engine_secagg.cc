@@ -110,7 +110,10 @@ void RoundEngine::TakeSecAggBlame() {
                  kStageNames[stage_], m.what);
     const std::string reason = "misbehaved: " + m.what;
     Ban(p, reason);
-    if (!p.left) {
+    if (p.state == Participant::State::kOk) {
+      // Its input is in the sum already: it stays "ok", and is named.
+      p.reason = reason;
+    } else if (!p.left) {
       LeaveSecAgg(p, Participant::State::kRejected, reason);
     } else if (p.reason.rfind("misbehaved", 0) != 0) {
       p.reason = reason + (p.reason.empty() ? "" : "; " + p.reason);

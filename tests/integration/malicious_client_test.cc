@@ -68,6 +68,16 @@ TEST_P(MaliciousClientTest, HonestRoundsCommitAndTheMaliciousClientIsNamed) {
   }
   // The run learned despite the malicious client.
   EXPECT_LT(rounds.back().test_loss, rounds.front().test_loss);
+  // `cohort status` names a client the protocol proved misbehaving.
+  if (c.banned) {
+    std::string out;
+    ASSERT_EQ(
+        RunCohort({"status", "--run-dir", run_dir, "--json"}, &out, cluster.dir() / "status.log"),
+        0);
+    EXPECT_NE(out.find("\"misbehaving\":[{\"client\":\"" + ClientName(kBad) + "\""),
+              std::string::npos)
+        << out;
+  }
 }
 
 // Item 7: a client restarted in the middle of a secure round has lost its
