@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,9 +107,11 @@ int Process::Wait(std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     int status = 0;
-    const pid_t r = waitpid(pid_, &status, WNOHANG);
+    rusage usage{};
+    const pid_t r = wait4(pid_, &status, WNOHANG, &usage);
     if (r == pid_) {
       exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      peak_rss_bytes_ = static_cast<size_t>(usage.ru_maxrss) * 1024;  // Linux: KiB.
       while (ReadMore(0)) {
       }
       return *exit_code_;

@@ -46,6 +46,9 @@ class Process {
   void Signal(int sig);
   // Waits for exit (bounded); returns the exit code, 128+signal, or -1 on timeout.
   int Wait(std::chrono::seconds timeout = std::chrono::seconds(60));
+  // The process's peak resident memory over its whole life (the kernel's
+  // high-water mark, like VmHWM), in bytes; known once Wait() has seen it exit.
+  std::optional<size_t> peak_rss_bytes() const { return peak_rss_bytes_; }
 
  private:
   bool ReadMore(int timeout_ms);
@@ -55,6 +58,7 @@ class Process {
   std::vector<std::string> lines_;
   size_t consumed_ = 0;
   std::optional<int> exit_code_;
+  std::optional<size_t> peak_rss_bytes_;
 };
 
 // Runs a cohort subcommand to completion; returns exit code, fills stdout.

@@ -16,6 +16,7 @@
 
 #include "coordinator/run_store.h"
 #include "crypto/key_files.h"
+#include "net/envelope.h"
 #include "tests/integration/cluster.h"
 #include "train/backend.h"
 #include "train/model.h"
@@ -125,14 +126,17 @@ int PortOf(const std::string& endpoint) {
   return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
 }
 
-// The first parameters of the initial model the coordinator sends (seed 5,
-// mlp 20-16-4, as Cluster::WriteConfig configures).
-std::string InitialModelBytes() {
+// 64 bytes from `offset` of the initial model the coordinator sends (seed 5,
+// mlp 20-H-4, as Cluster::WriteConfig configures).
+std::string InitialModelBytes(int hidden = 16, size_t offset = 0) {
   auto backend = std::move(train::NewCpuBackend(1)).value();
-  auto model = std::move(train::Model::Create({"mlp", 20, 4, {16}}, backend.get())).value();
+  auto model = std::move(train::Model::Create({"mlp", 20, 4, {static_cast<unsigned>(hidden)}},
+                                              backend.get()))
+                   .value();
   std::vector<float> params(model->num_params());
   model->Init(params, 5);
-  return std::string(reinterpret_cast<const char*>(params.data()), 64);
+  if (offset + 64 > params.size() * sizeof(float)) return "";
+  return std::string(reinterpret_cast<const char*>(params.data()) + offset, 64);
 }
 
 TEST(TransportTest, ClientOutsideTheAllowlistCannotJoin) {
@@ -176,8 +180,10 @@ TEST(TransportTest, AnAllowedClientCannotTakeAnotherClientsName) {
   EXPECT_EQ(cluster.client(0).Wait(), 0);
 }
 
-void RunThroughRelay(bool curve, std::string* transcript, std::string* client_key = nullptr) {
+void RunThroughRelay(bool curve, std::string* transcript, std::string* client_key = nullptr,
+                     int hidden = 16) {
   Cluster cluster(curve ? "curve_relay" : "plain_relay", 2);
+  cluster.set_hidden_units(hidden);
   if (curve) cluster.EnableCurve({0, 1});
   const std::string config =
       cluster.WriteConfig("run.textproto", 2, "min_clients: 2 start_clients: 2");
@@ -215,6 +221,23 @@ TEST(TransportTest, RelayNeverSeesPlaintextUnderCurve) {
   EXPECT_EQ(encrypted.find("client-000"), std::string::npos);
   EXPECT_EQ(encrypted.find(model), std::string::npos);
   EXPECT_EQ(encrypted.find(model.substr(0, 16)), std::string::npos);
+}
+
+// A model of 300,004 parameters (1.2 MB) travels as two payload frames, each
+// within the coordinator's frame limit (about 1 MiB, whatever the model);
+// both runs finish, and under CURVE the relay sees nothing of the second
+// frame either.
+TEST(TransportTest, AModelOfSeveralFramesCrossesTheRelayOnlyEncrypted) {
+  constexpr int kHidden = 12000;
+  const std::string second_frame = InitialModelBytes(kHidden, net::kPayloadChunkBytes + 4096);
+  ASSERT_EQ(second_frame.size(), 64u);
+  std::string plain, encrypted;
+  RunThroughRelay(false, &plain, nullptr, kHidden);
+  EXPECT_NE(plain.find(second_frame), std::string::npos);
+  RunThroughRelay(true, &encrypted, nullptr, kHidden);
+  ASSERT_GT(encrypted.size(), 2 * net::kPayloadChunkBytes);  // The model went both ways.
+  EXPECT_EQ(encrypted.find(second_frame), std::string::npos);
+  EXPECT_EQ(encrypted.find(InitialModelBytes(kHidden)), std::string::npos);
 }
 
 }  // namespace
