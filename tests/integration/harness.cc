@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +134,23 @@ int RunCohort(const std::vector<std::string>& args, std::string* out, const std:
     for (const auto& l : p.lines()) *out += l + "\n";
   }
   return code;
+}
+
+std::string ZmtpGreeting(const std::string& mechanism, bool as_server) {
+  std::string g(64, '\0');
+  g[0] = '\xff';
+  g[9] = '\x7f';
+  g[10] = 3;
+  g.replace(12, std::min<size_t>(mechanism.size(), 20), mechanism.substr(0, 20));
+  g[32] = as_server ? 1 : 0;
+  return g;
+}
+
+std::string ZmtpCommandHeader(uint64_t size) {
+  std::string h(9, '\0');
+  h[0] = 0x06;
+  for (int i = 0; i < 8; ++i) h[1 + i] = static_cast<char>(size >> (56 - 8 * i));
+  return h;
 }
 
 std::string ReadFile(const std::string& path) {

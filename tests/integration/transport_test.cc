@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -221,6 +222,44 @@ TEST(TransportTest, RelayNeverSeesPlaintextUnderCurve) {
   EXPECT_EQ(encrypted.find("client-000"), std::string::npos);
   EXPECT_EQ(encrypted.find(model), std::string::npos);
   EXPECT_EQ(encrypted.find(model.substr(0, 16)), std::string::npos);
+}
+
+// Until CURVE has authenticated the coordinator, whoever answers at its
+// address can make the client buffer a frame; the client drops the
+// connection at a frame header over its limit (64 MiB + 4 KiB) rather than
+// wait for the bytes.
+TEST(TransportTest, ClientDropsAnOversizedFrameFromAnUnauthenticatedServer) {
+  Cluster cluster("client_frame_limit", 1);
+  cluster.EnableCurve({0});
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  socklen_t len = sizeof(a);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  cluster.StartClient(0, "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  pollfd p = {listener, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 30000), 1) << "the client did not connect";
+  const int fd = accept(listener, nullptr, nullptr);
+  const std::string bytes = ZmtpGreeting("CURVE", true) + ZmtpCommandHeader(uint64_t{65} << 20);
+  ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  // The client's greeting and HELLO arrive; then it must close (bounded:
+  // its handshake timeout would only close it after 30 s).
+  bool closed = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!closed && std::chrono::steady_clock::now() < deadline) {
+    pollfd q = {fd, POLLIN, 0};
+    if (poll(&q, 1, 100) <= 0) continue;
+    char buf[512];
+    closed = recv(fd, buf, sizeof(buf), 0) <= 0;
+  }
+  EXPECT_TRUE(closed) << "the client still waits for the rest of a 65 MiB frame";
+  close(fd);
+  close(listener);
+  cluster.client(0).Signal(SIGTERM);
+  EXPECT_EQ(cluster.client(0).Wait(), 0);
 }
 
 // A model of 300,004 parameters (1.2 MB) travels as two payload frames, each

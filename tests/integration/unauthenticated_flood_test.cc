@@ -44,27 +44,6 @@ int PortOf(const std::string& endpoint) {
   return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
 }
 
-// The ZMTP 3.0 greeting (rfc.zeromq.org/spec/23) of a peer that asks for
-// CURVE: signature 0xFF, 8 bytes padding, 0x7F; version 3.0; the mechanism
-// name padded to 20 bytes; as-server 0; 31 bytes of filler.
-std::string Greeting() {
-  std::string g(64, '\0');
-  g[0] = '\xff';
-  g[9] = '\x7f';
-  g[10] = 3;
-  std::memcpy(&g[12], "CURVE", 5);
-  return g;
-}
-
-// A ZMTP command frame header declaring `size` body bytes: flags 0x04
-// (command) | 0x02 (long size), then the size as 8 bytes big-endian.
-std::string CommandFrameHeader(uint64_t size) {
-  std::string h(9, '\0');
-  h[0] = 0x06;
-  for (int i = 0; i < 8; ++i) h[1 + i] = static_cast<char>(size >> (56 - 8 * i));
-  return h;
-}
-
 // The coordinator states the largest frame it accepts in its log.
 uint64_t FrameLimitFromLog(const std::string& log) {
   const std::string needle = "frames of at most ";
@@ -86,8 +65,8 @@ struct FloodResult {
 // `patience` has passed. `on_open` runs once, when the first wave has been opened.
 FloodResult Flood(int port, int count, uint64_t frame_bytes, std::chrono::seconds patience,
                   const std::function<void()>& on_open) {
-  const std::string stream =
-      Greeting() + CommandFrameHeader(frame_bytes) + std::string(frame_bytes - 1, '\0');
+  const std::string stream = ZmtpGreeting("CURVE", false) + ZmtpCommandHeader(frame_bytes) +
+                             std::string(frame_bytes - 1, '\0');
   const int wave = std::clamp(RaiseFdLimit(count + 256) - 128, 1, count);
   FloodResult result;
   bool first_wave = true;
@@ -179,7 +158,7 @@ TEST(UnauthenticatedFloodTest, CostsBoundedMemoryAndAnHonestRunFinishes) {
   // flood.
   const auto started = std::chrono::steady_clock::now();
   const FloodResult flood =
-      Flood(PortOf(endpoint), kConnections, frame_limit - 1, std::chrono::seconds(30), [&] {
+      Flood(PortOf(endpoint), kConnections, frame_limit - 1, std::chrono::seconds(20), [&] {
         cluster.StartClient(0, endpoint);
         cluster.StartClient(1, endpoint);
       });
