@@ -1,4 +1,4 @@
-// Acceptance for the transport limits: 1,000 TCP connections that never
+// Transport limits. Acceptance: 1,000 TCP connections that never
 // authenticate, each declaring the largest frame the coordinator accepts
 // before CURVE has checked anything and sending all of it but the last byte,
 // cost the coordinator under 256 MiB; the coordinator logs that it capped
@@ -8,17 +8,24 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <functional>
+#include <future>
 #include <iostream>
+#include <thread>
 
+#include "coordinator/daemon.h"
 #include "coordinator/run_store.h"
+#include "proto/config_io.h"
 #include "tests/integration/cluster.h"
 
 namespace cohort::testing {
@@ -187,6 +194,60 @@ TEST(UnauthenticatedFloodTest, CostsBoundedMemoryAndAnHonestRunFinishes) {
   EXPECT_LT(peak, kMemoryBudgetBytes) << "coordinator peak RSS " << (peak >> 20) << " MiB";
   const std::string log = ReadFile(cluster.coordinator_log());
   EXPECT_NE(log.find("had not authenticated"), std::string::npos) << log.substr(0, 4000);
+}
+
+// Waits (bounded) until `path` exists, woken by inotify on its directory.
+bool WaitForFile(const std::string& path, std::chrono::seconds timeout) {
+  const std::string dir = path.substr(0, path.rfind('/'));
+  const int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  inotify_add_watch(in, dir.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool found = false;
+  while (!(found = std::filesystem::exists(path)) && std::chrono::steady_clock::now() < deadline) {
+    pollfd p = {in, POLLIN, 0};
+    if (poll(&p, 1, 200) > 0) {
+      char buf[4096];
+      while (read(in, buf, sizeof(buf)) > 0) {
+      }
+    }
+  }
+  close(in);
+  return found;
+}
+
+// Clients that have authenticated do not hold a place under the cap: with
+// room for 2 connections in their handshake, and a handshake timeout longer
+// than the test, 4 clients all get in and the run finishes. The coordinator
+// runs in this process, the only way to set its cap.
+TEST(UnauthenticatedFloodTest, ClientsThatAuthenticatedMakeRoomForOthers) {
+  Cluster cluster("cap_honest", 4);
+  cluster.EnableCurve({0, 1, 2, 3});
+  auto config = config::LoadRunConfig(
+      cluster.WriteConfig("run.textproto", 2, "min_clients: 4 start_clients: 4"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  coordinator::DaemonOptions options;
+  options.config = *config;
+  options.run_dir = cluster.dir() / "run";
+  options.bind = "tcp://127.0.0.1:0";
+  options.endpoint_file = cluster.dir() / "endpoint";
+  options.identity = cluster.dir() / "keys/coordinator.key";
+  options.allowlist = cluster.dir() / "allow";
+  options.max_unauthenticated = 2;
+  options.handshake_timeout_ms = 120000;
+  std::atomic<bool> stop{false};
+  std::promise<Status> result;
+  std::thread coordinator([&] { result.set_value(coordinator::RunCoordinator(options, stop)); });
+  auto done = result.get_future();
+  ASSERT_TRUE(WaitForFile(options.endpoint_file, std::chrono::seconds(30)));
+  std::string endpoint = ReadFile(options.endpoint_file);
+  endpoint.erase(endpoint.find_last_not_of("\n") + 1);
+  for (int k = 0; k < 4; ++k) cluster.StartClient(k, endpoint);
+  const bool finished = done.wait_for(std::chrono::seconds(40)) == std::future_status::ready;
+  stop = true;
+  coordinator.join();
+  ASSERT_TRUE(finished) << "the run did not finish: clients were kept out";
+  EXPECT_TRUE(done.get().ok());
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(cluster.client(k).Wait(), 0) << "client " << k;
 }
 
 }  // namespace
