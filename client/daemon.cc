@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "crypto/key_files.h"
 #include "datasets/shard.h"
+#include "net/curve.h"
 #include "net/envelope.h"
 #include "train/backend.h"
 #include "train/model_config.h"
@@ -24,6 +25,10 @@
 
 namespace cohort::client {
 namespace {
+
+// Secure-aggregation messages from the coordinator grow with the cohort (keys,
+// shares and signatures of up to a million clients).
+constexpr size_t kMaxHeaderBytes = size_t{64} << 20;
 
 // One local training job, run on a worker thread so the main loop keeps
 // heartbeating and can hear a replacement task.
@@ -49,6 +54,9 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
   socket.set(zmq::sockopt::immediate, 1);
   socket.set(zmq::sockopt::linger, 1000);
   socket.set(zmq::sockopt::reconnect_ivl_max, 2000);
+  // What a peer may make ZeroMQ buffer in one frame, also before CURVE has
+  // authenticated the coordinator.
+  socket.set(zmq::sockopt::maxmsgsize, net::MaxFrameBytes(kMaxHeaderBytes));
   zmq::socket_t done_rx(context, zmq::socket_type::pair);
   zmq::socket_t done_tx(context, zmq::socket_type::pair);
   done_rx.bind("inproc://training-done");
@@ -71,10 +79,7 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
     COHORT_ASSIGN_OR_RETURN(crypto::Ed25519Public server,
                             crypto::LoadPublicKey(options.coordinator_key));
     COHORT_ASSIGN_OR_RETURN(crypto::X25519Public server_curve, crypto::CurvePublicFor(server));
-    socket.set(zmq::sockopt::curve_serverkey, crypto::Z85(server_curve));
-    socket.set(zmq::sockopt::curve_publickey, mine.public_z85);
-    socket.set(zmq::sockopt::curve_secretkey,
-               std::string(reinterpret_cast<const char*>(mine.secret_z85.bytes().data()), 40));
+    COHORT_RETURN_IF_ERROR(net::SetUpCurveClient(socket, mine, server_curve));
   }
   try {
     socket.connect(options.coordinator);
@@ -176,9 +181,7 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
     }
     for (int budget = 0; budget < 1000 && !exit && net::TryReceive(socket, false, raw); ++budget) {
       net::Limits limits;
-      // Secure-aggregation messages grow with the cohort (keys, shares and
-      // signatures of up to a million clients).
-      limits.max_header_bytes = 64 << 20;
+      limits.max_header_bytes = kMaxHeaderBytes;
       limits.max_payload_floats = std::max<size_t>(session.num_params(), 1);
       auto env = net::DecodeEnvelope(raw.frames, limits);
       if (!env.ok()) {

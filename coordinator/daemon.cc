@@ -14,6 +14,8 @@
 #include "coordinator/run_store.h"
 #include "crypto/key_files.h"
 #include "datasets/shard.h"
+#include "net/connection_guard.h"
+#include "net/curve.h"
 #include "net/envelope.h"
 #include "train/backend.h"
 #include "train/model_config.h"
@@ -49,38 +51,23 @@ void PrintRound(const RoundRecord& r, uint32_t total) {
   std::fflush(stdout);
 }
 
-// One ZAP request (RFC 27): frames version, request id, domain, address,
-// routing id, mechanism, credentials (the client's 32-byte CURVE key).
-void AnswerZap(zmq::socket_t& zap, const std::map<crypto::X25519Public, std::string>& allowed) {
-  std::vector<zmq::message_t> frames;
-  for (;;) {
-    zmq::message_t m;
-    if (!zap.recv(m, zmq::recv_flags::dontwait)) break;
-    const bool more = m.more();
-    frames.push_back(std::move(m));
-    if (!more) break;
+// RoundEngine::limits() lets a secure-aggregation header grow by this much
+// per cohort member; the frame limit is set once, for the largest cohort.
+constexpr size_t kSecAggHeaderBytesPerMember = 256;
+// The cohort size the frame limit allows for when rounds.max_clients_per_round
+// is 0 (no cap).
+constexpr size_t kCohortBoundWhenUncapped = 4096;
+
+// The largest header frame the engine will ever accept from a client.
+size_t MaxClientHeaderBytes(const config::RunConfig& config) {
+  size_t bytes = config.net().max_header_bytes();
+  if (config.secagg().aggregation() != config::PLAIN) {
+    const size_t cohort = config.rounds().max_clients_per_round() != 0
+                              ? config.rounds().max_clients_per_round()
+                              : kCohortBoundWhenUncapped;
+    bytes += kSecAggHeaderBytesPerMember * cohort;
   }
-  if (frames.size() < 2) return;
-  std::string code = "400", text = "malformed ZAP request", user;
-  if (frames.size() >= 7 && frames[5].to_string() == "CURVE" && frames[6].size() == 32) {
-    crypto::X25519Public key;
-    std::memcpy(key.data(), frames[6].data(), 32);
-    auto it = allowed.find(key);
-    if (it != allowed.end()) {
-      code = "200";
-      text = "OK";
-      user = it->second;
-    } else {
-      text = "key not in the allowlist";
-      spdlog::warn("rejected a connection from {}: CURVE key {} is not in the allowlist",
-                   frames[3].to_string(), crypto::Z85(key));
-    }
-  }
-  std::vector<std::string> reply = {"1.0", frames[1].to_string(), code, text, user, ""};
-  for (size_t i = 0; i < reply.size(); ++i) {
-    zap.send(zmq::buffer(reply[i]),
-             i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-  }
+  return bytes;
 }
 
 }  // namespace
@@ -134,10 +121,9 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   }
 
   zmq::context_t context(1);
-  // ZAP: ZeroMQ asks this socket whether a CURVE client key may connect. It
+  // ZAP: ZeroMQ asks this handler whether a CURVE client key may connect. It
   // must be bound before the ROUTER accepts anything.
-  zmq::socket_t zap(context, zmq::socket_type::rep);
-  std::map<crypto::X25519Public, std::string> allowed;      // CURVE key -> name.
+  std::unique_ptr<net::ZapHandler> zap;
   std::map<std::string, crypto::Ed25519Public> identities;  // Name -> identity key.
   std::optional<crypto::CurveKeys> curve;
   if (options.insecure) {
@@ -151,35 +137,41 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
                             crypto::LoadIdentity(options.identity));
     COHORT_ASSIGN_OR_RETURN(curve, crypto::CurveKeysFor(identity));
     COHORT_ASSIGN_OR_RETURN(auto list, crypto::LoadAllowlist(options.allowlist));
-    for (const auto& entry : list) {
-      COHORT_ASSIGN_OR_RETURN(crypto::X25519Public pk, crypto::CurvePublicFor(entry.key));
-      allowed[pk] = entry.name;
-      identities[entry.name] = entry.key;
-    }
-    spdlog::info("CURVE on; {} client keys in the allowlist {}", allowed.size(), options.allowlist);
-    zap.bind("inproc://zeromq.zap.01");
+    for (const auto& entry : list) identities[entry.name] = entry.key;
+    COHORT_ASSIGN_OR_RETURN(zap, net::ZapHandler::Create(context, list));
+    spdlog::info("CURVE on; {} client keys in the allowlist {}", zap->size(), options.allowlist);
   }
   zmq::socket_t socket(context, zmq::socket_type::router);
   if (curve) {
-    socket.set(zmq::sockopt::curve_server, 1);
-    socket.set(zmq::sockopt::curve_secretkey,
-               std::string(reinterpret_cast<const char*>(curve->secret_z85.bytes().data()), 40));
-    socket.set(zmq::sockopt::zap_domain, "cohort");
+    COHORT_RETURN_IF_ERROR(net::SetUpCurveServer(socket, *curve));
+    curve.reset();  // libzmq has its copy; ours is wiped now.
   }
   // An unroutable reply (peer gone) fails fast instead of vanishing.
   socket.set(zmq::sockopt::router_mandatory, 1);
   // Frames beyond this size drop the connection inside ZeroMQ before they are
   // buffered; smaller oversize frames are rejected by DecodeEnvelope with a
-  // logged reason.
-  const int64_t max_msg = static_cast<int64_t>(engine->num_params()) * 4 + (4 << 20);
-  socket.set(zmq::sockopt::maxmsgsize, max_msg);
+  // logged reason. Payloads travel in chunks, so the limit does not grow with
+  // the model: it is what one connection may make ZeroMQ buffer before its
+  // handshake, and the guard caps how many such connections there are.
+  const int64_t max_frame = net::MaxFrameBytes(MaxClientHeaderBytes(config));
+  socket.set(zmq::sockopt::maxmsgsize, max_frame);
+  socket.set(zmq::sockopt::handshake_ivl, options.handshake_timeout_ms);
   socket.set(zmq::sockopt::linger, 2000);
   socket.set(zmq::sockopt::sndhwm, 100000);
+  net::GuardOptions guard_options;
+  guard_options.max_unauthenticated = options.max_unauthenticated;
+  guard_options.handshake_timeout_ms = options.handshake_timeout_ms;
+  COHORT_ASSIGN_OR_RETURN(auto guard, net::ConnectionGuard::Watch(context, socket, guard_options));
   try {
     socket.bind(options.bind);
   } catch (const zmq::error_t& e) {
     return UnavailableError("cannot bind " + options.bind + ": " + e.what());
   }
+  spdlog::info(
+      "transport limits: frames of at most {} bytes, {} ms to authenticate, at most {} "
+      "connections waiting to (about {} MiB before authentication)",
+      max_frame, options.handshake_timeout_ms, options.max_unauthenticated,
+      (static_cast<uint64_t>(max_frame) * options.max_unauthenticated) >> 20);
   const std::string endpoint = net::LastEndpoint(socket);
   spdlog::info("listening on {} (run {}, {} parameters, resuming after round {})", endpoint,
                config.name(), engine->num_params(), engine->last_committed_round());
@@ -217,21 +209,22 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
     TimeMs wait = 200;
     if (auto next = engine->NextWakeup()) wait = std::clamp<TimeMs>(*next - now, 0, 200);
     zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
-                               {zap.handle(), 0, ZMQ_POLLIN, 0}};
+                               {zap ? zap->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, curve ? 2 : 1, std::chrono::milliseconds(wait));
+      zmq::poll(items, zap ? 2 : 1, std::chrono::milliseconds(wait));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       return UnavailableError(std::string("poll: ") + e.what());
     }
-    if (curve && (items[1].revents & ZMQ_POLLIN)) AnswerZap(zap, allowed);
+    if (zap && (items[1].revents & ZMQ_POLLIN)) zap->AnswerReady();
     // Drain everything that is ready, then let time advance.
     for (int budget = 0; budget < 10000 && net::TryReceive(socket, true, raw); ++budget) {
       now = SteadyNowMs();
+      guard->Authenticated(raw.source_fd);
       auto envelope = net::DecodeEnvelope(raw.frames, engine->limits());
       if (!envelope.ok()) {
         send_all(engine->OnMalformed(raw.peer, envelope.status()));
-      } else if (curve && envelope->header.has_hello() &&
+      } else if (zap && envelope->header.has_hello() &&
                  (envelope->header.hello().client_name() != raw.user_id ||
                   envelope->header.hello().identity_key() !=
                       std::string(reinterpret_cast<const char*>(identities[raw.user_id].data()),

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "net/connection_guard.h"
 #include "proto/config.pb.h"
 
 namespace cohort::coordinator {
@@ -23,6 +24,12 @@ struct DaemonOptions {
   std::string identity;
   std::string allowlist;
   bool insecure = false;
+  // Transport limits. A connection must finish its handshake (CURVE and the
+  // allowlist check) within `handshake_timeout_ms`; at most
+  // `max_unauthenticated` connections may be in their handshake at once, and
+  // newer ones are dropped (logged, one warning per 10 s).
+  int handshake_timeout_ms = net::kHandshakeTimeoutMs;
+  size_t max_unauthenticated = net::kMaxUnauthenticatedConnections;
   // Debugging: write each securely aggregated round's unmasked sum to
   // DIR/round-N.u32 and the names it holds to DIR/round-N.names.
   std::string dump_sums;

@@ -1,5 +1,9 @@
-// Envelopes: one protobuf header frame plus raw little-endian float32
-// payload frames. Decoding treats every byte as untrusted.
+// Envelopes: one protobuf header frame plus, optionally, one payload of raw
+// little-endian 32-bit words, sent as frames of at most kPayloadChunkBytes
+// (every frame but the last exactly that size). So no frame is larger than
+// max(header limit, chunk size), whatever the model size, and a socket's
+// ZMQ_MAXMSGSIZE (what a peer may make ZeroMQ buffer before anyone has
+// authenticated it) stays small. Decoding treats every byte as untrusted.
 #ifndef COHORT_NET_ENVELOPE_H_
 #define COHORT_NET_ENVELOPE_H_
 
@@ -15,16 +19,31 @@
 
 namespace cohort::net {
 
+// Payload frames carry this many bytes (the last one of a payload may carry
+// fewer).
+inline constexpr size_t kPayloadChunkBytes = size_t{1} << 20;
+// Room above the largest frame for transport framing: CURVE adds 33 bytes to
+// every message it encrypts.
+inline constexpr size_t kFrameSlackBytes = 4096;
+
 struct Limits {
   size_t max_header_bytes = 65536;
-  size_t max_payload_floats = 0;  // Per frame; 0 = no payload allowed.
+  // The whole payload, over all its frames; 0 = no payload allowed.
+  size_t max_payload_floats = 0;
+  // Payloads per message: 0 = none; an envelope carries at most one, so any
+  // value above 1 means 1.
   size_t max_payload_frames = 1;
 };
 
 struct Envelope {
   wire::Header header;
+  // Empty, or one vector: the whole payload, its frames joined.
   std::vector<std::vector<float>> payloads;
 };
+
+// The largest frame an envelope within `max_header_bytes` has on the wire:
+// the value for ZMQ_MAXMSGSIZE on a socket that receives envelopes.
+int64_t MaxFrameBytes(size_t max_header_bytes);
 
 // A received multipart message; `peer` is the ROUTER routing id (empty on a
 // DEALER).
@@ -34,23 +53,30 @@ struct RawMessage {
   // The ZAP user id of the connection (the allowlist name under CURVE);
   // empty when there is none.
   std::string user_id;
+  // The file descriptor of the connection the message came in on (ZeroMQ's
+  // ZMQ_SRCFD); -1 when unknown. A message arrives only on a connection whose
+  // handshake (and, under CURVE, authentication) has succeeded.
+  int source_fd = -1;
 };
 
-// Builds the frames of a message: header, then `payload` (if not empty).
+// Builds the frames of a message: header, then `payload` (if not empty) in
+// frames of at most kPayloadChunkBytes.
 std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
                                            std::span<const float> payload = {});
 // Same, with 32-bit words (a masked update) as the payload frame.
 std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
                                            std::span<const uint32_t> payload);
-// Same, without copying the payload: the frame references `*payload` and
-// keeps it alive until ZeroMQ has sent it. Null: no payload frame.
+// Same, without copying the payload: the frames reference `*payload` and
+// keep it alive until ZeroMQ has sent them. Null: no payload.
 std::vector<zmq::message_t> EncodeEnvelope(const wire::Header& header,
                                            std::shared_ptr<const std::vector<float>> payload);
 
-// Checks frame count and sizes against `limits`, parses the header (version
-// must be VERSION_1, the body must be set) and copies the payloads out.
-// kInvalidArgument / kResourceExhausted with a message that says what was
-// wrong; never aborts.
+// Checks the header size and every payload frame against `limits` before it
+// copies anything (frame sizes as EncodeEnvelope makes them, the payload's
+// total within max_payload_floats), parses the header (version must be
+// VERSION_1, the body must be set) and joins the payload frames into
+// payloads[0]. kInvalidArgument / kResourceExhausted with a message that says
+// what was wrong; never aborts.
 StatusOr<Envelope> DecodeEnvelope(std::span<const zmq::message_t> frames, const Limits& limits);
 
 // Name of the header's body ("update", "hello", ...) for logs.

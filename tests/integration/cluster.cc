@@ -35,7 +35,9 @@ std::string Cluster::WriteConfig(const std::string& name, int rounds,
             "data { test_shard: \"" +
                 (dir_ / "shards/test.shard") +
                 "\" }\n"
-                "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: 16 }\n"
+                "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: " +
+                std::to_string(hidden_units_) +
+                " }\n"
                 "train { batch_size: 16 learning_rate: 0.05 }\n"
                 "net { heartbeat_s: 0.5 }\n" +
                 "rounds { num_rounds: " + std::to_string(rounds) + " " + rounds_extra + " }\n" +

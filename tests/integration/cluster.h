@@ -22,7 +22,9 @@ class Cluster {
 
   const TempDir& dir() const { return dir_; }
   std::string Shard(int k) const;
-  // Writes a config: mlp 20-16-4, `rounds` rounds, `rounds_extra` (text
+  // The hidden layer of the model WriteConfig writes (16 by default).
+  void set_hidden_units(int units) { hidden_units_ = units; }
+  // Writes a config: mlp 20-H-4 (H: set_hidden_units), `rounds` rounds, `rounds_extra` (text
   // format) inside its rounds { } block and `extra` at the top level (by
   // default plain aggregation; the secagg tests pass their own).
   std::string WriteConfig(const std::string& name, int rounds, const std::string& rounds_extra,
@@ -46,6 +48,7 @@ class Cluster {
   TempDir dir_;
   int num_clients_;
   bool curve_ = false;
+  int hidden_units_ = 16;
   std::unique_ptr<Process> coordinator_;
   std::vector<std::unique_ptr<Process>> clients_;
 };

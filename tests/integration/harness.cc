@@ -4,9 +4,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -106,9 +108,11 @@ int Process::Wait(std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     int status = 0;
-    const pid_t r = waitpid(pid_, &status, WNOHANG);
+    rusage usage{};
+    const pid_t r = wait4(pid_, &status, WNOHANG, &usage);
     if (r == pid_) {
       exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      peak_rss_bytes_ = static_cast<size_t>(usage.ru_maxrss) * 1024;  // Linux: KiB.
       while (ReadMore(0)) {
       }
       return *exit_code_;
@@ -130,6 +134,23 @@ int RunCohort(const std::vector<std::string>& args, std::string* out, const std:
     for (const auto& l : p.lines()) *out += l + "\n";
   }
   return code;
+}
+
+std::string ZmtpGreeting(const std::string& mechanism, bool as_server) {
+  std::string g(64, '\0');
+  g[0] = '\xff';
+  g[9] = '\x7f';
+  g[10] = 3;
+  g.replace(12, std::min<size_t>(mechanism.size(), 20), mechanism.substr(0, 20));
+  g[32] = as_server ? 1 : 0;
+  return g;
+}
+
+std::string ZmtpCommandHeader(uint64_t size) {
+  std::string h(9, '\0');
+  h[0] = 0x06;
+  for (int i = 0; i < 8; ++i) h[1 + i] = static_cast<char>(size >> (56 - 8 * i));
+  return h;
 }
 
 std::string ReadFile(const std::string& path) {

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,9 @@ class Process {
   void Signal(int sig);
   // Waits for exit (bounded); returns the exit code, 128+signal, or -1 on timeout.
   int Wait(std::chrono::seconds timeout = std::chrono::seconds(60));
+  // The process's peak resident memory over its whole life (the kernel's
+  // high-water mark, like VmHWM), in bytes; known once Wait() has seen it exit.
+  std::optional<size_t> peak_rss_bytes() const { return peak_rss_bytes_; }
 
  private:
   bool ReadMore(int timeout_ms);
@@ -55,10 +59,19 @@ class Process {
   std::vector<std::string> lines_;
   size_t consumed_ = 0;
   std::optional<int> exit_code_;
+  std::optional<size_t> peak_rss_bytes_;
 };
 
 // Runs a cohort subcommand to completion; returns exit code, fills stdout.
 int RunCohort(const std::vector<std::string>& args, std::string* out, const std::string& err_path);
+
+// ZMTP 3.0 (rfc.zeromq.org/spec/23), for tests that speak to ZeroMQ at the
+// byte level. The 64-byte greeting: signature 0xFF, 8 bytes padding, 0x7F;
+// version 3.0; the mechanism name padded to 20 bytes; as-server; filler.
+std::string ZmtpGreeting(const std::string& mechanism, bool as_server);
+// A command frame header declaring `size` body bytes: flags 0x04 (command) |
+// 0x02 (long size), then the size as 8 bytes big-endian.
+std::string ZmtpCommandHeader(uint64_t size);
 
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);

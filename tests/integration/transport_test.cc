@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <thread>
 
 #include "coordinator/run_store.h"
 #include "crypto/key_files.h"
+#include "net/envelope.h"
 #include "tests/integration/cluster.h"
 #include "train/backend.h"
 #include "train/model.h"
@@ -125,14 +127,17 @@ int PortOf(const std::string& endpoint) {
   return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
 }
 
-// The first parameters of the initial model the coordinator sends (seed 5,
-// mlp 20-16-4, as Cluster::WriteConfig configures).
-std::string InitialModelBytes() {
+// 64 bytes from `offset` of the initial model the coordinator sends (seed 5,
+// mlp 20-H-4, as Cluster::WriteConfig configures).
+std::string InitialModelBytes(int hidden = 16, size_t offset = 0) {
   auto backend = std::move(train::NewCpuBackend(1)).value();
-  auto model = std::move(train::Model::Create({"mlp", 20, 4, {16}}, backend.get())).value();
+  auto model = std::move(train::Model::Create({"mlp", 20, 4, {static_cast<unsigned>(hidden)}},
+                                              backend.get()))
+                   .value();
   std::vector<float> params(model->num_params());
   model->Init(params, 5);
-  return std::string(reinterpret_cast<const char*>(params.data()), 64);
+  if (offset + 64 > params.size() * sizeof(float)) return "";
+  return std::string(reinterpret_cast<const char*>(params.data()) + offset, 64);
 }
 
 TEST(TransportTest, ClientOutsideTheAllowlistCannotJoin) {
@@ -176,8 +181,10 @@ TEST(TransportTest, AnAllowedClientCannotTakeAnotherClientsName) {
   EXPECT_EQ(cluster.client(0).Wait(), 0);
 }
 
-void RunThroughRelay(bool curve, std::string* transcript, std::string* client_key = nullptr) {
+void RunThroughRelay(bool curve, std::string* transcript, std::string* client_key = nullptr,
+                     int hidden = 16) {
   Cluster cluster(curve ? "curve_relay" : "plain_relay", 2);
+  cluster.set_hidden_units(hidden);
   if (curve) cluster.EnableCurve({0, 1});
   const std::string config =
       cluster.WriteConfig("run.textproto", 2, "min_clients: 2 start_clients: 2");
@@ -215,6 +222,61 @@ TEST(TransportTest, RelayNeverSeesPlaintextUnderCurve) {
   EXPECT_EQ(encrypted.find("client-000"), std::string::npos);
   EXPECT_EQ(encrypted.find(model), std::string::npos);
   EXPECT_EQ(encrypted.find(model.substr(0, 16)), std::string::npos);
+}
+
+// Until CURVE has authenticated the coordinator, whoever answers at its
+// address can make the client buffer a frame; the client drops the
+// connection at a frame header over its limit (64 MiB + 4 KiB) rather than
+// wait for the bytes.
+TEST(TransportTest, ClientDropsAnOversizedFrameFromAnUnauthenticatedServer) {
+  Cluster cluster("client_frame_limit", 1);
+  cluster.EnableCurve({0});
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  socklen_t len = sizeof(a);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  cluster.StartClient(0, "tcp://127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
+  pollfd p = {listener, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 30000), 1) << "the client did not connect";
+  const int fd = accept(listener, nullptr, nullptr);
+  const std::string bytes = ZmtpGreeting("CURVE", true) + ZmtpCommandHeader(uint64_t{65} << 20);
+  ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+  // The client's greeting and HELLO arrive; then it must close (bounded:
+  // its handshake timeout would only close it after 30 s).
+  bool closed = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!closed && std::chrono::steady_clock::now() < deadline) {
+    pollfd q = {fd, POLLIN, 0};
+    if (poll(&q, 1, 100) <= 0) continue;
+    char buf[512];
+    closed = recv(fd, buf, sizeof(buf), 0) <= 0;
+  }
+  EXPECT_TRUE(closed) << "the client still waits for the rest of a 65 MiB frame";
+  close(fd);
+  close(listener);
+  cluster.client(0).Signal(SIGTERM);
+  EXPECT_EQ(cluster.client(0).Wait(), 0);
+}
+
+// A model of 300,004 parameters (1.2 MB) travels as two payload frames, each
+// within the coordinator's frame limit (about 1 MiB, whatever the model);
+// both runs finish, and under CURVE the relay sees nothing of the second
+// frame either.
+TEST(TransportTest, AModelOfSeveralFramesCrossesTheRelayOnlyEncrypted) {
+  constexpr int kHidden = 12000;
+  const std::string second_frame = InitialModelBytes(kHidden, net::kPayloadChunkBytes + 4096);
+  ASSERT_EQ(second_frame.size(), 64u);
+  std::string plain, encrypted;
+  RunThroughRelay(false, &plain, nullptr, kHidden);
+  EXPECT_NE(plain.find(second_frame), std::string::npos);
+  RunThroughRelay(true, &encrypted, nullptr, kHidden);
+  ASSERT_GT(encrypted.size(), 2 * net::kPayloadChunkBytes);  // The model went both ways.
+  EXPECT_EQ(encrypted.find(second_frame), std::string::npos);
+  EXPECT_EQ(encrypted.find(InitialModelBytes(kHidden)), std::string::npos);
 }
 
 }  // namespace
