@@ -1,10 +1,12 @@
 // Acceptance: a coordinator SIGKILLed after round 3 of 6 restarts from its
 // run directory, the run completes, and the final model is bit-identical to
 // an uninterrupted run with the same seed, with plain and with secure
-// aggregation (masks cancel exactly and the fixed-point rounding is seeded).
+// aggregation (masks cancel exactly and the fixed-point rounding is seeded),
+// and with server momentum (the velocity is checkpointed and restored).
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "coordinator/run_store.h"
@@ -13,22 +15,34 @@
 namespace cohort::testing {
 namespace {
 
-std::vector<float> FinalModel(const std::string& run_dir, uint32_t* round) {
+coordinator::Checkpoint FinalCheckpoint(const std::string& run_dir) {
   auto store = coordinator::OpenSqliteRunStore(run_dir + "/run.db");
   EXPECT_TRUE(store.ok()) << store.status();
+  if (!store.ok()) return {};
   auto cp = (*store)->LatestCheckpoint();
   EXPECT_TRUE(cp.ok()) << cp.status();
-  *round = cp->round;
-  return cp->model;
+  return cp.ok() ? *std::move(cp) : coordinator::Checkpoint{};
 }
 
-class ResumeTest : public ::testing::TestWithParam<std::string> {};
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct Variant {
+  std::string name;
+  std::string aggregation;  // secagg.aggregation
+  float momentum;           // server.momentum
+};
+
+class ResumeTest : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(ResumeTest, KilledCoordinatorResumesToTheBitIdenticalModel) {
   Cluster cluster("resume", 3);
+  const Variant& v = GetParam();
   const std::string config =
       cluster.WriteConfig("run.textproto", 6, "min_clients: 3 start_clients: 3",
-                          "secagg { aggregation: " + GetParam() + " }");
+                          "secagg { aggregation: " + v.aggregation +
+                              " }\nserver { momentum: " + std::to_string(v.momentum) + " }");
 
   // Reference: an uninterrupted run.
   const std::string ref_dir = cluster.dir() / "ref";
@@ -52,22 +66,29 @@ TEST_P(ResumeTest, KilledCoordinatorResumesToTheBitIdenticalModel) {
   EXPECT_NE(ReadFile(cluster.coordinator_log()).find("resuming run after committed round 3"),
             std::string::npos);
 
-  uint32_t ref_round = 0, round = 0;
-  const std::vector<float> reference = FinalModel(ref_dir, &ref_round);
-  const std::vector<float> resumed = FinalModel(run_dir, &round);
-  EXPECT_EQ(ref_round, 6u);
-  EXPECT_EQ(round, 6u);
-  ASSERT_EQ(reference.size(), resumed.size());
-  ASSERT_FALSE(reference.empty());
-  EXPECT_EQ(std::memcmp(reference.data(), resumed.data(), reference.size() * sizeof(float)), 0)
+  const coordinator::Checkpoint reference = FinalCheckpoint(ref_dir);
+  const coordinator::Checkpoint resumed = FinalCheckpoint(run_dir);
+  EXPECT_EQ(reference.round, 6u);
+  EXPECT_EQ(resumed.round, 6u);
+  ASSERT_FALSE(reference.model.empty());
+  for (float x : reference.model) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_TRUE(SameBits(reference.model, resumed.model))
       << "resumed model differs from the uninterrupted one";
+  // With momentum the server state is part of the checkpoint too.
+  EXPECT_EQ(reference.velocity.empty(), v.momentum == 0.0f);
+  EXPECT_TRUE(SameBits(reference.velocity, resumed.velocity))
+      << "resumed server velocity differs from the uninterrupted one";
   auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
   const auto rounds = std::move(store->Rounds()).value();
   EXPECT_EQ(rounds.size(), 6u);
-  EXPECT_EQ(rounds.back().aggregation, GetParam() == "PLAIN" ? "plain" : "secagg+");
+  EXPECT_EQ(rounds.back().aggregation, v.aggregation == "PLAIN" ? "plain" : "secagg+");
 }
 
-INSTANTIATE_TEST_SUITE_P(Aggregation, ResumeTest, ::testing::Values("PLAIN", "SECAGG_PLUS"));
+INSTANTIATE_TEST_SUITE_P(Variants, ResumeTest,
+                         ::testing::Values(Variant{"Plain", "PLAIN", 0.0f},
+                                           Variant{"SecAggPlus", "SECAGG_PLUS", 0.0f},
+                                           Variant{"PlainWithServerMomentum", "PLAIN", 0.9f}),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace cohort::testing
