@@ -82,6 +82,7 @@ class RoundEngineTest : public ::testing::Test {
   std::vector<float> Global() {
     return {engine_->global_model().begin(), engine_->global_model().end()};
   }
+  bool store_error_ok() const { return engine_->store_error().ok(); }
 
   config::RunConfig config_;
   std::unique_ptr<RunStore> store_;
@@ -131,6 +132,33 @@ TEST_F(RoundEngineTest, DeadlineClosesRoundWithoutTheMissingClients) {
   // Round 2 goes ahead with the two that answered.
   EXPECT_EQ(tasks_["p0"].round(), 2u);
   EXPECT_EQ(tasks_["p2"].round(), 1u);
+}
+
+TEST_F(RoundEngineTest, ANonFiniteModelIsNeverCommittedAndTheRunGoesOn) {
+  // With the norm bound off, finite updates can still step past FLT_MAX.
+  config::RunConfig config = TestConfig(3, 3, 2);
+  config.mutable_server()->set_max_update_norm(0);
+  config.mutable_server()->set_learning_rate(4);
+  Start(config);
+  Register(3);
+  const std::vector<float> before = Global();
+  const std::vector<float> huge(kParams, std::numeric_limits<float>::max());
+  for (const char* peer : {"p0", "p1", "p2"}) Deliver(peer, UpdateFor(tasks_[peer], huge));
+  ASSERT_EQ(engine_->last_committed_round(), 1u);
+  auto rounds = store_->Rounds();
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].outcome, "aborted");
+  EXPECT_NE((*rounds)[0].outcome_reason.find("not finite"), std::string::npos)
+      << (*rounds)[0].outcome_reason;
+  EXPECT_EQ(Global(), before);  // Unchanged, and the checkpoint with it.
+  EXPECT_TRUE(store_error_ok());
+  // Round 2 runs as usual.
+  const std::vector<float> good(kParams, 0.25f);
+  for (const char* peer : {"p0", "p1", "p2"}) Deliver(peer, UpdateFor(tasks_[peer], good));
+  rounds = store_->Rounds();
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_EQ((*rounds)[1].outcome, "committed");
+  EXPECT_FLOAT_EQ(Global()[0], before[0] + 4 * 0.25f);
 }
 
 TEST_F(RoundEngineTest, BadUpdatesAreRejectedAndTheRoundGoesOn) {
