@@ -223,6 +223,7 @@ void Shards() {
   label[48] = 9;  // Label 9 of 3 classes.
   Put("shard", "bad_label_fixcrc", std::string(1, '\1') + label);
   Put("shard", "header_only", std::string(1, '\0') + f32.substr(0, 48));
+  Put("shard", "padded_fixcrc", std::string(1, '\1') + f32 + std::string(4, '\0'));
 }
 
 void Idx() {
@@ -324,11 +325,16 @@ void SecAggServer() {
   Put("secagg_server", "config0_edited_signature",
       EditedServerProgram(0, ServerOp::kSignature, ServerOp::kEditedSignature, 2,
                           std::string("\x00\x01\x00\x11", 4)));
-  // Too few adverts: the round aborts at the first close.
+  // Too few adverts: the round aborts at the first close; nothing after
+  // that may succeed.
   Put("secagg_server", "abort",
       std::string(1, '\0') + ServerStep(ServerOp::kAdvert, 0) +
-          ServerStep(ServerOp::kCloseAdvertise, 0) + ServerStep(ServerOp::kShares, 0) +
-          ServerStep(ServerOp::kFinalize, 0));
+          ServerStep(ServerOp::kCloseAdvertise, 0) + ServerStep(ServerOp::kAdvert, 1) +
+          ServerStep(ServerOp::kShares, 0) + ServerStep(ServerOp::kFinalize, 0));
+  // Client 0's masked input twice.
+  Put("secagg_server", "config0_masked_twice",
+      ServerProgram(0, {ServerOp::kMasked, 0},
+                    ServerStep(ServerOp::kMasked, 0) + ServerStep(ServerOp::kMasked, 0)));
 }
 
 std::string ClientProgram(int config, uint32_t index, ClientOp edit = ClientOp::kNumOps,
@@ -375,6 +381,12 @@ void SecAggClient() {
   }
   Put("secagg_client", "config0_edited_survivors",
       ClientProgram(0, 2, ClientOp::kEditedSignSurvivors, std::string("\x00\x03\x00\x05", 4)));
+  // Client 2 asked to sign a survivor list without itself (erase position 2).
+  Put("secagg_client", "config0_survivors_omit_self",
+      ClientProgram(0, 2, ClientOp::kEditedSignSurvivors, std::string("\x00\x01\x02", 3)));
+  // Survivor 1 copied into the dropped list: in both lists.
+  Put("secagg_client", "config0_request_both_lists",
+      ClientProgram(0, 0, ClientOp::kEditedUnmask, std::string("\x00\x02\x01\x01\x00", 5)));
   Put("secagg_client", "out_of_order",
       std::string{'\0', '\0', static_cast<char>(ClientOp::kUnmask),
                   static_cast<char>(ClientOp::kShareKeys), static_cast<char>(ClientOp::kAdvertise),
