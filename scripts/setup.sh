@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package Cohort needs to build, test and run its demo.
 # Idempotent: installs only what is missing, so a re-run costs one dpkg query.
+#   scripts/setup.sh        what `make`, `make test`, `make test-asan` and the demo need
+#   scripts/setup.sh fuzz   that, plus clang and its libFuzzer runtime (`make fuzz`)
 set -euo pipefail
 
 packages=(
@@ -11,6 +13,13 @@ packages=(
   libopenblas-dev zlib1g-dev
   dataset-fashion-mnist
 )
+# GCC's ASan and UBSan runtimes (`make test-asan`) come with build-essential.
+for group in "$@"; do
+  case $group in
+    fuzz) packages+=(clang libclang-rt-14-dev) ;;
+    *) echo "setup: unknown group '$group' (known: fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,92 @@
+// net::DecodeEnvelope over frames cut from the input.
+//
+// Input: one byte that picks the limits, then frames, each a 16-bit
+// little-endian length and that many bytes (the last may be short).
+// Checks that a decoded envelope honours the limits, carries every payload
+// byte for byte, and survives EncodeEnvelope + DecodeEnvelope unchanged.
+#include <google/protobuf/stubs/logging.h>
+
+#include <array>
+#include <cstring>
+#include <vector>
+#include <zmq.hpp>
+
+#include "net/envelope.h"
+#include "tests/fuzz/fuzz_input.h"
+
+namespace cohort::fuzz {
+namespace {
+
+constexpr size_t kMaxFrames = 6;
+
+void Run(FuzzInput& in) {
+  // Headers that fail to parse would each log an error line.
+  static const bool quiet = [] {
+    google::protobuf::SetLogHandler(nullptr);
+    return true;
+  }();
+  (void)quiet;
+  const uint8_t mode = in.Byte();
+  net::Limits limits;
+  limits.max_header_bytes = (mode & 1) != 0 ? 64 : 65536;
+  limits.max_payload_floats = std::array<size_t, 4>{0, 1, 16, 1 << 20}[(mode >> 1) & 3];
+  limits.max_payload_frames = (mode >> 3) & 3;
+
+  std::vector<zmq::message_t> frames;
+  while (!in.empty() && frames.size() < kMaxFrames) {
+    const std::string frame = in.LengthPrefixed();
+    frames.emplace_back(frame.data(), frame.size());
+  }
+  StatusOr<net::Envelope> env = net::DecodeEnvelope(frames, limits);
+  if (!env.ok()) {
+    FUZZ_CHECK(!env.status().message().empty(), "an error must say what was wrong");
+    return;
+  }
+  FUZZ_CHECK(!frames.empty() && frames.size() - 1 <= limits.max_payload_frames, "frame count");
+  FUZZ_CHECK(frames[0].size() <= limits.max_header_bytes, "header limit");
+  FUZZ_CHECK(env->header.version() == wire::VERSION_1, "version");
+  FUZZ_CHECK(env->header.body_case() != wire::Header::BODY_NOT_SET, "body");
+  FUZZ_CHECK(net::BodyName(env->header) != "unknown", "body name");
+  FUZZ_CHECK(env->payloads.size() == frames.size() - 1, "payload count");
+  for (size_t i = 0; i < env->payloads.size(); ++i) {
+    const auto& values = env->payloads[i];
+    FUZZ_CHECK(values.size() <= limits.max_payload_floats, "payload limit");
+    FUZZ_CHECK(values.size() * sizeof(float) == frames[i + 1].size(), "payload size");
+    FUZZ_CHECK(values.empty() ||
+                   std::memcmp(values.data(), frames[i + 1].data(), frames[i + 1].size()) == 0,
+               "payload bytes");
+  }
+  if (env->payloads.size() > 1) return;  // EncodeEnvelope writes at most one payload.
+
+  // Round trip. EncodeEnvelope writes no frame for an empty payload.
+  // Re-serialising may grow the header (a 5-byte negative enum becomes 10
+  // bytes), so the second decode gets room for it.
+  if (!env->payloads.empty() && env->payloads[0].empty()) env->payloads.clear();
+  std::vector<zmq::message_t> again =
+      env->payloads.empty()
+          ? net::EncodeEnvelope(env->header, std::span<const float>())
+          : net::EncodeEnvelope(env->header, std::span<const float>(env->payloads[0]));
+  net::Limits relaxed = limits;
+  relaxed.max_header_bytes = std::max(limits.max_header_bytes, again[0].size());
+  StatusOr<net::Envelope> decoded = net::DecodeEnvelope(again, relaxed);
+  FUZZ_CHECK(decoded.ok(), "re-encoded envelope must decode: " + decoded.status().ToString());
+  FUZZ_CHECK(decoded->header.SerializeAsString() == env->header.SerializeAsString(),
+             "header changed in the round trip");
+  FUZZ_CHECK(decoded->payloads.size() == env->payloads.size(), "payload count after round trip");
+  for (size_t i = 0; i < env->payloads.size(); ++i) {
+    const auto& a = env->payloads[i];
+    const auto& b = decoded->payloads[i];
+    FUZZ_CHECK(a.size() == b.size() &&
+                   (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0),
+               "payload changed in the round trip");
+  }
+}
+
+}  // namespace
+}  // namespace cohort::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  cohort::fuzz::FuzzInput in(data, size);
+  cohort::fuzz::Run(in);
+  return 0;
+}

@@ -1,0 +1,211 @@
+// The client half of secure aggregation (aggregation::SecAggClient) against
+// a server that may lie.
+//
+// Input: a configuration byte (see secagg_cohort.h), the client's index,
+// then up to kMaxSteps operation bytes: call a stage with the honest
+// server message, with an edited copy (edits read from the input), or with
+// an input vector of a chosen length. The client is rebuilt with the keys
+// it had in the recorded round, so the honest messages fit it. Checks:
+//  - calls out of stage order fail; after a failed in-order call every
+//    call fails (the client has left the round);
+//  - on honest messages, in order, every stage succeeds (except signing
+//    and unmasking for the client that dropped);
+//  - what ShareKeys seals goes only to neighbours, at the expected size;
+//  - Unmask reveals one share per neighbour that shared keys, the self-mask
+//    share for survivors and the mask-key share for the dropped only, at
+//    most once, and only for the survivor list it signed.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aggregation/secagg.h"
+#include "crypto/aead.h"
+#include "crypto/shamir.h"
+#include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/secagg_cohort.h"
+
+namespace cohort::fuzz {
+namespace {
+
+using aggregation::SecAggClient;
+
+constexpr int kMaxSteps = 32;
+constexpr size_t kSealedSharesBytes =
+    crypto::kAeadNonceBytes + 2 * crypto::kShamirShareBytes + crypto::kAeadTagBytes;
+
+// The stages as the client should see them.
+enum class Stage { kFresh, kAdvertised, kShared, kReceived, kMasked, kSigned, kUnmasked, kLeft };
+
+bool Contains(const std::vector<uint32_t>& sorted, uint32_t x) {
+  return std::binary_search(sorted.begin(), sorted.end(), x);
+}
+
+class ClientRun {
+ public:
+  ClientRun(int config, uint32_t index, FuzzInput& in)
+      : config_(config),
+        h_(GetHonestRound(config)),
+        index_(index),
+        in_(in),
+        client_(h_.params, index, &h_.identity_keys[index], h_.identities) {}
+
+  void Run() {
+    for (int step = 0; step < kMaxSteps && !in_.empty(); ++step) {
+      Step(static_cast<ClientOp>(in_.Byte() % static_cast<uint8_t>(ClientOp::kNumOps)));
+    }
+  }
+
+ private:
+  // Records the outcome of a call the client should accept only in stage
+  // `from` (moving to `to`).
+  void Outcome(const Status& status, Stage from, Stage to, bool honest_message) {
+    const bool in_order = stage_ == from;
+    if (!in_order) {
+      FUZZ_CHECK(!status.ok(), "a call out of stage order (or after leaving) succeeded");
+      return;
+    }
+    honest_ = honest_ && honest_message;
+    if (status.ok()) {
+      stage_ = to;
+      return;
+    }
+    const bool may_fail = index_ == h_.dropped && (to == Stage::kSigned || to == Stage::kUnmasked);
+    FUZZ_CHECK(!honest_ || may_fail, "an honest call in order failed: " + status.ToString());
+    stage_ = Stage::kLeft;
+  }
+
+  void Step(ClientOp op) {
+    switch (op) {
+      case ClientOp::kAdvertise: {
+        SeedRandom(ClientSeed(config_, index_));  // The recorded round's keys.
+        auto advert = client_.AdvertiseKeys();
+        if (advert.ok()) {
+          const auto& recorded = h_.adverts[index_];
+          FUZZ_CHECK(advert->enc_key == recorded.enc_key && advert->mask_key == recorded.mask_key,
+                     "the seeded client made other keys than in the recorded round");
+        }
+        Outcome(advert.status(), Stage::kFresh, Stage::kAdvertised, true);
+        break;
+      }
+      case ClientOp::kShareKeys:
+      case ClientOp::kEditedShareKeys: {
+        aggregation::KeyList list = h_.key_list;
+        if (op == ClientOp::kEditedShareKeys) MutateKeyList(in_, h_, list);
+        auto sealed = client_.ShareKeys(list);
+        if (sealed.ok()) CheckSealed(*sealed, list);
+        Outcome(sealed.status(), Stage::kAdvertised, Stage::kShared, op == ClientOp::kShareKeys);
+        break;
+      }
+      case ClientOp::kReceiveShares:
+      case ClientOp::kEditedReceiveShares: {
+        aggregation::InboundShares inbound = h_.inbound.at(index_);
+        if (op == ClientOp::kEditedReceiveShares) MutateInbound(in_, h_, inbound);
+        const Status status = client_.ReceiveShares(inbound);
+        if (status.ok() && stage_ == Stage::kShared) held_ = inbound.from.size();
+        Outcome(status, Stage::kShared, Stage::kReceived, op == ClientOp::kReceiveShares);
+        break;
+      }
+      case ClientOp::kMaskInput:
+      case ClientOp::kReceiveAndMask: {
+        std::vector<uint32_t> input = h_.inputs[index_];
+        const bool right_length = in_.Byte() % 4 != 0;
+        if (!right_length) input.resize(in_.Below(2 * h_.params.length + 1));
+        const bool honest_input = input.size() == h_.params.length;
+        if (op == ClientOp::kMaskInput) {
+          auto masked = client_.MaskInput(input);
+          if (masked.ok()) FUZZ_CHECK(masked->values.size() == h_.params.length, "masked length");
+          Outcome(masked.status(), Stage::kReceived, Stage::kMasked, honest_input);
+        } else {
+          const aggregation::InboundShares& inbound = h_.inbound.at(index_);
+          auto masked = client_.MaskInput(inbound, input);
+          if (masked.ok() && stage_ == Stage::kShared) held_ = inbound.from.size();
+          Outcome(masked.status(), Stage::kShared, Stage::kMasked, honest_input);
+        }
+        break;
+      }
+      case ClientOp::kSignSurvivors:
+      case ClientOp::kEditedSignSurvivors: {
+        aggregation::SurvivorList list = h_.survivors;
+        if (op == ClientOp::kEditedSignSurvivors) MutateIndexList(in_, h_, list.survivors);
+        auto signature = client_.SignSurvivors(list);
+        if (signature.ok()) {
+          FUZZ_CHECK(Contains(list.survivors, index_), "signed a list without this client");
+          signed_ = list.survivors;
+        }
+        Outcome(signature.status(), Stage::kMasked, Stage::kSigned, op == ClientOp::kSignSurvivors);
+        break;
+      }
+      case ClientOp::kUnmask:
+      case ClientOp::kEditedUnmask: {
+        aggregation::UnmaskRequest request = h_.request;
+        if (op == ClientOp::kEditedUnmask) MutateRequest(in_, h_, request);
+        auto response = client_.Unmask(request);
+        if (response.ok()) CheckResponse(*response, request);
+        const Stage from = h_.params.consistency_check ? Stage::kSigned : Stage::kMasked;
+        Outcome(response.status(), from, Stage::kUnmasked, op == ClientOp::kUnmask);
+        break;
+      }
+      case ClientOp::kNumOps:
+        break;
+    }
+  }
+
+  void CheckSealed(const aggregation::SealedShares& sealed, const aggregation::KeyList& list) {
+    FUZZ_CHECK(sealed.from == index_, "sealed shares name another sender");
+    std::set<uint32_t> listed;
+    for (const auto& a : list.adverts) listed.insert(a.index);
+    for (const auto& [v, ct] : sealed.to) {
+      FUZZ_CHECK(Contains(client_.neighbours(), v) && listed.count(v) == 1,
+                 "shares sealed for a client that is not a listed neighbour");
+      FUZZ_CHECK(ct.size() == kSealedSharesBytes, "sealed shares of the wrong size");
+    }
+  }
+
+  void CheckResponse(const aggregation::UnmaskResponse& r,
+                     const aggregation::UnmaskRequest& request) {
+    FUZZ_CHECK(!unmasked_, "Unmask answered twice");
+    unmasked_ = true;
+    FUZZ_CHECK(r.from == index_, "response names another client");
+    FUZZ_CHECK(Contains(request.survivors, index_), "answered a request that drops this client");
+    if (h_.params.consistency_check) {
+      FUZZ_CHECK(request.survivors == signed_, "answered for a survivor list it did not sign");
+    }
+    FUZZ_CHECK(r.shares.size() == held_, "one share per neighbour that shared keys");
+    std::set<uint32_t> about;
+    uint32_t self_shares = 0;
+    for (const auto& s : r.shares) {
+      FUZZ_CHECK(about.insert(s.about).second, "two shares about one client");
+      FUZZ_CHECK(Contains(client_.neighbours(), s.about), "a share about a non-neighbour");
+      const bool survivor = Contains(request.survivors, s.about);
+      const bool dropped = Contains(request.dropped, s.about);
+      FUZZ_CHECK(survivor != dropped, "a share about a client in both or neither list");
+      FUZZ_CHECK(s.is_self_mask == survivor, "revealed the wrong secret's share");
+      FUZZ_CHECK(crypto::ShamirShareX(s.share) == index_ + 1, "a share with the wrong x");
+      self_shares += s.is_self_mask ? 1 : 0;
+    }
+    FUZZ_CHECK(self_shares >= h_.params.t, "answered with fewer than t surviving neighbours");
+  }
+
+  const int config_;
+  const HonestRound& h_;
+  const uint32_t index_;
+  FuzzInput& in_;
+  SecAggClient client_;
+  Stage stage_ = Stage::kFresh;
+  bool honest_ = true;            // Every in-order call so far had honest input.
+  size_t held_ = 0;               // Neighbours whose shares the client accepted.
+  std::vector<uint32_t> signed_;  // The survivor list it signed.
+  bool unmasked_ = false;
+};
+
+}  // namespace
+}  // namespace cohort::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  cohort::fuzz::FuzzInput in(data, size);
+  const int config = in.Byte() % cohort::fuzz::kNumConfigs;
+  const uint32_t index = in.Below(cohort::fuzz::GetHonestRound(config).params.n);
+  cohort::fuzz::ClientRun(config, index, in).Run();
+  return 0;
+}

@@ -1,0 +1,110 @@
+// The honest cohort the secure-aggregation harnesses start from, and the
+// edits they make to its messages.
+//
+// Each configuration runs one honest round once per process (client n-1
+// shares its keys, then drops before the masked input) and records every
+// message of it. The harnesses replay those messages, and edited copies of
+// them, into a fresh SecAggServer or SecAggClient per input.
+//
+// libsodium's randomness is replaced by a seeded generator for the whole
+// harness process (never in the library or the daemons), so a harness can
+// rebuild client i with exactly the keys the recorded round saw, and a
+// crashing input replays the same way in every process.
+#ifndef COHORT_TESTS_FUZZ_SECAGG_COHORT_H_
+#define COHORT_TESTS_FUZZ_SECAGG_COHORT_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "aggregation/secagg.h"
+#include "crypto/keys.h"
+#include "tests/fuzz/fuzz_input.h"
+
+namespace cohort::fuzz {
+
+// Restarts the seeded generator behind randombytes_* (installing it on the
+// first call).
+void SeedRandom(uint64_t seed);
+
+struct HonestRound {
+  aggregation::SecAggParams params;
+  std::vector<crypto::Ed25519KeyPair> identity_keys;  // By index.
+  std::vector<crypto::Ed25519Public> identities;
+  std::vector<std::vector<uint32_t>> inputs;  // Each client's plain input.
+  uint32_t dropped = 0;                       // In U2, not in U3.
+
+  std::vector<aggregation::KeyAdvert> adverts;  // By index.
+  aggregation::KeyList key_list;
+  std::vector<aggregation::SealedShares> sealed;  // By index.
+  std::map<uint32_t, aggregation::InboundShares> inbound;
+  std::vector<aggregation::MaskedInput> masked;  // By index, the dropped one's too.
+  aggregation::SurvivorList survivors;
+  std::map<uint32_t, aggregation::SurvivorSignature> signatures;  // By signer.
+  aggregation::UnmaskRequest request;
+  std::map<uint32_t, aggregation::UnmaskResponse> responses;  // By responder.
+  std::vector<uint32_t> sum;                                  // Of U3's inputs.
+};
+
+// The operations of the two harnesses' input programs (one byte each, taken
+// modulo kNumOps). make_corpus.cc writes seed programs with them.
+enum class ServerOp : uint8_t {
+  kAdvert,
+  kEditedAdvert,
+  kCloseAdvertise,
+  kShares,
+  kEditedShares,
+  kCloseShares,
+  kMasked,
+  kEditedMasked,
+  kRawMasked,
+  kCloseMaskedInput,
+  kSignature,
+  kEditedSignature,
+  kCloseConsistency,
+  kUnmask,
+  kEditedUnmask,
+  kFinalize,
+  kNumOps,
+};
+enum class ClientOp : uint8_t {
+  kAdvertise,
+  kShareKeys,
+  kEditedShareKeys,
+  kReceiveShares,
+  kEditedReceiveShares,
+  kMaskInput,
+  kReceiveAndMask,
+  kSignSurvivors,
+  kEditedSignSurvivors,
+  kUnmask,
+  kEditedUnmask,
+  kNumOps,
+};
+
+inline constexpr int kNumConfigs = 2;
+// 0: n = 4, complete graph (k = 3, t = 2), consistency check, AES-256-CTR.
+// 1: n = 6, Harary graph k = 4, t = 3, no consistency check, ChaCha20.
+// Built on first use; aborts if the honest round itself fails.
+const HonestRound& GetHonestRound(int config);
+// Seed under which client `index` of `config` made its keys: SeedRandom it
+// before AdvertiseKeys to get the same keys again.
+uint64_t ClientSeed(int config, uint32_t index);
+
+aggregation::UnmaskResponse CopyResponse(const aggregation::UnmaskResponse& r);
+
+// Edits: each applies one to three changes chosen by `in` to its argument.
+// Indices are drawn from [0, n + 2), so unknown clients come up too.
+void MutateAdvert(FuzzInput& in, const HonestRound& h, aggregation::KeyAdvert& a);
+void MutateKeyList(FuzzInput& in, const HonestRound& h, aggregation::KeyList& list);
+void MutateSealed(FuzzInput& in, const HonestRound& h, aggregation::SealedShares& s);
+void MutateInbound(FuzzInput& in, const HonestRound& h, aggregation::InboundShares& s);
+void MutateMasked(FuzzInput& in, const HonestRound& h, aggregation::MaskedInput& m);
+void MutateIndexList(FuzzInput& in, const HonestRound& h, std::vector<uint32_t>& list);
+void MutateSignature(FuzzInput& in, const HonestRound& h, aggregation::SurvivorSignature& s);
+void MutateRequest(FuzzInput& in, const HonestRound& h, aggregation::UnmaskRequest& r);
+void MutateResponse(FuzzInput& in, const HonestRound& h, aggregation::UnmaskResponse& r);
+
+}  // namespace cohort::fuzz
+
+#endif  // COHORT_TESTS_FUZZ_SECAGG_COHORT_H_

@@ -1,0 +1,234 @@
+// The server half of secure aggregation (aggregation::SecAggServer) against
+// clients that may lie.
+//
+// Input: a configuration byte (see secagg_cohort.h), then up to kMaxSteps
+// steps, each an operation byte and a client byte: deliver client i's
+// honest message of a stage, deliver an edited copy (the edits read from
+// the input), or close a stage. Checks, after every step:
+//  - U5 ⊆ U3 ⊆ U2 ⊆ U1 ⊆ [0, n), each sorted and unique;
+//  - what a Close returns matches those sets and the graph;
+//  - after an abort, and after Finalize, every call fails;
+//  - Finalize on honest messages only returns the exact sum of U3's inputs.
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aggregation/secagg.h"
+#include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/secagg_cohort.h"
+
+namespace cohort::fuzz {
+namespace {
+
+using aggregation::SecAggServer;
+
+constexpr int kMaxSteps = 64;
+
+bool SortedUnique(const std::vector<uint32_t>& v, uint32_t n) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] >= n || (i > 0 && v[i] <= v[i - 1])) return false;
+  }
+  return true;
+}
+
+bool Subset(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+  return std::includes(b.begin(), b.end(), a.begin(), a.end());
+}
+
+bool Contains(const std::vector<uint32_t>& sorted, uint32_t x) {
+  return std::binary_search(sorted.begin(), sorted.end(), x);
+}
+
+void CheckSets(const SecAggServer& s, uint32_t n) {
+  FUZZ_CHECK(SortedUnique(s.u1(), n) && SortedUnique(s.u2(), n) && SortedUnique(s.u3(), n) &&
+                 SortedUnique(s.u5(), n),
+             "client sets must be sorted, unique and < n");
+  FUZZ_CHECK(Subset(s.u2(), s.u1()) && Subset(s.u3(), s.u2()) && Subset(s.u5(), s.u3()),
+             "client sets must nest");
+}
+
+class ServerRun {
+ public:
+  ServerRun(int config, FuzzInput& in)
+      : h_(GetHonestRound(config)),
+        in_(in),
+        server_(h_.params, h_.identities),
+        graph_(aggregation::HararyNeighbours(h_.params.n, h_.params.k, h_.params.graph_seed)) {}
+
+  void Run() {
+    for (int step = 0; step < kMaxSteps && !in_.empty(); ++step) {
+      const uint8_t op = in_.Byte() % static_cast<uint8_t>(ServerOp::kNumOps);
+      const uint32_t i = in_.Below(h_.params.n);
+      const bool was_done = done_;
+      const Status status = Step(static_cast<ServerOp>(op), i);
+      if (was_done) FUZZ_CHECK(!status.ok(), "a call succeeded after an abort or Finalize");
+      if (status.code() == StatusCode::kFailedPrecondition &&
+          status.message().find("secure aggregation aborted") != std::string::npos) {
+        done_ = true;
+      }
+      CheckSets(server_, h_.params.n);
+    }
+  }
+
+ private:
+  Status Step(ServerOp op, uint32_t i) {
+    switch (op) {
+      case ServerOp::kAdvert:
+        return server_.OnAdvertise(h_.adverts[i]);
+      case ServerOp::kEditedAdvert: {
+        aggregation::KeyAdvert a = h_.adverts[i];
+        MutateAdvert(in_, h_, a);
+        tampered_ = true;
+        return server_.OnAdvertise(a);
+      }
+      case ServerOp::kCloseAdvertise:
+        return CloseAdvertise();
+      case ServerOp::kShares:
+        return server_.OnShares(h_.sealed[i]);
+      case ServerOp::kEditedShares: {
+        aggregation::SealedShares s = h_.sealed[i];
+        MutateSealed(in_, h_, s);
+        tampered_ = true;
+        return server_.OnShares(s);
+      }
+      case ServerOp::kCloseShares:
+        return CloseShares();
+      case ServerOp::kMasked:
+        return server_.OnMaskedInput(h_.masked[i]);
+      case ServerOp::kEditedMasked: {
+        aggregation::MaskedInput m = h_.masked[i];
+        MutateMasked(in_, h_, m);
+        tampered_ = true;
+        return server_.OnMaskedInput(m);
+      }
+      case ServerOp::kRawMasked: {  // Straight from a frame: any length, any alignment.
+        const uint32_t from = in_.Below(h_.params.n + 2);
+        const std::string frame = " " + in_.Bytes(in_.Below(8 * h_.params.length + 1));
+        tampered_ = true;
+        return server_.OnMaskedInput(
+            from, {reinterpret_cast<const uint8_t*>(frame.data()) + 1, frame.size() - 1});
+      }
+      case ServerOp::kCloseMaskedInput:
+        return CloseMaskedInput();
+      case ServerOp::kSignature: {
+        auto it = h_.signatures.find(i);
+        if (it == h_.signatures.end()) return FailedPreconditionError("no honest signature");
+        return server_.OnSignature(it->second);
+      }
+      case ServerOp::kEditedSignature: {
+        auto it = h_.signatures.find(i);
+        aggregation::SurvivorSignature s =
+            it != h_.signatures.end() ? it->second : aggregation::SurvivorSignature{i, {}};
+        MutateSignature(in_, h_, s);
+        tampered_ = true;
+        return server_.OnSignature(s);
+      }
+      case ServerOp::kCloseConsistency:
+        return CloseConsistency();
+      case ServerOp::kUnmask: {
+        auto it = h_.responses.find(i);
+        if (it == h_.responses.end()) return FailedPreconditionError("no honest response");
+        return server_.OnUnmask(CopyResponse(it->second));
+      }
+      case ServerOp::kEditedUnmask: {
+        auto it = h_.responses.find(i);
+        aggregation::UnmaskResponse r = it != h_.responses.end()
+                                            ? CopyResponse(it->second)
+                                            : CopyResponse(h_.responses.begin()->second);
+        MutateResponse(in_, h_, r);
+        tampered_ = true;
+        return server_.OnUnmask(std::move(r));
+      }
+      case ServerOp::kFinalize:
+        return Finalize();
+      case ServerOp::kNumOps:
+        break;
+    }
+    return InternalError("unreachable");
+  }
+
+  Status CloseAdvertise() {
+    auto list = server_.CloseAdvertise();
+    if (!list.ok()) return list.status();
+    std::vector<uint32_t> indices;
+    for (const auto& a : list->adverts) indices.push_back(a.index);
+    FUZZ_CHECK(indices == server_.u1(), "the key list must be U1 in index order");
+    FUZZ_CHECK(server_.u1().size() >= h_.params.t, "closed with fewer than t adverts");
+    return OkStatus();
+  }
+
+  Status CloseShares() {
+    auto inbound = server_.CloseShares();
+    if (!inbound.ok()) return inbound.status();
+    FUZZ_CHECK(server_.u2().size() >= h_.params.t, "closed with fewer than t share sets");
+    std::vector<uint32_t> recipients;
+    for (const auto& [v, shares] : *inbound) {
+      recipients.push_back(v);
+      for (const auto& [u, ct] : shares.from) {
+        FUZZ_CHECK(Contains(server_.u2(), u), "relayed shares from a client not in U2");
+        FUZZ_CHECK(Contains(graph_[u], v), "relayed shares between non-neighbours");
+      }
+    }
+    FUZZ_CHECK(recipients == server_.u2(), "shares must go to exactly U2");
+    return OkStatus();
+  }
+
+  Status CloseMaskedInput() {
+    auto list = server_.CloseMaskedInput();
+    if (!list.ok()) return list.status();
+    FUZZ_CHECK(list->survivors == server_.u3(), "the survivor list must be U3");
+    FUZZ_CHECK(server_.u3().size() >= h_.params.t, "closed with fewer than t inputs");
+    return OkStatus();
+  }
+
+  Status CloseConsistency() {
+    auto request = server_.CloseConsistency();
+    if (!request.ok()) return request.status();
+    FUZZ_CHECK(request->survivors == server_.u3(), "the request's survivors must be U3");
+    std::vector<uint32_t> dropped;
+    std::set_difference(server_.u2().begin(), server_.u2().end(), server_.u3().begin(),
+                        server_.u3().end(), std::back_inserter(dropped));
+    FUZZ_CHECK(request->dropped == dropped, "the request's dropped list must be U2 \\ U3");
+    if (h_.params.consistency_check) {
+      FUZZ_CHECK(request->signatures.size() >= h_.params.t, "fewer than t signatures");
+    }
+    for (const auto& s : request->signatures) {
+      FUZZ_CHECK(Contains(server_.u3(), s.from), "a signature from outside U3");
+    }
+    return OkStatus();
+  }
+
+  Status Finalize() {
+    auto sum = server_.Finalize();
+    if (!sum.ok()) return sum.status();
+    FUZZ_CHECK(sum->size() == h_.params.length, "sum length");
+    if (!tampered_) {
+      std::vector<uint32_t> expected(h_.params.length, 0);
+      for (uint32_t u : server_.u3()) {
+        for (size_t j = 0; j < expected.size(); ++j) expected[j] += h_.inputs[u][j];
+      }
+      FUZZ_CHECK(*sum == expected, "honest messages gave a wrong sum");
+    }
+    done_ = true;
+    return OkStatus();
+  }
+
+  const HonestRound& h_;
+  FuzzInput& in_;
+  SecAggServer server_;
+  std::vector<std::vector<uint32_t>> graph_;
+  bool tampered_ = false;  // An edited message was delivered.
+  bool done_ = false;      // Aborted or finalized.
+};
+
+}  // namespace
+}  // namespace cohort::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  cohort::fuzz::FuzzInput in(data, size);
+  const int config = in.Byte() % cohort::fuzz::kNumConfigs;
+  cohort::fuzz::ServerRun(config, in).Run();
+  return 0;
+}
