@@ -716,6 +716,19 @@ std::vector<UnmaskShare> SecAggClient::HeldSharesForTesting(uint32_t dealer) con
   return out;
 }
 
+StatusOr<Complaint> SecAggClient::ComplaintForTesting(uint32_t dealer) const {
+  const KeyAdvert& a = neighbour_adverts_.at(dealer);
+  COHORT_ASSIGN_OR_RETURN(SecretBytes point, crypto::EncSharedPoint(enc_.secret_key, a.enc_key));
+  Complaint c;
+  c.about = dealer;
+  c.point.emplace();
+  std::memcpy(c.point->data(), point.bytes().data(), c.point->size());
+  COHORT_ASSIGN_OR_RETURN(
+      c.proof, crypto::ProveSharedPoint(enc_.secret_key, enc_.public_key, a.enc_key, point.bytes(),
+                                        AsBytes(ComplaintContext(session_, dealer, index_))));
+  return c;
+}
+
 // --- Server -----------------------------------------------------------------
 
 SecAggServer::SecAggServer(const SecAggParams& params,

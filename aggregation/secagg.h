@@ -219,6 +219,9 @@ class SecAggClient {
   // (mask seed, then self mask), i.e. what a corrupt client could hand the
   // server. Empty when it holds none.
   std::vector<UnmaskShare> HeldSharesForTesting(uint32_t dealer) const;
+  // Testing only: a complaint about `dealer` with the true shared point and
+  // a valid proof, as a client that lies about good shares would send.
+  StatusOr<Complaint> ComplaintForTesting(uint32_t dealer) const;
 
  private:
   struct Held {  // What a neighbour dealt this client.

@@ -550,6 +550,33 @@ TEST(SecAggMaliciousClientTest, AFalseComplaintPutsTheComplainantOut) {
   EXPECT_EQ(o.sum, o.expected);
 }
 
+TEST(SecAggMaliciousClientTest, AProvenComplaintAboutGoodSharesPutsTheComplainantOut) {
+  // Client 4 proves its key honestly but claims client 2's shares do not
+  // open: the server opens them itself and finds them good.
+  Harness h(Params(10, 64));
+  Staged s = StageAdverts(h);
+  SecAggServer& server = *s.server;
+  for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
+  auto list = server.CloseAdvertise();
+  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
+  auto inbound = server.CloseShares();
+  for (uint32_t i = 0; i < 10; ++i) {
+    auto check = s.clients[i]->CheckShares((*inbound)[i]);
+    ASSERT_TRUE(check.ok());
+    if (i == 4) check->complaints.push_back(*s.clients[4]->ComplaintForTesting(2));
+    Status st = server.OnShareCheck(*check);
+    EXPECT_EQ(st.ok(), i != 4) << st;
+  }
+  auto blamed = server.TakeMisbehaviour();
+  ASSERT_EQ(blamed.size(), 1u);
+  EXPECT_EQ(blamed[0].client, 4u);
+  EXPECT_NE(blamed[0].what.find("false complaint about client 2"), std::string::npos);
+  auto checked = server.CloseShareCheck();
+  ASSERT_TRUE(checked.ok());
+  EXPECT_EQ(std::count(checked->members.begin(), checked->members.end(), 2u), 1);
+  EXPECT_EQ(std::count(checked->members.begin(), checked->members.end(), 4u), 0);
+}
+
 TEST(SecAggMaliciousClientTest, AForgedProofPutsTheComplainantOut) {
   Harness h(Params(10, 64));
   Tamper t;
