@@ -342,16 +342,16 @@ void SecAggServer() {
   Put("secagg_server", "config0_edited_signature",
       EditedServerProgram(0, ServerOp::kSignature, ServerOp::kEditedSignature, 2,
                           std::string("\x00\x01\x00\x11", 4)));
-  // A true complaint: client 2's shares for client 1 arrive with a flipped
-  // byte (its signature no longer holds), and client 1 says so. Client 2 is
-  // blamed and out of U3.
+  // A true complaint: client 2's shares for client 3 arrive with a flipped
+  // byte (its signature no longer holds), and client 3 says so after client
+  // 2's own check. Client 2 is blamed and out of U3.
   Put("secagg_server", "config0_true_complaint",
       ServerProgram(
           0, {{{ServerOp::kShares, 2},
                ServerStep(ServerOp::kEditedShares, 2) +
-                   std::string("\x00\x01\x02\x01\x05\x00\x00\x00\x01", 9)},
-              {{ServerOp::kShareCheck, 1},
-               ServerStep(ServerOp::kEditedShareCheck, 1) + std::string("\x00\x01\x02\x00", 4)}}));
+                   std::string("\x00\x01\x02\x02\x04\x05\x00\x00\x00\x01", 10)},
+              {{ServerOp::kShareCheck, 3},
+               ServerStep(ServerOp::kEditedShareCheck, 3) + std::string("\x00\x01\x02\x00", 4)}}));
   // Too few adverts: the round aborts at the first close; nothing after
   // that may succeed.
   Put("secagg_server", "abort",
