@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -268,19 +269,23 @@ std::string ServerStep(ServerOp op, uint32_t i) {
   return {static_cast<char>(op), static_cast<char>(i)};
 }
 
-// One honest round; the step (op, client) named by `target`, if any, is
-// replaced by `replacement` (a whole step: op, client, edit bytes).
-std::string ServerProgram(int config, std::pair<ServerOp, uint32_t> target = {ServerOp::kNumOps, 0},
-                          const std::string& replacement = "") {
+using ServerEdits = std::map<std::pair<ServerOp, uint32_t>, std::string>;
+
+// One honest round; each step (op, client) named in `edits` is replaced by
+// its value (whole steps: op, client, edit bytes).
+std::string ServerProgram(int config, const ServerEdits& edits = {}) {
   const HonestRound& h = GetHonestRound(config);
   std::string p(1, static_cast<char>(config));
   auto step = [&](ServerOp op, uint32_t i) {
-    p += target == std::make_pair(op, i) ? replacement : ServerStep(op, i);
+    auto it = edits.find({op, i});
+    p += it != edits.end() ? it->second : ServerStep(op, i);
   };
   for (uint32_t i = 0; i < h.params.n; ++i) step(ServerOp::kAdvert, i);
   step(ServerOp::kCloseAdvertise, 0);
   for (uint32_t i = 0; i < h.params.n; ++i) step(ServerOp::kShares, i);
   step(ServerOp::kCloseShares, 0);
+  for (uint32_t i = 0; i < h.params.n; ++i) step(ServerOp::kShareCheck, i);
+  step(ServerOp::kCloseShareCheck, 0);
   for (uint32_t i : h.survivors.survivors) step(ServerOp::kMasked, i);
   step(ServerOp::kCloseMaskedInput, 0);
   for (const auto& [i, s] : h.signatures) step(ServerOp::kSignature, i);
@@ -295,7 +300,7 @@ std::string ServerProgram(int config, std::pair<ServerOp, uint32_t> target = {Se
 // secagg_cohort.cc).
 std::string EditedServerProgram(int config, ServerOp op, ServerOp edited, uint32_t i,
                                 const std::string& edit_bytes) {
-  return ServerProgram(config, {op, i}, ServerStep(edited, i) + edit_bytes);
+  return ServerProgram(config, {{{op, i}, ServerStep(edited, i) + edit_bytes}});
 }
 
 void SecAggServer() {
@@ -308,6 +313,14 @@ void SecAggServer() {
     Put("secagg_server", tag + "edited_shares",
         EditedServerProgram(c, ServerOp::kShares, ServerOp::kEditedShares, 2,
                             std::string("\x00\x01\x02\x00\x00\x07", 6)));
+    // Client 1 claims client 2's shares carry a bad signature (they do not).
+    Put("secagg_server", tag + "false_complaint",
+        EditedServerProgram(c, ServerOp::kShareCheck, ServerOp::kEditedShareCheck, 1,
+                            std::string("\x00\x01\x02\x00", 4)));
+    // The same with a made-up shared point and proof.
+    Put("secagg_server", tag + "false_complaint_point",
+        EditedServerProgram(c, ServerOp::kShareCheck, ServerOp::kEditedShareCheck, 1,
+                            std::string("\x00\x01\x02\x01", 4) + std::string(96, '\x07')));
     Put("secagg_server", tag + "edited_masked",
         EditedServerProgram(c, ServerOp::kMasked, ServerOp::kEditedMasked, 0,
                             std::string("\x00\x01\x04", 3)));
@@ -316,15 +329,29 @@ void SecAggServer() {
                             std::string("\x00\x04\x00", 3)));
     Put("secagg_server", tag + "resized_share",
         EditedServerProgram(c, ServerOp::kUnmask, ServerOp::kEditedUnmask, 0,
-                            std::string("\x00\x07\x00\x20", 4)));
+                            std::string("\x00\x08\x00\x20", 4)));
+    Put("secagg_server", tag + "forged_dealer_signature",
+        EditedServerProgram(c, ServerOp::kUnmask, ServerOp::kEditedUnmask, 0,
+                            std::string("\x00\x07\x00\x05\x01", 5)));
     // Client 1's masked input as a raw frame of the right size (8 words).
     Put("secagg_server", tag + "raw_masked",
-        ServerProgram(c, {ServerOp::kMasked, 1},
-                      ServerStep(ServerOp::kRawMasked, 0) + "\x01\x20" + std::string(32, '\x05')));
+        ServerProgram(
+            c, {{{ServerOp::kMasked, 1},
+                 ServerStep(ServerOp::kRawMasked, 0) + "\x01\x20" + std::string(32, '\x05')}}));
   }
   Put("secagg_server", "config0_edited_signature",
       EditedServerProgram(0, ServerOp::kSignature, ServerOp::kEditedSignature, 2,
                           std::string("\x00\x01\x00\x11", 4)));
+  // A true complaint: client 2's shares for client 3 arrive with a flipped
+  // byte (its signature no longer holds), and client 3 says so after client
+  // 2's own check. Client 2 is blamed and out of U3.
+  Put("secagg_server", "config0_true_complaint",
+      ServerProgram(
+          0, {{{ServerOp::kShares, 2},
+               ServerStep(ServerOp::kEditedShares, 2) +
+                   std::string("\x00\x01\x02\x02\x04\x05\x00\x00\x00\x01", 10)},
+              {{ServerOp::kShareCheck, 3},
+               ServerStep(ServerOp::kEditedShareCheck, 3) + std::string("\x00\x01\x02\x00", 4)}}));
   // Too few adverts: the round aborts at the first close; nothing after
   // that may succeed.
   Put("secagg_server", "abort",
@@ -333,13 +360,12 @@ void SecAggServer() {
           ServerStep(ServerOp::kShares, 0) + ServerStep(ServerOp::kFinalize, 0));
   // Client 0's masked input twice.
   Put("secagg_server", "config0_masked_twice",
-      ServerProgram(0, {ServerOp::kMasked, 0},
-                    ServerStep(ServerOp::kMasked, 0) + ServerStep(ServerOp::kMasked, 0)));
+      ServerProgram(0, {{{ServerOp::kMasked, 0},
+                         ServerStep(ServerOp::kMasked, 0) + ServerStep(ServerOp::kMasked, 0)}}));
 }
 
 std::string ClientProgram(int config, uint32_t index, ClientOp edit = ClientOp::kNumOps,
                           const std::string& edit_bytes = "") {
-  const bool consistency = GetHonestRound(config).params.consistency_check;
   std::string p{static_cast<char>(config), static_cast<char>(index)};
   auto call = [&](ClientOp op, ClientOp edited) {
     p += static_cast<char>(edit == edited ? edited : op);
@@ -347,10 +373,11 @@ std::string ClientProgram(int config, uint32_t index, ClientOp edit = ClientOp::
   };
   p += static_cast<char>(ClientOp::kAdvertise);
   call(ClientOp::kShareKeys, ClientOp::kEditedShareKeys);
-  call(ClientOp::kReceiveShares, ClientOp::kEditedReceiveShares);
+  call(ClientOp::kCheckShares, ClientOp::kEditedCheckShares);
+  call(ClientOp::kReceiveChecked, ClientOp::kEditedReceiveChecked);
   p += static_cast<char>(ClientOp::kMaskInput);
   p += '\x01';  // Input of the right length.
-  if (consistency) call(ClientOp::kSignSurvivors, ClientOp::kEditedSignSurvivors);
+  call(ClientOp::kSignSurvivors, ClientOp::kEditedSignSurvivors);
   call(ClientOp::kUnmask, ClientOp::kEditedUnmask);
   return p;
 }
@@ -365,16 +392,21 @@ void SecAggClient() {
     Put("secagg_client", tag + "edited_key_list",
         ClientProgram(c, 0, ClientOp::kEditedShareKeys,
                       std::string("\x00\x05\x00\x00\x03\x01", 6)));
+    // One sender's shares with a flipped byte: client 1 complains.
     Put("secagg_client", tag + "edited_inbound",
-        ClientProgram(c, 1, ClientOp::kEditedReceiveShares,
-                      std::string("\x00\x02\x00\x00\x03", 5)));
+        ClientProgram(c, 1, ClientOp::kEditedCheckShares, std::string("\x00\x02\x00\x00\x03", 5)));
+    // Client 2 taken out of the checked list.
+    Put("secagg_client", tag + "edited_checked",
+        ClientProgram(c, 0, ClientOp::kEditedReceiveChecked, std::string("\x00\x01\x02", 3)));
     Put("secagg_client", tag + "edited_request",
         ClientProgram(c, 0, ClientOp::kEditedUnmask, std::string("\x00\x02\x01\x00", 4)));
     std::string combined{static_cast<char>(c),
                          '\x01',
                          static_cast<char>(ClientOp::kAdvertise),
                          static_cast<char>(ClientOp::kShareKeys),
-                         static_cast<char>(ClientOp::kReceiveAndMask),
+                         static_cast<char>(ClientOp::kCheckShares),
+                         static_cast<char>(ClientOp::kReceiveChecked),
+                         static_cast<char>(ClientOp::kMaskInput),
                          '\x00',
                          '\x03'};
     Put("secagg_client", tag + "short_input", combined);
@@ -384,12 +416,16 @@ void SecAggClient() {
   // Client 2 asked to sign a survivor list without itself (erase position 2).
   Put("secagg_client", "config0_survivors_omit_self",
       ClientProgram(0, 2, ClientOp::kEditedSignSurvivors, std::string("\x00\x01\x02", 3)));
+  // Client 0 given a checked list without itself (erase position 0).
+  Put("secagg_client", "config0_checked_omits_self",
+      ClientProgram(0, 0, ClientOp::kEditedReceiveChecked, std::string("\x00\x01\x00", 3)));
   // Survivor 1 copied into the dropped list: in both lists.
   Put("secagg_client", "config0_request_both_lists",
       ClientProgram(0, 0, ClientOp::kEditedUnmask, std::string("\x00\x02\x01\x01\x00", 5)));
   Put("secagg_client", "out_of_order",
       std::string{'\0', '\0', static_cast<char>(ClientOp::kUnmask),
                   static_cast<char>(ClientOp::kShareKeys), static_cast<char>(ClientOp::kAdvertise),
+                  static_cast<char>(ClientOp::kMaskInput),
                   static_cast<char>(ClientOp::kAdvertise)});
 }
 

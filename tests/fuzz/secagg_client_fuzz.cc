@@ -11,9 +11,12 @@
 //  - on honest messages, in order, every stage succeeds (except signing
 //    and unmasking for the client that dropped);
 //  - what ShareKeys seals goes only to neighbours, at the expected size;
-//  - Unmask reveals one share per neighbour that shared keys, the self-mask
-//    share for survivors and the mask-key share for the dropped only, at
-//    most once, and only for the survivor list it signed.
+//  - CheckShares complains only about senders it was given, and on the
+//    honest inbound shares not at all;
+//  - Unmask reveals one share per neighbour in the checked list, the
+//    self-mask share for survivors and the mask-key share for the dropped
+//    only, each with the dealer's signature, at most once, and only for the
+//    survivor list it signed.
 #include <algorithm>
 #include <set>
 #include <string>
@@ -21,6 +24,7 @@
 
 #include "aggregation/secagg.h"
 #include "crypto/aead.h"
+#include "crypto/keys.h"
 #include "crypto/shamir.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/secagg_cohort.h"
@@ -31,11 +35,24 @@ namespace {
 using aggregation::SecAggClient;
 
 constexpr int kMaxSteps = 32;
-constexpr size_t kSealedSharesBytes =
-    crypto::kAeadNonceBytes + 2 * crypto::kShamirShareBytes + crypto::kAeadTagBytes;
+// Nonce, the two shares each with the dealer's signature, tag, then the
+// sender's signature over the AEAD blob.
+constexpr size_t kSealedSharesBytes = crypto::kAeadNonceBytes +
+                                      2 * (crypto::kShamirShareBytes + crypto::kSignatureBytes) +
+                                      crypto::kAeadTagBytes + crypto::kSignatureBytes;
 
 // The stages as the client should see them.
-enum class Stage { kFresh, kAdvertised, kShared, kReceived, kMasked, kSigned, kUnmasked, kLeft };
+enum class Stage {
+  kFresh,
+  kAdvertised,
+  kShared,
+  kShareChecked,
+  kReceivedChecked,
+  kMasked,
+  kSigned,
+  kUnmasked,
+  kLeft
+};
 
 bool Contains(const std::vector<uint32_t>& sorted, uint32_t x) {
   return std::binary_search(sorted.begin(), sorted.end(), x);
@@ -97,31 +114,52 @@ class ClientRun {
         Outcome(sealed.status(), Stage::kAdvertised, Stage::kShared, op == ClientOp::kShareKeys);
         break;
       }
-      case ClientOp::kReceiveShares:
-      case ClientOp::kEditedReceiveShares: {
+      case ClientOp::kCheckShares:
+      case ClientOp::kEditedCheckShares: {
         aggregation::InboundShares inbound = h_.inbound.at(index_);
-        if (op == ClientOp::kEditedReceiveShares) MutateInbound(in_, h_, inbound);
-        const Status status = client_.ReceiveShares(inbound);
-        if (status.ok() && stage_ == Stage::kShared) held_ = inbound.from.size();
-        Outcome(status, Stage::kShared, Stage::kReceived, op == ClientOp::kReceiveShares);
+        if (op == ClientOp::kEditedCheckShares) MutateInbound(in_, h_, inbound);
+        auto check = client_.CheckShares(inbound);
+        if (check.ok()) {
+          FUZZ_CHECK(check->from == index_, "share check names another client");
+          std::set<uint32_t> about;
+          for (const auto& c : check->complaints) {
+            FUZZ_CHECK(inbound.from.count(c.about) == 1, "complaint about a client not heard");
+            FUZZ_CHECK(about.insert(c.about).second, "two complaints about one client");
+          }
+          if (op == ClientOp::kCheckShares) {
+            FUZZ_CHECK(check->complaints.empty(), "complained about honest shares");
+          }
+        }
+        Outcome(check.status(), Stage::kShared, Stage::kShareChecked, op == ClientOp::kCheckShares);
         break;
       }
-      case ClientOp::kMaskInput:
-      case ClientOp::kReceiveAndMask: {
+      case ClientOp::kReceiveChecked:
+      case ClientOp::kEditedReceiveChecked: {
+        aggregation::CheckedList list = h_.checked;
+        if (op == ClientOp::kEditedReceiveChecked) MutateChecked(in_, h_, list);
+        const Status status = client_.ReceiveChecked(list);
+        if (status.ok() && stage_ == Stage::kShareChecked) {
+          FUZZ_CHECK(Contains(list.members, index_), "accepted a checked list without itself");
+          checked_ = list.members;
+        }
+        Outcome(status, Stage::kShareChecked, Stage::kReceivedChecked,
+                op == ClientOp::kReceiveChecked);
+        break;
+      }
+      case ClientOp::kMaskInput: {
         std::vector<uint32_t> input = h_.inputs[index_];
         const bool right_length = in_.Byte() % 4 != 0;
         if (!right_length) input.resize(in_.Below(2 * h_.params.length + 1));
         const bool honest_input = input.size() == h_.params.length;
-        if (op == ClientOp::kMaskInput) {
-          auto masked = client_.MaskInput(input);
-          if (masked.ok()) FUZZ_CHECK(masked->values.size() == h_.params.length, "masked length");
-          Outcome(masked.status(), Stage::kReceived, Stage::kMasked, honest_input);
-        } else {
-          const aggregation::InboundShares& inbound = h_.inbound.at(index_);
-          auto masked = client_.MaskInput(inbound, input);
-          if (masked.ok() && stage_ == Stage::kShared) held_ = inbound.from.size();
-          Outcome(masked.status(), Stage::kShared, Stage::kMasked, honest_input);
+        auto masked = client_.MaskInput(input);
+        if (masked.ok()) {
+          FUZZ_CHECK(masked->values.size() == h_.params.length, "masked length");
+          if (honest_ && honest_input) {
+            FUZZ_CHECK(masked->values == h_.masked[index_].values,
+                       "honest messages gave another masked input than recorded");
+          }
         }
+        Outcome(masked.status(), Stage::kReceivedChecked, Stage::kMasked, honest_input);
         break;
       }
       case ClientOp::kSignSurvivors:
@@ -142,8 +180,7 @@ class ClientRun {
         if (op == ClientOp::kEditedUnmask) MutateRequest(in_, h_, request);
         auto response = client_.Unmask(request);
         if (response.ok()) CheckResponse(*response, request);
-        const Stage from = h_.params.consistency_check ? Stage::kSigned : Stage::kMasked;
-        Outcome(response.status(), from, Stage::kUnmasked, op == ClientOp::kUnmask);
+        Outcome(response.status(), Stage::kSigned, Stage::kUnmasked, op == ClientOp::kUnmask);
         break;
       }
       case ClientOp::kNumOps:
@@ -168,15 +205,16 @@ class ClientRun {
     unmasked_ = true;
     FUZZ_CHECK(r.from == index_, "response names another client");
     FUZZ_CHECK(Contains(request.survivors, index_), "answered a request that drops this client");
-    if (h_.params.consistency_check) {
-      FUZZ_CHECK(request.survivors == signed_, "answered for a survivor list it did not sign");
-    }
-    FUZZ_CHECK(r.shares.size() == held_, "one share per neighbour that shared keys");
+    FUZZ_CHECK(request.survivors == signed_, "answered for a survivor list it did not sign");
+    size_t checked_neighbours = 0;
+    for (uint32_t v : client_.neighbours()) checked_neighbours += Contains(checked_, v) ? 1 : 0;
+    FUZZ_CHECK(r.shares.size() == checked_neighbours, "one share per neighbour in U3");
     std::set<uint32_t> about;
     uint32_t self_shares = 0;
     for (const auto& s : r.shares) {
       FUZZ_CHECK(about.insert(s.about).second, "two shares about one client");
-      FUZZ_CHECK(Contains(client_.neighbours(), s.about), "a share about a non-neighbour");
+      FUZZ_CHECK(Contains(client_.neighbours(), s.about) && Contains(checked_, s.about),
+                 "a share about a client that is not a neighbour in U3");
       const bool survivor = Contains(request.survivors, s.about);
       const bool dropped = Contains(request.dropped, s.about);
       FUZZ_CHECK(survivor != dropped, "a share about a client in both or neither list");
@@ -185,6 +223,21 @@ class ClientRun {
       self_shares += s.is_self_mask ? 1 : 0;
     }
     FUZZ_CHECK(self_shares >= h_.params.t, "answered with fewer than t surviving neighbours");
+    if (honest_ && request.survivors == h_.request.survivors &&
+        request.dropped == h_.request.dropped) {
+      // The recorded round's shares, each with the dealer's signature.
+      const aggregation::UnmaskResponse& recorded = h_.responses.at(index_);
+      FUZZ_CHECK(r.shares.size() == recorded.shares.size(), "not the recorded response");
+      for (size_t j = 0; j < r.shares.size(); ++j) {
+        const auto& a = r.shares[j];
+        const auto& b = recorded.shares[j];
+        FUZZ_CHECK(a.about == b.about && a.is_self_mask == b.is_self_mask &&
+                       a.dealer_signature == b.dealer_signature &&
+                       std::equal(a.share.bytes().begin(), a.share.bytes().end(),
+                                  b.share.bytes().begin(), b.share.bytes().end()),
+                   "honest messages gave another unmask response than recorded");
+      }
+    }
   }
 
   const int config_;
@@ -193,9 +246,9 @@ class ClientRun {
   FuzzInput& in_;
   SecAggClient client_;
   Stage stage_ = Stage::kFresh;
-  bool honest_ = true;            // Every in-order call so far had honest input.
-  size_t held_ = 0;               // Neighbours whose shares the client accepted.
-  std::vector<uint32_t> signed_;  // The survivor list it signed.
+  bool honest_ = true;             // Every in-order call so far had honest input.
+  std::vector<uint32_t> checked_;  // The checked list (U3) it accepted.
+  std::vector<uint32_t> signed_;   // The survivor list it signed.
   bool unmasked_ = false;
 };
 

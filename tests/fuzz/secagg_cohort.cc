@@ -2,6 +2,7 @@
 
 #include <sodium.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,8 @@
 namespace cohort::fuzz {
 namespace {
 
+using aggregation::CheckedList;
+using aggregation::Complaint;
 using aggregation::InboundShares;
 using aggregation::KeyAdvert;
 using aggregation::KeyList;
@@ -21,6 +24,7 @@ using aggregation::SealedShares;
 using aggregation::SecAggClient;
 using aggregation::SecAggParams;
 using aggregation::SecAggServer;
+using aggregation::ShareCheck;
 using aggregation::SurvivorSignature;
 using aggregation::UnmaskRequest;
 using aggregation::UnmaskResponse;
@@ -70,19 +74,16 @@ HonestRound Build(int config) {
   HonestRound h;
   SecAggParams& p = h.params;
   if (config == 0) {
-    p.n = 4;
-    p.k = 3;
-    p.t = 2;
-    p.consistency_check = true;
+    p.n = 5;
+    p.k = 4;
+    p.t = aggregation::SecureThreshold(5, 4, 0.1);  // 3
     p.prg = crypto::MaskPrg::kAes256Ctr;
   } else {
     p.n = 6;
     p.k = 4;
     p.t = 3;
-    p.consistency_check = false;
     p.prg = crypto::MaskPrg::kChaCha20;
   }
-  p.graph_seed = 7;
   p.length = 8;
   for (uint32_t i = 0; i < p.n; ++i) {
     SeedRandom(0x1d000 + 64 * config + i);
@@ -109,19 +110,30 @@ HonestRound Build(int config) {
   h.key_list = Must(server.CloseAdvertise(), "CloseAdvertise");
   for (uint32_t i = 0; i < p.n; ++i) {
     h.sealed.push_back(Must(clients[i]->ShareKeys(h.key_list), "ShareKeys"));
+    h.neighbours.push_back(clients[i]->neighbours());
     Must(server.OnShares(h.sealed[i]), "OnShares");
   }
   h.inbound = Must(server.CloseShares(), "CloseShares");
   for (uint32_t i = 0; i < p.n; ++i) {
-    h.masked.push_back(Must(clients[i]->MaskInput(h.inbound[i], h.inputs[i]), "MaskInput"));
+    h.checks.push_back(Must(clients[i]->CheckShares(h.inbound[i]), "CheckShares"));
+    if (!h.checks[i].complaints.empty()) {
+      Fail("CheckShares", InternalError("an honest client complained"));
+    }
+    Must(server.OnShareCheck(h.checks[i]), "OnShareCheck");
+  }
+  h.checked = Must(server.CloseShareCheck(), "CloseShareCheck");
+  if (!server.TakeMisbehaviour().empty()) {
+    Fail("CloseShareCheck", InternalError("an honest client was blamed"));
+  }
+  for (uint32_t i = 0; i < p.n; ++i) {
+    Must(clients[i]->ReceiveChecked(h.checked), "ReceiveChecked");
+    h.masked.push_back(Must(clients[i]->MaskInput(h.inputs[i]), "MaskInput"));
     if (i != h.dropped) Must(server.OnMaskedInput(h.masked[i]), "OnMaskedInput");
   }
   h.survivors = Must(server.CloseMaskedInput(), "CloseMaskedInput");
-  if (p.consistency_check) {
-    for (uint32_t u : h.survivors.survivors) {
-      h.signatures[u] = Must(clients[u]->SignSurvivors(h.survivors), "SignSurvivors");
-      Must(server.OnSignature(h.signatures[u]), "OnSignature");
-    }
+  for (uint32_t u : h.survivors.survivors) {
+    h.signatures[u] = Must(clients[u]->SignSurvivors(h.survivors), "SignSurvivors");
+    Must(server.OnSignature(h.signatures[u]), "OnSignature");
   }
   h.request = Must(server.CloseConsistency(), "CloseConsistency");
   for (uint32_t u : h.survivors.survivors) {
@@ -134,6 +146,9 @@ HonestRound Build(int config) {
     for (size_t j = 0; j < p.length; ++j) expected[j] += h.inputs[u][j];
   }
   if (h.sum != expected) Fail("Finalize", InternalError("the honest sum is wrong"));
+  if (!server.TakeMisbehaviour().empty()) {
+    Fail("Finalize", InternalError("an honest client was blamed"));
+  }
   return h;
 }
 
@@ -150,6 +165,14 @@ void Flip(FuzzInput& in, uint8_t* bytes, size_t size) {
 template <typename T>
 void FlipArray(FuzzInput& in, T& array) {
   Flip(in, array.data(), array.size());
+}
+
+// Overwrites an array with input bytes (zeros past the end of the input).
+template <typename T>
+void FillArray(FuzzInput& in, T& array) {
+  array.fill(0);
+  const std::string bytes = in.Bytes(array.size());
+  std::memcpy(array.data(), bytes.data(), bytes.size());
 }
 
 void EditBytes(FuzzInput& in, std::string& s) {
@@ -239,7 +262,7 @@ UnmaskResponse CopyResponse(const UnmaskResponse& r) {
   UnmaskResponse out;
   out.from = r.from;
   for (const UnmaskShare& s : r.shares) {
-    out.shares.push_back({s.about, s.is_self_mask, CopySecret(s.share)});
+    out.shares.push_back({s.about, s.is_self_mask, CopySecret(s.share), s.dealer_signature});
   }
   return out;
 }
@@ -247,7 +270,10 @@ UnmaskResponse CopyResponse(const UnmaskResponse& r) {
 void MutateAdvert(FuzzInput& in, const HonestRound& h, KeyAdvert& a) {
   for (int e = Edits(in); e > 0; --e) {
     const KeyAdvert& other = h.adverts[in.Below(h.params.n)];
-    switch (in.Byte() % 7) {
+    switch (in.Byte() % 8) {
+      case 7:
+        FlipArray(in, a.self_commitment);
+        break;
       case 0:
         a.index = AnyIndex(in, h);
         break;
@@ -316,6 +342,58 @@ void MutateSealed(FuzzInput& in, const HonestRound& h, SealedShares& s) {
 
 void MutateInbound(FuzzInput& in, const HonestRound& h, InboundShares& s) {
   for (int e = Edits(in); e > 0; --e) EditCiphertexts(in, h, s.from);
+}
+
+void MutateShareCheck(FuzzInput& in, const HonestRound& h, ShareCheck& c) {
+  for (int e = Edits(in); e > 0; --e) {
+    auto& v = c.complaints;
+    const uint8_t op = in.Byte() % 6;
+    if (op == 0) {
+      c.from = AnyIndex(in, h);
+      continue;
+    }
+    if (v.empty() || op == 1) {  // A complaint about anyone, maybe with a point.
+      Complaint complaint;
+      complaint.about = AnyIndex(in, h);
+      if (in.Bool()) {
+        complaint.point.emplace();
+        FillArray(in, *complaint.point);
+        FillArray(in, complaint.proof);
+      }
+      v.push_back(complaint);
+      continue;
+    }
+    Complaint& complaint = v[PickIndex(in, v)];
+    switch (op) {
+      case 2:
+        v.erase(v.begin() + PickIndex(in, v));
+        break;
+      case 3:
+        v.push_back(complaint);
+        break;
+      case 4:
+        complaint.about = AnyIndex(in, h);
+        break;
+      default:  // Add, drop or edit the point and proof.
+        if (!complaint.point) {
+          complaint.point.emplace();
+          FillArray(in, *complaint.point);
+        } else if (in.Bool()) {
+          complaint.point.reset();
+        } else {
+          if (in.Bool()) {
+            FlipArray(in, *complaint.point);
+          } else {
+            FlipArray(in, complaint.proof);
+          }
+        }
+        break;
+    }
+  }
+}
+
+void MutateChecked(FuzzInput& in, const HonestRound& h, CheckedList& list) {
+  MutateIndexList(in, h, list.members);
 }
 
 void MutateMasked(FuzzInput& in, const HonestRound& h, MaskedInput& m) {
@@ -416,7 +494,7 @@ void MutateRequest(FuzzInput& in, const HonestRound& h, UnmaskRequest& r) {
 void MutateResponse(FuzzInput& in, const HonestRound& h, UnmaskResponse& r) {
   for (int e = Edits(in); e > 0; --e) {
     auto& v = r.shares;
-    const uint8_t op = in.Byte() % 8;
+    const uint8_t op = in.Byte() % 9;
     if (op == 0) {
       r.from = AnyIndex(in, h);
       continue;
@@ -425,7 +503,7 @@ void MutateResponse(FuzzInput& in, const HonestRound& h, UnmaskResponse& r) {
       const UnmaskResponse& other = Pick(in, h.responses)->second;
       if (other.shares.empty()) continue;
       const UnmaskShare& s = other.shares[PickIndex(in, other.shares)];
-      v.push_back({s.about, s.is_self_mask, CopySecret(s.share)});
+      v.push_back({s.about, s.is_self_mask, CopySecret(s.share), s.dealer_signature});
       continue;
     }
     UnmaskShare& s = v[PickIndex(in, v)];
@@ -434,7 +512,7 @@ void MutateResponse(FuzzInput& in, const HonestRound& h, UnmaskResponse& r) {
         v.erase(v.begin() + PickIndex(in, v));
         break;
       case 3:
-        v.push_back({s.about, s.is_self_mask, CopySecret(s.share)});
+        v.push_back({s.about, s.is_self_mask, CopySecret(s.share), s.dealer_signature});
         break;
       case 4:
         s.is_self_mask = !s.is_self_mask;
@@ -444,6 +522,9 @@ void MutateResponse(FuzzInput& in, const HonestRound& h, UnmaskResponse& r) {
         break;
       case 6:
         Flip(in, s.share.bytes().data(), s.share.size());
+        break;
+      case 7:
+        FlipArray(in, s.dealer_signature);
         break;
       default: {  // Shorter or longer.
         SecretBytes resized(in.Below(2 * crypto::kShamirShareBytes));

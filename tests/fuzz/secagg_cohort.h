@@ -2,8 +2,8 @@
 // edits they make to its messages.
 //
 // Each configuration runs one honest round once per process (client n-1
-// shares its keys, then drops before the masked input) and records every
-// message of it. The harnesses replay those messages, and edited copies of
+// shares its keys and passes the share check, then drops before the masked
+// input) and records every message of it. The harnesses replay those messages, and edited copies of
 // them, into a fresh SecAggServer or SecAggClient per input.
 //
 // libsodium's randomness is replaced by a seeded generator for the whole
@@ -32,18 +32,23 @@ struct HonestRound {
   std::vector<crypto::Ed25519KeyPair> identity_keys;  // By index.
   std::vector<crypto::Ed25519Public> identities;
   std::vector<std::vector<uint32_t>> inputs;  // Each client's plain input.
-  uint32_t dropped = 0;                       // In U2, not in U3.
+  uint32_t dropped = 0;                       // In U3, not in U4.
+  // Each client's neighbours in the recorded round (the graph is seeded
+  // from the key list, so it holds whenever U1 is the recorded key list).
+  std::vector<std::vector<uint32_t>> neighbours;
 
   std::vector<aggregation::KeyAdvert> adverts;  // By index.
   aggregation::KeyList key_list;
   std::vector<aggregation::SealedShares> sealed;  // By index.
   std::map<uint32_t, aggregation::InboundShares> inbound;
+  std::vector<aggregation::ShareCheck> checks;   // By index (no complaints).
+  aggregation::CheckedList checked;              // U3.
   std::vector<aggregation::MaskedInput> masked;  // By index, the dropped one's too.
   aggregation::SurvivorList survivors;
   std::map<uint32_t, aggregation::SurvivorSignature> signatures;  // By signer.
   aggregation::UnmaskRequest request;
   std::map<uint32_t, aggregation::UnmaskResponse> responses;  // By responder.
-  std::vector<uint32_t> sum;                                  // Of U3's inputs.
+  std::vector<uint32_t> sum;                                  // Of U4's inputs.
 };
 
 // The operations of the two harnesses' input programs (one byte each, taken
@@ -65,26 +70,33 @@ enum class ServerOp : uint8_t {
   kUnmask,
   kEditedUnmask,
   kFinalize,
+  kShareCheck,
+  kEditedShareCheck,
+  kCloseShareCheck,
   kNumOps,
 };
 enum class ClientOp : uint8_t {
   kAdvertise,
   kShareKeys,
   kEditedShareKeys,
-  kReceiveShares,
-  kEditedReceiveShares,
   kMaskInput,
-  kReceiveAndMask,
   kSignSurvivors,
   kEditedSignSurvivors,
   kUnmask,
   kEditedUnmask,
+  kCheckShares,
+  kEditedCheckShares,
+  kReceiveChecked,
+  kEditedReceiveChecked,
   kNumOps,
 };
 
 inline constexpr int kNumConfigs = 2;
-// 0: n = 4, complete graph (k = 3, t = 2), consistency check, AES-256-CTR.
-// 1: n = 6, Harary graph k = 4, t = 3, no consistency check, ChaCha20.
+// 0: n = 5, complete graph (k = 4, t = SecureThreshold(5, 4, 0.1) = 3),
+//    AES-256-CTR.
+// 1: n = 6, Harary graph k = 4, t = 3, ChaCha20.
+// (n = 4 with t = 3 cannot lose a client at all: each client needs t
+// neighbours in U3, and each survivor's self mask t responders.)
 // Built on first use; aborts if the honest round itself fails.
 const HonestRound& GetHonestRound(int config);
 // Seed under which client `index` of `config` made its keys: SeedRandom it
@@ -99,6 +111,10 @@ void MutateAdvert(FuzzInput& in, const HonestRound& h, aggregation::KeyAdvert& a
 void MutateKeyList(FuzzInput& in, const HonestRound& h, aggregation::KeyList& list);
 void MutateSealed(FuzzInput& in, const HonestRound& h, aggregation::SealedShares& s);
 void MutateInbound(FuzzInput& in, const HonestRound& h, aggregation::InboundShares& s);
+// Complaints about any index, with or without a (random or copied) point
+// and proof.
+void MutateShareCheck(FuzzInput& in, const HonestRound& h, aggregation::ShareCheck& c);
+void MutateChecked(FuzzInput& in, const HonestRound& h, aggregation::CheckedList& list);
 void MutateMasked(FuzzInput& in, const HonestRound& h, aggregation::MaskedInput& m);
 void MutateIndexList(FuzzInput& in, const HonestRound& h, std::vector<uint32_t>& list);
 void MutateSignature(FuzzInput& in, const HonestRound& h, aggregation::SurvivorSignature& s);

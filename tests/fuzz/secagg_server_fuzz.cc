@@ -43,19 +43,18 @@ bool Contains(const std::vector<uint32_t>& sorted, uint32_t x) {
 
 void CheckSets(const SecAggServer& s, uint32_t n) {
   FUZZ_CHECK(SortedUnique(s.u1(), n) && SortedUnique(s.u2(), n) && SortedUnique(s.u3(), n) &&
-                 SortedUnique(s.u5(), n),
+                 SortedUnique(s.u4(), n) && SortedUnique(s.u6(), n),
              "client sets must be sorted, unique and < n");
-  FUZZ_CHECK(Subset(s.u2(), s.u1()) && Subset(s.u3(), s.u2()) && Subset(s.u5(), s.u3()),
+  FUZZ_CHECK(Subset(s.u2(), s.u1()) && Subset(s.u3(), s.u2()) && Subset(s.u4(), s.u3()) &&
+                 Subset(s.u6(), s.u4()),
              "client sets must nest");
+  for (uint32_t u : s.u3()) FUZZ_CHECK(!s.excluded(u), "an excluded client is in U3");
 }
 
 class ServerRun {
  public:
   ServerRun(int config, FuzzInput& in)
-      : h_(GetHonestRound(config)),
-        in_(in),
-        server_(h_.params, h_.identities),
-        graph_(aggregation::HararyNeighbours(h_.params.n, h_.params.k, h_.params.graph_seed)) {}
+      : h_(GetHonestRound(config)), in_(in), server_(h_.params, h_.identities) {}
 
   void Run() {
     for (int step = 0; step < kMaxSteps && !in_.empty(); ++step) {
@@ -69,6 +68,7 @@ class ServerRun {
         done_ = true;
       }
       CheckSets(server_, h_.params.n);
+      CheckBlame(static_cast<ServerOp>(op));
     }
   }
 
@@ -91,10 +91,23 @@ class ServerRun {
         aggregation::SealedShares s = h_.sealed[i];
         MutateSealed(in_, h_, s);
         tampered_ = true;
-        return server_.OnShares(s);
+        const Status status = server_.OnShares(s);
+        if (status.ok()) edited_shares_ = true;
+        return status;
       }
       case ServerOp::kCloseShares:
         return CloseShares();
+      case ServerOp::kShareCheck:
+        return server_.OnShareCheck(h_.checks[i]);
+      case ServerOp::kEditedShareCheck: {
+        aggregation::ShareCheck c = h_.checks[i];
+        MutateShareCheck(in_, h_, c);
+        tampered_ = true;
+        last_check_from_ = c.from;
+        return server_.OnShareCheck(c);
+      }
+      case ServerOp::kCloseShareCheck:
+        return CloseShareCheck();
       case ServerOp::kMasked:
         return server_.OnMaskedInput(h_.masked[i]);
       case ServerOp::kEditedMasked: {
@@ -149,6 +162,25 @@ class ServerRun {
     return InternalError("unreachable");
   }
 
+  // After every step: who was blamed. With honest sealed shares only, a
+  // complaint is false, so only its sender can be blamed.
+  void CheckBlame(ServerOp op) {
+    for (const aggregation::Misbehaviour& m : server_.TakeMisbehaviour()) {
+      FUZZ_CHECK(m.client < h_.params.n, "blamed a client outside the cohort");
+      FUZZ_CHECK(blamed_.insert(m.client).second, "blamed one client twice");
+      if (!edited_shares_ && op == ServerOp::kEditedShareCheck) {
+        FUZZ_CHECK(m.client == last_check_from_,
+                   "a complaint about honest shares blamed the accused: " + m.what);
+      }
+      FUZZ_CHECK(tampered_, "honest messages got a client blamed: " + m.what);
+    }
+  }
+
+  static bool SameAdvert(const aggregation::KeyAdvert& a, const aggregation::KeyAdvert& b) {
+    return a.index == b.index && a.enc_key == b.enc_key && a.mask_key == b.mask_key &&
+           a.self_commitment == b.self_commitment && a.signature == b.signature;
+  }
+
   Status CloseAdvertise() {
     auto list = server_.CloseAdvertise();
     if (!list.ok()) return list.status();
@@ -156,6 +188,9 @@ class ServerRun {
     for (const auto& a : list->adverts) indices.push_back(a.index);
     FUZZ_CHECK(indices == server_.u1(), "the key list must be U1 in index order");
     FUZZ_CHECK(server_.u1().size() >= h_.params.t, "closed with fewer than t adverts");
+    recorded_graph_ = list->adverts.size() == h_.key_list.adverts.size() &&
+                      std::equal(list->adverts.begin(), list->adverts.end(),
+                                 h_.key_list.adverts.begin(), SameAdvert);
     return OkStatus();
   }
 
@@ -168,34 +203,42 @@ class ServerRun {
       recipients.push_back(v);
       for (const auto& [u, ct] : shares.from) {
         FUZZ_CHECK(Contains(server_.u2(), u), "relayed shares from a client not in U2");
-        FUZZ_CHECK(Contains(graph_[u], v), "relayed shares between non-neighbours");
+        if (recorded_graph_) {
+          FUZZ_CHECK(Contains(h_.neighbours[u], v), "relayed shares between non-neighbours");
+        }
       }
     }
     FUZZ_CHECK(recipients == server_.u2(), "shares must go to exactly U2");
     return OkStatus();
   }
 
+  Status CloseShareCheck() {
+    auto list = server_.CloseShareCheck();
+    if (!list.ok()) return list.status();
+    FUZZ_CHECK(list->members == server_.u3(), "the checked list must be U3");
+    FUZZ_CHECK(server_.u3().size() >= h_.params.t, "closed with fewer than t checked clients");
+    return OkStatus();
+  }
+
   Status CloseMaskedInput() {
     auto list = server_.CloseMaskedInput();
     if (!list.ok()) return list.status();
-    FUZZ_CHECK(list->survivors == server_.u3(), "the survivor list must be U3");
-    FUZZ_CHECK(server_.u3().size() >= h_.params.t, "closed with fewer than t inputs");
+    FUZZ_CHECK(list->survivors == server_.u4(), "the survivor list must be U4");
+    FUZZ_CHECK(server_.u4().size() >= h_.params.t, "closed with fewer than t inputs");
     return OkStatus();
   }
 
   Status CloseConsistency() {
     auto request = server_.CloseConsistency();
     if (!request.ok()) return request.status();
-    FUZZ_CHECK(request->survivors == server_.u3(), "the request's survivors must be U3");
+    FUZZ_CHECK(request->survivors == server_.u4(), "the request's survivors must be U4");
     std::vector<uint32_t> dropped;
-    std::set_difference(server_.u2().begin(), server_.u2().end(), server_.u3().begin(),
-                        server_.u3().end(), std::back_inserter(dropped));
-    FUZZ_CHECK(request->dropped == dropped, "the request's dropped list must be U2 \\ U3");
-    if (h_.params.consistency_check) {
-      FUZZ_CHECK(request->signatures.size() >= h_.params.t, "fewer than t signatures");
-    }
+    std::set_difference(server_.u3().begin(), server_.u3().end(), server_.u4().begin(),
+                        server_.u4().end(), std::back_inserter(dropped));
+    FUZZ_CHECK(request->dropped == dropped, "the request's dropped list must be U3 \\ U4");
+    FUZZ_CHECK(request->signatures.size() >= h_.params.t, "fewer than t signatures");
     for (const auto& s : request->signatures) {
-      FUZZ_CHECK(Contains(server_.u3(), s.from), "a signature from outside U3");
+      FUZZ_CHECK(Contains(server_.u4(), s.from), "a signature from outside U4");
     }
     return OkStatus();
   }
@@ -206,7 +249,7 @@ class ServerRun {
     FUZZ_CHECK(sum->size() == h_.params.length, "sum length");
     if (!tampered_) {
       std::vector<uint32_t> expected(h_.params.length, 0);
-      for (uint32_t u : server_.u3()) {
+      for (uint32_t u : server_.u4()) {
         for (size_t j = 0; j < expected.size(); ++j) expected[j] += h_.inputs[u][j];
       }
       FUZZ_CHECK(*sum == expected, "honest messages gave a wrong sum");
@@ -218,9 +261,12 @@ class ServerRun {
   const HonestRound& h_;
   FuzzInput& in_;
   SecAggServer server_;
-  std::vector<std::vector<uint32_t>> graph_;
-  bool tampered_ = false;  // An edited message was delivered.
-  bool done_ = false;      // Aborted or finalized.
+  bool recorded_graph_ = false;  // U1 is the recorded key list (so is the graph).
+  bool tampered_ = false;        // An edited message was delivered.
+  bool edited_shares_ = false;   // An edited set of sealed shares was accepted.
+  uint32_t last_check_from_ = 0;
+  std::set<uint32_t> blamed_;
+  bool done_ = false;  // Aborted or finalized.
 };
 
 }  // namespace
