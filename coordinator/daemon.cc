@@ -74,6 +74,16 @@ size_t MaxClientHeaderBytes(const config::RunConfig& config) {
 
 Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop) {
   const config::RunConfig& config = options.config;
+  // Without a handshake timeout a connection could stay unauthenticated, and
+  // hold its frame, for as long as its peer likes.
+  if (options.handshake_timeout_ms < 100 || options.handshake_timeout_ms > 600000) {
+    return InvalidArgumentError("handshake timeout of " +
+                                std::to_string(options.handshake_timeout_ms) +
+                                " ms: must be in [100, 600000]");
+  }
+  if (options.max_unauthenticated == 0) {
+    return InvalidArgumentError("at most 0 connections waiting to authenticate: must be >= 1");
+  }
   std::error_code ec;
   std::filesystem::create_directories(options.run_dir, ec);
   if (ec)

@@ -27,7 +27,8 @@ struct DaemonOptions {
   // Transport limits. A connection must finish its handshake (CURVE and the
   // allowlist check) within `handshake_timeout_ms`; at most
   // `max_unauthenticated` connections may be in their handshake at once, and
-  // newer ones are dropped (logged, one warning per 10 s).
+  // newer ones are dropped (logged, one warning per 10 s). kInvalidArgument
+  // unless the timeout is in [100, 600000] and the cap at least 1.
   int handshake_timeout_ms = net::kHandshakeTimeoutMs;
   size_t max_unauthenticated = net::kMaxUnauthenticatedConnections;
   // Debugging: write each securely aggregated round's unmasked sum to

@@ -232,9 +232,16 @@ TEST(UnauthenticatedFloodTest, ClientsThatAuthenticatedMakeRoomForOthers) {
   options.endpoint_file = cluster.dir() / "endpoint";
   options.identity = cluster.dir() / "keys/coordinator.key";
   options.allowlist = cluster.dir() / "allow";
+  // Limits that would not bound anything are refused.
+  std::atomic<bool> stop{false};
+  options.handshake_timeout_ms = 0;
+  EXPECT_EQ(coordinator::RunCoordinator(options, stop).code(), StatusCode::kInvalidArgument);
+  options.handshake_timeout_ms = 5000;
+  options.max_unauthenticated = 0;
+  EXPECT_EQ(coordinator::RunCoordinator(options, stop).code(), StatusCode::kInvalidArgument);
+
   options.max_unauthenticated = 2;
   options.handshake_timeout_ms = 120000;
-  std::atomic<bool> stop{false};
   std::promise<Status> result;
   std::thread coordinator([&] { result.set_value(coordinator::RunCoordinator(options, stop)); });
   auto done = result.get_future();
