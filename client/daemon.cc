@@ -15,6 +15,7 @@
 #include "datasets/shard.h"
 #include "net/curve.h"
 #include "net/envelope.h"
+#include "proto/config_io.h"
 #include "train/backend.h"
 #include "train/model_config.h"
 #include "train/trainer.h"
@@ -99,6 +100,11 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
   Session session(
       options.name, data.size(),
       [&](const config::ModelConfig& config) -> StatusOr<size_t> {
+        // The coordinator's model is untrusted: the same caps as a config
+        // file's, before anything is allocated for it.
+        config::RunConfig check;
+        *check.mutable_model() = config;
+        COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(check).WithContext("coordinator's model"));
         COHORT_ASSIGN_OR_RETURN(model, train::BuildModel(config, backend.get()));
         COHORT_RETURN_IF_ERROR(train::CheckCompatible(*model, data).WithContext(options.data));
         return model->num_params();
