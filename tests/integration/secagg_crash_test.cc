@@ -27,9 +27,11 @@ T OrThrow(StatusOr<T> s, const std::string& what) {
 
 constexpr int kClients = 5;
 constexpr int kSilent = 4;  // client-004
-// The fault is in the last round, so no later cohort depends on when the
-// silent client is heard from again.
-constexpr uint32_t kRounds = 2;
+// One round: the fault is in the last round, so no later cohort depends on
+// when the silent client is heard from again; and the replay is the first
+// task of each coordinator lifetime, so task ids that repeated across
+// restarts would make the clients ignore it as a duplicate.
+constexpr uint32_t kRounds = 1;
 
 struct StageCase {
   std::string stage;
