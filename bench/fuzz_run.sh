@@ -62,10 +62,16 @@ for name in "${names[@]}"; do
   [[ -n $runs ]] && args+=(-runs="$runs")
   [[ -n $seconds ]] && args+=(-max_total_time="$seconds")
   echo "== $name: ${runs:+$runs runs}${runs:+${seconds:+, }}${seconds:+at most $seconds s}"
+  # The harnesses' scratch files (tests/fuzz/temp_file.h): libFuzzer ends
+  # with _Exit, which leaves them behind, so each run gets a folder to drop.
+  scratch=$(mktemp -d -p "$([[ -w /dev/shm ]] && echo /dev/shm || echo "${TMPDIR:-/tmp}")" \
+    cohort-fuzz-run.XXXXXX)
   start=$(date +%s.%N)
   # New inputs go to the first folder (scratch); the seeds are only read.
-  nice -n "${FUZZ_NICE:-19}" "$bin" "${args[@]}" "$dir/corpus" "$seeds" > "$log" 2>&1
+  TMPDIR=$scratch nice -n "${FUZZ_NICE:-19}" "$bin" "${args[@]}" "$dir/corpus" "$seeds" \
+    > "$log" 2>&1
   rc=$?
+  rm -rf "$scratch"
   end=$(date +%s.%N)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   execs=${execs:-0}
