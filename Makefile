@@ -41,13 +41,13 @@ test-asan: setup
 # FUZZ_TARGETS picks harnesses; results and crash inputs go to build-fuzz/fuzz-runs/.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= envelope config shard idx csv secagg_server secagg_client
+FUZZ_CXXFLAGS := -fsanitize=fuzzer-no-link -Wno-unknown-warning-option \
+	-include $(CURDIR)/tests/fuzz/clang_cpu_supports.h
 
 fuzz:
 	@bash scripts/setup.sh fuzz
 	@if [ ! -f build-fuzz/build.ninja ]; then rm -rf build-fuzz && CC=clang CXX=clang++ \
-		CXXFLAGS='-fsanitize=fuzzer-no-link -Wno-unknown-warning-option \
-		-include $(CURDIR)/tests/fuzz/clang_cpu_supports.h' \
-		meson setup build-fuzz --buildtype=debugoptimized -Dfuzzing=true \
+		CXXFLAGS='$(FUZZ_CXXFLAGS)' meson setup build-fuzz --buildtype=debugoptimized -Dfuzzing=true \
 		-Db_sanitize=address,undefined -Db_lundef=false; fi
 	@meson compile -C build-fuzz $(addsuffix _fuzz,$(FUZZ_TARGETS))
 	@bash bench/fuzz_run.sh --build build-fuzz --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)

@@ -180,7 +180,10 @@ secagg { aggregation: SECAGG_PLUS clip: 4 expected_dropout: 0.1 corrupt_fraction
  "secagg": {"aggregation": "SECAGG", "clip": 2, "maskPrg": "CHACHA20"}}
 )");
   Put("config", "unknown_field.textproto", "mode: FEDERATED\nmodel { arch: \"mlp\" depth: 3 }\n");
-  Put("config", "bad_value.textproto", minimal + "train { momentum: 1.5 }\n");
+  std::string bad_momentum = minimal;
+  bad_momentum.replace(bad_momentum.find("learning_rate: 0.1"), 18,
+                       "learning_rate: 0.1 momentum: 1.5");
+  Put("config", "bad_value.textproto", bad_momentum);
   Put("config", "syntax.textproto", "model { arch: \"mlp\" \n");
   Put("config", "bad.json", R"({"model": {"arch": 7}})");
   Put("config", "empty", "");

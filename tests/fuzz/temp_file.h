@@ -1,6 +1,7 @@
 // A scratch file for harnesses whose code under test reads a path: the
 // input is written to it before each run. One per harness process, removed
-// when the process exits normally.
+// when the process exits normally (libFuzzer ends with _Exit, which skips
+// that: bench/fuzz_run.sh gives each run a $TMPDIR of its own and drops it).
 #ifndef COHORT_TESTS_FUZZ_TEMP_FILE_H_
 #define COHORT_TESTS_FUZZ_TEMP_FILE_H_
 
