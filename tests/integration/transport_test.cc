@@ -160,7 +160,10 @@ TEST(TransportTest, ClientOutsideTheAllowlistCannotJoin) {
   EXPECT_EQ(log.find("client client-002 registered"), std::string::npos);
   auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
   for (uint32_t r = 1; r <= 2; ++r) {
-    for (const auto& c : *store->ClientRounds(r)) EXPECT_NE(c.client, "client-002");
+    // Held in a variable: a range-for over *temporary would outlive it.
+    auto clients = store->ClientRounds(r);
+    ASSERT_TRUE(clients.ok()) << clients.status();
+    for (const auto& c : *clients) EXPECT_NE(c.client, "client-002");
   }
 }
 
