@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/unknown_field_set.h>
 #include <google/protobuf/util/json_util.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace cohort::config {
@@ -102,6 +104,36 @@ uint64_t NumModelParams(const ModelConfig& model) {
   return total;
 }
 
+namespace {
+
+// The path of the first field below `m` that the schema does not know (JSON
+// keeps an out-of-range enum number as one), or "" when there is none.
+std::string FirstUnknownField(const google::protobuf::Message& m, const std::string& path = "") {
+  const google::protobuf::Reflection* reflection = m.GetReflection();
+  const google::protobuf::UnknownFieldSet& unknown = reflection->GetUnknownFields(m);
+  if (!unknown.empty()) {
+    const int number = unknown.field(0).number();
+    const auto* field = m.GetDescriptor()->FindFieldByNumber(number);
+    const std::string name = field != nullptr ? field->name() : std::to_string(number);
+    return path.empty() ? name : path + "." + name;
+  }
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(m, &fields);
+  for (const auto* field : fields) {
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    const std::string below = path.empty() ? field->name() : path + "." + field->name();
+    const int count = field->is_repeated() ? reflection->FieldSize(m, field) : 1;
+    for (int i = 0; i < count; ++i) {
+      const auto& child = field->is_repeated() ? reflection->GetRepeatedMessage(m, field, i)
+                                               : reflection->GetMessage(m, field);
+      if (std::string found = FirstUnknownField(child, below); !found.empty()) return found;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 StatusOr<RunConfig> ParseRunConfig(std::string_view text, std::string_view source_name) {
   RunConfig config;
   const size_t first = text.find_first_not_of(" \t\r\n");
@@ -113,6 +145,12 @@ StatusOr<RunConfig> ParseRunConfig(std::string_view text, std::string_view sourc
     if (!status.ok()) {
       return InvalidArgumentError(where +
                                   ": invalid JSON config: " + std::string(status.message()));
+    }
+    // JSON takes an enum number that names no value ("aggregation": 4); proto2
+    // keeps it as an unknown field, which the run store could not read back.
+    if (const std::string field = FirstUnknownField(config); !field.empty()) {
+      return InvalidArgumentError(where + ": invalid JSON config: " + field +
+                                  " is not a value this field allows");
     }
   } else {
     google::protobuf::TextFormat::Parser parser;

@@ -54,6 +54,15 @@ TEST(ConfigTest, JsonIsAccepted) {
   EXPECT_NE(bad.status().message().find("roundz"), std::string::npos) << bad.status();
 }
 
+TEST(ConfigTest, JsonEnumNumberOutsideTheEnumIsAnErrorNamingTheField) {
+  // proto2 keeps such a number as an unknown field; the stored config would
+  // then fail to parse when the run resumes.
+  auto bad = ParseRunConfig(R"({"secagg": {"aggregation": 4}})", "run.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("secagg.aggregation"), std::string::npos) << bad.status();
+  EXPECT_TRUE(ParseRunConfig(R"({"secagg": {"aggregation": 1}})", "run.json").ok());
+}
+
 TEST(ConfigTest, DataParallelIsNotSilentlyIgnored) {
   auto c = ParseRunConfig("mode: DATA_PARALLEL", "x");
   ASSERT_FALSE(c.ok());
