@@ -152,6 +152,16 @@ TEST_F(DatasetsTest, CorruptShardsGiveClearErrors) {
   EXPECT_EQ(ReadShard(Path("missing.shard")).status().code(), StatusCode::kNotFound);
 }
 
+TEST_F(DatasetsTest, ShardWithNoSamplesIsAnError) {
+  Dataset empty;
+  empty.num_features = 4;
+  empty.num_classes = 2;
+  if (!WriteShard(empty, Path("empty.shard")).ok()) return;  // Refused at the source: fine.
+  auto r = ReadShard(Path("empty.shard"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("samples 0"), std::string::npos) << r.status();
+}
+
 TEST_F(DatasetsTest, AssignmentFilesAreCheckedLineByLine) {
   WriteFile("ok.txt", "3 1 2\n\n0 4\n");
   auto parts = ReadAssignment(Path("ok.txt"), 5);

@@ -98,7 +98,7 @@ StatusOr<Dataset> ReadShard(const std::string& path) {
   const uint32_t nf = GetU32(h + 24);
   const uint32_t nc = GetU32(h + 28);
   const uint64_t width = encoding == 1 ? 1 : 4;
-  if (nf == 0 || nc < 2 || n > (uint64_t{1} << 34) || nf > (1u << 24)) {
+  if (n == 0 || nf == 0 || nc < 2 || n > (uint64_t{1} << 34) || nf > (1u << 24)) {
     return InvalidArgumentError(path + ": implausible header (samples " + std::to_string(n) +
                                 ", features " + std::to_string(nf) + ", classes " +
                                 std::to_string(nc) + ")");
