@@ -36,13 +36,11 @@ test-asan: setup
 
 # libFuzzer over every harness in tests/fuzz/ for FUZZ_SECONDS each, one at a
 # time, seeded from tests/fuzz/corpus/ (left untouched). Needs clang: the whole
-# project is built in build-fuzz/ with -fsanitize=fuzzer-no-link,address,undefined
-# (and tests/fuzz/clang_cpu_supports.h, for clang 14).
+# project is built in build-fuzz/ with -fsanitize=fuzzer-no-link,address,undefined.
 # FUZZ_TARGETS picks harnesses; results and crash inputs go to build-fuzz/fuzz-runs/.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= envelope config shard idx csv secagg_server secagg_client
-FUZZ_CXXFLAGS := -fsanitize=fuzzer-no-link -Wno-unknown-warning-option \
-	-include $(CURDIR)/tests/fuzz/clang_cpu_supports.h
+FUZZ_CXXFLAGS := -fsanitize=fuzzer-no-link -Wno-unknown-warning-option
 
 fuzz:
 	@bash scripts/setup.sh fuzz

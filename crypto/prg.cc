@@ -12,6 +12,7 @@
 #include "common/parallel.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define COHORT_HAVE_VAES_KERNEL 1
 #endif
@@ -326,8 +327,12 @@ PrgImpl BestPrgImpl() {
 #else
   static const PrgImpl best = [] {
     __builtin_cpu_init();
-    const bool vaes = __builtin_cpu_supports("vaes") && __builtin_cpu_supports("avx2") &&
-                      __builtin_cpu_supports("aes") && __builtin_cpu_supports("sse4.1");
+    // VAES is CPUID leaf 7, ECX bit 9. Read it directly: clang 14 does not
+    // know the "vaes" feature string of __builtin_cpu_supports.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool has_vaes = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 9));
+    const bool vaes = has_vaes && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("aes") &&
+                      __builtin_cpu_supports("sse4.1");
     const bool aesni = __builtin_cpu_supports("aes") && __builtin_cpu_supports("sse4.1");
     return vaes ? PrgImpl::kVaes : aesni ? PrgImpl::kAesNi : PrgImpl::kOpenSsl;
   }();
