@@ -210,7 +210,8 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   while (!stop.load()) {
     if (engine->done()) {
       if (!done_at) done_at = SteadyNowMs();
-      if (engine->all_acknowledged_finish() || SteadyNowMs() - *done_at > grace_ms) break;
+      const TimeMs now = SteadyNowMs();
+      if (engine->all_acknowledged_finish(now) || now - *done_at > grace_ms) break;
     }
     if (!engine->store_error().ok()) return engine->store_error();
     TimeMs now = SteadyNowMs();

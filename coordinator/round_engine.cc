@@ -171,9 +171,14 @@ std::vector<Outgoing> RoundEngine::OnMalformed(const std::string& peer, const St
   return out;
 }
 
-bool RoundEngine::all_acknowledged_finish() const {
+bool RoundEngine::all_acknowledged_finish(TimeMs now) const {
+  // A client dropped from the last round is marked unavailable but may well
+  // be alive; wait for every client heard from within the client timeout
+  // (the daemon bounds the wait by its grace period).
+  const TimeMs timeout = SecondsToMs(config_.rounds().client_timeout_s());
   for (const auto& [name, c] : clients_) {
-    if (c.active && acknowledged_finish_.count(name) == 0) return false;
+    if (acknowledged_finish_.count(name) != 0 || !c.banned.empty()) continue;
+    if (c.active || now - c.last_seen <= timeout) return false;
   }
   return true;
 }

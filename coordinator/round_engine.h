@@ -77,9 +77,10 @@ class RoundEngine {
   // When the engine next needs OnTick (absent: only a message can wake it).
   std::optional<TimeMs> NextWakeup() const;
   bool done() const { return phase_ == Phase::kDone; }
-  // After done(): every available client has acknowledged Finished, so the
-  // daemon can close without cutting anyone off.
-  bool all_acknowledged_finish() const;
+  // After done(): every client heard from within the client timeout, dropped
+  // from a round or not, has acknowledged Finished, so the daemon can close
+  // without cutting anyone off.
+  bool all_acknowledged_finish(TimeMs now) const;
   uint32_t last_committed_round() const { return round_; }
   std::span<const float> global_model() const { return global_; }
   size_t num_params() const { return global_.size(); }

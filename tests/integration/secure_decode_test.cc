@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 
 #include "client/session.h"
@@ -77,6 +78,12 @@ class InProcessRun {
   }
 
   coordinator::RunStore& store() { return *store_; }
+  // Called on each client message before the engine sees it.
+  void set_tamper(std::function<void(int client, net::Envelope&)> tamper) {
+    tamper_ = std::move(tamper);
+  }
+  // Errors the engine sent; without a tamper function each is a failure.
+  const std::vector<std::string>& errors() const { return errors_; }
   std::span<const float> model() const { return engine_->global_model(); }
 
  private:
@@ -111,7 +118,11 @@ class InProcessRun {
     net::Envelope e;
     e.header = o.header;
     if (o.payload) e.payloads.push_back(*o.payload);
-    if (o.header.has_error()) ADD_FAILURE() << o.peer << ": " << o.header.error().message();
+    if (o.header.has_error()) {
+      errors_.push_back(o.peer + ": " + wire::ErrorCode_Name(o.header.error().code()) + ": " +
+                        o.header.error().message());
+      if (!tamper_) ADD_FAILURE() << errors_.back();
+    }
     const int i = std::stoi(o.peer.substr(1));
     Handle(i, sessions_[i]->OnMessage(e, now_));
   }
@@ -121,6 +132,7 @@ class InProcessRun {
     if (!to_engine_.empty()) {
       ToEngine m = std::move(to_engine_.front());
       to_engine_.pop_front();
+      if (tamper_) tamper_(m.client, m.envelope);
       for (auto& o : engine_->OnMessage("p" + std::to_string(m.client), m.envelope, now_)) {
         ToClient(o);
       }
@@ -150,6 +162,8 @@ class InProcessRun {
   std::vector<std::vector<float>> deltas_;
   std::deque<ToEngine> to_engine_;
   std::deque<Job> pending_training_;
+  std::function<void(int, net::Envelope&)> tamper_;
+  std::vector<std::string> errors_;
 };
 
 TEST(SecureDecodeTest, EqualsPlainFedAvgOnUnequalShardsWithDropouts) {
@@ -198,6 +212,30 @@ TEST(SecureDecodeTest, EqualsPlainFedAvgOnUnequalShardsWithDropouts) {
     if (i != 6 && i != 1) loss += samples[i] * 0.1 * (i + 1);
   }
   EXPECT_NEAR(rounds[0].train_loss, loss / weight, 1e-4);
+}
+
+TEST(SecureDecodeTest, SecAggMessageWithAStaleTaskIdIsRefusedAndItsSenderLeft) {
+  // Client 2's shares carry the right round but another task id (a replay
+  // from an earlier task of the same round number, e.g. before a restart).
+  constexpr int kClients = 6;
+  const std::vector<uint64_t> samples(kClients, 100);
+  const std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams, 0.5f));
+  InProcessRun run(Config(kClients, config::SECAGG_PLUS), samples, deltas, {});
+  run.set_tamper([](int client, net::Envelope& e) {
+    if (client == 2 && e.header.has_secagg_shares()) {
+      e.header.mutable_secagg_shares()->set_task_id(e.header.secagg_shares().task_id() + 1);
+    }
+  });
+  run.Run();
+  ASSERT_EQ(run.errors().size(), 1u);
+  EXPECT_NE(run.errors()[0].find("p2: STALE: shares for round 1, which is not in progress"),
+            std::string::npos)
+      << run.errors()[0];
+  auto rounds = std::move(run.store().Rounds()).value();
+  ASSERT_EQ(rounds.size(), 1u);
+  ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+  EXPECT_EQ(rounds[0].participants, 5u);  // Without client 2.
+  for (size_t j = 0; j < kParams; ++j) EXPECT_NEAR(run.model()[j], 0.5f, 1e-6) << j;
 }
 
 }  // namespace
