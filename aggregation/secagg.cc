@@ -791,7 +791,7 @@ StatusOr<KeyList> SecAggServer::CloseAdvertise() {
   return list;
 }
 
-Status SecAggServer::OnShares(const SealedShares& s) {
+Status SecAggServer::OnShares(SealedShares s) {
   if (aborted_ || stage_ != 2) return FailedPreconditionError("shares outside the ShareKeys stage");
   if (!Contains(u1_, s.from)) return InvalidArgumentError("shares from a client not in U1");
   if (shares_.count(s.from)) return InvalidArgumentError("second set of shares");
@@ -808,7 +808,8 @@ Status SecAggServer::OnShares(const SealedShares& s) {
     }
   }
   if (s.to.size() != expected) return InvalidArgumentError("shares addressed to non-neighbours");
-  shares_[s.from] = s;
+  const uint32_t from = s.from;
+  shares_[from] = std::move(s);
   return OkStatus();
 }
 

@@ -266,7 +266,7 @@ class SecAggServer {
 
   Status OnAdvertise(const KeyAdvert& advert);
   StatusOr<KeyList> CloseAdvertise();
-  Status OnShares(const SealedShares& shares);
+  Status OnShares(SealedShares shares);
   // Per client in U2: what to send it.
   StatusOr<std::map<uint32_t, InboundShares>> CloseShares();
   // kInvalidArgument when the sender's own complaint was false; a true one

@@ -185,7 +185,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       p = SecAggSender(peer, m.round(), m.task_id(), 2, "shares", out);
       if (p == nullptr) return;
       auto shares = net::FromWire(m, index_of(p));
-      status = shares.ok() ? secagg_->OnShares(*shares) : shares.status();
+      status = shares.ok() ? secagg_->OnShares(std::move(*shares)) : shares.status();
       break;
     }
     case wire::Header::kSecaggShareCheck: {

@@ -3,6 +3,7 @@
 #include <sodium.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "crypto/keys.h"
@@ -11,7 +12,7 @@ namespace cohort::crypto {
 namespace {
 
 constexpr uint64_t kP = (uint64_t{1} << 61) - 1;
-constexpr int kLimbs = 5;
+constexpr int kLimbs = ShamirCombiner::kLimbCount;
 constexpr int kLimbBytes = 7;
 
 uint64_t Reduce(unsigned __int128 x) {
@@ -100,95 +101,61 @@ uint32_t ShamirShareX(const SecretBytes& share) {
   return x;
 }
 
-StatusOr<SecretBytes> ShamirCombiner::Combine(std::span<const SecretBytes* const> shares,
-                                              uint32_t threshold) {
-  if (threshold == 0 || shares.size() < threshold) {
-    return InvalidArgumentError("shamir: " + std::to_string(shares.size()) + " shares, need " +
-                                std::to_string(threshold));
-  }
-  std::vector<uint32_t> xs;
-  for (uint32_t i = 0; i < threshold; ++i) {
-    const uint32_t x = ShamirShareX(*shares[i]);
-    if (x == 0) return InvalidArgumentError("shamir: malformed share");
-    xs.push_back(x);
-  }
-  auto [it, inserted] = lagrange_.try_emplace(xs);
-  if (inserted) {
-    std::vector<uint32_t> sorted = xs;
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-      lagrange_.erase(it);
-      return InvalidArgumentError("shamir: repeated x-coordinate");
-    }
-    // l_i(0) = prod_{j != i} x_j / (x_j - x_i).
-    for (uint32_t i = 0; i < threshold; ++i) {
-      uint64_t num = 1, den = 1;
-      for (uint32_t j = 0; j < threshold; ++j) {
-        if (j == i) continue;
-        num = Mul(num, xs[j]);
-        den = Mul(den, Sub(xs[j], xs[i]));
-      }
-      it->second.push_back(Mul(num, Inverse(den)));
-    }
-  }
-  const std::vector<uint64_t>& lambda = it->second;
-  SecretBytes secret(kShamirSecretBytes);
-  uint8_t* out = secret.bytes().data();
-  for (int l = 0; l < kLimbs; ++l) {
-    uint64_t acc = 0;
-    for (uint32_t i = 0; i < threshold; ++i) {
-      uint64_t y;
-      std::memcpy(&y, shares[i]->bytes().data() + 4 + 8 * l, 8);
-      if (y >= kP) return InvalidArgumentError("shamir: share value outside the field");
-      acc = Add(acc, Mul(lambda[i], y));
-    }
-    const int bytes = std::min(kLimbBytes, static_cast<int>(kShamirSecretBytes) - l * kLimbBytes);
-    if (acc >> (8 * bytes) != 0) {
-      return InvalidArgumentError("shamir: shares do not belong to one secret");
-    }
-    std::memcpy(out + l * kLimbBytes, &acc, bytes);
-  }
-  return secret;
-}
-
-StatusOr<bool> ShamirCombiner::Consistent(std::span<const SecretBytes* const> basis,
-                                          const SecretBytes& candidate) {
-  const uint32_t x = ShamirShareX(candidate);
-  if (basis.empty() || x == 0) return InvalidArgumentError("shamir: malformed share");
-  const size_t t = basis.size();
-  std::vector<uint32_t> xs(t);
-  for (size_t i = 0; i < t; ++i) {
+StatusOr<const std::vector<uint64_t>*> ShamirCombiner::InverseDenominators(
+    std::span<const SecretBytes* const> basis) {
+  std::vector<uint32_t> xs(basis.size());
+  for (size_t i = 0; i < basis.size(); ++i) {
     xs[i] = ShamirShareX(*basis[i]);
     if (xs[i] == 0) return InvalidArgumentError("shamir: malformed share");
   }
   auto [it, inserted] = denominators_.try_emplace(xs);
-  if (inserted) {
-    for (size_t i = 0; i < t; ++i) {
-      uint64_t den = 1;
-      for (size_t m = 0; m < t; ++m) {
-        if (m != i) den = Mul(den, Sub(xs[i], xs[m]));
-      }
-      if (den == 0) {
-        denominators_.erase(it);
-        return InvalidArgumentError("shamir: repeated x-coordinate");
-      }
-      it->second.push_back(Inverse(den));
+  if (!inserted) return &it->second;
+  // d_i = prod_{m != i} (x_i - x_m): O(t^2) multiplications, then one
+  // inversion for all t (Montgomery's trick) instead of t inversions.
+  const size_t t = xs.size();
+  std::vector<uint64_t> d(t), prefix(t);
+  uint64_t running = 1;
+  for (size_t i = 0; i < t; ++i) {
+    uint64_t den = 1;
+    for (size_t m = 0; m < t; ++m) {
+      if (m != i) den = Mul(den, Sub(xs[i], xs[m]));
     }
+    if (den == 0) {
+      denominators_.erase(it);
+      return InvalidArgumentError("shamir: repeated x-coordinate");
+    }
+    d[i] = den;
+    prefix[i] = running;  // d_0 ... d_{i-1}
+    running = Mul(running, den);
   }
-  // l_i(x) = prod_{m != i} (x - x_m) / prod_{m != i} (x_i - x_m); the
-  // numerators from prefix and suffix products, without inversions.
+  std::vector<uint64_t>& inverse = it->second;
+  inverse.resize(t);
+  uint64_t inv = Inverse(running);  // 1 / (d_0 ... d_{t-1})
+  for (size_t i = t; i-- > 0;) {
+    inverse[i] = Mul(inv, prefix[i]);
+    inv = Mul(inv, d[i]);
+  }
+  return &it->second;
+}
+
+StatusOr<std::array<uint64_t, ShamirCombiner::kLimbCount>> ShamirCombiner::Evaluate(
+    std::span<const SecretBytes* const> basis, uint64_t x) {
+  COHORT_ASSIGN_OR_RETURN(const std::vector<uint64_t>* inverse, InverseDenominators(basis));
+  // l_i(x) = prod_{m != i} (x - x_m) / d_i; the numerators from prefix and
+  // suffix products, so no inversion here.
+  const size_t t = basis.size();
   std::vector<uint64_t> weight(t);
   uint64_t prefix = 1;
   for (size_t i = 0; i < t; ++i) {
     weight[i] = prefix;
-    prefix = Mul(prefix, Sub(x, xs[i]));
+    prefix = Mul(prefix, Sub(x, ShamirShareX(*basis[i])));
   }
   uint64_t suffix = 1;
   for (size_t i = t; i-- > 0;) {
-    weight[i] = Mul(Mul(weight[i], suffix), it->second[i]);
-    suffix = Mul(suffix, Sub(x, xs[i]));
+    weight[i] = Mul(Mul(weight[i], suffix), (*inverse)[i]);
+    suffix = Mul(suffix, Sub(x, ShamirShareX(*basis[i])));
   }
-  const uint8_t* c = candidate.bytes().data();
+  std::array<uint64_t, kLimbCount> value{};
   for (int l = 0; l < kLimbs; ++l) {
     uint64_t acc = 0;
     for (size_t i = 0; i < t; ++i) {
@@ -197,11 +164,45 @@ StatusOr<bool> ShamirCombiner::Consistent(std::span<const SecretBytes* const> ba
       if (y >= kP) return InvalidArgumentError("shamir: share value outside the field");
       acc = Add(acc, Mul(weight[i], y));
     }
-    uint64_t expected;
-    std::memcpy(&expected, c + 4 + 8 * l, 8);
-    if (acc != expected) return false;
+    value[l] = acc;
   }
-  return true;
+  return value;
+}
+
+StatusOr<SecretBytes> ShamirCombiner::Combine(std::span<const SecretBytes* const> shares,
+                                              uint32_t threshold) {
+  if (threshold == 0 || shares.size() < threshold) {
+    return InvalidArgumentError("shamir: " + std::to_string(shares.size()) + " shares, need " +
+                                std::to_string(threshold));
+  }
+  COHORT_ASSIGN_OR_RETURN(auto limbs, Evaluate(shares.first(threshold), 0));
+  SecretBytes secret(kShamirSecretBytes);
+  uint8_t* out = secret.bytes().data();
+  for (int l = 0; l < kLimbs; ++l) {
+    const int bytes = std::min(kLimbBytes, static_cast<int>(kShamirSecretBytes) - l * kLimbBytes);
+    if (limbs[l] >> (8 * bytes) != 0) {
+      sodium_memzero(limbs.data(), sizeof(limbs));
+      return InvalidArgumentError("shamir: shares do not belong to one secret");
+    }
+    std::memcpy(out + l * kLimbBytes, &limbs[l], bytes);
+  }
+  sodium_memzero(limbs.data(), sizeof(limbs));
+  return secret;
+}
+
+StatusOr<bool> ShamirCombiner::Consistent(std::span<const SecretBytes* const> basis,
+                                          const SecretBytes& candidate) {
+  const uint32_t x = ShamirShareX(candidate);
+  if (basis.empty() || x == 0) return InvalidArgumentError("shamir: malformed share");
+  COHORT_ASSIGN_OR_RETURN(auto limbs, Evaluate(basis, x));
+  bool same = true;
+  for (int l = 0; l < kLimbs; ++l) {
+    uint64_t expected;
+    std::memcpy(&expected, candidate.bytes().data() + 4 + 8 * l, 8);
+    same = same && limbs[l] == expected;
+  }
+  sodium_memzero(limbs.data(), sizeof(limbs));
+  return same;
 }
 
 }  // namespace cohort::crypto

@@ -5,6 +5,7 @@
 #ifndef COHORT_CRYPTO_SHAMIR_H_
 #define COHORT_CRYPTO_SHAMIR_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -27,9 +28,9 @@ inline constexpr size_t kShamirShareBytes = 44;
 // x-coordinate of a share; 0 for a malformed share.
 uint32_t ShamirShareX(const SecretBytes& share);
 
-// Rebuilds secrets from shares. Keeps the Lagrange coefficients of each set
-// of x-coordinates it has seen (the same neighbour sets recur within a
-// round). Not thread-safe.
+// Rebuilds secrets from shares. Keeps the Lagrange denominators of each set
+// of x-coordinates it has seen (the same sets recur within a round, and
+// Consistent reuses those of the Combine before it). Not thread-safe.
 class ShamirCombiner {
  public:
   // Uses the first `threshold` shares. kInvalidArgument when fewer are given,
@@ -44,9 +45,16 @@ class ShamirCombiner {
   [[nodiscard]] StatusOr<bool> Consistent(std::span<const SecretBytes* const> basis,
                                           const SecretBytes& candidate);
 
+  static constexpr int kLimbCount = 5;  // Field elements per share.
+
  private:
-  std::map<std::vector<uint32_t>, std::vector<uint64_t>> lagrange_;
   // 1 / prod_{m != i} (x_i - x_m), per set of x-coordinates.
+  StatusOr<const std::vector<uint64_t>*> InverseDenominators(
+      std::span<const SecretBytes* const> basis);
+  // The polynomials through `basis`, evaluated at x.
+  StatusOr<std::array<uint64_t, kLimbCount>> Evaluate(std::span<const SecretBytes* const> basis,
+                                                      uint64_t x);
+
   std::map<std::vector<uint32_t>, std::vector<uint64_t>> denominators_;
 };
 
