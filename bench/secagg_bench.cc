@@ -79,10 +79,15 @@ int main(int argc, char** argv) {
     server_by_call[name] += spent;
     return r;
   };
-  auto timed_call = [](double& acc, auto&& f) {
+  std::map<std::string, double> client_by_call;  // Summed over the timed clients.
+  auto timed_call = [&](double& acc, auto&& f, const char* name = nullptr) {
     const double t0 = WallSeconds();
     auto r = f();
-    acc += WallSeconds() - t0;
+    const double spent = WallSeconds() - t0;
+    acc += spent;
+    if (name != nullptr && &acc - client_s.data() < static_cast<ptrdiff_t>(timed)) {
+      client_by_call[name] += spent / timed;
+    }
     return r;
   };
   auto must = [](const auto& r) {
@@ -98,7 +103,8 @@ int main(int argc, char** argv) {
   for (uint32_t i = 0; i < n; ++i) {
     clients.push_back(
         std::make_unique<SecAggClient>(i < timed ? *params : stand_in, i, &keys[i], ids));
-    auto a = timed_call(client_s[i], [&] { return clients[i]->AdvertiseKeys(); });
+    auto a = timed_call(
+        client_s[i], [&] { return clients[i]->AdvertiseKeys(); }, "AdvertiseKeys");
     must(a);
     must(StatusOr<int>(
         server_call("OnAdvertise", [&] { return server.OnAdvertise(*a); }).ok() ? 0 : -1));
@@ -106,14 +112,16 @@ int main(int argc, char** argv) {
   auto list = server_call("CloseAdvertise", [&] { return server.CloseAdvertise(); });
   must(list);
   for (uint32_t i = 0; i < n; ++i) {
-    auto s = timed_call(client_s[i], [&] { return clients[i]->ShareKeys(*list); });
+    auto s = timed_call(
+        client_s[i], [&] { return clients[i]->ShareKeys(*list); }, "ShareKeys");
     must(s);
     (void)server_call("OnShares", [&] { return server.OnShares(std::move(*s)); });
   }
   auto inbound = server_call("CloseShares", [&] { return server.CloseShares(); });
   must(inbound);
   for (uint32_t i = 0; i < n; ++i) {
-    auto check = timed_call(client_s[i], [&] { return clients[i]->CheckShares((*inbound)[i]); });
+    auto check = timed_call(
+        client_s[i], [&] { return clients[i]->CheckShares((*inbound)[i]); }, "CheckShares");
     must(check);
     (void)server_call("OnShareCheck", [&] { return server.OnShareCheck(*check); });
   }
@@ -123,12 +131,14 @@ int main(int argc, char** argv) {
   for (auto& v : input) v = static_cast<uint32_t>(rng.Next());
   for (uint32_t i = 0; i < n; ++i) {
     if (dropped[i]) continue;
-    Status rs = timed_call(client_s[i], [&] { return clients[i]->ReceiveChecked(*checked); });
+    Status rs = timed_call(
+        client_s[i], [&] { return clients[i]->ReceiveChecked(*checked); }, "ReceiveChecked");
     if (!rs.ok()) return 1;
     MaskedInput masked;
     if (i < timed) {
       std::vector<uint32_t> mine = input;  // Copied outside the timed call.
-      auto r = timed_call(client_s[i], [&] { return clients[i]->MaskInput(std::move(mine)); });
+      auto r = timed_call(
+          client_s[i], [&] { return clients[i]->MaskInput(std::move(mine)); }, "MaskInput");
       must(r);
       masked = std::move(*r);
     } else {
@@ -142,14 +152,16 @@ int main(int argc, char** argv) {
   auto survivors = server_call("CloseMaskedInput", [&] { return server.CloseMaskedInput(); });
   must(survivors);
   for (uint32_t u : survivors->survivors) {
-    auto sig = timed_call(client_s[u], [&] { return clients[u]->SignSurvivors(*survivors); });
+    auto sig = timed_call(
+        client_s[u], [&] { return clients[u]->SignSurvivors(*survivors); }, "SignSurvivors");
     must(sig);
     (void)server_call("OnSignature", [&] { return server.OnSignature(*sig); });
   }
   auto request = server_call("CloseConsistency", [&] { return server.CloseConsistency(); });
   must(request);
   for (uint32_t u : survivors->survivors) {
-    auto r = timed_call(client_s[u], [&] { return clients[u]->Unmask(*request); });
+    auto r = timed_call(
+        client_s[u], [&] { return clients[u]->Unmask(*request); }, "Unmask");
     must(r);
     (void)server_call("OnUnmask", [&] { return server.OnUnmask(std::move(*r)); });
   }
@@ -157,18 +169,22 @@ int main(int argc, char** argv) {
   must(sum);
   std::vector<double> t(client_s.begin(), client_s.begin() + timed);
   std::sort(t.begin(), t.end());
-  std::string by_call;
-  for (const auto& [name, spent] : server_by_call) {
-    char item[96];
-    std::snprintf(item, sizeof(item), "%s\"%s\":%.4f", by_call.empty() ? "" : ",", name.c_str(),
-                  spent);
-    by_call += item;
-  }
+  auto json_map = [](const std::map<std::string, double>& by_call) {
+    std::string out;
+    for (const auto& [name, spent] : by_call) {
+      char item[96];
+      std::snprintf(item, sizeof(item), "%s\"%s\":%.4f", out.empty() ? "" : ",", name.c_str(),
+                    spent);
+      out += item;
+    }
+    return out;
+  };
   std::printf(
       "{\"bench\":\"secagg\",\"impl\":\"cohort\",\"graph\":\"%s\",\"n\":%u,\"m\":%zu,\"dropout\":%."
       "2f,"
-      "\"k\":%u,\"t\":%u,\"client_s\":%.4f,\"server_s\":%.4f,\"server_by_call\":{%s}}\n",
+      "\"k\":%u,\"t\":%u,\"client_s\":%.4f,\"server_s\":%.4f,\"client_by_call\":{%s},"
+      "\"server_by_call\":{%s}}\n",
       graph.c_str(), n, m, dropout, params->k, params->t, t[t.size() / 2], server_s,
-      by_call.c_str());
+      json_map(client_by_call).c_str(), json_map(server_by_call).c_str());
   return 0;
 }
