@@ -1,13 +1,17 @@
 // net::DecodeEnvelope over frames cut from the input.
 //
-// Input: one byte that picks the limits, then frames, each a 16-bit
-// little-endian length and that many bytes (the last may be short).
-// Checks that a decoded envelope honours the limits, carries every payload
-// byte for byte, and survives EncodeEnvelope + DecodeEnvelope unchanged.
+// Input: one byte that picks the limits (and, with bit 5, stretches every
+// payload frame but the last to a full chunk by repeating its bytes, so
+// that multi-frame payloads, which a 16-bit length cannot spell, are
+// reached), then frames, each a 16-bit little-endian length and that many
+// bytes (the last may be short). Checks that a decoded envelope honours the
+// limits, carries every payload byte for byte in one joined payload, and
+// survives EncodeEnvelope + DecodeEnvelope unchanged.
 #include <google/protobuf/stubs/logging.h>
 
 #include <array>
 #include <cstring>
+#include <string>
 #include <vector>
 #include <zmq.hpp>
 
@@ -32,9 +36,19 @@ void Run(FuzzInput& in) {
   limits.max_payload_floats = std::array<size_t, 4>{0, 1, 16, 1 << 20}[(mode >> 1) & 3];
   limits.max_payload_frames = (mode >> 3) & 3;
 
+  const bool full_chunks = (mode & 0x20) != 0;
+  std::vector<std::string> parts;
+  while (!in.empty() && parts.size() < kMaxFrames) parts.push_back(in.LengthPrefixed());
   std::vector<zmq::message_t> frames;
-  while (!in.empty() && frames.size() < kMaxFrames) {
-    const std::string frame = in.LengthPrefixed();
+  std::string joined;  // The payload bytes, frames 1.. in order.
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::string frame = std::move(parts[i]);
+    if (full_chunks && i > 0 && i + 1 < parts.size()) {
+      if (frame.empty()) frame.assign(1, '\0');
+      while (frame.size() < net::kPayloadChunkBytes) frame += frame;
+      frame.resize(net::kPayloadChunkBytes);
+    }
+    if (i > 0) joined += frame;
     frames.emplace_back(frame.data(), frame.size());
   }
   StatusOr<net::Envelope> env = net::DecodeEnvelope(frames, limits);
@@ -47,16 +61,14 @@ void Run(FuzzInput& in) {
   FUZZ_CHECK(env->header.version() == wire::VERSION_1, "version");
   FUZZ_CHECK(env->header.body_case() != wire::Header::BODY_NOT_SET, "body");
   FUZZ_CHECK(net::BodyName(env->header) != "unknown", "body name");
-  FUZZ_CHECK(env->payloads.size() == frames.size() - 1, "payload count");
-  for (size_t i = 0; i < env->payloads.size(); ++i) {
-    const auto& values = env->payloads[i];
+  FUZZ_CHECK(env->payloads.size() == (frames.size() > 1 ? 1u : 0u), "one joined payload");
+  if (!env->payloads.empty()) {
+    const auto& values = env->payloads[0];
     FUZZ_CHECK(values.size() <= limits.max_payload_floats, "payload limit");
-    FUZZ_CHECK(values.size() * sizeof(float) == frames[i + 1].size(), "payload size");
-    FUZZ_CHECK(values.empty() ||
-                   std::memcmp(values.data(), frames[i + 1].data(), frames[i + 1].size()) == 0,
+    FUZZ_CHECK(values.size() * sizeof(float) == joined.size(), "payload size");
+    FUZZ_CHECK(values.empty() || std::memcmp(values.data(), joined.data(), joined.size()) == 0,
                "payload bytes");
   }
-  if (env->payloads.size() > 1) return;  // EncodeEnvelope writes at most one payload.
 
   // Round trip. EncodeEnvelope writes no frame for an empty payload.
   // Re-serialising may grow the header (a 5-byte negative enum becomes 10

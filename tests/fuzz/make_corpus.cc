@@ -149,6 +149,12 @@ void Envelopes() {
   Put("envelope", "two_payloads",
       Frames(kOnePayload, {header([](wire::Header& h) { h.mutable_update(); }), payload, payload}));
   Put("envelope", "garbage", Frames(1, {"\x0a\xff\xff\xff\xff\x0f"}));
+  // Bit 5 stretches the first payload frame to a full 1 MiB chunk: a
+  // payload of two frames, joined (limit 2^20 floats, three frames).
+  constexpr uint8_t kFullChunks = (3 << 1) | (3 << 3) | 0x20;
+  Put("envelope", "two_chunks",
+      Frames(kFullChunks, {header([](wire::Header& h) { h.mutable_update()->set_round(1); }),
+                           payload, payload}));
 }
 
 // --- config ----------------------------------------------------------------------
