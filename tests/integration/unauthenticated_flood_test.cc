@@ -32,7 +32,16 @@ namespace cohort::testing {
 namespace {
 
 constexpr int kConnections = 1000;
+// Issue 8's budget, for the ordinary build. Under AddressSanitizer (`make
+// test-asan`) the coordinator also carries ASan's shadow memory and its
+// quarantine of freed blocks (flooding connections free ~1 MiB each), so
+// there the test allows twice as much and still catches a leak per
+// connection (1000 connections x 1 MiB).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr size_t kMemoryBudgetBytes = size_t{512} << 20;
+#else
 constexpr size_t kMemoryBudgetBytes = size_t{256} << 20;
+#endif
 
 // Raises this process's open-file limit towards `want` (children inherit it);
 // returns the limit now in force.
