@@ -135,12 +135,6 @@ std::string JsonString(const std::string& text) {
   return out + "\"";
 }
 
-// Clients the protocol proved misbehaving: their reason says so.
-bool Misbehaved(const coordinator::ClientRoundRecord& c) {
-  return c.reason.rfind("misbehaved: ", 0) == 0 ||
-         c.reason.find("; misbehaved") != std::string::npos;
-}
-
 std::string RoundJson(const coordinator::RoundRecord& r,
                       const std::vector<coordinator::ClientRoundRecord>& clients) {
   // Secure aggregation: who left at which stage.
@@ -153,7 +147,7 @@ std::string RoundJson(const coordinator::RoundRecord& r,
       std::string& list = by_stage[c.stage];
       list += (list.empty() ? "" : ",") + JsonString(c.client);
     }
-    if (Misbehaved(c)) {
+    if (coordinator::ProvedMisbehaving(c)) {
       misbehaving += (misbehaving.empty() ? "" : ",") + std::string("{\"client\":") +
                      JsonString(c.client) + ",\"what\":" + JsonString(c.reason) + "}";
     }
@@ -205,7 +199,8 @@ Status RunStatus(const std::string& run_dir, bool json) {
         r.seconds,
         r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
     for (const auto& c : clients) {
-      if (Misbehaved(c)) std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());
+      if (coordinator::ProvedMisbehaving(c))
+        std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());
     }
   }
   return OkStatus();

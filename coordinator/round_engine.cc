@@ -69,6 +69,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
     engine->global_ = std::move(cp.model);
     engine->velocity_ = std::move(cp.velocity);
     engine->round_ = cp.round;
+    COHORT_RETURN_IF_ERROR(engine->LoadBans());
     spdlog::info("resuming run after committed round {}", cp.round);
   }
   if (engine->round_ >= config.rounds().num_rounds()) engine->phase_ = Phase::kDone;
@@ -171,13 +172,25 @@ std::vector<Outgoing> RoundEngine::OnMalformed(const std::string& peer, const St
   return out;
 }
 
+Status RoundEngine::LoadBans() {
+  for (uint32_t r = 1; r <= round_; ++r) {
+    COHORT_ASSIGN_OR_RETURN(std::vector<ClientRoundRecord> records, store_->ClientRounds(r));
+    for (const ClientRoundRecord& c : records) {
+      if (ProvedMisbehaving(c) && banned_.emplace(c.client, c.reason).second) {
+        spdlog::warn("client {} stays excluded (round {}): {}", c.client, r, c.reason);
+      }
+    }
+  }
+  return OkStatus();
+}
+
 bool RoundEngine::all_acknowledged_finish(TimeMs now) const {
   // A client dropped from the last round is marked unavailable but may well
   // be alive; wait for every client heard from within the client timeout
   // (the daemon bounds the wait by its grace period).
   const TimeMs timeout = SecondsToMs(config_.rounds().client_timeout_s());
   for (const auto& [name, c] : clients_) {
-    if (acknowledged_finish_.count(name) != 0 || !c.banned.empty()) continue;
+    if (acknowledged_finish_.count(name) != 0 || banned_.count(name) != 0) continue;
     if (c.active || now - c.last_seen <= timeout) return false;
   }
   return true;
@@ -353,6 +366,10 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
     } else if (!secure() && p->state == Participant::State::kPending) {
       Drop(*p, Participant::State::kRejected, why);
       if (AllResolved()) CloseRound(now, out);
+    } else if (p->reason.rfind("misbehaved", 0) != 0) {
+      // Out of the round already, or its update is in: the record still
+      // names it, so the ban outlives a coordinator restart.
+      p->reason = why + (p->reason.empty() ? "" : "; " + p->reason);
     }
     return;
   }
@@ -491,12 +508,16 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   if (phase_ != Phase::kWaiting || !store_error_.ok()) return;
   std::vector<std::string> available;
   for (const auto& [name, c] : clients_) {
-    if (c.active && c.banned.empty()) available.push_back(name);
+    if (c.active && banned_.count(name) == 0) available.push_back(name);
   }
   const auto& rc = config_.rounds();
   const uint32_t min_clients = MinClients();
   uint32_t needed = min_clients;
-  if (first_round_ && rc.start_clients() > needed) needed = rc.start_clients();
+  // Excluded clients never count: waiting for them would stall a resumed run.
+  const uint32_t start = rc.start_clients() > banned_.size()
+                             ? rc.start_clients() - static_cast<uint32_t>(banned_.size())
+                             : 0;
+  if (first_round_ && start > needed) needed = start;
   if (available.size() < needed) return;
   first_round_ = false;
   const uint32_t round = round_ + 1;

@@ -105,9 +105,6 @@ class RoundEngine {
     bool active = true;
     uint64_t num_samples = 0;
     std::optional<crypto::Ed25519Public> identity;  // From Hello.
-    // Set when the protocol proved this client misbehaving: it is not
-    // selected again in this coordinator's lifetime.
-    std::string banned;
   };
   struct Participant {
     std::string name;
@@ -166,6 +163,8 @@ class RoundEngine {
   void TakeSecAggBlame();
   // Records proven misbehaviour on the participant and bans the client.
   void Ban(Participant& p, const std::string& why);
+  // Bans from the client records of rounds 1..round_ (on resume).
+  Status LoadBans();
   void AbortSecAgg(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
   void LeaveSecAgg(Participant& p, Participant::State state, std::string reason);
   Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id, int stage,
@@ -194,6 +193,9 @@ class RoundEngine {
   Phase phase_ = Phase::kWaiting;
   bool first_round_ = true;
   std::map<std::string, Client> clients_;  // By name.
+  // Clients the protocol proved misbehaving, with the reason: never selected
+  // again in this run. Rebuilt from the store's client records on resume.
+  std::map<std::string, std::string> banned_;
   std::map<std::string, std::string> peer_to_name_;
   std::set<std::string> acknowledged_finish_;  // Names, after done().
 

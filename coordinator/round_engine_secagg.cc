@@ -122,10 +122,8 @@ void RoundEngine::TakeSecAggBlame() {
 }
 
 void RoundEngine::Ban(Participant& p, const std::string& why) {
-  Client& c = clients_[p.name];
-  if (c.banned.empty()) {
+  if (banned_.emplace(p.name, why).second) {
     spdlog::warn("client {} is excluded from the rest of the run: {}", p.name, why);
-    c.banned = why;
   }
 }
 

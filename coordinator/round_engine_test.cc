@@ -254,6 +254,27 @@ TEST_F(RoundEngineTest, CloseDoesNotWaitForAClientSilentLongerThanTheTimeout) {
   EXPECT_TRUE(engine_->all_acknowledged_finish(now_ + 101 * 1000));
 }
 
+TEST_F(RoundEngineTest, AMisbehavingClientStaysExcludedAfterARestart) {
+  Start(TestConfig(3, 2, 3));
+  Register(3);
+  // c2 claims another sample count on the same connection mid-round.
+  Deliver("p2", Hello("c2", 1u << 30));
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+  ASSERT_EQ(engine_->last_committed_round(), 1u);
+  auto clients = store_->ClientRounds(1);
+  ASSERT_TRUE(clients.ok());
+  EXPECT_TRUE(ProvedMisbehaving((*clients)[2])) << (*clients)[2].reason;
+  EXPECT_EQ(tasks_["p2"].round(), 1u);  // Not selected for round 2.
+  // "Crash" and restart: the ban is read back from the round's records.
+  tasks_.clear();
+  Start(config_);
+  Register(3);
+  EXPECT_EQ(tasks_["p0"].round(), 2u);
+  EXPECT_EQ(tasks_["p1"].round(), 2u);
+  EXPECT_EQ(tasks_.count("p2"), 0u);
+}
+
 TEST_F(RoundEngineTest, RunFinishesAndResumesFromTheStore) {
   Start(TestConfig(2, 2, 3));
   Register(2);

@@ -56,6 +56,14 @@ struct ClientRoundRecord {
   std::string stage;
 };
 
+// Whether the protocol proved this client misbehaving in that round (its
+// reason says so). Such a client is excluded for the rest of the run, also
+// after the coordinator restarts; `cohort status` names it.
+inline bool ProvedMisbehaving(const ClientRoundRecord& c) {
+  return c.reason.rfind("misbehaved: ", 0) == 0 ||
+         c.reason.find("; misbehaved") != std::string::npos;
+}
+
 struct Checkpoint {
   uint32_t round = 0;
   std::vector<float> model;
