@@ -735,7 +735,9 @@ TEST(SecAggClientTest, UnmaskRefusesBothSharesOfANeighbourAndForkedLists) {
   auto checked = server.CloseShareCheck();
   for (uint32_t i = 0; i < 6; ++i) {
     ASSERT_TRUE(s.clients[i]->ReceiveChecked(*checked).ok());
-    if (i != 4) ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
+    if (i != 4) {
+      ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
+    }
   }
   auto survivors = server.CloseMaskedInput();
   for (uint32_t i : {0u, 1u, 2u, 3u, 5u}) {

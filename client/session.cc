@@ -72,7 +72,7 @@ void Session::Refuse(const Status& why, Actions& a) {
 
 void Session::Send(wire::Header header, std::vector<float> payload, TimeMs now, Actions& a) {
   last_sent_ = now;
-  a.send.push_back({std::move(header), std::move(payload)});
+  a.send.push_back({std::move(header), std::move(payload), {}});
 }
 
 void Session::SendHello(TimeMs now, Actions& a) {

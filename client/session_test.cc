@@ -44,7 +44,7 @@ class SessionTest : public ::testing::Test {
           ++builds_;
           return kParams;
         },
-        nullptr, FaultPlan{"masked_input", pause});
+        nullptr, FaultPlan{"masked_input", pause, ""});
   }
   int builds_ = 0;
 };

@@ -4,6 +4,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/bytes.h"
@@ -33,6 +34,19 @@ TEST(StatusTest, MacrosPropagateTheFirstError) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "3 is odd");
   EXPECT_EQ(s.WithContext("client 7").ToString(), "INVALID_ARGUMENT: client 7: 3 is odd");
+}
+
+StatusOr<std::vector<int>> Numbers() { return std::vector<int>{1, 2, 3}; }
+
+TEST(StatusTest, RangeForOverATemporaryStatusOrIsSafe) {
+  // An rvalue StatusOr hands out its value by value, so a range-for over it
+  // keeps the vector alive (with T&& it iterated a destroyed one; ASan).
+  static_assert(std::is_same_v<decltype(*Numbers()), std::vector<int>>);
+  static_assert(std::is_same_v<decltype(Numbers().value()), std::vector<int>>);
+  int sum = 0;
+  for (int v : *Numbers()) sum += v;
+  for (int v : Numbers().value()) sum += v;
+  EXPECT_EQ(sum, 12);
 }
 
 // Golden values. Stored runs replay only if these never change: cohort

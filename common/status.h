@@ -78,10 +78,12 @@ class [[nodiscard]] StatusOr {
   const Status& status() const { return status_; }
   const T& value() const& { return *value_; }
   T& value() & { return *value_; }
-  T&& value() && { return std::move(*value_); }
+  // On an rvalue the value is moved out and returned by value, not as T&&:
+  // `for (auto& x : *Load())` would otherwise iterate a destroyed object.
+  T value() && { return std::move(*value_); }
   const T& operator*() const& { return *value_; }
   T& operator*() & { return *value_; }
-  T&& operator*() && { return std::move(*value_); }
+  T operator*() && { return std::move(*value_); }
   const T* operator->() const { return &*value_; }
   T* operator->() { return &*value_; }
 

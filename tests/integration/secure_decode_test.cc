@@ -55,7 +55,7 @@ class InProcessRun {
     }
     for (size_t i = 0; i < samples.size(); ++i) {
       client::FaultPlan fault;
-      if (faults.count(static_cast<int>(i))) fault = {faults.at(static_cast<int>(i)), 1};
+      if (faults.count(static_cast<int>(i))) fault = {faults.at(static_cast<int>(i)), 1, ""};
       sessions_.push_back(std::make_unique<client::Session>(
           "c" + std::to_string(i), samples[i],
           [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &keys_[i],
