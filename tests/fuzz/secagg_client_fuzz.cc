@@ -259,6 +259,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cohort::fuzz::FuzzInput in(data, size);
   const int config = in.Byte() % cohort::fuzz::kNumConfigs;
   const uint32_t index = in.Below(cohort::fuzz::GetHonestRound(config).params.n);
+  cohort::fuzz::SeedRandom(size);  // So each input runs alike in every process.
   cohort::fuzz::ClientRun(config, index, in).Run();
   return 0;
 }

@@ -275,6 +275,8 @@ class ServerRun {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cohort::fuzz::FuzzInput in(data, size);
   const int config = in.Byte() % cohort::fuzz::kNumConfigs;
+  (void)cohort::fuzz::GetHonestRound(config);  // Built once, under its own seeds.
+  cohort::fuzz::SeedRandom(size);              // So each input runs alike in every process.
   cohort::fuzz::ServerRun(config, in).Run();
   return 0;
 }
