@@ -3,7 +3,6 @@
 #include <sodium.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 
 #include "crypto/keys.h"
@@ -138,8 +137,8 @@ StatusOr<const std::vector<uint64_t>*> ShamirCombiner::InverseDenominators(
   return &it->second;
 }
 
-StatusOr<std::array<uint64_t, ShamirCombiner::kLimbCount>> ShamirCombiner::Evaluate(
-    std::span<const SecretBytes* const> basis, uint64_t x) {
+Status ShamirCombiner::Evaluate(std::span<const SecretBytes* const> basis, uint64_t x,
+                                std::span<uint64_t, kLimbCount> value) {
   COHORT_ASSIGN_OR_RETURN(const std::vector<uint64_t>* inverse, InverseDenominators(basis));
   // l_i(x) = prod_{m != i} (x - x_m) / d_i; the numerators from prefix and
   // suffix products, so no inversion here.
@@ -155,18 +154,20 @@ StatusOr<std::array<uint64_t, ShamirCombiner::kLimbCount>> ShamirCombiner::Evalu
     weight[i] = Mul(Mul(weight[i], suffix), (*inverse)[i]);
     suffix = Mul(suffix, Sub(x, ShamirShareX(*basis[i])));
   }
-  std::array<uint64_t, kLimbCount> value{};
   for (int l = 0; l < kLimbs; ++l) {
     uint64_t acc = 0;
     for (size_t i = 0; i < t; ++i) {
       uint64_t y;
       std::memcpy(&y, basis[i]->bytes().data() + 4 + 8 * l, 8);
-      if (y >= kP) return InvalidArgumentError("shamir: share value outside the field");
+      if (y >= kP) {
+        sodium_memzero(value.data(), value.size_bytes());
+        return InvalidArgumentError("shamir: share value outside the field");
+      }
       acc = Add(acc, Mul(weight[i], y));
     }
     value[l] = acc;
   }
-  return value;
+  return OkStatus();
 }
 
 StatusOr<SecretBytes> ShamirCombiner::Combine(std::span<const SecretBytes* const> shares,
@@ -175,18 +176,20 @@ StatusOr<SecretBytes> ShamirCombiner::Combine(std::span<const SecretBytes* const
     return InvalidArgumentError("shamir: " + std::to_string(shares.size()) + " shares, need " +
                                 std::to_string(threshold));
   }
-  COHORT_ASSIGN_OR_RETURN(auto limbs, Evaluate(shares.first(threshold), 0));
+  // The secret's limbs: wiped on every path.
+  SecretBytes limb_bytes(sizeof(uint64_t) * kLimbs);
+  std::span<uint64_t, kLimbCount> limbs(reinterpret_cast<uint64_t*>(limb_bytes.bytes().data()),
+                                        kLimbCount);
+  COHORT_RETURN_IF_ERROR(Evaluate(shares.first(threshold), 0, limbs));
   SecretBytes secret(kShamirSecretBytes);
   uint8_t* out = secret.bytes().data();
   for (int l = 0; l < kLimbs; ++l) {
     const int bytes = std::min(kLimbBytes, static_cast<int>(kShamirSecretBytes) - l * kLimbBytes);
     if (limbs[l] >> (8 * bytes) != 0) {
-      sodium_memzero(limbs.data(), sizeof(limbs));
       return InvalidArgumentError("shamir: shares do not belong to one secret");
     }
     std::memcpy(out + l * kLimbBytes, &limbs[l], bytes);
   }
-  sodium_memzero(limbs.data(), sizeof(limbs));
   return secret;
 }
 
@@ -194,14 +197,16 @@ StatusOr<bool> ShamirCombiner::Consistent(std::span<const SecretBytes* const> ba
                                           const SecretBytes& candidate) {
   const uint32_t x = ShamirShareX(candidate);
   if (basis.empty() || x == 0) return InvalidArgumentError("shamir: malformed share");
-  COHORT_ASSIGN_OR_RETURN(auto limbs, Evaluate(basis, x));
+  SecretBytes limb_bytes(sizeof(uint64_t) * kLimbs);  // Wiped on every path.
+  std::span<uint64_t, kLimbCount> limbs(reinterpret_cast<uint64_t*>(limb_bytes.bytes().data()),
+                                        kLimbCount);
+  COHORT_RETURN_IF_ERROR(Evaluate(basis, x, limbs));
   bool same = true;
   for (int l = 0; l < kLimbs; ++l) {
     uint64_t expected;
     std::memcpy(&expected, candidate.bytes().data() + 4 + 8 * l, 8);
     same = same && limbs[l] == expected;
   }
-  sodium_memzero(limbs.data(), sizeof(limbs));
   return same;
 }
 

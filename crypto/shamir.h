@@ -5,7 +5,6 @@
 #ifndef COHORT_CRYPTO_SHAMIR_H_
 #define COHORT_CRYPTO_SHAMIR_H_
 
-#include <array>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -51,9 +50,10 @@ class ShamirCombiner {
   // 1 / prod_{m != i} (x_i - x_m), per set of x-coordinates.
   StatusOr<const std::vector<uint64_t>*> InverseDenominators(
       std::span<const SecretBytes* const> basis);
-  // The polynomials through `basis`, evaluated at x.
-  StatusOr<std::array<uint64_t, kLimbCount>> Evaluate(std::span<const SecretBytes* const> basis,
-                                                      uint64_t x);
+  // The polynomials through `basis`, evaluated at x, into `value` (the
+  // caller's memory, which it wipes; zeroed here on error).
+  Status Evaluate(std::span<const SecretBytes* const> basis, uint64_t x,
+                  std::span<uint64_t, kLimbCount> value);
 
   std::map<std::vector<uint32_t>, std::vector<uint64_t>> denominators_;
 };
