@@ -3,10 +3,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 
+#include "common/bytes.h"
 #include "datasets/csv.h"
 #include "datasets/idx.h"
 #include "datasets/partition.h"
@@ -156,8 +158,28 @@ TEST_F(DatasetsTest, ShardWithNoSamplesIsAnError) {
   Dataset empty;
   empty.num_features = 4;
   empty.num_classes = 2;
-  if (!WriteShard(empty, Path("empty.shard")).ok()) return;  // Refused at the source: fine.
-  auto r = ReadShard(Path("empty.shard"));
+  auto written = WriteShard(empty, Path("empty.shard"));
+  ASSERT_FALSE(written.ok());
+  EXPECT_NE(written.message().find("no samples"), std::string::npos) << written;
+  // A file that says 0 samples (header CRC and all) is refused on reading.
+  Dataset one = MakeSynthetic({.num_samples = 1, .num_features = 4, .num_classes = 2});
+  ASSERT_TRUE(WriteShard(one, Path("one.shard")).ok());
+  std::string bytes;
+  {
+    std::ifstream in(Path("one.shard"), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // Header: magic[8], version, encoding, samples (u64), features, classes,
+  // label CRC, feature CRC, header CRC (of the 40 bytes before it), pad.
+  std::string header = bytes.substr(0, 40);
+  std::memset(header.data() + 16, 0, 8);
+  header.replace(32, 4, std::string(4, '\0'));  // CRC of no labels...
+  header.replace(36, 4, std::string(4, '\0'));  // ...and of no features: 0.
+  const uint32_t crc = Crc32({reinterpret_cast<const uint8_t*>(header.data()), header.size()});
+  header.append(reinterpret_cast<const char*>(&crc), 4);
+  header.append(4, '\0');
+  { std::ofstream(Path("zero.shard"), std::ios::binary) << header; }
+  auto r = ReadShard(Path("zero.shard"));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("samples 0"), std::string::npos) << r.status();
 }

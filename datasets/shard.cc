@@ -22,6 +22,10 @@ std::span<const uint8_t> AsBytes(const std::string& s) {
 
 Status WriteShard(const Dataset& data, const std::string& path, FeatureEncoding encoding) {
   COHORT_RETURN_IF_ERROR(Validate(data, path));
+  if (data.labels.empty()) {
+    // ReadShard refuses such a file: a client with no samples cannot train.
+    return InvalidArgumentError(path + ": no samples (a shard holds at least one)");
+  }
   std::string labels;
   labels.reserve(data.labels.size() * 4);
   for (int32_t y : data.labels) PutU32(labels, static_cast<uint32_t>(y));
