@@ -75,6 +75,20 @@ std::vector<float> Distinct(size_t n, float base) {
   return v;
 }
 
+TEST(RunStoreTest, ProvedMisbehavingFindsTheMarkerWhereTheEngineWritesIt) {
+  ClientRoundRecord c;
+  for (const char* reason : {"misbehaved: changed its sample count from 100 to 7 during the round",
+                             "left during consistency: misbehaved: changed its sample count",
+                             "missed the deadline; misbehaved: dealt shares that do not rebuild"}) {
+    c.reason = reason;
+    EXPECT_TRUE(ProvedMisbehaving(c)) << reason;
+  }
+  for (const char* reason : {"", "missed the round deadline", "left during share_keys: timeout"}) {
+    c.reason = reason;
+    EXPECT_FALSE(ProvedMisbehaving(c)) << reason;
+  }
+}
+
 TEST(RunStoreTest, CommittedRoundsSurviveReopening) {
   const std::string dir =
       std::filesystem::temp_directory_path() / ("cohort_store_" + std::to_string(::getpid()));
