@@ -1,9 +1,9 @@
 // net::DecodeEnvelope over frames cut from the input.
 //
-// Input: one byte that picks the limits (and, with bit 5, stretches every
-// payload frame but the last to a full chunk by repeating its bytes, so
-// that multi-frame payloads, which a 16-bit length cannot spell, are
-// reached), then frames, each a 16-bit little-endian length and that many
+// Input: one byte that picks the limits (and, with bits 5 and 6, stretches
+// payload frames to a full chunk by repeating their bytes, so that
+// multi-frame payloads, which a 16-bit length cannot spell, are reached),
+// then frames, each a 16-bit little-endian length and that many
 // bytes (the last may be short). Checks that a decoded envelope honours the
 // limits, carries every payload byte for byte in one joined payload, and
 // survives EncodeEnvelope + DecodeEnvelope unchanged.
@@ -36,14 +36,20 @@ void Run(FuzzInput& in) {
   limits.max_payload_floats = std::array<size_t, 4>{0, 1, 16, 1 << 20}[(mode >> 1) & 3];
   limits.max_payload_frames = (mode >> 3) & 3;
 
-  const bool full_chunks = (mode & 0x20) != 0;
+  // Bit 5: full chunks for every payload frame but the last; bit 6: for the
+  // last one too (a payload of exactly k MiB). Only where the limits could
+  // accept them: a rejected 1 MiB frame only slows the fuzzer down.
+  const bool room = limits.max_payload_frames >= 1 &&
+                    limits.max_payload_floats * sizeof(float) >= net::kPayloadChunkBytes;
+  const bool full_chunks = room && (mode & 0x20) != 0;
+  const bool full_last = room && (mode & 0x40) != 0;
   std::vector<std::string> parts;
   while (!in.empty() && parts.size() < kMaxFrames) parts.push_back(in.LengthPrefixed());
   std::vector<zmq::message_t> frames;
   std::string joined;  // The payload bytes, frames 1.. in order.
   for (size_t i = 0; i < parts.size(); ++i) {
     std::string frame = std::move(parts[i]);
-    if (full_chunks && i > 0 && i + 1 < parts.size()) {
+    if (i > 0 && (i + 1 < parts.size() ? full_chunks : full_last)) {
       if (frame.empty()) frame.assign(1, '\0');
       while (frame.size() < net::kPayloadChunkBytes) frame += frame;
       frame.resize(net::kPayloadChunkBytes);
@@ -62,6 +68,12 @@ void Run(FuzzInput& in) {
   FUZZ_CHECK(env->header.body_case() != wire::Header::BODY_NOT_SET, "body");
   FUZZ_CHECK(net::BodyName(env->header) != "unknown", "body name");
   FUZZ_CHECK(env->payloads.size() == (frames.size() > 1 ? 1u : 0u), "one joined payload");
+  for (size_t i = 1; i < frames.size(); ++i) {
+    const size_t size = frames[i].size();
+    FUZZ_CHECK(i + 1 < frames.size() ? size == net::kPayloadChunkBytes
+                                     : size > 0 && size <= net::kPayloadChunkBytes,
+               "every payload frame but the last is one full chunk; the last holds 1 to a chunk");
+  }
   if (!env->payloads.empty()) {
     const auto& values = env->payloads[0];
     FUZZ_CHECK(values.size() <= limits.max_payload_floats, "payload limit");

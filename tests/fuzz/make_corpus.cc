@@ -155,6 +155,11 @@ void Envelopes() {
   Put("envelope", "two_chunks",
       Frames(kFullChunks, {header([](wire::Header& h) { h.mutable_update()->set_round(1); }),
                            payload, payload}));
+  // Bit 6 stretches the last frame too: a payload of exactly one chunk.
+  constexpr uint8_t kExactChunk = (3 << 1) | (1 << 3) | 0x40;
+  Put("envelope", "one_exact_chunk",
+      Frames(kExactChunk,
+             {header([](wire::Header& h) { h.mutable_update()->set_round(1); }), payload}));
 }
 
 // --- config ----------------------------------------------------------------------
