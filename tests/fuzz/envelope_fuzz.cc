@@ -62,7 +62,9 @@ void Run(FuzzInput& in) {
     FUZZ_CHECK(!env.status().message().empty(), "an error must say what was wrong");
     return;
   }
-  FUZZ_CHECK(!frames.empty() && frames.size() - 1 <= limits.max_payload_frames, "frame count");
+  // max_payload_frames counts payloads (0 or 1), not the chunk frames of one.
+  FUZZ_CHECK(!frames.empty() && (frames.size() == 1 || limits.max_payload_frames > 0),
+             "a payload only where one is allowed");
   FUZZ_CHECK(frames[0].size() <= limits.max_header_bytes, "header limit");
   FUZZ_CHECK(env->header.version() == wire::VERSION_1, "version");
   FUZZ_CHECK(env->header.body_case() != wire::Header::BODY_NOT_SET, "body");
