@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     train::TrainOptions opts;
     opts.epochs = 1;
     opts.batch_size = 32;
-    opts.sgd.learning_rate = 0.05f;
+    opts.optimizer.learning_rate = 0.05f;
     opts.seed = seed + r;
     auto result = train::TrainLocal(**model, params, *train, opts);
     auto eval = train::Evaluate(**model, params, *test);

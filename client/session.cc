@@ -229,9 +229,9 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       task.global = env.payloads[0];
       task.options.epochs = t.train().local_epochs();
       task.options.batch_size = t.train().batch_size();
-      task.options.sgd.learning_rate = t.train().learning_rate();
-      task.options.sgd.momentum = t.train().momentum();
-      task.options.sgd.weight_decay = t.train().weight_decay();
+      task.options.optimizer.learning_rate = t.train().learning_rate();
+      task.options.optimizer.momentum = t.train().momentum();
+      task.options.optimizer.weight_decay = t.train().weight_decay();
       task.options.seed = t.train_seed();
       spdlog::info("round {}: task received", t.round());
       if (Misbehaves("rehello_weight")) {

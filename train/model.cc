@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/check.h"
 #include "common/rng.h"
 
 namespace cohort::train {
@@ -115,58 +116,57 @@ BatchStats Model::Evaluate(std::span<const float> params, const float* x, const 
   return SoftmaxCrossEntropy(y, batch, 1.0f, false);
 }
 
-BatchStats Model::TrainStep(std::span<float> params, std::span<float> velocity, const float* x,
-                            const int32_t* y, int batch, const SgdOptions& sgd, bool first_step) {
+BatchStats Model::Backprop(std::span<const float> params, const float* x, const int32_t* y,
+                           int batch, float* out, float alpha, float beta) {
   Forward(params, x, batch, nullptr);
   BatchStats stats = SoftmaxCrossEntropy(y, batch, 1.0f / batch, true);
-  // Plain SGD folds the update into the weight-gradient GEMM
-  // (W += -lr * dY^T X), which saves a gradient buffer and a pass over it.
-  const bool fused = sgd.momentum == 0.0f && sgd.weight_decay == 0.0f;
-  if (!fused && grads_.size() != params.size()) grads_.assign(params.size(), 0.0f);
-  const float lr = sgd.learning_rate;
   for (size_t l = widths_.size() - 1; l-- > 0;) {
     const int n_in = static_cast<int>(widths_[l]);
     const int n_out = static_cast<int>(widths_[l + 1]);
     const float* in = l == 0 ? x : acts_[l].data();
     const TensorView& wt = layout_.tensors()[2 * l];
     const TensorView& bt = layout_.tensors()[2 * l + 1];
-    float* w = params.data() + wt.offset;
-    // Input gradient first: it needs W before the update.
+    // Input gradient first: when `out` is the parameters, it needs W before
+    // the update.
     if (l > 0) {
-      backend_->Gemm(false, false, batch, n_in, n_out, 1.0f, delta_.data(), n_out, w, n_in, 0.0f,
-                     delta_prev_.data(), n_in);
+      backend_->Gemm(false, false, batch, n_in, n_out, 1.0f, delta_.data(), n_out,
+                     params.data() + wt.offset, n_in, 0.0f, delta_prev_.data(), n_in);
       const float* act = acts_[l].data();
       const size_t n = size_t(batch) * n_in;
       for (size_t i = 0; i < n; ++i) delta_prev_[i] = act[i] > 0.0f ? delta_prev_[i] : 0.0f;
     }
-    float* gw = fused ? w : grads_.data() + wt.offset;
-    float* gb = fused ? params.data() + bt.offset : grads_.data() + bt.offset;
-    const float alpha = fused ? -lr : 1.0f;
-    backend_->Gemm(true, false, n_out, n_in, batch, alpha, delta_.data(), n_out, in, n_in,
-                   fused ? 1.0f : 0.0f, gw, n_in);
-    if (!fused) std::fill(gb, gb + n_out, 0.0f);
+    backend_->Gemm(true, false, n_out, n_in, batch, alpha, delta_.data(), n_out, in, n_in, beta,
+                   out + wt.offset, n_in);
+    float* gb = out + bt.offset;
+    if (beta == 0.0f) std::fill(gb, gb + n_out, 0.0f);
     for (int i = 0; i < batch; ++i) {
       const float* d = delta_.data() + size_t(i) * n_out;
       for (int j = 0; j < n_out; ++j) gb[j] += alpha * d[j];
     }
     if (l > 0) std::swap(delta_, delta_prev_);
   }
-  if (!fused) {
-    const size_t n = params.size();
-    float* p = params.data();
-    const float* g = grads_.data();
-    const float wd = sgd.weight_decay, m = sgd.momentum;
-    if (m == 0.0f) {
-      for (size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-    } else {
-      float* v = velocity.data();
-      for (size_t i = 0; i < n; ++i) {
-        const float gi = g[i] + wd * p[i];
-        v[i] = first_step ? gi : m * v[i] + gi;
-        p[i] -= lr * v[i];
-      }
-    }
+  return stats;
+}
+
+BatchStats Model::Backward(std::span<const float> params, const float* x, const int32_t* y,
+                           int batch, std::span<float> grads) {
+  COHORT_CHECK(grads.size() == params.size());
+  return Backprop(params, x, y, batch, grads.data(), 1.0f, 0.0f);
+}
+
+BatchStats Model::SgdStep(std::span<float> params, const float* x, const int32_t* y, int batch,
+                          float learning_rate) {
+  return Backprop(params, x, y, batch, params.data(), -learning_rate, 1.0f);
+}
+
+BatchStats Model::TrainStep(std::span<float> params, const float* x, const int32_t* y, int batch,
+                            Optimizer& optimizer) {
+  if (optimizer.plain_sgd()) {
+    return SgdStep(params, x, y, batch, optimizer.options().learning_rate);
   }
+  if (grads_.size() != params.size()) grads_.assign(params.size(), 0.0f);
+  BatchStats stats = Backward(params, x, y, batch, grads_);
+  COHORT_CHECK(optimizer.Step(params, grads_).ok());
   return stats;
 }
 

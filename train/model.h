@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "train/backend.h"
 #include "train/layout.h"
+#include "train/optimizer.h"
 
 namespace cohort::train {
 
@@ -19,14 +20,6 @@ struct ModelSpec {
   uint32_t input_dim = 784;
   uint32_t num_classes = 10;
   std::vector<uint32_t> hidden;  // mlp only.
-};
-
-// SGD hyper-parameters (PyTorch's semantics: g += wd * p; buf = m * buf + g;
-// p -= lr * buf).
-struct SgdOptions {
-  float learning_rate = 0.05f;
-  float momentum = 0.0f;
-  float weight_decay = 0.0f;
 };
 
 struct BatchStats {
@@ -54,14 +47,30 @@ class Model {
   // Loss and accuracy of `batch` rows without updating anything.
   BatchStats Evaluate(std::span<const float> params, const float* x, const int32_t* y, int batch);
 
-  // One SGD step on the batch (mean loss over the batch). `velocity` must have
-  // num_params() floats when momentum > 0 and is ignored otherwise.
-  BatchStats TrainStep(std::span<float> params, std::span<float> velocity, const float* x,
-                       const int32_t* y, int batch, const SgdOptions& sgd, bool first_step);
+  // The gradient of the batch's mean loss, in the parameter layout, into
+  // `grads` (num_params() floats, overwritten).
+  BatchStats Backward(std::span<const float> params, const float* x, const int32_t* y, int batch,
+                      std::span<float> grads);
+
+  // Plain SGD (p -= lr * gradient), folded into the weight-gradient GEMMs:
+  // no gradient buffer and no extra pass. Same result as Backward and an
+  // SGD step, to float rounding.
+  BatchStats SgdStep(std::span<float> params, const float* x, const int32_t* y, int batch,
+                     float learning_rate);
+
+  // One optimizer step on the batch: SgdStep where the optimizer is plain
+  // SGD, else Backward into the model's gradient buffer and optimizer.Step.
+  BatchStats TrainStep(std::span<float> params, const float* x, const int32_t* y, int batch,
+                       Optimizer& optimizer);
 
  private:
   Model(const ModelSpec& spec, Backend* backend);
   void EnsureWorkspace(int batch);
+  // Forward, loss and backward; writes out = beta * out + alpha * gradient
+  // (out: the gradient buffer with alpha 1, beta 0; or the parameters
+  // themselves with alpha -lr, beta 1).
+  BatchStats Backprop(std::span<const float> params, const float* x, const int32_t* y, int batch,
+                      float* out, float alpha, float beta);
   // Softmax cross-entropy on logits_ (in place -> dlogits scaled by `scale`).
   BatchStats SoftmaxCrossEntropy(const int32_t* y, int batch, float scale, bool want_grad);
 

@@ -40,12 +40,12 @@ StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params,
   std::vector<uint32_t> order(n);
   std::vector<float> xb(bs * nf);
   std::vector<int32_t> yb(bs);
-  std::vector<float> velocity(options.sgd.momentum > 0 ? params.size() : 0);
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                          Optimizer::Create(options.optimizer, params.size()));
   Rng rng(options.seed);
   TrainResult result;
   double loss_sum = 0;
   uint64_t correct = 0;
-  bool first_step = true;
   for (uint32_t epoch = 0; epoch < options.epochs; ++epoch) {
     std::iota(order.begin(), order.end(), 0);
     rng.Shuffle(std::span<uint32_t>(order));
@@ -61,9 +61,8 @@ StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params,
                     nf * sizeof(float));
         yb[i] = data.labels[idx];
       }
-      BatchStats stats = model.TrainStep(params, velocity, xb.data(), yb.data(),
-                                         static_cast<int>(count), options.sgd, first_step);
-      first_step = false;
+      BatchStats stats =
+          model.TrainStep(params, xb.data(), yb.data(), static_cast<int>(count), *optimizer);
       loss_sum += stats.loss_sum;
       correct += stats.correct;
       result.samples += count;

@@ -15,8 +15,8 @@ namespace cohort::train {
 struct TrainOptions {
   uint32_t epochs = 1;
   uint32_t batch_size = 32;
-  SgdOptions sgd;
-  uint64_t seed = 0;  // Shuffling; the caller derives it from run, round, client.
+  OptimizerOptions optimizer;  // Fresh state for each call (each round).
+  uint64_t seed = 0;           // Shuffling; the caller derives it from run, round, client.
 };
 
 struct TrainResult {
@@ -32,9 +32,10 @@ struct EvalResult {
   uint64_t samples = 0;
 };
 
-// Runs `options.epochs` epochs of minibatch SGD over `data` in a fresh seeded
+// Runs `options.epochs` epochs of minibatch training over `data` in a fresh seeded
 // order per epoch (last batch partial) and updates `params` in place.
-// kInvalidArgument when the data does not fit the model; kCancelled when
+// kInvalidArgument when the data does not fit the model or an optimizer
+// option is out of range; kCancelled when
 // `cancel` becomes true (checked between batches); params are then partial.
 StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params,
                                  const datasets::Dataset& data, const TrainOptions& options,

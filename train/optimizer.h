@@ -1,0 +1,73 @@
+// Optimizers over the flat parameter buffer: params and gradients share the
+// model's layout, so a step is a few plain loops over one vector (llm.c's
+// shape). The semantics are PyTorch's torch.optim.SGD, Adam and AdamW.
+// Gradients come from Model::Backward (or, in data-parallel training, from
+// an all-reduce of every worker's), never folded into the model.
+#ifndef COHORT_TRAIN_OPTIMIZER_H_
+#define COHORT_TRAIN_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+
+namespace cohort::train {
+
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float learning_rate = 0.05f;
+  // Adam: L2 added to the gradient; AdamW: decoupled (p *= 1 - lr * wd).
+  float weight_decay = 0.0f;
+  // SGD.
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  bool nesterov = false;
+  // Adam and AdamW.
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+};
+
+// kInvalidArgument naming the option and its allowed range (PyTorch's own
+// checks, and Nesterov only with momentum and no dampening).
+Status CheckOptimizerOptions(const OptimizerOptions& options);
+
+// Holds the optimizer state for one parameter vector (momentum buffer, or
+// Adam's two moments and step count). Not thread-safe.
+class Optimizer {
+ public:
+  static StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerOptions& options,
+                                                     size_t num_params);
+
+  // params -= update(grads); grads are left as they are. kInvalidArgument
+  // when a size differs from num_params.
+  Status Step(std::span<float> params, std::span<const float> grads);
+
+  const OptimizerOptions& options() const { return options_; }
+  uint64_t steps() const { return steps_; }
+  // Plain SGD (no momentum, no weight decay) keeps no state, so a model may
+  // fold its step into the weight-gradient GEMM (Model::SgdStep).
+  bool plain_sgd() const {
+    return options_.kind == OptimizerKind::kSgd && options_.momentum == 0.0f &&
+           options_.weight_decay == 0.0f;
+  }
+
+ private:
+  Optimizer(const OptimizerOptions& options, size_t num_params);
+  void SgdStep(std::span<float> params, std::span<const float> grads);
+  void AdamStep(std::span<float> params, std::span<const float> grads);
+
+  OptimizerOptions options_;
+  size_t num_params_;
+  uint64_t steps_ = 0;
+  std::vector<float> first_;   // SGD: momentum buffer; Adam: exp_avg.
+  std::vector<float> second_;  // Adam: exp_avg_sq.
+};
+
+}  // namespace cohort::train
+
+#endif  // COHORT_TRAIN_OPTIMIZER_H_
