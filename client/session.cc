@@ -11,6 +11,7 @@
 #include "common/bytes.h"
 #include "common/rng.h"
 #include "net/secagg_wire.h"
+#include "train/model_config.h"
 
 #ifndef COHORT_VERSION
 #define COHORT_VERSION "unknown"
@@ -229,9 +230,7 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       task.global = env.payloads[0];
       task.options.epochs = t.train().local_epochs();
       task.options.batch_size = t.train().batch_size();
-      task.options.optimizer.learning_rate = t.train().learning_rate();
-      task.options.optimizer.momentum = t.train().momentum();
-      task.options.optimizer.weight_decay = t.train().weight_decay();
+      task.options.optimizer = train::OptimizerFromConfig(t.train());
       task.options.seed = t.train_seed();
       spdlog::info("round {}: task received", t.round());
       if (Misbehaves("rehello_weight")) {

@@ -103,6 +103,25 @@ TEST_F(SessionTest, TaskTrainsOnceAndSendsTheDelta) {
   EXPECT_FALSE(s.OnMessage(Task(1, 7, {1, 2, 3, 4}), 50).train.has_value());
 }
 
+TEST_F(SessionTest, TheTasksOptimizerSettingsReachTraining) {
+  Session s = Make();
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  net::Envelope task = Task(1, 7, {1, 2, 3, 4});
+  auto* train = task.header.mutable_task()->mutable_train();
+  train->set_optimizer(config::ADAMW);
+  train->set_weight_decay(0.01f);
+  train->set_beta2(0.98f);
+  Actions a = s.OnMessage(task, 20);
+  ASSERT_TRUE(a.train.has_value());
+  const train::OptimizerOptions& o = a.train->options.optimizer;
+  EXPECT_EQ(o.kind, train::OptimizerKind::kAdamW);
+  EXPECT_FLOAT_EQ(o.learning_rate, 0.1f);
+  EXPECT_FLOAT_EQ(o.weight_decay, 0.01f);
+  EXPECT_FLOAT_EQ(o.beta1, 0.9f);  // The config's default.
+  EXPECT_FLOAT_EQ(o.beta2, 0.98f);
+}
+
 TEST_F(SessionTest, BadTasksAreIgnored) {
   Session s = Make();
   s.Start(0);

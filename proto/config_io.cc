@@ -277,6 +277,25 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!std::isfinite(t.weight_decay()) || t.weight_decay() < 0) {
     return InvalidArgumentError("train.weight_decay: must be >= 0");
   }
+  if (!std::isfinite(t.dampening()) || t.dampening() < 0 || t.dampening() > 1) {
+    return InvalidArgumentError("train.dampening: must be in [0, 1]");
+  }
+  if (t.nesterov() && (t.optimizer() != SGD || t.momentum() == 0 || t.dampening() != 0)) {
+    return InvalidArgumentError(
+        "train.nesterov: needs optimizer SGD with momentum > 0 and dampening 0");
+  }
+  if (t.optimizer() != SGD && t.momentum() != 0) {
+    return InvalidArgumentError("train.momentum: SGD only; Adam uses beta1");
+  }
+  if (!std::isfinite(t.beta1()) || t.beta1() < 0 || t.beta1() >= 1) {
+    return InvalidArgumentError("train.beta1: must be in [0, 1)");
+  }
+  if (!std::isfinite(t.beta2()) || t.beta2() < 0 || t.beta2() >= 1) {
+    return InvalidArgumentError("train.beta2: must be in [0, 1)");
+  }
+  if (!IsFinitePositive(t.eps())) {
+    return InvalidArgumentError("train.eps: must be > 0");
+  }
   const RoundsConfig& r = c.rounds();
   if (r.num_rounds() == 0 || r.num_rounds() > 1000000) {
     return InvalidArgumentError("rounds.num_rounds: must be in [1, 1000000]");

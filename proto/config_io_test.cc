@@ -4,9 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace cohort::config {
 namespace {
@@ -61,6 +64,45 @@ TEST(ConfigTest, JsonEnumNumberOutsideTheEnumIsAnErrorNamingTheField) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("secagg.aggregation"), std::string::npos) << bad.status();
   EXPECT_TRUE(ParseRunConfig(R"({"secagg": {"aggregation": 1}})", "run.json").ok());
+}
+
+TEST(ConfigTest, OptimizerSettingsAreCheckedAndNamed) {
+  auto ok = ParseRunConfig(
+      "train { optimizer: ADAMW learning_rate: 0.001 weight_decay: 0.01 "
+      "beta2: 0.98 }",
+      "run.textproto");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->train().optimizer(), config::ADAMW);
+  EXPECT_TRUE(ParseRunConfig("train { momentum: 0.9 nesterov: true }", "r").ok());
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"train { nesterov: true }", "train.nesterov"},
+      {"train { momentum: 0.9 dampening: 0.5 nesterov: true }", "train.nesterov"},
+      {"train { optimizer: ADAM nesterov: true }", "train.nesterov"},
+      {"train { optimizer: ADAM momentum: 0.9 }", "train.momentum"},
+      {"train { dampening: 1.5 }", "train.dampening"},
+      {"train { optimizer: ADAM beta1: 1 }", "train.beta1"},
+      {"train { beta2: -0.1 }", "train.beta2"},
+      {"train { eps: 0 }", "train.eps"},
+      {"train { optimizer: ADAMW eps: nan }", "train.eps"},
+  };
+  for (const auto& [text, field] : bad) {
+    auto c = ParseRunConfig(text, "run.textproto");
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_NE(c.status().message().find(field), std::string::npos) << c.status();
+  }
+}
+
+TEST(ConfigTest, TheShippedExamplesAreValid) {
+  const char* dir = std::getenv("COHORT_EXAMPLES");
+  if (dir == nullptr) GTEST_SKIP() << "COHORT_EXAMPLES not set (run through meson test)";
+  int checked = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".textproto") continue;
+    auto c = LoadRunConfig(entry.path().string());
+    EXPECT_TRUE(c.ok()) << c.status();
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 TEST(ConfigTest, DataParallelIsNotSilentlyIgnored) {

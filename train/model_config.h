@@ -1,4 +1,5 @@
-// Builds a train::Model from the run configuration's ModelConfig.
+// Builds a train::Model from the run configuration's ModelConfig, and the
+// optimizer settings from its TrainConfig.
 #ifndef COHORT_TRAIN_MODEL_CONFIG_H_
 #define COHORT_TRAIN_MODEL_CONFIG_H_
 
@@ -6,11 +7,14 @@
 
 #include "proto/config.pb.h"
 #include "train/model.h"
+#include "train/optimizer.h"
 
 namespace cohort::train {
 
 ModelSpec SpecFromConfig(const config::ModelConfig& config);
 StatusOr<std::unique_ptr<Model>> BuildModel(const config::ModelConfig& config, Backend* backend);
+// The optimizer settings of the train section (the one translation).
+OptimizerOptions OptimizerFromConfig(const config::TrainConfig& config);
 
 }  // namespace cohort::train
 

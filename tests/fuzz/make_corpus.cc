@@ -195,6 +195,13 @@ secagg { aggregation: SECAGG_PLUS clip: 4 expected_dropout: 0.1 corrupt_fraction
   bad_momentum.replace(bad_momentum.find("learning_rate: 0.1"), 18,
                        "learning_rate: 0.1 momentum: 1.5");
   Put("config", "bad_value.textproto", bad_momentum);
+  std::string adamw = minimal;
+  adamw.replace(adamw.find("learning_rate: 0.1"), 18,
+                "learning_rate: 0.01 optimizer: ADAMW weight_decay: 0.01 beta1: 0.8 beta2: 0.99 "
+                "eps: 1e-6");
+  Put("config", "adamw.textproto", adamw);
+  Put("config", "nesterov.json", R"({"train": {"optimizer": "SGD", "momentum": 0.9,
+ "nesterov": true, "dampening": 0}})");
   Put("config", "syntax.textproto", "model { arch: \"mlp\" \n");
   Put("config", "bad.json", R"({"model": {"arch": 7}})");
   Put("config", "empty", "");
