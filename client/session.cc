@@ -30,11 +30,13 @@ Status CheckTask(const wire::RoundTask& task, const net::Envelope& env, size_t n
   if (!AllFinite(env.payloads[0])) return InvalidArgumentError("task model has NaN or Inf");
   const auto& t = task.train();
   if (t.local_epochs() == 0 || t.local_epochs() > 1000 || t.batch_size() == 0 ||
-      t.batch_size() > 65536 || !std::isfinite(t.learning_rate()) || t.learning_rate() <= 0 ||
-      !std::isfinite(t.momentum()) || t.momentum() < 0 || t.momentum() >= 1 ||
-      !std::isfinite(t.weight_decay()) || t.weight_decay() < 0) {
+      t.batch_size() > 65536 || !std::isfinite(t.learning_rate()) || t.learning_rate() <= 0) {
     return InvalidArgumentError("task has out-of-range training settings");
   }
+  // Checked here, not when training starts: a secure round would otherwise
+  // lose this client as a silent dropout.
+  Status optimizer = train::CheckOptimizerOptions(train::OptimizerFromConfig(t));
+  if (!optimizer.ok()) return InvalidArgumentError("task: " + std::string(optimizer.message()));
   return OkStatus();
 }
 

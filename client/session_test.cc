@@ -107,19 +107,39 @@ TEST_F(SessionTest, TheTasksOptimizerSettingsReachTraining) {
   Session s = Make();
   s.Start(0);
   s.OnMessage(Welcome(), 10);
+  // Every field a distinct value, so a mix-up between two shows.
   net::Envelope task = Task(1, 7, {1, 2, 3, 4});
   auto* train = task.header.mutable_task()->mutable_train();
   train->set_optimizer(config::ADAMW);
   train->set_weight_decay(0.01f);
+  train->set_beta1(0.85f);
   train->set_beta2(0.98f);
+  train->set_eps(1e-6f);
   Actions a = s.OnMessage(task, 20);
   ASSERT_TRUE(a.train.has_value());
   const train::OptimizerOptions& o = a.train->options.optimizer;
   EXPECT_EQ(o.kind, train::OptimizerKind::kAdamW);
   EXPECT_FLOAT_EQ(o.learning_rate, 0.1f);
   EXPECT_FLOAT_EQ(o.weight_decay, 0.01f);
-  EXPECT_FLOAT_EQ(o.beta1, 0.9f);  // The config's default.
+  EXPECT_FLOAT_EQ(o.beta1, 0.85f);
   EXPECT_FLOAT_EQ(o.beta2, 0.98f);
+  EXPECT_FLOAT_EQ(o.eps, 1e-6f);
+  net::Envelope sgd = Task(2, 8, {1, 2, 3, 4});
+  train = sgd.header.mutable_task()->mutable_train();
+  train->set_momentum(0.7f);
+  train->set_dampening(0.3f);
+  a = s.OnMessage(sgd, 30);
+  ASSERT_TRUE(a.train.has_value());
+  EXPECT_EQ(a.train->options.optimizer.kind, train::OptimizerKind::kSgd);
+  EXPECT_FLOAT_EQ(a.train->options.optimizer.momentum, 0.7f);
+  EXPECT_FLOAT_EQ(a.train->options.optimizer.dampening, 0.3f);
+  EXPECT_FALSE(a.train->options.optimizer.nesterov);
+  net::Envelope nesterov = Task(3, 9, {1, 2, 3, 4});
+  nesterov.header.mutable_task()->mutable_train()->set_momentum(0.9f);
+  nesterov.header.mutable_task()->mutable_train()->set_nesterov(true);
+  a = s.OnMessage(nesterov, 40);
+  ASSERT_TRUE(a.train.has_value());
+  EXPECT_TRUE(a.train->options.optimizer.nesterov);
 }
 
 TEST_F(SessionTest, BadTasksAreIgnored) {
@@ -134,6 +154,14 @@ TEST_F(SessionTest, BadTasksAreIgnored) {
   bad_lr.header.mutable_task()->mutable_train()->set_learning_rate(-1);
   EXPECT_FALSE(s.OnMessage(bad_lr, 40).train.has_value());
   EXPECT_FALSE(s.OnMessage(Task(0, 5, {1, 2, 3, 4}), 50).train.has_value());
+  net::Envelope bad_beta = Task(1, 6, {1, 2, 3, 4});
+  bad_beta.header.mutable_task()->mutable_train()->set_optimizer(config::ADAM);
+  bad_beta.header.mutable_task()->mutable_train()->set_beta1(2.0f);
+  EXPECT_FALSE(s.OnMessage(bad_beta, 60).train.has_value());
+  net::Envelope bad_nesterov = Task(1, 7, {1, 2, 3, 4});
+  bad_nesterov.header.mutable_task()->mutable_train()->set_nesterov(true);
+  EXPECT_FALSE(s.OnMessage(bad_nesterov, 70).train.has_value());
+  EXPECT_TRUE(s.OnMessage(Task(1, 8, {1, 2, 3, 4}), 80).train.has_value());
 }
 
 TEST_F(SessionTest, ReplacementTaskCancelsTheOldJobAndItsResultIsDropped) {

@@ -287,6 +287,9 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (t.optimizer() != SGD && t.momentum() != 0) {
     return InvalidArgumentError("train.momentum: SGD only; Adam uses beta1");
   }
+  if (t.optimizer() != SGD && t.dampening() != 0) {
+    return InvalidArgumentError("train.dampening: SGD only");
+  }
   if (!std::isfinite(t.beta1()) || t.beta1() < 0 || t.beta1() >= 1) {
     return InvalidArgumentError("train.beta1: must be in [0, 1)");
   }

@@ -80,6 +80,7 @@ TEST(ConfigTest, OptimizerSettingsAreCheckedAndNamed) {
       {"train { optimizer: ADAM nesterov: true }", "train.nesterov"},
       {"train { optimizer: ADAM momentum: 0.9 }", "train.momentum"},
       {"train { dampening: 1.5 }", "train.dampening"},
+      {"train { optimizer: ADAMW dampening: 0.5 }", "train.dampening"},
       {"train { optimizer: ADAM beta1: 1 }", "train.beta1"},
       {"train { beta2: -0.1 }", "train.beta2"},
       {"train { eps: 0 }", "train.eps"},

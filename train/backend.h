@@ -20,7 +20,9 @@ class Backend {
   virtual std::string Name() const = 0;
   // Row-major C[m x n] = alpha * op(A) * op(B) + beta * C, where op(A) is
   // m x k (A^T if trans_a) and op(B) is k x n (B^T if trans_b); lda, ldb, ldc
-  // are the row strides of A, B, C as stored.
+  // are the row strides of A, B, C as stored. With beta = 0, C is written
+  // without being read (BLAS semantics): it may hold garbage, even NaN, as
+  // Model::Backward's gradient buffer may.
   virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     int lda, const float* b, int ldb, float beta, float* c, int ldc) = 0;
 

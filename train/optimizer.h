@@ -32,8 +32,9 @@ struct OptimizerOptions {
   float eps = 1e-8f;
 };
 
-// kInvalidArgument naming the option and its allowed range (PyTorch's own
-// checks, and Nesterov only with momentum and no dampening).
+// kInvalidArgument naming the option and its allowed range. Stricter than
+// PyTorch, which also takes momentum >= 1 and eps = 0; like PyTorch,
+// Nesterov only with momentum and no dampening.
 Status CheckOptimizerOptions(const OptimizerOptions& options);
 
 // Holds the optimizer state for one parameter vector (momentum buffer, or

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -56,7 +57,8 @@ TEST_F(TrainTest, BackwardMatchesFiniteDifferences) {
       datasets::MakeSynthetic({.num_samples = 4, .num_features = 6, .num_classes = 3, .seed = 5});
   std::vector<float> p(m->num_params());
   m->Init(p, 3);
-  std::vector<float> grads(p.size(), 123.0f);  // Overwritten, not added to.
+  // Overwritten, not added to, and never read (GEMM with beta = 0).
+  std::vector<float> grads(p.size(), std::numeric_limits<float>::quiet_NaN());
   const std::vector<float> before = p;
   m->Backward(p, data.features.data(), data.labels.data(), 4, grads);
   EXPECT_EQ(p, before);  // Backward leaves the parameters alone.
@@ -100,6 +102,31 @@ TEST_F(TrainTest, FusedSgdEqualsGradientPathToFloatRounding) {
     max_diff = std::max(max_diff, double{std::fabs(fused[i] - split[i])});
   EXPECT_LT(max_diff, 1e-5);
   EXPECT_NE(fused, p);
+}
+
+TEST_F(TrainTest, TrainLocalStepsThroughBackwardAndTheOptimizer) {
+  // One batch of momentum SGD through TrainLocal equals Backward and one
+  // Optimizer step by hand (so TrainStep does not take the fused path).
+  auto m = Make({"mlp", 10, 4, {8}});
+  datasets::Dataset data = datasets::MakeSynthetic({.num_samples = 16, .num_features = 10});
+  std::vector<float> p(m->num_params());
+  m->Init(p, 4);
+  TrainOptions opts{.epochs = 1,
+                    .batch_size = 16,
+                    .optimizer = {.learning_rate = 0.1f, .weight_decay = 0.01f, .momentum = 0.9f},
+                    .seed = 3};
+  std::vector<float> through_trainer = p;
+  ASSERT_TRUE(TrainLocal(*m, through_trainer, data, opts).ok());
+  // The whole shard is one batch, so the shuffle only reorders the mean's terms.
+  std::vector<float> by_hand = p, grads(p.size());
+  m->Backward(by_hand, data.features.data(), data.labels.data(), 16, grads);
+  auto opt = std::move(Optimizer::Create(opts.optimizer, p.size())).value();
+  ASSERT_TRUE(opt->Step(by_hand, grads).ok());
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(through_trainer[i], by_hand[i], 1e-6) << i;
+  // Plain SGD (the fused path) gives another result: no weight decay.
+  std::vector<float> fused = p;
+  m->SgdStep(fused, data.features.data(), data.labels.data(), 16, 0.1f);
+  EXPECT_NE(fused, by_hand);
 }
 
 // Golden values from an independent float64 implementation of torch.optim's
