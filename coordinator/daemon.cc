@@ -17,6 +17,7 @@
 #include "net/connection_guard.h"
 #include "net/curve.h"
 #include "net/envelope.h"
+#include "proto/config_io.h"
 #include "train/backend.h"
 #include "train/model_config.h"
 #include "train/trainer.h"
@@ -102,8 +103,11 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
     COHORT_RETURN_IF_ERROR(
         train::CheckCompatible(*model, data).WithContext(config.data().test_shard()));
     test = std::make_shared<datasets::Dataset>(std::move(data));
-    evaluator = [&model, test](std::span<const float> params) -> StatusOr<EvalMetrics> {
-      COHORT_ASSIGN_OR_RETURN(train::EvalResult r, train::Evaluate(*model, params, *test));
+    // Batches within the training step's memory cap, whatever the model.
+    const uint32_t eval_batch = config::EvalBatchSize(config.model());
+    evaluator = [&model, test, eval_batch](std::span<const float> params) -> StatusOr<EvalMetrics> {
+      COHORT_ASSIGN_OR_RETURN(train::EvalResult r,
+                              train::Evaluate(*model, params, *test, eval_batch));
       return EvalMetrics{r.loss, r.accuracy};
     };
   }

@@ -51,7 +51,6 @@ constexpr double kMaxHeartbeatS = 60;
 // client's own rule for a quiet coordinator).
 constexpr double kTimeoutHeartbeats = 3;
 // Floats one training step holds: 1 GiB of float32.
-constexpr uint64_t kMaxStepFloats = uint64_t{1} << 28;
 // A config file is a few hundred bytes; this stops `--config /dev/zero`.
 constexpr size_t kMaxConfigBytes = size_t{1} << 20;
 
@@ -133,6 +132,21 @@ std::string FirstUnknownField(const google::protobuf::Message& m, const std::str
 }
 
 }  // namespace
+
+uint64_t StepFloatsPerSample(const ModelConfig& model) {
+  const std::vector<uint64_t> widths = Widths(model);
+  uint64_t per_sample = 0, widest = 0;
+  for (size_t l = 0; l < widths.size(); ++l) {
+    per_sample += widths[l];
+    if (l > 0) widest = std::max(widest, widths[l]);
+  }
+  return per_sample + 2 * widest;
+}
+
+uint32_t EvalBatchSize(const ModelConfig& model) {
+  const uint64_t per_sample = std::max<uint64_t>(StepFloatsPerSample(model), 1);
+  return static_cast<uint32_t>(std::clamp<uint64_t>(kMaxStepFloats / per_sample, 1, 1000));
+}
 
 StatusOr<RunConfig> ParseRunConfig(std::string_view text, std::string_view source_name) {
   RunConfig config;
@@ -248,17 +262,9 @@ Status ValidateRunConfig(const RunConfig& c) {
     return InvalidArgumentError("train.batch_size: must be in [1, 65536]");
   }
   {
-    // A training step holds, per sample, the input row, every layer's
-    // activations and two gradient buffers as wide as the widest layer
-    // (train/model.cc). The parameter cap above bounds the sum of the
-    // widths, so this cannot overflow.
-    const std::vector<uint64_t> widths = Widths(m);
-    uint64_t per_sample = 0, widest = 0;
-    for (size_t l = 0; l < widths.size(); ++l) {
-      per_sample += widths[l];
-      if (l > 0) widest = std::max(widest, widths[l]);
-    }
-    per_sample += 2 * widest;
+    // The parameter cap above bounds the sum of the widths, so this cannot
+    // overflow.
+    const uint64_t per_sample = StepFloatsPerSample(m);
     const uint64_t floats = per_sample * t.batch_size();
     if (floats > kMaxStepFloats) {
       return InvalidArgumentError(

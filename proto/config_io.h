@@ -31,6 +31,18 @@ inline constexpr uint64_t kMaxModelParams = uint64_t{1} << 26;
 // layer, as train::Model lays them out); UINT64_MAX when the count overflows.
 uint64_t NumModelParams(const ModelConfig& model);
 
+// A training step holds at most this many floats (1 GiB).
+inline constexpr uint64_t kMaxStepFloats = uint64_t{1} << 28;
+
+// Floats one sample needs in a training step: the input row, every layer's
+// activations and two gradient buffers as wide as the widest layer
+// (train/model.cc). Evaluation needs less, so the bound covers it too.
+uint64_t StepFloatsPerSample(const ModelConfig& model);
+
+// The batch for evaluating `model` on the coordinator: 1000 samples, or
+// fewer where 1000 would pass kMaxStepFloats (at least 1).
+uint32_t EvalBatchSize(const ModelConfig& model);
+
 // Checks value ranges; the error names the field and the allowed range
 // ("rounds.client_timeout_s: must be in [0.001, 604800] seconds ..., got 1e+20").
 // Durations are in [1 ms, 7 days] (net.heartbeat_s in [0.05, 60] s, and

@@ -219,6 +219,24 @@ TEST(ConfigTest, ZeroWidthLayerNamesTheLayer) {
   EXPECT_TRUE(Contains(e, "model.hidden[1]: must be in [1, 2^20]")) << e;
 }
 
+TEST(ConfigTest, EvaluationBatchStaysWithinTheStepCap) {
+  ModelConfig small;
+  small.set_arch("mlp");
+  small.set_input_dim(784);
+  small.set_num_classes(10);
+  small.add_hidden(200);
+  EXPECT_EQ(StepFloatsPerSample(small), 784u + 200 + 10 + 2 * 200);
+  EXPECT_EQ(EvalBatchSize(small), 1000u);
+  ModelConfig wide = small;  // 2^20 inputs: 1000 samples would be 4 GiB.
+  wide.set_input_dim(1u << 20);
+  wide.clear_hidden();
+  const uint32_t batch = EvalBatchSize(wide);
+  EXPECT_LT(batch, 1000u);
+  EXPECT_GE(batch, 1u);
+  EXPECT_LE(uint64_t{batch} * StepFloatsPerSample(wide), kMaxStepFloats);
+  EXPECT_GT(uint64_t{batch + 1} * StepFloatsPerSample(wide), kMaxStepFloats);
+}
+
 TEST(ConfigTest, TrainingStepOverOneGibIsAnErrorNamingBatchSize) {
   // 2^25 + 4 parameters pass the cap, but 65536 rows of 2^24 inputs do not
   // fit anywhere.
