@@ -28,6 +28,15 @@
     }                                                                                            \
   } while (0)
 
+// Defines libFuzzer's entry point as a call of `run(FuzzInput&)` (a function
+// in cohort::fuzz) on the whole input.
+#define COHORT_FUZZ_ENTRY_POINT(run)                                        \
+  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { \
+    cohort::fuzz::FuzzInput in(data, size);                                 \
+    cohort::fuzz::run(in);                                                  \
+    return 0;                                                               \
+  }
+
 namespace cohort::fuzz {
 
 // Consumes the input front to back. Reads past the end give zeros, so every

@@ -36,8 +36,4 @@ void Run(FuzzInput& in) {
 }  // namespace
 }  // namespace cohort::fuzz
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  cohort::fuzz::FuzzInput in(data, size);
-  cohort::fuzz::Run(in);
-  return 0;
-}
+COHORT_FUZZ_ENTRY_POINT(Run)
