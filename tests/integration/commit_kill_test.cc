@@ -17,13 +17,6 @@
 namespace cohort::testing {
 namespace {
 
-// The value, or a test failure (an exception gtest reports) naming `what`.
-template <typename T>
-T OrThrow(StatusOr<T> s, const std::string& what) {
-  if (!s.ok()) throw std::runtime_error(what + ": " + s.status().ToString());
-  return *std::move(s);
-}
-
 constexpr int kClients = 3;
 constexpr uint32_t kRounds = 5;
 constexpr uint32_t kKilledRound = 3;

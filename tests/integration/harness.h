@@ -10,8 +10,11 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "common/status.h"
 
 namespace cohort::testing {
 
@@ -75,6 +78,14 @@ std::string ZmtpCommandHeader(uint64_t size);
 
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);
+
+// The value, or a test failure (an exception gtest reports) naming `what`.
+template <typename T>
+T OrThrow(StatusOr<T> s, const std::string& what) {
+  if (!s.ok()) throw std::runtime_error(what + ": " + s.status().ToString());
+  return *std::move(s);
+}
+
 }  // namespace cohort::testing
 
 #endif  // COHORT_TESTS_INTEGRATION_HARNESS_H_

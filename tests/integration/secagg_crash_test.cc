@@ -18,13 +18,6 @@
 namespace cohort::testing {
 namespace {
 
-// The value, or a test failure (an exception gtest reports) naming `what`.
-template <typename T>
-T OrThrow(StatusOr<T> s, const std::string& what) {
-  if (!s.ok()) throw std::runtime_error(what + ": " + s.status().ToString());
-  return *std::move(s);
-}
-
 constexpr int kClients = 5;
 constexpr int kSilent = 4;  // client-004
 // One round: the fault is in the last round, so no later cohort depends on
