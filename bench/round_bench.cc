@@ -23,6 +23,7 @@
 #include "net/envelope.h"
 #include "train/backend.h"
 #include "train/model.h"
+#include "train/model_config.h"
 #include "train/trainer.h"
 
 using namespace cohort;
@@ -40,22 +41,20 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::warn);
   const std::string dir = "/usr/share/datasets/fashion-mnist";
-  auto test =
+  auto host_test =
       datasets::ReadIdx(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
-  if (!test.ok()) return 1;
-  auto backend = std::move(train::NewCpuBackend(1)).value();
-  train::ModelSpec spec{arch, 784, 10, {}};
-  if (arch == "mlp") spec.hidden = {200, 200};
-  auto model = std::move(train::Model::Create(spec, backend.get())).value();
-  std::vector<float> init(model->num_params());
-  model->Init(init, 0);
-
+  if (!host_test.ok()) return 1;
   config::RunConfig cfg;
   cfg.mutable_model()->set_arch(arch);
   if (arch == "mlp") {
     cfg.mutable_model()->add_hidden(200);
     cfg.mutable_model()->add_hidden(200);
   }
+  auto backend = std::move(train::NewCpuBackend(1)).value();
+  auto model = std::move(train::BuildModel(cfg.model(), backend.get())).value();
+  auto test = std::move(train::DeviceDataset::Upload(backend.get(), *host_test)).value();
+  std::vector<float> init(model->num_params());
+  model->Init(init, 0);
   cfg.mutable_rounds()->set_num_rounds(rounds);
   cfg.mutable_rounds()->set_min_clients(clients);
   const std::string run_dir =

@@ -3,7 +3,8 @@
 // 60000 / wall time of the epoch, excluding loading and evaluation).
 // Prints one JSON line per run: {"bench":"train","impl":"cohort",...}.
 //
-//   train_bench [--model mlp|logreg] [--repeats N] [--seed S] [--threads T]
+//   train_bench [--model mlp|logreg|lenet5] [--repeats N] [--seed S] [--threads T]
+//               [--batch B]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,13 +13,14 @@
 #include "datasets/idx.h"
 #include "train/backend.h"
 #include "train/model.h"
+#include "train/model_config.h"
 #include "train/trainer.h"
 
 using namespace cohort;
 
 int main(int argc, char** argv) {
   std::string model_name = "mlp";
-  int repeats = 3, threads = 1;
+  int repeats = 3, threads = 1, batch = 32;
   uint64_t seed = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model"))
@@ -29,6 +31,8 @@ int main(int argc, char** argv) {
       seed = std::strtoull(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--threads"))
       threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--batch"))
+      batch = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -46,28 +50,36 @@ int main(int argc, char** argv) {
   }
   auto backend = train::NewCpuBackend(threads);
   if (!backend.ok()) return 1;
-  train::ModelSpec spec{model_name, 784, 10, {}};
-  if (model_name == "mlp") spec.hidden = {200, 200};
-  auto model = train::Model::Create(spec, backend->get());
+  config::ModelConfig spec;
+  spec.set_arch(model_name);
+  if (model_name == "mlp") {
+    spec.add_hidden(200);
+    spec.add_hidden(200);
+  }
+  auto model = train::BuildModel(spec, backend->get());
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 2;
   }
+  auto train_data = train::DeviceDataset::Upload(backend->get(), *train);
+  auto test_data = train::DeviceDataset::Upload(backend->get(), *test);
+  if (!train_data.ok() || !test_data.ok()) return 1;
   for (int r = 0; r < repeats; ++r) {
     std::vector<float> params((*model)->num_params());
     (*model)->Init(params, seed + r);
     train::TrainOptions opts;
     opts.epochs = 1;
-    opts.batch_size = 32;
+    opts.batch_size = batch;
     opts.optimizer.learning_rate = 0.05f;
     opts.seed = seed + r;
-    auto result = train::TrainLocal(**model, params, *train, opts);
-    auto eval = train::Evaluate(**model, params, *test);
+    auto result = train::TrainLocal(**model, params, **train_data, opts);
+    auto eval = train::Evaluate(**model, params, **test_data);
     if (!result.ok() || !eval.ok()) return 1;
     std::printf(
-        "{\"bench\":\"train\",\"impl\":\"cohort\",\"model\":\"%s\",\"threads\":%d,\"seed\":%lu,"
+        "{\"bench\":\"train\",\"impl\":\"cohort\",\"model\":\"%s\",\"threads\":%d,\"batch\":%d,"
+        "\"seed\":%lu,"
         "\"epoch_s\":%.4f,\"samples_per_s\":%.1f,\"test_acc\":%.4f,\"train_loss\":%.4f}\n",
-        model_name.c_str(), threads, static_cast<unsigned long>(seed + r), result->seconds,
+        model_name.c_str(), threads, batch, static_cast<unsigned long>(seed + r), result->seconds,
         result->samples / result->seconds, eval->accuracy, result->mean_loss);
     std::fflush(stdout);
   }

@@ -46,6 +46,9 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
   COHORT_ASSIGN_OR_RETURN(datasets::Dataset data, datasets::ReadShard(options.data));
   spdlog::info("loaded {} samples from {}", data.size(), options.data);
   COHORT_ASSIGN_OR_RETURN(auto backend, train::NewCpuBackend(options.threads));
+  // The shard stays in backend memory for the whole run.
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<train::DeviceDataset> device_data,
+                          train::DeviceDataset::Upload(backend.get(), data));
 
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
@@ -151,8 +154,8 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
       job->task = std::move(*a.train);
       job->local = job->task.global;
       Job* j = job.get();
-      worker = std::thread([j, &model, &data, &done_tx]() {
-        j->result = train::TrainLocal(*model, j->local, data, j->task.options, &j->cancel);
+      worker = std::thread([j, &model, &device_data, &done_tx]() {
+        j->result = train::TrainLocal(*model, j->local, *device_data, j->task.options, &j->cancel);
         // The signal names its task: a cancelled job's signal is recognised
         // as stale. This PAIR end is used only by the one live worker.
         const uint64_t id = j->task.task_id;

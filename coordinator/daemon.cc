@@ -96,13 +96,13 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   model->Init(init, config.seed());
 
   Evaluator evaluator;
-  std::shared_ptr<datasets::Dataset> test;
+  std::shared_ptr<train::DeviceDataset> test;
   if (config.data().has_test_shard() && !config.data().test_shard().empty()) {
     COHORT_ASSIGN_OR_RETURN(datasets::Dataset data,
                             datasets::ReadShard(config.data().test_shard()));
     COHORT_RETURN_IF_ERROR(
         train::CheckCompatible(*model, data).WithContext(config.data().test_shard()));
-    test = std::make_shared<datasets::Dataset>(std::move(data));
+    COHORT_ASSIGN_OR_RETURN(test, train::DeviceDataset::Upload(backend.get(), data));
     // Batches within the training step's memory cap, whatever the model.
     const uint32_t eval_batch = config::EvalBatchSize(config.model());
     evaluator = [&model, test, eval_batch](std::span<const float> params) -> StatusOr<EvalMetrics> {

@@ -71,15 +71,11 @@ Status CheckSeconds(const char* field, float v) {
   return CheckRange(field, v, kMinSeconds, kMaxSeconds, " seconds (1 ms to 7 days)");
 }
 
-// The widths of the MLP's layers, input first.
-std::vector<uint64_t> Widths(const ModelConfig& m) {
-  std::vector<uint64_t> widths = {m.input_dim()};
-  widths.insert(widths.end(), m.hidden().begin(), m.hidden().end());
-  widths.push_back(m.num_classes());
-  return widths;
-}
-
 std::string DescribeModel(const ModelConfig& m) {
+  if (m.arch() != "mlp" && m.arch() != "logreg") {
+    StatusOr<NetSpec> net = NetFromConfig(m);
+    return net.ok() ? DescribeNet(*net) : m.arch();
+  }
   std::string hidden;
   for (int i = 0; i < m.hidden_size() && i < 8; ++i) {
     hidden += (i ? ", " : "") + std::to_string(m.hidden(i));
@@ -89,18 +85,117 @@ std::string DescribeModel(const ModelConfig& m) {
          std::to_string(m.num_classes());
 }
 
+LayerSpec Linear(uint32_t out) { return LayerSpec{LayerKind::kLinear, out}; }
+LayerSpec Relu() { return LayerSpec{LayerKind::kRelu}; }
+
+// The layer list of a "sequential" model; kInvalidArgument naming the layer.
+StatusOr<std::vector<LayerSpec>> LayersFromConfig(const ModelConfig& m) {
+  std::vector<LayerSpec> layers;
+  for (int i = 0; i < m.layers_size(); ++i) {
+    const LayerConfig& l = m.layers(i);
+    LayerSpec spec;
+    switch (l.kind_case()) {
+      case LayerConfig::kLinear:
+        spec = Linear(l.linear().out_features());
+        break;
+      case LayerConfig::kConv2D:
+        spec = LayerSpec{LayerKind::kConv2d, l.conv2d().out_channels(), l.conv2d().kernel_size(),
+                         l.conv2d().stride(), l.conv2d().padding()};
+        break;
+      case LayerConfig::kMaxPool2D: {
+        const MaxPool2dLayer& p = l.max_pool2d();
+        spec = LayerSpec{LayerKind::kMaxPool2d, 0, p.kernel_size(),
+                         p.has_stride() ? p.stride() : p.kernel_size()};
+        break;
+      }
+      case LayerConfig::kRelu:
+        spec = Relu();
+        break;
+      case LayerConfig::kFlatten:
+        spec = LayerSpec{LayerKind::kFlatten};
+        break;
+      default:
+        return InvalidArgumentError("model.layers[" + std::to_string(i) +
+                                    "]: names no layer (linear, conv2d, max_pool2d, relu, "
+                                    "flatten)");
+    }
+    layers.push_back(spec);
+  }
+  return layers;
+}
+
 }  // namespace
 
-uint64_t NumModelParams(const ModelConfig& model) {
-  const std::vector<uint64_t> widths = Widths(model);
-  uint64_t total = 0;
-  for (size_t l = 0; l + 1 < widths.size(); ++l) {
-    // Weight [out x in] and bias [out], as train::Model lays them out. The
-    // widths are 32-bit, so one layer is below 2^64; the sum may not be.
-    const uint64_t layer = widths[l + 1] * (widths[l] + 1);
-    if (__builtin_add_overflow(total, layer, &total)) return UINT64_MAX;
+StatusOr<NetSpec> NetFromConfig(const ModelConfig& m) {
+  const bool sequential = m.layers_size() > 0;
+  if (sequential && m.has_arch() && m.arch() != "sequential") {
+    return InvalidArgumentError("model.arch: \"" + m.arch() +
+                                "\" is a preset; a model that lists layers takes arch "
+                                "\"sequential\" or none");
   }
-  return total;
+  const std::string arch = sequential ? "sequential" : m.arch();
+  if (!sequential && arch != "mlp" && arch != "logreg" && arch != "lenet5") {
+    return InvalidArgumentError("model.arch: \"" + arch +
+                                "\" is not one of mlp, logreg, lenet5 (or sequential with "
+                                "layers)");
+  }
+  if ((arch == "logreg" || arch == "lenet5") && m.hidden_size() > 0) {
+    return InvalidArgumentError("model.hidden: only mlp has hidden layers");
+  }
+  NetSpec net;
+  net.num_classes = m.num_classes();
+  if (m.has_input_shape()) {
+    const InputShape& s = m.input_shape();
+    net.input = Shape{s.channels(), s.height(), s.width()};
+    if (m.has_input_dim() && net.input.size() != m.input_dim()) {
+      return InvalidArgumentError("model.input_shape: " + std::to_string(net.input.size()) +
+                                  " features, but input_dim is " + std::to_string(m.input_dim()));
+    }
+  } else if (arch == "lenet5") {
+    if (m.input_dim() != 784) {
+      return InvalidArgumentError("model.input_shape: lenet5 on input_dim " +
+                                  std::to_string(m.input_dim()) + " needs an input_shape");
+    }
+    net.input = Shape{1, 28, 28};
+  } else {
+    net.input = Shape{m.input_dim(), 1, 1};
+  }
+  if (sequential) {
+    COHORT_ASSIGN_OR_RETURN(net.layers, LayersFromConfig(m));
+  } else if (arch == "lenet5") {
+    net.layers = {LayerSpec{LayerKind::kConv2d, 6, 5},
+                  Relu(),
+                  LayerSpec{LayerKind::kMaxPool2d, 0, 2, 2},
+                  LayerSpec{LayerKind::kConv2d, 16, 5},
+                  Relu(),
+                  LayerSpec{LayerKind::kMaxPool2d, 0, 2, 2},
+                  LayerSpec{LayerKind::kFlatten},
+                  Linear(120),
+                  Relu(),
+                  Linear(84),
+                  Relu(),
+                  Linear(m.num_classes())};
+  } else {
+    // mlp and logreg: linear layers with a ReLU between.
+    for (uint32_t h : m.hidden()) {
+      net.layers.push_back(Linear(h));
+      net.layers.push_back(Relu());
+    }
+    net.layers.push_back(Linear(m.num_classes()));
+  }
+  return net;
+}
+
+StatusOr<NetPlan> PlanModel(const ModelConfig& m) {
+  COHORT_ASSIGN_OR_RETURN(NetSpec net, NetFromConfig(m));
+  StatusOr<NetPlan> plan = PlanNet(net);
+  if (!plan.ok()) return plan.status().WithContext("model");
+  return plan;
+}
+
+uint64_t NumModelParams(const ModelConfig& model) {
+  StatusOr<NetPlan> plan = PlanModel(model);
+  return plan.ok() ? plan->params : UINT64_MAX;
 }
 
 namespace {
@@ -134,13 +229,8 @@ std::string FirstUnknownField(const google::protobuf::Message& m, const std::str
 }  // namespace
 
 uint64_t StepFloatsPerSample(const ModelConfig& model) {
-  const std::vector<uint64_t> widths = Widths(model);
-  uint64_t per_sample = 0, widest = 0;
-  for (size_t l = 0; l < widths.size(); ++l) {
-    per_sample += widths[l];
-    if (l > 0) widest = std::max(widest, widths[l]);
-  }
-  return per_sample + 2 * widest;
+  StatusOr<NetPlan> plan = PlanModel(model);
+  return plan.ok() ? plan->step_floats_per_sample : 0;
 }
 
 uint32_t EvalBatchSize(const ModelConfig& model) {
@@ -230,29 +320,22 @@ Status ValidateRunConfig(const RunConfig& c) {
   }
   if (c.mode() != FEDERATED) return InvalidArgumentError("mode: must be FEDERATED");
   const ModelConfig& m = c.model();
-  if (m.arch() != "mlp" && m.arch() != "logreg") {
-    return InvalidArgumentError("model.arch: \"" + m.arch() + "\" is not one of mlp, logreg");
-  }
   if (m.input_dim() == 0 || m.input_dim() > (1u << 24)) {
     return InvalidArgumentError("model.input_dim: must be in [1, 2^24]");
   }
   if (m.num_classes() < 2 || m.num_classes() > 65536) {
     return InvalidArgumentError("model.num_classes: must be in [2, 65536]");
   }
-  if (m.arch() == "logreg" && m.hidden_size() > 0) {
-    return InvalidArgumentError("model.hidden: logreg has no hidden layers");
-  }
   for (int i = 0; i < m.hidden_size(); ++i) {
     if (m.hidden(i) == 0 || m.hidden(i) > (1u << 20)) {
       return InvalidArgumentError("model.hidden[" + std::to_string(i) + "]: must be in [1, 2^20]");
     }
   }
-  const uint64_t params = NumModelParams(m);
-  if (params > kMaxModelParams) {
-    return InvalidArgumentError(
-        "model: " + DescribeModel(m) + " make " +
-        (params == UINT64_MAX ? std::string("more than 2^64") : std::to_string(params)) +
-        " parameters; at most " + std::to_string(kMaxModelParams) + " (2^26) are supported");
+  COHORT_ASSIGN_OR_RETURN(NetPlan plan, PlanModel(m));
+  if (plan.params > kMaxModelParams) {
+    return InvalidArgumentError("model: " + DescribeModel(m) + " make " +
+                                std::to_string(plan.params) + " parameters; at most " +
+                                std::to_string(kMaxModelParams) + " (2^26) are supported");
   }
   const TrainConfig& t = c.train();
   if (t.local_epochs() == 0 || t.local_epochs() > 1000) {
@@ -262,9 +345,8 @@ Status ValidateRunConfig(const RunConfig& c) {
     return InvalidArgumentError("train.batch_size: must be in [1, 65536]");
   }
   {
-    // The parameter cap above bounds the sum of the widths, so this cannot
-    // overflow.
-    const uint64_t per_sample = StepFloatsPerSample(m);
+    // PlanNet bounds every activation, so this cannot overflow.
+    const uint64_t per_sample = plan.step_floats_per_sample;
     const uint64_t floats = per_sample * t.batch_size();
     if (floats > kMaxStepFloats) {
       return InvalidArgumentError(

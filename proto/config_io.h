@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/net_shape.h"
 #include "common/status.h"
 #include "proto/config.pb.h"
 
@@ -27,16 +28,23 @@ StatusOr<RunConfig> LoadRunConfig(const std::string& path);
 // task, the sum, the checkpoint) is 256 MiB.
 inline constexpr uint64_t kMaxModelParams = uint64_t{1} << 26;
 
+// The layer list a model config describes, presets expanded: the one
+// translation from ModelConfig to the NetSpec that train::Model builds.
+// kInvalidArgument naming the field (arch, input_shape, layers[i]).
+StatusOr<NetSpec> NetFromConfig(const ModelConfig& model);
+// NetFromConfig, then every layer's shape (common/net_shape.h); errors name
+// the field under "model.".
+StatusOr<NetPlan> PlanModel(const ModelConfig& model);
+
 // Parameters of the model `model` describes (weights and biases of every
-// layer, as train::Model lays them out); UINT64_MAX when the count overflows.
+// layer, as train::Model lays them out); UINT64_MAX when it is not valid.
 uint64_t NumModelParams(const ModelConfig& model);
 
 // A training step holds at most this many floats (1 GiB).
 inline constexpr uint64_t kMaxStepFloats = uint64_t{1} << 28;
 
-// Floats one sample needs in a training step: the input row, every layer's
-// activations and two gradient buffers as wide as the widest layer
-// (train/model.cc). Evaluation needs less, so the bound covers it too.
+// Floats one sample needs in a training step (NetPlan); 0 for an invalid
+// model. Evaluation needs less, so the bound covers it too.
 uint64_t StepFloatsPerSample(const ModelConfig& model);
 
 // The batch for evaluating `model` on the coordinator: 1000 samples, or

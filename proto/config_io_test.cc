@@ -340,5 +340,77 @@ TEST(ConfigTest, MissingFileIsNotFound) {
             "/nonexistent/run.textproto: cannot open config file: No such file or directory");
 }
 
+TEST(ConfigTest, LayerListsAndPresetsExpandToOneNet) {
+  auto c = ParseRunConfig(
+      "model { input_shape { channels: 1 height: 28 width: 28 }"
+      " layers { conv2d { out_channels: 6 kernel_size: 5 } } layers { relu {} }"
+      " layers { max_pool2d { kernel_size: 2 } }"
+      " layers { conv2d { out_channels: 16 kernel_size: 5 } } layers { relu {} }"
+      " layers { max_pool2d { kernel_size: 2 } } layers { flatten {} }"
+      " layers { linear { out_features: 120 } } layers { relu {} }"
+      " layers { linear { out_features: 84 } } layers { relu {} }"
+      " layers { linear { out_features: 10 } } }",
+      "x.textproto");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ModelConfig preset;
+  preset.set_arch("lenet5");
+  auto listed = PlanModel(c->model());
+  auto expanded = PlanModel(preset);
+  ASSERT_TRUE(listed.ok() && expanded.ok());
+  EXPECT_EQ(listed->params, 44426u);
+  EXPECT_EQ(expanded->params, 44426u);
+  EXPECT_EQ(DescribeNet(*NetFromConfig(c->model())), DescribeNet(*NetFromConfig(preset)));
+  // A pool's stride defaults to its kernel, as in PyTorch.
+  EXPECT_EQ(listed->layers[2].out.h, 12u);
+  ModelConfig mlp;
+  mlp.add_hidden(200);
+  mlp.add_hidden(200);
+  EXPECT_EQ(NumModelParams(mlp), 199210u);
+}
+
+TEST(ConfigTest, BadLayerListsAreErrorsNamingTheLayer) {
+  const std::string image = "model { input_shape { channels: 1 height: 4 width: 4 } ";
+  EXPECT_TRUE(Contains(ErrorOf(image + "layers { conv2d { out_channels: 2 kernel_size: 5 } }"
+                                       " layers { flatten {} } layers { linear { out_features: 10 "
+                                       "} } }"),
+                       "model: layers[0] (conv2d): kernel 5 does not fit the input 1x4x4"));
+  EXPECT_TRUE(Contains(ErrorOf(image + "layers { linear { out_features: 10 } } }"),
+                       "model: layers[0] (linear): takes a flat input, got 1x4x4; put a flatten"));
+  EXPECT_TRUE(
+      Contains(ErrorOf(image + "layers { flatten {} } layers { linear { out_features: 3 } } }"),
+               "the last layer gives 3x1x1 outputs, but num_classes is 10"));
+  EXPECT_TRUE(Contains(ErrorOf(image + "layers { conv2d { out_channels: 0 kernel_size: 1 } } }"),
+                       "layers[0] (conv2d): out_channels must be in [1, 65536]"));
+  EXPECT_TRUE(
+      Contains(ErrorOf(image + "layers { conv2d { out_channels: 1 kernel_size: 3 padding: 3 }"
+                               " } }"),
+               "padding 3 must be smaller than the kernel 3"));
+  EXPECT_TRUE(Contains(ErrorOf(image + "layers { max_pool2d { kernel_size: 2 stride: 0 } } }"),
+                       "layers[0] (max_pool2d): stride must be in [1, 64]"));
+  EXPECT_TRUE(Contains(ErrorOf(image + "layers { } }"), "model.layers[0]: names no layer"));
+  EXPECT_TRUE(Contains(ErrorOf("model { arch: \"mlp\" layers { flatten {} } }"),
+                       "model.arch: \"mlp\" is a preset"));
+  EXPECT_TRUE(
+      Contains(ErrorOf("model { input_dim: 100 input_shape { channels: 1 height: 28 width: 28 "
+                       "} }"),
+               "model.input_shape: 784 features, but input_dim is 100"));
+  EXPECT_TRUE(Contains(ErrorOf("model { arch: \"lenet5\" input_dim: 100 }"),
+                       "lenet5 on input_dim 100 needs an input_shape"));
+  EXPECT_TRUE(Contains(ErrorOf("model { input_shape { channels: 0 } layers { flatten {} } }"),
+                       "input_shape 0x1x1"));
+  // Too big for memory: parameters, then the step's floats, are capped.
+  EXPECT_TRUE(Contains(ErrorOf("model { input_shape { channels: 1 height: 1024 width: 1024 }"
+                               " num_classes: 2 layers { conv2d { out_channels: 64 kernel_size: 3 "
+                               "padding: 1 } } layers { flatten {} } layers { linear { "
+                               "out_features: 2 } } }"),
+                       "parameters; at most 67108864 (2^26) are supported"));
+  std::string e = ErrorOf(
+      "model { input_shape { channels: 1 height: 64 width: 64 } num_classes: 2 "
+      "layers { conv2d { out_channels: 64 kernel_size: 3 padding: 1 } } "
+      "layers { flatten {} } layers { linear { out_features: 2 } } }"
+      " train { batch_size: 4096 }");
+  EXPECT_TRUE(Contains(e, "train.batch_size: 4096 samples x")) << e;
+}
+
 }  // namespace
 }  // namespace cohort::config

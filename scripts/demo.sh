@@ -7,7 +7,8 @@
 # SEED (0: partition and run seed), ASSIGNMENT (an explicit split file, see
 # `cohort partition --help`; overrides SCHEME), RUN_DIR (runs/demo),
 # CONFIG (examples/federated.textproto), COHORT (binary), AGGREGATION
-# (SECAGG_PLUS, the default; SECAGG or PLAIN).
+# (SECAGG_PLUS, the default; SECAGG or PLAIN), MODEL (a preset that replaces
+# the config's model section: mlp (784-200-200-10), logreg or lenet5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +48,20 @@ sed -e "s#runs/demo/shards/test.shard#$RUN_DIR/shards/test.shard#" \
     -e "s#aggregation: SECAGG_PLUS#aggregation: $AGGREGATION#" \
     -e "s#min_clients: 8#min_clients: $(( CLIENTS * 8 / 10 > 0 ? CLIENTS * 8 / 10 : 1 ))#" \
     "$CONFIG" > "$RUN_DIR/run.textproto"
+if [[ -n ${MODEL:-} ]]; then
+  case "$MODEL" in
+    mlp) model="model { arch: \"mlp\" hidden: 200 hidden: 200 }" ;;
+    logreg | lenet5) model="model { arch: \"$MODEL\" }" ;;
+    *) echo "MODEL=$MODEL: must be mlp, logreg or lenet5" >&2; exit 2 ;;
+  esac
+  # Replace the top-level `model { ... }` block (it ends at the first `}` in
+  # column 1).
+  awk -v model="$model" '
+    /^model \{/ { skip = 1; print model; next }
+    skip && /^\}/ { skip = 0; next }
+    !skip { print }' "$RUN_DIR/run.textproto" > "$RUN_DIR/run.textproto.new"
+  mv "$RUN_DIR/run.textproto.new" "$RUN_DIR/run.textproto"
+fi
 
 # Transport security: an identity per process; the coordinator admits the
 # clients whose .pub files are in its allowlist, clients pin its key.

@@ -1,14 +1,56 @@
-// Compute backend for training. The CPU backend (OpenBLAS) is the reference;
-// a GPU backend must match it on golden vectors.
+// The compute backend: device memory and every op a training step runs.
+// Parameters, gradients, optimizer state, activations and a client's shard
+// live in backend memory; the host sees parameters only at the round
+// boundary and metrics once per epoch. The CPU backend (OpenBLAS and plain
+// loops) is the reference; the CUDA backend (train/cuda/) must match it on
+// golden vectors.
+//
+// Every pointer an op takes is backend memory (on the CPU backend that is
+// host memory). Ops are queued in order on one stream: Download and Sync
+// wait for the ops before them; nothing else blocks. Activations are
+// channel-last: sample, row, column, channel.
 #ifndef COHORT_TRAIN_BACKEND_H_
 #define COHORT_TRAIN_BACKEND_H_
 
+#include <cstddef>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "common/status.h"
 
 namespace cohort::train {
+
+// A convolution's input [h, w, c] per sample and its im2col matrix:
+// one row per output pixel (batch * out_h * out_w rows), kernel * kernel * c
+// columns in (kh, kw, c) order; taps in the padding read as 0.
+struct ConvGeom {
+  int c = 0, h = 0, w = 0;
+  int kernel = 0, stride = 1, padding = 0;
+  int out_h = 0, out_w = 0;
+  int cols() const { return kernel * kernel * c; }
+};
+
+// Max pooling without padding over [h, w, c] per sample.
+struct PoolGeom {
+  int c = 0, h = 0, w = 0;
+  int kernel = 0, stride = 0;
+  int out_h = 0, out_w = 0;
+};
+
+// The update rules of torch.optim; see train/optimizer.h.
+struct SgdArgs {
+  float lr = 0, weight_decay = 0, momentum = 0, dampening = 0;
+  bool nesterov = false;
+  bool first_step = true;  // The momentum buffer starts as the gradient.
+};
+struct AdamArgs {
+  float lr = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
+  bool decoupled = false;     // AdamW.
+  float step_size = 0;        // lr / (1 - beta1^t)
+  float root_correction = 0;  // sqrt(1 - beta2^t)
+};
 
 // Not thread-safe: one backend per training thread.
 class Backend {
@@ -18,16 +60,135 @@ class Backend {
   Backend& operator=(const Backend&) = delete;
 
   virtual std::string Name() const = 0;
+
+  // ---- Memory ----------------------------------------------------------
+  // `bytes` of device memory, from the backend's pool (freed blocks are
+  // reused, so a model rebuilt every round allocates nothing new).
+  // kResourceExhausted naming the size when the device is full.
+  virtual StatusOr<void*> Allocate(size_t bytes) = 0;
+  virtual void Free(void* p, size_t bytes) = 0;
+  virtual void Upload(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Download(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Zero(void* dst, size_t bytes) = 0;
+  // Waits for every queued op; reports a device error (a kernel fault, an
+  // out-of-memory inside a library) as kInternal.
+  virtual Status Sync() = 0;
+
+  // ---- Dense algebra ---------------------------------------------------
   // Row-major C[m x n] = alpha * op(A) * op(B) + beta * C, where op(A) is
-  // m x k (A^T if trans_a) and op(B) is k x n (B^T if trans_b); lda, ldb, ldc
-  // are the row strides of A, B, C as stored. With beta = 0, C is written
-  // without being read (BLAS semantics): it may hold garbage, even NaN, as
-  // Model::Backward's gradient buffer may.
+  // m x k (A^T if trans_a) and op(B) is k x n (B^T if trans_b); lda, ldb,
+  // ldc are the row strides as stored. With beta = 0, C is written without
+  // being read (BLAS semantics).
   virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     int lda, const float* b, int ldb, float beta, float* c, int ldc) = 0;
+  // out[r][j] = row[j] for r < rows (a bias before a GEMM with beta = 1).
+  virtual void BroadcastRows(const float* row, int rows, int cols, float* out) = 0;
+  // out[j] = beta * out[j] + alpha * sum_r x[r][j] (a bias gradient).
+  virtual void ColumnSums(const float* x, int rows, int cols, float alpha, float beta,
+                          float* out) = 0;
+
+  // ---- Layers ----------------------------------------------------------
+  // y = max(x, 0); y may be x.
+  virtual void Relu(const float* x, float* y, size_t n) = 0;
+  // dy[i] = y[i] > 0 ? dy[i] : 0 (y is the ReLU's output).
+  virtual void ReluBackward(const float* y, float* dy, size_t n) = 0;
+  virtual void Im2Col(const float* x, const ConvGeom& g, int batch, float* cols) = 0;
+  // dx = the sum of every column entry back onto its input (overwrites dx).
+  virtual void Col2Im(const float* cols, const ConvGeom& g, int batch, float* dx) = 0;
+  // y = the window maxima; argmax = the input index (within the sample) of
+  // each, for the backward pass.
+  virtual void MaxPool(const float* x, const PoolGeom& g, int batch, float* y, int32_t* argmax) = 0;
+  // dx = dy routed to each window's maximum (overwrites dx).
+  virtual void MaxPoolBackward(const float* dy, const int32_t* argmax, const PoolGeom& g, int batch,
+                               float* dx) = 0;
+  // Softmax cross-entropy of `batch` rows of logits. Adds the summed loss
+  // and the number of correct argmaxes to stats[0] and stats[1]; with
+  // dlogits, writes grad_scale * (softmax - onehot) there (may be logits).
+  virtual void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int batch,
+                                   int classes, float grad_scale, float* dlogits,
+                                   double* stats) = 0;
+  // x[i] = features[index[i]] (rows of c*h*w floats in (c, h, w) order,
+  // written channel-last), y[i] = labels[index[i]], for i < count.
+  virtual void Gather(const float* features, const int32_t* labels, const uint32_t* index,
+                      int count, int c, int h, int w, float* x, int32_t* y) = 0;
+
+  // ---- Optimizer steps over n parameters --------------------------------
+  // velocity may be null when momentum is 0.
+  virtual void SgdUpdate(float* p, const float* g, float* velocity, size_t n, const SgdArgs& a) = 0;
+  virtual void AdamUpdate(float* p, const float* g, float* m, float* v, size_t n,
+                          const AdamArgs& a) = 0;
+
+  // ---- Reductions (they wait for the result) ----------------------------
+  virtual double Dot(const float* a, const float* b, size_t n) = 0;
+  virtual double Sum(const float* x, size_t n) = 0;
 
  protected:
   Backend() = default;
+};
+
+// An owned block of backend memory, returned to the pool when destroyed.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  static StatusOr<DeviceArray> Create(Backend* backend, size_t n) {
+    DeviceArray a;
+    if (n == 0) return a;
+    if (n > SIZE_MAX / sizeof(T)) return ResourceExhaustedError("device array too large");
+    COHORT_ASSIGN_OR_RETURN(void* p, backend->Allocate(n * sizeof(T)));
+    a.backend_ = backend;
+    a.data_ = static_cast<T*>(p);
+    a.size_ = n;
+    return a;
+  }
+  DeviceArray(DeviceArray&& o) noexcept { *this = std::move(o); }
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      backend_ = o.backend_;
+      data_ = o.data_;
+      size_ = o.size_;
+      o.backend_ = nullptr;
+      o.data_ = nullptr;
+      o.size_ = 0;
+    }
+    return *this;
+  }
+  ~DeviceArray() { Reset(); }
+
+  T* data() const { return data_; }
+  size_t size() const { return size_; }
+  size_t bytes() const { return size_ * sizeof(T); }
+
+ private:
+  void Reset() {
+    if (data_ != nullptr) backend_->Free(data_, bytes());
+    data_ = nullptr;
+    size_ = 0;
+  }
+  Backend* backend_ = nullptr;
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Freed blocks by size, for the backends' pools. Not thread-safe.
+class BlockPool {
+ public:
+  // A cached block of exactly `bytes`, or null.
+  void* Take(size_t bytes);
+  void Put(void* p, size_t bytes);
+  // Hands every cached block to `release`, emptying the pool.
+  template <typename F>
+  void Drain(F release) {
+    for (auto& [bytes, p] : free_) release(p, bytes);
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+  size_t cached_bytes() const { return cached_bytes_; }
+
+ private:
+  std::multimap<size_t, void*> free_;
+  size_t cached_bytes_ = 0;
 };
 
 // `threads`: BLAS threads (>= 1). Sets OpenBLAS's process-wide thread count.

@@ -1,21 +1,274 @@
+// The reference backend: OpenBLAS for GEMMs, plain loops for the rest.
 #include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "train/backend.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace cohort::train {
+
+void* BlockPool::Take(size_t bytes) {
+  auto it = free_.find(bytes);
+  if (it == free_.end()) return nullptr;
+  void* p = it->second;
+  free_.erase(it);
+  cached_bytes_ -= bytes;
+  return p;
+}
+
+void BlockPool::Put(void* p, size_t bytes) {
+  free_.emplace(bytes, p);
+  cached_bytes_ += bytes;
+}
+
 namespace {
+
+constexpr size_t kAlign = 64;
 
 class CpuBackend final : public Backend {
  public:
+  ~CpuBackend() override {
+    pool_.Drain([](void* p, size_t) { std::free(p); });
+  }
   std::string Name() const override { return "cpu (OpenBLAS)"; }
+
+  StatusOr<void*> Allocate(size_t bytes) override {
+    if (void* p = pool_.Take(bytes)) return p;
+    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    void* p = std::aligned_alloc(kAlign, rounded);
+    if (p == nullptr) {
+      return ResourceExhaustedError("cpu backend: out of memory allocating " +
+                                    std::to_string(bytes) + " bytes");
+    }
+    return p;
+  }
+  void Free(void* p, size_t bytes) override { pool_.Put(p, bytes); }
+  void Upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void Download(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void Zero(void* dst, size_t bytes) override {
+    if (bytes > 0) std::memset(dst, 0, bytes);
+  }
+  Status Sync() override { return OkStatus(); }
+
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
             const float* b, int ldb, float beta, float* c, int ldc) override {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
+  void BroadcastRows(const float* row, int rows, int cols, float* out) override {
+    for (int r = 0; r < rows; ++r) std::memcpy(out + size_t(r) * cols, row, cols * sizeof(float));
+  }
+  void ColumnSums(const float* x, int rows, int cols, float alpha, float beta,
+                  float* out) override {
+    if (beta == 0.0f) std::fill(out, out + cols, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      const float* row = x + size_t(r) * cols;
+      for (int j = 0; j < cols; ++j) out[j] += alpha * row[j];
+    }
+  }
+
+  void Relu(const float* x, float* y, size_t n) override {
+    for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  }
+  void ReluBackward(const float* y, float* dy, size_t n) override {
+    for (size_t i = 0; i < n; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  }
+  void Im2Col(const float* x, const ConvGeom& g, int batch, float* cols) override;
+  void Col2Im(const float* cols, const ConvGeom& g, int batch, float* dx) override;
+  void MaxPool(const float* x, const PoolGeom& g, int batch, float* y, int32_t* argmax) override;
+  void MaxPoolBackward(const float* dy, const int32_t* argmax, const PoolGeom& g, int batch,
+                       float* dx) override;
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int batch, int classes,
+                           float grad_scale, float* dlogits, double* stats) override;
+  void Gather(const float* features, const int32_t* labels, const uint32_t* index, int count, int c,
+              int h, int w, float* x, int32_t* y) override;
+  void SgdUpdate(float* p, const float* g, float* velocity, size_t n, const SgdArgs& a) override;
+  void AdamUpdate(float* p, const float* g, float* m, float* v, size_t n,
+                  const AdamArgs& a) override;
+
+  double Dot(const float* a, const float* b, size_t n) override {
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += double{a[i]} * b[i];
+    return s;
+  }
+  double Sum(const float* x, size_t n) override {
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += x[i];
+    return s;
+  }
+
+ private:
+  BlockPool pool_;
 };
+
+// Visits every (im2col row, tap) pair whose input pixel lies inside the
+// image: f(column-block pointer offset, input pixel offset), both in floats.
+template <typename F>
+void ForEachTap(const ConvGeom& g, int batch, F f) {
+  const size_t cols = g.cols(), in_sample = size_t(g.h) * g.w * g.c;
+  size_t row = 0;
+  for (int b = 0; b < batch; ++b) {
+    for (int oy = 0; oy < g.out_h; ++oy) {
+      for (int ox = 0; ox < g.out_w; ++ox, ++row) {
+        for (int ky = 0; ky < g.kernel; ++ky) {
+          const int iy = oy * g.stride - g.padding + ky;
+          if (iy < 0 || iy >= g.h) continue;
+          for (int kx = 0; kx < g.kernel; ++kx) {
+            const int ix = ox * g.stride - g.padding + kx;
+            if (ix < 0 || ix >= g.w) continue;
+            f(row * cols + (size_t(ky) * g.kernel + kx) * g.c,
+              b * in_sample + (size_t(iy) * g.w + ix) * g.c);
+          }
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::Im2Col(const float* x, const ConvGeom& g, int batch, float* cols) {
+  if (g.padding > 0) std::memset(cols, 0, sizeof(float) * batch * g.out_h * g.out_w * g.cols());
+  const size_t c = g.c;
+  if (c == 1) {
+    ForEachTap(g, batch, [&](size_t to, size_t from) { cols[to] = x[from]; });
+  } else {
+    ForEachTap(g, batch, [&](size_t to, size_t from) {
+      std::memcpy(cols + to, x + from, c * sizeof(float));
+    });
+  }
+}
+
+void CpuBackend::Col2Im(const float* cols, const ConvGeom& g, int batch, float* dx) {
+  std::memset(dx, 0, sizeof(float) * batch * g.h * g.w * g.c);
+  const size_t c = g.c;
+  ForEachTap(g, batch, [&](size_t from, size_t to) {
+    for (size_t i = 0; i < c; ++i) dx[to + i] += cols[from + i];
+  });
+}
+
+void CpuBackend::MaxPool(const float* x, const PoolGeom& g, int batch, float* y, int32_t* argmax) {
+  const size_t in_sample = size_t(g.h) * g.w * g.c;
+  size_t o = 0;
+  for (int b = 0; b < batch; ++b) {
+    const float* xs = x + b * in_sample;
+    for (int oy = 0; oy < g.out_h; ++oy) {
+      for (int ox = 0; ox < g.out_w; ++ox) {
+        for (int ch = 0; ch < g.c; ++ch, ++o) {
+          int32_t best = (oy * g.stride * g.w + ox * g.stride) * g.c + ch;
+          for (int ky = 0; ky < g.kernel; ++ky) {
+            for (int kx = 0; kx < g.kernel; ++kx) {
+              const int32_t i = ((oy * g.stride + ky) * g.w + ox * g.stride + kx) * g.c + ch;
+              if (xs[i] > xs[best]) best = i;
+            }
+          }
+          y[o] = xs[best];
+          argmax[o] = best;
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::MaxPoolBackward(const float* dy, const int32_t* argmax, const PoolGeom& g,
+                                 int batch, float* dx) {
+  const size_t in_sample = size_t(g.h) * g.w * g.c;
+  const size_t out_sample = size_t(g.out_h) * g.out_w * g.c;
+  std::memset(dx, 0, sizeof(float) * batch * in_sample);
+  for (int b = 0; b < batch; ++b) {
+    for (size_t o = 0; o < out_sample; ++o) {
+      dx[b * in_sample + argmax[b * out_sample + o]] += dy[b * out_sample + o];
+    }
+  }
+}
+
+void CpuBackend::SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int batch,
+                                     int classes, float grad_scale, float* dlogits, double* stats) {
+  double loss = 0;
+  uint64_t correct = 0;
+  for (int i = 0; i < batch; ++i) {
+    const float* row = logits + size_t(i) * classes;
+    int argmax = 0;
+    float max = row[0];
+    for (int j = 1; j < classes; ++j) {
+      if (row[j] > max) {
+        max = row[j];
+        argmax = j;
+      }
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < classes; ++j) sum += std::exp(row[j] - max);
+    const float log_sum = std::log(sum);
+    loss += static_cast<double>(log_sum - (row[labels[i]] - max));
+    correct += argmax == labels[i] ? 1 : 0;
+    if (dlogits != nullptr) {
+      float* d = dlogits + size_t(i) * classes;
+      for (int j = 0; j < classes; ++j) d[j] = std::exp(row[j] - max - log_sum) * grad_scale;
+      d[labels[i]] -= grad_scale;
+    }
+  }
+  stats[0] += loss;
+  stats[1] += static_cast<double>(correct);
+}
+
+void CpuBackend::Gather(const float* features, const int32_t* labels, const uint32_t* index,
+                        int count, int c, int h, int w, float* x, int32_t* y) {
+  const size_t row = size_t(c) * h * w, plane = size_t(h) * w;
+  for (int i = 0; i < count; ++i) {
+    const float* src = features + size_t(index[i]) * row;
+    float* dst = x + size_t(i) * row;
+    if (c == 1 || plane == 1) {
+      std::memcpy(dst, src, row * sizeof(float));
+    } else {
+      for (size_t p = 0; p < plane; ++p) {
+        for (int ch = 0; ch < c; ++ch) dst[p * c + ch] = src[ch * plane + p];
+      }
+    }
+    y[i] = labels[index[i]];
+  }
+}
+
+// torch.optim.SGD: g += wd p; b = g on the first step, else
+// b = m b + (1 - dampening) g; g = g + m b (Nesterov) or b; p -= lr g.
+void CpuBackend::SgdUpdate(float* p, const float* g, float* b, size_t n, const SgdArgs& a) {
+  const float lr = a.lr, wd = a.weight_decay, m = a.momentum, keep = 1.0f - a.dampening;
+  if (m == 0.0f) {
+    for (size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + wd * p[i];
+    b[i] = a.first_step ? gi : m * b[i] + keep * gi;
+    p[i] -= lr * (a.nesterov ? gi + m * b[i] : b[i]);
+  }
+}
+
+// torch.optim.Adam / AdamW (amsgrad off, maximize off):
+// Adam:  g += wd p.   AdamW: p *= 1 - lr wd.
+// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+void CpuBackend::AdamUpdate(float* p, const float* g, float* m, float* v, size_t n,
+                            const AdamArgs& a) {
+  const float b1 = a.beta1, b2 = a.beta2;
+  for (size_t i = 0; i < n; ++i) {
+    float gi = g[i];
+    if (a.decoupled) {
+      p[i] *= 1.0f - a.lr * a.weight_decay;
+    } else {
+      gi += a.weight_decay * p[i];
+    }
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    p[i] -= a.step_size * m[i] / (std::sqrt(v[i]) / a.root_correction + a.eps);
+  }
+}
 
 }  // namespace
 

@@ -2,172 +2,239 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <utility>
 
 #include "common/check.h"
 #include "common/rng.h"
 
 namespace cohort::train {
 
-StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, Backend* backend) {
-  if (spec.arch != "mlp" && spec.arch != "logreg") {
-    return InvalidArgumentError("model: unknown arch \"" + spec.arch + "\"");
-  }
-  if (spec.arch == "logreg" && !spec.hidden.empty()) {
-    return InvalidArgumentError("model: logreg has no hidden layers");
-  }
-  if (spec.input_dim == 0 || spec.num_classes < 2) {
-    return InvalidArgumentError("model: input_dim must be >= 1 and num_classes >= 2");
-  }
-  for (uint32_t h : spec.hidden) {
-    if (h == 0) return InvalidArgumentError("model: a hidden layer has width 0");
-  }
-  return std::unique_ptr<Model>(new Model(spec, backend));
+StatusOr<std::unique_ptr<Model>> Model::Create(const NetSpec& spec, Backend* backend) {
+  COHORT_ASSIGN_OR_RETURN(NetPlan plan, PlanNet(spec));
+  std::unique_ptr<Model> model(new Model(spec, plan, backend));
+  COHORT_ASSIGN_OR_RETURN(model->params_, DeviceArray<float>::Create(backend, model->num_params()));
+  COHORT_ASSIGN_OR_RETURN(model->grads_, DeviceArray<float>::Create(backend, model->num_params()));
+  return model;
 }
 
-Model::Model(const ModelSpec& spec, Backend* backend) : spec_(spec), backend_(backend) {
-  widths_.push_back(spec.input_dim);
-  for (uint32_t h : spec.hidden) widths_.push_back(h);
-  widths_.push_back(spec.num_classes);
-  for (size_t l = 0; l + 1 < widths_.size(); ++l) {
-    const std::string name = "fc" + std::to_string(l + 1);
-    // PyTorch layout: weight is [out x in], row-major.
-    layout_.Add(name + ".weight", widths_[l + 1], widths_[l]);
-    layout_.Add(name + ".bias", widths_[l + 1], 1);
+Model::Model(const NetSpec& spec, const NetPlan& plan, Backend* backend)
+    : spec_(spec), plan_(plan), backend_(backend) {
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    Layer l;
+    l.plan = plan.layers[i];
+    const Shape& in = l.plan.in;
+    const Shape& out = l.plan.out;
+    const LayerSpec& s = l.plan.spec;
+    if (s.kind == LayerKind::kConv2d) {
+      l.conv = ConvGeom{int(in.c),     int(in.h),      int(in.w),  int(s.kernel),
+                        int(s.stride), int(s.padding), int(out.h), int(out.w)};
+    }
+    if (s.kind == LayerKind::kMaxPool2d) {
+      l.pool = PoolGeom{int(in.c),     int(in.h),  int(in.w), int(s.kernel),
+                        int(s.stride), int(out.h), int(out.w)};
+    }
+    if (l.plan.weight_rows > 0) {
+      // PyTorch's nn.Sequential names; weight [out x fan_in] row-major.
+      const std::string name = std::to_string(i);
+      l.weight = layout_.total();
+      layout_.Add(name + ".weight", l.plan.weight_rows, l.plan.weight_cols);
+      l.bias = layout_.total();
+      layout_.Add(name + ".bias", l.plan.bias, 1);
+    }
+    layers_.push_back(std::move(l));
   }
-  acts_.resize(widths_.size());
 }
 
 void Model::Init(std::span<float> params, uint64_t seed) const {
+  COHORT_CHECK(params.size() == num_params());
   Rng rng(DeriveSeed(seed, 0x1417));
-  for (size_t l = 0; l + 1 < widths_.size(); ++l) {
-    const float bound = 1.0f / std::sqrt(static_cast<float>(widths_[l]));
-    for (size_t t : {2 * l, 2 * l + 1}) {
-      for (float& v : layout_.View(params, t)) v = (2.0f * rng.UniformFloat() - 1.0f) * bound;
-    }
+  for (const Layer& l : layers_) {
+    if (l.plan.weight_rows == 0) continue;
+    const float bound = 1.0f / std::sqrt(static_cast<float>(l.plan.weight_cols));
+    const size_t end = l.bias + l.plan.bias;
+    for (size_t i = l.weight; i < end; ++i) params[i] = (2.0f * rng.UniformFloat() - 1.0f) * bound;
   }
 }
 
-void Model::EnsureWorkspace(int batch) {
-  if (batch <= capacity_) return;
-  capacity_ = batch;
-  for (size_t l = 1; l < widths_.size(); ++l) acts_[l].assign(size_t(batch) * widths_[l], 0.0f);
-  uint32_t widest = *std::max_element(widths_.begin() + 1, widths_.end());
-  delta_.assign(size_t(batch) * widest, 0.0f);
-  delta_prev_.assign(size_t(batch) * widest, 0.0f);
+Status Model::SetParams(std::span<const float> host) {
+  if (host.size() != num_params()) {
+    return InvalidArgumentError("model: " + std::to_string(host.size()) +
+                                " parameters given, the model has " + std::to_string(num_params()));
+  }
+  backend_->Upload(params_.data(), host.data(), params_.bytes());
+  return OkStatus();
 }
 
-void Model::Forward(std::span<const float> params, const float* x, int batch, float* logits) {
-  EnsureWorkspace(batch);
-  const float* in = x;
-  const size_t layers = widths_.size() - 1;
-  for (size_t l = 0; l < layers; ++l) {
-    const int n_in = static_cast<int>(widths_[l]);
-    const int n_out = static_cast<int>(widths_[l + 1]);
-    float* out = (l + 1 == layers && logits != nullptr) ? logits : acts_[l + 1].data();
-    const float* w = params.data() + layout_.tensors()[2 * l].offset;
-    const float* b = params.data() + layout_.tensors()[2 * l + 1].offset;
-    // Bias first, then accumulate X * W^T on top (beta = 1): one pass fewer.
-    for (int i = 0; i < batch; ++i) std::memcpy(out + size_t(i) * n_out, b, n_out * sizeof(float));
-    backend_->Gemm(false, true, batch, n_out, n_in, 1.0f, in, n_in, w, n_in, 1.0f, out, n_out);
-    if (l + 1 < layers) {
-      const size_t n = size_t(batch) * n_out;
-      for (size_t i = 0; i < n; ++i) out[i] = out[i] > 0.0f ? out[i] : 0.0f;
+Status Model::GetParams(std::span<float> host) {
+  if (host.size() != num_params()) {
+    return InvalidArgumentError("model: room for " + std::to_string(host.size()) +
+                                " parameters, the model has " + std::to_string(num_params()));
+  }
+  backend_->Download(host.data(), params_.data(), params_.bytes());
+  return backend_->Sync();
+}
+
+Status Model::Reserve(int batch) {
+  if (batch <= capacity_) return OkStatus();
+  const size_t b = static_cast<size_t>(batch);
+  uint64_t widest = 0, widest_dcols = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    const uint64_t out = l.plan.out.size();
+    widest = std::max(widest, out);
+    const bool first_relu = i == 0 && l.plan.spec.kind == LayerKind::kRelu;
+    if (!l.plan.in_place() || first_relu) {
+      COHORT_ASSIGN_OR_RETURN(l.out, DeviceArray<float>::Create(backend_, b * out));
     }
+    if (l.plan.spec.kind == LayerKind::kConv2d) {
+      const uint64_t cols = uint64_t{l.plan.out.h} * l.plan.out.w * l.plan.weight_cols;
+      COHORT_ASSIGN_OR_RETURN(l.cols, DeviceArray<float>::Create(backend_, b * cols));
+      if (i > 0) widest_dcols = std::max(widest_dcols, cols);
+    }
+    if (l.plan.spec.kind == LayerKind::kMaxPool2d) {
+      COHORT_ASSIGN_OR_RETURN(l.argmax, DeviceArray<int32_t>::Create(backend_, b * out));
+    }
+  }
+  COHORT_ASSIGN_OR_RETURN(delta_, DeviceArray<float>::Create(backend_, b * widest));
+  COHORT_ASSIGN_OR_RETURN(spare_, DeviceArray<float>::Create(backend_, b * widest));
+  COHORT_ASSIGN_OR_RETURN(dcols_, DeviceArray<float>::Create(backend_, b * widest_dcols));
+  capacity_ = batch;
+  return OkStatus();
+}
+
+float* Model::Output(size_t i, const float* x) const {
+  for (;; --i) {
+    const Layer& l = layers_[i];
+    if (l.out.data() != nullptr) return l.out.data();
+    // An in-place layer: its input's buffer (a leading flatten reads x).
+    if (i == 0) return const_cast<float*>(x);
+  }
+}
+
+void Model::ForwardLayer(Layer& l, const float* params, const float* in, float* out, int batch) {
+  const LayerPlan& p = l.plan;
+  switch (p.spec.kind) {
+    case LayerKind::kLinear: {
+      const int n_in = int(p.in.c), n_out = int(p.out.c);
+      // Bias first, then accumulate X * W^T on top (beta = 1): one pass fewer.
+      backend_->BroadcastRows(params + l.bias, batch, n_out, out);
+      backend_->Gemm(false, true, batch, n_out, n_in, 1.0f, in, n_in, params + l.weight, n_in, 1.0f,
+                     out, n_out);
+      break;
+    }
+    case LayerKind::kConv2d: {
+      // im2col, then the linear layer's GEMM over one row per output pixel.
+      const int rows = batch * l.conv.out_h * l.conv.out_w, k = l.conv.cols(), n_out = int(p.out.c);
+      backend_->Im2Col(in, l.conv, batch, l.cols.data());
+      backend_->BroadcastRows(params + l.bias, rows, n_out, out);
+      backend_->Gemm(false, true, rows, n_out, k, 1.0f, l.cols.data(), k, params + l.weight, k,
+                     1.0f, out, n_out);
+      break;
+    }
+    case LayerKind::kMaxPool2d:
+      backend_->MaxPool(in, l.pool, batch, out, l.argmax.data());
+      break;
+    case LayerKind::kRelu:
+      backend_->Relu(in, out, size_t(batch) * p.out.size());
+      break;
+    case LayerKind::kFlatten:
+      break;
+  }
+}
+
+void Model::Forward(const float* params, const float* x, int batch) {
+  COHORT_CHECK(batch >= 1 && batch <= capacity_);
+  const float* in = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    float* out = Output(i, x);
+    ForwardLayer(layers_[i], params, in, out, batch);
     in = out;
   }
-  if (logits != nullptr && logits != acts_.back().data()) {
-    // Keep a copy where the loss reads it.
-    std::memcpy(acts_.back().data(), logits, size_t(batch) * widths_.back() * sizeof(float));
-  }
 }
 
-BatchStats Model::SoftmaxCrossEntropy(const int32_t* y, int batch, float scale, bool want_grad) {
-  BatchStats stats;
-  const int c = static_cast<int>(widths_.back());
-  float* logits = acts_.back().data();
-  for (int i = 0; i < batch; ++i) {
-    float* row = logits + size_t(i) * c;
-    int argmax = 0;
-    float max = row[0];
-    for (int j = 1; j < c; ++j) {
-      if (row[j] > max) {
-        max = row[j];
-        argmax = j;
+void Model::Evaluate(const float* x, const int32_t* y, int batch, double* stats) {
+  Forward(params_.data(), x, batch);
+  backend_->SoftmaxCrossEntropy(Output(layers_.size() - 1, x), y, batch, int(num_classes()), 0.0f,
+                                nullptr, stats);
+}
+
+float* Model::BackwardLayer(Layer& l, const float* in, float* d, float* din, int batch, float* out,
+                            float alpha, float beta) {
+  const LayerPlan& p = l.plan;
+  switch (p.spec.kind) {
+    case LayerKind::kLinear: {
+      const int n_in = int(p.in.c), n_out = int(p.out.c);
+      const float* w = params_.data() + l.weight;
+      // Input gradient first: when `out` is the parameters, it needs W
+      // before the update.
+      if (din != nullptr) {
+        backend_->Gemm(false, false, batch, n_in, n_out, 1.0f, d, n_out, w, n_in, 0.0f, din, n_in);
       }
+      backend_->Gemm(true, false, n_out, n_in, batch, alpha, d, n_out, in, n_in, beta,
+                     out + l.weight, n_in);
+      backend_->ColumnSums(d, batch, n_out, alpha, beta, out + l.bias);
+      return din;
     }
-    float sum = 0.0f;
-    for (int j = 0; j < c; ++j) sum += std::exp(row[j] - max);
-    const float log_sum = std::log(sum);
-    stats.loss_sum += static_cast<double>(log_sum - (row[y[i]] - max));
-    stats.correct += argmax == y[i] ? 1 : 0;
-    if (want_grad) {
-      float* d = delta_.data() + size_t(i) * c;
-      for (int j = 0; j < c; ++j) d[j] = std::exp(row[j] - max - log_sum) * scale;
-      d[y[i]] -= scale;
+    case LayerKind::kConv2d: {
+      const int rows = batch * l.conv.out_h * l.conv.out_w, k = l.conv.cols(), n_out = int(p.out.c);
+      const float* w = params_.data() + l.weight;
+      if (din != nullptr) {
+        backend_->Gemm(false, false, rows, k, n_out, 1.0f, d, n_out, w, k, 0.0f, dcols_.data(), k);
+      }
+      backend_->Gemm(true, false, n_out, k, rows, alpha, d, n_out, l.cols.data(), k, beta,
+                     out + l.weight, k);
+      backend_->ColumnSums(d, rows, n_out, alpha, beta, out + l.bias);
+      if (din != nullptr) backend_->Col2Im(dcols_.data(), l.conv, batch, din);
+      return din;
     }
+    case LayerKind::kMaxPool2d:
+      if (din != nullptr) backend_->MaxPoolBackward(d, l.argmax.data(), l.pool, batch, din);
+      return din;
+    case LayerKind::kRelu:
+      // Its output is its input's buffer (or its own, first in the net).
+      backend_->ReluBackward(l.out.data() != nullptr ? l.out.data() : in, d,
+                             size_t(batch) * p.out.size());
+      return d;
+    case LayerKind::kFlatten:
+      return d;
   }
-  return stats;
+  return d;
 }
 
-BatchStats Model::Evaluate(std::span<const float> params, const float* x, const int32_t* y,
-                           int batch) {
-  Forward(params, x, batch, nullptr);
-  return SoftmaxCrossEntropy(y, batch, 1.0f, false);
-}
-
-BatchStats Model::Backprop(std::span<const float> params, const float* x, const int32_t* y,
-                           int batch, float* out, float alpha, float beta) {
-  Forward(params, x, batch, nullptr);
-  BatchStats stats = SoftmaxCrossEntropy(y, batch, 1.0f / batch, true);
-  for (size_t l = widths_.size() - 1; l-- > 0;) {
-    const int n_in = static_cast<int>(widths_[l]);
-    const int n_out = static_cast<int>(widths_[l + 1]);
-    const float* in = l == 0 ? x : acts_[l].data();
-    const TensorView& wt = layout_.tensors()[2 * l];
-    const TensorView& bt = layout_.tensors()[2 * l + 1];
-    // Input gradient first: when `out` is the parameters, it needs W before
-    // the update.
-    if (l > 0) {
-      backend_->Gemm(false, false, batch, n_in, n_out, 1.0f, delta_.data(), n_out,
-                     params.data() + wt.offset, n_in, 0.0f, delta_prev_.data(), n_in);
-      const float* act = acts_[l].data();
-      const size_t n = size_t(batch) * n_in;
-      for (size_t i = 0; i < n; ++i) delta_prev_[i] = act[i] > 0.0f ? delta_prev_[i] : 0.0f;
-    }
-    backend_->Gemm(true, false, n_out, n_in, batch, alpha, delta_.data(), n_out, in, n_in, beta,
-                   out + wt.offset, n_in);
-    float* gb = out + bt.offset;
-    if (beta == 0.0f) std::fill(gb, gb + n_out, 0.0f);
-    for (int i = 0; i < batch; ++i) {
-      const float* d = delta_.data() + size_t(i) * n_out;
-      for (int j = 0; j < n_out; ++j) gb[j] += alpha * d[j];
-    }
-    if (l > 0) std::swap(delta_, delta_prev_);
+void Model::Backprop(const float* x, const int32_t* y, int batch, float* out, float alpha,
+                     float beta, double* stats) {
+  Forward(params_.data(), x, batch);
+  float* d = delta_.data();
+  float* spare = spare_.data();
+  backend_->SoftmaxCrossEntropy(Output(layers_.size() - 1, x), y, batch, int(num_classes()),
+                                1.0f / batch, d, stats);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    const float* in = i == 0 ? x : Output(i - 1, x);
+    // No gradient flows into the input.
+    float* din = i == 0 ? nullptr : spare;
+    float* now = BackwardLayer(layers_[i], in, d, din, batch, out, alpha, beta);
+    if (now == spare) std::swap(d, spare);
+    if (now == nullptr) break;
   }
-  return stats;
 }
 
-BatchStats Model::Backward(std::span<const float> params, const float* x, const int32_t* y,
-                           int batch, std::span<float> grads) {
-  COHORT_CHECK(grads.size() == params.size());
-  return Backprop(params, x, y, batch, grads.data(), 1.0f, 0.0f);
+void Model::Backward(const float* x, const int32_t* y, int batch, double* stats) {
+  Backprop(x, y, batch, grads_.data(), 1.0f, 0.0f, stats);
 }
 
-BatchStats Model::SgdStep(std::span<float> params, const float* x, const int32_t* y, int batch,
-                          float learning_rate) {
-  return Backprop(params, x, y, batch, params.data(), -learning_rate, 1.0f);
+void Model::SgdStep(const float* x, const int32_t* y, int batch, float learning_rate,
+                    double* stats) {
+  Backprop(x, y, batch, params_.data(), -learning_rate, 1.0f, stats);
 }
 
-BatchStats Model::TrainStep(std::span<float> params, const float* x, const int32_t* y, int batch,
-                            Optimizer& optimizer) {
+void Model::TrainStep(const float* x, const int32_t* y, int batch, Optimizer& optimizer,
+                      double* stats) {
   if (optimizer.plain_sgd()) {
-    return SgdStep(params, x, y, batch, optimizer.options().learning_rate);
+    SgdStep(x, y, batch, optimizer.options().learning_rate, stats);
+    return;
   }
-  if (grads_.size() != params.size()) grads_.assign(params.size(), 0.0f);
-  BatchStats stats = Backward(params, x, y, batch, grads_);
-  COHORT_CHECK(optimizer.Step(params, grads_).ok());
-  return stats;
+  Backward(x, y, batch, stats);
+  COHORT_CHECK(optimizer.Step(params(), grads()).ok());
 }
 
 }  // namespace cohort::train

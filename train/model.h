@@ -1,5 +1,7 @@
-// Models: a layout over the flat parameter buffer plus forward/backward on a
-// batch. `logreg` is an MLP with no hidden layer.
+// A sequential network (linear, conv2d, max_pool2d, relu, flatten) with a
+// softmax cross-entropy head, run as a handful of backend ops over one flat
+// parameter buffer. Presets (logreg, mlp, lenet5) are layer lists built by
+// config::NetFromConfig; shapes come from PlanNet (common/net_shape.h).
 #ifndef COHORT_TRAIN_MODEL_H_
 #define COHORT_TRAIN_MODEL_H_
 
@@ -8,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "common/net_shape.h"
 #include "common/status.h"
 #include "train/backend.h"
 #include "train/layout.h"
@@ -15,73 +18,88 @@
 
 namespace cohort::train {
 
-struct ModelSpec {
-  std::string arch = "mlp";  // "mlp" or "logreg"
-  uint32_t input_dim = 784;
-  uint32_t num_classes = 10;
-  std::vector<uint32_t> hidden;  // mlp only.
-};
-
-struct BatchStats {
-  double loss_sum = 0;  // Summed over the batch's samples.
-  uint64_t correct = 0;
-};
-
-// Softmax cross-entropy MLP with ReLU. Holds its activation workspace, so one
-// instance per thread; parameters live outside, in the flat buffer.
+// The model's parameters, gradient and activations live in backend memory;
+// one instance per training thread.
 class Model {
  public:
-  // kInvalidArgument for an unknown arch or zero sizes.
-  static StatusOr<std::unique_ptr<Model>> Create(const ModelSpec& spec, Backend* backend);
+  // kInvalidArgument for a net PlanNet refuses; kResourceExhausted when the
+  // backend cannot hold the parameters and gradient.
+  static StatusOr<std::unique_ptr<Model>> Create(const NetSpec& spec, Backend* backend);
 
   const ParamLayout& layout() const { return layout_; }
   size_t num_params() const { return layout_.total(); }
-  const ModelSpec& spec() const { return spec_; }
+  const NetSpec& spec() const { return spec_; }
+  const NetPlan& plan() const { return plan_; }
+  uint64_t input_features() const { return spec_.input.size(); }
+  uint32_t num_classes() const { return spec_.num_classes; }
+  Backend* backend() const { return backend_; }
 
-  // PyTorch's nn.Linear default: weights and biases ~ U(-1/sqrt(fan_in), +).
-  void Init(std::span<float> params, uint64_t seed) const;
+  // PyTorch's default for nn.Linear and nn.Conv2d: weights and biases
+  // ~ U(-1/sqrt(fan_in), +1/sqrt(fan_in)). Host memory.
+  void Init(std::span<float> host_params, uint64_t seed) const;
 
-  // Logits for `batch` rows of `x` go to `logits` (batch x num_classes).
-  void Forward(std::span<const float> params, const float* x, int batch, float* logits);
+  // The parameters and the last gradient, num_params() floats each in
+  // backend memory.
+  std::span<float> params() { return {params_.data(), params_.size()}; }
+  std::span<const float> grads() const { return {grads_.data(), grads_.size()}; }
+  // Copies between the host and params(); Get waits for queued steps.
+  Status SetParams(std::span<const float> host);
+  Status GetParams(std::span<float> host);
 
-  // Loss and accuracy of `batch` rows without updating anything.
-  BatchStats Evaluate(std::span<const float> params, const float* x, const int32_t* y, int batch);
+  // Allocates the activations for batches of up to `batch` samples once;
+  // the calls below need batch <= that. kResourceExhausted on a full device.
+  Status Reserve(int batch);
 
-  // The gradient of the batch's mean loss, in the parameter layout, into
-  // `grads` (num_params() floats, overwritten).
-  BatchStats Backward(std::span<const float> params, const float* x, const int32_t* y, int batch,
-                      std::span<float> grads);
-
+  // The calls below take backend memory: x holds `batch` samples as Gather
+  // writes them (channel-last), y their labels; the batch's summed loss and
+  // correct count are added to stats[0] and stats[1].
+  void Evaluate(const float* x, const int32_t* y, int batch, double* stats);
+  // The gradient of the batch's mean loss into grads().
+  void Backward(const float* x, const int32_t* y, int batch, double* stats);
   // Plain SGD (p -= lr * gradient), folded into the weight-gradient GEMMs:
   // no gradient buffer and no extra pass. Same result as Backward and an
   // SGD step, to float rounding.
-  BatchStats SgdStep(std::span<float> params, const float* x, const int32_t* y, int batch,
-                     float learning_rate);
-
-  // One optimizer step on the batch: SgdStep where the optimizer is plain
-  // SGD, else Backward into the model's gradient buffer and optimizer.Step.
-  BatchStats TrainStep(std::span<float> params, const float* x, const int32_t* y, int batch,
-                       Optimizer& optimizer);
+  void SgdStep(const float* x, const int32_t* y, int batch, float learning_rate, double* stats);
+  // SgdStep where the optimizer is plain SGD, else Backward and
+  // optimizer.Step.
+  void TrainStep(const float* x, const int32_t* y, int batch, Optimizer& optimizer, double* stats);
+  // The logits of the last Evaluate: batch x num_classes, backend memory.
+  const float* logits() const { return Output(layers_.size() - 1, nullptr); }
 
  private:
-  Model(const ModelSpec& spec, Backend* backend);
-  void EnsureWorkspace(int batch);
+  struct Layer {
+    LayerPlan plan;
+    ConvGeom conv;
+    PoolGeom pool;
+    size_t weight = 0, bias = 0;  // Offsets into the parameters.
+    DeviceArray<float> out;       // Empty for in-place layers.
+    DeviceArray<float> cols;      // conv2d: im2col of the input.
+    DeviceArray<int32_t> argmax;  // max_pool2d.
+  };
+
+  Model(const NetSpec& spec, const NetPlan& plan, Backend* backend);
+  float* Output(size_t i, const float* x) const;
+  void Forward(const float* params, const float* x, int batch);
+  void ForwardLayer(Layer& l, const float* params, const float* in, float* out, int batch);
   // Forward, loss and backward; writes out = beta * out + alpha * gradient
   // (out: the gradient buffer with alpha 1, beta 0; or the parameters
   // themselves with alpha -lr, beta 1).
-  BatchStats Backprop(std::span<const float> params, const float* x, const int32_t* y, int batch,
-                      float* out, float alpha, float beta);
-  // Softmax cross-entropy on logits_ (in place -> dlogits scaled by `scale`).
-  BatchStats SoftmaxCrossEntropy(const int32_t* y, int batch, float scale, bool want_grad);
+  void Backprop(const float* x, const int32_t* y, int batch, float* out, float alpha, float beta,
+                double* stats);
+  // One layer's backward: d (its output's gradient) -> din (its input's, when
+  // not null); parameter gradients into out as in Backprop. Returns the
+  // buffer now holding the input's gradient.
+  float* BackwardLayer(Layer& l, const float* in, float* d, float* din, int batch, float* out,
+                       float alpha, float beta);
 
-  ModelSpec spec_;
+  NetSpec spec_;
+  NetPlan plan_;
   Backend* backend_;
   ParamLayout layout_;
-  std::vector<uint32_t> widths_;  // input, hidden..., classes
+  std::vector<Layer> layers_;
+  DeviceArray<float> params_, grads_;
   int capacity_ = 0;
-  std::vector<std::vector<float>> acts_;  // acts_[l]: batch x widths_[l]
-  std::vector<float> delta_, delta_prev_;
-  std::vector<float> grads_;
+  DeviceArray<float> delta_, spare_, dcols_;
 };
 
 }  // namespace cohort::train

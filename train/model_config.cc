@@ -1,18 +1,14 @@
 #include "train/model_config.h"
 
+#include "proto/config_io.h"
+
 namespace cohort::train {
 
-ModelSpec SpecFromConfig(const config::ModelConfig& config) {
-  ModelSpec spec;
-  spec.arch = config.arch();
-  spec.input_dim = config.input_dim();
-  spec.num_classes = config.num_classes();
-  spec.hidden.assign(config.hidden().begin(), config.hidden().end());
-  return spec;
-}
-
 StatusOr<std::unique_ptr<Model>> BuildModel(const config::ModelConfig& config, Backend* backend) {
-  return Model::Create(SpecFromConfig(config), backend);
+  COHORT_ASSIGN_OR_RETURN(NetSpec net, config::NetFromConfig(config));
+  StatusOr<std::unique_ptr<Model>> model = Model::Create(net, backend);
+  if (!model.ok()) return model.status().WithContext("model");
+  return model;
 }
 
 OptimizerOptions OptimizerFromConfig(const config::TrainConfig& config) {

@@ -11,7 +11,6 @@
 
 namespace cohort::train {
 
-ModelSpec SpecFromConfig(const config::ModelConfig& config);
 StatusOr<std::unique_ptr<Model>> BuildModel(const config::ModelConfig& config, Backend* backend);
 // The optimizer settings of the train section (the one translation).
 OptimizerOptions OptimizerFromConfig(const config::TrainConfig& config);

@@ -47,17 +47,23 @@ Status CheckOptimizerOptions(const OptimizerOptions& o) {
 }
 
 StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerOptions& options,
-                                                       size_t num_params) {
+                                                       size_t num_params, Backend* backend) {
   COHORT_RETURN_IF_ERROR(CheckOptimizerOptions(options));
-  return std::unique_ptr<Optimizer>(new Optimizer(options, num_params));
+  std::unique_ptr<Optimizer> o(new Optimizer(options, num_params, backend));
+  const bool sgd = options.kind == OptimizerKind::kSgd;
+  if (!sgd || options.momentum != 0.0f) {
+    COHORT_ASSIGN_OR_RETURN(o->first_, DeviceArray<float>::Create(backend, num_params));
+    backend->Zero(o->first_.data(), o->first_.bytes());
+  }
+  if (!sgd) {
+    COHORT_ASSIGN_OR_RETURN(o->second_, DeviceArray<float>::Create(backend, num_params));
+    backend->Zero(o->second_.data(), o->second_.bytes());
+  }
+  return o;
 }
 
-Optimizer::Optimizer(const OptimizerOptions& options, size_t num_params)
-    : options_(options), num_params_(num_params) {
-  const bool sgd = options.kind == OptimizerKind::kSgd;
-  if (!sgd || options.momentum != 0.0f) first_.assign(num_params, 0.0f);
-  if (!sgd) second_.assign(num_params, 0.0f);
-}
+Optimizer::Optimizer(const OptimizerOptions& options, size_t num_params, Backend* backend)
+    : options_(options), num_params_(num_params), backend_(backend) {}
 
 Status Optimizer::Step(std::span<float> params, std::span<const float> grads) {
   if (params.size() != num_params_ || grads.size() != num_params_) {
@@ -65,63 +71,25 @@ Status Optimizer::Step(std::span<float> params, std::span<const float> grads) {
                                 " params and " + std::to_string(grads.size()) +
                                 " gradients, built for " + std::to_string(num_params_));
   }
-  if (options_.kind == OptimizerKind::kSgd) {
-    SgdStep(params, grads);
+  const OptimizerOptions& o = options_;
+  if (o.kind == OptimizerKind::kSgd) {
+    SgdArgs a{o.learning_rate, o.weight_decay, o.momentum, o.dampening, o.nesterov, steps_ == 0};
+    backend_->SgdUpdate(params.data(), grads.data(), first_.data(), num_params_, a);
   } else {
-    AdamStep(params, grads);
+    const double t = static_cast<double>(steps_ + 1);
+    AdamArgs a{o.learning_rate,
+               o.weight_decay,
+               o.beta1,
+               o.beta2,
+               o.eps,
+               o.kind == OptimizerKind::kAdamW,
+               static_cast<float>(o.learning_rate / (1.0 - std::pow(double{o.beta1}, t))),
+               static_cast<float>(std::sqrt(1.0 - std::pow(double{o.beta2}, t)))};
+    backend_->AdamUpdate(params.data(), grads.data(), first_.data(), second_.data(), num_params_,
+                         a);
   }
   ++steps_;
   return OkStatus();
-}
-
-// torch.optim.SGD: g += wd p; b = g on the first step, else
-// b = m b + (1 - dampening) g; g = g + m b (Nesterov) or b; p -= lr g.
-void Optimizer::SgdStep(std::span<float> params, std::span<const float> grads) {
-  const float lr = options_.learning_rate, wd = options_.weight_decay;
-  const float m = options_.momentum, keep = 1.0f - options_.dampening;
-  float* p = params.data();
-  const float* g = grads.data();
-  const size_t n = params.size();
-  if (m == 0.0f) {
-    for (size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
-    return;
-  }
-  float* b = first_.data();
-  const bool first = steps_ == 0;
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i] + wd * p[i];
-    b[i] = first ? gi : m * b[i] + keep * gi;
-    p[i] -= lr * (options_.nesterov ? gi + m * b[i] : b[i]);
-  }
-}
-
-// torch.optim.Adam / AdamW (amsgrad off, maximize off):
-// Adam:  g += wd p.   AdamW: p *= 1 - lr wd.
-// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
-// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
-void Optimizer::AdamStep(std::span<float> params, std::span<const float> grads) {
-  const float lr = options_.learning_rate, wd = options_.weight_decay;
-  const float b1 = options_.beta1, b2 = options_.beta2, eps = options_.eps;
-  const bool decoupled = options_.kind == OptimizerKind::kAdamW;
-  const double t = static_cast<double>(steps_ + 1);
-  const float step_size = static_cast<float>(lr / (1.0 - std::pow(double{b1}, t)));
-  const float root_correction = static_cast<float>(std::sqrt(1.0 - std::pow(double{b2}, t)));
-  float* p = params.data();
-  const float* g = grads.data();
-  float* m = first_.data();
-  float* v = second_.data();
-  const size_t n = params.size();
-  for (size_t i = 0; i < n; ++i) {
-    float gi = g[i];
-    if (decoupled) {
-      p[i] *= 1.0f - lr * wd;
-    } else {
-      gi += wd * p[i];
-    }
-    m[i] = b1 * m[i] + (1.0f - b1) * gi;
-    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-    p[i] -= step_size * m[i] / (std::sqrt(v[i]) / root_correction + eps);
-  }
 }
 
 }  // namespace cohort::train

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "train/backend.h"
 
 namespace cohort::train {
 
@@ -38,14 +39,15 @@ struct OptimizerOptions {
 Status CheckOptimizerOptions(const OptimizerOptions& options);
 
 // Holds the optimizer state for one parameter vector (momentum buffer, or
-// Adam's two moments and step count). Not thread-safe.
+// Adam's two moments and step count) in backend memory; the update runs on
+// the backend. Not thread-safe.
 class Optimizer {
  public:
   static StatusOr<std::unique_ptr<Optimizer>> Create(const OptimizerOptions& options,
-                                                     size_t num_params);
+                                                     size_t num_params, Backend* backend);
 
-  // params -= update(grads); grads are left as they are. kInvalidArgument
-  // when a size differs from num_params.
+  // params -= update(grads), both in backend memory; grads are left as they
+  // are. kInvalidArgument when a size differs from num_params.
   Status Step(std::span<float> params, std::span<const float> grads);
 
   const OptimizerOptions& options() const { return options_; }
@@ -58,15 +60,14 @@ class Optimizer {
   }
 
  private:
-  Optimizer(const OptimizerOptions& options, size_t num_params);
-  void SgdStep(std::span<float> params, std::span<const float> grads);
-  void AdamStep(std::span<float> params, std::span<const float> grads);
+  Optimizer(const OptimizerOptions& options, size_t num_params, Backend* backend);
 
   OptimizerOptions options_;
   size_t num_params_;
+  Backend* backend_;
   uint64_t steps_ = 0;
-  std::vector<float> first_;   // SGD: momentum buffer; Adam: exp_avg.
-  std::vector<float> second_;  // Adam: exp_avg_sq.
+  DeviceArray<float> first_;   // SGD: momentum buffer; Adam: exp_avg.
+  DeviceArray<float> second_;  // Adam: exp_avg_sq.
 };
 
 }  // namespace cohort::train

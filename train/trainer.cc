@@ -1,7 +1,6 @@
 #include "train/trainer.h"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -10,95 +9,142 @@
 
 namespace cohort::train {
 
-Status CheckCompatible(const Model& model, const datasets::Dataset& data) {
-  if (data.num_features != model.spec().input_dim) {
-    return InvalidArgumentError("data has " + std::to_string(data.num_features) +
-                                " features per sample, the model expects " +
-                                std::to_string(model.spec().input_dim));
+StatusOr<std::unique_ptr<DeviceDataset>> DeviceDataset::Upload(Backend* backend,
+                                                               const datasets::Dataset& data) {
+  auto d = std::make_unique<DeviceDataset>();
+  d->num_features_ = data.num_features;
+  d->num_classes_ = data.num_classes;
+  COHORT_ASSIGN_OR_RETURN(d->features_, DeviceArray<float>::Create(backend, data.features.size()));
+  COHORT_ASSIGN_OR_RETURN(d->labels_, DeviceArray<int32_t>::Create(backend, data.labels.size()));
+  backend->Upload(d->features_.data(), data.features.data(), d->features_.bytes());
+  backend->Upload(d->labels_.data(), data.labels.data(), d->labels_.bytes());
+  return d;
+}
+
+Status CheckCompatible(const Model& model, uint64_t num_features, uint32_t num_classes) {
+  if (num_features != model.input_features()) {
+    const Shape& s = model.spec().input;
+    return InvalidArgumentError("data has " + std::to_string(num_features) +
+                                " features per sample, the model's input_shape " +
+                                std::to_string(s.c) + "x" + std::to_string(s.h) + "x" +
+                                std::to_string(s.w) + " takes " +
+                                std::to_string(model.input_features()));
   }
-  if (data.num_classes > model.spec().num_classes) {
-    return InvalidArgumentError("data has " + std::to_string(data.num_classes) +
-                                " classes, the model has " +
-                                std::to_string(model.spec().num_classes));
+  if (num_classes > model.num_classes()) {
+    return InvalidArgumentError("data has " + std::to_string(num_classes) +
+                                " classes, the model has " + std::to_string(model.num_classes()));
   }
   return OkStatus();
 }
 
-StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params,
-                                 const datasets::Dataset& data, const TrainOptions& options,
-                                 const std::atomic<bool>* cancel) {
-  COHORT_RETURN_IF_ERROR(CheckCompatible(model, data));
-  if (params.size() != model.num_params()) {
-    return InvalidArgumentError("params have " + std::to_string(params.size()) +
-                                " values, the model has " + std::to_string(model.num_params()));
+namespace {
+
+Status CheckParams(const Model& model, size_t n) {
+  if (n == model.num_params()) return OkStatus();
+  return InvalidArgumentError("params have " + std::to_string(n) + " values, the model has " +
+                              std::to_string(model.num_params()));
+}
+
+// The batch buffers of one training or evaluation call, in backend memory.
+struct BatchBuffers {
+  DeviceArray<uint32_t> order;
+  DeviceArray<float> x;
+  DeviceArray<int32_t> y;
+  DeviceArray<double> stats;  // Summed loss, correct count.
+
+  static StatusOr<BatchBuffers> Create(Model& model, size_t n, size_t batch) {
+    Backend* b = model.backend();
+    BatchBuffers bufs;
+    COHORT_RETURN_IF_ERROR(model.Reserve(static_cast<int>(batch)));
+    COHORT_ASSIGN_OR_RETURN(bufs.order, DeviceArray<uint32_t>::Create(b, n));
+    COHORT_ASSIGN_OR_RETURN(bufs.x, DeviceArray<float>::Create(b, batch * model.input_features()));
+    COHORT_ASSIGN_OR_RETURN(bufs.y, DeviceArray<int32_t>::Create(b, batch));
+    COHORT_ASSIGN_OR_RETURN(bufs.stats, DeviceArray<double>::Create(b, 2));
+    b->Zero(bufs.stats.data(), bufs.stats.bytes());
+    return bufs;
   }
+  // Gathers samples order[begin, begin + count) into x and y.
+  void Gather(Model& model, const DeviceDataset& data, size_t begin, size_t count) {
+    const Shape& s = model.spec().input;
+    model.backend()->Gather(data.features(), data.labels(), order.data() + begin,
+                            static_cast<int>(count), int(s.c), int(s.h), int(s.w), x.data(),
+                            y.data());
+  }
+  StatusOr<std::pair<double, double>> ReadStats(Backend* b) {
+    double host[2];
+    b->Download(host, stats.data(), sizeof(host));
+    COHORT_RETURN_IF_ERROR(b->Sync());
+    return std::make_pair(host[0], host[1]);
+  }
+};
+
+}  // namespace
+
+StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params, const DeviceDataset& data,
+                                 const TrainOptions& options, const std::atomic<bool>* cancel) {
+  COHORT_RETURN_IF_ERROR(CheckCompatible(model, data.num_features(), data.num_classes()));
+  COHORT_RETURN_IF_ERROR(CheckParams(model, params.size()));
   if (options.batch_size == 0) return InvalidArgumentError("batch_size must be >= 1");
   const double start = WallSeconds();
   const size_t n = data.size();
-  const size_t nf = data.num_features;
-  const size_t bs = options.batch_size;
-  std::vector<uint32_t> order(n);
-  std::vector<float> xb(bs * nf);
-  std::vector<int32_t> yb(bs);
+  const size_t bs = std::min<size_t>(options.batch_size, std::max<size_t>(n, 1));
+  Backend* backend = model.backend();
+  COHORT_ASSIGN_OR_RETURN(BatchBuffers bufs, BatchBuffers::Create(model, n, bs));
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                          Optimizer::Create(options.optimizer, params.size()));
+                          Optimizer::Create(options.optimizer, params.size(), backend));
+  COHORT_RETURN_IF_ERROR(model.SetParams(params));
+  std::vector<uint32_t> order(n);
   Rng rng(options.seed);
   TrainResult result;
-  double loss_sum = 0;
-  uint64_t correct = 0;
   for (uint32_t epoch = 0; epoch < options.epochs; ++epoch) {
     std::iota(order.begin(), order.end(), 0);
     rng.Shuffle(std::span<uint32_t>(order));
+    backend->Upload(bufs.order.data(), order.data(), bufs.order.bytes());
     for (size_t begin = 0; begin < n; begin += bs) {
       if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
         return CancelledError("training cancelled");
       }
       const size_t count = std::min(bs, n - begin);
-      // Gather the batch: contiguous rows keep the GEMMs on their fast path.
-      for (size_t i = 0; i < count; ++i) {
-        const uint32_t idx = order[begin + i];
-        std::memcpy(xb.data() + i * nf, data.features.data() + size_t(idx) * nf,
-                    nf * sizeof(float));
-        yb[i] = data.labels[idx];
-      }
-      BatchStats stats =
-          model.TrainStep(params, xb.data(), yb.data(), static_cast<int>(count), *optimizer);
-      loss_sum += stats.loss_sum;
-      correct += stats.correct;
+      bufs.Gather(model, data, begin, count);
+      model.TrainStep(bufs.x.data(), bufs.y.data(), static_cast<int>(count), *optimizer,
+                      bufs.stats.data());
       result.samples += count;
     }
   }
+  COHORT_RETURN_IF_ERROR(model.GetParams(params));
+  COHORT_ASSIGN_OR_RETURN(auto stats, bufs.ReadStats(backend));
   if (result.samples > 0) {
-    result.mean_loss = loss_sum / result.samples;
-    result.accuracy = static_cast<double>(correct) / result.samples;
+    result.mean_loss = stats.first / result.samples;
+    result.accuracy = stats.second / result.samples;
   }
   result.seconds = WallSeconds() - start;
   return result;
 }
 
 StatusOr<EvalResult> Evaluate(Model& model, std::span<const float> params,
-                              const datasets::Dataset& data, uint32_t batch_size) {
-  COHORT_RETURN_IF_ERROR(CheckCompatible(model, data));
-  if (params.size() != model.num_params()) {
-    return InvalidArgumentError("params have " + std::to_string(params.size()) +
-                                " values, the model has " + std::to_string(model.num_params()));
+                              const DeviceDataset& data, uint32_t batch_size) {
+  COHORT_RETURN_IF_ERROR(CheckCompatible(model, data.num_features(), data.num_classes()));
+  COHORT_RETURN_IF_ERROR(CheckParams(model, params.size()));
+  if (batch_size == 0) return InvalidArgumentError("batch_size must be >= 1");
+  const size_t n = data.size();
+  const size_t bs = std::min<size_t>(batch_size, std::max<size_t>(n, 1));
+  Backend* backend = model.backend();
+  COHORT_ASSIGN_OR_RETURN(BatchBuffers bufs, BatchBuffers::Create(model, n, bs));
+  COHORT_RETURN_IF_ERROR(model.SetParams(params));
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  backend->Upload(bufs.order.data(), order.data(), bufs.order.bytes());
+  for (size_t begin = 0; begin < n; begin += bs) {
+    const size_t count = std::min(bs, n - begin);
+    bufs.Gather(model, data, begin, count);
+    model.Evaluate(bufs.x.data(), bufs.y.data(), static_cast<int>(count), bufs.stats.data());
   }
+  COHORT_ASSIGN_OR_RETURN(auto stats, bufs.ReadStats(backend));
   EvalResult result;
-  double loss_sum = 0;
-  uint64_t correct = 0;
-  const size_t nf = data.num_features;
-  for (size_t begin = 0; begin < data.size(); begin += batch_size) {
-    const size_t count = std::min<size_t>(batch_size, data.size() - begin);
-    // Rows are already contiguous: no gather needed.
-    BatchStats stats = model.Evaluate(params, data.features.data() + begin * nf,
-                                      data.labels.data() + begin, static_cast<int>(count));
-    loss_sum += stats.loss_sum;
-    correct += stats.correct;
-  }
-  result.samples = data.size();
-  if (result.samples > 0) {
-    result.loss = loss_sum / result.samples;
-    result.accuracy = static_cast<double>(correct) / result.samples;
+  result.samples = n;
+  if (n > 0) {
+    result.loss = stats.first / n;
+    result.accuracy = stats.second / n;
   }
   return result;
 }

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "common/status.h"
@@ -11,6 +12,24 @@
 #include "train/model.h"
 
 namespace cohort::train {
+
+// A dataset uploaded to backend memory once (a client's shard, the
+// coordinator's test set) and read by index every batch.
+class DeviceDataset {
+ public:
+  static StatusOr<std::unique_ptr<DeviceDataset>> Upload(Backend* backend,
+                                                         const datasets::Dataset& data);
+  size_t size() const { return labels_.size(); }
+  uint32_t num_features() const { return num_features_; }
+  uint32_t num_classes() const { return num_classes_; }
+  const float* features() const { return features_.data(); }
+  const int32_t* labels() const { return labels_.data(); }
+
+ private:
+  uint32_t num_features_ = 0, num_classes_ = 0;
+  DeviceArray<float> features_;
+  DeviceArray<int32_t> labels_;
+};
 
 struct TrainOptions {
   uint32_t epochs = 1;
@@ -32,21 +51,27 @@ struct EvalResult {
   uint64_t samples = 0;
 };
 
-// Runs `options.epochs` epochs of minibatch training over `data` in a fresh seeded
-// order per epoch (last batch partial) and updates `params` in place.
+// Runs `options.epochs` epochs of minibatch training over `data` in a fresh
+// seeded order per epoch (last batch partial) and updates `params` (host
+// memory: uploaded at the start, downloaded at the end) in place.
 // kInvalidArgument when the data does not fit the model or an optimizer
-// option is out of range; kCancelled when
-// `cancel` becomes true (checked between batches); params are then partial.
-StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params,
-                                 const datasets::Dataset& data, const TrainOptions& options,
+// option is out of range; kResourceExhausted when the backend runs out of
+// memory; kCancelled when `cancel` becomes true (checked between batches),
+// and params are then as they were.
+StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params, const DeviceDataset& data,
+                                 const TrainOptions& options,
                                  const std::atomic<bool>* cancel = nullptr);
 
-// Mean loss and accuracy of `params` over `data`.
+// Mean loss and accuracy of `params` (host memory) over `data`.
 StatusOr<EvalResult> Evaluate(Model& model, std::span<const float> params,
-                              const datasets::Dataset& data, uint32_t batch_size = 1000);
+                              const DeviceDataset& data, uint32_t batch_size = 1000);
 
-// Checks that `data` matches the model's input width and class count.
-Status CheckCompatible(const Model& model, const datasets::Dataset& data);
+// Checks that data with `num_features` features per sample and
+// `num_classes` classes fits the model.
+Status CheckCompatible(const Model& model, uint64_t num_features, uint32_t num_classes);
+inline Status CheckCompatible(const Model& model, const datasets::Dataset& data) {
+  return CheckCompatible(model, data.num_features, data.num_classes);
+}
 
 }  // namespace cohort::train
 

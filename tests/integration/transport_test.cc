@@ -21,6 +21,7 @@
 #include "tests/integration/cluster.h"
 #include "train/backend.h"
 #include "train/model.h"
+#include "train/model_config.h"
 
 namespace cohort::testing {
 namespace {
@@ -131,9 +132,11 @@ int PortOf(const std::string& endpoint) {
 // mlp 20-H-4, as Cluster::WriteConfig configures).
 std::string InitialModelBytes(int hidden = 16, size_t offset = 0) {
   auto backend = std::move(train::NewCpuBackend(1)).value();
-  auto model = std::move(train::Model::Create({"mlp", 20, 4, {static_cast<unsigned>(hidden)}},
-                                              backend.get()))
-                   .value();
+  config::ModelConfig config;
+  config.set_input_dim(20);
+  config.set_num_classes(4);
+  config.add_hidden(hidden);
+  auto model = std::move(train::BuildModel(config, backend.get())).value();
   std::vector<float> params(model->num_params());
   model->Init(params, 5);
   if (offset + 64 > params.size() * sizeof(float)) return "";
