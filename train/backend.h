@@ -22,14 +22,16 @@
 
 namespace cohort::train {
 
-// A convolution's input [h, w, c] per sample and its im2col matrix:
-// one row per output pixel (batch * out_h * out_w rows), kernel * kernel * c
-// columns in (kh, kw, c) order; taps in the padding read as 0.
+// A convolution over [h, w, c] per sample (channel-last), out_channels
+// filters of kernel x kernel x c taps in (kh, kw, c) order, output
+// [out_h, out_w, out_channels]; taps in the padding read as 0.
 struct ConvGeom {
   int c = 0, h = 0, w = 0;
   int kernel = 0, stride = 1, padding = 0;
-  int out_h = 0, out_w = 0;
-  int cols() const { return kernel * kernel * c; }
+  int out_h = 0, out_w = 0, out_channels = 0;
+  int cols() const { return kernel * kernel * c; }  // Taps per filter.
+  // Floats of workspace per sample: one im2col row per output pixel.
+  size_t workspace() const { return size_t(out_h) * out_w * cols(); }
 };
 
 // Max pooling without padding over [h, w, c] per sample.
@@ -92,9 +94,17 @@ class Backend {
   virtual void Relu(const float* x, float* y, size_t n) = 0;
   // dy[i] = y[i] > 0 ? dy[i] : 0 (y is the ReLU's output).
   virtual void ReluBackward(const float* y, float* dy, size_t n) = 0;
-  virtual void Im2Col(const float* x, const ConvGeom& g, int batch, float* cols) = 0;
-  // dx = the sum of every column entry back onto its input (overwrites dx).
-  virtual void Col2Im(const float* cols, const ConvGeom& g, int batch, float* dx) = 0;
+  // y = conv(x, w) + bias. `saved` (batch * g.workspace() floats) keeps
+  // what ConvBackward needs (im2col on the CPU backend).
+  virtual void ConvForward(const float* x, const float* w, const float* bias, const ConvGeom& g,
+                           int batch, float* saved, float* y) = 0;
+  // From dy (the output's gradient) and ConvForward's `saved`: dx (when not
+  // null; overwritten, using `scratch` of batch * g.workspace() floats) and
+  // gw = beta * gw + alpha * dL/dw, gb likewise. With gw = w (the fused SGD
+  // step), dx is computed before w changes.
+  virtual void ConvBackward(const float* saved, const float* w, const float* dy, const ConvGeom& g,
+                            int batch, float* scratch, float* dx, float* gw, float* gb, float alpha,
+                            float beta) = 0;
   // y = the window maxima; argmax = the input index (within the sample) of
   // each, for the backward pass.
   virtual void MaxPool(const float* x, const PoolGeom& g, int batch, float* y, int32_t* argmax) = 0;

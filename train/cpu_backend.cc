@@ -82,8 +82,11 @@ class CpuBackend final : public Backend {
   void ReluBackward(const float* y, float* dy, size_t n) override {
     for (size_t i = 0; i < n; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
   }
-  void Im2Col(const float* x, const ConvGeom& g, int batch, float* cols) override;
-  void Col2Im(const float* cols, const ConvGeom& g, int batch, float* dx) override;
+  void ConvForward(const float* x, const float* w, const float* bias, const ConvGeom& g, int batch,
+                   float* saved, float* y) override;
+  void ConvBackward(const float* saved, const float* w, const float* dy, const ConvGeom& g,
+                    int batch, float* scratch, float* dx, float* gw, float* gb, float alpha,
+                    float beta) override;
   void MaxPool(const float* x, const PoolGeom& g, int batch, float* y, int32_t* argmax) override;
   void MaxPoolBackward(const float* dy, const int32_t* argmax, const PoolGeom& g, int batch,
                        float* dx) override;
@@ -110,23 +113,79 @@ class CpuBackend final : public Backend {
   BlockPool pool_;
 };
 
-// Visits every (im2col row, tap) pair whose input pixel lies inside the
-// image: f(column-block pointer offset, input pixel offset), both in floats.
+// Visits every im2col row and kernel row: for output pixel `row` and kernel
+// row ky, the taps kx in [kx0, kx1) read one contiguous run of input (the
+// image is channel-last), so f(cols offset, input offset, floats) gets one
+// call per run. Taps in the padding are skipped.
 template <typename F>
-void ForEachTap(const ConvGeom& g, int batch, F f) {
+void ForEachRun(const ConvGeom& g, int batch, F f) {
   const size_t cols = g.cols(), in_sample = size_t(g.h) * g.w * g.c;
   size_t row = 0;
   for (int b = 0; b < batch; ++b) {
     for (int oy = 0; oy < g.out_h; ++oy) {
       for (int ox = 0; ox < g.out_w; ++ox, ++row) {
+        const int x0 = ox * g.stride - g.padding;
+        const int kx0 = std::max(0, -x0), kx1 = std::min(g.kernel, g.w - x0);
+        if (kx0 >= kx1) continue;
+        const size_t run = size_t(kx1 - kx0) * g.c;
         for (int ky = 0; ky < g.kernel; ++ky) {
           const int iy = oy * g.stride - g.padding + ky;
           if (iy < 0 || iy >= g.h) continue;
-          for (int kx = 0; kx < g.kernel; ++kx) {
-            const int ix = ox * g.stride - g.padding + kx;
-            if (ix < 0 || ix >= g.w) continue;
-            f(row * cols + (size_t(ky) * g.kernel + kx) * g.c,
-              b * in_sample + (size_t(iy) * g.w + ix) * g.c);
+          f(row * cols + (size_t(ky) * g.kernel + kx0) * g.c,
+            b * in_sample + (size_t(iy) * g.w + x0 + kx0) * g.c, run);
+        }
+      }
+    }
+  }
+}
+
+void Im2Col(const float* x, const ConvGeom& g, int batch, float* cols) {
+  if (g.padding > 0) std::memset(cols, 0, sizeof(float) * batch * g.out_h * g.out_w * g.cols());
+  ForEachRun(g, batch, [&](size_t to, size_t from, size_t n) {
+    // Runs are short (kernel x channels floats): a plain loop beats memcpy.
+    float* __restrict d = cols + to;
+    const float* __restrict s = x + from;
+    for (size_t i = 0; i < n; ++i) d[i] = s[i];
+  });
+}
+
+void Col2Im(const float* cols, const ConvGeom& g, int batch, float* dx) {
+  std::memset(dx, 0, sizeof(float) * batch * g.h * g.w * g.c);
+  ForEachRun(g, batch, [&](size_t from, size_t to, size_t n) {
+    float* __restrict d = dx + to;
+    const float* __restrict s = cols + from;
+    for (size_t i = 0; i < n; ++i) d[i] += s[i];
+  });
+}
+
+// Single-channel input: im2col transposed, one row per tap over every
+// output pixel (taps x pixels). Each row is a few long runs of the image,
+// where the pixel-major layout would be runs of `kernel` floats. (The input
+// gradient does not read it: it goes through a fresh pixel-major matrix.)
+void Im2ColByTap(const float* x, const ConvGeom& g, int batch, float* cols) {
+  const size_t pixels = size_t(batch) * g.out_h * g.out_w;
+  for (int ky = 0; ky < g.kernel; ++ky) {
+    for (int kx = 0; kx < g.kernel; ++kx) {
+      float* __restrict row = cols + (size_t(ky) * g.kernel + kx) * pixels;
+      for (int b = 0; b < batch; ++b) {
+        const float* xs = x + size_t(b) * g.h * g.w;
+        for (int oy = 0; oy < g.out_h; ++oy, row += g.out_w) {
+          const int iy = oy * g.stride - g.padding + ky;
+          if (iy < 0 || iy >= g.h) {
+            std::fill(row, row + g.out_w, 0.0f);
+            continue;
+          }
+          // Output columns whose tap lands inside the row: [ox0, ox1).
+          const int shift = kx - g.padding;  // ix = ox * stride + shift
+          const int ox0 = std::min(g.out_w, shift >= 0 ? 0 : (-shift + g.stride - 1) / g.stride);
+          const int ox1 = std::max(ox0, std::min(g.out_w, (g.w - shift + g.stride - 1) / g.stride));
+          std::fill(row, row + ox0, 0.0f);
+          std::fill(row + ox1, row + g.out_w, 0.0f);
+          const float* __restrict src = xs + size_t(iy) * g.w;
+          if (g.stride == 1) {
+            for (int ox = ox0; ox < ox1; ++ox) row[ox] = src[ox + shift];
+          } else {
+            for (int ox = ox0; ox < ox1; ++ox) row[ox] = src[ox * g.stride + shift];
           }
         }
       }
@@ -134,43 +193,65 @@ void ForEachTap(const ConvGeom& g, int batch, F f) {
   }
 }
 
-void CpuBackend::Im2Col(const float* x, const ConvGeom& g, int batch, float* cols) {
-  if (g.padding > 0) std::memset(cols, 0, sizeof(float) * batch * g.out_h * g.out_w * g.cols());
-  const size_t c = g.c;
-  if (c == 1) {
-    ForEachTap(g, batch, [&](size_t to, size_t from) { cols[to] = x[from]; });
+bool ByTap(const ConvGeom& g) { return g.c == 1; }
+
+void CpuBackend::ConvForward(const float* x, const float* w, const float* bias, const ConvGeom& g,
+                             int batch, float* saved, float* y) {
+  // im2col, then the linear layer's GEMM over one row per output pixel:
+  // y[pixels x out] = cols * w^T, on top of the bias (beta = 1).
+  const int pixels = batch * g.out_h * g.out_w, k = g.cols(), n = g.out_channels;
+  BroadcastRows(bias, pixels, n, y);
+  if (ByTap(g)) {
+    Im2ColByTap(x, g, batch, saved);
+    Gemm(true, true, pixels, n, k, 1.0f, saved, pixels, w, k, 1.0f, y, n);
   } else {
-    ForEachTap(g, batch, [&](size_t to, size_t from) {
-      std::memcpy(cols + to, x + from, c * sizeof(float));
-    });
+    Im2Col(x, g, batch, saved);
+    Gemm(false, true, pixels, n, k, 1.0f, saved, k, w, k, 1.0f, y, n);
   }
 }
 
-void CpuBackend::Col2Im(const float* cols, const ConvGeom& g, int batch, float* dx) {
-  std::memset(dx, 0, sizeof(float) * batch * g.h * g.w * g.c);
-  const size_t c = g.c;
-  ForEachTap(g, batch, [&](size_t from, size_t to) {
-    for (size_t i = 0; i < c; ++i) dx[to + i] += cols[from + i];
-  });
+void CpuBackend::ConvBackward(const float* saved, const float* w, const float* dy,
+                              const ConvGeom& g, int batch, float* scratch, float* dx, float* gw,
+                              float* gb, float alpha, float beta) {
+  const int pixels = batch * g.out_h * g.out_w, k = g.cols(), n = g.out_channels;
+  // The input's gradient first: with gw = w it needs w before the update.
+  if (dx != nullptr) {
+    Gemm(false, false, pixels, k, n, 1.0f, dy, n, w, k, 0.0f, scratch, k);
+    Col2Im(scratch, g, batch, dx);
+  }
+  if (ByTap(g)) {
+    Gemm(true, true, n, k, pixels, alpha, dy, n, saved, pixels, beta, gw, k);
+  } else {
+    Gemm(true, false, n, k, pixels, alpha, dy, n, saved, k, beta, gw, k);
+  }
+  ColumnSums(dy, pixels, n, alpha, beta, gb);
 }
 
 void CpuBackend::MaxPool(const float* x, const PoolGeom& g, int batch, float* y, int32_t* argmax) {
   const size_t in_sample = size_t(g.h) * g.w * g.c;
+  const int c = g.c;
   size_t o = 0;
   for (int b = 0; b < batch; ++b) {
     const float* xs = x + b * in_sample;
     for (int oy = 0; oy < g.out_h; ++oy) {
       for (int ox = 0; ox < g.out_w; ++ox) {
-        for (int ch = 0; ch < g.c; ++ch, ++o) {
-          int32_t best = (oy * g.stride * g.w + ox * g.stride) * g.c + ch;
+        const int32_t first = (oy * g.stride * g.w + ox * g.stride) * c;
+        // The running maximum stays in registers; ties keep the first.
+        for (int ch = 0; ch < c; ++ch, ++o) {
+          float best = xs[first + ch];
+          int32_t at = first + ch;
           for (int ky = 0; ky < g.kernel; ++ky) {
+            const int32_t row = ((oy * g.stride + ky) * g.w + ox * g.stride) * c + ch;
             for (int kx = 0; kx < g.kernel; ++kx) {
-              const int32_t i = ((oy * g.stride + ky) * g.w + ox * g.stride + kx) * g.c + ch;
-              if (xs[i] > xs[best]) best = i;
+              // Branch-free: which input wins is data, not a pattern.
+              const int32_t i = row + kx * c;
+              const bool more = xs[i] > best;
+              best = more ? xs[i] : best;
+              at = more ? i : at;
             }
           }
-          y[o] = xs[best];
-          argmax[o] = best;
+          y[o] = best;
+          argmax[o] = at;
         }
       }
     }

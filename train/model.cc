@@ -26,8 +26,8 @@ Model::Model(const NetSpec& spec, const NetPlan& plan, Backend* backend)
     const Shape& out = l.plan.out;
     const LayerSpec& s = l.plan.spec;
     if (s.kind == LayerKind::kConv2d) {
-      l.conv = ConvGeom{int(in.c),     int(in.h),      int(in.w),  int(s.kernel),
-                        int(s.stride), int(s.padding), int(out.h), int(out.w)};
+      l.conv = ConvGeom{int(in.c),      int(in.h),  int(in.w),  int(s.kernel), int(s.stride),
+                        int(s.padding), int(out.h), int(out.w), int(out.c)};
     }
     if (s.kind == LayerKind::kMaxPool2d) {
       l.pool = PoolGeom{int(in.c),     int(in.h),  int(in.w), int(s.kernel),
@@ -87,8 +87,8 @@ Status Model::Reserve(int batch) {
       COHORT_ASSIGN_OR_RETURN(l.out, DeviceArray<float>::Create(backend_, b * out));
     }
     if (l.plan.spec.kind == LayerKind::kConv2d) {
-      const uint64_t cols = uint64_t{l.plan.out.h} * l.plan.out.w * l.plan.weight_cols;
-      COHORT_ASSIGN_OR_RETURN(l.cols, DeviceArray<float>::Create(backend_, b * cols));
+      const uint64_t cols = l.conv.workspace();
+      COHORT_ASSIGN_OR_RETURN(l.saved, DeviceArray<float>::Create(backend_, b * cols));
       if (i > 0) widest_dcols = std::max(widest_dcols, cols);
     }
     if (l.plan.spec.kind == LayerKind::kMaxPool2d) {
@@ -97,7 +97,7 @@ Status Model::Reserve(int batch) {
   }
   COHORT_ASSIGN_OR_RETURN(delta_, DeviceArray<float>::Create(backend_, b * widest));
   COHORT_ASSIGN_OR_RETURN(spare_, DeviceArray<float>::Create(backend_, b * widest));
-  COHORT_ASSIGN_OR_RETURN(dcols_, DeviceArray<float>::Create(backend_, b * widest_dcols));
+  COHORT_ASSIGN_OR_RETURN(conv_scratch_, DeviceArray<float>::Create(backend_, b * widest_dcols));
   capacity_ = batch;
   return OkStatus();
 }
@@ -122,15 +122,10 @@ void Model::ForwardLayer(Layer& l, const float* params, const float* in, float* 
                      out, n_out);
       break;
     }
-    case LayerKind::kConv2d: {
-      // im2col, then the linear layer's GEMM over one row per output pixel.
-      const int rows = batch * l.conv.out_h * l.conv.out_w, k = l.conv.cols(), n_out = int(p.out.c);
-      backend_->Im2Col(in, l.conv, batch, l.cols.data());
-      backend_->BroadcastRows(params + l.bias, rows, n_out, out);
-      backend_->Gemm(false, true, rows, n_out, k, 1.0f, l.cols.data(), k, params + l.weight, k,
-                     1.0f, out, n_out);
+    case LayerKind::kConv2d:
+      backend_->ConvForward(in, params + l.weight, params + l.bias, l.conv, batch, l.saved.data(),
+                            out);
       break;
-    }
     case LayerKind::kMaxPool2d:
       backend_->MaxPool(in, l.pool, batch, out, l.argmax.data());
       break;
@@ -175,18 +170,10 @@ float* Model::BackwardLayer(Layer& l, const float* in, float* d, float* din, int
       backend_->ColumnSums(d, batch, n_out, alpha, beta, out + l.bias);
       return din;
     }
-    case LayerKind::kConv2d: {
-      const int rows = batch * l.conv.out_h * l.conv.out_w, k = l.conv.cols(), n_out = int(p.out.c);
-      const float* w = params_.data() + l.weight;
-      if (din != nullptr) {
-        backend_->Gemm(false, false, rows, k, n_out, 1.0f, d, n_out, w, k, 0.0f, dcols_.data(), k);
-      }
-      backend_->Gemm(true, false, n_out, k, rows, alpha, d, n_out, l.cols.data(), k, beta,
-                     out + l.weight, k);
-      backend_->ColumnSums(d, rows, n_out, alpha, beta, out + l.bias);
-      if (din != nullptr) backend_->Col2Im(dcols_.data(), l.conv, batch, din);
+    case LayerKind::kConv2d:
+      backend_->ConvBackward(l.saved.data(), params_.data() + l.weight, d, l.conv, batch,
+                             conv_scratch_.data(), din, out + l.weight, out + l.bias, alpha, beta);
       return din;
-    }
     case LayerKind::kMaxPool2d:
       if (din != nullptr) backend_->MaxPoolBackward(d, l.argmax.data(), l.pool, batch, din);
       return din;

@@ -73,7 +73,7 @@ class Model {
     PoolGeom pool;
     size_t weight = 0, bias = 0;  // Offsets into the parameters.
     DeviceArray<float> out;       // Empty for in-place layers.
-    DeviceArray<float> cols;      // conv2d: im2col of the input.
+    DeviceArray<float> saved;     // conv2d: what ConvBackward needs.
     DeviceArray<int32_t> argmax;  // max_pool2d.
   };
 
@@ -99,7 +99,7 @@ class Model {
   std::vector<Layer> layers_;
   DeviceArray<float> params_, grads_;
   int capacity_ = 0;
-  DeviceArray<float> delta_, spare_, dcols_;
+  DeviceArray<float> delta_, spare_, conv_scratch_;
 };
 
 }  // namespace cohort::train

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <string>
 
+#include "common/rng.h"
 #include "datasets/synthetic.h"
 #include "proto/config_io.h"
 #include "train/backend.h"
@@ -156,6 +157,53 @@ TEST_F(TrainTest, ConvPoolAndFlattenGradientsMatchFiniteDifferences) {
     }
   }
   ExpectGradientMatchesFiniteDifferences(*this, *m, hwc, 3, 11, 1e-3f, 0.3);
+  // One input channel: the CPU backend's tap-major im2col.
+  datasets::Dataset gray = datasets::MakeSynthetic(
+      {.num_samples = 3, .num_features = 7 * 7, .num_classes = 3, .seed = 9});
+  auto single = Net({1, 7, 7}, 3, {Conv(3, 3, 2, 1), Relu(), Pool(2, 2), Flatten(), Linear(3)});
+  ExpectGradientMatchesFiniteDifferences(*this, *single, gray, 3, 12, 1e-3f, 0.3);
+}
+
+// The backend's convolution against direct loops, for one and for several
+// input channels (the CPU backend lays im2col out differently for each),
+// with padding and a stride.
+TEST_F(TrainTest, ConvolutionMatchesDirectLoops) {
+  for (int c : {1, 3}) {
+    for (int stride : {1, 2}) {
+      SCOPED_TRACE("channels " + std::to_string(c) + ", stride " + std::to_string(stride));
+      const int h = 6, w = 5, k = 3, pad = 1, oc = 2, batch = 2;
+      const int oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
+      ConvGeom g{c, h, w, k, stride, pad, oh, ow, oc};
+      Rng rng(c * 10 + stride);
+      std::vector<float> x(batch * h * w * c), wt(oc * k * k * c), bias(oc);
+      for (float& v : x) v = float(rng.Normal());
+      for (float& v : wt) v = float(rng.Normal());
+      for (float& v : bias) v = float(rng.Normal());
+      std::vector<float> saved(batch * g.workspace()), y(batch * oh * ow * oc);
+      backend_->ConvForward(x.data(), wt.data(), bias.data(), g, batch, saved.data(), y.data());
+      for (int b = 0; b < batch; ++b) {
+        for (int oy = 0; oy < oh; ++oy) {
+          for (int ox = 0; ox < ow; ++ox) {
+            for (int o = 0; o < oc; ++o) {
+              double sum = bias[o];
+              for (int ky = 0; ky < k; ++ky) {
+                for (int kx = 0; kx < k; ++kx) {
+                  const int iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
+                  if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                  for (int ch = 0; ch < c; ++ch) {
+                    sum += double{x[((b * h + iy) * w + ix) * c + ch]} *
+                           wt[((o * k + ky) * k + kx) * c + ch];
+                  }
+                }
+              }
+              EXPECT_NEAR(y[((b * oh + oy) * ow + ox) * oc + o], sum, 1e-4)
+                  << b << " " << oy << " " << ox << " " << o;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_F(TrainTest, GatherReadsChannelMajorSamplesIntoChannelLast) {
