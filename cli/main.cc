@@ -78,6 +78,11 @@ int main(int argc, char** argv) {
   client->add_option("--name", copts.name, "Client name (default: shard file name)");
   client->add_option("--threads", copts.threads, "BLAS threads for training")
       ->check(CLI::Range(1, 256));
+  client
+      ->add_option("--device", copts.device,
+                   "Where to train: cpu, cuda, cuda:N or auto (a GPU where one is usable, "
+                   "else the CPU)")
+      ->capture_default_str();
   uint32_t pause_round = 0;
   std::string fault;
   client->add_option("--fault-pause-before-update-round", pause_round,

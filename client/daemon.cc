@@ -17,6 +17,7 @@
 #include "net/envelope.h"
 #include "proto/config_io.h"
 #include "train/backend.h"
+#include "train/device.h"
 #include "train/model_config.h"
 #include "train/trainer.h"
 
@@ -45,7 +46,12 @@ struct Job {
 Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
   COHORT_ASSIGN_OR_RETURN(datasets::Dataset data, datasets::ReadShard(options.data));
   spdlog::info("loaded {} samples from {}", data.size(), options.data);
-  COHORT_ASSIGN_OR_RETURN(auto backend, train::NewCpuBackend(options.threads));
+  std::string device_note;
+  COHORT_ASSIGN_OR_RETURN(
+      auto backend,
+      train::NewBackend({.device = options.device, .threads = options.threads}, &device_note));
+  if (!device_note.empty()) spdlog::info("{}", device_note);
+  spdlog::info("training on {}", backend->Name());
   // The shard stays in backend memory for the whole run.
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<train::DeviceDataset> device_data,
                           train::DeviceDataset::Upload(backend.get(), data));

@@ -17,6 +17,9 @@ struct ClientOptions {
   std::string data;         // Shard file; never leaves this process.
   std::string name;         // Client name; [A-Za-z0-9._-]{1,64}.
   int threads = 1;          // BLAS threads for local training.
+  // Where to train: cpu | cuda | cuda:N | auto (a GPU where one is usable,
+  // else the CPU, logged once).
+  std::string device = "auto";
   // Fault injection for tests (see client::FaultPlan): in round
   // `fault_round`, send nothing from stage `fault_stage` on. 0: off.
   std::string fault_stage;

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "common/status.h"
 
@@ -142,14 +143,10 @@ class DeviceArray {
  public:
   DeviceArray() = default;
   static StatusOr<DeviceArray> Create(Backend* backend, size_t n) {
-    DeviceArray a;
-    if (n == 0) return a;
+    if (n == 0) return StatusOr<DeviceArray>(DeviceArray());
     if (n > SIZE_MAX / sizeof(T)) return ResourceExhaustedError("device array too large");
     COHORT_ASSIGN_OR_RETURN(void* p, backend->Allocate(n * sizeof(T)));
-    a.backend_ = backend;
-    a.data_ = static_cast<T*>(p);
-    a.size_ = n;
-    return a;
+    return StatusOr<DeviceArray>(DeviceArray(backend, static_cast<T*>(p), n));
   }
   DeviceArray(DeviceArray&& o) noexcept { *this = std::move(o); }
   DeviceArray& operator=(DeviceArray&& o) noexcept {
@@ -171,6 +168,8 @@ class DeviceArray {
   size_t bytes() const { return size_ * sizeof(T); }
 
  private:
+  DeviceArray(Backend* backend, T* data, size_t size)
+      : backend_(backend), data_(data), size_(size) {}
   void Reset() {
     if (data_ != nullptr) backend_->Free(data_, bytes());
     data_ = nullptr;
@@ -185,8 +184,18 @@ class DeviceArray {
 class BlockPool {
  public:
   // A cached block of exactly `bytes`, or null.
-  void* Take(size_t bytes);
-  void Put(void* p, size_t bytes);
+  void* Take(size_t bytes) {
+    auto it = free_.find(bytes);
+    if (it == free_.end()) return nullptr;
+    void* p = it->second;
+    free_.erase(it);
+    cached_bytes_ -= bytes;
+    return p;
+  }
+  void Put(void* p, size_t bytes) {
+    free_.emplace(bytes, p);
+    cached_bytes_ += bytes;
+  }
   // Hands every cached block to `release`, emptying the pool.
   template <typename F>
   void Drain(F release) {

@@ -12,20 +12,6 @@ extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace cohort::train {
 
-void* BlockPool::Take(size_t bytes) {
-  auto it = free_.find(bytes);
-  if (it == free_.end()) return nullptr;
-  void* p = it->second;
-  free_.erase(it);
-  cached_bytes_ -= bytes;
-  return p;
-}
-
-void BlockPool::Put(void* p, size_t bytes) {
-  free_.emplace(bytes, p);
-  cached_bytes_ += bytes;
-}
-
 namespace {
 
 constexpr size_t kAlign = 64;

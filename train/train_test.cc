@@ -10,6 +10,7 @@
 #include "datasets/synthetic.h"
 #include "proto/config_io.h"
 #include "train/backend.h"
+#include "train/device.h"
 #include "train/model.h"
 #include "train/model_config.h"
 #include "train/optimizer.h"
@@ -431,6 +432,28 @@ TEST_F(TrainTest, CancelStopsTraining) {
   std::vector<float> p(m->num_params());
   std::atomic<bool> cancel{true};
   EXPECT_EQ(TrainLocal(*m, p, *data, {}, &cancel).status().code(), StatusCode::kCancelled);
+}
+
+TEST(DeviceTest, DeviceFlagPicksTheBackendOrSaysWhyNot) {
+  auto cpu = NewBackend({.device = "cpu"});
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ((*cpu)->Name(), "cpu (OpenBLAS)");
+  auto bad = NewBackend({.device = "gpu0"});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--device gpu0: must be cpu, cuda, cuda:N or auto"),
+            std::string::npos);
+  auto missing = NewBackend({.device = "cuda:7"});
+  if (missing.ok()) GTEST_SKIP() << "this host has a cuda:7";
+  EXPECT_NE(missing.status().message().find("--device cuda:7"), std::string::npos)
+      << missing.status();
+  // auto falls back to the CPU where no GPU is usable, and says why.
+  std::string note;
+  auto any = NewBackend({.device = "auto"}, &note);
+  ASSERT_TRUE(any.ok());
+  if ((*any)->Name().rfind("cpu", 0) == 0) {
+    EXPECT_NE(note.find("training on the CPU"), std::string::npos) << note;
+    EXPECT_NE(note.find(CudaBuilt() ? "GPU" : "no CUDA backend"), std::string::npos) << note;
+  }
 }
 
 TEST_F(TrainTest, Lenet5LearnsOnImages) {

@@ -115,5 +115,23 @@ TEST(FederatedRunTest, CorruptShardAndConfigFilesGiveClearErrors) {
   EXPECT_NE(ReadFile(clog).find("/nonexistent/test.shard"), std::string::npos);
 }
 
+TEST(FederatedRunTest, UnusableDeviceIsAClearErrorAndAutoFallsBackToTheCpu) {
+  Cluster cluster("device", 1);
+  const std::string log = cluster.dir() / "client.log";
+  // A GPU the host does not have: the client says which, and exits.
+  EXPECT_EQ(RunCohort({"client", "--coordinator", "tcp://127.0.0.1:9", "--data", cluster.Shard(0),
+                       "--device", "cuda:7"},
+                      nullptr, log),
+            1);
+  std::string err = ReadFile(log);
+  EXPECT_NE(err.find("--device cuda:7"), std::string::npos) << err;
+  EXPECT_EQ(RunCohort({"client", "--coordinator", "tcp://127.0.0.1:9", "--data", cluster.Shard(0),
+                       "--device", "tpu"},
+                      nullptr, log),
+            1);
+  err = ReadFile(log);
+  EXPECT_NE(err.find("--device tpu: must be cpu, cuda, cuda:N or auto"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace cohort::testing
