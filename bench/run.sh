@@ -2,15 +2,19 @@
 # Cohort's benchmarks, with the peer baselines run in the same invocation
 # (this machine is noisy: only same-invocation ratios mean anything).
 #
-#   bash bench/run.sh [train,round,fedavg]     (default: train,round)
+#   bash bench/run.sh [train,round,fedavg,fedavg-lenet,...]   (default: train,round)
 #
-# train : 1-epoch Fashion-MNIST training, MLP 784-200-200-10 and logreg,
-#         batch 32, 1 thread; cohort vs ../shared/bench/peers/train_torch.py,
-#         interleaved, REPEATS rounds of each (default 3).
+# train : 1-epoch Fashion-MNIST training, MLP 784-200-200-10, logreg and
+#         LeNet-5, batch 32, 1 thread; cohort vs
+#         ../shared/bench/peers/train_torch.py, interleaved, REPEATS rounds of
+#         each (default 3).
 # round : the coordinator's own time per round (no client training),
 #         10 and 100 clients.
 # fedavg: final test accuracy of the 10-client FedAvg run (make demo's
 #         settings) vs fedavg_torch.py, IID and dirichlet:0.5, SEEDS (0..4).
+# fedavg-lenet: MODEL=lenet5 make demo (SecAgg+) on the peer's own
+#         Dirichlet(0.5) split vs fedavg_torch.py --model lenet, LENET_SEEDS
+#         (default 0).
 # secagg: secure-aggregation compute (client, server) for n = 100/500/1000,
 #         m = 100K/1M, dropout 0/10/30 %, complete and SecAgg+ graphs; no peer
 #         runs here: compare with Bonawitz et al. 2017's published figures.
@@ -43,10 +47,10 @@ if has train; then
   : > "$OUT/train.jsonl"
   for ((r = 0; r < REPEATS; r++)); do
     if ((have_peers)); then
-      (cd "$PEERS" && $PY train_torch.py --model mlp,logreg --threads 1 --repeats 1 --seed "$r") \
-        | grep '"bench": "train"' >> "$OUT/train.jsonl" || true
+      (cd "$PEERS" && $PY train_torch.py --model mlp,logreg,lenet --threads 1 --repeats 1 \
+        --seed "$r") | grep '"bench": "train"' >> "$OUT/train.jsonl" || true
     fi
-    for model in mlp logreg; do
+    for model in mlp logreg lenet5; do
       OPENBLAS_NUM_THREADS=1 build/bench/train_bench --model "$model" --repeats 1 --seed "$r" \
         >> "$OUT/train.jsonl"
     done
@@ -89,6 +93,37 @@ for line in sys.stdin:
     print(json.dumps({"bench": "fedavg_final", "impl": "pytorch", "partition": d["partition"],
                       "seed": int(sys.argv[1]), "final_test_acc": d["final_test_acc"]}))' "$seed" \
         >> "$OUT/fedavg.jsonl"
+    fi
+  done
+fi
+
+# fedavg-lenet: `MODEL=lenet5 make demo` (10 clients, SecAgg+) on the peer's
+# own Dirichlet(0.5) split at each seed, vs fedavg_torch.py --model lenet.
+if has fedavg-lenet; then
+  : > "$OUT/fedavg-lenet.jsonl"
+  for seed in ${LENET_SEEDS:-0}; do
+    run_dir="$OUT/fedavg-lenet-$seed"
+    assignment=""
+    if ((have_peers)); then
+      assignment="$OUT/split-dirichlet-$seed.txt"
+      $PY bench/peer_partition.py "$PEERS" dirichlet "$seed" "$assignment"
+    fi
+    MODEL=lenet5 SEED=$seed SCHEME=dirichlet:0.5 ASSIGNMENT=$assignment RUN_DIR=$run_dir \
+      bash scripts/demo.sh > "$run_dir.log" 2>&1
+    build/cli/cohort status --run-dir "$run_dir" --json | tail -1 | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+print(json.dumps({"bench": "fedavg_lenet", "impl": "cohort", "seed": int(sys.argv[1]),
+                  "final_test_acc": d["test_accuracy"], "round_s": d["seconds"]}))' "$seed" \
+      >> "$OUT/fedavg-lenet.jsonl"
+    if ((have_peers)); then
+      (cd "$PEERS" && PEER_WATCHDOG_S=${PEER_WATCHDOG_S:-1500} $PY fedavg_torch.py --model lenet \
+        --partition dirichlet --seed "$seed") | grep fedavg_summary | $PY -c '
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line)
+    print(json.dumps({"bench": "fedavg_lenet", "impl": "pytorch", "seed": int(sys.argv[1]),
+                      "final_test_acc": d["final_test_acc"]}))' "$seed" >> "$OUT/fedavg-lenet.jsonl"
     fi
   done
 fi
@@ -190,12 +225,23 @@ if "train" in what:
     print("\n### Training, 1 epoch, batch 32, 1 thread (median samples/s)\n")
     print("| model | cohort | pytorch | ratio | cohort acc | pytorch acc |")
     print("|---|---|---|---|---|---|")
-    for model in ("mlp", "logreg"):
-        c = [r for r in rows if r.get("impl") == "cohort" and r["model"] == model]
+    for model in ("mlp", "logreg", "lenet"):
+        # Cohort's preset is lenet5; the peer calls the same net lenet.
+        c = [r for r in rows if r.get("impl") == "cohort" and r["model"].rstrip("5") == model]
         p = [r for r in rows if r.get("impl", "pytorch") == "pytorch" and r["model"] == model]
         med = lambda rs, k: statistics.median(r[k] for r in rs) if rs else float("nan")
         cs, ps = med(c, "samples_per_s"), med(p, "samples_per_s")
         print(f"| {model} | {cs:,.0f} | {ps:,.0f} | {cs / ps:.2f}x | {med(c, 'test_acc'):.4f} | {med(p, 'test_acc'):.4f} |")
+if "fedavg-lenet" in what:
+    rows = load("fedavg-lenet.jsonl")
+    print("\n### FedAvg with LeNet-5, 10 clients, Dirichlet(0.5) (peer's split), 10 rounds\n")
+    print("| seed | cohort (SecAgg+) | pytorch | difference (points) |")
+    print("|---|---|---|---|")
+    for seed in sorted({r["seed"] for r in rows}):
+        c = [r["final_test_acc"] for r in rows if r["seed"] == seed and r["impl"] == "cohort"]
+        p = [r["final_test_acc"] for r in rows if r["seed"] == seed and r["impl"] == "pytorch"]
+        if c and p:
+            print(f"| {seed} | {c[0]:.4f} | {p[0]:.4f} | {100 * (c[0] - p[0]):+.2f} |")
 if "round" in what:
     print("\n### Coordinator time per round (everything but client training)\n")
     print("| clients | params | median s | aggregate+eval+commit s |")

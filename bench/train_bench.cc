@@ -4,7 +4,7 @@
 // Prints one JSON line per run: {"bench":"train","impl":"cohort",...}.
 //
 //   train_bench [--model mlp|logreg|lenet5] [--repeats N] [--seed S] [--threads T]
-//               [--batch B]
+//               [--batch B] [--device cpu|cuda:N|auto]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,14 +12,14 @@
 
 #include "datasets/idx.h"
 #include "train/backend.h"
+#include "train/device.h"
 #include "train/model.h"
-#include "train/model_config.h"
 #include "train/trainer.h"
 
 using namespace cohort;
 
 int main(int argc, char** argv) {
-  std::string model_name = "mlp";
+  std::string model_name = "mlp", device = "cpu";
   int repeats = 3, threads = 1, batch = 32;
   uint64_t seed = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--batch"))
       batch = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--device"))
+      device = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -48,15 +50,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", (!train.ok() ? train.status() : test.status()).ToString().c_str());
     return 1;
   }
-  auto backend = train::NewCpuBackend(threads);
-  if (!backend.ok()) return 1;
-  config::ModelConfig spec;
-  spec.set_arch(model_name);
-  if (model_name == "mlp") {
-    spec.add_hidden(200);
-    spec.add_hidden(200);
+  auto backend = train::NewBackend({.device = device, .threads = threads});
+  if (!backend.ok()) {
+    std::fprintf(stderr, "%s\n", backend.status().ToString().c_str());
+    return 1;
   }
-  auto model = train::BuildModel(spec, backend->get());
+  // The presets as `model { arch: ... }` builds them (no config layer here,
+  // so bench/gpu_check.sh builds this with a compiler, OpenBLAS and CUDA).
+  const Shape input = model_name == "lenet5" ? Shape{1, 28, 28} : Shape{784, 1, 1};
+  const std::vector<uint32_t> hidden =
+      model_name == "mlp" ? std::vector<uint32_t>{200, 200} : std::vector<uint32_t>{};
+  auto model =
+      train::Model::Create({input, 10, PresetLayers(model_name, 10, hidden)}, backend->get());
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 2;
@@ -76,11 +81,13 @@ int main(int argc, char** argv) {
     auto eval = train::Evaluate(**model, params, **test_data);
     if (!result.ok() || !eval.ok()) return 1;
     std::printf(
-        "{\"bench\":\"train\",\"impl\":\"cohort\",\"model\":\"%s\",\"threads\":%d,\"batch\":%d,"
-        "\"seed\":%lu,"
+        "{\"bench\":\"train\",\"impl\":\"cohort\",\"device\":\"%s\",\"model\":\"%s\",\"threads\":%"
+        "d,"
+        "\"batch\":%d,\"seed\":%lu,"
         "\"epoch_s\":%.4f,\"samples_per_s\":%.1f,\"test_acc\":%.4f,\"train_loss\":%.4f}\n",
-        model_name.c_str(), threads, batch, static_cast<unsigned long>(seed + r), result->seconds,
-        result->samples / result->seconds, eval->accuracy, result->mean_loss);
+        (*backend)->Name().c_str(), model_name.c_str(), threads, batch,
+        static_cast<unsigned long>(seed + r), result->seconds, result->samples / result->seconds,
+        eval->accuracy, result->mean_loss);
     std::fflush(stdout);
   }
   return 0;

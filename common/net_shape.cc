@@ -107,6 +107,35 @@ uint64_t StepFloats(const NetSpec& spec, const std::vector<LayerPlan>& layers) {
 
 }  // namespace
 
+std::vector<LayerSpec> PresetLayers(const std::string& arch, uint32_t num_classes,
+                                    const std::vector<uint32_t>& hidden) {
+  const LayerSpec relu{LayerKind::kRelu};
+  auto linear = [](uint32_t out) { return LayerSpec{LayerKind::kLinear, out}; };
+  if (arch == "lenet5") {
+    const LayerSpec pool{LayerKind::kMaxPool2d, 0, 2, 2};
+    return {LayerSpec{LayerKind::kConv2d, 6, 5},
+            relu,
+            pool,
+            LayerSpec{LayerKind::kConv2d, 16, 5},
+            relu,
+            pool,
+            LayerSpec{LayerKind::kFlatten},
+            linear(120),
+            relu,
+            linear(84),
+            relu,
+            linear(num_classes)};
+  }
+  if (arch != "mlp" && arch != "logreg") return {};
+  std::vector<LayerSpec> layers;
+  for (uint32_t h : hidden) {
+    layers.push_back(linear(h));
+    layers.push_back(relu);
+  }
+  layers.push_back(linear(num_classes));
+  return layers;
+}
+
 StatusOr<NetPlan> PlanNet(const NetSpec& spec) {
   if (spec.input.c == 0 || spec.input.h == 0 || spec.input.w == 0 ||
       spec.input.size() > kMaxActivation) {

@@ -68,6 +68,14 @@ struct NetPlan {
 inline constexpr size_t kMaxLayers = 64;
 inline constexpr uint64_t kMaxActivation = uint64_t{1} << 26;  // Floats per sample.
 
+// The layers of a preset: "mlp" (a linear layer per hidden width, ReLU
+// after each, then linear(num_classes)), "logreg" (mlp without hidden
+// layers), "lenet5" (NIID-Bench's LeNet: conv 6 5x5, ReLU, pool 2, conv 16
+// 5x5, ReLU, pool 2, flatten, linear 120, ReLU, linear 84, ReLU,
+// linear(num_classes)). Empty for an unknown name.
+std::vector<LayerSpec> PresetLayers(const std::string& arch, uint32_t num_classes,
+                                    const std::vector<uint32_t>& hidden = {});
+
 // Infers every layer's shape. kInvalidArgument naming the layer
 // ("layers[3] (conv2d): ...") and why: zero sizes, a kernel larger than its
 // padded input, a linear layer on an unflattened image, an output that is

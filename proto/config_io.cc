@@ -162,26 +162,8 @@ StatusOr<NetSpec> NetFromConfig(const ModelConfig& m) {
   }
   if (sequential) {
     COHORT_ASSIGN_OR_RETURN(net.layers, LayersFromConfig(m));
-  } else if (arch == "lenet5") {
-    net.layers = {LayerSpec{LayerKind::kConv2d, 6, 5},
-                  Relu(),
-                  LayerSpec{LayerKind::kMaxPool2d, 0, 2, 2},
-                  LayerSpec{LayerKind::kConv2d, 16, 5},
-                  Relu(),
-                  LayerSpec{LayerKind::kMaxPool2d, 0, 2, 2},
-                  LayerSpec{LayerKind::kFlatten},
-                  Linear(120),
-                  Relu(),
-                  Linear(84),
-                  Relu(),
-                  Linear(m.num_classes())};
   } else {
-    // mlp and logreg: linear layers with a ReLU between.
-    for (uint32_t h : m.hidden()) {
-      net.layers.push_back(Linear(h));
-      net.layers.push_back(Relu());
-    }
-    net.layers.push_back(Linear(m.num_classes()));
+    net.layers = PresetLayers(arch, m.num_classes(), {m.hidden().begin(), m.hidden().end()});
   }
   return net;
 }

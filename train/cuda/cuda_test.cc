@@ -6,9 +6,8 @@
 #include <cmath>
 
 #include "datasets/synthetic.h"
-#include "proto/config.pb.h"
 #include "train/device.h"
-#include "train/model_config.h"
+#include "train/model.h"
 #include "train/trainer.h"
 
 namespace cohort::train {
@@ -25,14 +24,14 @@ class CudaTest : public ::testing::Test {
   std::unique_ptr<Backend> cpu_, gpu_;
 };
 
-config::ModelConfig Preset(const std::string& arch) {
-  config::ModelConfig c;
-  c.set_arch(arch);
-  if (arch == "mlp") {
-    c.add_hidden(200);
-    c.add_hidden(200);
-  }
-  return c;
+// The presets on Fashion-MNIST's shape, without the config layer (so this
+// suite builds on a machine with nothing but a compiler, OpenBLAS and CUDA).
+NetSpec Preset(const std::string& arch) {
+  const Shape input = arch == "lenet5" ? Shape{1, 28, 28} : Shape{784, 1, 1};
+  return NetSpec{
+      input, 10,
+      PresetLayers(arch, 10,
+                   arch == "mlp" ? std::vector<uint32_t>{200, 200} : std::vector<uint32_t>{})};
 }
 
 // Trains `arch` for one epoch of 4 batches on both backends from the same
@@ -42,8 +41,8 @@ void ExpectSameStep(Backend* cpu, Backend* gpu, const std::string& arch,
   SCOPED_TRACE(arch);
   const datasets::Dataset data =
       datasets::MakeSynthetic({.num_samples = 128, .num_features = 784, .num_classes = 10});
-  auto on_cpu = std::move(BuildModel(Preset(arch), cpu)).value();
-  auto on_gpu = std::move(BuildModel(Preset(arch), gpu)).value();
+  auto on_cpu = std::move(Model::Create(Preset(arch), cpu)).value();
+  auto on_gpu = std::move(Model::Create(Preset(arch), gpu)).value();
   std::vector<float> start(on_cpu->num_params());
   on_cpu->Init(start, 1);
   TrainOptions opts{.epochs = 1, .batch_size = 32, .optimizer = optimizer, .seed = 2};
@@ -85,8 +84,8 @@ TEST_F(CudaTest, GradientPathOptimizersMatchTheCpuBackend) {
 TEST_F(CudaTest, EvaluationMatchesTheCpuBackend) {
   const datasets::Dataset data =
       datasets::MakeSynthetic({.num_samples = 1000, .num_features = 784, .num_classes = 10});
-  auto on_cpu = std::move(BuildModel(Preset("lenet5"), cpu_.get())).value();
-  auto on_gpu = std::move(BuildModel(Preset("lenet5"), gpu_.get())).value();
+  auto on_cpu = std::move(Model::Create(Preset("lenet5"), cpu_.get())).value();
+  auto on_gpu = std::move(Model::Create(Preset("lenet5"), gpu_.get())).value();
   std::vector<float> p(on_cpu->num_params());
   on_cpu->Init(p, 3);
   auto a = Evaluate(*on_cpu, p, *std::move(DeviceDataset::Upload(cpu_.get(), data)).value(), 300);
