@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "aggregation/aggregator.h"
 #include "common/rng.h"
+#include "tests/data/optimizer_golden.h"
 
 namespace cohort::aggregation {
 namespace {
@@ -78,6 +80,26 @@ TEST(FedAvgTest, ServerMomentumAccumulates) {
   // v1 = 1, v2 = 1.9; global = 0.5 * (1 + 1.9).
   EXPECT_FLOAT_EQ(global[0], 1.45f);
   EXPECT_FLOAT_EQ(velocity[1], -1.9f);
+}
+
+// FedAvgM is torch.optim.SGD with momentum on the pseudo-gradient -delta:
+// three rounds against values recorded with PyTorch.
+TEST(FedAvgTest, ServerOptimizerMatchesPyTorchGoldenVectors) {
+  int checked = 0;
+  for (const testing::OptimizerGolden& c : testing::ReadOptimizerGolden()) {
+    if (c.kind != "server") continue;
+    std::vector<float> global = testing::kGoldenStart, velocity;
+    for (const auto& delta : testing::kGoldenGrads) {
+      ApplyServerUpdate({c.lr, c.momentum}, delta, global, velocity);
+    }
+    ASSERT_EQ(c.expected.size(), global.size());
+    for (size_t i = 0; i < global.size(); ++i) {
+      EXPECT_NEAR(global[i], c.expected[i], 1e-6 * std::max(1.0, std::fabs(c.expected[i])))
+          << c.name << ", parameter " << i;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2) << "tests/data/optimizer_golden.txt is missing the server cases";
 }
 
 }  // namespace
