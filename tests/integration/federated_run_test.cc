@@ -133,5 +133,33 @@ TEST(FederatedRunTest, UnusableDeviceIsAClearErrorAndAutoFallsBackToTheCpu) {
   EXPECT_NE(err.find("--device tpu: must be cpu, cuda, cuda:N or auto"), std::string::npos) << err;
 }
 
+TEST(FederatedRunTest, ShardThatDoesNotFitTheModelStopsOnlyThatClient) {
+  Cluster cluster("misfit", 1);
+  std::string out;
+  ASSERT_EQ(RunCohort({"partition", "--format", "synthetic", "--samples", "100", "--features", "30",
+                       "--classes", "4", "--clients", "1", "--out", cluster.dir() / "wide"},
+                      &out, cluster.dir() / "wide.log"),
+            0);
+  // The misfit client registers before it fails: a short client timeout
+  // lets the round drop it quickly.
+  const std::string config =
+      cluster.WriteConfig("run.textproto", 1, "min_clients: 1 client_timeout_s: 2");
+  const std::string endpoint = cluster.StartCoordinator(config, cluster.dir() / "run");
+  // The coordinator's model takes 20 features; this shard has 30.
+  const std::string log = cluster.dir() / "wide-client.log";
+  EXPECT_EQ(RunCohort({"client", "--coordinator", endpoint, "--data",
+                       cluster.dir() / "wide/client-000.shard", "--name", "wide", "--insecure"},
+                      nullptr, log),
+            1);
+  const std::string err = ReadFile(log);
+  EXPECT_NE(err.find("data has 30 features per sample, the model's input_shape 20x1x1 takes 20"),
+            std::string::npos)
+      << err;
+  // The run goes on with a client that fits.
+  cluster.StartClient(0, endpoint);
+  EXPECT_TRUE(cluster.coordinator().WaitForLine("round   1/1"));
+  EXPECT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
+}
+
 }  // namespace
 }  // namespace cohort::testing

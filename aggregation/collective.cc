@@ -1,0 +1,231 @@
+#include "aggregation/collective.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+namespace cohort::aggregation {
+
+Range RingChunk(size_t n, int size, int c) {
+  const size_t base = n / size, extra = n % size;
+  const size_t begin = c * base + std::min<size_t>(c, extra);
+  return Range{begin, begin + base + (size_t(c) < extra ? 1 : 0)};
+}
+
+std::vector<CollectiveStep> RingAllReduceSchedule(int rank, int size, size_t n) {
+  std::vector<CollectiveStep> steps;
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  auto chunk = [&](int c) { return RingChunk(n, size, ((c % size) + size) % size); };
+  // Reduce-scatter: afterwards this rank holds the whole sum of chunk rank+1.
+  for (int s = 0; s + 1 < size; ++s) {
+    steps.push_back(
+        {next, chunk(rank - s), prev, chunk(rank - s - 1), CollectiveStep::Op::kReduce});
+  }
+  // All-gather: pass the finished chunks round.
+  for (int s = 0; s + 1 < size; ++s) {
+    steps.push_back({next, chunk(rank + 1 - s), prev, chunk(rank - s), CollectiveStep::Op::kCopy});
+  }
+  return steps;
+}
+
+std::vector<CollectiveStep> RecursiveDoublingSchedule(int rank, int size, size_t n) {
+  std::vector<CollectiveStep> steps;
+  const Range all{0, n};
+  int p2 = 1;
+  while (p2 * 2 <= size) p2 *= 2;
+  const int extra = size - p2;
+  if (rank >= p2) {
+    // Fold into rank - p2, then take the result back from it.
+    steps.push_back({rank - p2, all, -1, {}, CollectiveStep::Op::kReduce});
+    steps.push_back({-1, {}, rank - p2, all, CollectiveStep::Op::kCopy});
+    return steps;
+  }
+  if (rank < extra) steps.push_back({-1, {}, rank + p2, all, CollectiveStep::Op::kReduce});
+  for (int mask = 1; mask < p2; mask <<= 1) {
+    steps.push_back({rank ^ mask, all, rank ^ mask, all, CollectiveStep::Op::kReduce});
+  }
+  if (rank < extra) steps.push_back({rank + p2, all, -1, {}, CollectiveStep::Op::kCopy});
+  return steps;
+}
+
+std::vector<CollectiveStep> BroadcastSchedule(int rank, int size, size_t n, int root) {
+  std::vector<CollectiveStep> steps;
+  const Range all{0, n};
+  const int v = (rank - root + size) % size;  // Rank relative to the root.
+  int mask = 1;
+  while (mask < size) {
+    if (v & mask) {
+      steps.push_back({-1, {}, (v - mask + root) % size, all, CollectiveStep::Op::kCopy});
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (v + mask < size)
+      steps.push_back({(v + mask + root) % size, all, -1, {}, CollectiveStep::Op::kCopy});
+  }
+  return steps;
+}
+
+namespace {
+
+// Every message: this header, then the range's values.
+struct MessageHeader {
+  uint32_t magic = 0x31764c43;  // "CLv1"
+  uint32_t element_bytes = 0;
+  uint64_t sequence = 0;
+  // The message's number among those this sender sends this receiver in
+  // this collective (schedules differ in length between ranks, so the step
+  // number would not match).
+  uint64_t index = 0;
+  uint64_t begin = 0;
+  uint64_t count = 0;
+};
+
+template <typename T>
+void Apply(CollectiveStep::Op op, const uint8_t* bytes, std::span<T> out) {
+  if (op == CollectiveStep::Op::kCopy) {
+    std::memcpy(out.data(), bytes, out.size_bytes());
+    return;
+  }
+  // memcpy into a small buffer: received bytes need not be aligned.
+  constexpr size_t kBlock = 1024;
+  T buf[kBlock];
+  for (size_t i = 0; i < out.size(); i += kBlock) {
+    const size_t m = std::min(kBlock, out.size() - i);
+    std::memcpy(buf, bytes + i * sizeof(T), m * sizeof(T));
+    for (size_t j = 0; j < m; ++j) {
+      if constexpr (std::is_same_v<T, int64_t>) {
+        // Wrapping integer addition: exact and order-free.
+        out[i + j] =
+            static_cast<int64_t>(static_cast<uint64_t>(out[i + j]) + static_cast<uint64_t>(buf[j]));
+      } else {
+        out[i + j] += buf[j];
+      }
+    }
+  }
+}
+
+// Why a received message is not message `i` of collective `sequence` with
+// the range `want`, or "" when it is.
+template <typename T>
+std::string Mismatch(const std::vector<uint8_t>& m, uint64_t sequence, uint64_t i, Range want) {
+  MessageHeader h;
+  if (m.size() < sizeof(h)) return "a message of " + std::to_string(m.size()) + " bytes";
+  std::memcpy(&h, m.data(), sizeof(h));
+  if (h.magic != MessageHeader{}.magic) return "a message that is not a collective's";
+  if (h.sequence != sequence || h.index != i) {
+    return "message " + std::to_string(h.index) + " of collective " + std::to_string(h.sequence) +
+           " (expected message " + std::to_string(i) + " of collective " +
+           std::to_string(sequence) + ")";
+  }
+  if (h.element_bytes != sizeof(T) || h.begin != want.begin || h.count != want.size() ||
+      m.size() != sizeof(h) + want.size() * sizeof(T)) {
+    return std::to_string(h.count) + " values of " + std::to_string(h.element_bytes) +
+           " bytes from " + std::to_string(h.begin) + " in " + std::to_string(m.size()) +
+           " bytes (expected " + std::to_string(want.size()) + " of " + std::to_string(sizeof(T)) +
+           " from " + std::to_string(want.begin) + ")";
+  }
+  return "";
+}
+
+}  // namespace
+
+template <typename T>
+Status Communicator::Run(const std::vector<CollectiveStep>& steps, std::span<T> data,
+                         TimeMs deadline, const char* what) {
+  const uint64_t sequence = ++sequence_;
+  const std::string where = std::string(what) + " " + std::to_string(sequence) + " on rank " +
+                            std::to_string(rank()) + ", step ";
+  std::vector<uint8_t> out;
+  std::vector<uint64_t> sent(size(), 0), received(size(), 0);  // Messages, by peer.
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const CollectiveStep& s = steps[i];
+    if (s.send_to >= 0) {
+      MessageHeader h{.element_bytes = sizeof(T),
+                      .sequence = sequence,
+                      .index = sent[s.send_to]++,
+                      .begin = s.send.begin,
+                      .count = s.send.size()};
+      out.resize(sizeof(h) + s.send.size() * sizeof(T));
+      std::memcpy(out.data(), &h, sizeof(h));
+      std::memcpy(out.data() + sizeof(h), data.data() + s.send.begin, s.send.size() * sizeof(T));
+      COHORT_RETURN_IF_ERROR(transport_->Send(s.send_to, out));
+    }
+    if (s.recv_from < 0) continue;
+    const std::string peer = "rank " + std::to_string(s.recv_from);
+    StatusOr<std::vector<uint8_t>> m = transport_->Receive(s.recv_from, deadline);
+    if (!m.ok()) {
+      const std::string at = where + std::to_string(i + 1) + " of " + std::to_string(steps.size());
+      if (m.status().code() == StatusCode::kDeadlineExceeded) {
+        return DeadlineExceededError(at + ": " + peer + " did not arrive in time");
+      }
+      return Status(m.status().code(), at + ": " + peer + ": " + m.status().message());
+    }
+    const std::string bad = Mismatch<T>(*m, sequence, received[s.recv_from]++, s.recv);
+    if (!bad.empty()) {
+      return InvalidArgumentError(where + std::to_string(i + 1) + ": " + peer + " sent " + bad);
+    }
+    Apply<T>(s.op, m->data() + sizeof(MessageHeader), data.subspan(s.recv.begin, s.recv.size()));
+  }
+  return OkStatus();
+}
+
+template <typename T>
+Status Communicator::ReduceWith(std::span<T> data, const CollectiveOptions& options,
+                                const char* what) {
+  const TimeMs deadline = SteadyNowMs() + options.timeout_ms;
+  Algorithm a = options.algorithm;
+  if (a == Algorithm::kAuto) {
+    a = data.size_bytes() <= options.ring_threshold_bytes ? Algorithm::kRecursiveDoubling
+                                                          : Algorithm::kRing;
+  }
+  const auto steps = a == Algorithm::kRing ? RingAllReduceSchedule(rank(), size(), data.size())
+                                           : RecursiveDoublingSchedule(rank(), size(), data.size());
+  return Run<T>(steps, data, deadline, what);
+}
+
+Status Communicator::AllReduce(std::span<int64_t> data, const CollectiveOptions& options) {
+  return ReduceWith<int64_t>(data, options, "all-reduce");
+}
+
+Status Communicator::AllReduce(std::span<float> data, const CollectiveOptions& options) {
+  if (!options.exact) return ReduceWith<float>(data, options, "all-reduce");
+  if (options.scale_bits < 0 || options.scale_bits > 60) {
+    return InvalidArgumentError("exact all-reduce: scale_bits must be in [0, 60]");
+  }
+  // Fixed point: deterministic rounding and saturation, then integer sums.
+  const double scale = std::ldexp(1.0, options.scale_bits);
+  const double limit = std::ldexp(1.0, 62) / size();
+  std::vector<int64_t> q(data.size());
+  saturated_ = 0;
+  for (size_t i = 0; i < data.size(); ++i) {
+    double v = std::nearbyint(double{data[i]} * scale);
+    if (!(std::fabs(v) <= limit)) {  // Also NaN.
+      ++saturated_;
+      v = std::isnan(v) ? 0.0 : std::copysign(limit, v);
+    }
+    q[i] = static_cast<int64_t>(v);
+  }
+  COHORT_RETURN_IF_ERROR(ReduceWith<int64_t>(q, options, "exact all-reduce"));
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(double(q[i]) / scale);
+  return OkStatus();
+}
+
+Status Communicator::Broadcast(std::span<float> data, int root, const CollectiveOptions& options) {
+  if (root < 0 || root >= size()) {
+    return InvalidArgumentError("broadcast from rank " + std::to_string(root) + " of " +
+                                std::to_string(size()));
+  }
+  return Run<float>(BroadcastSchedule(rank(), size(), data.size(), root), data,
+                    SteadyNowMs() + options.timeout_ms, "broadcast");
+}
+
+Status Communicator::Barrier(const CollectiveOptions& options) {
+  int64_t token = 0;
+  return Run<int64_t>(RecursiveDoublingSchedule(rank(), size(), 1), std::span<int64_t>(&token, 1),
+                      SteadyNowMs() + options.timeout_ms, "barrier");
+}
+
+}  // namespace cohort::aggregation

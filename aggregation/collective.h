@@ -1,0 +1,100 @@
+// Peer collectives: every rank of a group holds one flat vector; after
+// AllReduce every rank holds the elementwise sum, bit-identical on every
+// rank. The algorithms are sans-I/O schedules (lists of steps, computed from
+// rank, world size and length alone); one executor runs any schedule over a
+// Transport, checking every message it receives.
+//
+//  - Ring (bandwidth-optimal): reduce-scatter then all-gather, 2 (n - 1)
+//    steps, each moving 1/n of the vector.
+//  - Recursive doubling (latency-optimal): log2(n) full-vector exchanges;
+//    with a world size that is not a power of two, the extra ranks first
+//    fold their vector into a partner and get the result back at the end.
+//  - Exact mode: floats become int64 fixed point (value * 2^scale_bits,
+//    rounded to nearest), summed as integers mod 2^64, decoded: the result is
+//    the same bits whatever the algorithm, transport or order of arrival.
+#ifndef COHORT_AGGREGATION_COLLECTIVE_H_
+#define COHORT_AGGREGATION_COLLECTIVE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "aggregation/transport.h"
+#include "common/status.h"
+
+namespace cohort::aggregation {
+
+// [begin, end) in elements of the vector.
+struct Range {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+
+// One step of a schedule: send `send` to `send_to` (if >= 0; the transport
+// takes a copy), then receive `recv` from `recv_from` (if >= 0) and add it
+// in (kReduce) or write it (kCopy).
+struct CollectiveStep {
+  enum class Op : uint8_t { kReduce, kCopy };
+  int send_to = -1;
+  Range send;
+  int recv_from = -1;
+  Range recv;
+  Op op = Op::kReduce;
+};
+
+// The ring's chunk c of a vector of n elements split over `size` ranks (the
+// first n % size chunks are one longer).
+Range RingChunk(size_t n, int size, int c);
+
+std::vector<CollectiveStep> RingAllReduceSchedule(int rank, int size, size_t n);
+std::vector<CollectiveStep> RecursiveDoublingSchedule(int rank, int size, size_t n);
+// Rank `root`'s vector to every rank, along a binomial tree.
+std::vector<CollectiveStep> BroadcastSchedule(int rank, int size, size_t n, int root);
+
+enum class Algorithm { kAuto, kRing, kRecursiveDoubling };
+
+struct CollectiveOptions {
+  Algorithm algorithm = Algorithm::kAuto;
+  // kAuto: recursive doubling up to this many bytes, the ring above.
+  size_t ring_threshold_bytes = 64 * 1024;
+  // The whole collective's deadline: on a timeout or a dead peer the call
+  // returns an error naming the rank that did not arrive, never hangs.
+  TimeMs timeout_ms = 30000;
+  // Exact mode (floats only): fixed point with this many fractional bits.
+  // Values beyond +-2^(62 - scale_bits) / size saturate (counted).
+  bool exact = false;
+  int scale_bits = 32;
+};
+
+// Collectives of one group, numbered so a message from an earlier or later
+// collective is recognised. Every rank calls the same collectives in the
+// same order with the same lengths and options. Not thread-safe.
+class Communicator {
+ public:
+  explicit Communicator(Transport* transport) : transport_(transport) {}
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+
+  Status AllReduce(std::span<float> data, const CollectiveOptions& options = {});
+  Status AllReduce(std::span<int64_t> data, const CollectiveOptions& options = {});
+  Status Broadcast(std::span<float> data, int root, const CollectiveOptions& options = {});
+  Status Barrier(const CollectiveOptions& options = {});
+  // Values that saturated in the last exact AllReduce on this rank.
+  uint64_t saturated() const { return saturated_; }
+
+ private:
+  template <typename T>
+  Status Run(const std::vector<CollectiveStep>& steps, std::span<T> data, TimeMs deadline,
+             const char* what);
+  template <typename T>
+  Status ReduceWith(std::span<T> data, const CollectiveOptions& options, const char* what);
+
+  Transport* transport_;
+  uint64_t sequence_ = 0;
+  uint64_t saturated_ = 0;
+};
+
+}  // namespace cohort::aggregation
+
+#endif  // COHORT_AGGREGATION_COLLECTIVE_H_

@@ -1,0 +1,276 @@
+// The collectives (aggregation/collective.h) with N ranks as threads, over
+// each transport of net/.
+#include "aggregation/collective.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "common/rng.h"
+#include "net/inprocess_transport.h"
+#include "net/zmq_transport.h"
+
+namespace cohort::net {
+namespace {
+
+using aggregation::Algorithm;
+using aggregation::Communicator;
+
+enum class Kind { kInProcess, kZmqTcp, kZmqIpc };
+const char* Name(Kind k) {
+  return k == Kind::kInProcess ? "in-process" : k == Kind::kZmqTcp ? "zmq tcp" : "zmq ipc";
+}
+
+// `size` connected transports of one kind (ZeroMQ: loopback or ipc files
+// in a fresh directory, ports from 0).
+struct Group {
+  Group(Kind kind, int size) : hub(size), context(1) {
+    if (kind == Kind::kInProcess) {
+      for (int r = 0; r < size; ++r) transports.push_back(hub.Connect(r));
+      return;
+    }
+    static int instance = 0;
+    const std::string dir =
+        "/tmp/cohort-collective-" + std::to_string(getpid()) + "-" + std::to_string(instance++);
+    std::vector<std::string> endpoints;
+    std::vector<ZmqTransport*> zmq;
+    for (int r = 0; r < size; ++r) {
+      const std::string bind = kind == Kind::kZmqTcp ? std::string("tcp://127.0.0.1:0")
+                                                     : "ipc://" + dir + "-" + std::to_string(r);
+      auto t = std::move(ZmqTransport::Bind(context, r, size, bind)).value();
+      endpoints.push_back(t->endpoint());
+      zmq.push_back(t.get());
+      transports.push_back(std::move(t));
+    }
+    for (ZmqTransport* t : zmq) EXPECT_TRUE(t->Connect(endpoints).ok());
+  }
+  InProcessHub hub;
+  zmq::context_t context;
+  std::vector<std::unique_ptr<aggregation::Transport>> transports;
+};
+
+// Runs body(rank, communicator) on `size` threads; returns each rank's status.
+std::vector<Status> RunRanks(int size, const std::function<Status(int, Communicator&)>& body,
+                             Kind kind = Kind::kInProcess) {
+  Group group(kind, size);
+  std::vector<Status> results(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      Communicator comm(group.transports[r].get());
+      results[r] = body(r, comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+std::vector<float> Input(int rank, size_t n) {
+  Rng rng(1000 + rank);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(rng.Normal());
+  return v;
+}
+
+// Every schedule: each rank ends with the serial sum (float rounding), and
+// every rank with the same bits.
+class CollectiveTest : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(CollectiveTest, AllReduceEqualsTheSerialSumForEveryWorldSizeAndLength) {
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kAuto}) {
+    for (int size = 1; size <= 8; ++size) {
+      for (size_t n : {size_t{1}, size_t{2}, size_t{7}, size_t{1000}, size_t{65539}}) {
+        SCOPED_TRACE("algorithm " + std::to_string(int(algorithm)) + ", size " +
+                     std::to_string(size) + ", n " + std::to_string(n));
+        std::vector<std::vector<float>> data(size);
+        std::vector<double> expected(n, 0.0);
+        for (int r = 0; r < size; ++r) {
+          data[r] = Input(r, n);
+          for (size_t i = 0; i < n; ++i) expected[i] += data[r][i];
+        }
+        auto st = RunRanks(
+            size,
+            [&](int r, Communicator& c) { return c.AllReduce(data[r], {.algorithm = algorithm}); },
+            GetParam());
+        for (int r = 0; r < size; ++r) ASSERT_TRUE(st[r].ok()) << st[r];
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_NEAR(data[0][i], expected[i], 1e-5 * (1 + std::fabs(expected[i]))) << i;
+        }
+        for (int r = 1; r < size; ++r) ASSERT_EQ(data[r], data[0]) << "rank " << r;
+      }
+    }
+  }
+}
+
+TEST_P(CollectiveTest, LargeBuffersUpTo64MiB) {
+  for (int size : {2, 5}) {
+    const size_t n = (size_t{64} << 20) / sizeof(float) + 3;  // 64 MiB and not divisible.
+    std::vector<std::vector<float>> data(size);
+    for (int r = 0; r < size; ++r) data[r].assign(n, float(r + 1));
+    auto st = RunRanks(
+        size, [&](int r, Communicator& c) { return c.AllReduce(data[r]); }, GetParam());
+    const float expected = float(size * (size + 1) / 2);
+    for (int r = 0; r < size; ++r) {
+      ASSERT_TRUE(st[r].ok()) << st[r];
+      EXPECT_EQ(data[r].front(), expected);
+      EXPECT_EQ(data[r][n / 2], expected);
+      EXPECT_EQ(data[r].back(), expected);
+    }
+  }
+}
+
+TEST_P(CollectiveTest, IntegersAndExactModeAreBitIdenticalWhateverTheAlgorithm) {
+  const int size = 6;
+  const size_t n = 4099;
+  std::vector<std::vector<int64_t>> ints(size);
+  std::vector<int64_t> int_sum(n, 0);
+  for (int r = 0; r < size; ++r) {
+    Rng rng(r);
+    for (size_t i = 0; i < n; ++i) {
+      ints[r].push_back(static_cast<int64_t>(rng.Next() >> 4) - (int64_t{1} << 58));
+      int_sum[i] += ints[r][i];
+    }
+  }
+  auto st = RunRanks(
+      size, [&](int r, Communicator& c) { return c.AllReduce(ints[r]); }, GetParam());
+  for (int r = 0; r < size; ++r) EXPECT_EQ(ints[r], int_sum);
+
+  std::vector<float> results[2];
+  int k = 0;
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+    std::vector<std::vector<float>> data(size);
+    for (int r = 0; r < size; ++r) data[r] = Input(r, n);
+    st = RunRanks(
+        size,
+        [&](int r, Communicator& c) {
+          return c.AllReduce(data[r], {.algorithm = algorithm, .exact = true});
+        },
+        GetParam());
+    for (int r = 0; r < size; ++r) {
+      ASSERT_TRUE(st[r].ok()) << st[r];
+      EXPECT_EQ(data[r], data[0]);
+    }
+    results[k++] = data[0];
+  }
+  // Float sums in another order differ in the last bits; exact ones do not.
+  EXPECT_EQ(results[0], results[1]);
+}
+
+TEST_P(CollectiveTest, BroadcastAndBarrier) {
+  for (int size = 1; size <= 7; ++size) {
+    for (int root = 0; root < size; ++root) {
+      std::vector<std::vector<float>> data(size, std::vector<float>(33, -1.0f));
+      data[root] = Input(root, 33);
+      auto st = RunRanks(
+          size,
+          [&](int r, Communicator& c) {
+            COHORT_RETURN_IF_ERROR(c.Broadcast(data[r], root));
+            return c.Barrier();
+          },
+          GetParam());
+      for (int r = 0; r < size; ++r) {
+        ASSERT_TRUE(st[r].ok()) << st[r];
+        EXPECT_EQ(data[r], data[root]) << "size " << size << " root " << root << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST_P(CollectiveTest, AMissingRankIsNamedWithinTheDeadline) {
+  // Rank 2 of 4 never joins: every other rank's all-reduce fails in time,
+  // and the ring neighbour that waits for it names it.
+  const int size = 4;
+  std::vector<std::vector<float>> data(size, std::vector<float>(1 << 16, 1.0f));
+  const TimeMs start = SteadyNowMs();
+  auto st = RunRanks(
+      size,
+      [&](int r, Communicator& c) -> Status {
+        if (r == 2) return OkStatus();
+        return c.AllReduce(data[r], {.algorithm = Algorithm::kRing, .timeout_ms = 300});
+      },
+      GetParam());
+  EXPECT_LT(SteadyNowMs() - start, 3000);
+  for (int r : {0, 1, 3}) {
+    EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << st[r];
+  }
+  EXPECT_NE(st[3].message().find("rank 2 did not arrive"), std::string::npos) << st[3];
+}
+
+TEST(InProcessTest, ADeadPeerFailsAtOnceNamingIt) {
+  InProcessHub hub(3);
+  hub.Kill(1);
+  auto t2 = hub.Connect(2);
+  Communicator c(t2.get());
+  std::vector<float> v(8, 1.0f);
+  // Rank 2's ring neighbour before it is rank 1.
+  Status s = c.AllReduce(v, {.algorithm = Algorithm::kRing, .timeout_ms = 60000});
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("rank 1 is gone"), std::string::npos) << s;
+}
+
+TEST_P(CollectiveTest, AWrongSizedOrStaleMessageIsAnErrorNotACrash) {
+  Group group(GetParam(), 2);
+  aggregation::Transport* t0 = group.transports[0].get();
+  aggregation::Transport* t1 = group.transports[1].get();
+  Communicator c0(t0);
+  // Rank 1 sends garbage instead of its chunk.
+  const std::vector<uint8_t> junk(20, 0xab);
+  ASSERT_TRUE(t1->Send(0, junk).ok());
+  std::vector<float> v(64, 1.0f);
+  Status s = c0.AllReduce(v, {.algorithm = Algorithm::kRecursiveDoubling, .timeout_ms = 1000});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("rank 1 sent a message of 20 bytes"), std::string::npos) << s;
+  // A well-formed message from another collective (rank 1 is one behind).
+  Communicator c1(t1);
+  std::vector<float> w(64, 2.0f);
+  std::thread peer([&] {
+    (void)c1.AllReduce(w, {.algorithm = Algorithm::kRecursiveDoubling, .timeout_ms = 300});
+  });
+  s = c0.AllReduce(v, {.algorithm = Algorithm::kRecursiveDoubling, .timeout_ms = 1000});
+  peer.join();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("message 0 of collective 1 (expected message 0 of collective 2)"),
+            std::string::npos)
+      << s;
+}
+
+TEST(ZmqTransportTest, MalformedFramesAreDroppedAndCounted) {
+  Group group(Kind::kZmqTcp, 2);
+  auto* receiver = static_cast<ZmqTransport*>(group.transports[1].get());
+  // A stranger connects to rank 1's inbox and sends frames that are not a
+  // rank and a body; then rank 0 sends a real message.
+  zmq::socket_t stranger(group.context, zmq::socket_type::push);
+  stranger.connect(receiver->endpoint());
+  stranger.send(zmq::str_buffer("no rank here"), zmq::send_flags::none);
+  const uint32_t bogus = 99;
+  stranger.send(zmq::buffer(&bogus, 4), zmq::send_flags::sndmore);
+  stranger.send(zmq::str_buffer("x"), zmq::send_flags::none);
+  const std::vector<uint8_t> hello = {1, 2, 3};
+  // After the stranger's: one sender's messages keep their order, not two
+  // senders', so wait for rank 0's message however they interleave.
+  ASSERT_TRUE(group.transports[0]->Send(1, hello).ok());
+  auto got = receiver->Receive(0, SteadyNowMs() + 5000);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, hello);
+  // Both bad messages are dropped once read (they may still be in flight).
+  for (int i = 0; i < 100 && receiver->dropped() < 2; ++i) {
+    if (receiver->Receive(0, SteadyNowMs() + 50).ok()) break;
+  }
+  EXPECT_EQ(receiver->dropped(), 2u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, CollectiveTest,
+                         ::testing::Values(Kind::kInProcess, Kind::kZmqTcp, Kind::kZmqIpc),
+                         [](const auto& info) {
+                           std::string n = Name(info.param);
+                           for (char& ch : n) ch = std::isalnum(ch) ? ch : '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace cohort::net

@@ -1,0 +1,114 @@
+#include "net/zmq_transport.h"
+
+#include <cstring>
+
+namespace cohort::net {
+
+ZmqTransport::ZmqTransport(zmq::context_t& context, int rank, int size,
+                           const ZmqTransportOptions& options)
+    : context_(context),
+      rank_(rank),
+      size_(size),
+      options_(options),
+      inbox_(context, zmq::socket_type::pull),
+      pending_(size) {}
+
+StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Bind(zmq::context_t& context, int rank,
+                                                           int size, const std::string& bind,
+                                                           const ZmqTransportOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return InvalidArgumentError("rank " + std::to_string(rank) + " of a group of " +
+                                std::to_string(size));
+  }
+  std::unique_ptr<ZmqTransport> t(new ZmqTransport(context, rank, size, options));
+  try {
+    t->inbox_.set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
+    t->inbox_.set(zmq::sockopt::rcvhwm, 0);  // A collective has few messages in flight.
+    t->inbox_.set(zmq::sockopt::linger, 0);
+    t->inbox_.bind(bind);
+    t->endpoint_ = t->inbox_.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return UnavailableError("rank " + std::to_string(rank) + ": cannot bind " + bind + ": " +
+                            e.what());
+  }
+  return t;
+}
+
+Status ZmqTransport::Connect(const std::vector<std::string>& endpoints) {
+  if (endpoints.size() != static_cast<size_t>(size_)) {
+    return InvalidArgumentError(std::to_string(endpoints.size()) + " endpoints for a group of " +
+                                std::to_string(size_));
+  }
+  out_.clear();
+  for (int r = 0; r < size_; ++r) {
+    out_.emplace_back(context_, zmq::socket_type::push);
+    if (r == rank_) continue;
+    try {
+      out_[r].set(zmq::sockopt::sndtimeo, options_.send_timeout_ms);
+      out_[r].set(zmq::sockopt::linger, 1000);
+      out_[r].connect(endpoints[r]);
+    } catch (const zmq::error_t& e) {
+      return UnavailableError("cannot connect to rank " + std::to_string(r) + " at " +
+                              endpoints[r] + ": " + e.what());
+    }
+  }
+  return OkStatus();
+}
+
+Status ZmqTransport::Send(int peer, std::span<const uint8_t> bytes) {
+  if (peer < 0 || peer >= size_ || peer == rank_ || out_.empty()) {
+    return InvalidArgumentError("send to rank " + std::to_string(peer) + " from rank " +
+                                std::to_string(rank_) + " of " + std::to_string(size_));
+  }
+  const uint32_t from = static_cast<uint32_t>(rank_);
+  try {
+    if (!out_[peer].send(zmq::buffer(&from, sizeof(from)), zmq::send_flags::sndmore) ||
+        !out_[peer].send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::none)) {
+      return UnavailableError("rank " + std::to_string(peer) + " took nothing for " +
+                              std::to_string(options_.send_timeout_ms) + " ms");
+    }
+  } catch (const zmq::error_t& e) {
+    return UnavailableError("send to rank " + std::to_string(peer) + ": " + e.what());
+  }
+  return OkStatus();
+}
+
+StatusOr<std::vector<uint8_t>> ZmqTransport::Receive(int peer, TimeMs deadline) {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return InvalidArgumentError("receive from rank " + std::to_string(peer) + " on rank " +
+                                std::to_string(rank_) + " of " + std::to_string(size_));
+  }
+  for (;;) {
+    if (!pending_[peer].empty()) {
+      std::vector<uint8_t> m = std::move(pending_[peer].front());
+      pending_[peer].pop_front();
+      return m;
+    }
+    const TimeMs now = SteadyNowMs();
+    if (now >= deadline) {
+      return DeadlineExceededError("nothing from rank " + std::to_string(peer) + " in time");
+    }
+    zmq::pollitem_t item{inbox_.handle(), 0, ZMQ_POLLIN, 0};
+    try {
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(deadline - now)) == 0) continue;
+      zmq::message_t from, body;
+      if (!inbox_.recv(from, zmq::recv_flags::dontwait)) continue;
+      const bool two = from.more() && inbox_.recv(body, zmq::recv_flags::dontwait) && !body.more();
+      uint32_t sender = 0;
+      if (two && from.size() == sizeof(sender)) std::memcpy(&sender, from.data(), sizeof(sender));
+      if (!two || from.size() != sizeof(sender) || sender >= static_cast<uint32_t>(size_) ||
+          sender == static_cast<uint32_t>(rank_)) {
+        // Drain what is left of a malformed message and drop it.
+        while (inbox_.get(zmq::sockopt::rcvmore)) (void)inbox_.recv(body, zmq::recv_flags::none);
+        ++dropped_;
+        continue;
+      }
+      const auto* p = static_cast<const uint8_t*>(body.data());
+      pending_[sender].emplace_back(p, p + body.size());
+    } catch (const zmq::error_t& e) {
+      return UnavailableError("receive on rank " + std::to_string(rank_) + ": " + e.what());
+    }
+  }
+}
+
+}  // namespace cohort::net

@@ -1,0 +1,57 @@
+// The ZeroMQ transport: one rank per process (or thread), over tcp:// between
+// hosts or ipc:// on one host. Each rank binds one PULL socket (its inbox)
+// and connects a PUSH socket to every peer's; a message is two frames, the
+// sender's rank and the bytes. Every frame is checked: a malformed one is
+// dropped and counted, never trusted.
+#ifndef COHORT_NET_ZMQ_TRANSPORT_H_
+#define COHORT_NET_ZMQ_TRANSPORT_H_
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "aggregation/transport.h"
+
+namespace cohort::net {
+
+struct ZmqTransportOptions {
+  int send_timeout_ms = 30000;  // A peer that takes nothing for this long fails Send.
+  int64_t max_message_bytes = int64_t{1} << 30;  // Larger frames are refused by ZeroMQ.
+};
+
+class ZmqTransport final : public aggregation::Transport {
+ public:
+  // Binds this rank's inbox at `bind` (e.g. "tcp://127.0.0.1:0",
+  // "ipc:///tmp/cohort-rank-3"); endpoint() is then where peers reach it.
+  static StatusOr<std::unique_ptr<ZmqTransport>> Bind(zmq::context_t& context, int rank, int size,
+                                                      const std::string& bind,
+                                                      const ZmqTransportOptions& options = {});
+  const std::string& endpoint() const { return endpoint_; }
+  // Connects to every other rank; endpoints[r] is rank r's endpoint().
+  Status Connect(const std::vector<std::string>& endpoints);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status Send(int peer, std::span<const uint8_t> bytes) override;
+  StatusOr<std::vector<uint8_t>> Receive(int peer, TimeMs deadline) override;
+  // Messages dropped because their frames were malformed.
+  uint64_t dropped() const { return dropped_; }
+
+ private:
+  ZmqTransport(zmq::context_t& context, int rank, int size, const ZmqTransportOptions& options);
+
+  zmq::context_t& context_;
+  int rank_, size_;
+  ZmqTransportOptions options_;
+  zmq::socket_t inbox_;
+  std::string endpoint_;
+  std::vector<zmq::socket_t> out_;
+  std::vector<std::deque<std::vector<uint8_t>>> pending_;  // Arrived early, by sender.
+  uint64_t dropped_ = 0;
+};
+
+}  // namespace cohort::net
+
+#endif  // COHORT_NET_ZMQ_TRANSPORT_H_
