@@ -14,6 +14,7 @@
 #include "coordinator/daemon.h"
 #include "crypto/key_files.h"
 #include "proto/config_io.h"
+#include "worker/worker.h"
 
 namespace {
 
@@ -135,6 +136,37 @@ int main(int argc, char** argv) {
   part->add_option("--out", popts.out, "Output directory")->required();
   part->add_option("--encoding", popts.encoding, "auto, float32 or uint8");
 
+  // worker and launch (mode: DATA_PARALLEL)
+  auto* worker = app.add_subcommand("worker", "Run one rank of a data-parallel run");
+  cohort::worker::WorkerOptions wopts;
+  worker->add_option("--config", wopts.config, "A DATA_PARALLEL run configuration")->required();
+  worker->add_option("--run-dir", wopts.run_dir, "Run directory (rank 0 writes run.db)")
+      ->required();
+  worker->add_option("--rank", wopts.rank,
+                     "This rank (default: RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID)");
+  worker->add_option("--world-size", wopts.world_size,
+                     "Ranks in all (default: WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS)");
+  worker->add_option("--master", wopts.master,
+                     "Rank 0's rendezvous address, tcp://HOST:PORT or ipc://PATH (default: "
+                     "MASTER_ADDR and MASTER_PORT)");
+  worker->add_option("--host", wopts.host, "The address other ranks reach this one at")
+      ->capture_default_str();
+  worker->add_option("--device", wopts.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  worker->add_option("--fault-exit-at-step", wopts.fault_exit_step,
+                     "Testing: exit abruptly before this global step");
+  auto* launch = app.add_subcommand("launch", "Start N local data-parallel workers");
+  cohort::worker::LaunchOptions lopts;
+  launch->add_option("--nproc", lopts.nproc, "Workers to start")->check(CLI::Range(1, 256));
+  launch->add_option("--config", lopts.config, "A DATA_PARALLEL run configuration")->required();
+  launch->add_option("--run-dir", lopts.run_dir, "Run directory")->required();
+  launch
+      ->add_option("--max-restarts", lopts.max_restarts,
+                   "Restart the group from the last checkpoint this many times")
+      ->check(CLI::Range(0, 100));
+  launch->add_option("--device", lopts.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  launch->add_option("--fault-rank", lopts.fault_rank, "Testing: this rank fails once");
+  launch->add_option("--fault-step", lopts.fault_step, "Testing: at this global step");
+
   // status
   auto* status = app.add_subcommand("status", "Print the rounds of a run");
   std::string status_dir;
@@ -164,6 +196,20 @@ int main(int argc, char** argv) {
     opts.insecure = coord_insecure;
     opts.dump_sums = dump_sums;
     return Report(cohort::coordinator::RunCoordinator(opts, g_stop), "coordinator");
+  }
+  if (worker->parsed()) {
+    cohort::Status resolved = cohort::worker::ResolveRank(wopts);
+    cohort::InitLogging(resolved.ok() ? "rank " + std::to_string(wopts.rank) : "worker", "",
+                        log_level);
+    if (!resolved.ok()) return Report(resolved, "worker");
+    // A stopped worker stops at once: its peers notice by their deadline.
+    std::signal(SIGTERM, SIG_DFL);
+    std::signal(SIGINT, SIG_DFL);
+    return Report(cohort::worker::RunWorker(wopts, g_stop), "worker");
+  }
+  if (launch->parsed()) {
+    cohort::InitLogging("launch", "", log_level);
+    return Report(cohort::worker::RunLaunch(lopts), "launch");
   }
   if (client->parsed()) {
     if (copts.name.empty()) copts.name = std::filesystem::path(copts.data).stem().string();

@@ -74,6 +74,10 @@ size_t MaxClientHeaderBytes(const config::RunConfig& config) {
 }  // namespace
 
 Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop) {
+  if (options.config.mode() == config::DATA_PARALLEL) {
+    return InvalidArgumentError(
+        "mode: DATA_PARALLEL runs under `cohort launch` or `cohort worker`, not the coordinator");
+  }
   const config::RunConfig& config = options.config;
   // Without a handshake timeout a connection could stay unauthenticated, and
   // hold its frame, for as long as its peer likes.

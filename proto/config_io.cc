@@ -297,10 +297,19 @@ StatusOr<RunConfig> LoadRunConfig(const std::string& path) {
 }
 
 Status ValidateRunConfig(const RunConfig& c) {
-  if (c.mode() == DATA_PARALLEL) {
-    return UnimplementedError("mode: DATA_PARALLEL is not implemented yet; use FEDERATED");
+  if (c.mode() != FEDERATED && c.mode() != DATA_PARALLEL) {
+    return InvalidArgumentError("mode: must be FEDERATED or DATA_PARALLEL");
   }
-  if (c.mode() != FEDERATED) return InvalidArgumentError("mode: must be FEDERATED");
+  if (c.mode() == DATA_PARALLEL) {
+    if (c.data().train_shard().empty()) {
+      return InvalidArgumentError("data.train_shard: DATA_PARALLEL needs the training set");
+    }
+    const DataParallelConfig& dp = c.data_parallel();
+    if (dp.epochs() == 0 || dp.epochs() > 100000) {
+      return InvalidArgumentError("data_parallel.epochs: must be in [1, 100000]");
+    }
+    COHORT_RETURN_IF_ERROR(CheckSeconds("data_parallel.timeout_s", dp.timeout_s()));
+  }
   const ModelConfig& m = c.model();
   if (m.input_dim() == 0 || m.input_dim() > (1u << 24)) {
     return InvalidArgumentError("model.input_dim: must be in [1, 2^24]");

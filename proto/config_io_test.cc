@@ -106,10 +106,19 @@ TEST(ConfigTest, TheShippedExamplesAreValid) {
   EXPECT_GT(checked, 0);
 }
 
-TEST(ConfigTest, DataParallelIsNotSilentlyIgnored) {
+TEST(ConfigTest, DataParallelNeedsItsTrainingSetAndRanges) {
   auto c = ParseRunConfig("mode: DATA_PARALLEL", "x");
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(c.status().message().find("data.train_shard"), std::string::npos) << c.status();
+  c = ParseRunConfig("mode: DATA_PARALLEL data { train_shard: \"t.shard\" }", "x");
+  EXPECT_TRUE(c.ok()) << c.status();
+  c = ParseRunConfig(
+      "mode: DATA_PARALLEL data { train_shard: \"t.shard\" } data_parallel { epochs: 0 }", "x");
+  EXPECT_NE(c.status().message().find("data_parallel.epochs"), std::string::npos) << c.status();
+  c = ParseRunConfig(
+      "mode: DATA_PARALLEL data { train_shard: \"t.shard\" } data_parallel { timeout_s: 1e20 }",
+      "x");
+  EXPECT_NE(c.status().message().find("data_parallel.timeout_s"), std::string::npos) << c.status();
 }
 
 // The error of parsing `text`, which must fail; "" when it parsed.

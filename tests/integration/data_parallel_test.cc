@@ -1,0 +1,139 @@
+// mode: DATA_PARALLEL end to end: `cohort launch` and `cohort worker`
+// processes on this host, the collectives over ZeroMQ ipc://.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "coordinator/run_store.h"
+#include "tests/integration/harness.h"
+
+namespace cohort::testing {
+namespace {
+
+class DataParallelTest : public ::testing::Test {
+ protected:
+  DataParallelTest() : dir_("dp") {
+    std::string out;
+    const int code = RunCohort({"partition", "--format", "synthetic", "--samples", "2000",
+                                "--test-samples", "500", "--features", "20", "--classes", "4",
+                                "--clients", "1", "--seed", "4", "--out", dir_ / "shards"},
+                               &out, dir_ / "partition.log");
+    if (code != 0) throw std::runtime_error(ReadFile(dir_ / "partition.log"));
+  }
+  std::string Config(const std::string& name, int batch, bool exact, int epochs = 2) {
+    const std::string path = dir_ / name;
+    WriteFile(path,
+              "seed: 7\nmode: DATA_PARALLEL\n"
+              "data { train_shard: \"" +
+                  (dir_ / "shards/client-000.shard") + "\" test_shard: \"" +
+                  (dir_ / "shards/test.shard") + "\" }\n" +
+                  "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: 16 }\n" +
+                  "train { batch_size: " + std::to_string(batch) +
+                  " learning_rate: 0.05 momentum: 0.5 }\n" +
+                  "data_parallel { epochs: " + std::to_string(epochs) +
+                  " timeout_s: 5 exact: " + (exact ? "true" : "false") + " }\n");
+    return path;
+  }
+  int Launch(const std::string& config, const std::string& run, int nproc,
+             std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {
+        "launch", "--nproc", std::to_string(nproc), "--config", config, "--run-dir", dir_ / run};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string out;
+    return RunCohort(args, &out, dir_ / (run + ".log"));
+  }
+  std::vector<float> FinalModel(const std::string& run) {
+    auto store = std::move(coordinator::OpenSqliteRunStore(dir_ / (run + "/run.db"))).value();
+    return std::move(store->LatestCheckpoint()).value().model;
+  }
+  std::vector<coordinator::RoundRecord> Epochs(const std::string& run) {
+    auto store = std::move(coordinator::OpenSqliteRunStore(dir_ / (run + "/run.db"))).value();
+    return std::move(store->Rounds()).value();
+  }
+  TempDir dir_;
+};
+
+TEST_F(DataParallelTest, FourWorkersLearnLikeOneWithTheSameGlobalBatch) {
+  ASSERT_EQ(Launch(Config("one.textproto", 32, false), "one", 1), 0) << ReadFile(dir_ / "one.log");
+  ASSERT_EQ(Launch(Config("four.textproto", 8, false), "four", 4), 0)
+      << ReadFile(dir_ / "four.log");
+  const auto one = Epochs("one"), four = Epochs("four");
+  ASSERT_EQ(one.size(), 2u);  // One record per epoch.
+  ASSERT_EQ(four.size(), 2u);
+  EXPECT_EQ(four.back().participants, 4u);
+  EXPECT_NEAR(four.back().test_accuracy, one.back().test_accuracy, 0.005);
+  // Same samples in the same global batches: only float rounding differs.
+  const auto a = FinalModel("one"), b = FinalModel("four");
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_GT(worst, 0.0) << "4 workers gave 1 worker's bits: was the work split at all?";
+}
+
+TEST_F(DataParallelTest, ExactModeRunsAreBitIdentical) {
+  const std::string config = Config("exact.textproto", 8, true);
+  ASSERT_EQ(Launch(config, "x1", 4), 0) << ReadFile(dir_ / "x1.log");
+  ASSERT_EQ(Launch(config, "x2", 4), 0) << ReadFile(dir_ / "x2.log");
+  EXPECT_EQ(FinalModel("x1"), FinalModel("x2"));
+  EXPECT_EQ(Epochs("x1").back().aggregation, "all-reduce (exact)");
+}
+
+TEST_F(DataParallelTest, AKilledWorkerIsNamedByItsPeersAndNothingHangs) {
+  const std::string config = Config("kill.textproto", 8, false, 3);
+  const std::string master = "ipc://" + (dir_ / "rendezvous");
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<std::string> argv = {CohortBin(),    "worker",      "--config", config,
+                                     "--run-dir",    dir_ / "kill", "--rank",   std::to_string(r),
+                                     "--world-size", "4",           "--master", master};
+    if (r == 2) argv.insert(argv.end(), {"--fault-exit-at-step", "40"});
+    workers.push_back(
+        std::make_unique<Process>(argv, dir_ / ("kill-" + std::to_string(r) + ".log")));
+  }
+  EXPECT_EQ(workers[2]->Wait(), 3);
+  // Every other rank fails within its 5 s deadline (bounded wait: no hang).
+  for (int r : {0, 1, 3}) {
+    EXPECT_NE(workers[r]->Wait(std::chrono::seconds(30)), 0) << "rank " << r;
+    EXPECT_NE(ReadFile(dir_ / ("kill-" + std::to_string(r) + ".log")).find("did not arrive"),
+              std::string::npos)
+        << ReadFile(dir_ / ("kill-" + std::to_string(r) + ".log"));
+  }
+  // Rank 3 receives from rank 2 in the ring: it names it.
+  EXPECT_NE(ReadFile(dir_ / "kill-3.log").find("rank 2 did not arrive"), std::string::npos)
+      << ReadFile(dir_ / "kill-3.log");
+}
+
+TEST_F(DataParallelTest, LaunchRestartsFromTheLastCheckpoint) {
+  // 2000 samples, global batch 16: 125 steps an epoch; rank 1 dies in epoch 2.
+  const std::string config = Config("restart.textproto", 8, false, 3);
+  ASSERT_EQ(Launch(config, "restart", 2,
+                   {"--max-restarts", "1", "--fault-rank", "1", "--fault-step", "150"}),
+            0)
+      << ReadFile(dir_ / "restart.log");
+  const std::string log = ReadFile(dir_ / "restart.log");
+  EXPECT_NE(log.find("rank 1 exited with status 3"), std::string::npos) << log;
+  EXPECT_NE(log.find("resuming after epoch 1"), std::string::npos) << log;
+  const auto epochs = Epochs("restart");
+  ASSERT_EQ(epochs.size(), 3u);
+  EXPECT_EQ(epochs.back().round, 3u);
+  // Without restarts the same failure fails the launch, naming the rank.
+  EXPECT_NE(Launch(config, "norestart", 2, {"--fault-rank", "1", "--fault-step", "150"}), 0);
+  EXPECT_NE(ReadFile(dir_ / "norestart.log").find("rank 1 exited with status 3"),
+            std::string::npos);
+}
+
+TEST_F(DataParallelTest, AWorkerWithoutARankSaysWhatIsMissing) {
+  std::string out;
+  const std::string log = dir_ / "norank.log";
+  EXPECT_NE(
+      RunCohort({"worker", "--config", Config("c.textproto", 8, false), "--run-dir", dir_ / "r"},
+                &out, log),
+      0);
+  EXPECT_NE(ReadFile(log).find("no rank or world size"), std::string::npos) << ReadFile(log);
+}
+
+}  // namespace
+}  // namespace cohort::testing

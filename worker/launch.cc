@@ -1,0 +1,99 @@
+// cohort launch: N local workers, like torchrun --standalone.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "worker/worker.h"
+
+namespace cohort::worker {
+namespace {
+
+// Starts one worker; its stdout and stderr are the launcher's.
+StatusOr<pid_t> Spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return UnavailableError("fork failed");
+  if (pid == 0) {
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Runs one attempt: every worker, until all exit or one fails (then the
+// others are stopped). Returns the first failure's description, or "".
+std::string RunGroup(const LaunchOptions& o, const std::string& master, bool inject_fault) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < o.nproc; ++r) {
+    std::vector<std::string> args = {
+        o.cohort_binary, "worker", "--config",        o.config,       "--run-dir",
+        o.run_dir,       "--rank", std::to_string(r), "--world-size", std::to_string(o.nproc),
+        "--master",      master,   "--device",        o.device};
+    if (inject_fault && r == o.fault_rank) {
+      args.insert(args.end(), {"--fault-exit-at-step", std::to_string(o.fault_step)});
+    }
+    StatusOr<pid_t> pid = Spawn(args);
+    if (!pid.ok()) return pid.status().message();
+    pids.push_back(*pid);
+  }
+  std::string failure;
+  size_t running = pids.size();
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    int rank = -1;
+    for (int r = 0; r < o.nproc; ++r) {
+      if (pids[r] == pid) rank = r;
+    }
+    if (rank < 0) continue;
+    --running;
+    pids[rank] = -1;
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok && failure.empty()) {
+      failure = "rank " + std::to_string(rank) +
+                (WIFEXITED(status) ? " exited with status " + std::to_string(WEXITSTATUS(status))
+                                   : " was killed by signal " + std::to_string(WTERMSIG(status)));
+      spdlog::error("launch: {}; stopping the other workers", failure);
+      for (pid_t p : pids) {
+        if (p > 0) kill(p, SIGTERM);
+      }
+    }
+  }
+  return failure;
+}
+
+}  // namespace
+
+Status RunLaunch(const LaunchOptions& options) {
+  LaunchOptions o = options;
+  if (o.nproc < 1 || o.nproc > 256) return InvalidArgumentError("--nproc must be in [1, 256]");
+  if (o.max_restarts < 0) return InvalidArgumentError("--max-restarts must be >= 0");
+  if (o.cohort_binary.empty()) {
+    std::error_code ec;
+    o.cohort_binary = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (ec) return UnavailableError("launch: cannot find this executable: " + ec.message());
+  }
+  std::filesystem::create_directories(o.run_dir);
+  const std::string master =
+      "ipc://" + std::filesystem::absolute(o.run_dir).string() + "/rendezvous";
+  for (int attempt = 0;; ++attempt) {
+    const std::string failure = RunGroup(o, master, attempt == 0);
+    if (failure.empty()) return OkStatus();
+    if (attempt >= o.max_restarts) {
+      return UnavailableError("launch: " + failure + " (" + std::to_string(attempt) +
+                              " restart(s) used of " + std::to_string(o.max_restarts) + ")");
+    }
+    spdlog::warn("launch: restarting all {} workers from the last checkpoint ({} of {})", o.nproc,
+                 attempt + 1, o.max_restarts);
+  }
+}
+
+}  // namespace cohort::worker

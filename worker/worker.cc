@@ -1,0 +1,275 @@
+#include "worker/worker.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+#include <vector>
+#include <zmq.hpp>
+
+#include "aggregation/collective.h"
+#include "common/clock.h"
+#include "common/rng.h"
+#include "coordinator/run_store.h"
+#include "datasets/shard.h"
+#include "net/rendezvous.h"
+#include "net/zmq_transport.h"
+#include "proto/config_io.h"
+#include "train/device.h"
+#include "train/model_config.h"
+#include "train/trainer.h"
+
+namespace cohort::worker {
+namespace {
+
+// The integer in environment variable `name`, or -1 when unset.
+StatusOr<int> EnvInt(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > 1000000) {
+    return InvalidArgumentError(std::string(name) + "=" + v + ": not a rank or size");
+  }
+  return static_cast<int>(n);
+}
+
+std::string EnvString(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+}  // namespace
+
+Status ResolveRank(WorkerOptions& o) {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    if (o.rank >= 0) break;
+    COHORT_ASSIGN_OR_RETURN(o.rank, EnvInt(name));
+  }
+  for (const char* name : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}) {
+    if (o.world_size >= 0) break;
+    COHORT_ASSIGN_OR_RETURN(o.world_size, EnvInt(name));
+  }
+  if (o.master.empty() && !EnvString("MASTER_ADDR").empty()) {
+    o.master = "tcp://" + EnvString("MASTER_ADDR") + ":" +
+               (EnvString("MASTER_PORT").empty() ? "29500" : EnvString("MASTER_PORT"));
+  }
+  if (o.rank < 0 || o.world_size < 1) {
+    return InvalidArgumentError(
+        "worker: no rank or world size (--rank/--world-size, or RANK/WORLD_SIZE, "
+        "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS)");
+  }
+  if (o.rank >= o.world_size) {
+    return InvalidArgumentError("worker: rank " + std::to_string(o.rank) + " of a world of " +
+                                std::to_string(o.world_size));
+  }
+  if (o.master.empty() && o.world_size > 1) {
+    return InvalidArgumentError("worker: no rendezvous address (--master, or MASTER_ADDR)");
+  }
+  return OkStatus();
+}
+
+namespace {
+
+// One rank's state for the whole run.
+struct Rank {
+  config::RunConfig config;
+  int rank = 0, world = 1;
+  std::unique_ptr<train::Backend> backend;
+  std::unique_ptr<train::Model> model;
+  std::unique_ptr<train::DeviceDataset> train_data, test_data;
+  std::unique_ptr<coordinator::RunStore> store;  // Rank 0 only.
+  aggregation::Communicator* comm = nullptr;
+  aggregation::CollectiveOptions collective;
+};
+
+// Rank 0's model: the last checkpoint, or a fresh one; every rank gets it by
+// broadcast. Returns the epoch to start after.
+StatusOr<uint32_t> StartModel(Rank& r, const std::string& run_dir, std::vector<float>& params) {
+  std::vector<float> start = {0};
+  if (r.rank == 0) {
+    std::filesystem::create_directories(run_dir);
+    COHORT_ASSIGN_OR_RETURN(r.store, coordinator::OpenSqliteRunStore(run_dir + "/run.db"));
+    COHORT_ASSIGN_OR_RETURN(std::optional<coordinator::RunInfo> info, r.store->LoadRun());
+    if (info) {
+      COHORT_ASSIGN_OR_RETURN(coordinator::Checkpoint cp, r.store->LatestCheckpoint());
+      if (cp.model.size() != params.size()) {
+        return FailedPreconditionError(
+            run_dir + ": the stored model has " + std::to_string(cp.model.size()) +
+            " parameters, this config's " + std::to_string(params.size()));
+      }
+      params = cp.model;
+      start[0] = static_cast<float>(cp.round);
+      spdlog::info("resuming after epoch {}", cp.round);
+    } else {
+      r.model->Init(params, r.config.seed());
+      coordinator::RunInfo created{config::ToText(r.config), r.config.seed(), COHORT_VERSION, 0};
+      COHORT_RETURN_IF_ERROR(r.store->CreateRun(created, {0, params, {}}));
+    }
+  }
+  COHORT_RETURN_IF_ERROR(r.comm->Broadcast(params, 0, r.collective));
+  COHORT_RETURN_IF_ERROR(r.comm->Broadcast(start, 0, r.collective));
+  return static_cast<uint32_t>(start[0]);
+}
+
+struct EpochResult {
+  double loss = 0, accuracy = 0, seconds = 0;
+  uint64_t steps = 0;
+};
+
+// One epoch of synchronous SGD: every rank takes its part of each global
+// batch, and the gradients are all-reduced, weighted by part sizes.
+StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& optimizer,
+                                 uint64_t& global_step, int64_t fault_step) {
+  const double start = WallSeconds();
+  train::Backend* b = r.backend.get();
+  const size_t n = r.train_data->size();
+  const size_t per_rank = r.config.train().batch_size();
+  const size_t global_batch = per_rank * r.world;
+  std::vector<uint32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  Rng rng(DeriveSeed(r.config.seed(), 0xd9, epoch));
+  rng.Shuffle(std::span<uint32_t>(order));
+  const size_t np = r.model->num_params();
+  COHORT_ASSIGN_OR_RETURN(auto order_dev, train::DeviceArray<uint32_t>::Create(b, n));
+  COHORT_ASSIGN_OR_RETURN(
+      auto x, train::DeviceArray<float>::Create(b, per_rank * r.model->input_features()));
+  COHORT_ASSIGN_OR_RETURN(auto y, train::DeviceArray<int32_t>::Create(b, per_rank));
+  COHORT_ASSIGN_OR_RETURN(auto stats, train::DeviceArray<double>::Create(b, 2));
+  COHORT_ASSIGN_OR_RETURN(auto reduced, train::DeviceArray<float>::Create(b, np));
+  b->Upload(order_dev.data(), order.data(), order_dev.bytes());
+  b->Zero(stats.data(), stats.bytes());
+  COHORT_RETURN_IF_ERROR(r.model->Reserve(static_cast<int>(per_rank)));
+  std::vector<float> grads(np);
+  const Shape& s = r.model->spec().input;
+  EpochResult result;
+  for (size_t begin = 0; begin < n; begin += global_batch, ++global_step, ++result.steps) {
+    if (fault_step >= 0 && global_step == static_cast<uint64_t>(fault_step)) {
+      std::fprintf(stderr, "fault injection: rank %d exits before step %lu\n", r.rank,
+                   static_cast<unsigned long>(global_step));
+      _exit(3);
+    }
+    const size_t count = std::min(global_batch, n - begin);
+    const size_t lo = begin + count * r.rank / r.world, hi = begin + count * (r.rank + 1) / r.world;
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    if (hi > lo) {
+      b->Gather(r.train_data->features(), r.train_data->labels(), order_dev.data() + lo,
+                int(hi - lo), int(s.c), int(s.h), int(s.w), x.data(), y.data());
+      r.model->Backward(x.data(), y.data(), int(hi - lo), stats.data());
+      b->Download(grads.data(), r.model->grads().data(), np * sizeof(float));
+      // The mean over this part, weighted by its share of the global batch.
+      const float share = float(hi - lo) / float(count);
+      for (float& g : grads) g *= share;
+    }
+    COHORT_RETURN_IF_ERROR(r.comm->AllReduce(grads, r.collective));
+    b->Upload(reduced.data(), grads.data(), np * sizeof(float));
+    COHORT_RETURN_IF_ERROR(optimizer.Step(r.model->params(), {reduced.data(), np}));
+  }
+  double local[2];
+  b->Download(local, stats.data(), sizeof(local));
+  COHORT_RETURN_IF_ERROR(b->Sync());
+  std::vector<float> totals = {float(local[0]), float(local[1])};
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(totals, r.collective));
+  result.loss = n > 0 ? totals[0] / n : 0;
+  result.accuracy = n > 0 ? totals[1] / n : 0;
+  result.seconds = WallSeconds() - start;
+  return result;
+}
+
+// Rank 0: evaluates, prints the epoch and commits it with the model.
+Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<const float> params) {
+  coordinator::RoundRecord rec;
+  rec.round = epoch;
+  rec.participants = rec.selected = static_cast<uint32_t>(r.world);
+  rec.train_loss = e.loss;
+  rec.seconds = e.seconds;
+  rec.aggregation = r.collective.exact ? "all-reduce (exact)" : "all-reduce";
+  rec.committed_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  if (r.test_data) {
+    COHORT_ASSIGN_OR_RETURN(train::EvalResult t, train::Evaluate(*r.model, params, *r.test_data));
+    rec.test_accuracy = t.accuracy;
+    rec.test_loss = t.loss;
+  }
+  std::printf(
+      "epoch %3u/%u  workers %d  steps %lu  train_loss %.4f  train_acc %.4f  test_acc %.4f  "
+      "%.2fs\n",
+      epoch, r.config.data_parallel().epochs(), r.world, static_cast<unsigned long>(e.steps),
+      e.loss, e.accuracy, rec.test_accuracy, e.seconds);
+  std::fflush(stdout);
+  const std::vector<float> model(params.begin(), params.end());
+  return r.store->CommitRound(rec, {}, {epoch, model, {}}, 3);
+}
+
+Status Load(Rank& r, const WorkerOptions& o) {
+  COHORT_ASSIGN_OR_RETURN(r.config, config::LoadRunConfig(o.config));
+  if (r.config.mode() != config::DATA_PARALLEL) {
+    return InvalidArgumentError(o.config +
+                                ": mode is not DATA_PARALLEL (cohort worker trains "
+                                "data-parallel runs; federated runs use cohort coordinator)");
+  }
+  std::string note;
+  COHORT_ASSIGN_OR_RETURN(r.backend, train::NewBackend({.device = o.device}, &note));
+  if (!note.empty()) spdlog::info("{}", note);
+  COHORT_ASSIGN_OR_RETURN(r.model, train::BuildModel(r.config.model(), r.backend.get()));
+  const std::string& train_path = r.config.data().train_shard();
+  COHORT_ASSIGN_OR_RETURN(datasets::Dataset train, datasets::ReadShard(train_path));
+  COHORT_RETURN_IF_ERROR(train::CheckCompatible(*r.model, train).WithContext(train_path));
+  COHORT_ASSIGN_OR_RETURN(r.train_data, train::DeviceDataset::Upload(r.backend.get(), train));
+  const std::string& test_path = r.config.data().test_shard();
+  if (r.rank == 0 && !test_path.empty()) {
+    COHORT_ASSIGN_OR_RETURN(datasets::Dataset test, datasets::ReadShard(test_path));
+    COHORT_RETURN_IF_ERROR(train::CheckCompatible(*r.model, test).WithContext(test_path));
+    COHORT_ASSIGN_OR_RETURN(r.test_data, train::DeviceDataset::Upload(r.backend.get(), test));
+  }
+  r.collective.exact = r.config.data_parallel().exact();
+  r.collective.timeout_ms = static_cast<TimeMs>(r.config.data_parallel().timeout_s() * 1000);
+  return OkStatus();
+}
+
+}  // namespace
+
+Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
+  Rank r;
+  r.rank = o.rank;
+  r.world = o.world_size;
+  COHORT_RETURN_IF_ERROR(Load(r, o));
+  zmq::context_t context(1);
+  const bool ipc = o.master.rfind("ipc://", 0) == 0;
+  const std::string bind =
+      ipc ? o.master + "-rank-" + std::to_string(o.rank) : "tcp://" + o.host + ":0";
+  COHORT_ASSIGN_OR_RETURN(auto transport,
+                          net::ZmqTransport::Bind(context, o.rank, o.world_size, bind));
+  COHORT_ASSIGN_OR_RETURN(
+      std::vector<std::string> endpoints,
+      net::Rendezvous(context, o.rank, o.world_size, o.master, transport->endpoint(),
+                      SteadyNowMs() + r.collective.timeout_ms));
+  COHORT_RETURN_IF_ERROR(transport->Connect(endpoints));
+  aggregation::Communicator comm(transport.get());
+  r.comm = &comm;
+  spdlog::info("rank {} of {} ready ({})", o.rank, o.world_size, r.backend->Name());
+
+  std::vector<float> params(r.model->num_params());
+  COHORT_ASSIGN_OR_RETURN(uint32_t done, StartModel(r, o.run_dir, params));
+  COHORT_RETURN_IF_ERROR(r.model->SetParams(params));
+  COHORT_ASSIGN_OR_RETURN(auto optimizer,
+                          train::Optimizer::Create(train::OptimizerFromConfig(r.config.train()),
+                                                   params.size(), r.backend.get()));
+  const uint32_t epochs = r.config.data_parallel().epochs();
+  uint64_t global_step = 0;
+  for (uint32_t epoch = done + 1; epoch <= epochs && !stop; ++epoch) {
+    COHORT_ASSIGN_OR_RETURN(EpochResult e,
+                            TrainEpoch(r, epoch, *optimizer, global_step, o.fault_exit_step));
+    COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
+    if (r.rank == 0) COHORT_RETURN_IF_ERROR(CommitEpoch(r, epoch, e, params));
+  }
+  // Nobody leaves while a peer may still need a message from it.
+  return comm.Barrier(r.collective);
+}
+
+}  // namespace cohort::worker

@@ -1,0 +1,57 @@
+// Data-parallel training (mode: DATA_PARALLEL): one `cohort worker` process
+// per rank, synchronous SGD with the gradients all-reduced every step over
+// the peer collectives (aggregation/collective.h), and `cohort launch`,
+// which starts N local workers like torchrun --standalone.
+#ifndef COHORT_WORKER_WORKER_H_
+#define COHORT_WORKER_WORKER_H_
+
+#include <atomic>
+#include <string>
+
+#include "common/status.h"
+
+namespace cohort::worker {
+
+struct WorkerOptions {
+  std::string config;   // A DATA_PARALLEL run configuration.
+  std::string run_dir;  // Rank 0 writes the run store (run.db) here.
+  int rank = -1;        // -1: from the environment (see ResolveRank).
+  int world_size = -1;
+  // Rank 0's rendezvous address: tcp://HOST:PORT, or ipc://PATH on one host.
+  std::string master;
+  // The address other ranks reach this one at (tcp masters only).
+  std::string host = "127.0.0.1";
+  std::string device = "cpu";  // cpu | cuda | cuda:N | auto
+  // Testing: this rank exits abruptly (status 3) before global step N.
+  int64_t fault_exit_step = -1;
+};
+
+// Fills rank, world size and master from the environment where the flags
+// left them unset: torchrun / Kubeflow (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT), Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), Slurm
+// (SLURM_PROCID, SLURM_NTASKS). kInvalidArgument naming what is missing.
+Status ResolveRank(WorkerOptions& options);
+
+// Trains the whole run (resuming from rank 0's last checkpoint); returns
+// when it is done, or with an error naming the rank that failed.
+Status RunWorker(const WorkerOptions& options, const std::atomic<bool>& stop);
+
+struct LaunchOptions {
+  int nproc = 1;
+  std::string config, run_dir;
+  int max_restarts = 0;
+  std::string device = "cpu";
+  std::string cohort_binary;  // Default: this executable.
+  // Testing: pass --fault-exit-at-step to this rank in the first attempt.
+  int fault_rank = -1;
+  int64_t fault_step = -1;
+};
+
+// Starts nproc workers on this host (rendezvous over ipc:// in the run
+// directory) and waits. When one fails, the others are stopped; with
+// restarts left the group starts again from the last checkpoint.
+Status RunLaunch(const LaunchOptions& options);
+
+}  // namespace cohort::worker
+
+#endif  // COHORT_WORKER_WORKER_H_
