@@ -110,7 +110,7 @@ void Apply(CollectiveStep::Op op, const uint8_t* bytes, std::span<T> out) {
 // Why a received message is not message `i` of collective `sequence` with
 // the range `want`, or "" when it is.
 template <typename T>
-std::string Mismatch(const std::vector<uint8_t>& m, uint64_t sequence, uint64_t i, Range want) {
+std::string Mismatch(std::span<const uint8_t> m, uint64_t sequence, uint64_t i, Range want) {
   MessageHeader h;
   if (m.size() < sizeof(h)) return "a message of " + std::to_string(m.size()) + " bytes";
   std::memcpy(&h, m.data(), sizeof(h));
@@ -132,42 +132,63 @@ std::string Mismatch(const std::vector<uint8_t>& m, uint64_t sequence, uint64_t 
 
 }  // namespace
 
+namespace {
+
+// Large ranges travel as segments of this many bytes, so that the receiver
+// adds one segment while the next is on the wire.
+constexpr size_t kSegmentBytes = 256 * 1024;
+
+// The segments of `r`, each at most kSegmentBytes of T.
+template <typename T>
+std::vector<Range> Segments(Range r) {
+  const size_t per = std::max<size_t>(kSegmentBytes / sizeof(T), 1);
+  std::vector<Range> out;
+  for (size_t b = r.begin; b < r.end || out.empty(); b += per) {
+    out.push_back({b, std::min(r.end, b + per)});
+    if (r.size() == 0) break;
+  }
+  return out;
+}
+
+}  // namespace
+
 template <typename T>
 Status Communicator::Run(const std::vector<CollectiveStep>& steps, std::span<T> data,
                          TimeMs deadline, const char* what) {
   const uint64_t sequence = ++sequence_;
   const std::string where = std::string(what) + " " + std::to_string(sequence) + " on rank " +
                             std::to_string(rank()) + ", step ";
-  std::vector<uint8_t> out;
   std::vector<uint64_t> sent(size(), 0), received(size(), 0);  // Messages, by peer.
   for (size_t i = 0; i < steps.size(); ++i) {
     const CollectiveStep& s = steps[i];
     if (s.send_to >= 0) {
-      MessageHeader h{.element_bytes = sizeof(T),
-                      .sequence = sequence,
-                      .index = sent[s.send_to]++,
-                      .begin = s.send.begin,
-                      .count = s.send.size()};
-      out.resize(sizeof(h) + s.send.size() * sizeof(T));
-      std::memcpy(out.data(), &h, sizeof(h));
-      std::memcpy(out.data() + sizeof(h), data.data() + s.send.begin, s.send.size() * sizeof(T));
-      COHORT_RETURN_IF_ERROR(transport_->Send(s.send_to, out));
+      for (Range seg : Segments<T>(s.send)) {
+        MessageHeader h{.element_bytes = sizeof(T),
+                        .sequence = sequence,
+                        .index = sent[s.send_to]++,
+                        .begin = seg.begin,
+                        .count = seg.size()};
+        const auto* body = reinterpret_cast<const uint8_t*>(data.data() + seg.begin);
+        COHORT_RETURN_IF_ERROR(transport_->Send(s.send_to,
+                                                {reinterpret_cast<const uint8_t*>(&h), sizeof(h)},
+                                                {body, seg.size() * sizeof(T)}));
+      }
     }
     if (s.recv_from < 0) continue;
     const std::string peer = "rank " + std::to_string(s.recv_from);
-    StatusOr<std::vector<uint8_t>> m = transport_->Receive(s.recv_from, deadline);
-    if (!m.ok()) {
-      const std::string at = where + std::to_string(i + 1) + " of " + std::to_string(steps.size());
-      if (m.status().code() == StatusCode::kDeadlineExceeded) {
-        return DeadlineExceededError(at + ": " + peer + " did not arrive in time");
+    const std::string at = where + std::to_string(i + 1) + " of " + std::to_string(steps.size());
+    for (Range seg : Segments<T>(s.recv)) {
+      StatusOr<Message> m = transport_->Receive(s.recv_from, deadline);
+      if (!m.ok()) {
+        if (m.status().code() == StatusCode::kDeadlineExceeded) {
+          return DeadlineExceededError(at + ": " + peer + " did not arrive in time");
+        }
+        return Status(m.status().code(), at + ": " + peer + ": " + m.status().message());
       }
-      return Status(m.status().code(), at + ": " + peer + ": " + m.status().message());
+      const std::string bad = Mismatch<T>(m->bytes(), sequence, received[s.recv_from]++, seg);
+      if (!bad.empty()) return InvalidArgumentError(at + ": " + peer + " sent " + bad);
+      Apply<T>(s.op, m->data() + sizeof(MessageHeader), data.subspan(seg.begin, seg.size()));
     }
-    const std::string bad = Mismatch<T>(*m, sequence, received[s.recv_from]++, s.recv);
-    if (!bad.empty()) {
-      return InvalidArgumentError(where + std::to_string(i + 1) + ": " + peer + " sent " + bad);
-    }
-    Apply<T>(s.op, m->data() + sizeof(MessageHeader), data.subspan(s.recv.begin, s.recv.size()));
   }
   return OkStatus();
 }

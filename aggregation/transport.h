@@ -6,6 +6,7 @@
 #define COHORT_AGGREGATION_TRANSPORT_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -14,18 +15,41 @@
 
 namespace cohort::aggregation {
 
+// A received message. Its bytes stay valid while it lives; no copy is made
+// to hand them over (the owner is the transport's own buffer).
+class Message {
+ public:
+  Message() = default;
+  Message(std::shared_ptr<const void> owner, std::span<const uint8_t> bytes)
+      : owner_(std::move(owner)), bytes_(bytes) {}
+  explicit Message(std::vector<uint8_t> bytes) {
+    auto v = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+    bytes_ = std::span<const uint8_t>(*v);
+    owner_ = std::move(v);
+  }
+  std::span<const uint8_t> bytes() const { return bytes_; }
+  const uint8_t* data() const { return bytes_.data(); }
+  size_t size() const { return bytes_.size(); }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  std::span<const uint8_t> bytes_;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Queues a copy of `bytes` for `peer` and returns; messages from one rank
-  // to another arrive in the order sent.
-  virtual Status Send(int peer, std::span<const uint8_t> bytes) = 0;
+  // Queues one message, `head` then `body`, for `peer` and returns (the
+  // transport copies them once); messages from one rank to another arrive
+  // in the order sent.
+  virtual Status Send(int peer, std::span<const uint8_t> head,
+                      std::span<const uint8_t> body = {}) = 0;
   // The next message from `peer`, waiting until `deadline` (a SteadyNowMs()
   // time): kDeadlineExceeded when none came in time, kUnavailable when the
   // peer is known to be gone.
-  virtual StatusOr<std::vector<uint8_t>> Receive(int peer, TimeMs deadline) = 0;
+  virtual StatusOr<Message> Receive(int peer, TimeMs deadline) = 0;
 };
 
 }  // namespace cohort::aggregation

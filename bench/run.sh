@@ -12,6 +12,10 @@
 #         10 and 100 clients.
 # fedavg: final test accuracy of the 10-client FedAvg run (make demo's
 #         settings) vs fedavg_torch.py, IID and dirichlet:0.5, SEEDS (0..4).
+# allreduce: float32 all-reduce across 2 and 4 processes, 4 KiB to 64 MiB
+#         (build/bench/allreduce_bench over ZeroMQ tcp:// and ipc://) beside
+#         allreduce_gloo.py and allreduce_mpi.c (Open MPI, shared memory),
+#         same method, same invocation; memcpy as the ceiling.
 # fedavg-lenet: MODEL=lenet5 make demo (SecAgg+) on the peer's own
 #         Dirichlet(0.5) split vs fedavg_torch.py --model lenet, LENET_SEEDS
 #         (default 0).
@@ -93,6 +97,29 @@ for line in sys.stdin:
     print(json.dumps({"bench": "fedavg_final", "impl": "pytorch", "partition": d["partition"],
                       "seed": int(sys.argv[1]), "final_test_acc": d["final_test_acc"]}))' "$seed" \
         >> "$OUT/fedavg.jsonl"
+    fi
+  done
+fi
+
+if has allreduce; then
+  : > "$OUT/allreduce.jsonl"
+  mpi_bin=""
+  if ((have_peers)) && command -v mpicc > /dev/null; then
+    mpi_bin="$OUT/allreduce_mpi"
+    mpicc -O2 -o "$mpi_bin" "$PEERS/allreduce_mpi.c"
+    "$mpi_bin" --memcpy | grep '^{' >> "$OUT/allreduce.jsonl" || true
+  fi
+  for world in 2 4; do
+    for transport in tcp ipc; do
+      build/bench/allreduce_bench --world "$world" --transport "$transport" >> "$OUT/allreduce.jsonl"
+    done
+    if ((have_peers)); then
+      (cd "$PEERS" && $PY allreduce_gloo.py "$world") | grep '^{' >> "$OUT/allreduce.jsonl" || true
+      if [[ -n $mpi_bin ]]; then
+        mpirun --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl self,vader \
+          --mca oob_tcp_if_include lo -np "$world" "$mpi_bin" | grep '^{' \
+          >> "$OUT/allreduce.jsonl" || true
+      fi
     fi
   done
 fi
@@ -232,6 +259,28 @@ if "train" in what:
         med = lambda rs, k: statistics.median(r[k] for r in rs) if rs else float("nan")
         cs, ps = med(c, "samples_per_s"), med(p, "samples_per_s")
         print(f"| {model} | {cs:,.0f} | {ps:,.0f} | {cs / ps:.2f}x | {med(c, 'test_acc'):.4f} | {med(p, 'test_acc'):.4f} |")
+if "allreduce" in what:
+    rows = load("allreduce.jsonl")
+    print("\n### All-reduce, float32, processes on this host (median; busbw GB/s, latency)\n")
+    impls = sorted({r["impl"] for r in rows if r.get("bench") == "allreduce"})
+    print("| world | bytes | " + " | ".join(impls) + " |")
+    print("|---|---|" + "---|" * len(impls))
+    for world in (2, 4):
+        for nbytes in (4096, 1 << 20, 16 << 20, 64 << 20):
+            cells = []
+            for impl in impls:
+                m = [r for r in rows if r.get("impl") == impl and r.get("world") == world
+                     and r.get("bytes") == nbytes]
+                if not m:
+                    cells.append("")
+                elif nbytes == 4096:
+                    cells.append(f"{m[0]['median_s'] * 1e6:.0f} us")
+                else:
+                    cells.append(f"{m[0]['busbw_GBps']:.2f}")
+            print(f"| {world} | {nbytes} | " + " | ".join(cells) + " |")
+    for r in rows:
+        if "copy_GBps" in r:
+            print(f"\nmemcpy (1 core, 64 MiB): {r['copy_GBps']:.2f} GB/s")
 if "fedavg-lenet" in what:
     rows = load("fedavg-lenet.jsonl")
     print("\n### FedAvg with LeNet-5, 10 clients, Dirichlet(0.5) (peer's split), 10 rounds\n")

@@ -13,7 +13,7 @@ class InProcessTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return hub_->size_; }
 
-  Status Send(int peer, std::span<const uint8_t> bytes) override {
+  Status Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override {
     if (peer < 0 || peer >= hub_->size_) {
       return InvalidArgumentError("send to rank " + std::to_string(peer) + " of " +
                                   std::to_string(hub_->size_));
@@ -21,13 +21,14 @@ class InProcessTransport final : public Transport {
     InProcessHub::Inbox& box = *hub_->inboxes_[peer];
     {
       std::lock_guard<std::mutex> lock(box.mu);
-      box.from[rank_].emplace_back(bytes.begin(), bytes.end());
+      std::vector<uint8_t>& m = box.from[rank_].emplace_back(head.begin(), head.end());
+      m.insert(m.end(), body.begin(), body.end());
     }
     box.cv.notify_all();
     return OkStatus();
   }
 
-  StatusOr<std::vector<uint8_t>> Receive(int peer, TimeMs deadline) override {
+  StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override {
     if (peer < 0 || peer >= hub_->size_) {
       return InvalidArgumentError("receive from rank " + std::to_string(peer) + " of " +
                                   std::to_string(hub_->size_));
@@ -37,7 +38,7 @@ class InProcessTransport final : public Transport {
     auto& queue = box.from[peer];
     for (;;) {
       if (!queue.empty()) {
-        std::vector<uint8_t> m = std::move(queue.front());
+        aggregation::Message m(std::move(queue.front()));
         queue.pop_front();
         return m;
       }

@@ -55,15 +55,21 @@ Status ZmqTransport::Connect(const std::vector<std::string>& endpoints) {
   return OkStatus();
 }
 
-Status ZmqTransport::Send(int peer, std::span<const uint8_t> bytes) {
+Status ZmqTransport::Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) {
   if (peer < 0 || peer >= size_ || peer == rank_ || out_.empty()) {
     return InvalidArgumentError("send to rank " + std::to_string(peer) + " from rank " +
                                 std::to_string(rank_) + " of " + std::to_string(size_));
   }
   const uint32_t from = static_cast<uint32_t>(rank_);
+  // One copy, into the message ZeroMQ will own.
+  zmq::message_t m(head.size() + body.size());
+  if (!head.empty()) std::memcpy(m.data(), head.data(), head.size());
+  if (!body.empty()) {
+    std::memcpy(static_cast<uint8_t*>(m.data()) + head.size(), body.data(), body.size());
+  }
   try {
     if (!out_[peer].send(zmq::buffer(&from, sizeof(from)), zmq::send_flags::sndmore) ||
-        !out_[peer].send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::none)) {
+        !out_[peer].send(std::move(m), zmq::send_flags::none)) {
       return UnavailableError("rank " + std::to_string(peer) + " took nothing for " +
                               std::to_string(options_.send_timeout_ms) + " ms");
     }
@@ -73,14 +79,14 @@ Status ZmqTransport::Send(int peer, std::span<const uint8_t> bytes) {
   return OkStatus();
 }
 
-StatusOr<std::vector<uint8_t>> ZmqTransport::Receive(int peer, TimeMs deadline) {
+StatusOr<aggregation::Message> ZmqTransport::Receive(int peer, TimeMs deadline) {
   if (peer < 0 || peer >= size_ || peer == rank_) {
     return InvalidArgumentError("receive from rank " + std::to_string(peer) + " on rank " +
                                 std::to_string(rank_) + " of " + std::to_string(size_));
   }
   for (;;) {
     if (!pending_[peer].empty()) {
-      std::vector<uint8_t> m = std::move(pending_[peer].front());
+      aggregation::Message m = std::move(pending_[peer].front());
       pending_[peer].pop_front();
       return m;
     }
@@ -103,8 +109,11 @@ StatusOr<std::vector<uint8_t>> ZmqTransport::Receive(int peer, TimeMs deadline) 
         ++dropped_;
         continue;
       }
-      const auto* p = static_cast<const uint8_t*>(body.data());
-      pending_[sender].emplace_back(p, p + body.size());
+      // The message itself owns the bytes: no copy.
+      auto owned = std::make_shared<zmq::message_t>(std::move(body));
+      const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(owned->data()),
+                                           owned->size());
+      pending_[sender].emplace_back(std::move(owned), bytes);
     } catch (const zmq::error_t& e) {
       return UnavailableError("receive on rank " + std::to_string(rank_) + ": " + e.what());
     }

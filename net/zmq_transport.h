@@ -34,8 +34,8 @@ class ZmqTransport final : public aggregation::Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  Status Send(int peer, std::span<const uint8_t> bytes) override;
-  StatusOr<std::vector<uint8_t>> Receive(int peer, TimeMs deadline) override;
+  Status Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override;
+  StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override;
   // Messages dropped because their frames were malformed.
   uint64_t dropped() const { return dropped_; }
 
@@ -48,7 +48,7 @@ class ZmqTransport final : public aggregation::Transport {
   zmq::socket_t inbox_;
   std::string endpoint_;
   std::vector<zmq::socket_t> out_;
-  std::vector<std::deque<std::vector<uint8_t>>> pending_;  // Arrived early, by sender.
+  std::vector<std::deque<aggregation::Message>> pending_;  // Arrived early, by sender.
   uint64_t dropped_ = 0;
 };
 

@@ -1,0 +1,125 @@
+// All-reduce speed across processes on this host, with the peers' method
+// (../shared/bench/peers/allreduce_gloo.py, allreduce_mpi.c): per size,
+// warm-up, then timed iterations of { fill; barrier; t0; all-reduce; t1 };
+// an iteration's time is the maximum over ranks, the figure the median.
+// busbw = bytes * 2(n-1)/n / time (nccl-tests), GB = 1e9 bytes.
+//
+//   allreduce_bench [--world N] [--transport tcp|ipc] [--exact]
+//
+// Forks N ranks; they meet over an ipc:// rendezvous, then move data over
+// ZeroMQ tcp://127.0.0.1 or ipc://. One JSON line per size from rank 0.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "aggregation/collective.h"
+#include "common/clock.h"
+#include "net/rendezvous.h"
+#include "net/zmq_transport.h"
+
+using namespace cohort;
+
+namespace {
+
+struct Size {
+  size_t bytes;
+  int warmup, timed;
+};
+constexpr Size kSizes[] = {
+    {4 << 10, 20, 200}, {1 << 20, 5, 50}, {16 << 20, 2, 15}, {64 << 20, 2, 7}};
+
+int Rank(int rank, int world, const std::string& dir, const std::string& transport, bool exact) {
+  zmq::context_t context(1);
+  const std::string bind = transport == "ipc" ? "ipc://" + dir + "/rank-" + std::to_string(rank)
+                                              : std::string("tcp://127.0.0.1:0");
+  auto t = net::ZmqTransport::Bind(context, rank, world, bind);
+  if (!t.ok()) return 1;
+  auto endpoints = net::Rendezvous(context, rank, world, "ipc://" + dir + "/rendezvous",
+                                   (*t)->endpoint(), SteadyNowMs() + 30000);
+  if (!endpoints.ok() || !(*t)->Connect(*endpoints).ok()) {
+    std::fprintf(stderr, "rank %d: rendezvous failed\n", rank);
+    return 1;
+  }
+  aggregation::Communicator comm(t->get());
+  aggregation::CollectiveOptions options{.timeout_ms = 60000, .exact = exact};
+  for (const Size& s : kSizes) {
+    std::vector<float> data(s.bytes / sizeof(float));
+    std::vector<float> times(size_t(world) * s.timed, 0.0f);
+    for (int i = 0; i < s.warmup + s.timed; ++i) {
+      std::fill(data.begin(), data.end(), 1.0f);
+      if (!comm.Barrier(options).ok()) return 1;
+      const double t0 = WallSeconds();
+      Status st = comm.AllReduce(data, options);
+      const double t1 = WallSeconds();
+      if (!st.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, st.ToString().c_str());
+        return 1;
+      }
+      if (data[0] != float(world)) return 2;
+      if (i >= s.warmup) times[size_t(rank) * s.timed + (i - s.warmup)] = float(t1 - t0);
+    }
+    // Every rank's times to every rank (a sum of disjoint slots).
+    if (!comm.AllReduce(times, options).ok()) return 1;
+    if (rank != 0) continue;
+    std::vector<double> worst(s.timed, 0.0);
+    for (int r = 0; r < world; ++r) {
+      for (int i = 0; i < s.timed; ++i) {
+        worst[i] = std::max(worst[i], double(times[size_t(r) * s.timed + i]));
+      }
+    }
+    std::nth_element(worst.begin(), worst.begin() + s.timed / 2, worst.end());
+    const double med = worst[s.timed / 2];
+    std::printf(
+        "{\"bench\":\"allreduce\",\"impl\":\"cohort-%s%s\",\"world\":%d,\"bytes\":%zu,"
+        "\"median_s\":%.6g,\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f}\n",
+        transport.c_str(), exact ? "-exact" : "", world, s.bytes, med, s.bytes / med / 1e9,
+        s.bytes * 2.0 * (world - 1) / world / med / 1e9);
+    std::fflush(stdout);
+  }
+  return comm.Barrier(options).ok() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int world = 2;
+  std::string transport = "tcp";
+  bool exact = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--world") && i + 1 < argc) {
+      world = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--transport") && i + 1 < argc) {
+      transport = argv[++i];
+    } else if (!std::strcmp(argv[i], "--exact")) {
+      exact = true;
+    } else {
+      std::fprintf(stderr, "usage: allreduce_bench [--world N] [--transport tcp|ipc] [--exact]\n");
+      return 2;
+    }
+  }
+  if (world < 1 || world > 64 || (transport != "tcp" && transport != "ipc")) return 2;
+  char tmpl[] = "/tmp/cohort-allreduce-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return 1;
+  const std::string dir = tmpl;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(Rank(r, world, dir, transport, exact));
+    pids.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t p : pids) {
+    int status = 0;
+    waitpid(p, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  std::filesystem::remove_all(dir);
+  return failed == 0 ? 0 : 1;
+}
