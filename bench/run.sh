@@ -16,6 +16,9 @@
 #         (build/bench/allreduce_bench over ZeroMQ tcp:// and ipc://) beside
 #         allreduce_gloo.py and allreduce_mpi.c (Open MPI, shared memory),
 #         same method, same invocation; memcpy as the ceiling.
+# dp    : data-parallel Fashion-MNIST, MLP 784-200-200-10, 1 epoch, global
+#         batch 64 split over 1, 2 and 4 local workers (cohort launch) beside
+#         PyTorch DDP over Gloo (bench/ddp_torch.py), same invocation.
 # fedavg-lenet: MODEL=lenet5 make demo (SecAgg+) on the peer's own
 #         Dirichlet(0.5) split vs fedavg_torch.py --model lenet, LENET_SEEDS
 #         (default 0).
@@ -120,6 +123,33 @@ if has allreduce; then
           --mca oob_tcp_if_include lo -np "$world" "$mpi_bin" | grep '^{' \
           >> "$OUT/allreduce.jsonl" || true
       fi
+    fi
+  done
+fi
+
+if has dp; then
+  : > "$OUT/dp.jsonl"
+  DATA=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
+  rm -rf "$OUT/dp-shards"
+  build/cli/cohort partition --format idx \
+    --train-images "$DATA/train-images-idx3-ubyte.gz" --train-labels "$DATA/train-labels-idx1-ubyte.gz" \
+    --test-images "$DATA/t10k-images-idx3-ubyte.gz" --test-labels "$DATA/t10k-labels-idx1-ubyte.gz" \
+    --clients 1 --out "$OUT/dp-shards" > /dev/null
+  for world in 1 2 4; do
+    sed -e "s#runs/dp/shards#$OUT/dp-shards#" -e "s#batch_size: 8 #batch_size: $((64 / world)) #" \
+        -e "s#epochs: 3#epochs: 1#" examples/data_parallel.textproto > "$OUT/dp-$world.textproto"
+    rm -rf "$OUT/dp-run-$world"
+    build/cli/cohort launch --nproc "$world" --config "$OUT/dp-$world.textproto" \
+      --run-dir "$OUT/dp-run-$world" > /dev/null 2>&1
+    build/cli/cohort status --run-dir "$OUT/dp-run-$world" --json | tail -1 | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+print(json.dumps({"bench": "dp", "impl": "cohort", "world": int(sys.argv[1]), "global_batch": 64,
+                  "epoch_s": d["seconds"], "samples_per_s": round(60000 / d["seconds"], 1),
+                  "test_acc": d["test_accuracy"]}))' "$world" >> "$OUT/dp.jsonl"
+    if ((have_peers)); then
+      $PY bench/ddp_torch.py "$PEERS" --world "$world" --global-batch 64 | grep '^{' \
+        >> "$OUT/dp.jsonl" || true
     fi
   done
 fi
@@ -259,6 +289,22 @@ if "train" in what:
         med = lambda rs, k: statistics.median(r[k] for r in rs) if rs else float("nan")
         cs, ps = med(c, "samples_per_s"), med(p, "samples_per_s")
         print(f"| {model} | {cs:,.0f} | {ps:,.0f} | {cs / ps:.2f}x | {med(c, 'test_acc'):.4f} | {med(p, 'test_acc'):.4f} |")
+if "dp" in what:
+    rows = load("dp.jsonl")
+    print("\n### Data-parallel, MLP, global batch 64, 1 epoch (samples/s)\n")
+    print("| workers | cohort | scaling | torch DDP (gloo) | ratio | cohort acc | DDP acc |")
+    print("|---|---|---|---|---|---|---|")
+    base = [r["samples_per_s"] for r in rows if r["impl"] == "cohort" and r["world"] == 1]
+    for world in (1, 2, 4):
+        c = [r for r in rows if r["impl"] == "cohort" and r["world"] == world]
+        p = [r for r in rows if r["impl"] != "cohort" and r["world"] == world]
+        if not c:
+            continue
+        cs = c[0]["samples_per_s"]
+        ps = p[0]["samples_per_s"] if p else float("nan")
+        eff = cs / (base[0] * world) if base else float("nan")
+        pa = p[0]["test_acc"] if p else float("nan")
+        print(f"| {world} | {cs:,.0f} | {eff:.2f} | {ps:,.0f} | {cs / ps:.2f}x | {c[0]['test_acc']:.4f} | {pa:.4f} |")
 if "allreduce" in what:
     rows = load("allreduce.jsonl")
     print("\n### All-reduce, float32, processes on this host (median; busbw GB/s, latency)\n")

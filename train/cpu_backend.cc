@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "train/backend.h"
+#include "train/update_rules.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -302,39 +303,18 @@ void CpuBackend::Gather(const float* features, const int32_t* labels, const uint
   }
 }
 
-// torch.optim.SGD: g += wd p; b = g on the first step, else
-// b = m b + (1 - dampening) g; g = g + m b (Nesterov) or b; p -= lr g.
+// The rules are train/update_rules.h's, shared with the CUDA kernels.
 void CpuBackend::SgdUpdate(float* p, const float* g, float* b, size_t n, const SgdArgs& a) {
-  const float lr = a.lr, wd = a.weight_decay, m = a.momentum, keep = 1.0f - a.dampening;
-  if (m == 0.0f) {
-    for (size_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+  if (a.momentum == 0.0f) {
+    for (size_t i = 0; i < n; ++i) SgdElement(p[i], g[i], nullptr, a);
     return;
   }
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i] + wd * p[i];
-    b[i] = a.first_step ? gi : m * b[i] + keep * gi;
-    p[i] -= lr * (a.nesterov ? gi + m * b[i] : b[i]);
-  }
+  for (size_t i = 0; i < n; ++i) SgdElement(p[i], g[i], b + i, a);
 }
 
-// torch.optim.Adam / AdamW (amsgrad off, maximize off):
-// Adam:  g += wd p.   AdamW: p *= 1 - lr wd.
-// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
-// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 void CpuBackend::AdamUpdate(float* p, const float* g, float* m, float* v, size_t n,
                             const AdamArgs& a) {
-  const float b1 = a.beta1, b2 = a.beta2;
-  for (size_t i = 0; i < n; ++i) {
-    float gi = g[i];
-    if (a.decoupled) {
-      p[i] *= 1.0f - a.lr * a.weight_decay;
-    } else {
-      gi += a.weight_decay * p[i];
-    }
-    m[i] = b1 * m[i] + (1.0f - b1) * gi;
-    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-    p[i] -= a.step_size * m[i] / (std::sqrt(v[i]) / a.root_correction + a.eps);
-  }
+  for (size_t i = 0; i < n; ++i) AdamElement(p[i], g[i], m[i], v[i], a);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "train/cuda/cuda_backend.h"
+#include "train/update_rules.h"
 
 namespace cohort::train {
 namespace {
@@ -17,13 +18,10 @@ namespace {
 constexpr int kThreads = 256;
 
 int Blocks(size_t n) {
-  return static_cast<int>(
-      std::min<size_t>((n + kThreads - 1) / kThreads, 1u << 30));
+  return static_cast<int>(std::min<size_t>((n + kThreads - 1) / kThreads, 1u << 30));
 }
 
-std::string CudaError(cudaError_t e) {
-  return std::string(cudaGetErrorString(e));
-}
+std::string CudaError(cudaError_t e) { return std::string(cudaGetErrorString(e)); }
 
 // ---- Kernels ---------------------------------------------------------------
 
@@ -32,8 +30,7 @@ std::string CudaError(cudaError_t e) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n); \
        i += size_t(blockDim.x) * gridDim.x)
 
-__global__ void BroadcastRowsKernel(const float* row, size_t rows, int cols,
-                                    float* out) {
+__global__ void BroadcastRowsKernel(const float* row, size_t rows, int cols, float* out) {
   COHORT_FOR_EACH(i, rows * cols) { out[i] = row[i % cols]; }
 }
 
@@ -46,34 +43,28 @@ __global__ void ReluBackwardKernel(const float* y, float* dy, size_t n) {
 }
 
 // cols[row][tap] with row = (b, oy, ox) and tap = (ky, kx, ch).
-__global__ void Im2ColKernel(const float* x, ConvGeom g, int batch,
-                             float* cols) {
+__global__ void Im2ColKernel(const float* x, ConvGeom g, int batch, float* cols) {
   const size_t k = size_t(g.kernel) * g.kernel * g.c;
   const size_t n = size_t(batch) * g.out_h * g.out_w * k;
   COHORT_FOR_EACH(i, n) {
     const size_t row = i / k;
     const int tap = int(i % k);
-    const int ch = tap % g.c, kx = (tap / g.c) % g.kernel,
-              ky = tap / (g.c * g.kernel);
+    const int ch = tap % g.c, kx = (tap / g.c) % g.kernel, ky = tap / (g.c * g.kernel);
     const int ox = int(row % g.out_w), oy = int(row / g.out_w % g.out_h);
     const size_t b = row / (size_t(g.out_w) * g.out_h);
-    const int iy = oy * g.stride - g.padding + ky,
-              ix = ox * g.stride - g.padding + kx;
-    cols[i] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w
-                  ? x[((b * g.h + iy) * g.w + ix) * g.c + ch]
-                  : 0.0f;
+    const int iy = oy * g.stride - g.padding + ky, ix = ox * g.stride - g.padding + kx;
+    cols[i] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ? x[((b * g.h + iy) * g.w + ix) * g.c + ch]
+                                                         : 0.0f;
   }
 }
 
 // dx[b, iy, ix, ch] = the sum of every cols entry that read it: a gather
 // per input, so no atomics.
-__global__ void Col2ImKernel(const float* cols, ConvGeom g, int batch,
-                             float* dx) {
+__global__ void Col2ImKernel(const float* cols, ConvGeom g, int batch, float* dx) {
   const size_t k = size_t(g.kernel) * g.kernel * g.c;
   const size_t n = size_t(batch) * g.h * g.w * g.c;
   COHORT_FOR_EACH(i, n) {
-    const int ch = int(i % g.c), ix = int(i / g.c % g.w),
-              iy = int(i / (size_t(g.c) * g.w) % g.h);
+    const int ch = int(i % g.c), ix = int(i / g.c % g.w), iy = int(i / (size_t(g.c) * g.w) % g.h);
     const size_t b = i / (size_t(g.c) * g.w * g.h);
     float sum = 0.0f;
     for (int ky = 0; ky < g.kernel; ++ky) {
@@ -82,8 +73,7 @@ __global__ void Col2ImKernel(const float* cols, ConvGeom g, int batch,
       for (int kx = 0; kx < g.kernel; ++kx) {
         const int tx = ix + g.padding - kx;
         if (tx < 0 || tx % g.stride != 0 || tx / g.stride >= g.out_w) continue;
-        const size_t row =
-            (b * g.out_h + ty / g.stride) * g.out_w + tx / g.stride;
+        const size_t row = (b * g.out_h + ty / g.stride) * g.out_w + tx / g.stride;
         sum += cols[row * k + (size_t(ky) * g.kernel + kx) * g.c + ch];
       }
     }
@@ -91,8 +81,7 @@ __global__ void Col2ImKernel(const float* cols, ConvGeom g, int batch,
   }
 }
 
-__global__ void MaxPoolKernel(const float* x, PoolGeom g, int batch, float* y,
-                              int32_t* argmax) {
+__global__ void MaxPoolKernel(const float* x, PoolGeom g, int batch, float* y, int32_t* argmax) {
   const size_t n = size_t(batch) * g.out_h * g.out_w * g.c;
   const size_t in_sample = size_t(g.h) * g.w * g.c;
   COHORT_FOR_EACH(o, n) {
@@ -104,8 +93,7 @@ __global__ void MaxPoolKernel(const float* x, PoolGeom g, int batch, float* y,
     float best = xs[at];
     for (int ky = 0; ky < g.kernel; ++ky) {
       for (int kx = 0; kx < g.kernel; ++kx) {
-        const int32_t i =
-            ((oy * g.stride + ky) * g.w + ox * g.stride + kx) * g.c + ch;
+        const int32_t i = ((oy * g.stride + ky) * g.w + ox * g.stride + kx) * g.c + ch;
         if (xs[i] > best) {  // Ties keep the first, as on the CPU.
           best = xs[i];
           at = i;
@@ -118,8 +106,8 @@ __global__ void MaxPoolKernel(const float* x, PoolGeom g, int batch, float* y,
 }
 
 // Overlapping windows may route several gradients to one input: atomics.
-__global__ void MaxPoolBackwardKernel(const float* dy, const int32_t* argmax,
-                                      PoolGeom g, int batch, float* dx) {
+__global__ void MaxPoolBackwardKernel(const float* dy, const int32_t* argmax, PoolGeom g, int batch,
+                                      float* dx) {
   const size_t out_sample = size_t(g.out_h) * g.out_w * g.c;
   const size_t in_sample = size_t(g.h) * g.w * g.c;
   COHORT_FOR_EACH(o, size_t(batch) * out_sample) {
@@ -128,10 +116,9 @@ __global__ void MaxPoolBackwardKernel(const float* dy, const int32_t* argmax,
 }
 
 // One thread per sample: classes are few.
-__global__ void SoftmaxCrossEntropyKernel(const float* logits,
-                                          const int32_t* labels, int batch,
-                                          int classes, float grad_scale,
-                                          float* dlogits, double* stats) {
+__global__ void SoftmaxCrossEntropyKernel(const float* logits, const int32_t* labels, int batch,
+                                          int classes, float grad_scale, float* dlogits,
+                                          double* stats) {
   COHORT_FOR_EACH(i, size_t(batch)) {
     const float* row = logits + i * classes;
     int argmax = 0;
@@ -150,16 +137,14 @@ __global__ void SoftmaxCrossEntropyKernel(const float* logits,
     if (argmax == y) atomicAdd(stats + 1, 1.0);
     if (dlogits != nullptr) {
       float* d = dlogits + i * classes;
-      for (int j = 0; j < classes; ++j)
-        d[j] = expf(row[j] - max - log_sum) * grad_scale;
+      for (int j = 0; j < classes; ++j) d[j] = expf(row[j] - max - log_sum) * grad_scale;
       d[y] -= grad_scale;
     }
   }
 }
 
-__global__ void GatherKernel(const float* features, const int32_t* labels,
-                             const uint32_t* index, int count, int c, int h,
-                             int w, float* x, int32_t* y) {
+__global__ void GatherKernel(const float* features, const int32_t* labels, const uint32_t* index,
+                             int count, int c, int h, int w, float* x, int32_t* y) {
   const size_t row = size_t(c) * h * w, plane = size_t(h) * w;
   COHORT_FOR_EACH(i, size_t(count) * row) {
     const size_t s = i / row, j = i % row;  // j: channel-last position.
@@ -169,32 +154,12 @@ __global__ void GatherKernel(const float* features, const int32_t* labels,
   }
 }
 
-__global__ void SgdKernel(float* p, const float* g, float* b, size_t n,
-                          SgdArgs a) {
-  COHORT_FOR_EACH(i, n) {
-    const float gi = g[i] + a.weight_decay * p[i];
-    if (a.momentum == 0.0f) {
-      p[i] -= a.lr * gi;
-      continue;
-    }
-    b[i] = a.first_step ? gi : a.momentum * b[i] + (1.0f - a.dampening) * gi;
-    p[i] -= a.lr * (a.nesterov ? gi + a.momentum * b[i] : b[i]);
-  }
+__global__ void SgdKernel(float* p, const float* g, float* b, size_t n, SgdArgs a) {
+  COHORT_FOR_EACH(i, n) { SgdElement(p[i], g[i], b == nullptr ? nullptr : b + i, a); }
 }
 
-__global__ void AdamKernel(float* p, const float* g, float* m, float* v,
-                           size_t n, AdamArgs a) {
-  COHORT_FOR_EACH(i, n) {
-    float gi = g[i];
-    if (a.decoupled) {
-      p[i] *= 1.0f - a.lr * a.weight_decay;
-    } else {
-      gi += a.weight_decay * p[i];
-    }
-    m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * gi;
-    v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * gi * gi;
-    p[i] -= a.step_size * m[i] / (sqrtf(v[i]) / a.root_correction + a.eps);
-  }
+__global__ void AdamKernel(float* p, const float* g, float* m, float* v, size_t n, AdamArgs a) {
+  COHORT_FOR_EACH(i, n) { AdamElement(p[i], g[i], m[i], v[i], a); }
 }
 
 __global__ void FillKernel(float* x, size_t n, float v) {
@@ -236,9 +201,8 @@ class CudaBackend final : public Backend {
     }
     if (e != cudaSuccess) {
       cudaGetLastError();
-      return ResourceExhaustedError(
-          "cuda:" + std::to_string(device_) + ": cannot allocate " +
-          std::to_string(bytes) + " bytes: " + CudaError(e));
+      return ResourceExhaustedError("cuda:" + std::to_string(device_) + ": cannot allocate " +
+                                    std::to_string(bytes) + " bytes: " + CudaError(e));
     }
     return p;
   }
@@ -258,33 +222,27 @@ class CudaBackend final : public Backend {
     cudaError_t e = cudaStreamSynchronize(stream_);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess)
-      return InternalError("cuda:" + std::to_string(device_) + ": " +
-                           CudaError(e));
+      return InternalError("cuda:" + std::to_string(device_) + ": " + CudaError(e));
     return OkStatus();
   }
 
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap
   // the operands, keep the transposes.
-  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-            const float* a, int lda, const float* b, int ldb, float beta,
-            float* c, int ldc) override {
-    cublasSgemm(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a,
-                lda, &beta, c, ldc);
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) override {
+    cublasSgemm(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n,
+                m, k, &alpha, b, ldb, a, lda, &beta, c, ldc);
   }
-  void BroadcastRows(const float* row, int rows, int cols,
-                     float* out) override {
+  void BroadcastRows(const float* row, int rows, int cols, float* out) override {
     const size_t n = size_t(rows) * cols;
-    BroadcastRowsKernel<<<Blocks(n), kThreads, 0, stream_>>>(row, rows, cols,
-                                                             out);
+    BroadcastRowsKernel<<<Blocks(n), kThreads, 0, stream_>>>(row, rows, cols, out);
   }
   // out = beta * out + alpha * x^T 1: a GEMV with a vector of ones.
   void ColumnSums(const float* x, int rows, int cols, float alpha, float beta,
                   float* out) override {
     const float* ones = Ones(rows);
     if (ones == nullptr) return;
-    cublasSgemv(blas_, CUBLAS_OP_N, cols, rows, &alpha, x, cols, ones, 1, &beta,
-                out, 1);
+    cublasSgemv(blas_, CUBLAS_OP_N, cols, rows, &alpha, x, cols, ones, 1, &beta, out, 1);
   }
 
   void Relu(const float* x, float* y, size_t n) override {
@@ -293,21 +251,17 @@ class CudaBackend final : public Backend {
   void ReluBackward(const float* y, float* dy, size_t n) override {
     ReluBackwardKernel<<<Blocks(n), kThreads, 0, stream_>>>(y, dy, n);
   }
-  void ConvForward(const float* x, const float* w, const float* bias,
-                   const ConvGeom& g, int batch, float* saved,
-                   float* y) override {
-    const int pixels = batch * g.out_h * g.out_w, k = g.cols(),
-              n = g.out_channels;
+  void ConvForward(const float* x, const float* w, const float* bias, const ConvGeom& g, int batch,
+                   float* saved, float* y) override {
+    const int pixels = batch * g.out_h * g.out_w, k = g.cols(), n = g.out_channels;
     BroadcastRows(bias, pixels, n, y);
-    Im2ColKernel<<<Blocks(size_t(pixels) * k), kThreads, 0, stream_>>>(
-        x, g, batch, saved);
+    Im2ColKernel<<<Blocks(size_t(pixels) * k), kThreads, 0, stream_>>>(x, g, batch, saved);
     Gemm(false, true, pixels, n, k, 1.0f, saved, k, w, k, 1.0f, y, n);
   }
-  void ConvBackward(const float* saved, const float* w, const float* dy,
-                    const ConvGeom& g, int batch, float* scratch, float* dx,
-                    float* gw, float* gb, float alpha, float beta) override {
-    const int pixels = batch * g.out_h * g.out_w, k = g.cols(),
-              n = g.out_channels;
+  void ConvBackward(const float* saved, const float* w, const float* dy, const ConvGeom& g,
+                    int batch, float* scratch, float* dx, float* gw, float* gb, float alpha,
+                    float beta) override {
+    const int pixels = batch * g.out_h * g.out_w, k = g.cols(), n = g.out_channels;
     if (dx != nullptr) {
       Gemm(false, false, pixels, k, n, 1.0f, dy, n, w, k, 0.0f, scratch, k);
       const size_t in = size_t(batch) * g.h * g.w * g.c;
@@ -316,33 +270,28 @@ class CudaBackend final : public Backend {
     Gemm(true, false, n, k, pixels, alpha, dy, n, saved, k, beta, gw, k);
     ColumnSums(dy, pixels, n, alpha, beta, gb);
   }
-  void MaxPool(const float* x, const PoolGeom& g, int batch, float* y,
-               int32_t* argmax) override {
+  void MaxPool(const float* x, const PoolGeom& g, int batch, float* y, int32_t* argmax) override {
     const size_t n = size_t(batch) * g.out_h * g.out_w * g.c;
     MaxPoolKernel<<<Blocks(n), kThreads, 0, stream_>>>(x, g, batch, y, argmax);
   }
-  void MaxPoolBackward(const float* dy, const int32_t* argmax,
-                       const PoolGeom& g, int batch, float* dx) override {
+  void MaxPoolBackward(const float* dy, const int32_t* argmax, const PoolGeom& g, int batch,
+                       float* dx) override {
     Zero(dx, sizeof(float) * batch * g.h * g.w * g.c);
     const size_t n = size_t(batch) * g.out_h * g.out_w * g.c;
-    MaxPoolBackwardKernel<<<Blocks(n), kThreads, 0, stream_>>>(dy, argmax, g,
-                                                               batch, dx);
+    MaxPoolBackwardKernel<<<Blocks(n), kThreads, 0, stream_>>>(dy, argmax, g, batch, dx);
   }
-  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
-                           int batch, int classes, float grad_scale,
-                           float* dlogits, double* stats) override {
+  void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, int batch, int classes,
+                           float grad_scale, float* dlogits, double* stats) override {
     SoftmaxCrossEntropyKernel<<<Blocks(batch), kThreads, 0, stream_>>>(
         logits, labels, batch, classes, grad_scale, dlogits, stats);
   }
-  void Gather(const float* features, const int32_t* labels,
-              const uint32_t* index, int count, int c, int h, int w, float* x,
-              int32_t* y) override {
+  void Gather(const float* features, const int32_t* labels, const uint32_t* index, int count, int c,
+              int h, int w, float* x, int32_t* y) override {
     const size_t n = size_t(count) * c * h * w;
-    GatherKernel<<<Blocks(n), kThreads, 0, stream_>>>(features, labels, index,
-                                                      count, c, h, w, x, y);
+    GatherKernel<<<Blocks(n), kThreads, 0, stream_>>>(features, labels, index, count, c, h, w, x,
+                                                      y);
   }
-  void SgdUpdate(float* p, const float* g, float* velocity, size_t n,
-                 const SgdArgs& a) override {
+  void SgdUpdate(float* p, const float* g, float* velocity, size_t n, const SgdArgs& a) override {
     SgdKernel<<<Blocks(n), kThreads, 0, stream_>>>(p, g, velocity, n, a);
   }
   void AdamUpdate(float* p, const float* g, float* m, float* v, size_t n,
@@ -366,12 +315,10 @@ class CudaBackend final : public Backend {
   // is full.
   const float* Ones(size_t n) {
     if (ones_.size() < n) {
-      StatusOr<DeviceArray<float>> a =
-          DeviceArray<float>::Create(this, std::max<size_t>(n, 1024));
+      StatusOr<DeviceArray<float>> a = DeviceArray<float>::Create(this, std::max<size_t>(n, 1024));
       if (!a.ok()) return nullptr;
       ones_ = std::move(*a);
-      FillKernel<<<Blocks(ones_.size()), kThreads, 0, stream_>>>(
-          ones_.data(), ones_.size(), 1.0f);
+      FillKernel<<<Blocks(ones_.size()), kThreads, 0, stream_>>>(ones_.data(), ones_.size(), 1.0f);
     }
     return ones_.data();
   }
@@ -392,8 +339,7 @@ StatusOr<int> CudaDeviceCount() {
     cudaGetLastError();
     return UnavailableError("no usable GPU: " + CudaError(e));
   }
-  if (count == 0)
-    return UnavailableError("no usable GPU: the driver reports none");
+  if (count == 0) return UnavailableError("no usable GPU: the driver reports none");
   return count;
 }
 
@@ -401,34 +347,28 @@ StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device, bool tf32) {
   COHORT_ASSIGN_OR_RETURN(int count, CudaDeviceCount());
   if (device < 0 || device >= count) {
     return NotFoundError("cuda:" + std::to_string(device) + ": this host has " +
-                         std::to_string(count) + " GPU" +
-                         (count == 1 ? "" : "s") +
+                         std::to_string(count) + " GPU" + (count == 1 ? "" : "s") +
                          " (cuda:0 to cuda:" + std::to_string(count - 1) + ")");
   }
   cudaError_t e = cudaSetDevice(device);
   cudaStream_t stream = nullptr;
-  if (e == cudaSuccess)
-    e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
-    return UnavailableError("cuda:" + std::to_string(device) + ": " +
-                            CudaError(e));
+    return UnavailableError("cuda:" + std::to_string(device) + ": " + CudaError(e));
   }
   cublasHandle_t blas = nullptr;
   if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
     cudaStreamDestroy(stream);
-    return UnavailableError("cuda:" + std::to_string(device) +
-                            ": cuBLAS did not initialise");
+    return UnavailableError("cuda:" + std::to_string(device) + ": cuBLAS did not initialise");
   }
   cublasSetStream(blas, stream);
-  cublasSetMathMode(blas,
-                    tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  cublasSetMathMode(blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   return std::unique_ptr<Backend>(new CudaBackend(device, stream, blas));
 }
 
 }  // namespace cohort::train
 
 extern "C" __attribute__((visibility("default"))) void CohortNewCudaBackend(
-    int device, bool tf32,
-    cohort::StatusOr<std::unique_ptr<cohort::train::Backend>>* out) {
+    int device, bool tf32, cohort::StatusOr<std::unique_ptr<cohort::train::Backend>>* out) {
   *out = cohort::train::NewCudaBackend(device, tf32);
 }
