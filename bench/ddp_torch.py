@@ -38,13 +38,13 @@ def run(rank, args, port):
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(0)
     perm = torch.randperm(len(Xtr), generator=gen)
-    per = args.global_batch // args.world
     dist.barrier()
     start = time.perf_counter()
     for i in range(0, len(Xtr), args.global_batch):
-        idx = perm[i:i + args.global_batch][rank * per:(rank + 1) * per]
-        if len(idx) == 0:
-            idx = perm[i:i + 1]
+        # Every rank an equal share (+-1) of the global batch, as cohort's
+        # workers; DDP averages the ranks' mean gradients.
+        batch = perm[i:i + args.global_batch]
+        idx = batch[len(batch) * rank // args.world:len(batch) * (rank + 1) // args.world]
         loss = F.cross_entropy(model(Xtr[idx]), Ytr[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -154,6 +154,13 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
       _exit(3);
     }
     const size_t count = std::min(global_batch, n - begin);
+    if (r.world == 1) {
+      // Nothing to reduce: the local step (fused where the optimizer allows).
+      b->Gather(r.train_data->features(), r.train_data->labels(), order_dev.data() + begin,
+                int(count), int(s.c), int(s.h), int(s.w), x.data(), y.data());
+      r.model->TrainStep(x.data(), y.data(), int(count), optimizer, stats.data());
+      continue;
+    }
     const size_t lo = begin + count * r.rank / r.world, hi = begin + count * (r.rank + 1) / r.world;
     std::fill(grads.begin(), grads.end(), 0.0f);
     if (hi > lo) {
