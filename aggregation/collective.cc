@@ -71,6 +71,24 @@ std::vector<CollectiveStep> BroadcastSchedule(int rank, int size, size_t n, int 
 namespace {
 
 // Every message: this header, then the range's values.
+// A rank that gives up on a collective tells every other: this magic, then
+// its error as text, so the ranks that were waiting on someone else learn
+// which rank is missing.
+constexpr uint32_t kAbortMagic = 0x62614c43;  // "CLab"
+constexpr size_t kMaxAbortText = 1024;
+
+// The abort text in `m`, or "" when `m` is not an abort.
+std::string AbortText(std::span<const uint8_t> m) {
+  uint32_t magic = 0;
+  if (m.size() < sizeof(magic)) return "";
+  std::memcpy(&magic, m.data(), sizeof(magic));
+  if (magic != kAbortMagic) return "";
+  std::string text(m.begin() + sizeof(magic),
+                   m.begin() + std::min(m.size(), sizeof(magic) + kMaxAbortText));
+  for (char& c : text) c = (c >= 32 && c < 127) ? c : '?';  // Untrusted: printable only.
+  return text.empty() ? "(no reason)" : text;
+}
+
 struct MessageHeader {
   uint32_t magic = 0x31764c43;  // "CLv1"
   uint32_t element_bytes = 0;
@@ -155,6 +173,76 @@ std::vector<Range> Segments(Range r) {
 template <typename T>
 Status Communicator::Run(const std::vector<CollectiveStep>& steps, std::span<T> data,
                          TimeMs deadline, const char* what) {
+  int waiting_for = -1;
+  const Status s = RunSteps(steps, data, deadline, what, waiting_for);
+  if (s.ok()) return s;
+  if (waiting_for >= 0) return FindMissing(s, waiting_for, deadline);
+  // Any other failure: tell everyone (best effort: a dead peer cannot hear).
+  SendNotice(s.message());
+  return s;
+}
+
+void Communicator::SendNotice(const std::string& text) {
+  const uint32_t magic = kAbortMagic;
+  const std::string cut = text.substr(0, kMaxAbortText);
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank()) continue;
+    (void)transport_->Send(r, {reinterpret_cast<const uint8_t*>(&magic), sizeof(magic)},
+                           {reinterpret_cast<const uint8_t*>(cut.data()), cut.size()});
+  }
+}
+
+// A rank that waited in vain (or heard that a peer did) says so to every
+// rank, then listens for the others' notices for a grace period: the live
+// ranks all speak, so the ranks that stay silent are the missing ones, and
+// every live rank names the same ones, whoever it was waiting for.
+Status Communicator::FindMissing(const Status& failure, int waiting_for, TimeMs deadline) {
+  SendNotice("rank " + std::to_string(rank()) + " waited for rank " + std::to_string(waiting_for));
+  const TimeMs grace = std::clamp<TimeMs>(timeout_ms_ / 4, 50, 2000);
+  const TimeMs end = std::max(SteadyNowMs(), deadline) + grace;
+  std::vector<bool> heard(size(), false);
+  heard[rank()] = true;
+  if (failure.code() == StatusCode::kUnavailable &&
+      failure.message().find(" gave up: ") != std::string::npos) {
+    heard[waiting_for] = true;  // Its notice is what ended the wait.
+  }
+  for (bool all = false; !all && SteadyNowMs() < end;) {
+    all = true;
+    for (int r = 0; r < size(); ++r) {
+      if (heard[r]) continue;
+      all = false;
+      // Read what this peer sent until its notice, or a short wait passes;
+      // its data is of no use now.
+      for (;;) {
+        StatusOr<Message> m = transport_->Receive(r, std::min(end, SteadyNowMs() + 10));
+        if (!m.ok()) break;
+        if (!AbortText(m->bytes()).empty()) {
+          heard[r] = true;
+          break;
+        }
+      }
+    }
+  }
+  std::string missing;
+  int count = 0;
+  for (int r = 0; r < size(); ++r) {
+    if (!heard[r]) {
+      missing += (count++ ? ", " : "") + std::to_string(r);
+    }
+  }
+  const std::string head = failure.message().substr(0, failure.message().find(": rank "));
+  if (count == 0) {
+    return DeadlineExceededError(head + ": every rank is alive, but rank " +
+                                 std::to_string(waiting_for) +
+                                 " did not send in time (is the timeout too short?)");
+  }
+  return DeadlineExceededError(head + ": " + (count == 1 ? "rank " : "ranks ") + missing +
+                               " did not arrive");
+}
+
+template <typename T>
+Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::span<T> data,
+                              TimeMs deadline, const char* what, int& waiting_for) {
   const uint64_t sequence = ++sequence_;
   const std::string where = std::string(what) + " " + std::to_string(sequence) + " on rank " +
                             std::to_string(rank()) + ", step ";
@@ -181,9 +269,15 @@ Status Communicator::Run(const std::vector<CollectiveStep>& steps, std::span<T> 
       StatusOr<Message> m = transport_->Receive(s.recv_from, deadline);
       if (!m.ok()) {
         if (m.status().code() == StatusCode::kDeadlineExceeded) {
+          waiting_for = s.recv_from;
           return DeadlineExceededError(at + ": " + peer + " did not arrive in time");
         }
         return Status(m.status().code(), at + ": " + peer + ": " + m.status().message());
+      }
+      const std::string gave_up = AbortText(m->bytes());
+      if (!gave_up.empty()) {
+        waiting_for = s.recv_from;
+        return UnavailableError(at + ": " + peer + " gave up: " + gave_up);
       }
       const std::string bad = Mismatch<T>(m->bytes(), sequence, received[s.recv_from]++, seg);
       if (!bad.empty()) return InvalidArgumentError(at + ": " + peer + " sent " + bad);
@@ -197,6 +291,7 @@ template <typename T>
 Status Communicator::ReduceWith(std::span<T> data, const CollectiveOptions& options,
                                 const char* what) {
   const TimeMs deadline = SteadyNowMs() + options.timeout_ms;
+  timeout_ms_ = options.timeout_ms;
   Algorithm a = options.algorithm;
   if (a == Algorithm::kAuto) {
     a = data.size_bytes() <= options.ring_threshold_bytes ? Algorithm::kRecursiveDoubling
@@ -239,12 +334,14 @@ Status Communicator::Broadcast(std::span<float> data, int root, const Collective
     return InvalidArgumentError("broadcast from rank " + std::to_string(root) + " of " +
                                 std::to_string(size()));
   }
+  timeout_ms_ = options.timeout_ms;
   return Run<float>(BroadcastSchedule(rank(), size(), data.size(), root), data,
                     SteadyNowMs() + options.timeout_ms, "broadcast");
 }
 
 Status Communicator::Barrier(const CollectiveOptions& options) {
   int64_t token = 0;
+  timeout_ms_ = options.timeout_ms;
   return Run<int64_t>(RecursiveDoublingSchedule(rank(), size(), 1), std::span<int64_t>(&token, 1),
                       SteadyNowMs() + options.timeout_ms, "barrier");
 }

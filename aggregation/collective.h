@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "aggregation/transport.h"
@@ -84,15 +85,25 @@ class Communicator {
   uint64_t saturated() const { return saturated_; }
 
  private:
+  // RunSteps; on a failure, a notice to every other rank, and after a
+  // timeout the names of the ranks that are missing (FindMissing).
   template <typename T>
   Status Run(const std::vector<CollectiveStep>& steps, std::span<T> data, TimeMs deadline,
              const char* what);
+  // `waiting_for`: the peer a failed receive waited for (timeout, or its
+  // notice); -1 for other failures.
+  template <typename T>
+  Status RunSteps(const std::vector<CollectiveStep>& steps, std::span<T> data, TimeMs deadline,
+                  const char* what, int& waiting_for);
+  void SendNotice(const std::string& text);
+  Status FindMissing(const Status& failure, int waiting_for, TimeMs deadline);
   template <typename T>
   Status ReduceWith(std::span<T> data, const CollectiveOptions& options, const char* what);
 
   Transport* transport_;
   uint64_t sequence_ = 0;
   uint64_t saturated_ = 0;
+  TimeMs timeout_ms_ = 30000;  // The running collective's.
 };
 
 }  // namespace cohort::aggregation

@@ -184,8 +184,12 @@ Status RunStatus(const std::string& run_dir, bool json) {
   COHORT_ASSIGN_OR_RETURN(auto store, coordinator::OpenSqliteRunStore(path));
   COHORT_ASSIGN_OR_RETURN(auto rounds, store->Rounds());
   if (!json) {
-    std::printf("%5s %-8s %12s %7s %10s %8s %9s %8s\n", "round", "agg", "participants", "dropped",
-                "train_loss", "test_acc", "test_loss", "seconds");
+    // A data-parallel run commits one record per epoch, its workers as the
+    // participants.
+    const bool epochs = !rounds.empty() && rounds[0].aggregation.rfind("all-reduce", 0) == 0;
+    std::printf("%5s %-8s %12s %7s %10s %8s %9s %8s\n", epochs ? "epoch" : "round", "agg",
+                epochs ? "workers" : "participants", "dropped", "train_loss", "test_acc",
+                "test_loss", "seconds");
   }
   for (const auto& r : rounds) {
     COHORT_ASSIGN_OR_RETURN(auto clients, store->ClientRounds(r.round));

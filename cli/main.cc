@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
   }
   if (launch->parsed()) {
     cohort::InitLogging("launch", "", log_level);
-    return Report(cohort::worker::RunLaunch(lopts), "launch");
+    return Report(cohort::worker::RunLaunch(lopts, g_stop), "launch");
   }
   if (client->parsed()) {
     if (copts.name.empty()) copts.name = std::filesystem::path(copts.data).stem().string();

@@ -86,9 +86,9 @@ StatusOr<std::vector<std::string>> Host(zmq::context_t& context, int size,
 
 }  // namespace
 
-StatusOr<std::vector<std::string>> Rendezvous(zmq::context_t& context, int rank, int size,
-                                              const std::string& master,
-                                              const std::string& my_endpoint, TimeMs deadline) {
+static StatusOr<std::vector<std::string>> Join(zmq::context_t& context, int rank, int size,
+                                               const std::string& master,
+                                               const std::string& my_endpoint, TimeMs deadline) {
   if (size < 1 || rank < 0 || rank >= size) {
     return InvalidArgumentError("rank " + std::to_string(rank) + " of a world of " +
                                 std::to_string(size));
@@ -113,6 +113,16 @@ StatusOr<std::vector<std::string>> Rendezvous(zmq::context_t& context, int rank,
                                 std::to_string(size) + " ranks");
   }
   return endpoints;
+}
+
+StatusOr<std::vector<std::string>> Rendezvous(zmq::context_t& context, int rank, int size,
+                                              const std::string& master,
+                                              const std::string& my_endpoint, TimeMs deadline) {
+  try {
+    return Join(context, rank, size, master, my_endpoint, deadline);
+  } catch (const zmq::error_t& e) {
+    return InvalidArgumentError("rendezvous at " + master + ": " + e.what());
+  }
 }
 
 }  // namespace cohort::net

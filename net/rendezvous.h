@@ -16,8 +16,9 @@ namespace cohort::net {
 
 // endpoints[r] is rank r's inbox. kDeadlineExceeded naming the ranks that
 // had not reported by `deadline` (rank 0) or that rank 0 did not answer
-// (the others); kInvalidArgument when a rank reports another world size, a
-// rank out of range or twice.
+// (the others); kInvalidArgument for an address ZeroMQ refuses. Reports
+// with another world size, a rank out of range or a rank already heard are
+// ignored.
 StatusOr<std::vector<std::string>> Rendezvous(zmq::context_t& context, int rank, int size,
                                               const std::string& master,
                                               const std::string& my_endpoint, TimeMs deadline);

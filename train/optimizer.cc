@@ -1,5 +1,6 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -64,6 +65,27 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerOptions& o
 
 Optimizer::Optimizer(const OptimizerOptions& options, size_t num_params, Backend* backend)
     : options_(options), num_params_(num_params), backend_(backend) {}
+
+StatusOr<std::vector<float>> Optimizer::SaveMomentum() const {
+  if (options_.kind != OptimizerKind::kSgd || first_.size() == 0) return std::vector<float>();
+  std::vector<float> out(first_.size());
+  backend_->Download(out.data(), first_.data(), first_.bytes());
+  COHORT_RETURN_IF_ERROR(backend_->Sync());
+  return out;
+}
+
+Status Optimizer::RestoreMomentum(std::span<const float> buffer, uint64_t steps) {
+  if (options_.kind != OptimizerKind::kSgd || first_.size() == 0) {
+    return FailedPreconditionError("optimizer: only SGD with momentum has a momentum buffer");
+  }
+  if (buffer.size() != first_.size()) {
+    return InvalidArgumentError("optimizer: a momentum buffer of " + std::to_string(buffer.size()) +
+                                " values for " + std::to_string(first_.size()) + " parameters");
+  }
+  backend_->Upload(first_.data(), buffer.data(), first_.bytes());
+  steps_ = std::max<uint64_t>(steps, 1);
+  return OkStatus();
+}
 
 Status Optimizer::Step(std::span<float> params, std::span<const float> grads) {
   if (params.size() != num_params_ || grads.size() != num_params_) {

@@ -52,6 +52,13 @@ class Optimizer {
 
   const OptimizerOptions& options() const { return options_; }
   uint64_t steps() const { return steps_; }
+
+  // SGD with momentum: the momentum buffer (num_params floats, host memory)
+  // for a checkpoint, and its restore (which also marks the first step as
+  // taken). Empty / kFailedPrecondition for other optimizers: Adam's moments
+  // and step count are not checkpointed yet.
+  StatusOr<std::vector<float>> SaveMomentum() const;
+  Status RestoreMomentum(std::span<const float> buffer, uint64_t steps);
   // Plain SGD (no momentum, no weight decay) keeps no state, so a model may
   // fold its step into the weight-gradient GEMM (Model::SgdStep).
   bool plain_sgd() const {

@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -27,9 +29,16 @@ StatusOr<pid_t> Spawn(const std::vector<std::string>& args) {
   return pid;
 }
 
+void StopAll(const std::vector<pid_t>& pids) {
+  for (pid_t p : pids) {
+    if (p > 0) kill(p, SIGTERM);
+  }
+}
+
 // Runs one attempt: every worker, until all exit or one fails (then the
 // others are stopped). Returns the first failure's description, or "".
-std::string RunGroup(const LaunchOptions& o, const std::string& master, bool inject_fault) {
+std::string RunGroup(const LaunchOptions& o, const std::string& master, bool inject_fault,
+                     const std::atomic<bool>& stop) {
   std::vector<pid_t> pids;
   for (int r = 0; r < o.nproc; ++r) {
     std::vector<std::string> args = {
@@ -40,14 +49,28 @@ std::string RunGroup(const LaunchOptions& o, const std::string& master, bool inj
       args.insert(args.end(), {"--fault-exit-at-step", std::to_string(o.fault_step)});
     }
     StatusOr<pid_t> pid = Spawn(args);
-    if (!pid.ok()) return pid.status().message();
+    if (!pid.ok()) {
+      StopAll(pids);
+      for (pid_t p : pids) waitpid(p, nullptr, 0);
+      return pid.status().message();
+    }
     pids.push_back(*pid);
   }
   std::string failure;
   size_t running = pids.size();
+  bool stopping = false;
   while (running > 0) {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0 && errno == EINTR) {
+      // A signal to the launcher stops the whole group.
+      if (stop && !stopping) {
+        stopping = true;
+        if (failure.empty()) failure = "stopped by a signal";
+        StopAll(pids);
+      }
+      continue;
+    }
     if (pid < 0) break;
     int rank = -1;
     for (int r = 0; r < o.nproc; ++r) {
@@ -62,9 +85,7 @@ std::string RunGroup(const LaunchOptions& o, const std::string& master, bool inj
                 (WIFEXITED(status) ? " exited with status " + std::to_string(WEXITSTATUS(status))
                                    : " was killed by signal " + std::to_string(WTERMSIG(status)));
       spdlog::error("launch: {}; stopping the other workers", failure);
-      for (pid_t p : pids) {
-        if (p > 0) kill(p, SIGTERM);
-      }
+      StopAll(pids);
     }
   }
   return failure;
@@ -72,7 +93,7 @@ std::string RunGroup(const LaunchOptions& o, const std::string& master, bool inj
 
 }  // namespace
 
-Status RunLaunch(const LaunchOptions& options) {
+Status RunLaunch(const LaunchOptions& options, const std::atomic<bool>& stop) {
   LaunchOptions o = options;
   if (o.nproc < 1 || o.nproc > 256) return InvalidArgumentError("--nproc must be in [1, 256]");
   if (o.max_restarts < 0) return InvalidArgumentError("--max-restarts must be >= 0");
@@ -82,11 +103,13 @@ Status RunLaunch(const LaunchOptions& options) {
     if (ec) return UnavailableError("launch: cannot find this executable: " + ec.message());
   }
   std::filesystem::create_directories(o.run_dir);
-  const std::string master =
-      "ipc://" + std::filesystem::absolute(o.run_dir).string() + "/rendezvous";
+  // A short socket path (Unix sockets allow about 107 bytes): the workers
+  // add "-rank-N" for their inboxes.
+  const std::string master = "ipc:///tmp/cohort-launch-" + std::to_string(getpid());
   for (int attempt = 0;; ++attempt) {
-    const std::string failure = RunGroup(o, master, attempt == 0);
+    const std::string failure = RunGroup(o, master, attempt == 0, stop);
     if (failure.empty()) return OkStatus();
+    if (stop) return CancelledError("launch: " + failure);
     if (attempt >= o.max_restarts) {
       return UnavailableError("launch: " + failure + " (" + std::to_string(attempt) +
                               " restart(s) used of " + std::to_string(o.max_restarts) + ")");

@@ -87,10 +87,11 @@ struct Rank {
   aggregation::CollectiveOptions collective;
 };
 
-// Rank 0's model: the last checkpoint, or a fresh one; every rank gets it by
-// broadcast. Returns the epoch to start after.
-StatusOr<uint32_t> StartModel(Rank& r, const std::string& run_dir, std::vector<float>& params) {
-  std::vector<float> start = {0};
+// Rank 0's model and momentum buffer: the last checkpoint, or a fresh model;
+// every rank gets them by broadcast. Returns the epoch to start after.
+StatusOr<uint32_t> StartModel(Rank& r, const std::string& run_dir, std::vector<float>& params,
+                              std::vector<float>& momentum) {
+  std::vector<float> start = {0, 0};  // Epoch, whether a momentum buffer follows.
   if (r.rank == 0) {
     std::filesystem::create_directories(run_dir);
     COHORT_ASSIGN_OR_RETURN(r.store, coordinator::OpenSqliteRunStore(run_dir + "/run.db"));
@@ -103,7 +104,9 @@ StatusOr<uint32_t> StartModel(Rank& r, const std::string& run_dir, std::vector<f
             " parameters, this config's " + std::to_string(params.size()));
       }
       params = cp.model;
+      momentum = cp.velocity;
       start[0] = static_cast<float>(cp.round);
+      start[1] = momentum.empty() ? 0.0f : 1.0f;
       spdlog::info("resuming after epoch {}", cp.round);
     } else {
       r.model->Init(params, r.config.seed());
@@ -113,6 +116,10 @@ StatusOr<uint32_t> StartModel(Rank& r, const std::string& run_dir, std::vector<f
   }
   COHORT_RETURN_IF_ERROR(r.comm->Broadcast(params, 0, r.collective));
   COHORT_RETURN_IF_ERROR(r.comm->Broadcast(start, 0, r.collective));
+  if (start[1] != 0.0f) {
+    momentum.resize(params.size());
+    COHORT_RETURN_IF_ERROR(r.comm->Broadcast(momentum, 0, r.collective));
+  }
   return static_cast<uint32_t>(start[0]);
 }
 
@@ -173,6 +180,10 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
       for (float& g : grads) g *= share;
     }
     COHORT_RETURN_IF_ERROR(r.comm->AllReduce(grads, r.collective));
+    if (r.comm->saturated() > 0) {
+      spdlog::warn("exact all-reduce: {} gradient values were NaN or out of range at step {}",
+                   r.comm->saturated(), global_step);
+    }
     b->Upload(reduced.data(), grads.data(), np * sizeof(float));
     COHORT_RETURN_IF_ERROR(optimizer.Step(r.model->params(), {reduced.data(), np}));
   }
@@ -187,8 +198,10 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
   return result;
 }
 
-// Rank 0: evaluates, prints the epoch and commits it with the model.
-Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<const float> params) {
+// Rank 0: evaluates, prints the epoch and commits it with the model and the
+// SGD momentum buffer (the checkpoint's velocity).
+Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<const float> params,
+                   std::vector<float> momentum) {
   coordinator::RoundRecord rec;
   rec.round = epoch;
   rec.participants = rec.selected = static_cast<uint32_t>(r.world);
@@ -210,7 +223,7 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
       e.loss, e.accuracy, rec.test_accuracy, e.seconds);
   std::fflush(stdout);
   const std::vector<float> model(params.begin(), params.end());
-  return r.store->CommitRound(rec, {}, {epoch, model, {}}, 3);
+  return r.store->CommitRound(rec, {}, {epoch, model, std::move(momentum)}, 3);
 }
 
 Status Load(Rank& r, const WorkerOptions& o) {
@@ -261,19 +274,29 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   r.comm = &comm;
   spdlog::info("rank {} of {} ready ({})", o.rank, o.world_size, r.backend->Name());
 
-  std::vector<float> params(r.model->num_params());
-  COHORT_ASSIGN_OR_RETURN(uint32_t done, StartModel(r, o.run_dir, params));
+  std::vector<float> params(r.model->num_params()), momentum;
+  COHORT_ASSIGN_OR_RETURN(uint32_t done, StartModel(r, o.run_dir, params, momentum));
   COHORT_RETURN_IF_ERROR(r.model->SetParams(params));
   COHORT_ASSIGN_OR_RETURN(auto optimizer,
                           train::Optimizer::Create(train::OptimizerFromConfig(r.config.train()),
                                                    params.size(), r.backend.get()));
+  if (!momentum.empty()) COHORT_RETURN_IF_ERROR(optimizer->RestoreMomentum(momentum, 1));
   const uint32_t epochs = r.config.data_parallel().epochs();
   uint64_t global_step = 0;
   for (uint32_t epoch = done + 1; epoch <= epochs && !stop; ++epoch) {
     COHORT_ASSIGN_OR_RETURN(EpochResult e,
                             TrainEpoch(r, epoch, *optimizer, global_step, o.fault_exit_step));
     COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
-    if (r.rank == 0) COHORT_RETURN_IF_ERROR(CommitEpoch(r, epoch, e, params));
+    if (r.rank == 0) {
+      COHORT_ASSIGN_OR_RETURN(std::vector<float> saved, optimizer->SaveMomentum());
+      COHORT_RETURN_IF_ERROR(CommitEpoch(r, epoch, e, params, std::move(saved)));
+    }
+    // The others wait here, not inside the next epoch's first all-reduce,
+    // while rank 0 evaluates and commits (which may take longer than a
+    // step's deadline).
+    aggregation::CollectiveOptions wait = r.collective;
+    wait.timeout_ms = std::max<TimeMs>(r.collective.timeout_ms * 20, 600000);
+    COHORT_RETURN_IF_ERROR(comm.Barrier(wait));
   }
   // Nobody leaves while a peer may still need a message from it.
   return comm.Barrier(r.collective);

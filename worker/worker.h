@@ -47,10 +47,11 @@ struct LaunchOptions {
   int64_t fault_step = -1;
 };
 
-// Starts nproc workers on this host (rendezvous over ipc:// in the run
-// directory) and waits. When one fails, the others are stopped; with
-// restarts left the group starts again from the last checkpoint.
-Status RunLaunch(const LaunchOptions& options);
+// Starts nproc workers on this host (rendezvous over ipc:// under /tmp) and
+// waits. When one fails, the others are stopped; with restarts left the
+// group starts again from the last checkpoint. When `stop` is set (a
+// signal), every worker is stopped and the result is kCancelled.
+Status RunLaunch(const LaunchOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace cohort::worker
 
