@@ -89,6 +89,8 @@ std::string AbortText(std::span<const uint8_t> m) {
   return text.empty() ? "(no reason)" : text;
 }
 
+static_assert(kMaxAbortText + 4 <= kMaxCollectiveMessageBytes);
+
 struct MessageHeader {
   uint32_t magic = 0x31764c43;  // "CLv1"
   uint32_t element_bytes = 0;
@@ -100,6 +102,7 @@ struct MessageHeader {
   uint64_t begin = 0;
   uint64_t count = 0;
 };
+static_assert(sizeof(MessageHeader) + kSegmentBytes <= kMaxCollectiveMessageBytes);
 
 template <typename T>
 void Apply(CollectiveStep::Op op, const uint8_t* bytes, std::span<T> out) {
@@ -151,10 +154,6 @@ std::string Mismatch(std::span<const uint8_t> m, uint64_t sequence, uint64_t i, 
 }  // namespace
 
 namespace {
-
-// Large ranges travel as segments of this many bytes, so that the receiver
-// adds one segment while the next is on the wire.
-constexpr size_t kSegmentBytes = 256 * 1024;
 
 // The segments of `r`, each at most kSegmentBytes of T.
 template <typename T>

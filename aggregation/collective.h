@@ -26,6 +26,13 @@
 
 namespace cohort::aggregation {
 
+// Large ranges travel as segments of this many bytes, so that the receiver
+// adds one segment while the next is on the wire.
+inline constexpr size_t kSegmentBytes = 256 * 1024;
+// No message of the collectives is larger (a segment and its header, or a
+// notice): transports may refuse anything bigger.
+inline constexpr size_t kMaxCollectiveMessageBytes = kSegmentBytes + 1024 + 64;
+
 // [begin, end) in elements of the vector.
 struct Range {
   size_t begin = 0, end = 0;

@@ -13,6 +13,7 @@
 
 #include "common/rng.h"
 #include "net/inprocess_transport.h"
+#include "net/rendezvous.h"
 #include "net/zmq_transport.h"
 
 namespace cohort::net {
@@ -161,6 +162,29 @@ TEST_P(CollectiveTest, IntegersAndExactModeAreBitIdenticalWhateverTheAlgorithm) 
   EXPECT_EQ(results[0], results[1]);
 }
 
+TEST_P(CollectiveTest, ExactModeSaturatesAndCountsValuesItCannotHold) {
+  const int size = 3;
+  std::vector<std::vector<float>> data(size, {1.5f, std::nanf(""), 1e30f, -1e30f});
+  std::vector<uint64_t> saturated(size);
+  auto st = RunRanks(
+      size,
+      [&](int r, Communicator& c) {
+        Status s = c.AllReduce(data[r], {.exact = true});
+        saturated[r] = c.saturated();
+        return s;
+      },
+      GetParam());
+  const double limit = std::ldexp(1.0, 62) / size / std::ldexp(1.0, 32);  // Per rank.
+  for (int r = 0; r < size; ++r) {
+    ASSERT_TRUE(st[r].ok()) << st[r];
+    EXPECT_EQ(saturated[r], 3u);  // NaN, +1e30, -1e30.
+    EXPECT_EQ(data[r][0], 4.5f);
+    EXPECT_EQ(data[r][1], 0.0f);  // NaN counts as 0.
+    EXPECT_NEAR(data[r][2], size * limit, 1e-6 * size * limit);
+    EXPECT_NEAR(data[r][3], -size * limit, 1e-6 * size * limit);
+  }
+}
+
 TEST_P(CollectiveTest, BroadcastAndBarrier) {
   for (int size = 1; size <= 7; ++size) {
     for (int root = 0; root < size; ++root) {
@@ -263,6 +287,41 @@ TEST(ZmqTransportTest, MalformedFramesAreDroppedAndCounted) {
     if (receiver->Receive(0, SteadyNowMs() + 50).ok()) break;
   }
   EXPECT_EQ(receiver->dropped(), 2u);
+}
+
+TEST(RendezvousTest, StrayReportsAreIgnoredAndTheRealRanksMeet) {
+  zmq::context_t context(1);
+  const std::string master = "ipc:///tmp/cohort-rv-test-" + std::to_string(getpid());
+  StatusOr<std::vector<std::string>> host = UnavailableError("not run");
+  std::thread rank0([&] { host = Rendezvous(context, 0, 3, master, "e0", SteadyNowMs() + 10000); });
+  // A stranger first: a wrong world size, a rank out of range, rank 0, junk.
+  zmq::socket_t stranger(context, zmq::socket_type::dealer);
+  stranger.set(zmq::sockopt::linger, 0);
+  stranger.connect(master);
+  for (const std::vector<std::string>& report : std::vector<std::vector<std::string>>{
+           {"1", "4", "evil"}, {"7", "3", "evil"}, {"0", "3", "evil"}, {"x"}}) {
+    for (size_t i = 0; i < report.size(); ++i) {
+      stranger.send(zmq::buffer(report[i]),
+                    i + 1 < report.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+  StatusOr<std::vector<std::string>> one = UnavailableError("not run"), two = one;
+  std::thread rank1([&] { one = Rendezvous(context, 1, 3, master, "e1", SteadyNowMs() + 10000); });
+  std::thread rank2([&] { two = Rendezvous(context, 2, 3, master, "e2", SteadyNowMs() + 10000); });
+  rank0.join();
+  rank1.join();
+  rank2.join();
+  const std::vector<std::string> want = {"e0", "e1", "e2"};
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ(*host, want);
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_EQ(*one, want);
+  EXPECT_EQ(*two, want);
+  // A rank that never reports is named.
+  auto alone = Rendezvous(context, 0, 2, master + "-b", "e0", SteadyNowMs() + 200);
+  EXPECT_EQ(alone.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(alone.status().message().find("rank(s) 1 did not report"), std::string::npos)
+      << alone.status();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CollectiveTest,

@@ -23,7 +23,7 @@ StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Bind(zmq::context_t& conte
   std::unique_ptr<ZmqTransport> t(new ZmqTransport(context, rank, size, options));
   try {
     t->inbox_.set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
-    t->inbox_.set(zmq::sockopt::rcvhwm, 0);  // A collective has few messages in flight.
+    t->inbox_.set(zmq::sockopt::rcvhwm, options.receive_queue);
     t->inbox_.set(zmq::sockopt::linger, 0);
     t->inbox_.bind(bind);
     t->endpoint_ = t->inbox_.get(zmq::sockopt::last_endpoint);
@@ -107,6 +107,10 @@ StatusOr<aggregation::Message> ZmqTransport::Receive(int peer, TimeMs deadline) 
         // Drain what is left of a malformed message and drop it.
         while (inbox_.get(zmq::sockopt::rcvmore)) (void)inbox_.recv(body, zmq::recv_flags::none);
         ++dropped_;
+        continue;
+      }
+      if (pending_[sender].size() >= static_cast<size_t>(options_.receive_queue)) {
+        ++dropped_;  // A flood from one sender: no collective sends this many ahead.
         continue;
       }
       // The message itself owns the bytes: no copy.

@@ -12,13 +12,18 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "aggregation/collective.h"
 #include "aggregation/transport.h"
 
 namespace cohort::net {
 
 struct ZmqTransportOptions {
   int send_timeout_ms = 30000;  // A peer that takes nothing for this long fails Send.
-  int64_t max_message_bytes = int64_t{1} << 30;  // Larger frames are refused by ZeroMQ.
+  // Larger frames are refused by ZeroMQ before they are buffered.
+  int64_t max_message_bytes = aggregation::kMaxCollectiveMessageBytes;
+  // Messages an inbox holds at most before senders wait (with the size cap:
+  // about 1 GiB).
+  int receive_queue = 4096;
 };
 
 class ZmqTransport final : public aggregation::Transport {

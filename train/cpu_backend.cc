@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "train/backend.h"
-#include "train/update_rules.h"
+#include "train/rules.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -262,25 +262,11 @@ void CpuBackend::SoftmaxCrossEntropy(const float* logits, const int32_t* labels,
   double loss = 0;
   uint64_t correct = 0;
   for (int i = 0; i < batch; ++i) {
-    const float* row = logits + size_t(i) * classes;
-    int argmax = 0;
-    float max = row[0];
-    for (int j = 1; j < classes; ++j) {
-      if (row[j] > max) {
-        max = row[j];
-        argmax = j;
-      }
-    }
-    float sum = 0.0f;
-    for (int j = 0; j < classes; ++j) sum += std::exp(row[j] - max);
-    const float log_sum = std::log(sum);
-    loss += static_cast<double>(log_sum - (row[labels[i]] - max));
-    correct += argmax == labels[i] ? 1 : 0;
-    if (dlogits != nullptr) {
-      float* d = dlogits + size_t(i) * classes;
-      for (int j = 0; j < classes; ++j) d[j] = std::exp(row[j] - max - log_sum) * grad_scale;
-      d[labels[i]] -= grad_scale;
-    }
+    bool hit = false;
+    loss +=
+        SoftmaxCrossEntropyRow(logits + size_t(i) * classes, classes, labels[i], grad_scale,
+                               dlogits == nullptr ? nullptr : dlogits + size_t(i) * classes, hit);
+    correct += hit ? 1 : 0;
   }
   stats[0] += loss;
   stats[1] += static_cast<double>(correct);
@@ -303,7 +289,7 @@ void CpuBackend::Gather(const float* features, const int32_t* labels, const uint
   }
 }
 
-// The rules are train/update_rules.h's, shared with the CUDA kernels.
+// The rules are train/rules.h's, shared with the CUDA kernels.
 void CpuBackend::SgdUpdate(float* p, const float* g, float* b, size_t n, const SgdArgs& a) {
   if (a.momentum == 0.0f) {
     for (size_t i = 0; i < n; ++i) SgdElement(p[i], g[i], nullptr, a);

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "train/cuda/cuda_backend.h"
-#include "train/update_rules.h"
+#include "train/rules.h"
 
 namespace cohort::train {
 namespace {
@@ -120,26 +120,12 @@ __global__ void SoftmaxCrossEntropyKernel(const float* logits, const int32_t* la
                                           int classes, float grad_scale, float* dlogits,
                                           double* stats) {
   COHORT_FOR_EACH(i, size_t(batch)) {
-    const float* row = logits + i * classes;
-    int argmax = 0;
-    float max = row[0];
-    for (int j = 1; j < classes; ++j) {
-      if (row[j] > max) {
-        max = row[j];
-        argmax = j;
-      }
-    }
-    float sum = 0.0f;
-    for (int j = 0; j < classes; ++j) sum += expf(row[j] - max);
-    const float log_sum = logf(sum);
-    const int y = labels[i];
-    atomicAdd(stats, static_cast<double>(log_sum - (row[y] - max)));
-    if (argmax == y) atomicAdd(stats + 1, 1.0);
-    if (dlogits != nullptr) {
-      float* d = dlogits + i * classes;
-      for (int j = 0; j < classes; ++j) d[j] = expf(row[j] - max - log_sum) * grad_scale;
-      d[y] -= grad_scale;
-    }
+    bool hit = false;
+    const float loss =
+        SoftmaxCrossEntropyRow(logits + i * classes, classes, labels[i], grad_scale,
+                               dlogits == nullptr ? nullptr : dlogits + i * classes, hit);
+    atomicAdd(stats, static_cast<double>(loss));
+    if (hit) atomicAdd(stats + 1, 1.0);
   }
 }
 

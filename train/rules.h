@@ -1,7 +1,8 @@
-// The optimizers' per-element update rules, shared by the CPU loops and the
-// CUDA kernels so both backends apply the same arithmetic.
-#ifndef COHORT_TRAIN_UPDATE_RULES_H_
-#define COHORT_TRAIN_UPDATE_RULES_H_
+// The arithmetic both backends share, so the CPU loops and the CUDA kernels
+// cannot drift apart: the optimizers' per-element updates and softmax
+// cross-entropy per row.
+#ifndef COHORT_TRAIN_RULES_H_
+#define COHORT_TRAIN_RULES_H_
 
 #include <math.h>
 
@@ -44,6 +45,31 @@ COHORT_HOST_DEVICE inline void AdamElement(float& p, float g, float& m, float& v
   p -= a.step_size * m / (sqrtf(v) / a.root_correction + a.eps);
 }
 
+// Softmax cross-entropy of one row of logits: returns the loss and whether
+// the argmax (first on ties) is `label`; with `d` (which may be `row`),
+// writes grad_scale * (softmax - onehot) there.
+COHORT_HOST_DEVICE inline float SoftmaxCrossEntropyRow(const float* row, int classes, int label,
+                                                       float grad_scale, float* d, bool& correct) {
+  int argmax = 0;
+  float max = row[0];
+  for (int j = 1; j < classes; ++j) {
+    if (row[j] > max) {
+      max = row[j];
+      argmax = j;
+    }
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < classes; ++j) sum += expf(row[j] - max);
+  const float log_sum = logf(sum);
+  const float loss = log_sum - (row[label] - max);
+  correct = argmax == label;
+  if (d != nullptr) {
+    for (int j = 0; j < classes; ++j) d[j] = expf(row[j] - max - log_sum) * grad_scale;
+    d[label] -= grad_scale;
+  }
+  return loss;
+}
+
 }  // namespace cohort::train
 
-#endif  // COHORT_TRAIN_UPDATE_RULES_H_
+#endif  // COHORT_TRAIN_RULES_H_
