@@ -296,21 +296,21 @@ StatusOr<RunConfig> LoadRunConfig(const std::string& path) {
   return ParseRunConfig(text, path);
 }
 
-Status ValidateRunConfig(const RunConfig& c) {
-  if (c.mode() != FEDERATED && c.mode() != DATA_PARALLEL) {
-    return InvalidArgumentError("mode: must be FEDERATED or DATA_PARALLEL");
+namespace {
+
+Status CheckDataParallel(const RunConfig& c) {
+  if (c.data().train_shard().empty()) {
+    return InvalidArgumentError("data.train_shard: DATA_PARALLEL needs the training set");
   }
-  if (c.mode() == DATA_PARALLEL) {
-    if (c.data().train_shard().empty()) {
-      return InvalidArgumentError("data.train_shard: DATA_PARALLEL needs the training set");
-    }
-    const DataParallelConfig& dp = c.data_parallel();
-    if (dp.epochs() == 0 || dp.epochs() > 100000) {
-      return InvalidArgumentError("data_parallel.epochs: must be in [1, 100000]");
-    }
-    COHORT_RETURN_IF_ERROR(CheckSeconds("data_parallel.timeout_s", dp.timeout_s()));
+  const DataParallelConfig& dp = c.data_parallel();
+  if (dp.epochs() == 0 || dp.epochs() > 100000) {
+    return InvalidArgumentError("data_parallel.epochs: must be in [1, 100000]");
   }
-  const ModelConfig& m = c.model();
+  return CheckSeconds("data_parallel.timeout_s", dp.timeout_s());
+}
+
+// The model section's ranges, then its plan (shapes, within the caps).
+StatusOr<NetPlan> CheckModel(const ModelConfig& m) {
   if (m.input_dim() == 0 || m.input_dim() > (1u << 24)) {
     return InvalidArgumentError("model.input_dim: must be in [1, 2^24]");
   }
@@ -328,6 +328,18 @@ Status ValidateRunConfig(const RunConfig& c) {
                                 std::to_string(plan.params) + " parameters; at most " +
                                 std::to_string(kMaxModelParams) + " (2^26) are supported");
   }
+  return plan;
+}
+
+}  // namespace
+
+Status ValidateRunConfig(const RunConfig& c) {
+  if (c.mode() != FEDERATED && c.mode() != DATA_PARALLEL) {
+    return InvalidArgumentError("mode: must be FEDERATED or DATA_PARALLEL");
+  }
+  if (c.mode() == DATA_PARALLEL) COHORT_RETURN_IF_ERROR(CheckDataParallel(c));
+  const ModelConfig& m = c.model();
+  COHORT_ASSIGN_OR_RETURN(NetPlan plan, CheckModel(m));
   const TrainConfig& t = c.train();
   if (t.local_epochs() == 0 || t.local_epochs() > 1000) {
     return InvalidArgumentError("train.local_epochs: must be in [1, 1000]");
