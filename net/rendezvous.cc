@@ -64,13 +64,11 @@ StatusOr<std::vector<std::string>> Host(zmq::context_t& context, int size,
     int r = -1, world = -1;
     // identity, "rank", "size", endpoint
     if (f.size() != 4 || !ParseInt(f[1], r) || !ParseInt(f[2], world)) continue;  // Not ours.
-    if (world != size) {
-      return InvalidArgumentError("rendezvous: rank " + f[1] + " says the world has " + f[2] +
-                                  " ranks, rank 0 says " + std::to_string(size));
-    }
-    if (r < 1 || r >= size || !endpoints[r].empty()) {
-      return InvalidArgumentError("rendezvous: rank " + f[1] +
-                                  " reported twice or is out of range");
+    // A stray or repeated report (a stranger, a restarted pod) is ignored:
+    // the first word of each rank stands.
+    if (world != size || r < 1 || r >= size || !endpoints[r].empty() || f[3].empty() ||
+        f[3].size() > 1024) {
+      continue;
     }
     endpoints[r] = f[3];
     identities[r] = f[0];
