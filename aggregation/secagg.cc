@@ -371,10 +371,22 @@ Status SecAggClient::CheckKeyList(const KeyList& list) {
     }
   }
   if (!own) return InvalidArgumentError("key list: this client's own keys are missing");
-  // Every advert, not just the neighbours': the list seeds the graph, so a
-  // server that could add unsigned entries could steer it.
-  return ParallelFor(list.adverts.size(), [&](size_t i) -> Status {
-    const KeyAdvert& a = list.adverts[i];
+  return OkStatus();
+}
+
+Status SecAggClient::CheckNeighbourSignatures(const KeyList& list) const {
+  // Only the neighbours' adverts are used, so only theirs are verified. An
+  // unsigned entry elsewhere could change the session hash, and so the
+  // graph, but a coordinator can already do that by leaving adverts out or
+  // by having a corrupt client re-sign fresh keys (see "try many graph
+  // seeds" in docs/architecture.md); an honest client whose own entry was
+  // replaced refuses above.
+  std::vector<const KeyAdvert*> used;
+  for (const KeyAdvert& a : list.adverts) {
+    if (Contains(neighbours_, a.index)) used.push_back(&a);
+  }
+  return ParallelFor(used.size(), [&](size_t i) -> Status {
+    const KeyAdvert& a = *used[i];
     if (!crypto::Verify(identities_[a.index], AsBytes(AdvertMessage(params_.context, a)),
                         a.signature)) {
       return InvalidArgumentError("key list: bad signature on client " + Str(a.index));
@@ -402,6 +414,7 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
     graph_ = HararyNeighbours(params_.n, params_.k, GraphSeed(session_));
     neighbours_ = graph_[index_];
   }
+  COHORT_RETURN_IF_ERROR(CheckNeighbourSignatures(list));
   for (const KeyAdvert& a : list.adverts) {
     if (!Contains(neighbours_, a.index)) continue;
     // The server must have refused these; one that forwards them is broken.
@@ -424,12 +437,13 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
   COHORT_ASSIGN_OR_RETURN(auto mask_shares, crypto::ShamirSplit(mask_seed_, params_.t, xs));
   COHORT_ASSIGN_OR_RETURN(auto self_shares, crypto::ShamirSplit(self_seed_, params_.t, xs));
   std::vector<std::string> sealed(recipients.size());
+  std::vector<SecretBytes> keys(recipients.size());
   COHORT_RETURN_IF_ERROR(ParallelFor(recipients.size(), [&](size_t i) -> Status {
     const uint32_t v = recipients[i]->index;
     COHORT_ASSIGN_OR_RETURN(SecretBytes point,
                             crypto::EncSharedPoint(enc_.secret_key, recipients[i]->enc_key));
-    SecretBytes key =
-        crypto::EncKeyFromPoint(point.bytes(), enc_.public_key, recipients[i]->enc_key);
+    keys[i] = crypto::EncKeyFromPoint(point.bytes(), enc_.public_key, recipients[i]->enc_key);
+    const SecretBytes& key = keys[i];
     SecretBytes plain(kPlainBytes);
     uint8_t* p = plain.bytes().data();
     COHORT_ASSIGN_OR_RETURN(
@@ -454,17 +468,18 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
   out.from = index_;
   for (size_t i = 0; i < recipients.size(); ++i) {
     out.to[recipients[i]->index] = std::move(sealed[i]);
+    // The key is symmetric: the same one opens what this neighbour deals.
+    pair_keys_[recipients[i]->index] = std::move(keys[i]);
   }
   stage_ = 2;
   return out;
 }
 
 Status SecAggClient::OpenShares(uint32_t v, const std::string& sealed, Held& held) const {
-  const KeyAdvert& a = neighbour_adverts_.at(v);
-  COHORT_ASSIGN_OR_RETURN(SecretBytes point, crypto::EncSharedPoint(enc_.secret_key, a.enc_key));
-  SecretBytes key = crypto::EncKeyFromPoint(point.bytes(), enc_.public_key, a.enc_key);
-  COHORT_ASSIGN_OR_RETURN(Opened o, OpenBlob(key, AsBytes(sealed).first(kBlobBytes), session_, v,
-                                             index_, identities_[v]));
+  auto key = pair_keys_.find(v);
+  if (key == pair_keys_.end()) return InvalidArgumentError("no key shared with client " + Str(v));
+  COHORT_ASSIGN_OR_RETURN(Opened o, OpenBlob(key->second, AsBytes(sealed).first(kBlobBytes),
+                                             session_, v, index_, identities_[v]));
   held.mask_share = std::move(o.mask_share);
   held.self_share = std::move(o.self_share);
   held.mask_signature = o.mask_signature;
@@ -623,30 +638,32 @@ StatusOr<SurvivorSignature> SecAggClient::SignSurvivors(const SurvivorList& list
 
 Status SecAggClient::CheckSignatures(const UnmaskRequest& request) const {
   const std::vector<uint8_t> msg = SurvivorListMessage(session_, request.survivors);
-  std::vector<uint32_t> valid;
-  for (const auto& s : request.signatures) {
-    if (s.from < params_.n && Contains(request.survivors, s.from) &&
-        crypto::Verify(identities_[s.from], msg, s.signature)) {
-      valid.push_back(s.from);
-    }
-  }
-  std::sort(valid.begin(), valid.end());
-  valid.erase(std::unique(valid.begin(), valid.end()), valid.end());
   // Counted among each subject's own neighbours: no two different lists can
   // both reach t there, so every honest client that reveals anything about
-  // v saw the same list.
+  // v saw the same list. Verification stops once every subject has t.
   const bool complete = graph_.empty();
+  std::vector<uint32_t> subjects, counts;
   for (uint32_t v : neighbours_) {
-    if (!Contains(checked_, v)) continue;
-    uint32_t count = 0;
-    if (complete) {
-      count = static_cast<uint32_t>(valid.size()) - (Contains(valid, v) ? 1 : 0);
-    } else {
-      for (uint32_t w : graph_[v]) count += Contains(valid, w) ? 1 : 0;
+    if (Contains(checked_, v)) subjects.push_back(v);
+  }
+  counts.assign(subjects.size(), 0);
+  size_t short_of_t = subjects.size();
+  std::vector<bool> seen(params_.n, false);
+  for (const auto& s : request.signatures) {
+    if (short_of_t == 0) break;
+    if (s.from >= params_.n || seen[s.from] || !Contains(request.survivors, s.from)) continue;
+    if (!crypto::Verify(identities_[s.from], msg, s.signature)) continue;
+    seen[s.from] = true;
+    for (size_t i = 0; i < subjects.size(); ++i) {
+      const uint32_t v = subjects[i];
+      const bool counts_for_v = complete ? s.from != v : Contains(graph_[v], s.from);
+      if (counts_for_v && ++counts[i] == params_.t) --short_of_t;
     }
-    if (count < params_.t) {
-      return FailedPreconditionError("unmask request carries " + Str(count) +
-                                     " valid survivor signatures from client " + Str(v) +
+  }
+  for (size_t i = 0; i < subjects.size(); ++i) {
+    if (counts[i] < params_.t) {
+      return FailedPreconditionError("unmask request carries " + Str(counts[i]) +
+                                     " valid survivor signatures from client " + Str(subjects[i]) +
                                      "'s neighbours, below the threshold " + Str(params_.t));
     }
   }
@@ -692,6 +709,7 @@ StatusOr<UnmaskResponse> SecAggClient::Unmask(const UnmaskRequest& request) {
   }
   // Nothing secret is needed any more.
   held_.clear();
+  pair_keys_.clear();
   enc_.secret_key.Reset();
   mask_.secret_key.Reset();
   mask_seed_.Reset();

@@ -229,6 +229,7 @@ class SecAggClient {
     crypto::Signature mask_signature{}, self_signature{};
   };
   Status CheckKeyList(const KeyList& list);
+  Status CheckNeighbourSignatures(const KeyList& list) const;
   // Opens one neighbour's sealed shares; an error is the complaint's reason.
   Status OpenShares(uint32_t v, const std::string& sealed, Held& held) const;
   Status CheckSignatures(const UnmaskRequest& request) const;
@@ -248,6 +249,7 @@ class SecAggClient {
   std::array<uint8_t, 32> session_{};
   std::map<uint32_t, KeyAdvert> neighbour_adverts_;  // N(u) ∩ U1.
   std::map<uint32_t, Held> held_;                    // N(u) ∩ U2, opened.
+  std::map<uint32_t, SecretBytes> pair_keys_;        // Sealing keys, by neighbour.
   std::vector<uint32_t> checked_;                    // U3 as this client saw it.
   std::vector<uint32_t> signed_survivors_;
 };

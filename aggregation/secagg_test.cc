@@ -689,6 +689,36 @@ TEST(SecAggServerTest, RefusesBadSurvivorSignaturesAndMalformedUnmaskResponses) 
 
 // --- Client-side refusals ----------------------------------------------------
 
+TEST(SecAggClientTest, RefusesAKeyListWithANeighboursAdvertChanged) {
+  // A sparse graph: each client verifies the adverts it uses, its
+  // neighbours', so a server cannot slip a changed one past any of them.
+  Harness h(Params(30, 8, /*complete=*/false));
+  Staged s = StageAdverts(h);
+  for (auto& a : s.adverts) ASSERT_TRUE(s.server->OnAdvertise(a).ok());
+  auto list = s.server->CloseAdvertise();
+  ASSERT_TRUE(list.ok());
+  constexpr uint32_t kVictim = 5;
+  KeyList forged = *list;
+  ASSERT_EQ(forged.adverts[kVictim].index, kVictim);
+  forged.adverts[kVictim].mask_key[0] ^= 1;
+  int refused = 0;
+  for (uint32_t u = 0; u < 30; ++u) {
+    if (u == kVictim) continue;
+    auto r = s.clients[u]->ShareKeys(forged);
+    if (r.ok()) {
+      // Only a client that does not use the changed advert goes on.
+      EXPECT_FALSE(std::binary_search(s.clients[u]->neighbours().begin(),
+                                      s.clients[u]->neighbours().end(), kVictim))
+          << u;
+      continue;
+    }
+    ++refused;
+    EXPECT_NE(r.status().message().find("bad signature on client 5"), std::string::npos)
+        << r.status();
+  }
+  EXPECT_GT(refused, 0);
+}
+
 TEST(SecAggClientTest, RefusesListsThatDoNotMatchWhatItHolds) {
   Harness h(Params(6, 8));
   Staged s = StageAdverts(h);

@@ -246,7 +246,7 @@ net { heartbeat_s: 2 }
 secagg { aggregation: $agg stage_timeout_s: 300 ${MASK_PRG:+mask_prg: $MASK_PRG} }
 EOF
     rm -rf "$dir/run-$agg"
-    build/cli/cohort coordinator --config "$dir/$agg.textproto" --run-dir "$dir/run-$agg" \
+    build/cli/cohort ${COORD_LOG:+--log-level $COORD_LOG} coordinator --config "$dir/$agg.textproto" --run-dir "$dir/run-$agg" \
       --bind tcp://127.0.0.1:0 --insecure > "$dir/$agg.out" 2> "$dir/$agg.log" &
     coordinator=$!
     for _ in $(seq 300); do [[ -s "$dir/run-$agg/coordinator.endpoint" ]] && break; sleep 0.1; done
