@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
       datasets::ReadIdx(dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz");
   if (!host_test.ok()) return 1;
   config::RunConfig cfg;
+  // The plain round: secure aggregation (the default) needs identity keys
+  // and the five-stage protocol, which secagg_bench measures.
+  cfg.mutable_secagg()->set_aggregation(config::PLAIN);
   cfg.mutable_model()->set_arch(arch);
   if (arch == "mlp") {
     cfg.mutable_model()->add_hidden(200);
