@@ -11,17 +11,26 @@
 namespace cohort::aggregation {
 namespace {
 
+std::unique_ptr<Aggregator> Streaming(size_t n, double max_norm = 0) {
+  auto agg = NewStreamingFedAvg(n, max_norm);
+  EXPECT_TRUE(agg.ok()) << agg.status();
+  return std::move(agg).value();
+}
+
 TEST(FedAvgTest, WeightedMeanBySampleCount) {
-  auto agg = std::move(NewFedAvgAggregator(3, 1)).value();
+  auto agg = Streaming(3);
   std::vector<float> a = {1, 2, 3}, b = {4, 5, 6};
   ASSERT_TRUE(agg->Accept(1, a, 100).ok());
   ASSERT_TRUE(agg->Accept(2, b, 300).ok());
-  std::vector<float> out(3);
-  ASSERT_TRUE(agg->Finalize(out).ok());
-  EXPECT_FLOAT_EQ(out[0], 0.25f * 1 + 0.75f * 4);
-  EXPECT_FLOAT_EQ(out[2], 0.25f * 3 + 0.75f * 6);
+  auto mean = agg->Finalize();
+  ASSERT_TRUE(mean.ok());
+  EXPECT_FLOAT_EQ(mean->delta[0], 0.25f * 1 + 0.75f * 4);
+  EXPECT_FLOAT_EQ(mean->delta[2], 0.25f * 3 + 0.75f * 6);
+  EXPECT_FALSE(mean->metrics.has_value());
 }
 
+// Exact accumulation: any arrival order, bit for bit, and within float
+// rounding of a double-precision weighted mean.
 TEST(FedAvgTest, ResultDoesNotDependOnArrivalOrder) {
   const size_t n = 10000;
   Rng rng(1);
@@ -29,44 +38,74 @@ TEST(FedAvgTest, ResultDoesNotDependOnArrivalOrder) {
   for (auto& u : updates) {
     for (float& v : u) v = static_cast<float>(rng.Normal()) * 1e3f;
   }
-  std::vector<float> forward(n), backward(n);
-  auto f = std::move(NewFedAvgAggregator(n, 1)).value();
-  auto b = std::move(NewFedAvgAggregator(n, 1)).value();
+  for (float& v : updates[3]) v *= 1e-9f;  // Tiny values keep their precision too.
+  auto f = Streaming(n), b = Streaming(n);
   for (size_t i = 0; i < updates.size(); ++i) ASSERT_TRUE(f->Accept(i, updates[i], 10 + i).ok());
   for (size_t i = updates.size(); i-- > 0;) ASSERT_TRUE(b->Accept(i, updates[i], 10 + i).ok());
-  ASSERT_TRUE(f->Finalize(forward).ok());
-  ASSERT_TRUE(b->Finalize(backward).ok());
-  EXPECT_EQ(forward, backward);
+  auto forward = f->Finalize(), backward = b->Finalize();
+  ASSERT_TRUE(forward.ok() && backward.ok());
+  EXPECT_EQ(forward->delta, backward->delta);
+  double total = 0;
+  for (size_t i = 0; i < updates.size(); ++i) total += 10 + i;
+  for (size_t j = 0; j < n; ++j) {
+    double want = 0;
+    for (size_t i = 0; i < updates.size(); ++i) want += (10 + i) / total * updates[i][j];
+    ASSERT_NEAR(forward->delta[j], want, 1e-6 * std::fabs(want) + 1e-11) << j;
+  }
 }
 
 TEST(FedAvgTest, BadUpdatesAreRejectedAndLeaveNoTrace) {
-  auto agg = std::move(NewFedAvgAggregator(4, 1)).value();
+  auto agg = Streaming(4);
   std::vector<float> good = {1, 1, 1, 1};
   std::vector<float> short_update = {1, 1, 1};
   std::vector<float> nan = {1, std::numeric_limits<float>::quiet_NaN(), 1, 1};
   std::vector<float> inf = {1, 1, std::numeric_limits<float>::infinity(), 1};
+  std::vector<float> huge = {1, 1, 1, 1e7f};
   Status s = agg->Accept(1, short_update, 1);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("3 values, expected 4"), std::string::npos);
   EXPECT_NE(agg->Accept(2, nan, 1).message().find("NaN"), std::string::npos);
   EXPECT_FALSE(agg->Accept(3, inf, 1).ok());
-  EXPECT_FALSE(agg->Accept(4, good, -1).ok());
-  EXPECT_FALSE(agg->Accept(4, good, std::nan("")).ok());
+  EXPECT_NE(agg->Accept(4, good, 0).message().find("outside [1, 2^40]"), std::string::npos);
+  EXPECT_FALSE(agg->Accept(4, good, (uint64_t{1} << 40) + 1).ok());
+  EXPECT_NE(agg->Accept(6, huge, 1).message().find("at index 3 is outside (-2^23, 2^23)"),
+            std::string::npos);
   EXPECT_EQ(agg->accepted(), 0u);
   ASSERT_TRUE(agg->Accept(5, good, 1).ok());
   EXPECT_EQ(agg->Accept(5, good, 1).code(), StatusCode::kAlreadyExists);
-  std::vector<float> out(4);
-  ASSERT_TRUE(agg->Finalize(out).ok());
-  EXPECT_EQ(out, good);
+  auto mean = agg->Finalize();
+  ASSERT_TRUE(mean.ok());
+  EXPECT_EQ(mean->delta, good);
 }
 
-TEST(FedAvgTest, TooFewUpdatesFailFinalize) {
-  auto agg = std::move(NewFedAvgAggregator(2, 2)).value();
-  std::vector<float> u = {1, 2}, out(2);
-  ASSERT_TRUE(agg->Accept(1, u, 1).ok());
-  EXPECT_EQ(agg->Finalize(out).code(), StatusCode::kFailedPrecondition);
-  agg->Remove(1);
-  EXPECT_EQ(agg->accepted(), 0u);
+TEST(FedAvgTest, NormBoundRefusesLargeUpdates) {
+  auto agg = Streaming(2, /*max_norm=*/5);
+  std::vector<float> within = {3, 4}, beyond = {3, 4.1f};
+  EXPECT_NE(agg->Accept(1, beyond, 1).message().find("above server.max_update_norm 5"),
+            std::string::npos);
+  // Beyond the exact range too: the norm bound is what the message names.
+  std::vector<float> huge = {1e30f, 0};
+  EXPECT_NE(agg->Accept(3, huge, 1).message().find("above server.max_update_norm"),
+            std::string::npos);
+  EXPECT_TRUE(agg->Accept(2, within, 1).ok());
+  EXPECT_EQ(agg->accepted(), 1u);
+}
+
+// The largest weights and values the sum takes, many times over: no
+// overflow, and the mean is still exact.
+TEST(FedAvgTest, ExtremeWeightsAndValuesDoNotOverflow) {
+  auto agg = Streaming(2);
+  const float big = std::nextafter(static_cast<float>(kStreamingMaxValue), 0.0f);
+  std::vector<float> u = {big, -big};
+  for (uint32_t i = 0; i < 1000; ++i) ASSERT_TRUE(agg->Accept(i, u, uint64_t{1} << 40).ok());
+  auto mean = agg->Finalize();
+  ASSERT_TRUE(mean.ok());
+  EXPECT_EQ(mean->delta, u);
+}
+
+TEST(FedAvgTest, FinalizeWithoutUpdatesFails) {
+  auto agg = Streaming(2);
+  EXPECT_EQ(agg->Finalize().status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(FedAvgTest, ServerMomentumAccumulates) {

@@ -43,8 +43,9 @@ std::string AdvertMessage(const std::array<uint8_t, 32>& context, const KeyAdver
   return m;
 }
 
-// The graph is seeded by the session, a hash of every advert: neither the
-// server nor any one client picks it.
+// The graph is seeded by the session, a hash of every advert in the list:
+// it is not a setup field, so the server cannot name a seed. It can still
+// try many lists (docs/architecture.md, "try many graph seeds").
 uint64_t GraphSeed(const std::array<uint8_t, 32>& session) {
   static constexpr char kLabel[] = "cohort-secagg-graph";
   auto h = crypto::Hash256({session, {reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}});
@@ -542,6 +543,7 @@ StatusOr<ShareCheck> SecAggClient::CheckShares(const InboundShares& inbound) {
     }
     out.complaints.push_back(c);
   }
+  pair_keys_.clear();  // Needed only to open what the neighbours sealed.
   stage_ = 3;
   return out;
 }
@@ -709,7 +711,6 @@ StatusOr<UnmaskResponse> SecAggClient::Unmask(const UnmaskRequest& request) {
   }
   // Nothing secret is needed any more.
   held_.clear();
-  pair_keys_.clear();
   enc_.secret_key.Reset();
   mask_.secret_key.Reset();
   mask_seed_.Reset();

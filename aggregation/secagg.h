@@ -52,6 +52,8 @@
 #include <utility>
 #include <vector>
 
+#include "aggregation/aggregator.h"
+#include "aggregation/fixed_point.h"
 #include "common/secret_bytes.h"
 #include "common/status.h"
 #include "crypto/enc_keys.h"
@@ -329,6 +331,16 @@ class SecAggServer {
   std::map<uint32_t, UnmaskResponse> unmasks_;
   std::vector<Misbehaviour> misbehaviour_;
 };
+
+// The hub's secure sum behind the Aggregator interface (aggregator.h):
+// Accept takes a masked input, Finalize unmasks and decodes the weighted
+// means (the delta, and the metrics from the slots after it). The stages
+// around the input are driven through secagg(). `params.length` is
+// num_params + kSecureMetricSlots; `cohort_weight` is W, the sum of the
+// cohort's registered sample counts that clients weigh their inputs by.
+StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
+    const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
+    const FixedPoint& fixed_point, double cohort_weight, size_t num_params);
 
 }  // namespace cohort::aggregation
 

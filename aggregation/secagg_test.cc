@@ -475,6 +475,33 @@ TEST(SecAggMaliciousServerTest, SignaturesCountAmongTheSubjectsNeighbours) {
   EXPECT_TRUE(s.clients[1]->Unmask(s.request).ok());
 }
 
+TEST(SecAggMaliciousServerTest, ARepeatedSignatureCountsOnce) {
+  // One valid signature repeated, plus too few others: the copies must not
+  // make up the count that stops verification early.
+  Harness h(Params(10, 8));
+  Staged s = StageToRequest(h);
+  const uint32_t t = h.params().t;
+  // Client 1's own signature counts for every subject it unmasks: repeated,
+  // it would lift them all to t.
+  UnmaskRequest padded = s.request;
+  padded.signatures.clear();
+  SurvivorSignature own;
+  for (const auto& sig : s.request.signatures) {
+    if (sig.from == 1) {
+      own = sig;
+    } else if (padded.signatures.size() < t - 2) {
+      padded.signatures.push_back(sig);
+    }
+  }
+  ASSERT_EQ(own.from, 1u);
+  for (uint32_t i = 0; i < 3 * t; ++i) padded.signatures.push_back(own);
+  auto r = s.clients[1]->Unmask(padded);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("valid survivor signatures"), std::string::npos)
+      << r.status();
+  EXPECT_TRUE(s.clients[2]->Unmask(s.request).ok());
+}
+
 // --- Malicious clients -------------------------------------------------------
 
 TEST(SecAggMaliciousClientTest, LowOrderAndInvalidKeysAreRefusedAtTheAdvert) {
@@ -693,6 +720,7 @@ TEST(SecAggClientTest, RefusesAKeyListWithANeighboursAdvertChanged) {
   // A sparse graph: each client verifies the adverts it uses, its
   // neighbours', so a server cannot slip a changed one past any of them.
   Harness h(Params(30, 8, /*complete=*/false));
+  ASSERT_LT(h.params().k + 1, h.params().n);  // Sparse: some clients are not neighbours.
   Staged s = StageAdverts(h);
   for (auto& a : s.adverts) ASSERT_TRUE(s.server->OnAdvertise(a).ok());
   auto list = s.server->CloseAdvertise();

@@ -87,7 +87,9 @@ net::Limits RoundEngine::limits() const {
   net::Limits l;
   l.max_header_bytes = config_.net().max_header_bytes();
   // A masked update carries the training metrics after the delta.
-  l.max_payload_floats = global_.size() + (secure() ? aggregation::kSecureMetricSlots : 0);
+  // Between rounds, the largest any round takes (a late update is stale).
+  l.max_payload_floats =
+      aggregator_ ? aggregator_->frame_floats() : global_.size() + aggregation::kSecureMetricSlots;
   l.max_payload_frames = 1;
   // Secure-aggregation messages carry a few hundred bytes per cohort member.
   if (stage_ != 0) l.max_header_bytes += size_t{256} * participants_.size();
@@ -157,7 +159,7 @@ Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name)
   t->set_train_seed(DeriveSeed(config_.seed(), round_ + 1, Fnv1a64(name)));
   *t->mutable_train() = config_.train();
   t->set_deadline_s(config_.rounds().round_deadline_s());
-  if (secagg_) FillSecAggSetup(name, t->mutable_secagg());
+  if (secagg()) FillSecAggSetup(name, t->mutable_secagg());
   o.payload = task_model_;
   return o;
 }
@@ -360,12 +362,9 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
                             std::to_string(p->num_samples) + " to " +
                             std::to_string(hello.num_samples()) + " during the round";
     Ban(*p, why);
-    if (secure() && !p->left) {
-      LeaveSecAgg(*p, Participant::State::kRejected, why);
-      AdvanceSecAgg(now, out);
-    } else if (!secure() && p->state == Participant::State::kPending) {
-      Drop(*p, Participant::State::kRejected, why);
-      if (AllResolved()) CloseRound(now, out);
+    if (Waiting(*p)) {
+      Exclude(*p, Participant::State::kRejected, why);
+      Progress(now, out);
     } else if (p->reason.rfind("misbehaved", 0) != 0) {
       // Out of the round already, or its update is in: the record still
       // names it, so the ban outlives a coordinator restart.
@@ -373,14 +372,14 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
     }
     return;
   }
-  if (secure()) {
+  if (secagg()) {
     // A new connection is a new process: its keys and shares are gone, so
     // waiting for it would only stall the round to its deadline.
     if (reconnected && !p->left) {
       spdlog::warn("client {}: reconnected during round {}; it leaves the round", name, round_ + 1);
-      LeaveSecAgg(*p, Participant::State::kDropped,
-                  "reconnected during the round; its secure-aggregation state is gone");
-      AdvanceSecAgg(now, out);
+      Exclude(*p, Participant::State::kDropped,
+              "reconnected during the round; its secure-aggregation state is gone");
+      Progress(now, out);
     }
   } else if (p->state == Participant::State::kPending) {
     // A selected client that reconnected lost its task: send it again.
@@ -430,29 +429,39 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     out.push_back(MakeError(peer, wire::STALE, why));
     return;
   }
-  if (secure()) {
-    OnMaskedUpdate(*p, peer, envelope, now, out);
+  if (secagg() && (p->left || stage_ != kMaskedInputStage || p->answered != stage_ - 1)) {
+    // The protocol's earlier stages come first.
+    const std::string why = "masked update " + std::string(p->left ? "after leaving" : "during") +
+                            " stage " + SecAggStageName() + " of round " + std::to_string(current);
+    spdlog::warn("client {}: rejected {}", name, why);
+    out.push_back(MakeError(peer, wire::STALE, why));
     return;
   }
-  Status status = CheckUpdate(u, envelope, *p, /*masked=*/false);
-  if (status.ok()) status = CheckUpdateNorm(envelope.payloads[0]);
+  Status status = CheckUpdate(u, envelope, *p, aggregator_->masked());
   if (status.ok()) {
-    const size_t index = static_cast<size_t>(p - participants_.data());
-    status = aggregator_->Accept(index, envelope.payloads[0], static_cast<double>(u.num_samples()));
+    const double started = WallSeconds();
+    const auto index = static_cast<uint32_t>(p - participants_.data());
+    status = aggregator_->Accept(index, envelope.payloads[0], p->num_samples);
+    aggregation_seconds_ += WallSeconds() - started;
   }
   if (!status.ok()) {
     const std::string why =
         "client " + name + ", round " + std::to_string(current) + ": " + status.message();
     spdlog::warn("rejected update: {}", why);
-    Drop(*p, Participant::State::kRejected, status.message());
     out.push_back(MakeError(peer, wire::INVALID_UPDATE, why));
-  } else {
-    p->state = Participant::State::kOk;
+    Exclude(*p, Participant::State::kRejected, status.message());
+    Progress(now, out);
+    return;
+  }
+  p->state = Participant::State::kOk;
+  p->answered = kMaskedInputStage;
+  if (!aggregator_->masked()) {
+    // A masked update's metrics travel inside it, and only their sum counts.
     p->train_loss = u.train_loss();
     p->train_accuracy = u.train_accuracy();
     p->train_seconds = u.train_seconds();
   }
-  if (AllResolved()) CloseRound(now, out);
+  Progress(now, out);
 }
 
 Status RoundEngine::CheckUpdate(const wire::Update& u, const net::Envelope& envelope,
@@ -480,17 +489,10 @@ Status RoundEngine::CheckUpdate(const wire::Update& u, const net::Envelope& enve
   return OkStatus();
 }
 
-Status RoundEngine::CheckUpdateNorm(std::span<const float> update) const {
-  const double bound = config_.server().max_update_norm();
-  if (bound <= 0) return OkStatus();
-  double squares = 0;  // Double: a float update's squares cannot overflow it.
-  for (float v : update) squares += static_cast<double>(v) * v;
-  const double norm = std::sqrt(squares);
-  // NaN and Inf are the aggregator's to refuse, with their own message.
-  if (std::isfinite(norm) && norm > bound) {
-    return InvalidArgumentError(
-        fmt::format("update has L2 norm {:.4g}, above server.max_update_norm {:.4g}", norm, bound));
-  }
+Status RoundEngine::StartPlain() {
+  COHORT_ASSIGN_OR_RETURN(aggregator_, aggregation::NewStreamingFedAvg(
+                                           global_.size(), config_.server().max_update_norm()));
+  aggregation_seconds_ = 0;
   return OkStatus();
 }
 
@@ -502,6 +504,29 @@ void RoundEngine::Drop(Participant& p, Participant::State state, std::string rea
 bool RoundEngine::AllResolved() const {
   return std::none_of(participants_.begin(), participants_.end(),
                       [](const Participant& p) { return p.state == Participant::State::kPending; });
+}
+
+bool RoundEngine::Waiting(const Participant& p) const {
+  // In a secure round a client takes part until it leaves, after its input
+  // too; in a plain one, until its update is in.
+  return secagg() ? !p.left : p.state == Participant::State::kPending;
+}
+
+void RoundEngine::Exclude(Participant& p, Participant::State state, std::string reason) {
+  if (secagg()) {
+    LeaveSecAgg(p, state, std::move(reason));
+  } else {
+    Drop(p, state, std::move(reason));
+  }
+}
+
+void RoundEngine::Progress(TimeMs now, std::vector<Outgoing>& out) {
+  if (phase_ != Phase::kTraining) return;
+  if (secagg()) {
+    AdvanceSecAgg(now, out);
+  } else if (AllResolved()) {
+    CloseRound(now, out);
+  }
 }
 
 void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
@@ -541,18 +566,13 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   }
   task_id_ = ++task_counter_;
   round_started_ = now;
-  if (secure()) {
-    Status started = StartSecAgg(available);
-    if (!started.ok()) {
-      // Only a configuration the validator let through can get here.
-      spdlog::error("round {}: cannot set up secure aggregation: {}", round, started.message());
-      store_error_ = started;
-      participants_.clear();
-      return;
-    }
-  } else {
-    auto agg = aggregation::NewFedAvgAggregator(global_.size(), rc.min_clients());
-    aggregator_ = std::move(agg).value();  // Only fails for an empty model.
+  Status started = secure() ? StartSecAgg(available) : StartPlain();
+  if (!started.ok()) {
+    // Only a configuration the validator let through can get here.
+    spdlog::error("round {}: cannot set up aggregation: {}", round, started.message());
+    store_error_ = started;
+    participants_.clear();
+    return;
   }
   round_started_ = now;
   round_start_wall_ = WallSeconds();
@@ -562,9 +582,9 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   task_model_ = std::make_shared<const std::vector<float>>(global_);
   spdlog::info(
       "round {}: selected {} of {} available clients{}", round, k, clients_.size(),
-      secagg_ ? fmt::format(" (secure aggregation, k={} t={})", secagg_params_.k, secagg_params_.t)
-              : "");
-  if (secagg_) {
+      secagg() ? fmt::format(" (secure aggregation, k={} t={})", secagg_params_.k, secagg_params_.t)
+               : "");
+  if (secagg()) {
     // Every key exchange first: the small SecAggStart messages are queued
     // ahead of the models, so stages 1 and 2 overlap the downloads.
     for (const auto& p : participants_) {
@@ -576,7 +596,6 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
 
 void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
   const uint32_t round = round_ + 1;
-  const double close_start = WallSeconds();
   size_t ok = 0;
   for (const auto& p : participants_) ok += p.state == Participant::State::kOk ? 1 : 0;
   phase_ = Phase::kWaiting;
@@ -588,16 +607,28 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
     MaybeStartRound(now, out);
     return;
   }
-  std::vector<float> mean(global_.size());
-  Status status = aggregator_->Finalize(mean);
-  if (!status.ok()) {
-    store_error_ = status;
-    return;
-  }
-  CommitRound(now, &mean, WallSeconds() - close_start, "", out);
+  FinishRound(now, WallSeconds(), out);
 }
 
-Status RoundEngine::StepModel(const std::vector<float>& mean, EvalMetrics& metrics) {
+void RoundEngine::FinishRound(TimeMs now, double started, std::vector<Outgoing>& out) {
+  auto mean = aggregator_->Finalize();
+  if (secagg()) TakeSecAggBlame();
+  aggregation_seconds_ += WallSeconds() - started;
+  if (!mean.ok()) {
+    AbortRound(now, mean.status().message(), out);
+    return;
+  }
+  if (sum_observer_ && !mean->masked_sum.empty()) {
+    std::vector<std::string> names;
+    for (const auto& p : participants_) {
+      if (p.state == Participant::State::kOk) names.push_back(p.name);
+    }
+    sum_observer_(round_ + 1, mean->masked_sum, names);
+  }
+  CommitRound(now, &*mean, aggregation_seconds_, "", out);
+}
+
+Status RoundEngine::StepModel(std::span<const float> mean, EvalMetrics& metrics) {
   std::vector<float> model = global_, velocity = velocity_;
   aggregation::ApplyServerUpdate({config_.server().learning_rate(), config_.server().momentum()},
                                  mean, model, velocity);
@@ -649,7 +680,7 @@ std::vector<ClientRoundRecord> RoundEngine::ClientRecords(double& loss_sum,
   return clients;
 }
 
-void RoundEngine::CommitRound(TimeMs now, const std::vector<float>* mean, double spent_seconds,
+void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, double spent_seconds,
                               const std::string& abort_reason, std::vector<Outgoing>& out) {
   const uint32_t round = round_ + 1;
   const double close_start = WallSeconds() - spent_seconds;
@@ -657,7 +688,7 @@ void RoundEngine::CommitRound(TimeMs now, const std::vector<float>* mean, double
   std::string why = abort_reason;
   EvalMetrics metrics{-1, -1};
   if (mean != nullptr) {
-    Status stepped = StepModel(*mean, metrics);
+    Status stepped = StepModel(mean->delta, metrics);
     if (!stepped.ok()) {
       why = stepped.message();
       spdlog::error("round {}: aborted: {}; the model is unchanged and the run goes on", round,
@@ -690,9 +721,9 @@ void RoundEngine::CommitRound(TimeMs now, const std::vector<float>* mean, double
   record.participants = mean != nullptr ? static_cast<uint32_t>(ok) : 0;
   record.dropped = record.selected - record.participants;
   // Secure rounds learn only the weighted mean of the training loss.
-  record.train_loss = secure()         ? (mean != nullptr ? secure_metrics_.loss : 0)
-                      : weight_sum > 0 ? loss_sum / weight_sum
-                                       : 0;
+  record.train_loss = mean != nullptr && mean->metrics    ? mean->metrics->loss
+                      : mean != nullptr && weight_sum > 0 ? loss_sum / weight_sum
+                                                          : 0;
   Checkpoint cp{round, global_, velocity_};
   record.coordinator_seconds = WallSeconds() - close_start;
   record.seconds = WallSeconds() - round_start_wall_;
@@ -708,7 +739,6 @@ void RoundEngine::CommitRound(TimeMs now, const std::vector<float>* mean, double
   committed_.push_back(record);
   participants_.clear();
   aggregator_.reset();
-  secagg_.reset();
   stage_ = 0;
   if (round_ >= config_.rounds().num_rounds()) {
     phase_ = Phase::kDone;
@@ -735,17 +765,12 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
                    (now - c.last_seen) / 1000.0);
       if (phase_ == Phase::kTraining) {
         Participant* p = FindParticipant(name);
-        if (secure()) {
-          if (p != nullptr && !p->left) LeaveSecAgg(*p, Participant::State::kDropped, "timed out");
-        } else if (p != nullptr && p->state == Participant::State::kPending) {
-          Drop(*p, Participant::State::kDropped, "timed out");
-        }
+        if (p != nullptr && Waiting(*p)) Exclude(*p, Participant::State::kDropped, "timed out");
       }
     }
   }
-  if (phase_ == Phase::kTraining && secure()) {
-    AdvanceSecAgg(now, out);
-  } else if (phase_ == Phase::kTraining && now >= deadline_) {
+  if (phase_ == Phase::kTraining && !secagg() && now >= deadline_) {
+    // A secure round's stages have deadlines of their own (AdvanceSecAgg).
     for (auto& p : participants_) {
       if (p.state == Participant::State::kPending) {
         Drop(p, Participant::State::kDropped, "missed the round deadline");
@@ -755,7 +780,7 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
       }
     }
   }
-  if (phase_ == Phase::kTraining && !secure() && AllResolved()) CloseRound(now, out);
+  Progress(now, out);
   MaybeStartRound(now, out);
   return out;
 }

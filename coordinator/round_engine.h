@@ -134,30 +134,43 @@ class RoundEngine {
   // `spent_seconds`: coordinator time already spent aggregating.
   // `abort_reason` says why, for a null `mean`. A model or metric that is
   // not finite is never committed: such a round is aborted instead.
-  void CommitRound(TimeMs now, const std::vector<float>* mean, double spent_seconds,
+  void CommitRound(TimeMs now, const aggregation::RoundMean* mean, double spent_seconds,
                    const std::string& abort_reason, std::vector<Outgoing>& out);
   // Applies `mean` and evaluates the result; on an error (a value or metric
   // that is not finite) the model and server state stay as they were.
-  Status StepModel(const std::vector<float>& mean, EvalMetrics& metrics);
+  Status StepModel(std::span<const float> mean, EvalMetrics& metrics);
   // The round's per-client records; sums the weighted training loss of the
   // clients whose updates count.
   std::vector<ClientRoundRecord> ClientRecords(double& loss_sum, double& weight_sum) const;
 
+  // Whether the round still waits on `p`.
+  bool Waiting(const Participant& p) const;
+  // Takes `p` out of the round; an update already accepted stays in the sum.
+  // Progress() then closes whatever that lets close.
+  void Exclude(Participant& p, Participant::State state, std::string reason);
+  // Closes the round, or the protocol stage, that no longer waits on anyone.
+  void Progress(TimeMs now, std::vector<Outgoing>& out);
+  // Sums the accepted updates and commits the round.
+  void FinishRound(TimeMs now, double started, std::vector<Outgoing>& out);
+
   // Secure aggregation (round_engine_secagg.cc).
   bool secure() const;
+  // The protocol server of a secure round in progress, else null.
+  aggregation::SecAggServer* secagg() const {
+    return aggregator_ ? aggregator_->secagg() : nullptr;
+  }
   // rounds.min_clients, at least 3 with secure aggregation.
   uint32_t MinClients() const;
   Status StartSecAgg(std::span<const std::string> cohort);
+  Status StartPlain();
+  // The name of the secure-aggregation stage in progress.
+  const char* SecAggStageName() const;
   void OnSecAggMessage(const std::string& peer, const net::Envelope& envelope, TimeMs now,
                        std::vector<Outgoing>& out);
-  void OnMaskedUpdate(Participant& p, const std::string& peer, const net::Envelope& envelope,
-                      TimeMs now, std::vector<Outgoing>& out);
   // Closes every stage whose clients all answered or whose deadline passed.
   void AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out);
   // Ends stages 1-5 (messages for the next stage into `out`); an error aborts.
   Status CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out);
-  // Stage 6: unmasks the sum and commits the round.
-  void FinishSecAgg(TimeMs now, double started, std::vector<Outgoing>& out);
   void BroadcastSecAgg(const wire::Header& h, std::vector<Outgoing>& out);
   // Names the clients the protocol caught misbehaving, and puts them out.
   void TakeSecAggBlame();
@@ -165,7 +178,7 @@ class RoundEngine {
   void Ban(Participant& p, const std::string& why);
   // Bans from the client records of rounds 1..round_ (on resume).
   Status LoadBans();
-  void AbortSecAgg(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
+  void AbortRound(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
   void LeaveSecAgg(Participant& p, Participant::State state, std::string reason);
   Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id, int stage,
                             const std::string& what, std::vector<Outgoing>& out);
@@ -173,8 +186,6 @@ class RoundEngine {
   // The checks every update passes, plain or masked.
   Status CheckUpdate(const wire::Update& u, const net::Envelope& envelope, const Participant& p,
                      bool masked) const;
-  // Plain rounds: the update's L2 norm against server.max_update_norm.
-  Status CheckUpdateNorm(std::span<const float> update) const;
   void Drop(Participant& p, Participant::State state, std::string reason);
   bool AllResolved() const;
   void FillSecAggSetup(const std::string& name, wire::SecAggSetup* setup) const;
@@ -207,6 +218,8 @@ class RoundEngine {
   double round_start_wall_ = 0;
   std::vector<Participant> participants_;                 // Sorted by name.
   std::shared_ptr<const std::vector<float>> task_model_;  // Sent with every task.
+  // The round's sum (aggregation/aggregator.h): plain or secure, as the
+  // config says; the engine hands it updates and asks for the mean.
   std::unique_ptr<aggregation::Aggregator> aggregator_;
   std::vector<RoundRecord> committed_;
   Status store_error_;
@@ -220,10 +233,8 @@ class RoundEngine {
   aggregation::FixedPoint fixed_point_;
   std::vector<crypto::Ed25519Public> cohort_identities_;
   std::array<uint8_t, 32> secagg_nonce_{};
-  double cohort_weight_ = 0;                   // Sum of the cohort's registered samples.
-  aggregation::SecureMetrics secure_metrics_;  // Weighted means, decoded with the sum.
-  double secagg_seconds_ = 0;                  // Coordinator time spent in the protocol.
-  std::unique_ptr<aggregation::SecAggServer> secagg_;
+  double cohort_weight_ = 0;        // Sum of the cohort's registered samples.
+  double aggregation_seconds_ = 0;  // Coordinator time spent summing, this round.
   SumObserver sum_observer_;
 };
 

@@ -36,6 +36,8 @@ wire::Header NewHeader() {
 
 }  // namespace
 
+const char* RoundEngine::SecAggStageName() const { return kStageNames[stage_]; }
+
 bool RoundEngine::secure() const { return config_.secagg().aggregation() != config::PLAIN; }
 
 uint32_t RoundEngine::MinClients() const {
@@ -75,8 +77,10 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
   secagg_params_.context =
       aggregation::SecAggContext(secagg_nonce_, round, task_id_, secagg_params_, fixed_point_.clip,
                                  fixed_point_.scale, cohort_weight_, cohort_identities_);
-  secagg_ = std::make_unique<aggregation::SecAggServer>(secagg_params_, cohort_identities_);
-  secagg_seconds_ = 0;
+  COHORT_ASSIGN_OR_RETURN(
+      aggregator_, aggregation::NewSecureAggregator(secagg_params_, cohort_identities_,
+                                                    fixed_point_, cohort_weight_, global_.size()));
+  aggregation_seconds_ = 0;
   stage_ = 1;
   stage_deadline_ = round_started_ + SecondsToMs(sc.stage_timeout_s());
   return OkStatus();
@@ -104,7 +108,7 @@ void RoundEngine::LeaveSecAgg(Participant& p, Participant::State state, std::str
 }
 
 void RoundEngine::TakeSecAggBlame() {
-  for (auto& m : secagg_->TakeMisbehaviour()) {
+  for (auto& m : secagg()->TakeMisbehaviour()) {
     Participant& p = participants_[m.client];
     spdlog::warn("client {} misbehaved in round {} ({}): {}", p.name, round_ + 1,
                  kStageNames[stage_], m.what);
@@ -141,7 +145,7 @@ RoundEngine::Participant* RoundEngine::SecAggSender(const std::string& peer, uin
   const uint32_t current = round_ + 1;
   std::string why;
   Participant* p = nullptr;
-  if (phase_ != Phase::kTraining || !secagg_ || round != current || task_id != task_id_) {
+  if (phase_ != Phase::kTraining || !secagg() || round != current || task_id != task_id_) {
     why = what + " for round " + std::to_string(round) + ", which is not in progress";
   } else if ((p = FindParticipant(*name)) == nullptr) {
     out.push_back(
@@ -175,7 +179,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       p = SecAggSender(peer, m.round(), m.task_id(), 1, "key advert", out);
       if (p == nullptr) return;
       auto advert = net::FromWire(m, index_of(p));
-      status = advert.ok() ? secagg_->OnAdvertise(*advert) : advert.status();
+      status = advert.ok() ? secagg()->OnAdvertise(*advert) : advert.status();
       break;
     }
     case wire::Header::kSecaggShares: {
@@ -183,7 +187,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       p = SecAggSender(peer, m.round(), m.task_id(), 2, "shares", out);
       if (p == nullptr) return;
       auto shares = net::FromWire(m, index_of(p));
-      status = shares.ok() ? secagg_->OnShares(std::move(*shares)) : shares.status();
+      status = shares.ok() ? secagg()->OnShares(std::move(*shares)) : shares.status();
       break;
     }
     case wire::Header::kSecaggShareCheck: {
@@ -191,7 +195,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       p = SecAggSender(peer, m.round(), m.task_id(), 3, "share check", out);
       if (p == nullptr) return;
       auto check = net::FromWire(m, index_of(p));
-      status = check.ok() ? secagg_->OnShareCheck(*check) : check.status();
+      status = check.ok() ? secagg()->OnShareCheck(*check) : check.status();
       break;
     }
     case wire::Header::kSecaggSignature: {
@@ -199,7 +203,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       p = SecAggSender(peer, m.round(), m.task_id(), 5, "survivor signature", out);
       if (p == nullptr) return;
       auto sig = net::FromWire(m, index_of(p));
-      status = sig.ok() ? secagg_->OnSignature(*sig) : sig.status();
+      status = sig.ok() ? secagg()->OnSignature(*sig) : sig.status();
       break;
     }
     case wire::Header::kSecaggUnmask: {
@@ -207,13 +211,13 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       p = SecAggSender(peer, m.round(), m.task_id(), 6, "unmasking shares", out);
       if (p == nullptr) return;
       auto r = net::FromWire(m, index_of(p));
-      status = r.ok() ? secagg_->OnUnmask(std::move(*r)) : r.status();
+      status = r.ok() ? secagg()->OnUnmask(std::move(*r)) : r.status();
       break;
     }
     default:
       return;
   }
-  secagg_seconds_ += WallSeconds() - started;
+  aggregation_seconds_ += WallSeconds() - started;
   TakeSecAggBlame();
   if (!status.ok()) {
     const std::string why = "client " + p->name + ", round " + std::to_string(round_ + 1) + ", " +
@@ -227,43 +231,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
   AdvanceSecAgg(now, out);
 }
 
-void RoundEngine::OnMaskedUpdate(Participant& p, const std::string& peer,
-                                 const net::Envelope& envelope, TimeMs now,
-                                 std::vector<Outgoing>& out) {
-  const wire::Update& u = envelope.header.update();
-  const uint32_t current = round_ + 1;
-  if (p.left || stage_ != kMaskedInputStage || p.answered != kMaskedInputStage - 1) {
-    const std::string why = "masked update " + std::string(p.left ? "after leaving" : "during") +
-                            " stage " + kStageNames[stage_] + " of round " +
-                            std::to_string(current);
-    spdlog::warn("client {}: rejected {}", p.name, why);
-    out.push_back(MakeError(peer, wire::STALE, why));
-    return;
-  }
-  Status status = CheckUpdate(u, envelope, p, /*masked=*/true);
-  if (status.ok()) {
-    const double started = WallSeconds();
-    // The float frame carries the masked uint32 words bit for bit.
-    const auto& payload = envelope.payloads[0];
-    status = secagg_->OnMaskedInput(
-        static_cast<uint32_t>(&p - participants_.data()),
-        {reinterpret_cast<const uint8_t*>(payload.data()), payload.size() * sizeof(float)});
-    secagg_seconds_ += WallSeconds() - started;
-  }
-  if (!status.ok()) {
-    const std::string why =
-        "client " + p.name + ", round " + std::to_string(current) + ": " + status.message();
-    spdlog::warn("rejected update: {}", why);
-    LeaveSecAgg(p, Participant::State::kRejected, status.message());
-    out.push_back(MakeError(peer, wire::INVALID_UPDATE, why));
-  } else {
-    p.state = Participant::State::kOk;
-    p.answered = kMaskedInputStage;
-  }
-  AdvanceSecAgg(now, out);
-}
-
-void RoundEngine::AbortSecAgg(TimeMs now, const std::string& why, std::vector<Outgoing>& out) {
+void RoundEngine::AbortRound(TimeMs now, const std::string& why, std::vector<Outgoing>& out) {
   spdlog::warn("round {}: {}; the model is unchanged and the run goes on", round_ + 1, why);
   // The inputs were never unmasked: none counts.
   for (auto& p : participants_) {
@@ -272,8 +240,7 @@ void RoundEngine::AbortSecAgg(TimeMs now, const std::string& why, std::vector<Ou
       if (p.reason.empty()) p.reason = "round aborted: " + why;
     }
   }
-  secagg_.reset();
-  CommitRound(now, nullptr, secagg_seconds_, why, out);
+  CommitRound(now, nullptr, aggregation_seconds_, why, out);
 }
 
 void RoundEngine::BroadcastSecAgg(const wire::Header& h, std::vector<Outgoing>& out) {
@@ -291,12 +258,12 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
   const TimeMs stage_timeout = SecondsToMs(config_.secagg().stage_timeout_s());
   switch (stage_) {
     case 1: {
-      COHORT_ASSIGN_OR_RETURN(aggregation::KeyList list, secagg_->CloseAdvertise());
+      COHORT_ASSIGN_OR_RETURN(aggregation::KeyList list, secagg()->CloseAdvertise());
       BroadcastSecAgg(net::ToWire(round, task_id_, list), out);
       break;
     }
     case 2: {
-      COHORT_ASSIGN_OR_RETURN(auto inbound, secagg_->CloseShares());
+      COHORT_ASSIGN_OR_RETURN(auto inbound, secagg()->CloseShares());
       for (auto& [index, shares] : inbound) {
         const Participant& p = participants_[index];
         if (p.left) continue;
@@ -308,7 +275,7 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
       break;
     }
     case 3: {
-      COHORT_ASSIGN_OR_RETURN(aggregation::CheckedList checked, secagg_->CloseShareCheck());
+      COHORT_ASSIGN_OR_RETURN(aggregation::CheckedList checked, secagg()->CloseShareCheck());
       wire::Header h = NewHeader();
       auto* m = h.mutable_secagg_checked();
       m->set_round(round);
@@ -322,12 +289,12 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
     }
     case 4: {
       const uint32_t needed = std::max(secagg_params_.t, MinClients());
-      if (secagg_->u4().size() < needed) {
+      if (secagg()->u4().size() < needed) {
         return FailedPreconditionError(
-            "secure aggregation aborted: " + std::to_string(secagg_->u4().size()) +
+            "secure aggregation aborted: " + std::to_string(secagg()->u4().size()) +
             " masked inputs, need " + std::to_string(needed));
       }
-      COHORT_ASSIGN_OR_RETURN(aggregation::SurvivorList survivors, secagg_->CloseMaskedInput());
+      COHORT_ASSIGN_OR_RETURN(aggregation::SurvivorList survivors, secagg()->CloseMaskedInput());
       wire::Header h = NewHeader();
       auto* m = h.mutable_secagg_survivors();
       m->set_round(round);
@@ -337,7 +304,7 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
       break;
     }
     case 5: {
-      COHORT_ASSIGN_OR_RETURN(aggregation::UnmaskRequest request, secagg_->CloseConsistency());
+      COHORT_ASSIGN_OR_RETURN(aggregation::UnmaskRequest request, secagg()->CloseConsistency());
       BroadcastSecAgg(net::ToWire(round, task_id_, request), out);
       break;
     }
@@ -349,37 +316,8 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
   return OkStatus();
 }
 
-void RoundEngine::FinishSecAgg(TimeMs now, double started, std::vector<Outgoing>& out) {
-  auto sum = secagg_->Finalize();
-  TakeSecAggBlame();
-  if (!sum.ok()) {
-    secagg_seconds_ += WallSeconds() - started;
-    AbortSecAgg(now, sum.status().message(), out);
-    return;
-  }
-  double weight = 0;
-  std::vector<std::string> names;
-  for (const auto& p : participants_) {
-    if (p.state == Participant::State::kOk) {
-      weight += static_cast<double>(p.num_samples);
-      names.push_back(p.name);
-    }
-  }
-  if (sum_observer_) sum_observer_(round_ + 1, *sum, names);
-  // Σ over U4 of (n_k / W) * scale * x_k, so divide by scale * Σ n_k / W:
-  // the weighted means of the delta and of the metrics behind it.
-  std::vector<float> mean(sum->size());
-  aggregation::DecodeFixedPoint(*sum, weight / cohort_weight_, fixed_point_, mean);
-  secure_metrics_ = aggregation::SlotsToMetrics(
-      std::span<const float>(mean).subspan(global_.size()), fixed_point_.clip);
-  mean.resize(global_.size());
-  secagg_seconds_ += WallSeconds() - started;
-  secagg_.reset();
-  CommitRound(now, &mean, secagg_seconds_, "", out);
-}
-
 void RoundEngine::AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out) {
-  while (phase_ == Phase::kTraining && secagg_) {
+  while (phase_ == Phase::kTraining && secagg()) {
     const TimeMs deadline = stage_ == kMaskedInputStage ? deadline_ : stage_deadline_;
     if (LiveWaiting() > 0 && now < deadline) return;
     const uint32_t round = round_ + 1;
@@ -397,14 +335,14 @@ void RoundEngine::AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out) {
                   std::count_if(participants_.begin(), participants_.end(),
                                 [](const Participant& p) { return !p.left; }));
     if (stage_ == 6) {
-      FinishSecAgg(now, started, out);
+      FinishRound(now, started, out);
       return;
     }
     Status closed = CloseSecAggStage(now, out);
     TakeSecAggBlame();
-    secagg_seconds_ += WallSeconds() - started;
+    aggregation_seconds_ += WallSeconds() - started;
     if (!closed.ok()) {
-      AbortSecAgg(now, closed.message(), out);
+      AbortRound(now, closed.message(), out);
       return;
     }
   }

@@ -135,14 +135,15 @@ TEST_F(RoundEngineTest, DeadlineClosesRoundWithoutTheMissingClients) {
 }
 
 TEST_F(RoundEngineTest, ANonFiniteModelIsNeverCommittedAndTheRunGoesOn) {
-  // With the norm bound off, finite updates can still step past FLT_MAX.
+  // With the norm bound off, finite updates (the sum takes values up to
+  // 2^23) and a large server learning rate can still step past FLT_MAX.
   config::RunConfig config = TestConfig(3, 3, 2);
   config.mutable_server()->set_max_update_norm(0);
-  config.mutable_server()->set_learning_rate(4);
+  config.mutable_server()->set_learning_rate(1e38f);
   Start(config);
   Register(3);
   const std::vector<float> before = Global();
-  const std::vector<float> huge(kParams, std::numeric_limits<float>::max());
+  const std::vector<float> huge(kParams, 8e6f);
   for (const char* peer : {"p0", "p1", "p2"}) Deliver(peer, UpdateFor(tasks_[peer], huge));
   ASSERT_EQ(engine_->last_committed_round(), 1u);
   auto rounds = store_->Rounds();
@@ -158,7 +159,7 @@ TEST_F(RoundEngineTest, ANonFiniteModelIsNeverCommittedAndTheRunGoesOn) {
   rounds = store_->Rounds();
   ASSERT_EQ(rounds->size(), 2u);
   EXPECT_EQ((*rounds)[1].outcome, "committed");
-  EXPECT_FLOAT_EQ(Global()[0], before[0] + 4 * 0.25f);
+  EXPECT_FLOAT_EQ(Global()[0], before[0] + 1e38f * 0.25f);
 }
 
 TEST_F(RoundEngineTest, BadUpdatesAreRejectedAndTheRoundGoesOn) {

@@ -1,0 +1,79 @@
+// The hub's secure sum as an Aggregator: masked inputs go into
+// SecAggServer's running sum; Finalize unmasks it and decodes the weighted
+// means of the delta and of the training metrics behind it.
+#include <cstring>
+
+#include "aggregation/aggregator.h"
+#include "aggregation/secagg.h"
+
+namespace cohort::aggregation {
+namespace {
+
+class SecureAggregator final : public Aggregator {
+ public:
+  SecureAggregator(const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
+                   const FixedPoint& fixed_point, double cohort_weight, size_t num_params)
+      : server_(params, std::move(identities)),
+        fixed_point_(fixed_point),
+        cohort_weight_(cohort_weight),
+        num_params_(num_params) {}
+
+  size_t frame_floats() const override { return num_params_ + kSecureMetricSlots; }
+  bool masked() const override { return true; }
+
+  Status Accept(uint32_t participant, std::span<const float> frame, uint64_t weight) override {
+    // The float frame carries the masked uint32 words bit for bit.
+    COHORT_RETURN_IF_ERROR(server_.OnMaskedInput(
+        participant,
+        {reinterpret_cast<const uint8_t*>(frame.data()), frame.size() * sizeof(float)}));
+    weight_ += static_cast<double>(weight);
+    ++accepted_;
+    return OkStatus();
+  }
+
+  size_t accepted() const override { return accepted_; }
+
+  StatusOr<RoundMean> Finalize() override {
+    COHORT_ASSIGN_OR_RETURN(std::vector<uint32_t> sum, server_.Finalize());
+    // Each client weighed its input by n_k / W (W: the cohort's registered
+    // samples), so the sum is Σ over U4 of (n_k / W) · scale · x_k: divide
+    // by scale · Σ n_k / W for the weighted means.
+    std::vector<float> mean(sum.size());
+    DecodeFixedPoint(sum, weight_ / cohort_weight_, fixed_point_, mean);
+    RoundMean out;
+    out.metrics =
+        SlotsToMetrics(std::span<const float>(mean).subspan(num_params_), fixed_point_.clip);
+    mean.resize(num_params_);
+    out.delta = std::move(mean);
+    out.masked_sum = std::move(sum);
+    return out;
+  }
+
+  SecAggServer* secagg() override { return &server_; }
+
+ private:
+  SecAggServer server_;
+  FixedPoint fixed_point_;
+  double cohort_weight_;
+  size_t num_params_;
+  double weight_ = 0;  // Σ n_k over the accepted inputs.
+  size_t accepted_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
+    const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
+    const FixedPoint& fixed_point, double cohort_weight, size_t num_params) {
+  if (num_params == 0) return InvalidArgumentError("secure aggregation: zero parameters");
+  if (params.length != num_params + kSecureMetricSlots) {
+    return InvalidArgumentError("secure aggregation: vector length " +
+                                std::to_string(params.length) + " for " +
+                                std::to_string(num_params) + " parameters");
+  }
+  if (!(cohort_weight > 0)) return InvalidArgumentError("secure aggregation: cohort weight 0");
+  return std::unique_ptr<Aggregator>(
+      new SecureAggregator(params, std::move(identities), fixed_point, cohort_weight, num_params));
+}
+
+}  // namespace cohort::aggregation
