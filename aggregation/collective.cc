@@ -173,7 +173,9 @@ template <typename T>
 Status Communicator::Run(const std::vector<CollectiveStep>& steps, std::span<T> data,
                          TimeMs deadline, const char* what) {
   int waiting_for = -1;
-  const Status s = RunSteps(steps, data, deadline, what, waiting_for);
+  Status s = RunSteps(steps, data, deadline, what, waiting_for);
+  // What this rank sent last may still be queued for a peer.
+  if (s.ok()) s = transport_->Flush(deadline);
   if (s.ok()) return s;
   if (waiting_for >= 0) return FindMissing(s, waiting_for, deadline);
   // Any other failure: tell everyone (best effort: a dead peer cannot hear).
@@ -189,6 +191,7 @@ void Communicator::SendNotice(const std::string& text) {
     (void)transport_->Send(r, {reinterpret_cast<const uint8_t*>(&magic), sizeof(magic)},
                            {reinterpret_cast<const uint8_t*>(cut.data()), cut.size()});
   }
+  (void)transport_->Flush(SteadyNowMs() + 100);  // Best effort: a dead peer takes nothing.
 }
 
 // A rank that waited in vain (or heard that a peer did) says so to every
@@ -246,10 +249,23 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
   const std::string where = std::string(what) + " " + std::to_string(sequence) + " on rank " +
                             std::to_string(rank()) + ", step ";
   std::vector<uint64_t> sent(size(), 0), received(size(), 0);  // Messages, by peer.
+  const size_t ahead =
+      std::max<size_t>(1, transport_->window_bytes() / (kSegmentBytes + sizeof(MessageHeader)));
   for (size_t i = 0; i < steps.size(); ++i) {
     const CollectiveStep& s = steps[i];
-    if (s.send_to >= 0) {
-      for (Range seg : Segments<T>(s.send)) {
+    const std::vector<Range> sends = s.send_to >= 0 ? Segments<T>(s.send) : std::vector<Range>{};
+    const std::vector<Range> recvs = s.recv_from >= 0 ? Segments<T>(s.recv) : std::vector<Range>{};
+    // Segment k + ahead is sent before segment k is received, so a peer's
+    // inbox need hold only the transport's window, not a whole chunk. That
+    // is safe when no received segment lands on one still to be sent: the
+    // two ranges are disjoint, or the same range segmented alike.
+    const bool same = s.send.begin == s.recv.begin && s.send.end == s.recv.end;
+    const bool interleave = !sends.empty() && !recvs.empty() &&
+                            (same || s.send.end <= s.recv.begin || s.recv.end <= s.send.begin);
+    size_t next_send = 0;
+    auto send_until = [&](size_t count) -> Status {
+      for (; next_send < std::min(count, sends.size()); ++next_send) {
+        const Range seg = sends[next_send];
         MessageHeader h{.element_bytes = sizeof(T),
                         .sequence = sequence,
                         .index = sent[s.send_to]++,
@@ -260,11 +276,14 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
                                                 {reinterpret_cast<const uint8_t*>(&h), sizeof(h)},
                                                 {body, seg.size() * sizeof(T)}));
       }
-    }
-    if (s.recv_from < 0) continue;
+      return OkStatus();
+    };
+    if (!interleave) COHORT_RETURN_IF_ERROR(send_until(sends.size()));
     const std::string peer = "rank " + std::to_string(s.recv_from);
     const std::string at = where + std::to_string(i + 1) + " of " + std::to_string(steps.size());
-    for (Range seg : Segments<T>(s.recv)) {
+    for (size_t k = 0; k < recvs.size(); ++k) {
+      COHORT_RETURN_IF_ERROR(send_until(k + ahead));
+      const Range seg = recvs[k];
       StatusOr<Message> m = transport_->Receive(s.recv_from, deadline);
       if (!m.ok()) {
         if (m.status().code() == StatusCode::kDeadlineExceeded) {
@@ -282,6 +301,7 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
       if (!bad.empty()) return InvalidArgumentError(at + ": " + peer + " sent " + bad);
       Apply<T>(s.op, m->data() + sizeof(MessageHeader), data.subspan(seg.begin, seg.size()));
     }
+    COHORT_RETURN_IF_ERROR(send_until(sends.size()));
   }
   return OkStatus();
 }

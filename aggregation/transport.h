@@ -6,6 +6,7 @@
 #define COHORT_AGGREGATION_TRANSPORT_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
@@ -41,11 +42,22 @@ class Transport {
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Queues one message, `head` then `body`, for `peer` and returns (the
-  // transport copies them once); messages from one rank to another arrive
-  // in the order sent.
+  // Queues one message, `head` then `body`, for `peer` and returns without
+  // waiting for the peer (the transport copies them once); messages from
+  // one rank to another arrive in the order sent.
   virtual Status Send(int peer, std::span<const uint8_t> head,
                       std::span<const uint8_t> body = {}) = 0;
+  // How many bytes one peer can take ahead of its reading without the
+  // transport copying or holding them back: a collective sends at most this
+  // far ahead of what it receives from the same exchange.
+  virtual size_t window_bytes() const { return SIZE_MAX; }
+  // Waits until everything sent has been handed over to the peers, for a
+  // transport that may hold messages back (shared memory, when a ring is
+  // full); they move on only during Send, Receive and Flush.
+  virtual Status Flush(TimeMs deadline) {
+    (void)deadline;
+    return OkStatus();
+  }
   // The next message from `peer`, waiting until `deadline` (a SteadyNowMs()
   // time): kDeadlineExceeded when none came in time, kUnavailable when the
   // peer is known to be gone.

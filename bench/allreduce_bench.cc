@@ -4,7 +4,7 @@
 // an iteration's time is the maximum over ranks, the figure the median.
 // busbw = bytes * 2(n-1)/n / time (nccl-tests), GB = 1e9 bytes.
 //
-//   allreduce_bench [--world N] [--transport tcp|ipc] [--exact]
+//   allreduce_bench [--world N] [--transport tcp|ipc|shm] [--exact]
 //
 // Forks N ranks; they meet over an ipc:// rendezvous, then move data over
 // ZeroMQ tcp://127.0.0.1 or ipc://. One JSON line per size from rank 0.
@@ -22,6 +22,7 @@
 #include "aggregation/collective.h"
 #include "common/clock.h"
 #include "net/rendezvous.h"
+#include "net/shm_transport.h"
 #include "net/zmq_transport.h"
 
 using namespace cohort;
@@ -37,18 +38,38 @@ constexpr Size kSizes[] = {
 
 int Rank(int rank, int world, const std::string& dir, const std::string& transport, bool exact) {
   zmq::context_t context(1);
-  const std::string bind = transport == "ipc" ? "ipc://" + dir + "/rank-" + std::to_string(rank)
-                                              : std::string("tcp://127.0.0.1:0");
-  auto t = net::ZmqTransport::Bind(context, rank, world, bind);
-  if (!t.ok()) return 1;
-  auto endpoints = net::Rendezvous(context, rank, world, "ipc://" + dir + "/rendezvous",
-                                   (*t)->endpoint(), SteadyNowMs() + 30000);
-  if (!endpoints.ok() || !(*t)->Connect(*endpoints).ok()) {
+  std::unique_ptr<aggregation::Transport> t;
+  std::string endpoint;
+  net::ShmTransport* shm = nullptr;
+  net::ZmqTransport* zmq = nullptr;
+  if (transport == "shm") {
+    auto s = net::ShmTransport::Create(rank, world);
+    if (!s.ok()) return 1;
+    shm = s->get();
+    endpoint = shm->endpoint();
+    t = std::move(*s);
+  } else {
+    const std::string bind = transport == "ipc" ? "ipc://" + dir + "/rank-" + std::to_string(rank)
+                                                : std::string("tcp://127.0.0.1:0");
+    auto z = net::ZmqTransport::Bind(context, rank, world, bind);
+    if (!z.ok()) return 1;
+    zmq = z->get();
+    endpoint = zmq->endpoint();
+    t = std::move(*z);
+  }
+  auto endpoints = net::Rendezvous(context, rank, world, "ipc://" + dir + "/rendezvous", endpoint,
+                                   SteadyNowMs() + 30000);
+  if (!endpoints.ok() ||
+      !(shm != nullptr ? shm->Connect(*endpoints) : zmq->Connect(*endpoints)).ok()) {
     std::fprintf(stderr, "rank %d: rendezvous failed\n", rank);
     return 1;
   }
-  aggregation::Communicator comm(t->get());
+  aggregation::Communicator comm(t.get());
   aggregation::CollectiveOptions options{.timeout_ms = 60000, .exact = exact};
+  if (shm != nullptr) {
+    if (!comm.Barrier(options).ok()) return 1;
+    shm->Unlink();  // Every rank has mapped every inbox.
+  }
   for (const Size& s : kSizes) {
     std::vector<float> data(s.bytes / sizeof(float));
     std::vector<float> times(size_t(world) * s.timed, 0.0f);
@@ -100,11 +121,14 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--exact")) {
       exact = true;
     } else {
-      std::fprintf(stderr, "usage: allreduce_bench [--world N] [--transport tcp|ipc] [--exact]\n");
+      std::fprintf(stderr,
+                   "usage: allreduce_bench [--world N] [--transport tcp|ipc|shm] [--exact]\n");
       return 2;
     }
   }
-  if (world < 1 || world > 64 || (transport != "tcp" && transport != "ipc")) return 2;
+  if (world < 1 || world > 64 || (transport != "tcp" && transport != "ipc" && transport != "shm")) {
+    return 2;
+  }
   char tmpl[] = "/tmp/cohort-allreduce-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return 1;
   const std::string dir = tmpl;

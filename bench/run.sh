@@ -13,7 +13,8 @@
 # fedavg: final test accuracy of the 10-client FedAvg run (make demo's
 #         settings) vs fedavg_torch.py, IID and dirichlet:0.5, SEEDS (0..4).
 # allreduce: float32 all-reduce across 2 and 4 processes, 4 KiB to 64 MiB
-#         (build/bench/allreduce_bench over ZeroMQ tcp:// and ipc://) beside
+#         (build/bench/allreduce_bench over ZeroMQ tcp://, ipc:// and shared
+#         memory) beside
 #         allreduce_gloo.py and allreduce_mpi.c (Open MPI, shared memory),
 #         same method, same invocation; memcpy as the ceiling.
 # dp    : data-parallel Fashion-MNIST, MLP 784-200-200-10, 1 epoch, global
@@ -113,7 +114,7 @@ if has allreduce; then
     "$mpi_bin" --memcpy | grep '^{' >> "$OUT/allreduce.jsonl" || true
   fi
   for world in 2 4; do
-    for transport in tcp ipc; do
+    for transport in tcp ipc shm; do
       build/bench/allreduce_bench --world "$world" --transport "$transport" >> "$OUT/allreduce.jsonl"
     done
     if ((have_peers)); then

@@ -152,6 +152,11 @@ int main(int argc, char** argv) {
   worker->add_option("--host", wopts.host, "The address other ranks reach this one at")
       ->capture_default_str();
   worker->add_option("--device", wopts.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  worker
+      ->add_option("--transport", wopts.transport,
+                   "shm (one host), tcp, or auto: shm with an ipc:// master")
+      ->check(CLI::IsMember({"auto", "shm", "tcp"}))
+      ->capture_default_str();
   worker->add_option("--fault-exit-at-step", wopts.fault_exit_step,
                      "Testing: exit abruptly before this global step");
   auto* launch = app.add_subcommand("launch", "Start N local data-parallel workers");
@@ -164,6 +169,9 @@ int main(int argc, char** argv) {
                    "Restart the group from the last checkpoint this many times")
       ->check(CLI::Range(0, 100));
   launch->add_option("--device", lopts.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  launch->add_option("--transport", lopts.transport, "auto (shared memory), shm or tcp")
+      ->check(CLI::IsMember({"auto", "shm", "tcp"}))
+      ->capture_default_str();
   launch->add_option("--fault-rank", lopts.fault_rank, "Testing: this rank fails once");
   launch->add_option("--fault-step", lopts.fault_step, "Testing: at this global step");
 

@@ -14,6 +14,7 @@
 #include "common/rng.h"
 #include "net/inprocess_transport.h"
 #include "net/rendezvous.h"
+#include "net/shm_transport.h"
 #include "net/zmq_transport.h"
 
 namespace cohort::net {
@@ -22,9 +23,12 @@ namespace {
 using aggregation::Algorithm;
 using aggregation::Communicator;
 
-enum class Kind { kInProcess, kZmqTcp, kZmqIpc };
+enum class Kind { kInProcess, kZmqTcp, kZmqIpc, kShm };
 const char* Name(Kind k) {
-  return k == Kind::kInProcess ? "in-process" : k == Kind::kZmqTcp ? "zmq tcp" : "zmq ipc";
+  return k == Kind::kInProcess ? "in-process"
+         : k == Kind::kZmqTcp  ? "zmq tcp"
+         : k == Kind::kZmqIpc  ? "zmq ipc"
+                               : "shm";
 }
 
 // `size` connected transports of one kind (ZeroMQ: loopback or ipc files
@@ -33,6 +37,19 @@ struct Group {
   Group(Kind kind, int size) : hub(size), context(1) {
     if (kind == Kind::kInProcess) {
       for (int r = 0; r < size; ++r) transports.push_back(hub.Connect(r));
+      return;
+    }
+    if (kind == Kind::kShm) {
+      std::vector<std::string> endpoints;
+      std::vector<ShmTransport*> shm;
+      for (int r = 0; r < size; ++r) {
+        auto t = std::move(ShmTransport::Create(r, size)).value();
+        endpoints.push_back(t->endpoint());
+        shm.push_back(t.get());
+        transports.push_back(std::move(t));
+      }
+      for (ShmTransport* t : shm) EXPECT_TRUE(t->Connect(endpoints).ok());
+      for (ShmTransport* t : shm) t->Unlink();
       return;
     }
     static int instance = 0;
@@ -325,7 +342,8 @@ TEST(RendezvousTest, StrayReportsAreIgnoredAndTheRealRanksMeet) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CollectiveTest,
-                         ::testing::Values(Kind::kInProcess, Kind::kZmqTcp, Kind::kZmqIpc),
+                         ::testing::Values(Kind::kInProcess, Kind::kZmqTcp, Kind::kZmqIpc,
+                                           Kind::kShm),
                          [](const auto& info) {
                            std::string n = Name(info.param);
                            for (char& ch : n) ch = std::isalnum(ch) ? ch : '_';

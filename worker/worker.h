@@ -17,11 +17,15 @@ struct WorkerOptions {
   std::string run_dir;  // Rank 0 writes the run store (run.db) here.
   int rank = -1;        // -1: from the environment (see ResolveRank).
   int world_size = -1;
-  // Rank 0's rendezvous address: tcp://HOST:PORT, or ipc://PATH on one host.
+  // Rank 0's rendezvous address: tcp://HOST:PORT, or ipc://PATH on one host
+  // (the ranks then exchange gradients through shared memory).
   std::string master;
   // The address other ranks reach this one at (tcp masters only).
   std::string host = "127.0.0.1";
   std::string device = "cpu";  // cpu | cuda | cuda:N | auto
+  // How gradients travel: shm (shared memory; every rank on this host), tcp
+  // (ZeroMQ), or auto: shm with an ipc:// master, tcp otherwise.
+  std::string transport = "auto";
   // Testing: this rank exits abruptly (status 3) before global step N.
   int64_t fault_exit_step = -1;
 };
@@ -41,7 +45,8 @@ struct LaunchOptions {
   std::string config, run_dir;
   int max_restarts = 0;
   std::string device = "cpu";
-  std::string cohort_binary;  // Default: this executable.
+  std::string transport = "auto";  // Passed on to the workers.
+  std::string cohort_binary;       // Default: this executable.
   // Testing: pass --fault-exit-at-step to this rank in the first attempt.
   int fault_rank = -1;
   int64_t fault_step = -1;

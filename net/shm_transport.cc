@@ -1,0 +1,422 @@
+#include "net/shm_transport.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstring>
+#include <mutex>
+#include <random>
+
+namespace cohort::net {
+namespace {
+
+constexpr uint64_t kMagic = 0x31724d4853686f43;  // "CohSHMr1"
+constexpr uint64_t kSkip = ~uint64_t{0};         // Record: the rest of the ring is unused.
+constexpr uint64_t kAlign = 64;
+constexpr int kSpins = 2000;  // Turns of a wait loop before a futex sleep,
+constexpr int kPauses = 200;  // of which these spin without a syscall when
+                              // ranks outnumber cores (all of them otherwise).
+constexpr TimeMs kNap = 50;   // Longest futex sleep between checks of the clock and the peer.
+constexpr char kScheme[] = "shm://";
+
+// The control block of one ring. head: written by the producer only; tail:
+// by the consumer only. The sequence words are futexes.
+struct alignas(64) RingControl {
+  std::atomic<uint64_t> head;
+  char pad0[56];
+  std::atomic<uint64_t> tail;
+  char pad1[56];
+  std::atomic<uint32_t> data_seq;  // Bumped on every publish.
+  std::atomic<uint32_t> consumer_waiting;
+  char pad2[56];
+  std::atomic<uint32_t> space_seq;  // Bumped on every release.
+  std::atomic<uint32_t> producer_waiting;
+  char pad3[56];
+};
+static_assert(sizeof(RingControl) == 256);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+struct alignas(64) Header {
+  uint64_t magic;
+  int32_t rank, size, pid, pad;
+  uint64_t ring_bytes, total_bytes;
+};
+
+uint64_t RoundUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+size_t TotalBytes(int size, size_t ring_bytes) {
+  return sizeof(Header) + static_cast<size_t>(size) * (sizeof(RingControl) + ring_bytes);
+}
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, TimeMs ms) {
+  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void FutexWake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+bool ProcessGone(int pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
+
+// One turn of a wait loop: pause instructions while `spin` < `pauses`,
+// then yield the core (ranks outnumber cores, and the peer may need this
+// one).
+void Pause(int spin, int pauses) {
+  if (spin >= pauses) {
+    sched_yield();
+    return;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+struct ShmTransport::Segment {
+  void* base = MAP_FAILED;
+  size_t length = 0;
+  ~Segment() {
+    if (base != MAP_FAILED) munmap(base, length);
+  }
+  Header* header() const { return static_cast<Header*>(base); }
+  uint64_t ring_bytes() const { return header()->ring_bytes; }
+  RingControl* control(int i) const {
+    auto* p = static_cast<uint8_t*>(base) + sizeof(Header) +
+              static_cast<size_t>(i) * (sizeof(RingControl) + ring_bytes());
+    return reinterpret_cast<RingControl*>(p);
+  }
+  uint8_t* data(int i) const { return reinterpret_cast<uint8_t*>(control(i) + 1); }
+};
+
+// This rank's end of the ring a peer writes into. Messages are released in
+// any order; the tail moves over the released prefix.
+struct ShmTransport::Reader {
+  std::shared_ptr<Segment> segment;  // Keeps the mapping while messages live.
+  RingControl* control = nullptr;
+  uint8_t* data = nullptr;
+  uint64_t capacity = 0;
+  uint64_t read = 0;  // Where the next record starts.
+  std::mutex mu;      // Guards the in-flight list (messages may die on any thread).
+  std::deque<std::pair<uint64_t, bool>> in_flight;  // (record end, released)
+  uint64_t first = 0;                               // Index of in_flight.front().
+
+  uint64_t Push(uint64_t end, bool released) {
+    std::lock_guard<std::mutex> lock(mu);
+    in_flight.emplace_back(end, released);
+    const uint64_t index = first + in_flight.size() - 1;
+    if (released) ReleaseLocked(index);
+    return index;
+  }
+  void Release(uint64_t index) {
+    std::lock_guard<std::mutex> lock(mu);
+    ReleaseLocked(index);
+  }
+  void ReleaseLocked(uint64_t index) {
+    in_flight[index - first].second = true;
+    uint64_t tail = 0;
+    bool moved = false;
+    while (!in_flight.empty() && in_flight.front().second) {
+      tail = in_flight.front().first;
+      in_flight.pop_front();
+      ++first;
+      moved = true;
+    }
+    if (!moved) return;
+    control->tail.store(tail, std::memory_order_seq_cst);
+    control->space_seq.fetch_add(1, std::memory_order_seq_cst);
+    if (control->producer_waiting.load(std::memory_order_seq_cst)) FutexWake(&control->space_seq);
+  }
+};
+
+namespace {
+
+// Frees a message's ring space when the last copy of the Message goes.
+struct Ticket {
+  std::shared_ptr<ShmTransport::Reader> reader;
+  uint64_t index;
+  ~Ticket() { reader->Release(index); }
+};
+
+}  // namespace
+
+ShmTransport::ShmTransport(int rank, int size, const ShmTransportOptions& options)
+    : rank_(rank),
+      size_(size),
+      pauses_(size > sysconf(_SC_NPROCESSORS_ONLN) ? kPauses : kSpins),
+      options_(options),
+      peers_(size),
+      readers_(size),
+      queues_(size) {}
+
+ShmTransport::~ShmTransport() { Unlink(); }
+
+void ShmTransport::Unlink() {
+  if (unlinked_ || name_.empty()) return;
+  shm_unlink(name_.c_str());
+  unlinked_ = true;
+}
+
+StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(int rank, int size,
+                                                             const ShmTransportOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return InvalidArgumentError("shm transport: rank " + std::to_string(rank) + " of " +
+                                std::to_string(size));
+  }
+  if (options.ring_bytes < (size_t{1} << 20) || options.ring_bytes % 4096 != 0 ||
+      options.ring_bytes > (size_t{1} << 30)) {
+    return InvalidArgumentError(
+        "shm transport: ring_bytes must be a multiple of 4096 in [1 MiB, "
+        "1 GiB]");
+  }
+  std::unique_ptr<ShmTransport> t(new ShmTransport(rank, size, options));
+  std::random_device random;
+  char name[96];
+  std::snprintf(name, sizeof(name), "/cohort-%d-%d-%08x%08x", static_cast<int>(getpid()), rank,
+                random(), random());
+  t->name_ = name;
+  t->endpoint_ = std::string(kScheme) + (name + 1);
+  const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return UnavailableError("shm_open " + t->name_ + ": " + std::strerror(errno));
+  auto segment = std::make_shared<Segment>();
+  segment->length = TotalBytes(size, options.ring_bytes);
+  if (ftruncate(fd, static_cast<off_t>(segment->length)) != 0) {
+    const int e = errno;
+    close(fd);
+    t->Unlink();
+    return ResourceExhaustedError("shm transport: cannot size " + t->name_ + " to " +
+                                  std::to_string(segment->length) + " bytes: " + std::strerror(e));
+  }
+  segment->base = mmap(nullptr, segment->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (segment->base == MAP_FAILED) {
+    t->Unlink();
+    return ResourceExhaustedError("shm transport: mmap " + t->name_ + ": " + std::strerror(errno));
+  }
+  // ftruncate zero-filled it: every ring is empty, every atomic zero.
+  Header* h = segment->header();
+  h->rank = rank;
+  h->size = size;
+  h->pid = static_cast<int32_t>(getpid());
+  h->ring_bytes = options.ring_bytes;
+  h->total_bytes = segment->length;
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kMagic;
+  t->inbox_ = segment;
+  for (int r = 0; r < size; ++r) {
+    auto reader = std::make_shared<Reader>();
+    reader->segment = segment;
+    reader->control = segment->control(r);
+    reader->data = segment->data(r);
+    reader->capacity = options.ring_bytes;
+    t->readers_[r] = std::move(reader);
+  }
+  return t;
+}
+
+Status ShmTransport::Connect(const std::vector<std::string>& endpoints) {
+  if (endpoints.size() != static_cast<size_t>(size_)) {
+    return InvalidArgumentError("shm transport: " + std::to_string(endpoints.size()) +
+                                " endpoints for " + std::to_string(size_) + " ranks");
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const std::string& e = endpoints[r];
+    const std::string what =
+        "shm transport: rank " + std::to_string(r) + "'s endpoint \"" + e.substr(0, 80) + "\"";
+    if (e.rfind(kScheme, 0) != 0 || e.size() > 90 || e.find('/', 6) != std::string::npos) {
+      return InvalidArgumentError(what + " is not shm://NAME");
+    }
+    const std::string name = "/" + e.substr(6);
+    const int fd = shm_open(name.c_str(), O_RDWR, 0);
+    if (fd < 0) return UnavailableError(what + ": " + std::strerror(errno));
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Header))) {
+      close(fd);
+      return InvalidArgumentError(what + " is not an inbox (too small)");
+    }
+    auto segment = std::make_shared<Segment>();
+    segment->length = static_cast<size_t>(st.st_size);
+    segment->base = mmap(nullptr, segment->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (segment->base == MAP_FAILED) return UnavailableError(what + ": " + std::strerror(errno));
+    const Header* h = segment->header();
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (h->magic != kMagic || h->rank != r || h->size != size_ || h->ring_bytes < (1u << 20) ||
+        h->ring_bytes % 4096 != 0 || h->total_bytes != segment->length ||
+        TotalBytes(size_, h->ring_bytes) != segment->length) {
+      return InvalidArgumentError(what + " is not rank " + std::to_string(r) + "'s inbox of a " +
+                                  std::to_string(size_) + "-rank group");
+    }
+    peers_[r] = std::move(segment);
+  }
+  return OkStatus();
+}
+
+StatusOr<bool> ShmTransport::TryWrite(int peer, std::span<const uint8_t> head,
+                                      std::span<const uint8_t> body) {
+  const Segment& s = *peers_[peer];
+  RingControl* c = s.control(rank_);
+  uint8_t* data = s.data(rank_);
+  const uint64_t capacity = s.ring_bytes();
+  const uint64_t length = head.size() + body.size();
+  const uint64_t record = RoundUp(sizeof(uint64_t) + length);
+  uint64_t pos = c->head.load(std::memory_order_relaxed);
+  const uint64_t room = capacity - pos % capacity;  // Contiguous to the ring's end.
+  const uint64_t needed = record > room ? room + record : record;
+  const uint64_t tail = c->tail.load(std::memory_order_acquire);
+  if (pos - tail > capacity) {
+    return DataLossError("shm transport: rank " + std::to_string(peer) +
+                         " left its ring from rank " + std::to_string(rank_) + " corrupt");
+  }
+  if (capacity - (pos - tail) < needed) return false;
+  if (record > room) {
+    std::memcpy(data + pos % capacity, &kSkip, sizeof(kSkip));
+    pos += room;
+  }
+  uint8_t* at = data + pos % capacity;
+  std::memcpy(at, &length, sizeof(length));
+  if (!head.empty()) std::memcpy(at + sizeof(length), head.data(), head.size());
+  if (!body.empty()) std::memcpy(at + sizeof(length) + head.size(), body.data(), body.size());
+  c->head.store(pos + record, std::memory_order_seq_cst);
+  c->data_seq.fetch_add(1, std::memory_order_seq_cst);
+  if (c->consumer_waiting.load(std::memory_order_seq_cst)) FutexWake(&c->data_seq);
+  return true;
+}
+
+Status ShmTransport::FlushSome() {
+  if (queued_ == 0) return OkStatus();
+  for (int p = 0; p < size_; ++p) {
+    auto& queue = queues_[p];
+    while (!queue.empty()) {
+      COHORT_ASSIGN_OR_RETURN(bool wrote, TryWrite(p, queue.front(), {}));
+      if (!wrote) break;
+      queue.pop_front();
+      --queued_;
+    }
+  }
+  return OkStatus();
+}
+
+Status ShmTransport::Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) {
+  if (peer < 0 || peer >= size_ || peer == rank_ || !peers_[peer]) {
+    return InvalidArgumentError("shm transport: no connected rank " + std::to_string(peer));
+  }
+  const uint64_t length = head.size() + body.size();
+  if (RoundUp(sizeof(uint64_t) + length) > peers_[peer]->ring_bytes() / 2) {
+    return InvalidArgumentError("shm transport: a message of " + std::to_string(length) +
+                                " bytes does not fit the " +
+                                std::to_string(peers_[peer]->ring_bytes()) + "-byte ring");
+  }
+  COHORT_RETURN_IF_ERROR(FlushSome());
+  if (queues_[peer].empty()) {
+    COHORT_ASSIGN_OR_RETURN(bool wrote, TryWrite(peer, head, body));
+    if (wrote) return OkStatus();
+  }
+  // The ring is full: keep a copy, written by a later Send, Receive or
+  // Flush (the peer may be sending to this rank too, and reads only later).
+  std::vector<uint8_t> copy(length);
+  if (!head.empty()) std::memcpy(copy.data(), head.data(), head.size());
+  if (!body.empty()) std::memcpy(copy.data() + head.size(), body.data(), body.size());
+  queues_[peer].push_back(std::move(copy));
+  ++queued_;
+  return OkStatus();
+}
+
+Status ShmTransport::Flush(TimeMs deadline) {
+  for (int spin = 0;; ++spin) {
+    COHORT_RETURN_IF_ERROR(FlushSome());
+    if (queued_ == 0) return OkStatus();
+    if (spin < kSpins) {
+      Pause(spin, pauses_);
+      continue;
+    }
+    int peer = 0;
+    while (queues_[peer].empty()) ++peer;
+    const TimeMs now = SteadyNowMs();
+    if (now >= deadline) {
+      return DeadlineExceededError("shm transport: rank " + std::to_string(peer) +
+                                   " took nothing from rank " + std::to_string(rank_) + " in time");
+    }
+    if (ProcessGone(peers_[peer]->header()->pid)) {
+      return UnavailableError("rank " + std::to_string(peer) + " is gone (its process exited)");
+    }
+    RingControl* c = peers_[peer]->control(rank_);
+    c->producer_waiting.store(1, std::memory_order_seq_cst);
+    const uint32_t seq = c->space_seq.load(std::memory_order_seq_cst);
+    FutexWait(&c->space_seq, seq, std::min<TimeMs>(1, deadline - now));
+    c->producer_waiting.store(0, std::memory_order_relaxed);
+  }
+}
+
+StatusOr<aggregation::Message> ShmTransport::Receive(int peer, TimeMs deadline) {
+  if (peer < 0 || peer >= size_ || peer == rank_ || !peers_[peer]) {
+    return InvalidArgumentError("shm transport: no connected rank " + std::to_string(peer));
+  }
+  const std::shared_ptr<Reader>& reader = readers_[peer];
+  Reader& r = *reader;
+  RingControl* c = r.control;
+  const std::string from = "rank " + std::to_string(peer);
+  for (int spin = 0;; ++spin) {
+    const uint64_t head = c->head.load(std::memory_order_acquire);
+    if (head - r.read > r.capacity) {
+      return DataLossError("shm transport: " + from + " corrupted its ring (head " +
+                           std::to_string(head) + ", read " + std::to_string(r.read) + ")");
+    }
+    if (head != r.read) {
+      const uint64_t offset = r.read % r.capacity;
+      const uint64_t room = r.capacity - offset;
+      uint64_t length;
+      std::memcpy(&length, r.data + offset, sizeof(length));
+      if (length == kSkip) {
+        if (head - r.read < room) {
+          return DataLossError("shm transport: " + from + " skipped past its head");
+        }
+        r.read += room;
+        r.Push(r.read, /*released=*/true);
+        continue;
+      }
+      const uint64_t record = length <= r.capacity ? RoundUp(sizeof(length) + length) : ~0ull;
+      if (record > room || record > head - r.read) {
+        return DataLossError("shm transport: " + from + " wrote a record of " +
+                             std::to_string(length) + " bytes that overruns its ring");
+      }
+      const uint8_t* bytes = r.data + offset + sizeof(length);
+      r.read += record;
+      std::shared_ptr<const void> ticket(new Ticket{reader, r.Push(r.read, false)});
+      return aggregation::Message(std::move(ticket), {bytes, length});
+    }
+    // Waiting here, this rank still hands over what it queued (the peer may
+    // be waiting for exactly that before it sends).
+    COHORT_RETURN_IF_ERROR(FlushSome());
+    if (spin < kSpins) {
+      Pause(spin, pauses_);
+      continue;
+    }
+    const TimeMs now = SteadyNowMs();
+    if (now >= deadline) return DeadlineExceededError(from + " sent nothing in time");
+    if (ProcessGone(peers_[peer]->header()->pid)) {
+      return UnavailableError(from + " is gone (its process exited)");
+    }
+    c->consumer_waiting.store(1, std::memory_order_seq_cst);
+    const uint32_t seq = c->data_seq.load(std::memory_order_seq_cst);
+    if (c->head.load(std::memory_order_seq_cst) == r.read) {
+      // With messages queued, nap briefly: their peer frees space without
+      // waking this futex.
+      FutexWait(&c->data_seq, seq, std::min(queued_ > 0 ? 1 : kNap, deadline - now));
+    }
+    c->consumer_waiting.store(0, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace cohort::net

@@ -1,0 +1,79 @@
+// The shared-memory transport: ranks that are processes (or threads) on one
+// host. Each rank creates one POSIX shared-memory segment, its inbox, with
+// a single-producer single-consumer ring per sender; peers map it and write
+// their messages straight into their ring (one copy), and the receiver hands
+// them to the collective in place (no copy out: a Message points into the
+// ring, and its space is released when the Message is destroyed). Waiting
+// spins briefly, then sleeps on a futex in the ring.
+//
+// Everything a peer writes into the segment (ring positions, record
+// lengths) is checked before it is used: a corrupt ring is an error naming
+// the rank, never a read outside the ring. A receiver also notices a peer
+// process that is gone (kUnavailable) without waiting for the deadline.
+#ifndef COHORT_NET_SHM_TRANSPORT_H_
+#define COHORT_NET_SHM_TRANSPORT_H_
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aggregation/transport.h"
+
+namespace cohort::net {
+
+struct ShmTransportOptions {
+  // Bytes of each sender's ring (a multiple of 4 KiB, at least 1 MiB): how
+  // much one peer may have in flight to this rank.
+  size_t ring_bytes = size_t{2} << 20;
+};
+
+class ShmTransport final : public aggregation::Transport {
+ public:
+  // Creates this rank's inbox; endpoint() ("shm://NAME") is where peers
+  // find it.
+  static StatusOr<std::unique_ptr<ShmTransport>> Create(int rank, int size,
+                                                        const ShmTransportOptions& options = {});
+  ~ShmTransport() override;
+  const std::string& endpoint() const { return endpoint_; }
+  // Maps every other rank's inbox; endpoints[r] is rank r's endpoint().
+  // kInvalidArgument for an endpoint that is not a segment of this shape.
+  Status Connect(const std::vector<std::string>& endpoints);
+  // Removes the segment's name (the mappings stay): call once every peer
+  // has connected. Done at destruction otherwise.
+  void Unlink();
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  // Writes into the peer's ring, or, when it is full, queues a copy that a
+  // later Send, Receive or Flush writes.
+  Status Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override;
+  StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override;
+  Status Flush(TimeMs deadline) override;
+  size_t window_bytes() const override { return options_.ring_bytes / 2; }
+
+  struct Segment;  // A mapped inbox (shm_transport.cc).
+  struct Reader;   // This rank's end of one inbound ring.
+
+ private:
+  ShmTransport(int rank, int size, const ShmTransportOptions& options);
+  // Writes one message if the ring has room (false when it has not).
+  StatusOr<bool> TryWrite(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body);
+  // Writes queued messages while their rings have room.
+  Status FlushSome();
+
+  int rank_, size_;
+  int pauses_;  // Wait-loop turns that spin before turns that yield.
+  ShmTransportOptions options_;
+  std::string name_, endpoint_;
+  bool unlinked_ = false;
+  std::shared_ptr<Segment> inbox_;
+  std::vector<std::shared_ptr<Segment>> peers_;  // Their inboxes, by rank.
+  std::vector<std::shared_ptr<Reader>> readers_;
+  std::vector<std::deque<std::vector<uint8_t>>> queues_;  // Waiting for ring space, by peer.
+  size_t queued_ = 0;
+};
+
+}  // namespace cohort::net
+
+#endif  // COHORT_NET_SHM_TRANSPORT_H_

@@ -1,0 +1,134 @@
+// The shared-memory transport on its own: messages larger than a ring's
+// free space queue instead of blocking, and a peer that scribbles on the
+// ring it writes gets an error naming it, never a read outside the ring.
+#include "net/shm_transport.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "common/clock.h"
+
+namespace cohort::net {
+namespace {
+
+struct Pair {
+  Pair() {
+    for (int r = 0; r < 2; ++r) t[r] = std::move(ShmTransport::Create(r, 2)).value();
+    const std::vector<std::string> endpoints = {t[0]->endpoint(), t[1]->endpoint()};
+    for (auto& x : t) EXPECT_TRUE(x->Connect(endpoints).ok());
+  }
+  std::unique_ptr<ShmTransport> t[2];
+};
+
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed * 131 + i * 7);
+  return v;
+}
+
+TEST(ShmTransportTest, MoreThanARingInFlightArrivesWholeAndInOrder) {
+  Pair p;
+  // 40 messages of 200 KiB: 8 MB, four times the 2 MiB ring. Send never
+  // waits for the reader; the overflow is queued and flushed.
+  constexpr int kCount = 40;
+  constexpr size_t kBytes = 200 << 10;
+  for (int i = 0; i < kCount; ++i) {
+    const auto body = Pattern(kBytes, static_cast<uint8_t>(i));
+    const uint32_t head = i;
+    ASSERT_TRUE(
+        p.t[0]->Send(1, {reinterpret_cast<const uint8_t*>(&head), sizeof(head)}, body).ok());
+  }
+  std::thread flusher([&] { EXPECT_TRUE(p.t[0]->Flush(SteadyNowMs() + 10000).ok()); });
+  for (int i = 0; i < kCount; ++i) {
+    auto m = p.t[1]->Receive(0, SteadyNowMs() + 10000);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_EQ(m->bytes().size(), sizeof(uint32_t) + kBytes);
+    uint32_t head;
+    std::memcpy(&head, m->data(), sizeof(head));
+    EXPECT_EQ(head, static_cast<uint32_t>(i));
+    const auto want = Pattern(kBytes, static_cast<uint8_t>(i));
+    EXPECT_EQ(std::memcmp(m->data() + sizeof(head), want.data(), kBytes), 0) << "message " << i;
+  }
+  flusher.join();
+}
+
+TEST(ShmTransportTest, AMessageTooLargeForTheRingIsRefused) {
+  Pair p;
+  const auto body = Pattern(size_t{2} << 20, 1);
+  const Status s = p.t[0]->Send(1, {}, body);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("does not fit"), std::string::npos) << s.ToString();
+}
+
+TEST(ShmTransportTest, NothingSentIsADeadlineNamingThePeer) {
+  Pair p;
+  auto m = p.t[1]->Receive(0, SteadyNowMs() + 20);
+  EXPECT_EQ(m.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(m.status().message().find("rank 0"), std::string::npos);
+}
+
+TEST(ShmTransportTest, AnEndpointThatIsNotAnInboxIsRefused) {
+  auto t = std::move(ShmTransport::Create(0, 2)).value();
+  for (const std::string bad : {"tcp://127.0.0.1:1", "shm://no-such-segment-here", "shm://a/b"}) {
+    const Status s = t->Connect({t->endpoint(), bad});
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.ToString();
+  }
+  // Rank 0's own inbox offered as rank 1's: the header says otherwise.
+  const Status s = t->Connect({t->endpoint(), t->endpoint()});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+}
+
+// Rank 1's inbox as rank 0 sees it: what a hostile rank 0 can write.
+struct Inbox {
+  explicit Inbox(const std::string& endpoint) {
+    const int fd = shm_open(("/" + endpoint.substr(6)).c_str(), O_RDWR, 0);
+    EXPECT_GE(fd, 0);
+    length = static_cast<size_t>(lseek(fd, 0, SEEK_END));
+    base = static_cast<uint8_t*>(mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+  }
+  ~Inbox() { munmap(base, length); }
+  // Layout (shm_transport.cc): a 64-byte header, then per sender a 256-byte
+  // control block (head at offset 0) and its ring.
+  std::atomic<uint64_t>* head_from_rank0() {
+    return reinterpret_cast<std::atomic<uint64_t>*>(base + 64);
+  }
+  uint8_t* ring_from_rank0() { return base + 64 + 256; }
+  uint8_t* base;
+  size_t length;
+};
+
+TEST(ShmTransportTest, AHeadBeyondTheRingIsDataLossNamingTheWriter) {
+  Pair p;
+  Inbox inbox(p.t[1]->endpoint());
+  inbox.head_from_rank0()->store(uint64_t{1} << 40);
+  auto m = p.t[1]->Receive(0, SteadyNowMs() + 1000);
+  EXPECT_EQ(m.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(m.status().message().find("rank 0 corrupted its ring"), std::string::npos)
+      << m.status().ToString();
+}
+
+TEST(ShmTransportTest, ARecordLongerThanWhatWasPublishedIsDataLoss) {
+  Pair p;
+  const uint32_t word = 7;
+  ASSERT_TRUE(p.t[0]->Send(1, {reinterpret_cast<const uint8_t*>(&word), sizeof(word)}, {}).ok());
+  Inbox inbox(p.t[1]->endpoint());
+  // The record's length field now claims 1 MiB; only 64 bytes were
+  // published.
+  const uint64_t lie = 1 << 20;
+  std::memcpy(inbox.ring_from_rank0(), &lie, sizeof(lie));
+  auto m = p.t[1]->Receive(0, SteadyNowMs() + 1000);
+  EXPECT_EQ(m.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(m.status().message().find("overruns its ring"), std::string::npos)
+      << m.status().ToString();
+}
+
+}  // namespace
+}  // namespace cohort::net
