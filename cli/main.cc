@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "client/daemon.h"
 #include "client/session.h"
+#include "client/site.h"
 #include "common/logging.h"
 #include "coordinator/daemon.h"
 #include "crypto/key_files.h"
@@ -104,6 +105,39 @@ int main(int argc, char** argv) {
   client->add_option("--coordinator-key", copts.coordinator_key,
                      "The coordinator's .pub file (pinned)");
   client->add_flag("--insecure", copts.insecure, "No CURVE: plaintext (local development only)");
+  client->add_option("--site-master", copts.site_master,
+                     "A site that is data-parallel inside: where its workers meet this client "
+                     "(ipc://PATH on one host, tcp://HOST:PORT)");
+  client->add_option("--site-size", copts.site_size, "Ranks of the site, this client included")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  client
+      ->add_option("--site-transport", copts.site_transport,
+                   "shm, tcp, or auto (shm with an ipc:// site master)")
+      ->check(CLI::IsMember({"auto", "shm", "tcp"}))
+      ->capture_default_str();
+
+  // site-worker
+  auto* site_worker = app.add_subcommand(
+      "site-worker", "Train with a site's client, on this worker's shard (a site's rank >= 1)");
+  cohort::client::SiteWorkerOptions sopts;
+  site_worker->add_option("--site-master", sopts.group.master, "The site's meeting address")
+      ->required();
+  site_worker->add_option("--rank", sopts.group.rank, "This worker's rank, 1 .. size-1")
+      ->required();
+  site_worker->add_option("--site-size", sopts.group.size, "Ranks of the site, its client included")
+      ->required()
+      ->check(CLI::Range(2, 1024));
+  site_worker->add_option("--transport", sopts.group.transport, "shm, tcp or auto")
+      ->check(CLI::IsMember({"auto", "shm", "tcp"}))
+      ->capture_default_str();
+  site_worker->add_option("--host", sopts.group.host, "Where the other ranks reach this one (tcp)")
+      ->capture_default_str();
+  site_worker->add_option("--data", sopts.data, "This worker's shard file")->required();
+  site_worker->add_option("--device", sopts.device, "cpu, cuda, cuda:N or auto")
+      ->capture_default_str();
+  site_worker->add_option("--threads", sopts.threads, "BLAS threads for training")
+      ->capture_default_str();
 
   // keygen
   auto* keygen = app.add_subcommand("keygen", "Write an identity key pair (NAME.key, NAME.pub)");
@@ -214,6 +248,13 @@ int main(int argc, char** argv) {
     std::signal(SIGTERM, SIG_DFL);
     std::signal(SIGINT, SIG_DFL);
     return Report(cohort::worker::RunWorker(wopts, g_stop), "worker");
+  }
+  if (site_worker->parsed()) {
+    cohort::InitLogging("site rank " + std::to_string(sopts.group.rank), "", log_level);
+    // A stopped worker stops at once: the site's client notices.
+    std::signal(SIGTERM, SIG_DFL);
+    std::signal(SIGINT, SIG_DFL);
+    return Report(cohort::client::RunSiteWorker(sopts), "site-worker");
   }
   if (launch->parsed()) {
     cohort::InitLogging("launch", "", log_level);

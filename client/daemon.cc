@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "client/session.h"
+#include "client/site.h"
 #include "common/clock.h"
 #include "crypto/key_files.h"
 #include "datasets/shard.h"
@@ -57,6 +58,19 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
                           train::DeviceDataset::Upload(backend.get(), data));
 
   zmq::context_t context(1);
+  std::unique_ptr<Site> site;
+  uint64_t samples = data.size();
+  if (options.site_size > 1) {
+    COHORT_ASSIGN_OR_RETURN(site, Site::Join(context,
+                                             {.rank = 0,
+                                              .size = options.site_size,
+                                              .master = options.site_master,
+                                              .transport = options.site_transport},
+                                             backend.get(), device_data.get()));
+    samples = site->total_samples();
+    spdlog::info("site of {} ranks ({}): {} samples, {} of them here", site->size(),
+                 site->shared_memory() ? "shared memory" : "ZeroMQ tcp", samples, data.size());
+  }
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   // No queueing to a coordinator that is not connected: what would queue is
   // stale by the time it reconnects. The session re-sends Hello until a
@@ -106,8 +120,9 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
   }
 
   std::unique_ptr<train::Model> model;
+  config::ModelConfig model_config;  // What `model` was built from (the site's workers need it).
   Session session(
-      options.name, data.size(),
+      options.name, samples,
       [&](const config::ModelConfig& config) -> StatusOr<size_t> {
         // The coordinator's model is untrusted: the same caps as a config
         // file's, before anything is allocated for it.
@@ -116,6 +131,7 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
         COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(check).WithContext("coordinator's model"));
         COHORT_ASSIGN_OR_RETURN(model, train::BuildModel(config, backend.get()));
         COHORT_RETURN_IF_ERROR(train::CheckCompatible(*model, data).WithContext(options.data));
+        model_config = config;
         return model->num_params();
       },
       &identity, FaultPlan{options.fault_stage, options.fault_round, options.fault_misbehave},
@@ -160,8 +176,10 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
       job->task = std::move(*a.train);
       job->local = job->task.global;
       Job* j = job.get();
-      worker = std::thread([j, &model, &device_data, &done_tx]() {
-        j->result = train::TrainLocal(*model, j->local, *device_data, j->task.options, &j->cancel);
+      worker = std::thread([j, &model, &model_config, &site, &device_data, &done_tx]() {
+        j->result =
+            site ? site->Train(model_config, *model, j->local, j->task.options, &j->cancel)
+                 : train::TrainLocal(*model, j->local, *device_data, j->task.options, &j->cancel);
         // The signal names its task: a cancelled job's signal is recognised
         // as stale. This PAIR end is used only by the one live worker.
         const uint64_t id = j->task.task_id;
@@ -209,6 +227,7 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
     if (!exit) apply(session.OnTick(SteadyNowMs()));
   }
   stop_job();
+  if (site) site->Finish();
   return exit.value_or(CancelledError("stopped"));
 }
 

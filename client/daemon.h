@@ -38,6 +38,12 @@ struct ClientOptions {
   // Directory of .pub files: the only identity keys this client accepts in
   // a secure-aggregation cohort. Empty: trust the coordinator's list.
   std::string peers;
+  // A site that is data-parallel inside (client/site.h): with site_size > 1
+  // this daemon is rank 0 of a group that meets at site_master, and its
+  // site workers (`cohort site-worker`) train each task with it.
+  std::string site_master;
+  int site_size = 1;
+  std::string site_transport = "auto";
 };
 
 // Runs until the coordinator says the run is finished (OK) or `stop` becomes

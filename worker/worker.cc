@@ -16,9 +16,7 @@
 #include "common/rng.h"
 #include "coordinator/run_store.h"
 #include "datasets/shard.h"
-#include "net/rendezvous.h"
-#include "net/shm_transport.h"
-#include "net/zmq_transport.h"
+#include "net/group.h"
 #include "proto/config_io.h"
 #include "train/device.h"
 #include "train/model_config.h"
@@ -253,36 +251,6 @@ Status Load(Rank& r, const WorkerOptions& o) {
   return OkStatus();
 }
 
-bool UsesShm(const WorkerOptions& o) {
-  return o.transport == "shm" || (o.transport == "auto" && o.master.rfind("ipc://", 0) == 0);
-}
-
-// This rank's data transport, connected to every peer: shared memory when
-// the group meets at an ipc:// rendezvous (one host), ZeroMQ otherwise.
-StatusOr<std::unique_ptr<aggregation::Transport>> ConnectGroup(
-    zmq::context_t& context, const WorkerOptions& o, const aggregation::CollectiveOptions& c) {
-  const TimeMs deadline = SteadyNowMs() + c.timeout_ms;
-  if (UsesShm(o)) {
-    COHORT_ASSIGN_OR_RETURN(auto shm, net::ShmTransport::Create(o.rank, o.world_size));
-    COHORT_ASSIGN_OR_RETURN(
-        std::vector<std::string> endpoints,
-        net::Rendezvous(context, o.rank, o.world_size, o.master, shm->endpoint(), deadline));
-    COHORT_RETURN_IF_ERROR(shm->Connect(endpoints));
-    // Once every rank has mapped every inbox, the names can go: nothing is
-    // left in /dev/shm however the group ends.
-    COHORT_RETURN_IF_ERROR(aggregation::Communicator(shm.get()).Barrier(c));
-    shm->Unlink();
-    return std::unique_ptr<aggregation::Transport>(std::move(shm));
-  }
-  COHORT_ASSIGN_OR_RETURN(
-      auto zmq, net::ZmqTransport::Bind(context, o.rank, o.world_size, "tcp://" + o.host + ":0"));
-  COHORT_ASSIGN_OR_RETURN(
-      std::vector<std::string> endpoints,
-      net::Rendezvous(context, o.rank, o.world_size, o.master, zmq->endpoint(), deadline));
-  COHORT_RETURN_IF_ERROR(zmq->Connect(endpoints));
-  return std::unique_ptr<aggregation::Transport>(std::move(zmq));
-}
-
 }  // namespace
 
 Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
@@ -291,11 +259,16 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   r.world = o.world_size;
   COHORT_RETURN_IF_ERROR(Load(r, o));
   zmq::context_t context(1);
-  COHORT_ASSIGN_OR_RETURN(auto transport, ConnectGroup(context, o, r.collective));
+  const net::GroupOptions group{.rank = o.rank,
+                                .size = o.world_size,
+                                .master = o.master,
+                                .transport = o.transport,
+                                .host = o.host};
+  COHORT_ASSIGN_OR_RETURN(auto transport, net::JoinGroup(context, group, r.collective));
   aggregation::Communicator comm(transport.get());
   r.comm = &comm;
   spdlog::info("rank {} of {} ready ({}, {})", o.rank, o.world_size, r.backend->Name(),
-               UsesShm(o) ? "shared memory" : "ZeroMQ tcp");
+               net::UsesSharedMemory(group) ? "shared memory" : "ZeroMQ tcp");
 
   std::vector<float> params(r.model->num_params()), momentum;
   COHORT_ASSIGN_OR_RETURN(uint32_t done, StartModel(r, o.run_dir, params, momentum));

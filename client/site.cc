@@ -1,0 +1,280 @@
+#include "client/site.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <numeric>
+
+#include "common/clock.h"
+#include "common/rng.h"
+#include "datasets/shard.h"
+#include "proto/config_io.h"
+#include "train/model_config.h"
+
+namespace cohort::client {
+namespace {
+
+// What rank 0 hands the workers before each task, as int64 words summed
+// with the workers' zeros (an exact broadcast).
+enum Word : size_t {
+  kKind,  // kTrain or kFinish.
+  kEpochs,
+  kBatchSize,
+  kSeed,
+  kOptimizerKind,
+  kLearningRate,  // Floats travel as their bits.
+  kWeightDecay,
+  kMomentum,
+  kDampening,
+  kNesterov,
+  kBeta1,
+  kBeta2,
+  kEps,
+  kNumParams,
+  kConfigBytes,  // The serialized ModelConfig follows in words of 8 bytes.
+  kHeaderWords
+};
+constexpr int64_t kTrain = 1, kFinish = 2;
+constexpr int64_t kMaxConfigBytes = 1 << 20;
+
+int64_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
+float Float(int64_t w) { return std::bit_cast<float>(static_cast<uint32_t>(w)); }
+
+std::vector<int64_t> EncodeTask(const train::TrainOptions& o, size_t num_params,
+                                const std::string& config) {
+  std::vector<int64_t> h(kHeaderWords, 0);
+  const train::OptimizerOptions& p = o.optimizer;
+  h[kKind] = kTrain;
+  h[kEpochs] = o.epochs;
+  h[kBatchSize] = o.batch_size;
+  h[kSeed] = static_cast<int64_t>(o.seed);
+  h[kOptimizerKind] = static_cast<int64_t>(p.kind);
+  h[kLearningRate] = Bits(p.learning_rate);
+  h[kWeightDecay] = Bits(p.weight_decay);
+  h[kMomentum] = Bits(p.momentum);
+  h[kDampening] = Bits(p.dampening);
+  h[kNesterov] = p.nesterov;
+  h[kBeta1] = Bits(p.beta1);
+  h[kBeta2] = Bits(p.beta2);
+  h[kEps] = Bits(p.eps);
+  h[kNumParams] = static_cast<int64_t>(num_params);
+  h[kConfigBytes] = static_cast<int64_t>(config.size());
+  return h;
+}
+
+// Rank 0's words, checked as untrusted input.
+StatusOr<train::TrainOptions> DecodeTask(std::span<const int64_t> h) {
+  train::TrainOptions o;
+  if (h[kEpochs] < 1 || h[kEpochs] > 1000 || h[kBatchSize] < 1 || h[kBatchSize] > (1 << 20)) {
+    return InvalidArgumentError("site task: epochs " + std::to_string(h[kEpochs]) +
+                                ", batch size " + std::to_string(h[kBatchSize]));
+  }
+  o.epochs = static_cast<uint32_t>(h[kEpochs]);
+  o.batch_size = static_cast<uint32_t>(h[kBatchSize]);
+  o.seed = static_cast<uint64_t>(h[kSeed]);
+  train::OptimizerOptions& p = o.optimizer;
+  if (h[kOptimizerKind] < 0 || h[kOptimizerKind] > 2) {
+    return InvalidArgumentError("site task: optimizer " + std::to_string(h[kOptimizerKind]));
+  }
+  p.kind = static_cast<train::OptimizerKind>(h[kOptimizerKind]);
+  p.learning_rate = Float(h[kLearningRate]);
+  p.weight_decay = Float(h[kWeightDecay]);
+  p.momentum = Float(h[kMomentum]);
+  p.dampening = Float(h[kDampening]);
+  p.nesterov = h[kNesterov] != 0;
+  p.beta1 = Float(h[kBeta1]);
+  p.beta2 = Float(h[kBeta2]);
+  p.eps = Float(h[kEps]);
+  COHORT_RETURN_IF_ERROR(train::CheckOptimizerOptions(p).WithContext("site task"));
+  return o;
+}
+
+std::vector<int64_t> Pack(const std::string& bytes) {
+  std::vector<int64_t> words((bytes.size() + 7) / 8, 0);
+  if (!bytes.empty()) std::memcpy(words.data(), bytes.data(), bytes.size());
+  return words;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Site>> Site::Join(zmq::context_t& context, const net::GroupOptions& group,
+                                           train::Backend* backend,
+                                           const train::DeviceDataset* data) {
+  if (group.size < 1 || group.rank < 0 || group.rank >= group.size) {
+    return InvalidArgumentError("site: rank " + std::to_string(group.rank) + " of " +
+                                std::to_string(group.size));
+  }
+  std::unique_ptr<Site> s(new Site());
+  s->rank_ = group.rank;
+  s->size_ = group.size;
+  s->backend_ = backend;
+  s->data_ = data;
+  s->shared_memory_ = net::UsesSharedMemory(group);
+  s->step_.timeout_ms = 60000;
+  // Between tasks a worker waits as long as a round may take; a dead rank 0
+  // is still noticed at once over shared memory.
+  s->idle_.timeout_ms = 24 * 3600 * 1000;
+  COHORT_ASSIGN_OR_RETURN(s->transport_, net::JoinGroup(context, group, s->step_));
+  s->comm_ = std::make_unique<aggregation::Communicator>(s->transport_.get());
+  std::vector<int64_t> samples = {static_cast<int64_t>(data->size())};
+  COHORT_RETURN_IF_ERROR(s->comm_->AllReduce(samples, s->step_));
+  s->total_samples_ = static_cast<uint64_t>(samples[0]);
+  return s;
+}
+
+StatusOr<train::TrainResult> Site::Train(const config::ModelConfig& config, train::Model& model,
+                                         std::span<float> params,
+                                         const train::TrainOptions& options,
+                                         const std::atomic<bool>* cancel) {
+  if (rank_ != 0) return FailedPreconditionError("site: only rank 0 hands out tasks");
+  const std::string bytes = config.SerializeAsString();
+  std::vector<int64_t> header = EncodeTask(options, params.size(), bytes);
+  std::vector<int64_t> words = Pack(bytes);
+  COHORT_RETURN_IF_ERROR(comm_->AllReduce(header, step_).WithContext("site: handing out a task"));
+  COHORT_RETURN_IF_ERROR(comm_->AllReduce(words, step_).WithContext("site: handing out a task"));
+  COHORT_RETURN_IF_ERROR(comm_->Broadcast(params, 0, step_));
+  return TrainEpochs(model, params, options, cancel);
+}
+
+void Site::Finish() {
+  if (rank_ != 0) return;
+  std::vector<int64_t> header(kHeaderWords, 0);
+  header[kKind] = kFinish;
+  aggregation::CollectiveOptions quick = step_;
+  quick.timeout_ms = 2000;
+  if (Status s = comm_->AllReduce(header, quick); !s.ok()) {
+    spdlog::warn("site: could not tell the workers the run is over: {}", s.message());
+  }
+}
+
+Status Site::Serve() {
+  for (;;) {
+    std::vector<int64_t> header(kHeaderWords, 0);
+    COHORT_RETURN_IF_ERROR(comm_->AllReduce(header, idle_).WithContext("site: waiting for a task"));
+    if (header[kKind] == kFinish) return OkStatus();
+    if (header[kKind] != kTrain || header[kConfigBytes] < 0 ||
+        header[kConfigBytes] > kMaxConfigBytes || header[kNumParams] < 1) {
+      return InvalidArgumentError("site: rank 0 sent a task header that is not one (kind " +
+                                  std::to_string(header[kKind]) + ", config of " +
+                                  std::to_string(header[kConfigBytes]) + " bytes)");
+    }
+    std::vector<int64_t> words((header[kConfigBytes] + 7) / 8, 0);
+    COHORT_RETURN_IF_ERROR(comm_->AllReduce(words, step_));
+    COHORT_ASSIGN_OR_RETURN(train::TrainOptions options, DecodeTask(header));
+    std::string bytes(static_cast<size_t>(header[kConfigBytes]), '\0');
+    if (!bytes.empty()) std::memcpy(bytes.data(), words.data(), bytes.size());
+    if (!model_ || bytes != model_config_) {
+      config::RunConfig check;
+      if (!check.mutable_model()->ParseFromString(bytes)) {
+        return InvalidArgumentError("site: rank 0's model config does not parse");
+      }
+      COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(check).WithContext("site model"));
+      COHORT_ASSIGN_OR_RETURN(model_, train::BuildModel(check.model(), backend_));
+      COHORT_RETURN_IF_ERROR(
+          train::CheckCompatible(*model_, data_->num_features(), data_->num_classes()));
+      model_config_ = bytes;
+    }
+    if (model_->num_params() != static_cast<size_t>(header[kNumParams])) {
+      return InvalidArgumentError("site: rank 0's model has " + std::to_string(header[kNumParams]) +
+                                  " parameters, its config " +
+                                  std::to_string(model_->num_params()));
+    }
+    std::vector<float> params(model_->num_params());
+    COHORT_RETURN_IF_ERROR(comm_->Broadcast(params, 0, step_));
+    StatusOr<train::TrainResult> r = TrainEpochs(*model_, params, options, nullptr);
+    if (!r.ok() && r.status().code() != StatusCode::kCancelled) return r.status();
+    spdlog::info("site rank {}: task done ({})", rank_, r.ok() ? "trained" : "cancelled by rank 0");
+  }
+}
+
+// Every rank: `epochs` passes over its own shard in the same number of
+// steps as the site's; a step's gradient is the mean over the samples all
+// ranks took, so the site trains like one client holding all of them.
+StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<float> params,
+                                               const train::TrainOptions& options,
+                                               const std::atomic<bool>* cancel) {
+  const double start = WallSeconds();
+  train::Backend* b = backend_;
+  const size_t n = data_->size(), np = model.num_params();
+  const size_t steps = std::max<size_t>(
+      1, (total_samples_ + options.batch_size - 1) / std::max<uint32_t>(options.batch_size, 1));
+  const size_t most = (n + steps - 1) / steps;  // The largest part this rank takes.
+  COHORT_ASSIGN_OR_RETURN(auto optimizer, train::Optimizer::Create(options.optimizer, np, b));
+  COHORT_ASSIGN_OR_RETURN(auto order_dev, train::DeviceArray<uint32_t>::Create(b, n));
+  COHORT_ASSIGN_OR_RETURN(auto x,
+                          train::DeviceArray<float>::Create(b, most * model.input_features()));
+  COHORT_ASSIGN_OR_RETURN(auto y, train::DeviceArray<int32_t>::Create(b, most));
+  COHORT_ASSIGN_OR_RETURN(auto stats, train::DeviceArray<double>::Create(b, 2));
+  COHORT_ASSIGN_OR_RETURN(auto reduced, train::DeviceArray<float>::Create(b, np));
+  COHORT_RETURN_IF_ERROR(model.Reserve(static_cast<int>(std::max<size_t>(most, 1))));
+  COHORT_RETURN_IF_ERROR(model.SetParams(params));
+  b->Zero(stats.data(), stats.bytes());
+  std::vector<uint32_t> order(n);
+  Rng rng(DeriveSeed(options.seed, 0x5173, static_cast<uint64_t>(rank_)));
+  std::vector<float> grads(np + 2);  // The gradient sum, then [samples, cancel].
+  const auto& in = model.spec().input;
+  for (uint32_t epoch = 0; epoch < options.epochs; ++epoch) {
+    std::iota(order.begin(), order.end(), 0);
+    rng.Shuffle(std::span<uint32_t>(order));
+    if (n > 0) b->Upload(order_dev.data(), order.data(), order_dev.bytes());
+    for (size_t k = 0; k < steps; ++k) {
+      const size_t lo = n * k / steps, hi = n * (k + 1) / steps;
+      std::fill(grads.begin(), grads.end(), 0.0f);
+      if (hi > lo) {
+        b->Gather(data_->features(), data_->labels(), order_dev.data() + lo, int(hi - lo),
+                  int(in.c), int(in.h), int(in.w), x.data(), y.data());
+        model.Backward(x.data(), y.data(), int(hi - lo), stats.data());
+        b->Download(grads.data(), model.grads().data(), np * sizeof(float));
+        for (size_t i = 0; i < np; ++i) grads[i] *= float(hi - lo);  // Mean to sum.
+      }
+      grads[np] = float(hi - lo);
+      grads[np + 1] = cancel != nullptr && cancel->load(std::memory_order_relaxed) ? 1.0f : 0.0f;
+      COHORT_RETURN_IF_ERROR(comm_->AllReduce(grads, step_));
+      if (grads[np + 1] > 0) return CancelledError("training cancelled");
+      if (grads[np] == 0) continue;
+      const float inverse = 1.0f / grads[np];
+      for (size_t i = 0; i < np; ++i) grads[i] *= inverse;
+      b->Upload(reduced.data(), grads.data(), np * sizeof(float));
+      COHORT_RETURN_IF_ERROR(optimizer->Step(model.params(), {reduced.data(), np}));
+    }
+  }
+  COHORT_RETURN_IF_ERROR(model.GetParams(params));
+  double local[2];
+  b->Download(local, stats.data(), sizeof(local));
+  COHORT_RETURN_IF_ERROR(b->Sync());
+  std::vector<float> totals = {float(local[0]), float(local[1])};
+  COHORT_RETURN_IF_ERROR(comm_->AllReduce(totals, step_));
+  train::TrainResult result;
+  result.samples = total_samples_ * options.epochs;
+  if (result.samples > 0) {
+    result.mean_loss = totals[0] / double(result.samples);
+    result.accuracy = totals[1] / double(result.samples);
+  }
+  result.seconds = WallSeconds() - start;
+  return result;
+}
+
+Status RunSiteWorker(const SiteWorkerOptions& o) {
+  if (o.group.rank < 1 || o.group.rank >= o.group.size) {
+    return InvalidArgumentError(
+        "site-worker: --rank must be in [1, --site-size): rank 0 is the "
+        "site's cohort client");
+  }
+  COHORT_ASSIGN_OR_RETURN(datasets::Dataset data, datasets::ReadShard(o.data));
+  std::string note;
+  COHORT_ASSIGN_OR_RETURN(auto backend,
+                          train::NewBackend({.device = o.device, .threads = o.threads}, &note));
+  if (!note.empty()) spdlog::info("{}", note);
+  COHORT_ASSIGN_OR_RETURN(auto device_data, train::DeviceDataset::Upload(backend.get(), data));
+  zmq::context_t context(1);
+  COHORT_ASSIGN_OR_RETURN(auto site,
+                          Site::Join(context, o.group, backend.get(), device_data.get()));
+  spdlog::info("site rank {} of {}: {} samples of the site's {} ({}, {})", site->rank(),
+               site->size(), data.size(), site->total_samples(), backend->Name(),
+               site->shared_memory() ? "shared memory" : "ZeroMQ tcp");
+  return site->Serve();
+}
+
+}  // namespace cohort::client

@@ -1,0 +1,133 @@
+// A site's training, its ranks as threads meeting over shared memory: the
+// site's step is the full mean gradient over every rank's samples, however
+// unevenly the data is split, and a cancel stops every rank at one step.
+#include "client/site.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <numeric>
+#include <thread>
+
+#include "datasets/dataset.h"
+#include "datasets/synthetic.h"
+#include "train/device.h"
+#include "train/model_config.h"
+
+namespace cohort::client {
+namespace {
+
+struct Rank {
+  explicit Rank(const datasets::Dataset& d)
+      : backend(std::move(train::NewBackend({.device = "cpu"})).value()),
+        data(std::move(train::DeviceDataset::Upload(backend.get(), d)).value()) {}
+  std::unique_ptr<train::Backend> backend;
+  std::unique_ptr<train::DeviceDataset> data;
+  std::unique_ptr<Site> site;
+};
+
+config::ModelConfig Mlp() {
+  config::ModelConfig m;
+  m.set_arch("mlp");
+  m.set_input_dim(20);
+  m.set_num_classes(4);
+  m.add_hidden(16);
+  return m;
+}
+
+// Rank 0 and rank 1 join (in threads: each waits for the other).
+void JoinBoth(Rank& r0, Rank& r1, zmq::context_t& context, const std::string& tag) {
+  const std::string master = "ipc:///tmp/cohort-site-test-" + std::to_string(getpid()) + "-" + tag;
+  std::thread t([&] {
+    r1.site = std::move(Site::Join(context, {.rank = 1, .size = 2, .master = master},
+                                   r1.backend.get(), r1.data.get()))
+                  .value();
+  });
+  r0.site = std::move(Site::Join(context, {.rank = 0, .size = 2, .master = master},
+                                 r0.backend.get(), r0.data.get()))
+                .value();
+  t.join();
+}
+
+TEST(SiteTest, FullBatchStepsEqualOneClientHoldingAllTheSitesData) {
+  const datasets::Dataset all = datasets::MakeSynthetic({.num_samples = 80, .seed = 3});
+  std::vector<uint32_t> first(30), second(50);  // Uneven: the weights matter.
+  std::iota(first.begin(), first.end(), 0);
+  std::iota(second.begin(), second.end(), 30);
+  Rank r0(datasets::Subset(all, first)), r1(datasets::Subset(all, second));
+  zmq::context_t context(1);
+  JoinBoth(r0, r1, context, "full");
+  EXPECT_EQ(r0.site->total_samples(), 80u);
+  EXPECT_EQ(r1.site->total_samples(), 80u);
+
+  const config::ModelConfig config = Mlp();
+  auto model = std::move(train::BuildModel(config, r0.backend.get())).value();
+  std::vector<float> start(model->num_params());
+  model->Init(start, 11);
+  // A batch of the whole site: each step is one full-batch gradient step.
+  train::TrainOptions options;
+  options.epochs = 6;
+  options.batch_size = 80;
+  options.seed = 1;
+  options.optimizer.learning_rate = 0.1f;
+  options.optimizer.momentum = 0.9f;
+
+  Status served;
+  std::thread worker([&] { served = r1.site->Serve(); });
+  std::vector<float> site_params = start;
+  auto result = r0.site->Train(config, *model, site_params, options, nullptr);
+  r0.site->Finish();
+  worker.join();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(served.ok()) << served.ToString();
+  EXPECT_EQ(result->samples, 80u * 6);
+
+  // One process with all 80 samples, the same full-batch steps.
+  Rank alone(all);
+  auto reference = std::move(train::BuildModel(config, alone.backend.get())).value();
+  std::vector<float> alone_params = start;
+  ASSERT_TRUE(train::TrainLocal(*reference, alone_params, *alone.data, options).ok());
+  double worst = 0, moved = 0;
+  for (size_t i = 0; i < start.size(); ++i) {
+    worst = std::max(worst, double(std::fabs(site_params[i] - alone_params[i])));
+    moved = std::max(moved, double(std::fabs(site_params[i] - start[i])));
+  }
+  EXPECT_LT(worst, 1e-5) << "the site's step is not the union's mean gradient";
+  EXPECT_GT(moved, 1e-2) << "nothing trained";
+  EXPECT_NEAR(result->mean_loss, 0, 10);  // Finite and reported.
+}
+
+train::TrainOptions Options(uint32_t epochs) {
+  train::TrainOptions o;
+  o.epochs = epochs;
+  o.batch_size = 8;
+  return o;
+}
+
+TEST(SiteTest, ACancelStopsEveryRankAndTheWorkerServesTheNextTask) {
+  const datasets::Dataset all = datasets::MakeSynthetic({.num_samples = 64, .seed = 4});
+  std::vector<uint32_t> half(32), rest(32);
+  std::iota(half.begin(), half.end(), 0);
+  std::iota(rest.begin(), rest.end(), 32);
+  Rank r0(datasets::Subset(all, half)), r1(datasets::Subset(all, rest));
+  zmq::context_t context(1);
+  JoinBoth(r0, r1, context, "cancel");
+  const config::ModelConfig config = Mlp();
+  auto model = std::move(train::BuildModel(config, r0.backend.get())).value();
+  std::vector<float> params(model->num_params());
+  model->Init(params, 2);
+  Status served;
+  std::thread worker([&] { served = r1.site->Serve(); });
+  const std::atomic<bool> cancelled{true};
+  auto first = r0.site->Train(config, *model, params, Options(3), &cancelled);
+  EXPECT_EQ(first.status().code(), StatusCode::kCancelled);
+  auto second = r0.site->Train(config, *model, params, Options(1), nullptr);
+  EXPECT_TRUE(second.ok()) << second.status().ToString();
+  r0.site->Finish();
+  worker.join();
+  EXPECT_TRUE(served.ok()) << served.ToString();
+}
+
+}  // namespace
+}  // namespace cohort::client

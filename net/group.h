@@ -1,0 +1,37 @@
+// Joining a group of ranks: the rendezvous, then the data transport every
+// collective of the group runs over. Used by data-parallel workers and by
+// the workers of a site (a federated client that is data-parallel inside).
+#ifndef COHORT_NET_GROUP_H_
+#define COHORT_NET_GROUP_H_
+
+#include <memory>
+#include <string>
+#include <zmq.hpp>
+
+#include "aggregation/collective.h"
+#include "aggregation/transport.h"
+#include "common/status.h"
+
+namespace cohort::net {
+
+struct GroupOptions {
+  int rank = 0, size = 1;
+  // Rank 0's rendezvous address: tcp://HOST:PORT, or ipc://PATH on one host.
+  std::string master;
+  // shm (shared memory: every rank on this host), tcp (ZeroMQ), or auto:
+  // shm with an ipc:// master, tcp otherwise.
+  std::string transport = "auto";
+  std::string host = "127.0.0.1";  // Where other ranks reach this one (tcp).
+};
+
+bool UsesSharedMemory(const GroupOptions& options);
+
+// This rank's transport, connected to every peer once all have met at the
+// master (waiting up to `collective.timeout_ms`).
+StatusOr<std::unique_ptr<aggregation::Transport>> JoinGroup(
+    zmq::context_t& context, const GroupOptions& options,
+    const aggregation::CollectiveOptions& collective);
+
+}  // namespace cohort::net
+
+#endif  // COHORT_NET_GROUP_H_
