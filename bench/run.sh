@@ -33,6 +33,9 @@
 #         processes on this machine, MLP 784-1024-192-10 (1.0M parameters),
 #         PLAIN vs SECAGG_PLUS (AGGS to pick), ROUNDS_E2E rounds each
 #         (default 4); MASK_PRG=CHACHA20 for ChaCha20 masks.
+# sites : hierarchical mode: make demo's Fashion-MNIST split into 6 shards
+#         (SCHEME, default iid), 6 clients vs 3 sites of 2 (a client and a
+#         site worker each), SecAgg+ between the clients/sites, SEEDS.
 # JSON lines go to $OUT (default ${TMPDIR:-/tmp}/cohort-bench); a summary
 # table is printed at the end.
 set -euo pipefail
@@ -226,6 +229,23 @@ import json, sys
 d = json.load(sys.stdin)
 print(json.dumps({"bench": "secagg_learn", "aggregation": d["aggregation"], "seed": int(sys.argv[1]),
                   "final_test_acc": d["test_accuracy"]}))' "$seed" >> "$OUT/secagg_learn.jsonl"
+    done
+  done
+fi
+
+if has sites; then
+  : > "$OUT/sites.jsonl"
+  for seed in $SEEDS; do
+    for w in 1 2; do
+      run_dir="$OUT/sites-$w-$seed"
+      CLIENTS=6 SITE_SIZE=$w SCHEME=${SCHEME:-iid} SEED=$seed RUN_DIR=$run_dir \
+        bash scripts/demo.sh > "$run_dir.log" 2>&1
+      build/cli/cohort status --run-dir "$run_dir" --json | tail -1 | $PY -c '
+import json, sys
+d = json.load(sys.stdin)
+print(json.dumps({"bench": "sites", "site_size": int(sys.argv[1]), "seed": int(sys.argv[2]),
+                  "participants": d["participants"], "final_test_acc": d["test_accuracy"]}))' \
+        "$w" "$seed" >> "$OUT/sites.jsonl"
     done
   done
 fi

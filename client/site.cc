@@ -190,16 +190,19 @@ Status Site::Serve() {
 }
 
 // Every rank: `epochs` passes over its own shard in the same number of
-// steps as the site's; a step's gradient is the mean over the samples all
-// ranks took, so the site trains like one client holding all of them.
+// steps as the others; a step's gradient is the mean over the samples all
+// ranks took, so the site trains like one client holding all of them with
+// a batch W times the task's.
 StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<float> params,
                                                const train::TrainOptions& options,
                                                const std::atomic<bool>* cancel) {
   const double start = WallSeconds();
   train::Backend* b = backend_;
   const size_t n = data_->size(), np = model.num_params();
-  const size_t steps = std::max<size_t>(
-      1, (total_samples_ + options.batch_size - 1) / std::max<uint32_t>(options.batch_size, 1));
+  // The task's batch size is per rank, as in data-parallel training: the
+  // site's batch is size_ times larger, and an epoch as many times shorter.
+  const size_t site_batch = size_t{std::max<uint32_t>(options.batch_size, 1)} * size_;
+  const size_t steps = std::max<size_t>(1, (total_samples_ + site_batch - 1) / site_batch);
   const size_t most = (n + steps - 1) / steps;  // The largest part this rank takes.
   COHORT_ASSIGN_OR_RETURN(auto optimizer, train::Optimizer::Create(options.optimizer, np, b));
   COHORT_ASSIGN_OR_RETURN(auto order_dev, train::DeviceArray<uint32_t>::Create(b, n));

@@ -5,7 +5,9 @@
 // the model config, the training options and the global model; every rank
 // trains on its own shard, and each step's gradients are all-reduced,
 // weighted by the samples each rank contributed, so the site trains like
-// one client holding all the site's data with the task's batch size. Rank
+// one client holding all the site's data, with the task's batch size per
+// rank (the convention of data-parallel training: W times the batch, W
+// times fewer steps, as many steps as each of W separate clients). Rank
 // 0 then sends the delta, through secure aggregation when the round is:
 // the coordinator never sees a worker, nor a worker's contribution.
 #ifndef COHORT_CLIENT_SITE_H_

@@ -8,7 +8,9 @@
 # `cohort partition --help`; overrides SCHEME), RUN_DIR (runs/demo),
 # CONFIG (examples/federated.textproto), COHORT (binary), AGGREGATION
 # (SECAGG_PLUS, the default; SECAGG or PLAIN), MODEL (a preset that replaces
-# the config's model section: mlp (784-200-200-10), logreg or lenet5).
+# the config's model section: mlp (784-200-200-10), logreg or lenet5),
+# SITE_SIZE (1: with W > 1, the shards form CLIENTS / W sites, each a client
+# with W - 1 site workers holding the site's other shards).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +20,11 @@ ROUNDS=${ROUNDS:-10}
 SEED=${SEED:-0}
 RUN_DIR=${RUN_DIR:-runs/demo}
 AGGREGATION=${AGGREGATION:-SECAGG_PLUS}
+SITE_SIZE=${SITE_SIZE:-1}
+if ((SITE_SIZE < 1 || CLIENTS % SITE_SIZE != 0)); then
+  echo "SITE_SIZE=$SITE_SIZE must divide CLIENTS=$CLIENTS" >&2; exit 2
+fi
+SITES=$((CLIENTS / SITE_SIZE))
 CONFIG=${CONFIG:-examples/federated.textproto}
 COHORT=${COHORT:-build/cli/cohort}
 DATA=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
@@ -44,9 +51,9 @@ echo "== partitioning Fashion-MNIST into $CLIENTS shards ($SCHEME)"
 
 # The example config points at runs/demo/shards/test.shard; use the run's own.
 sed -e "s#runs/demo/shards/test.shard#$RUN_DIR/shards/test.shard#" \
-    -e "s#start_clients: 10#start_clients: $CLIENTS#" -e "s#^seed: 0#seed: $SEED#" \
+    -e "s#start_clients: 10#start_clients: $SITES#" -e "s#^seed: 0#seed: $SEED#" \
     -e "s#aggregation: SECAGG_PLUS#aggregation: $AGGREGATION#" \
-    -e "s#min_clients: 8#min_clients: $(( CLIENTS * 8 / 10 > 0 ? CLIENTS * 8 / 10 : 1 ))#" \
+    -e "s#min_clients: 8#min_clients: $(( SITES * 8 / 10 > 0 ? SITES * 8 / 10 : 1 ))#" \
     "$CONFIG" > "$RUN_DIR/run.textproto"
 if [[ -n ${MODEL:-} ]]; then
   case "$MODEL" in
@@ -74,7 +81,7 @@ for ((k = 0; k < CLIENTS; k++)); do
   cp "$RUN_DIR/keys/$name.pub" "$RUN_DIR/allow/"
 done
 
-echo "== coordinator + $CLIENTS clients on 127.0.0.1, $ROUNDS rounds, aggregation $AGGREGATION (logs in $RUN_DIR/logs)"
+echo "== coordinator + $SITES clients ($SITE_SIZE shards each) on 127.0.0.1, $ROUNDS rounds, aggregation $AGGREGATION (logs in $RUN_DIR/logs)"
 "$COHORT" coordinator --config "$RUN_DIR/run.textproto" --run-dir "$RUN_DIR" \
   --bind tcp://127.0.0.1:0 --rounds "$ROUNDS" \
   --identity "$RUN_DIR/keys/coordinator.key" --allow "$RUN_DIR/allow" \
@@ -90,9 +97,18 @@ done
 endpoint=$(cat "$RUN_DIR/coordinator.endpoint")
 for ((k = 0; k < CLIENTS; k++)); do
   name=$(printf "client-%03d" "$k")
-  "$COHORT" client --coordinator "$endpoint" --data "$RUN_DIR/shards/$name.shard" \
-    --identity "$RUN_DIR/keys/$name.key" --coordinator-key "$RUN_DIR/keys/coordinator.pub" \
-    2> "$RUN_DIR/logs/$name.log" &
+  site=(); rank=$((k % SITE_SIZE))
+  if ((SITE_SIZE > 1)); then
+    site=(--site-master "ipc://$(realpath "$RUN_DIR")/site-$((k / SITE_SIZE))" --site-size "$SITE_SIZE")
+  fi
+  if ((rank == 0)); then
+    "$COHORT" client --coordinator "$endpoint" --data "$RUN_DIR/shards/$name.shard" \
+      --identity "$RUN_DIR/keys/$name.key" --coordinator-key "$RUN_DIR/keys/coordinator.pub" \
+      "${site[@]}" 2> "$RUN_DIR/logs/$name.log" &
+  else
+    "$COHORT" site-worker --data "$RUN_DIR/shards/$name.shard" --rank "$rank" \
+      "${site[@]}" 2> "$RUN_DIR/logs/$name.log" &
+  fi
   pids+=("$!")
 done
 
