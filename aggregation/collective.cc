@@ -246,8 +246,6 @@ template <typename T>
 Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::span<T> data,
                               TimeMs deadline, const char* what, int& waiting_for) {
   const uint64_t sequence = ++sequence_;
-  const std::string where = std::string(what) + " " + std::to_string(sequence) + " on rank " +
-                            std::to_string(rank()) + ", step ";
   std::vector<uint64_t> sent(size(), 0), received(size(), 0);  // Messages, by peer.
   const size_t ahead =
       std::max<size_t>(1, transport_->window_bytes() / (kSegmentBytes + sizeof(MessageHeader)));
@@ -279,8 +277,13 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
       return OkStatus();
     };
     if (!interleave) COHORT_RETURN_IF_ERROR(send_until(sends.size()));
-    const std::string peer = "rank " + std::to_string(s.recv_from);
-    const std::string at = where + std::to_string(i + 1) + " of " + std::to_string(steps.size());
+    // Where and from whom, for errors only (built when one happens: a
+    // small all-reduce takes about a microsecond).
+    auto at = [&] {
+      return std::string(what) + " " + std::to_string(sequence) + " on rank " +
+             std::to_string(rank()) + ", step " + std::to_string(i + 1) + " of " +
+             std::to_string(steps.size()) + ": rank " + std::to_string(s.recv_from);
+    };
     for (size_t k = 0; k < recvs.size(); ++k) {
       COHORT_RETURN_IF_ERROR(send_until(k + ahead));
       const Range seg = recvs[k];
@@ -288,17 +291,17 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
       if (!m.ok()) {
         if (m.status().code() == StatusCode::kDeadlineExceeded) {
           waiting_for = s.recv_from;
-          return DeadlineExceededError(at + ": " + peer + " did not arrive in time");
+          return DeadlineExceededError(at() + " did not arrive in time");
         }
-        return Status(m.status().code(), at + ": " + peer + ": " + m.status().message());
+        return Status(m.status().code(), at() + ": " + m.status().message());
       }
       const std::string gave_up = AbortText(m->bytes());
       if (!gave_up.empty()) {
         waiting_for = s.recv_from;
-        return UnavailableError(at + ": " + peer + " gave up: " + gave_up);
+        return UnavailableError(at() + " gave up: " + gave_up);
       }
       const std::string bad = Mismatch<T>(m->bytes(), sequence, received[s.recv_from]++, seg);
-      if (!bad.empty()) return InvalidArgumentError(at + ": " + peer + " sent " + bad);
+      if (!bad.empty()) return InvalidArgumentError(at() + " sent " + bad);
       Apply<T>(s.op, m->data() + sizeof(MessageHeader), data.subspan(seg.begin, seg.size()));
     }
     COHORT_RETURN_IF_ERROR(send_until(sends.size()));

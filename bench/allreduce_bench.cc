@@ -8,6 +8,7 @@
 //
 // Forks N ranks; they meet over an ipc:// rendezvous, then move data over
 // ZeroMQ tcp://127.0.0.1 or ipc://. One JSON line per size from rank 0.
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +36,10 @@ struct Size {
 };
 constexpr Size kSizes[] = {
     {4 << 10, 20, 200}, {1 << 20, 5, 50}, {16 << 20, 2, 15}, {64 << 20, 2, 7}};
+// --bytes N --timed T (profiling): only that size, T timed iterations.
+size_t g_only_bytes = 0;
+int g_timed = 0;
+bool g_pin = false;  // --pin: rank r on CPU r, when there are enough CPUs.
 
 int Rank(int rank, int world, const std::string& dir, const std::string& transport, bool exact) {
   zmq::context_t context(1);
@@ -70,7 +75,12 @@ int Rank(int rank, int world, const std::string& dir, const std::string& transpo
     if (!comm.Barrier(options).ok()) return 1;
     shm->Unlink();  // Every rank has mapped every inbox.
   }
-  for (const Size& s : kSizes) {
+  for (Size s : kSizes) {
+    if (g_only_bytes != 0) {
+      if (s.bytes != kSizes[0].bytes) continue;
+      s.bytes = g_only_bytes;
+      if (g_timed > 0) s.timed = g_timed;
+    }
     std::vector<float> data(s.bytes / sizeof(float));
     std::vector<float> times(size_t(world) * s.timed, 0.0f);
     for (int i = 0; i < s.warmup + s.timed; ++i) {
@@ -120,9 +130,16 @@ int main(int argc, char** argv) {
       transport = argv[++i];
     } else if (!std::strcmp(argv[i], "--exact")) {
       exact = true;
+    } else if (!std::strcmp(argv[i], "--pin")) {
+      g_pin = true;
+    } else if (!std::strcmp(argv[i], "--bytes") && i + 1 < argc) {
+      g_only_bytes = std::strtoull(argv[++i], nullptr, 10) / 4 * 4;
+    } else if (!std::strcmp(argv[i], "--timed") && i + 1 < argc) {
+      g_timed = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: allreduce_bench [--world N] [--transport tcp|ipc|shm] [--exact]\n");
+                   "usage: allreduce_bench [--world N] [--transport tcp|ipc|shm] [--exact] "
+                   "[--bytes N [--timed T]]\n");
       return 2;
     }
   }
@@ -135,7 +152,17 @@ int main(int argc, char** argv) {
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     const pid_t pid = fork();
-    if (pid == 0) _exit(Rank(r, world, dir, transport, exact));
+    if (pid == 0) {
+      if (g_pin && world <= sysconf(_SC_NPROCESSORS_ONLN)) {
+        // Like Open MPI's default: each rank bound to a core, unless the
+        // ranks outnumber the cores.
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(r % sysconf(_SC_NPROCESSORS_ONLN), &set);
+        sched_setaffinity(0, sizeof(set), &set);
+      }
+      _exit(Rank(r, world, dir, transport, exact));
+    }
     pids.push_back(pid);
   }
   int failed = 0;

@@ -118,7 +118,12 @@ if has allreduce; then
   fi
   for world in 2 4; do
     for transport in tcp ipc shm; do
-      build/bench/allreduce_bench --world "$world" --transport "$transport" >> "$OUT/allreduce.jsonl"
+      # Shared memory is pinned like Open MPI's ranks (mpirun binds each to
+      # a core unless they outnumber the cores); the ZeroMQ runs are not,
+      # like Gloo's.
+      pin=(); [[ $transport == shm ]] && pin=(--pin)
+      build/bench/allreduce_bench --world "$world" --transport "$transport" "${pin[@]}" \
+        >> "$OUT/allreduce.jsonl"
     done
     if ((have_peers)); then
       (cd "$PEERS" && $PY allreduce_gloo.py "$world") | grep '^{' >> "$OUT/allreduce.jsonl" || true

@@ -66,6 +66,18 @@ void FutexWake(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+// Maps the pages of [offset, offset + length) of a mapping now: a page
+// fault per 4 KiB of ring on first use costs more than a small message's
+// whole exchange. Best effort (Linux 5.14 and later).
+void Populate(void* base, size_t offset, size_t length) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;
+#endif
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t begin = offset / page * page;
+  (void)madvise(static_cast<uint8_t*>(base) + begin, offset + length - begin, MADV_POPULATE_WRITE);
+}
+
 bool ProcessGone(int pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
 
 // One turn of a wait loop: pause instructions while `spin` < `pauses`,
@@ -212,6 +224,7 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(int rank, int size,
   h->total_bytes = segment->length;
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
+  Populate(segment->base, 0, segment->length);  // Every ring this rank reads.
   t->inbox_ = segment;
   for (int r = 0; r < size; ++r) {
     auto reader = std::make_shared<Reader>();
@@ -241,9 +254,19 @@ Status ShmTransport::Connect(const std::vector<std::string>& endpoints) {
     const int fd = shm_open(name.c_str(), O_RDWR, 0);
     if (fd < 0) return UnavailableError(what + ": " + std::strerror(errno));
     struct stat st {};
-    if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Header))) {
+    // The size must be that of a group of this size with a ring of 1 MiB to
+    // 1 GiB, before anything is mapped (and populated).
+    const uint64_t per_sender =
+        fstat(fd, &st) != 0 || st.st_size <= static_cast<off_t>(sizeof(Header)) ||
+                (static_cast<uint64_t>(st.st_size) - sizeof(Header)) % size_ != 0
+            ? 0
+            : (static_cast<uint64_t>(st.st_size) - sizeof(Header)) / size_;
+    if (per_sender < sizeof(RingControl) + (1u << 20) ||
+        per_sender > sizeof(RingControl) + (1u << 30) ||
+        (per_sender - sizeof(RingControl)) % 4096 != 0) {
       close(fd);
-      return InvalidArgumentError(what + " is not an inbox (too small)");
+      return InvalidArgumentError(what + " is not an inbox of a " + std::to_string(size_) +
+                                  "-rank group (its size is wrong)");
     }
     auto segment = std::make_shared<Segment>();
     segment->length = static_cast<size_t>(st.st_size);
@@ -258,6 +281,10 @@ Status ShmTransport::Connect(const std::vector<std::string>& endpoints) {
       return InvalidArgumentError(what + " is not rank " + std::to_string(r) + "'s inbox of a " +
                                   std::to_string(size_) + "-rank group");
     }
+    // The one ring of the peer's inbox that this rank writes.
+    const size_t ring = static_cast<uint8_t*>(static_cast<void*>(segment->control(rank_))) -
+                        static_cast<uint8_t*>(segment->base);
+    Populate(segment->base, ring, sizeof(RingControl) + h->ring_bytes);
     peers_[r] = std::move(segment);
   }
   return OkStatus();
