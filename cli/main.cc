@@ -116,6 +116,15 @@ int main(int argc, char** argv) {
                    "shm, tcp, or auto (shm with an ipc:// site master)")
       ->check(CLI::IsMember({"auto", "shm", "tcp"}))
       ->capture_default_str();
+  client
+      ->add_option("--site-host", copts.site_host,
+                   "Where the site's workers reach this client (tcp)")
+      ->capture_default_str();
+  client->add_option("--site-allow", copts.site_allow,
+                     "Over tcp: directory of the site's .pub files (its workers' and this "
+                     "client's --identity); the workers pin this client's key");
+  client->add_flag("--site-insecure", copts.site_insecure,
+                   "Over tcp: the site's ranks do not authenticate (trusted networks only)");
 
   // site-worker
   auto* site_worker = app.add_subcommand(
@@ -138,6 +147,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   site_worker->add_option("--threads", sopts.threads, "BLAS threads for training")
       ->capture_default_str();
+  site_worker->add_option("--identity", sopts.identity, "This worker's key file (cohort keygen)");
+  site_worker->add_option("--allow", sopts.allow, "Directory of the site's .pub files");
+  site_worker->add_option("--master-key", sopts.master_key,
+                          "The site's client's .pub file (pinned)");
+  site_worker->add_flag("--insecure", sopts.group.insecure,
+                        "Over tcp: no authentication, plaintext (trusted networks only)");
 
   // keygen
   auto* keygen = app.add_subcommand("keygen", "Write an identity key pair (NAME.key, NAME.pub)");
@@ -191,6 +206,11 @@ int main(int argc, char** argv) {
                    "shm (one host), tcp, or auto: shm with an ipc:// master")
       ->check(CLI::IsMember({"auto", "shm", "tcp"}))
       ->capture_default_str();
+  worker->add_option("--identity", wopts.identity, "This rank's key file (cohort keygen)");
+  worker->add_option("--allow", wopts.allow, "Directory of the group's .pub files");
+  worker->add_option("--master-key", wopts.master_key, "Rank 0's .pub file (pinned)");
+  worker->add_flag("--insecure", wopts.insecure,
+                   "Over tcp: no authentication, plaintext (trusted networks only)");
   worker->add_option("--fault-exit-at-step", wopts.fault_exit_step,
                      "Testing: exit abruptly before this global step");
   auto* launch = app.add_subcommand("launch", "Start N local data-parallel workers");

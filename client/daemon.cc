@@ -58,19 +58,6 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
                           train::DeviceDataset::Upload(backend.get(), data));
 
   zmq::context_t context(1);
-  std::unique_ptr<Site> site;
-  uint64_t samples = data.size();
-  if (options.site_size > 1) {
-    COHORT_ASSIGN_OR_RETURN(site, Site::Join(context,
-                                             {.rank = 0,
-                                              .size = options.site_size,
-                                              .master = options.site_master,
-                                              .transport = options.site_transport},
-                                             backend.get(), device_data.get()));
-    samples = site->total_samples();
-    spdlog::info("site of {} ranks ({}): {} samples, {} of them here", site->size(),
-                 site->shared_memory() ? "shared memory" : "ZeroMQ tcp", samples, data.size());
-  }
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   // No queueing to a coordinator that is not connected: what would queue is
   // stale by the time it reconnects. The session re-sends Hello until a
@@ -90,6 +77,34 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
     COHORT_ASSIGN_OR_RETURN(identity, crypto::LoadIdentity(options.identity));
   } else {
     COHORT_ASSIGN_OR_RETURN(identity, crypto::GenerateEd25519());
+  }
+  // The site's group, on a context of its own (its ZAP handler, when the
+  // site runs over tcp).
+  zmq::context_t site_context(1);
+  std::unique_ptr<Site> site;
+  uint64_t samples = data.size();
+  if (options.site_size > 1) {
+    net::GroupOptions group{.rank = 0,
+                            .size = options.site_size,
+                            .master = options.site_master,
+                            .transport = options.site_transport,
+                            .host = options.site_host,
+                            .insecure = options.site_insecure};
+    if (!options.site_allow.empty()) {
+      if (options.identity.empty()) {
+        return InvalidArgumentError(
+            "client: --site-allow needs --identity (the key the site's workers pin)");
+      }
+      // This client is rank 0: its own key is the one the workers pin.
+      COHORT_ASSIGN_OR_RETURN(group.allowlist, crypto::LoadAllowlist(options.site_allow));
+      group.identity = &identity;
+      group.master_key = identity.public_key;
+    }
+    COHORT_ASSIGN_OR_RETURN(site,
+                            Site::Join(site_context, group, backend.get(), device_data.get()));
+    samples = site->total_samples();
+    spdlog::info("site of {} ranks ({}): {} samples, {} of them here", site->size(),
+                 site->shared_memory() ? "shared memory" : "ZeroMQ tcp", samples, data.size());
   }
   if (options.insecure) {
     spdlog::warn("CURVE is off (--insecure): traffic to the coordinator is plaintext");

@@ -44,6 +44,12 @@ struct ClientOptions {
   std::string site_master;
   int site_size = 1;
   std::string site_transport = "auto";
+  std::string site_host = "127.0.0.1";  // Where the site's workers reach this client (tcp).
+  // Over tcp the site's ranks authenticate each other with their identity
+  // keys: the directory of the site's .pub files (this client's among
+  // them), or `site_insecure` for plaintext on a trusted network.
+  std::string site_allow;
+  bool site_insecure = false;
 };
 
 // Runs until the coordinator says the run is finished (OK) or `stop` becomes

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/rng.h"
+#include "crypto/key_files.h"
 #include "datasets/shard.h"
 #include "proto/config_io.h"
 #include "train/model_config.h"
@@ -271,9 +272,19 @@ Status RunSiteWorker(const SiteWorkerOptions& o) {
                           train::NewBackend({.device = o.device, .threads = o.threads}, &note));
   if (!note.empty()) spdlog::info("{}", note);
   COHORT_ASSIGN_OR_RETURN(auto device_data, train::DeviceDataset::Upload(backend.get(), data));
+  net::GroupOptions group = o.group;
+  crypto::Ed25519KeyPair identity;
+  if (!o.identity.empty()) {
+    if (o.allow.empty() || o.master_key.empty()) {
+      return InvalidArgumentError("site-worker: --identity needs --allow and --master-key");
+    }
+    COHORT_ASSIGN_OR_RETURN(identity, crypto::LoadIdentity(o.identity));
+    COHORT_ASSIGN_OR_RETURN(group.allowlist, crypto::LoadAllowlist(o.allow));
+    COHORT_ASSIGN_OR_RETURN(group.master_key, crypto::LoadPublicKey(o.master_key));
+    group.identity = &identity;
+  }
   zmq::context_t context(1);
-  COHORT_ASSIGN_OR_RETURN(auto site,
-                          Site::Join(context, o.group, backend.get(), device_data.get()));
+  COHORT_ASSIGN_OR_RETURN(auto site, Site::Join(context, group, backend.get(), device_data.get()));
   spdlog::info("site rank {} of {}: {} samples of the site's {} ({}, {})", site->rank(),
                site->size(), data.size(), site->total_samples(), backend->Name(),
                site->shared_memory() ? "shared memory" : "ZeroMQ tcp");

@@ -82,7 +82,10 @@ class Site {
 
 struct SiteWorkerOptions {
   net::GroupOptions group;  // rank >= 1.
-  std::string data;         // This worker's shard; it never leaves the site.
+  // Over tcp: this worker's key file, the site's allowlist directory and the
+  // site client's .pub file (see net::GroupOptions).
+  std::string identity, allow, master_key;
+  std::string data;  // This worker's shard; it never leaves the site.
   std::string device = "auto";
   int threads = 1;
 };

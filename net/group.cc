@@ -1,10 +1,90 @@
 #include "net/group.h"
 
+#include <atomic>
+#include <thread>
+
+#include "net/curve.h"
 #include "net/rendezvous.h"
 #include "net/shm_transport.h"
 #include "net/zmq_transport.h"
 
 namespace cohort::net {
+
+namespace {
+
+// The keys and the ZAP handler of an authenticated group, kept as long as
+// its sockets. The handler answers on its own thread: handshakes (and
+// reconnections) happen whenever ZeroMQ makes them.
+struct Security {
+  crypto::CurveKeys keys;
+  std::unique_ptr<ZapHandler> zap;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+  ~Security() {
+    stop = true;
+    if (thread.joinable()) thread.join();
+  }
+};
+
+StatusOr<std::shared_ptr<Security>> StartSecurity(zmq::context_t& context, const GroupOptions& o) {
+  auto s = std::make_shared<Security>();
+  COHORT_ASSIGN_OR_RETURN(s->keys, crypto::CurveKeysFor(*o.identity));
+  COHORT_ASSIGN_OR_RETURN(s->zap, ZapHandler::Create(context, o.allowlist));
+  Security* raw = s.get();
+  s->thread = std::thread([raw] {
+    while (!raw->stop.load()) {
+      zmq::pollitem_t item{raw->zap->socket().handle(), 0, ZMQ_POLLIN, 0};
+      try {
+        if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) > 0) raw->zap->AnswerReady();
+      } catch (const zmq::error_t&) {
+        return;  // The context is closing.
+      }
+    }
+  });
+  return s;
+}
+
+// Rank `name`'s CURVE key, from the allowlist.
+StatusOr<crypto::X25519Public> KeyOf(const GroupOptions& o, const std::string& name) {
+  for (const crypto::AllowedKey& a : o.allowlist) {
+    if (a.name == name) return crypto::CurvePublicFor(a.key);
+  }
+  return InvalidArgumentError("no key named \"" + name + "\" in the allowlist");
+}
+
+StatusOr<std::unique_ptr<aggregation::Transport>> JoinAuthenticated(zmq::context_t& context,
+                                                                    const GroupOptions& o,
+                                                                    TimeMs deadline) {
+  std::string my_name;
+  for (const crypto::AllowedKey& a : o.allowlist) {
+    if (a.key == o.identity->public_key) my_name = a.name;
+  }
+  if (my_name.empty()) {
+    return InvalidArgumentError("rank " + std::to_string(o.rank) +
+                                ": this rank's key is not in the allowlist");
+  }
+  COHORT_ASSIGN_OR_RETURN(std::shared_ptr<Security> security, StartSecurity(context, o));
+  ZmqTransportOptions options;
+  options.curve = &security->keys;
+  COHORT_ASSIGN_OR_RETURN(
+      auto zmq, ZmqTransport::Bind(context, o.rank, o.size, "tcp://" + o.host + ":0", options));
+  std::vector<std::string> names;
+  RendezvousSecurity rs{.mine = &security->keys, .my_name = my_name, .names = &names};
+  COHORT_ASSIGN_OR_RETURN(rs.master, crypto::CurvePublicFor(o.master_key));
+  COHORT_ASSIGN_OR_RETURN(
+      std::vector<std::string> endpoints,
+      Rendezvous(context, o.rank, o.size, o.master, zmq->endpoint(), deadline, &rs));
+  std::vector<CurvePeer> peers(o.size);
+  for (int r = 0; r < o.size; ++r) {
+    peers[r].name = names[r];
+    COHORT_ASSIGN_OR_RETURN(peers[r].key, KeyOf(o, names[r]));
+  }
+  COHORT_RETURN_IF_ERROR(zmq->Connect(endpoints, peers));
+  zmq->KeepAlive(std::move(security));
+  return std::unique_ptr<aggregation::Transport>(std::move(zmq));
+}
+
+}  // namespace
 
 bool UsesSharedMemory(const GroupOptions& o) {
   return o.transport == "shm" || (o.transport == "auto" && o.master.rfind("ipc://", 0) == 0);
@@ -27,6 +107,13 @@ StatusOr<std::unique_ptr<aggregation::Transport>> JoinGroup(
     COHORT_RETURN_IF_ERROR(aggregation::Communicator(shm.get()).Barrier(c));
     shm->Unlink();
     return std::unique_ptr<aggregation::Transport>(std::move(shm));
+  }
+  if (o.identity != nullptr) return JoinAuthenticated(context, o, deadline);
+  if (!o.insecure) {
+    return FailedPreconditionError(
+        "ranks over tcp authenticate each other: give this rank an identity key, the allowlist "
+        "of the group's keys and rank 0's public key (or say it is insecure, on a trusted "
+        "network only)");
   }
   COHORT_ASSIGN_OR_RETURN(auto zmq,
                           ZmqTransport::Bind(context, o.rank, o.size, "tcp://" + o.host + ":0"));

@@ -11,6 +11,8 @@
 #include "aggregation/collective.h"
 #include "aggregation/transport.h"
 #include "common/status.h"
+#include "crypto/key_files.h"
+#include "crypto/keys.h"
 
 namespace cohort::net {
 
@@ -22,6 +24,16 @@ struct GroupOptions {
   // shm with an ipc:// master, tcp otherwise.
   std::string transport = "auto";
   std::string host = "127.0.0.1";  // Where other ranks reach this one (tcp).
+  // Authentication between ranks over tcp (ZeroMQ CURVE, also encrypting):
+  // this rank's identity, the keys that may join (the files of an --allow
+  // directory, this rank's among them) and rank 0's public key. A rank
+  // then hears only from the ranks it met at the rendezvous, each under
+  // its own key. Without an identity tcp traffic is plaintext and taken on
+  // trust, and JoinGroup refuses it unless `insecure`.
+  const crypto::Ed25519KeyPair* identity = nullptr;
+  std::vector<crypto::AllowedKey> allowlist;
+  crypto::Ed25519Public master_key{};
+  bool insecure = false;
 };
 
 bool UsesSharedMemory(const GroupOptions& options);

@@ -1,18 +1,28 @@
 #include "net/rendezvous.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <cstring>
+
+#include "net/curve.h"
 
 namespace cohort::net {
 namespace {
 
 // A report or the answer: "rank size endpoint..." as text, one field per
 // frame.
-std::vector<std::string> Frames(zmq::socket_t& s) {
+std::vector<std::string> Frames(zmq::socket_t& s, std::string* user_id = nullptr) {
   std::vector<std::string> out;
   zmq::message_t m;
   do {
     if (!s.recv(m, zmq::recv_flags::none)) break;
     out.push_back(m.to_string());
+    // The ZAP User-Id (an allowlist name) rides on the peer's frames.
+    if (user_id != nullptr && out.size() == 2) {
+      const char* user = zmq_msg_gets(m.handle(), "User-Id");
+      *user_id = user != nullptr ? user : "";
+    }
   } while (m.more() && out.size() < 100000);
   return out;
 }
@@ -36,17 +46,19 @@ bool ParseInt(const std::string& s, int& out) {
 
 StatusOr<std::vector<std::string>> Host(zmq::context_t& context, int size,
                                         const std::string& master, const std::string& mine,
-                                        TimeMs deadline) {
+                                        TimeMs deadline, const RendezvousSecurity* security) {
   zmq::socket_t router(context, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 1000);
   router.set(zmq::sockopt::maxmsgsize, int64_t{1} << 16);
+  if (security != nullptr) COHORT_RETURN_IF_ERROR(SetUpCurveServer(router, *security->mine));
   try {
     router.bind(master);
   } catch (const zmq::error_t& e) {
     return UnavailableError("rendezvous: cannot bind " + master + ": " + e.what());
   }
-  std::vector<std::string> endpoints(size), identities(size);
+  std::vector<std::string> endpoints(size), identities(size), names(size);
   endpoints[0] = mine;
+  if (security != nullptr) names[0] = security->my_name;
   int arrived = 1;
   while (arrived < size) {
     const TimeMs now = SteadyNowMs();
@@ -60,7 +72,8 @@ StatusOr<std::vector<std::string>> Host(zmq::context_t& context, int size,
       return DeadlineExceededError("rendezvous at " + master + ": rank(s) " + missing +
                                    " did not report");
     }
-    std::vector<std::string> f = Frames(router);
+    std::string name;
+    std::vector<std::string> f = Frames(router, &name);
     int r = -1, world = -1;
     // identity, "rank", "size", endpoint
     if (f.size() != 4 || !ParseInt(f[1], r) || !ParseInt(f[2], world)) continue;  // Not ours.
@@ -70,6 +83,17 @@ StatusOr<std::vector<std::string>> Host(zmq::context_t& context, int size,
         f[3].size() > 1024) {
       continue;
     }
+    // With CURVE, one key is one rank: a second rank with a key already
+    // heard is ignored like any repeated report.
+    if (security != nullptr &&
+        (name.empty() || std::find(names.begin(), names.end(), name) != names.end())) {
+      spdlog::warn(
+          "rendezvous: ignored rank {}'s report: its key ({}) already joined as another "
+          "rank",
+          r, name.empty() ? "no name" : name);
+      continue;
+    }
+    names[r] = name;
     endpoints[r] = f[3];
     identities[r] = f[0];
     ++arrived;
@@ -77,8 +101,10 @@ StatusOr<std::vector<std::string>> Host(zmq::context_t& context, int size,
   for (int r = 1; r < size; ++r) {
     std::vector<std::string> answer = {identities[r]};
     answer.insert(answer.end(), endpoints.begin(), endpoints.end());
+    if (security != nullptr) answer.insert(answer.end(), names.begin(), names.end());
     SendFrames(router, answer);
   }
+  if (security != nullptr && security->names != nullptr) *security->names = names;
   return endpoints;
 }
 
@@ -86,16 +112,23 @@ StatusOr<std::vector<std::string>> Host(zmq::context_t& context, int size,
 
 static StatusOr<std::vector<std::string>> Join(zmq::context_t& context, int rank, int size,
                                                const std::string& master,
-                                               const std::string& my_endpoint, TimeMs deadline) {
+                                               const std::string& my_endpoint, TimeMs deadline,
+                                               const RendezvousSecurity* security) {
   if (size < 1 || rank < 0 || rank >= size) {
     return InvalidArgumentError("rank " + std::to_string(rank) + " of a world of " +
                                 std::to_string(size));
   }
-  if (size == 1) return std::vector<std::string>{my_endpoint};
-  if (rank == 0) return Host(context, size, master, my_endpoint, deadline);
+  if (size == 1) {
+    if (security != nullptr && security->names != nullptr) *security->names = {security->my_name};
+    return std::vector<std::string>{my_endpoint};
+  }
+  if (rank == 0) return Host(context, size, master, my_endpoint, deadline, security);
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
   dealer.set(zmq::sockopt::maxmsgsize, int64_t{1} << 24);
+  if (security != nullptr) {
+    COHORT_RETURN_IF_ERROR(SetUpCurveClient(dealer, *security->mine, security->master));
+  }
   dealer.connect(master);
   SendFrames(dealer, {std::to_string(rank), std::to_string(size), my_endpoint});
   const TimeMs now = SteadyNowMs();
@@ -105,19 +138,27 @@ static StatusOr<std::vector<std::string>> Join(zmq::context_t& context, int rank
                                  std::to_string(rank) + " in time");
   }
   std::vector<std::string> endpoints = Frames(dealer);
-  if (endpoints.size() != static_cast<size_t>(size)) {
+  const size_t expected = static_cast<size_t>(size) * (security != nullptr ? 2 : 1);
+  if (endpoints.size() != expected) {
     return InvalidArgumentError("rendezvous: rank 0 answered with " +
-                                std::to_string(endpoints.size()) + " endpoints for " +
+                                std::to_string(endpoints.size()) + " fields for " +
                                 std::to_string(size) + " ranks");
+  }
+  if (security != nullptr) {
+    if (security->names != nullptr) {
+      security->names->assign(endpoints.begin() + size, endpoints.end());
+    }
+    endpoints.resize(size);
   }
   return endpoints;
 }
 
 StatusOr<std::vector<std::string>> Rendezvous(zmq::context_t& context, int rank, int size,
                                               const std::string& master,
-                                              const std::string& my_endpoint, TimeMs deadline) {
+                                              const std::string& my_endpoint, TimeMs deadline,
+                                              const RendezvousSecurity* security) {
   try {
-    return Join(context, rank, size, master, my_endpoint, deadline);
+    return Join(context, rank, size, master, my_endpoint, deadline, security);
   } catch (const zmq::error_t& e) {
     return InvalidArgumentError("rendezvous at " + master + ": " + e.what());
   }

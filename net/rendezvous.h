@@ -11,8 +11,21 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "crypto/key_files.h"
 
 namespace cohort::net {
+
+// Authentication at the rendezvous: rank 0's ROUTER is a CURVE server (its
+// context's ZAP handler admits the allowlist), the others pin its key. Each
+// rank is then known by its allowlist name, which rank 0 hands out with the
+// endpoints: a rank's transport can check that rank r's messages come from
+// rank r's key.
+struct RendezvousSecurity {
+  const crypto::CurveKeys* mine = nullptr;
+  crypto::X25519Public master{};              // Rank 0's CURVE key (ranks > 0).
+  std::string my_name;                        // This rank's allowlist name (rank 0).
+  std::vector<std::string>* names = nullptr;  // Out: each rank's name.
+};
 
 // endpoints[r] is rank r's inbox. kDeadlineExceeded naming the ranks that
 // had not reported by `deadline` (rank 0) or that rank 0 did not answer
@@ -21,7 +34,8 @@ namespace cohort::net {
 // ignored.
 StatusOr<std::vector<std::string>> Rendezvous(zmq::context_t& context, int rank, int size,
                                               const std::string& master,
-                                              const std::string& my_endpoint, TimeMs deadline);
+                                              const std::string& my_endpoint, TimeMs deadline,
+                                              const RendezvousSecurity* security = nullptr);
 
 }  // namespace cohort::net
 

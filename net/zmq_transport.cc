@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "net/curve.h"
+
 namespace cohort::net {
 
 ZmqTransport::ZmqTransport(zmq::context_t& context, int rank, int size,
@@ -25,6 +27,8 @@ StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Bind(zmq::context_t& conte
     t->inbox_.set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
     t->inbox_.set(zmq::sockopt::rcvhwm, options.receive_queue);
     t->inbox_.set(zmq::sockopt::linger, 0);
+    if (options.curve != nullptr)
+      COHORT_RETURN_IF_ERROR(SetUpCurveServer(t->inbox_, *options.curve));
     t->inbox_.bind(bind);
     t->endpoint_ = t->inbox_.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
@@ -34,11 +38,18 @@ StatusOr<std::unique_ptr<ZmqTransport>> ZmqTransport::Bind(zmq::context_t& conte
   return t;
 }
 
-Status ZmqTransport::Connect(const std::vector<std::string>& endpoints) {
+Status ZmqTransport::Connect(const std::vector<std::string>& endpoints,
+                             const std::vector<CurvePeer>& peers) {
   if (endpoints.size() != static_cast<size_t>(size_)) {
     return InvalidArgumentError(std::to_string(endpoints.size()) + " endpoints for a group of " +
                                 std::to_string(size_));
   }
+  if ((options_.curve != nullptr) != !peers.empty() ||
+      (!peers.empty() && peers.size() != static_cast<size_t>(size_))) {
+    return InvalidArgumentError("CURVE needs this rank's keys and every rank's key and name");
+  }
+  names_.clear();
+  for (const CurvePeer& p : peers) names_.push_back(p.name);
   out_.clear();
   for (int r = 0; r < size_; ++r) {
     out_.emplace_back(context_, zmq::socket_type::push);
@@ -46,6 +57,9 @@ Status ZmqTransport::Connect(const std::vector<std::string>& endpoints) {
     try {
       out_[r].set(zmq::sockopt::sndtimeo, options_.send_timeout_ms);
       out_[r].set(zmq::sockopt::linger, 1000);
+      if (!peers.empty()) {
+        COHORT_RETURN_IF_ERROR(SetUpCurveClient(out_[r], *options_.curve, peers[r].key));
+      }
       out_[r].connect(endpoints[r]);
     } catch (const zmq::error_t& e) {
       return UnavailableError("cannot connect to rank " + std::to_string(r) + " at " +
@@ -102,8 +116,11 @@ StatusOr<aggregation::Message> ZmqTransport::Receive(int peer, TimeMs deadline) 
       const bool two = from.more() && inbox_.recv(body, zmq::recv_flags::dontwait) && !body.more();
       uint32_t sender = 0;
       if (two && from.size() == sizeof(sender)) std::memcpy(&sender, from.data(), sizeof(sender));
+      // With CURVE the claimed rank must be the one whose key sent it.
+      const char* user = names_.empty() ? nullptr : zmq_msg_gets(from.handle(), "User-Id");
       if (!two || from.size() != sizeof(sender) || sender >= static_cast<uint32_t>(size_) ||
-          sender == static_cast<uint32_t>(rank_)) {
+          sender == static_cast<uint32_t>(rank_) ||
+          (!names_.empty() && (user == nullptr || names_[sender] != user))) {
         // Drain what is left of a malformed message and drop it.
         while (inbox_.get(zmq::sockopt::rcvmore)) (void)inbox_.recv(body, zmq::recv_flags::none);
         ++dropped_;

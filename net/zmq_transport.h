@@ -14,6 +14,7 @@
 
 #include "aggregation/collective.h"
 #include "aggregation/transport.h"
+#include "crypto/key_files.h"
 
 namespace cohort::net {
 
@@ -24,6 +25,18 @@ struct ZmqTransportOptions {
   // Messages an inbox holds at most before senders wait (with the size cap:
   // about 1 GiB).
   int receive_queue = 4096;
+  // CURVE (authenticated and encrypted): this rank's keys. The inbox then
+  // admits only clients its context's ZAP handler admits, and Connect needs
+  // every peer's key and allowlist name. Null: plaintext, and the sender
+  // rank in each message is taken on trust.
+  const crypto::CurveKeys* curve = nullptr;
+};
+
+// A peer as CURVE knows it: the public key its inbox serves with, and the
+// allowlist name (ZAP User-Id) its messages arrive with.
+struct CurvePeer {
+  crypto::X25519Public key{};
+  std::string name;
 };
 
 class ZmqTransport final : public aggregation::Transport {
@@ -34,8 +47,13 @@ class ZmqTransport final : public aggregation::Transport {
                                                       const std::string& bind,
                                                       const ZmqTransportOptions& options = {});
   const std::string& endpoint() const { return endpoint_; }
-  // Connects to every other rank; endpoints[r] is rank r's endpoint().
-  Status Connect(const std::vector<std::string>& endpoints);
+  // Connects to every other rank; endpoints[r] is rank r's endpoint(). With
+  // CURVE, peers[r] is rank r's key and name: a message that claims rank r
+  // but was not sent with r's key is dropped and counted.
+  Status Connect(const std::vector<std::string>& endpoints,
+                 const std::vector<CurvePeer>& peers = {});
+  // Keeps `resource` (the context's ZAP handler) until the sockets close.
+  void KeepAlive(std::shared_ptr<void> resource) { keep_alive_ = std::move(resource); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -47,6 +65,7 @@ class ZmqTransport final : public aggregation::Transport {
  private:
   ZmqTransport(zmq::context_t& context, int rank, int size, const ZmqTransportOptions& options);
 
+  std::shared_ptr<void> keep_alive_;  // First: destroyed after the sockets.
   zmq::context_t& context_;
   int rank_, size_;
   ZmqTransportOptions options_;
@@ -54,6 +73,7 @@ class ZmqTransport final : public aggregation::Transport {
   std::string endpoint_;
   std::vector<zmq::socket_t> out_;
   std::vector<std::deque<aggregation::Message>> pending_;  // Arrived early, by sender.
+  std::vector<std::string> names_;  // CURVE: the User-Id of each rank's messages.
   uint64_t dropped_ = 0;
 };
 

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/rng.h"
 #include "coordinator/run_store.h"
+#include "crypto/key_files.h"
 #include "datasets/shard.h"
 #include "net/group.h"
 #include "proto/config_io.h"
@@ -259,16 +260,29 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   r.world = o.world_size;
   COHORT_RETURN_IF_ERROR(Load(r, o));
   zmq::context_t context(1);
-  const net::GroupOptions group{.rank = o.rank,
-                                .size = o.world_size,
-                                .master = o.master,
-                                .transport = o.transport,
-                                .host = o.host};
+  net::GroupOptions group{.rank = o.rank,
+                          .size = o.world_size,
+                          .master = o.master,
+                          .transport = o.transport,
+                          .host = o.host,
+                          .insecure = o.insecure};
+  crypto::Ed25519KeyPair identity;
+  if (!o.identity.empty()) {
+    if (o.allow.empty() || o.master_key.empty()) {
+      return InvalidArgumentError("worker: --identity needs --allow and --master-key");
+    }
+    COHORT_ASSIGN_OR_RETURN(identity, crypto::LoadIdentity(o.identity));
+    COHORT_ASSIGN_OR_RETURN(group.allowlist, crypto::LoadAllowlist(o.allow));
+    COHORT_ASSIGN_OR_RETURN(group.master_key, crypto::LoadPublicKey(o.master_key));
+    group.identity = &identity;
+  }
   COHORT_ASSIGN_OR_RETURN(auto transport, net::JoinGroup(context, group, r.collective));
   aggregation::Communicator comm(transport.get());
   r.comm = &comm;
   spdlog::info("rank {} of {} ready ({}, {})", o.rank, o.world_size, r.backend->Name(),
-               net::UsesSharedMemory(group) ? "shared memory" : "ZeroMQ tcp");
+               net::UsesSharedMemory(group) ? "shared memory"
+               : group.identity != nullptr  ? "ZeroMQ tcp, CURVE"
+                                            : "ZeroMQ tcp, plaintext");
 
   std::vector<float> params(r.model->num_params()), momentum;
   COHORT_ASSIGN_OR_RETURN(uint32_t done, StartModel(r, o.run_dir, params, momentum));

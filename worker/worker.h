@@ -26,6 +26,11 @@ struct WorkerOptions {
   // How gradients travel: shm (shared memory; every rank on this host), tcp
   // (ZeroMQ), or auto: shm with an ipc:// master, tcp otherwise.
   std::string transport = "auto";
+  // Over tcp the ranks authenticate each other (CURVE): this rank's key
+  // file, the allowlist directory of the group's .pub files, and rank 0's
+  // .pub file. `insecure`: plaintext, trusting the network instead.
+  std::string identity, allow, master_key;
+  bool insecure = false;
   // Testing: this rank exits abruptly (status 3) before global step N.
   int64_t fault_exit_step = -1;
 };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 
 #include "coordinator/run_store.h"
@@ -84,6 +85,54 @@ TEST_F(DataParallelTest, ExactModeRunsAreBitIdenticalOverEitherTransport) {
   EXPECT_NE(ReadFile(dir_ / "x2.log").find("ZeroMQ tcp"), std::string::npos);
   EXPECT_EQ(FinalModel("x1"), FinalModel("x2"));
   EXPECT_EQ(Epochs("x1").back().aggregation, "all-reduce (exact)");
+}
+
+// `cohort worker` processes started by hand over tcp, each with its own key:
+// the ranks authenticate each other (CURVE) and train what `cohort launch`
+// trains over shared memory, bit for bit. A rank without a key is refused.
+TEST_F(DataParallelTest, AuthenticatedTcpWorkersTrainWhatLaunchTrains) {
+  const std::string config = Config("auth.textproto", 8, true);
+  std::string out;
+  for (int r = 0; r < 2; ++r) {
+    const std::string name = "rank-" + std::to_string(r);
+    ASSERT_EQ(
+        RunCohort({"keygen", "--out", dir_ / "keys", "--name", name}, &out, dir_ / "keygen.log"),
+        0);
+    std::filesystem::create_directories(dir_ / "allow");
+    std::filesystem::copy_file(dir_ / ("keys/" + name + ".pub"), dir_ / ("allow/" + name + ".pub"));
+  }
+  const std::string master = "ipc://" + (dir_ / "auth-rendezvous");
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(std::make_unique<Process>(
+        std::vector<std::string>{CohortBin(),    "worker",
+                                 "--config",     config,
+                                 "--run-dir",    dir_ / "auth",
+                                 "--rank",       std::to_string(r),
+                                 "--world-size", "2",
+                                 "--master",     master,
+                                 "--transport",  "tcp",
+                                 "--identity",   dir_ / ("keys/rank-" + std::to_string(r) + ".key"),
+                                 "--allow",      dir_ / "allow",
+                                 "--master-key", dir_ / "keys/rank-0.pub"},
+        dir_ / ("auth-" + std::to_string(r) + ".log")));
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(workers[r]->Wait(), 0) << ReadFile(dir_ / ("auth-" + std::to_string(r) + ".log"));
+  }
+  EXPECT_NE(ReadFile(dir_ / "auth-0.log").find("ZeroMQ tcp, CURVE"), std::string::npos)
+      << ReadFile(dir_ / "auth-0.log");
+  ASSERT_EQ(Launch(config, "auth-shm", 2), 0) << ReadFile(dir_ / "auth-shm.log");
+  EXPECT_EQ(FinalModel("auth"), FinalModel("auth-shm"));
+
+  // Over tcp without a key a worker refuses to start, unless told the
+  // network is trusted.
+  EXPECT_NE(RunCohort({"worker", "--config", config, "--run-dir", dir_ / "plain", "--rank", "0",
+                       "--world-size", "2", "--master", master, "--transport", "tcp"},
+                      &out, dir_ / "plain.log"),
+            0);
+  EXPECT_NE(ReadFile(dir_ / "plain.log").find("authenticate"), std::string::npos)
+      << ReadFile(dir_ / "plain.log");
 }
 
 TEST_F(DataParallelTest, AKilledWorkerIsNamedByItsPeersAndNothingHangs) {

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -163,6 +164,34 @@ std::string ReadFile(const std::string& path) {
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
+}
+
+bool WaitForFile(const std::string& path, const std::function<bool()>& done,
+                 std::chrono::seconds timeout) {
+  const std::string dir = path.substr(0, path.rfind('/'));
+  const int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  inotify_add_watch(in, dir.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE | IN_MODIFY);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool found = false;
+  while (!(found = done()) && std::chrono::steady_clock::now() < deadline) {
+    pollfd p = {in, POLLIN, 0};
+    if (poll(&p, 1, 200) > 0) {
+      char buf[4096];
+      while (read(in, buf, sizeof(buf)) > 0) {
+      }
+    }
+  }
+  close(in);
+  return found;
+}
+
+bool WaitForText(const std::string& path, const std::string& needle, std::chrono::seconds timeout) {
+  return WaitForFile(
+      path,
+      [&] {
+        return std::filesystem::exists(path) && ReadFile(path).find(needle) != std::string::npos;
+      },
+      timeout);
 }
 
 }  // namespace cohort::testing

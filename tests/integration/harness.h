@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -75,6 +76,15 @@ std::string ZmtpGreeting(const std::string& mechanism, bool as_server);
 // A command frame header declaring `size` body bytes: flags 0x04 (command) |
 // 0x02 (long size), then the size as 8 bytes big-endian.
 std::string ZmtpCommandHeader(uint64_t size);
+
+// Waits (bounded) until `done()` holds, checking it again each time a file
+// in `path`'s directory is created, written or moved in (inotify): how a
+// test waits for a file to appear or for a line in a process's log.
+bool WaitForFile(const std::string& path, const std::function<bool()>& done,
+                 std::chrono::seconds timeout);
+// Waits (bounded) until the file at `path` contains `needle`.
+bool WaitForText(const std::string& path, const std::string& needle,
+                 std::chrono::seconds timeout = std::chrono::seconds(60));
 
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);

@@ -4,6 +4,8 @@
 // the coordinator never hears of a worker.
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <filesystem>
 #include <memory>
 
 #include "coordinator/run_store.h"
@@ -81,6 +83,65 @@ TEST(SiteTest, ThreeSitesOfTwoWorkersLearnLikeSixClientsAndOnlySitesAreSeen) {
   for (int s = 0; s < 3; ++s) {
     EXPECT_EQ(log.find(ClientName(2 * s + 1)), std::string::npos) << log;
   }
+}
+
+// A site whose ranks meet over tcp: its worker and its client authenticate
+// each other with their identity keys (CURVE), and a worker with a key
+// outside the site's allowlist never joins it.
+TEST(SiteTest, ASiteOverTcpTrainsOnlyWithItsAuthenticatedWorker) {
+  Cluster c("site-tcp", 3);
+  c.EnableCurve({0});  // The coordinator knows the site's client only.
+  std::filesystem::create_directories(c.dir() / "site-allow");
+  for (int k : {0, 1}) {
+    const std::string name = ClientName(k) + ".pub";
+    std::filesystem::copy_file(c.dir() / ("keys/" + name), c.dir() / ("site-allow/" + name));
+  }
+  const std::string config = c.WriteConfig("run.textproto", 2, "min_clients: 1 start_clients: 1");
+  const std::string endpoint = c.StartCoordinator(config, c.dir() / "run");
+  const std::string master = "ipc://" + (c.dir() / "site");
+  c.StartClient(0, endpoint,
+                {"--site-master", master, "--site-size", "2", "--site-transport", "tcp",
+                 "--site-allow", c.dir() / "site-allow"});
+  // A stranger holds its own key and lists it with the client's in its own
+  // allowlist: everything it controls says it belongs.
+  std::filesystem::create_directories(c.dir() / "stranger-allow");
+  for (int k : {0, 2}) {
+    const std::string name = ClientName(k) + ".pub";
+    std::filesystem::copy_file(c.dir() / ("keys/" + name), c.dir() / ("stranger-allow/" + name));
+  }
+  auto worker = [&](int k, const std::string& allow, const std::string& log) {
+    return std::make_unique<Process>(
+        std::vector<std::string>{CohortBin(),     "site-worker",
+                                 "--site-master", master,
+                                 "--rank",        "1",
+                                 "--site-size",   "2",
+                                 "--transport",   "tcp",
+                                 "--data",        c.Shard(k),
+                                 "--device",      "cpu",
+                                 "--identity",    c.dir() / ("keys/" + ClientName(k) + ".key"),
+                                 "--allow",       c.dir() / allow,
+                                 "--master-key",  c.dir() / ("keys/" + ClientName(0) + ".pub")},
+        c.dir() / log);
+  };
+  // The client refuses the stranger's handshake (it never counts as rank 1)
+  // and the run goes on with the real worker.
+  auto stranger = worker(2, "stranger-allow", "stranger.log");
+  ASSERT_TRUE(WaitForText(c.dir() / "client-0.log", "is not in the allowlist"))
+      << ReadFile(c.dir() / "client-0.log") << ReadFile(c.dir() / "stranger.log");
+  auto real = worker(1, "site-allow", "worker.log");
+  ASSERT_EQ(c.coordinator().Wait(), 0) << ReadFile(c.coordinator_log());
+  EXPECT_EQ(c.client(0).Wait(), 0) << ReadFile(c.dir() / "client-0.log");
+  EXPECT_EQ(real->Wait(), 0) << ReadFile(c.dir() / "worker.log");
+  const std::string log = ReadFile(c.dir() / "worker.log");
+  EXPECT_NE(log.find("ZeroMQ tcp"), std::string::npos) << log;
+  EXPECT_NE(log.find("task done (trained)"), std::string::npos) << log;
+  // The stranger was never let in: it is still waiting to meet the site.
+  stranger->Signal(SIGTERM);
+  stranger->Wait();
+  const std::string stranger_log = ReadFile(c.dir() / "stranger.log");
+  EXPECT_EQ(stranger_log.find("site rank 1 of 2"), std::string::npos) << stranger_log;
+  EXPECT_EQ(stranger_log.find("task done"), std::string::npos) << stranger_log;
+  EXPECT_EQ(Rounds(c.dir() / "run").back().participants, 1u);
 }
 
 }  // namespace

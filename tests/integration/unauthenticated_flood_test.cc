@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -205,25 +204,6 @@ TEST(UnauthenticatedFloodTest, CostsBoundedMemoryAndAnHonestRunFinishes) {
   EXPECT_NE(log.find("had not authenticated"), std::string::npos) << log.substr(0, 4000);
 }
 
-// Waits (bounded) until `path` exists, woken by inotify on its directory.
-bool WaitForFile(const std::string& path, std::chrono::seconds timeout) {
-  const std::string dir = path.substr(0, path.rfind('/'));
-  const int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  inotify_add_watch(in, dir.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE | IN_CREATE);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  bool found = false;
-  while (!(found = std::filesystem::exists(path)) && std::chrono::steady_clock::now() < deadline) {
-    pollfd p = {in, POLLIN, 0};
-    if (poll(&p, 1, 200) > 0) {
-      char buf[4096];
-      while (read(in, buf, sizeof(buf)) > 0) {
-      }
-    }
-  }
-  close(in);
-  return found;
-}
-
 // Clients that have authenticated do not hold a place under the cap: with
 // room for 2 connections in their handshake, and a handshake timeout longer
 // than the test, 4 clients all get in and the run finishes. The coordinator
@@ -254,7 +234,9 @@ TEST(UnauthenticatedFloodTest, ClientsThatAuthenticatedMakeRoomForOthers) {
   std::promise<Status> result;
   std::thread coordinator([&] { result.set_value(coordinator::RunCoordinator(options, stop)); });
   auto done = result.get_future();
-  ASSERT_TRUE(WaitForFile(options.endpoint_file, std::chrono::seconds(30)));
+  ASSERT_TRUE(WaitForFile(
+      options.endpoint_file, [&] { return std::filesystem::exists(options.endpoint_file); },
+      std::chrono::seconds(30)));
   std::string endpoint = ReadFile(options.endpoint_file);
   endpoint.erase(endpoint.find_last_not_of("\n") + 1);
   for (int k = 0; k < 4; ++k) cluster.StartClient(k, endpoint);

@@ -1,0 +1,140 @@
+// Ranks that authenticate each other (CURVE over ZeroMQ), as threads, each
+// with a context of its own as separate processes would have: they meet
+// and sum; a key outside the allowlist cannot join; and a message that
+// claims another rank's number, plaintext or under another rank's key, is
+// never delivered.
+#include "net/group.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "net/curve.h"
+#include "net/zmq_transport.h"
+
+namespace cohort::net {
+namespace {
+
+struct Member {
+  crypto::Ed25519KeyPair identity = std::move(crypto::GenerateEd25519()).value();
+  zmq::context_t context{1};
+  StatusOr<std::unique_ptr<aggregation::Transport>> transport = UnavailableError("not joined");
+};
+
+std::string Master(const std::string& tag) {
+  return "ipc:///tmp/cohort-group-test-" + std::to_string(getpid()) + "-" + tag;
+}
+
+// Joins members[r] as rank r of a tcp group whose allowlist holds `allowed`.
+void JoinAll(std::vector<Member>& members, const std::vector<int>& allowed,
+             const std::string& master, TimeMs timeout_ms) {
+  std::vector<crypto::AllowedKey> allowlist;
+  for (int r : allowed)
+    allowlist.push_back({"rank-" + std::to_string(r), members[r].identity.public_key});
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < members.size(); ++r) {
+    threads.emplace_back([&, r] {
+      GroupOptions o{.rank = int(r),
+                     .size = int(members.size()),
+                     .master = master,
+                     .transport = "tcp",
+                     .identity = &members[r].identity,
+                     .allowlist = allowlist,
+                     .master_key = members[0].identity.public_key};
+      members[r].transport = JoinGroup(members[r].context, o, {.timeout_ms = timeout_ms});
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(GroupTest, AuthenticatedRanksMeetAndSum) {
+  std::vector<Member> members(3);
+  JoinAll(members, {0, 1, 2}, Master("sum"), 10000);
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> data(3);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(members[r].transport.ok()) << members[r].transport.status().ToString();
+    data[r].assign(100000, float(r + 1));
+  }
+  std::vector<Status> results(3);
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      aggregation::Communicator comm(members[r].transport->get());
+      results[r] = comm.AllReduce(data[r], {.timeout_ms = 10000});
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(results[r].ok()) << results[r].ToString();
+    EXPECT_EQ(data[r].front(), 6.0f);
+    EXPECT_EQ(data[r].back(), 6.0f);
+  }
+}
+
+TEST(GroupTest, AKeyOutsideTheAllowlistDoesNotJoin) {
+  std::vector<Member> members(3);
+  JoinAll(members, {0, 1}, Master("outsider"), 1500);  // Rank 2's key is not listed.
+  ASSERT_FALSE(members[0].transport.ok());
+  EXPECT_NE(members[0].transport.status().message().find("rank(s) 2 did not report"),
+            std::string::npos)
+      << members[0].transport.status().ToString();
+  EXPECT_FALSE(members[2].transport.ok());
+}
+
+TEST(GroupTest, PlaintextOverTcpIsRefusedUnlessInsecure) {
+  zmq::context_t context(1);
+  auto t = JoinGroup(context, {.rank = 0, .size = 2, .master = Master("plain"), .transport = "tcp"},
+                     {.timeout_ms = 100});
+  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(t.status().message().find("authenticate"), std::string::npos);
+}
+
+// Sends one well-formed collective-sized message claiming `claimed_rank`.
+void Inject(zmq::socket_t& push, uint32_t claimed_rank) {
+  const uint8_t body[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  push.send(zmq::buffer(&claimed_rank, sizeof(claimed_rank)), zmq::send_flags::sndmore);
+  push.send(zmq::buffer(body, sizeof(body)), zmq::send_flags::none);
+}
+
+TEST(GroupTest, AMessageUnderAnotherRanksNameIsNeverDelivered) {
+  std::vector<Member> members(3);
+  JoinAll(members, {0, 1, 2}, Master("spoof"), 10000);
+  for (auto& m : members) ASSERT_TRUE(m.transport.ok()) << m.transport.status().ToString();
+  auto* rank0 = dynamic_cast<ZmqTransport*>(members[0].transport->get());
+  ASSERT_NE(rank0, nullptr);
+  zmq::context_t attacker(1);
+  // Plaintext: the CURVE handshake fails, nothing arrives.
+  zmq::socket_t plain(attacker, zmq::socket_type::push);
+  plain.set(zmq::sockopt::linger, 0);
+  plain.connect(rank0->endpoint());
+  Inject(plain, 1);
+  // Rank 2's own key, claiming to be rank 1: admitted by the allowlist,
+  // dropped for the name.
+  zmq::socket_t insider(attacker, zmq::socket_type::push);
+  insider.set(zmq::sockopt::linger, 0);
+  const crypto::CurveKeys keys2 = std::move(crypto::CurveKeysFor(members[2].identity)).value();
+  ASSERT_TRUE(
+      SetUpCurveClient(insider, keys2,
+                       std::move(crypto::CurvePublicFor(members[0].identity.public_key)).value())
+          .ok());
+  insider.connect(rank0->endpoint());
+  Inject(insider, 1);
+  // The genuine rank 1 sends too: what rank 0 gets from rank 1 is rank 1's
+  // message.
+  const uint8_t real[4] = {9, 9, 9, 9};
+  ASSERT_TRUE(members[1].transport.value()->Send(0, real, {}).ok());
+  auto m = rank0->Receive(1, SteadyNowMs() + 5000);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->bytes().size(), 4u);
+  EXPECT_EQ(std::memcmp(m->data(), real, 4), 0);
+  // Whenever the forgery arrives (its handshake may finish after rank 1's
+  // message), it is not delivered as rank 1's; it is counted.
+  auto more = rank0->Receive(1, SteadyNowMs() + 1000);
+  EXPECT_EQ(more.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(rank0->dropped(), 1u);
+}
+
+}  // namespace
+}  // namespace cohort::net
