@@ -4,10 +4,12 @@
 // an iteration's time is the maximum over ranks, the figure the median.
 // busbw = bytes * 2(n-1)/n / time (nccl-tests), GB = 1e9 bytes.
 //
-//   allreduce_bench [--world N] [--transport tcp|ipc|shm] [--exact]
+//   allreduce_bench [--world N] [--transport shm|tcp|tcp-auth|curve|zmq|zmq-ipc] [--exact]
 //
 // Forks N ranks; they meet over an ipc:// rendezvous, then move data over
-// ZeroMQ tcp://127.0.0.1 or ipc://. One JSON line per size from rank 0.
+// shared memory, plain TCP on 127.0.0.1 (tcp; tcp-auth: connections that
+// prove the ranks' keys), ZeroMQ CURVE (curve: authenticated and encrypted),
+// or plaintext ZeroMQ tcp:// or ipc://. One JSON line per size from rank 0.
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,8 +24,9 @@
 
 #include "aggregation/collective.h"
 #include "common/clock.h"
+#include "crypto/key_files.h"
+#include "net/group.h"
 #include "net/rendezvous.h"
-#include "net/shm_transport.h"
 #include "net/zmq_transport.h"
 
 using namespace cohort;
@@ -41,40 +44,50 @@ size_t g_only_bytes = 0;
 int g_timed = 0;
 bool g_pin = false;  // --pin: rank r on CPU r, when there are enough CPUs.
 
+std::vector<crypto::Ed25519KeyPair> g_identities;  // --transport curve|tcp-auth.
+std::vector<crypto::AllowedKey> g_allowlist;
+
+// This rank's transport: shm, ZeroMQ ipc:// or tcp:// (plaintext), raw tcp
+// (plaintext), or through net::JoinGroup with keys: tcp-auth (raw tcp,
+// authenticated connections) and curve (ZeroMQ CURVE, encrypted).
+StatusOr<std::unique_ptr<aggregation::Transport>> Join(zmq::context_t& context, int rank, int world,
+                                                       const std::string& dir,
+                                                       const std::string& transport) {
+  const std::string master = "ipc://" + dir + "/rendezvous";
+  const TimeMs deadline = SteadyNowMs() + 30000;
+  if (transport == "curve" || transport == "tcp-auth" || transport == "shm" || transport == "tcp") {
+    net::GroupOptions group{.rank = rank,
+                            .size = world,
+                            .master = master,
+                            .transport = transport == "shm" ? "shm" : "tcp",
+                            .encrypt = transport == "curve",
+                            .insecure = transport == "tcp"};
+    if (transport == "curve" || transport == "tcp-auth") {
+      group.identity = &g_identities[rank];
+      group.allowlist = g_allowlist;
+      group.master_key = g_identities[0].public_key;
+    }
+    return net::JoinGroup(context, group, {.timeout_ms = 30000});
+  }
+  const std::string bind = transport == "zmq-ipc" ? "ipc://" + dir + "/rank-" + std::to_string(rank)
+                                                  : std::string("tcp://127.0.0.1:0");
+  COHORT_ASSIGN_OR_RETURN(auto z, net::ZmqTransport::Bind(context, rank, world, bind));
+  COHORT_ASSIGN_OR_RETURN(auto endpoints,
+                          net::Rendezvous(context, rank, world, master, z->endpoint(), deadline));
+  COHORT_RETURN_IF_ERROR(z->Connect(endpoints));
+  return std::unique_ptr<aggregation::Transport>(std::move(z));
+}
+
 int Rank(int rank, int world, const std::string& dir, const std::string& transport, bool exact) {
   zmq::context_t context(1);
-  std::unique_ptr<aggregation::Transport> t;
-  std::string endpoint;
-  net::ShmTransport* shm = nullptr;
-  net::ZmqTransport* zmq = nullptr;
-  if (transport == "shm") {
-    auto s = net::ShmTransport::Create(rank, world);
-    if (!s.ok()) return 1;
-    shm = s->get();
-    endpoint = shm->endpoint();
-    t = std::move(*s);
-  } else {
-    const std::string bind = transport == "ipc" ? "ipc://" + dir + "/rank-" + std::to_string(rank)
-                                                : std::string("tcp://127.0.0.1:0");
-    auto z = net::ZmqTransport::Bind(context, rank, world, bind);
-    if (!z.ok()) return 1;
-    zmq = z->get();
-    endpoint = zmq->endpoint();
-    t = std::move(*z);
-  }
-  auto endpoints = net::Rendezvous(context, rank, world, "ipc://" + dir + "/rendezvous", endpoint,
-                                   SteadyNowMs() + 30000);
-  if (!endpoints.ok() ||
-      !(shm != nullptr ? shm->Connect(*endpoints) : zmq->Connect(*endpoints)).ok()) {
-    std::fprintf(stderr, "rank %d: rendezvous failed\n", rank);
+  auto joined = Join(context, rank, world, dir, transport);
+  if (!joined.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, joined.status().ToString().c_str());
     return 1;
   }
+  std::unique_ptr<aggregation::Transport> t = std::move(*joined);
   aggregation::Communicator comm(t.get());
   aggregation::CollectiveOptions options{.timeout_ms = 60000, .exact = exact};
-  if (shm != nullptr) {
-    if (!comm.Barrier(options).ok()) return 1;
-    shm->Unlink();  // Every rank has mapped every inbox.
-  }
   for (Size s : kSizes) {
     if (g_only_bytes != 0) {
       if (s.bytes != kSizes[0].bytes) continue;
@@ -138,13 +151,25 @@ int main(int argc, char** argv) {
       g_timed = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: allreduce_bench [--world N] [--transport tcp|ipc|shm] [--exact] "
+                   "usage: allreduce_bench [--world N] [--transport "
+                   "shm|tcp|tcp-auth|curve|zmq|zmq-ipc] [--exact] "
                    "[--bytes N [--timed T]]\n");
       return 2;
     }
   }
-  if (world < 1 || world > 64 || (transport != "tcp" && transport != "ipc" && transport != "shm")) {
+  const std::vector<std::string> kTransports = {"shm",   "tcp", "tcp-auth",
+                                                "curve", "zmq", "zmq-ipc"};
+  if (world < 1 || world > 64 ||
+      std::find(kTransports.begin(), kTransports.end(), transport) == kTransports.end()) {
+    std::fprintf(
+        stderr, "allreduce_bench: --world 1..64, --transport shm|tcp|tcp-auth|curve|zmq|zmq-ipc\n");
     return 2;
+  }
+  for (int r = 0; r < world; ++r) {
+    auto id = crypto::GenerateEd25519();
+    if (!id.ok()) return 1;
+    g_allowlist.push_back({.name = "rank-" + std::to_string(r), .key = id->public_key});
+    g_identities.push_back(std::move(*id));
   }
   char tmpl[] = "/tmp/cohort-allreduce-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return 1;

@@ -13,8 +13,9 @@
 # fedavg: final test accuracy of the 10-client FedAvg run (make demo's
 #         settings) vs fedavg_torch.py, IID and dirichlet:0.5, SEEDS (0..4).
 # allreduce: float32 all-reduce across 2 and 4 processes, 4 KiB to 64 MiB
-#         (build/bench/allreduce_bench over ZeroMQ tcp://, ipc:// and shared
-#         memory) beside
+#         (build/bench/allreduce_bench over shared memory, plain TCP with
+#         and without authentication, ZeroMQ CURVE (encrypted) and plaintext
+#         ZeroMQ tcp://) beside
 #         allreduce_gloo.py and allreduce_mpi.c (Open MPI, shared memory),
 #         same method, same invocation; memcpy as the ceiling.
 # dp    : data-parallel Fashion-MNIST, MLP 784-200-200-10, 1 epoch, global
@@ -117,10 +118,10 @@ if has allreduce; then
     "$mpi_bin" --memcpy | grep '^{' >> "$OUT/allreduce.jsonl" || true
   fi
   for world in 2 4; do
-    for transport in tcp ipc shm; do
+    for transport in shm tcp tcp-auth curve zmq; do
       # Shared memory is pinned like Open MPI's ranks (mpirun binds each to
-      # a core unless they outnumber the cores); the ZeroMQ runs are not,
-      # like Gloo's.
+      # a core unless they outnumber the cores); the TCP runs are not, like
+      # Gloo's.
       pin=(); [[ $transport == shm ]] && pin=(--pin)
       build/bench/allreduce_bench --world "$world" --transport "$transport" "${pin[@]}" \
         >> "$OUT/allreduce.jsonl"
@@ -350,6 +351,30 @@ if "allreduce" in what:
                 else:
                     cells.append(f"{m[0]['busbw_GBps']:.2f}")
             print(f"| {world} | {nbytes} | " + " | ".join(cells) + " |")
+    # Each implementation against its peer in this invocation: > 1 is faster
+    # (latency ratio peer/ours at 4 KiB, bandwidth ratio ours/peer above).
+    def cell(impl, world, nbytes):
+        m = [r for r in rows if r.get("impl") == impl and r.get("world") == world
+             and r.get("bytes") == nbytes]
+        return m[0] if m else None
+    mpi = next((i for i in impls if "mpi" in i), None)
+    pairs = [(i, "torch-gloo") for i in ("cohort-tcp", "cohort-tcp-auth", "cohort-curve", "cohort-zmq")
+             if i in impls] + ([("cohort-shm", mpi)] if mpi else [])
+    if pairs and "torch-gloo" in impls:
+        print("\n| world | bytes | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |")
+        print("|---|---|" + "---|" * len(pairs))
+        for world in (2, 4):
+            for nbytes in (4096, 1 << 20, 16 << 20, 64 << 20):
+                cells = []
+                for a, b in pairs:
+                    x, y = cell(a, world, nbytes), cell(b, world, nbytes)
+                    if not x or not y:
+                        cells.append("")
+                    elif nbytes == 4096:
+                        cells.append(f"{y['median_s'] / x['median_s']:.2f}x")
+                    else:
+                        cells.append(f"{x['busbw_GBps'] / y['busbw_GBps']:.2f}x")
+                print(f"| {world} | {nbytes} | " + " | ".join(cells) + " |")
     for r in rows:
         if "copy_GBps" in r:
             print(f"\nmemcpy (1 core, 64 MiB): {r['copy_GBps']:.2f} GB/s")

@@ -123,6 +123,8 @@ int main(int argc, char** argv) {
   client->add_option("--site-allow", copts.site_allow,
                      "Over tcp: directory of the site's .pub files (its workers' and this "
                      "client's --identity); the workers pin this client's key");
+  client->add_flag("!--site-no-encryption", copts.site_encrypt,
+                   "Over tcp: the site's ranks authenticate but send plaintext (trusted fabrics)");
   client->add_flag("--site-insecure", copts.site_insecure,
                    "Over tcp: the site's ranks do not authenticate (trusted networks only)");
 
@@ -151,6 +153,8 @@ int main(int argc, char** argv) {
   site_worker->add_option("--allow", sopts.allow, "Directory of the site's .pub files");
   site_worker->add_option("--master-key", sopts.master_key,
                           "The site's client's .pub file (pinned)");
+  site_worker->add_flag("!--no-encryption", sopts.group.encrypt,
+                        "Over tcp: authenticate the ranks but send plaintext (trusted fabrics)");
   site_worker->add_flag("--insecure", sopts.group.insecure,
                         "Over tcp: no authentication, plaintext (trusted networks only)");
 
@@ -209,6 +213,8 @@ int main(int argc, char** argv) {
   worker->add_option("--identity", wopts.identity, "This rank's key file (cohort keygen)");
   worker->add_option("--allow", wopts.allow, "Directory of the group's .pub files");
   worker->add_option("--master-key", wopts.master_key, "Rank 0's .pub file (pinned)");
+  worker->add_flag("!--no-encryption", wopts.encrypt,
+                   "Over tcp: authenticate the ranks but send plaintext (trusted fabrics)");
   worker->add_flag("--insecure", wopts.insecure,
                    "Over tcp: no authentication, plaintext (trusted networks only)");
   worker->add_option("--fault-exit-at-step", wopts.fault_exit_step,

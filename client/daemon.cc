@@ -89,6 +89,7 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
                             .master = options.site_master,
                             .transport = options.site_transport,
                             .host = options.site_host,
+                            .encrypt = options.site_encrypt,
                             .insecure = options.site_insecure};
     if (!options.site_allow.empty()) {
       if (options.identity.empty()) {
@@ -104,7 +105,7 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
                             Site::Join(site_context, group, backend.get(), device_data.get()));
     samples = site->total_samples();
     spdlog::info("site of {} ranks ({}): {} samples, {} of them here", site->size(),
-                 site->shared_memory() ? "shared memory" : "ZeroMQ tcp", samples, data.size());
+                 net::Describe(group), samples, data.size());
   }
   if (options.insecure) {
     spdlog::warn("CURVE is off (--insecure): traffic to the coordinator is plaintext");

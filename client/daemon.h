@@ -49,6 +49,7 @@ struct ClientOptions {
   // keys: the directory of the site's .pub files (this client's among
   // them), or `site_insecure` for plaintext on a trusted network.
   std::string site_allow;
+  bool site_encrypt = true;  // Over ZeroMQ CURVE; else plain TCP (trusted fabrics).
   bool site_insecure = false;
 };
 

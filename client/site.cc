@@ -112,7 +112,6 @@ StatusOr<std::unique_ptr<Site>> Site::Join(zmq::context_t& context, const net::G
   s->size_ = group.size;
   s->backend_ = backend;
   s->data_ = data;
-  s->shared_memory_ = net::UsesSharedMemory(group);
   s->step_.timeout_ms = 60000;
   // Between tasks a worker waits as long as a round may take; a dead rank 0
   // is still noticed at once over shared memory.
@@ -287,7 +286,7 @@ Status RunSiteWorker(const SiteWorkerOptions& o) {
   COHORT_ASSIGN_OR_RETURN(auto site, Site::Join(context, group, backend.get(), device_data.get()));
   spdlog::info("site rank {} of {}: {} samples of the site's {} ({}, {})", site->rank(),
                site->size(), data.size(), site->total_samples(), backend->Name(),
-               site->shared_memory() ? "shared memory" : "ZeroMQ tcp");
+               net::Describe(group));
   return site->Serve();
 }
 

@@ -45,7 +45,6 @@ class Site {
   int size() const { return size_; }
   // Samples over every rank's shard: the weight the site reports.
   uint64_t total_samples() const { return total_samples_; }
-  bool shared_memory() const { return shared_memory_; }
 
   // Rank 0: trains one task across the site, starting from `params` (the
   // global model) and leaving the result there. `model` is rank 0's model
@@ -67,7 +66,6 @@ class Site {
                                            const std::atomic<bool>* cancel);
 
   int rank_ = 0, size_ = 1;
-  bool shared_memory_ = false;
   uint64_t total_samples_ = 0;
   train::Backend* backend_ = nullptr;
   const train::DeviceDataset* data_ = nullptr;

@@ -238,17 +238,25 @@ std::string Z85(const X25519Public& key) {
   return buf;
 }
 
-StatusOr<CurveKeys> CurveKeysFor(const Ed25519KeyPair& identity) {
-  COHORT_ASSIGN_OR_RETURN(X25519Public pk, CurvePublicFor(identity.public_key));
-  SecretBytes sk(32);
-  if (crypto_sign_ed25519_sk_to_curve25519(sk.bytes().data(), identity.secret_key.bytes().data()) !=
-      0) {
+StatusOr<X25519KeyPair> X25519For(const Ed25519KeyPair& identity) {
+  X25519KeyPair pair;
+  COHORT_ASSIGN_OR_RETURN(pair.public_key, CurvePublicFor(identity.public_key));
+  pair.secret_key = SecretBytes(32);
+  if (identity.secret_key.size() != kEd25519SecretBytes ||
+      crypto_sign_ed25519_sk_to_curve25519(pair.secret_key.bytes().data(),
+                                           identity.secret_key.bytes().data()) != 0) {
     return InternalError("ed25519 -> curve25519 conversion failed");
   }
+  return pair;
+}
+
+StatusOr<CurveKeys> CurveKeysFor(const Ed25519KeyPair& identity) {
+  COHORT_ASSIGN_OR_RETURN(X25519KeyPair pair, X25519For(identity));
   CurveKeys keys;
-  keys.public_z85 = Z85(pk);
+  keys.public_z85 = Z85(pair.public_key);
   keys.secret_z85 = SecretBytes(41);
-  zmq_z85_encode(reinterpret_cast<char*>(keys.secret_z85.bytes().data()), sk.bytes().data(), 32);
+  zmq_z85_encode(reinterpret_cast<char*>(keys.secret_z85.bytes().data()),
+                 pair.secret_key.bytes().data(), 32);
   return keys;
 }
 

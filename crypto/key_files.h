@@ -45,6 +45,8 @@ struct CurveKeys {
   SecretBytes secret_z85;  // 40 characters + NUL.
 };
 StatusOr<CurveKeys> CurveKeysFor(const Ed25519KeyPair& identity);
+// The same X25519 key pair, raw (for key agreement with another identity).
+StatusOr<X25519KeyPair> X25519For(const Ed25519KeyPair& identity);
 // The raw 32-byte CURVE public key for an Ed25519 public key.
 StatusOr<X25519Public> CurvePublicFor(const Ed25519Public& key);
 std::string Z85(const X25519Public& key);

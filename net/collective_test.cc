@@ -15,6 +15,7 @@
 #include "net/inprocess_transport.h"
 #include "net/rendezvous.h"
 #include "net/shm_transport.h"
+#include "net/tcp_transport.h"
 #include "net/zmq_transport.h"
 
 namespace cohort::net {
@@ -23,11 +24,12 @@ namespace {
 using aggregation::Algorithm;
 using aggregation::Communicator;
 
-enum class Kind { kInProcess, kZmqTcp, kZmqIpc, kShm };
+enum class Kind { kInProcess, kZmqTcp, kZmqIpc, kShm, kTcp };
 const char* Name(Kind k) {
   return k == Kind::kInProcess ? "in-process"
          : k == Kind::kZmqTcp  ? "zmq tcp"
          : k == Kind::kZmqIpc  ? "zmq ipc"
+         : k == Kind::kTcp     ? "tcp"
                                : "shm";
 }
 
@@ -50,6 +52,25 @@ struct Group {
       }
       for (ShmTransport* t : shm) EXPECT_TRUE(t->Connect(endpoints).ok());
       for (ShmTransport* t : shm) t->Unlink();
+      return;
+    }
+    if (kind == Kind::kTcp) {
+      // Each rank connects to the higher ranks and accepts the lower ones:
+      // concurrently, as separate processes would.
+      std::vector<std::string> endpoints;
+      std::vector<TcpTransport*> tcp;
+      for (int r = 0; r < size; ++r) {
+        auto t = std::move(TcpTransport::Listen(r, size, "127.0.0.1")).value();
+        endpoints.push_back(t->endpoint());
+        tcp.push_back(t.get());
+        transports.push_back(std::move(t));
+      }
+      std::vector<std::thread> threads;
+      for (TcpTransport* t : tcp) {
+        threads.emplace_back(
+            [&, t] { EXPECT_TRUE(t->Connect(endpoints, {}, SteadyNowMs() + 10000).ok()); });
+      }
+      for (auto& th : threads) th.join();
       return;
     }
     static int instance = 0;
@@ -343,7 +364,7 @@ TEST(RendezvousTest, StrayReportsAreIgnoredAndTheRealRanksMeet) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, CollectiveTest,
                          ::testing::Values(Kind::kInProcess, Kind::kZmqTcp, Kind::kZmqIpc,
-                                           Kind::kShm),
+                                           Kind::kShm, Kind::kTcp),
                          [](const auto& info) {
                            std::string n = Name(info.param);
                            for (char& ch : n) ch = std::isalnum(ch) ? ch : '_';

@@ -6,6 +6,7 @@
 #include "net/curve.h"
 #include "net/rendezvous.h"
 #include "net/shm_transport.h"
+#include "net/tcp_transport.h"
 #include "net/zmq_transport.h"
 
 namespace cohort::net {
@@ -52,6 +53,52 @@ StatusOr<crypto::X25519Public> KeyOf(const GroupOptions& o, const std::string& n
   return InvalidArgumentError("no key named \"" + name + "\" in the allowlist");
 }
 
+// The data over ZeroMQ CURVE: every inbox admits only the allowlist, and a
+// message counts only under the key of the rank it claims.
+StatusOr<std::unique_ptr<aggregation::Transport>> JoinEncrypted(zmq::context_t& context,
+                                                                const GroupOptions& o,
+                                                                std::shared_ptr<Security> security,
+                                                                RendezvousSecurity rs,
+                                                                TimeMs deadline) {
+  ZmqTransportOptions options;
+  options.curve = &security->keys;
+  COHORT_ASSIGN_OR_RETURN(
+      auto zmq, ZmqTransport::Bind(context, o.rank, o.size, "tcp://" + o.host + ":0", options));
+  COHORT_ASSIGN_OR_RETURN(
+      std::vector<std::string> endpoints,
+      Rendezvous(context, o.rank, o.size, o.master, zmq->endpoint(), deadline, &rs));
+  std::vector<CurvePeer> peers(o.size);
+  for (int r = 0; r < o.size; ++r) {
+    peers[r].name = (*rs.names)[r];
+    COHORT_ASSIGN_OR_RETURN(peers[r].key, KeyOf(o, peers[r].name));
+  }
+  COHORT_RETURN_IF_ERROR(zmq->Connect(endpoints, peers));
+  zmq->KeepAlive(std::move(security));
+  return std::unique_ptr<aggregation::Transport>(std::move(zmq));
+}
+
+// The data over plain TCP: each connection proves the key the two ranks
+// agree from their identities (X25519), nothing more.
+StatusOr<std::unique_ptr<aggregation::Transport>> JoinAuthenticatedTcp(zmq::context_t& context,
+                                                                       const GroupOptions& o,
+                                                                       const RendezvousSecurity& rs,
+                                                                       TimeMs deadline) {
+  COHORT_ASSIGN_OR_RETURN(auto tcp, TcpTransport::Listen(o.rank, o.size, o.host));
+  COHORT_ASSIGN_OR_RETURN(
+      std::vector<std::string> endpoints,
+      Rendezvous(context, o.rank, o.size, o.master, tcp->endpoint(), deadline, &rs));
+  COHORT_ASSIGN_OR_RETURN(crypto::X25519KeyPair mine, crypto::X25519For(*o.identity));
+  std::vector<SecretBytes> pair_keys(o.size);
+  for (int r = 0; r < o.size; ++r) {
+    if (r == o.rank) continue;
+    COHORT_ASSIGN_OR_RETURN(crypto::X25519Public theirs, KeyOf(o, (*rs.names)[r]));
+    COHORT_ASSIGN_OR_RETURN(pair_keys[r],
+                            crypto::AgreeX25519(mine.secret_key, mine.public_key, theirs));
+  }
+  COHORT_RETURN_IF_ERROR(tcp->Connect(endpoints, std::move(pair_keys), deadline));
+  return std::unique_ptr<aggregation::Transport>(std::move(tcp));
+}
+
 StatusOr<std::unique_ptr<aggregation::Transport>> JoinAuthenticated(zmq::context_t& context,
                                                                     const GroupOptions& o,
                                                                     TimeMs deadline) {
@@ -64,30 +111,24 @@ StatusOr<std::unique_ptr<aggregation::Transport>> JoinAuthenticated(zmq::context
                                 ": this rank's key is not in the allowlist");
   }
   COHORT_ASSIGN_OR_RETURN(std::shared_ptr<Security> security, StartSecurity(context, o));
-  ZmqTransportOptions options;
-  options.curve = &security->keys;
-  COHORT_ASSIGN_OR_RETURN(
-      auto zmq, ZmqTransport::Bind(context, o.rank, o.size, "tcp://" + o.host + ":0", options));
   std::vector<std::string> names;
   RendezvousSecurity rs{.mine = &security->keys, .my_name = my_name, .names = &names};
   COHORT_ASSIGN_OR_RETURN(rs.master, crypto::CurvePublicFor(o.master_key));
-  COHORT_ASSIGN_OR_RETURN(
-      std::vector<std::string> endpoints,
-      Rendezvous(context, o.rank, o.size, o.master, zmq->endpoint(), deadline, &rs));
-  std::vector<CurvePeer> peers(o.size);
-  for (int r = 0; r < o.size; ++r) {
-    peers[r].name = names[r];
-    COHORT_ASSIGN_OR_RETURN(peers[r].key, KeyOf(o, names[r]));
-  }
-  COHORT_RETURN_IF_ERROR(zmq->Connect(endpoints, peers));
-  zmq->KeepAlive(std::move(security));
-  return std::unique_ptr<aggregation::Transport>(std::move(zmq));
+  if (o.encrypt) return JoinEncrypted(context, o, std::move(security), rs, deadline);
+  return JoinAuthenticatedTcp(context, o, rs, deadline);
 }
 
 }  // namespace
 
 bool UsesSharedMemory(const GroupOptions& o) {
   return o.transport == "shm" || (o.transport == "auto" && o.master.rfind("ipc://", 0) == 0);
+}
+
+std::string Describe(const GroupOptions& o) {
+  if (UsesSharedMemory(o)) return "shared memory";
+  if (o.identity == nullptr) return "tcp: plaintext, not authenticated";
+  return o.encrypt ? "tcp, ZeroMQ CURVE: authenticated and encrypted"
+                   : "tcp: authenticated, not encrypted";
 }
 
 StatusOr<std::unique_ptr<aggregation::Transport>> JoinGroup(
@@ -115,12 +156,11 @@ StatusOr<std::unique_ptr<aggregation::Transport>> JoinGroup(
         "of the group's keys and rank 0's public key (or say it is insecure, on a trusted "
         "network only)");
   }
-  COHORT_ASSIGN_OR_RETURN(auto zmq,
-                          ZmqTransport::Bind(context, o.rank, o.size, "tcp://" + o.host + ":0"));
+  COHORT_ASSIGN_OR_RETURN(auto tcp, TcpTransport::Listen(o.rank, o.size, o.host));
   COHORT_ASSIGN_OR_RETURN(std::vector<std::string> endpoints,
-                          Rendezvous(context, o.rank, o.size, o.master, zmq->endpoint(), deadline));
-  COHORT_RETURN_IF_ERROR(zmq->Connect(endpoints));
-  return std::unique_ptr<aggregation::Transport>(std::move(zmq));
+                          Rendezvous(context, o.rank, o.size, o.master, tcp->endpoint(), deadline));
+  COHORT_RETURN_IF_ERROR(tcp->Connect(endpoints, {}, deadline));
+  return std::unique_ptr<aggregation::Transport>(std::move(tcp));
 }
 
 }  // namespace cohort::net

@@ -24,19 +24,26 @@ struct GroupOptions {
   // shm with an ipc:// master, tcp otherwise.
   std::string transport = "auto";
   std::string host = "127.0.0.1";  // Where other ranks reach this one (tcp).
-  // Authentication between ranks over tcp (ZeroMQ CURVE, also encrypting):
-  // this rank's identity, the keys that may join (the files of an --allow
-  // directory, this rank's among them) and rank 0's public key. A rank
-  // then hears only from the ranks it met at the rendezvous, each under
-  // its own key. Without an identity tcp traffic is plaintext and taken on
-  // trust, and JoinGroup refuses it unless `insecure`.
+  // Authentication between ranks over tcp: this rank's identity, the keys
+  // that may join (the files of an --allow directory, this rank's among
+  // them) and rank 0's public key. The rendezvous runs over ZeroMQ CURVE; a
+  // rank then hears only from the ranks it met there, each under its own
+  // key. `encrypt`: the data moves over ZeroMQ CURVE too (encrypted);
+  // otherwise over TcpTransport, whose connections prove the pair's key
+  // but carry plaintext (trusted fabrics, faster). Without an identity
+  // nothing is authenticated, and JoinGroup refuses that unless `insecure`.
   const crypto::Ed25519KeyPair* identity = nullptr;
   std::vector<crypto::AllowedKey> allowlist;
   crypto::Ed25519Public master_key{};
+  bool encrypt = true;
   bool insecure = false;
 };
 
 bool UsesSharedMemory(const GroupOptions& options);
+// How the group's data travels, for logs: "shared memory", "tcp, ZeroMQ
+// CURVE: authenticated and encrypted", "tcp: authenticated, not encrypted"
+// or "tcp: plaintext, not authenticated".
+std::string Describe(const GroupOptions& options);
 
 // This rank's transport, connected to every peer once all have met at the
 // master (waiting up to `collective.timeout_ms`).

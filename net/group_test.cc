@@ -1,4 +1,5 @@
-// Ranks that authenticate each other (CURVE over ZeroMQ), as threads, each
+// Ranks that authenticate each other (CURVE over ZeroMQ, or TCP
+// connections that prove the pair's key), as threads, each
 // with a context of its own as separate processes would have: they meet
 // and sum; a key outside the allowlist cannot join; and a message that
 // claims another rank's number, plaintext or under another rank's key, is
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "net/curve.h"
+#include "net/tcp_transport.h"
 #include "net/zmq_transport.h"
 
 namespace cohort::net {
@@ -29,7 +31,7 @@ std::string Master(const std::string& tag) {
 
 // Joins members[r] as rank r of a tcp group whose allowlist holds `allowed`.
 void JoinAll(std::vector<Member>& members, const std::vector<int>& allowed,
-             const std::string& master, TimeMs timeout_ms) {
+             const std::string& master, TimeMs timeout_ms, bool encrypt = true) {
   std::vector<crypto::AllowedKey> allowlist;
   for (int r : allowed)
     allowlist.push_back({"rank-" + std::to_string(r), members[r].identity.public_key});
@@ -42,20 +44,27 @@ void JoinAll(std::vector<Member>& members, const std::vector<int>& allowed,
                      .transport = "tcp",
                      .identity = &members[r].identity,
                      .allowlist = allowlist,
-                     .master_key = members[0].identity.public_key};
+                     .master_key = members[0].identity.public_key,
+                     .encrypt = encrypt};
       members[r].transport = JoinGroup(members[r].context, o, {.timeout_ms = timeout_ms});
     });
   }
   for (auto& t : threads) t.join();
 }
 
-TEST(GroupTest, AuthenticatedRanksMeetAndSum) {
+// Encrypted (ZeroMQ CURVE) or not (TCP connections that prove the pair's
+// key): the same sum.
+class GroupSumTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GroupSumTest, AuthenticatedRanksMeetAndSum) {
+  const bool encrypt = GetParam();
   std::vector<Member> members(3);
-  JoinAll(members, {0, 1, 2}, Master("sum"), 10000);
+  JoinAll(members, {0, 1, 2}, Master(encrypt ? "sum-curve" : "sum-tcp"), 10000, encrypt);
   std::vector<std::thread> threads;
   std::vector<std::vector<float>> data(3);
   for (int r = 0; r < 3; ++r) {
     ASSERT_TRUE(members[r].transport.ok()) << members[r].transport.status().ToString();
+    EXPECT_EQ(dynamic_cast<TcpTransport*>(members[r].transport->get()) == nullptr, encrypt);
     data[r].assign(100000, float(r + 1));
   }
   std::vector<Status> results(3);
@@ -73,6 +82,9 @@ TEST(GroupTest, AuthenticatedRanksMeetAndSum) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Encryption, GroupSumTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "curve" : "tcp"; });
+
 TEST(GroupTest, AKeyOutsideTheAllowlistDoesNotJoin) {
   std::vector<Member> members(3);
   JoinAll(members, {0, 1}, Master("outsider"), 1500);  // Rank 2's key is not listed.
@@ -89,6 +101,38 @@ TEST(GroupTest, PlaintextOverTcpIsRefusedUnlessInsecure) {
                      {.timeout_ms = 100});
   EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(t.status().message().find("authenticate"), std::string::npos);
+}
+
+// Without encryption the data connections still prove the key each pair of
+// ranks agrees from its identities: a rank that knows rank 0 under another
+// key (here: rank 1, holding the right key to meet rank 0 but an allowlist
+// with rank 0's name on a stranger's key) never gets a connection.
+TEST(GroupTest, UnencryptedConnectionsProveThePairsKey) {
+  std::vector<Member> members(2);
+  const auto stranger = std::move(crypto::GenerateEd25519()).value();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<crypto::AllowedKey> allowlist = {
+          {"rank-0", r == 0 ? members[0].identity.public_key : stranger.public_key},
+          {"rank-1", members[1].identity.public_key}};
+      GroupOptions o{.rank = r,
+                     .size = 2,
+                     .master = Master("pairkey"),
+                     .transport = "tcp",
+                     .identity = &members[r].identity,
+                     .allowlist = allowlist,
+                     .master_key = members[0].identity.public_key,
+                     .encrypt = false};
+      members[r].transport = JoinGroup(members[r].context, o, {.timeout_ms = 3000});
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_FALSE(members[0].transport.ok());
+  EXPECT_NE(members[0].transport.status().message().find("did not prove the key of the pair"),
+            std::string::npos)
+      << members[0].transport.status();
+  EXPECT_FALSE(members[1].transport.ok());
 }
 
 // Sends one well-formed collective-sized message claiming `claimed_rank`.

@@ -265,6 +265,7 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
                           .master = o.master,
                           .transport = o.transport,
                           .host = o.host,
+                          .encrypt = o.encrypt,
                           .insecure = o.insecure};
   crypto::Ed25519KeyPair identity;
   if (!o.identity.empty()) {
@@ -280,9 +281,7 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   aggregation::Communicator comm(transport.get());
   r.comm = &comm;
   spdlog::info("rank {} of {} ready ({}, {})", o.rank, o.world_size, r.backend->Name(),
-               net::UsesSharedMemory(group) ? "shared memory"
-               : group.identity != nullptr  ? "ZeroMQ tcp, CURVE"
-                                            : "ZeroMQ tcp, plaintext");
+               net::Describe(group));
 
   std::vector<float> params(r.model->num_params()), momentum;
   COHORT_ASSIGN_OR_RETURN(uint32_t done, StartModel(r, o.run_dir, params, momentum));

@@ -23,13 +23,15 @@ struct WorkerOptions {
   // The address other ranks reach this one at (tcp masters only).
   std::string host = "127.0.0.1";
   std::string device = "cpu";  // cpu | cuda | cuda:N | auto
-  // How gradients travel: shm (shared memory; every rank on this host), tcp
-  // (ZeroMQ), or auto: shm with an ipc:// master, tcp otherwise.
+  // How gradients travel: shm (shared memory; every rank on this host), tcp,
+  // or auto: shm with an ipc:// master, tcp otherwise.
   std::string transport = "auto";
-  // Over tcp the ranks authenticate each other (CURVE): this rank's key
-  // file, the allowlist directory of the group's .pub files, and rank 0's
-  // .pub file. `insecure`: plaintext, trusting the network instead.
+  // Over tcp the ranks authenticate each other: this rank's key file, the
+  // allowlist directory of the group's .pub files, and rank 0's .pub file.
+  // `encrypt`: over ZeroMQ CURVE, else plain TCP (trusted fabrics).
+  // `insecure`: no keys, plaintext, trusting the network instead.
   std::string identity, allow, master_key;
+  bool encrypt = true;
   bool insecure = false;
   // Testing: this rank exits abruptly (status 3) before global step N.
   int64_t fault_exit_step = -1;

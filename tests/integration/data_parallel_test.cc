@@ -82,14 +82,15 @@ TEST_F(DataParallelTest, ExactModeRunsAreBitIdenticalOverEitherTransport) {
   ASSERT_EQ(Launch(config, "x1", 4), 0) << ReadFile(dir_ / "x1.log");
   ASSERT_EQ(Launch(config, "x2", 4, {"--transport", "tcp"}), 0) << ReadFile(dir_ / "x2.log");
   EXPECT_NE(ReadFile(dir_ / "x1.log").find("shared memory"), std::string::npos);
-  EXPECT_NE(ReadFile(dir_ / "x2.log").find("ZeroMQ tcp"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ / "x2.log").find("tcp: plaintext"), std::string::npos);
   EXPECT_EQ(FinalModel("x1"), FinalModel("x2"));
   EXPECT_EQ(Epochs("x1").back().aggregation, "all-reduce (exact)");
 }
 
 // `cohort worker` processes started by hand over tcp, each with its own key:
-// the ranks authenticate each other (CURVE) and train what `cohort launch`
-// trains over shared memory, bit for bit. A rank without a key is refused.
+// the ranks authenticate each other (with or without encryption) and train
+// what `cohort launch` trains over shared memory, bit for bit. A rank
+// without a key is refused.
 TEST_F(DataParallelTest, AuthenticatedTcpWorkersTrainWhatLaunchTrains) {
   const std::string config = Config("auth.textproto", 8, true);
   std::string out;
@@ -101,34 +102,43 @@ TEST_F(DataParallelTest, AuthenticatedTcpWorkersTrainWhatLaunchTrains) {
     std::filesystem::create_directories(dir_ / "allow");
     std::filesystem::copy_file(dir_ / ("keys/" + name + ".pub"), dir_ / ("allow/" + name + ".pub"));
   }
-  const std::string master = "ipc://" + (dir_ / "auth-rendezvous");
-  std::vector<std::unique_ptr<Process>> workers;
-  for (int r = 0; r < 2; ++r) {
-    workers.push_back(std::make_unique<Process>(
-        std::vector<std::string>{CohortBin(),    "worker",
-                                 "--config",     config,
-                                 "--run-dir",    dir_ / "auth",
-                                 "--rank",       std::to_string(r),
-                                 "--world-size", "2",
-                                 "--master",     master,
-                                 "--transport",  "tcp",
-                                 "--identity",   dir_ / ("keys/rank-" + std::to_string(r) + ".key"),
-                                 "--allow",      dir_ / "allow",
-                                 "--master-key", dir_ / "keys/rank-0.pub"},
-        dir_ / ("auth-" + std::to_string(r) + ".log")));
-  }
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_EQ(workers[r]->Wait(), 0) << ReadFile(dir_ / ("auth-" + std::to_string(r) + ".log"));
-  }
-  EXPECT_NE(ReadFile(dir_ / "auth-0.log").find("ZeroMQ tcp, CURVE"), std::string::npos)
-      << ReadFile(dir_ / "auth-0.log");
   ASSERT_EQ(Launch(config, "auth-shm", 2), 0) << ReadFile(dir_ / "auth-shm.log");
-  EXPECT_EQ(FinalModel("auth"), FinalModel("auth-shm"));
+  // Encrypted (ZeroMQ CURVE) and not (TCP connections that prove the keys).
+  for (const bool encrypt : {true, false}) {
+    const std::string run = encrypt ? "curve" : "tcp-auth";
+    std::vector<std::unique_ptr<Process>> workers;
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> argv = {
+          CohortBin(),    "worker",
+          "--config",     config,
+          "--run-dir",    dir_ / run,
+          "--rank",       std::to_string(r),
+          "--world-size", "2",
+          "--master",     "ipc://" + (dir_ / (run + "-meet")),
+          "--transport",  "tcp",
+          "--identity",   dir_ / ("keys/rank-" + std::to_string(r) + ".key"),
+          "--allow",      dir_ / "allow",
+          "--master-key", dir_ / "keys/rank-0.pub"};
+      if (!encrypt) argv.push_back("--no-encryption");
+      workers.push_back(
+          std::make_unique<Process>(argv, dir_ / (run + "-" + std::to_string(r) + ".log")));
+    }
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(workers[r]->Wait(), 0) << ReadFile(dir_ / (run + "-" + std::to_string(r) + ".log"));
+    }
+    const std::string log = ReadFile(dir_ / (run + "-0.log"));
+    EXPECT_NE(log.find(encrypt ? "ZeroMQ CURVE: authenticated and encrypted"
+                               : "tcp: authenticated, not encrypted"),
+              std::string::npos)
+        << log;
+    EXPECT_EQ(FinalModel(run), FinalModel("auth-shm")) << run;
+  }
 
   // Over tcp without a key a worker refuses to start, unless told the
   // network is trusted.
   EXPECT_NE(RunCohort({"worker", "--config", config, "--run-dir", dir_ / "plain", "--rank", "0",
-                       "--world-size", "2", "--master", master, "--transport", "tcp"},
+                       "--world-size", "2", "--master", "ipc://" + (dir_ / "plain-meet"),
+                       "--transport", "tcp"},
                       &out, dir_ / "plain.log"),
             0);
   EXPECT_NE(ReadFile(dir_ / "plain.log").find("authenticate"), std::string::npos)
@@ -137,26 +147,34 @@ TEST_F(DataParallelTest, AuthenticatedTcpWorkersTrainWhatLaunchTrains) {
 
 TEST_F(DataParallelTest, AKilledWorkerIsNamedByItsPeersAndNothingHangs) {
   const std::string config = Config("kill.textproto", 8, false, 3);
-  const std::string master = "ipc://" + (dir_ / "rendezvous");
-  std::vector<std::unique_ptr<Process>> workers;
-  for (int r = 0; r < 4; ++r) {
-    std::vector<std::string> argv = {CohortBin(),    "worker",      "--config", config,
-                                     "--run-dir",    dir_ / "kill", "--rank",   std::to_string(r),
-                                     "--world-size", "4",           "--master", master};
-    if (r == 2) argv.insert(argv.end(), {"--fault-exit-at-step", "40"});
-    workers.push_back(
-        std::make_unique<Process>(argv, dir_ / ("kill-" + std::to_string(r) + ".log")));
-  }
-  EXPECT_EQ(workers[2]->Wait(), 3);
-  // Every other rank fails within its 5 s deadline (bounded wait: no hang)
-  // and names rank 2: shared memory sees the process gone, or the rank
-  // that waited for it tells the others.
-  for (int r : {0, 1, 3}) {
-    EXPECT_NE(workers[r]->Wait(std::chrono::seconds(30)), 0) << "rank " << r;
-    const std::string log = ReadFile(dir_ / ("kill-" + std::to_string(r) + ".log"));
-    EXPECT_TRUE(log.find("rank 2 did not arrive") != std::string::npos ||
-                log.find("rank 2 is gone (its process exited)") != std::string::npos)
-        << log;
+  for (const std::string transport : {"shm", "tcp"}) {
+    const std::string master = "ipc://" + (dir_ / ("meet-" + transport));
+    std::vector<std::unique_ptr<Process>> workers;
+    auto log_of = [&](int r) { return dir_ / ("kill-" + transport + std::to_string(r) + ".log"); };
+    for (int r = 0; r < 4; ++r) {
+      std::vector<std::string> argv = {
+          CohortBin(),   "worker",          "--config",
+          config,        "--run-dir",       dir_ / ("kill-" + transport),
+          "--rank",      std::to_string(r), "--world-size",
+          "4",           "--master",        master,
+          "--transport", transport};
+      if (transport == "tcp") argv.push_back("--insecure");
+      if (r == 2) argv.insert(argv.end(), {"--fault-exit-at-step", "40"});
+      workers.push_back(std::make_unique<Process>(argv, log_of(r)));
+    }
+    EXPECT_EQ(workers[2]->Wait(), 3);
+    // Every other rank fails within its 5 s deadline (bounded wait: no
+    // hang) and names rank 2: the transport sees the process gone (shared
+    // memory) or its connection closed (tcp), or the rank that waited for
+    // it tells the others.
+    for (int r : {0, 1, 3}) {
+      EXPECT_NE(workers[r]->Wait(std::chrono::seconds(30)), 0) << "rank " << r;
+      const std::string log = ReadFile(log_of(r));
+      EXPECT_TRUE(log.find("rank 2 did not arrive") != std::string::npos ||
+                  log.find("rank 2 is gone (its process exited)") != std::string::npos ||
+                  log.find("rank 2 closed its connection") != std::string::npos)
+          << transport << ": " << log;
+    }
   }
 }
 
