@@ -207,8 +207,9 @@ int main(int argc, char** argv) {
   worker->add_option("--device", wopts.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   worker
       ->add_option("--transport", wopts.transport,
-                   "shm (one host), tcp, or auto: shm with an ipc:// master")
-      ->check(CLI::IsMember({"auto", "shm", "tcp"}))
+                   "shm (one host), tcp, mpi (under mpirun), or auto: shm with an ipc:// "
+                   "master")
+      ->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}))
       ->capture_default_str();
   worker->add_option("--identity", wopts.identity, "This rank's key file (cohort keygen)");
   worker->add_option("--allow", wopts.allow, "Directory of the group's .pub files");

@@ -6,6 +6,9 @@
 #include "net/curve.h"
 #include "net/rendezvous.h"
 #include "net/shm_transport.h"
+#ifdef COHORT_HAVE_MPI
+#include "net/mpi_transport.h"
+#endif
 #include "net/tcp_transport.h"
 #include "net/zmq_transport.h"
 
@@ -124,7 +127,31 @@ bool UsesSharedMemory(const GroupOptions& o) {
   return o.transport == "shm" || (o.transport == "auto" && o.master.rfind("ipc://", 0) == 0);
 }
 
+namespace {
+
+// MPI started the ranks: no rendezvous, and MPI's rank and size must be
+// the ones this rank was given (or read from the environment).
+StatusOr<std::unique_ptr<aggregation::Transport>> JoinMpi(const GroupOptions& o) {
+#ifdef COHORT_HAVE_MPI
+  COHORT_ASSIGN_OR_RETURN(auto mpi, MpiTransport::Create());
+  if (mpi->rank() != o.rank || mpi->size() != o.size) {
+    return InvalidArgumentError("MPI says rank " + std::to_string(mpi->rank()) + " of " +
+                                std::to_string(mpi->size()) + ", this worker was told rank " +
+                                std::to_string(o.rank) + " of " + std::to_string(o.size));
+  }
+  return std::unique_ptr<aggregation::Transport>(std::move(mpi));
+#else
+  (void)o;
+  return UnimplementedError(
+      "this cohort was built without MPI (install Debian's libopenmpi-dev and build with "
+      "-Dmpi=enabled)");
+#endif
+}
+
+}  // namespace
+
 std::string Describe(const GroupOptions& o) {
+  if (o.transport == "mpi") return "MPI";
   if (UsesSharedMemory(o)) return "shared memory";
   if (o.identity == nullptr) return "tcp: plaintext, not authenticated";
   return o.encrypt ? "tcp, ZeroMQ CURVE: authenticated and encrypted"
@@ -133,9 +160,12 @@ std::string Describe(const GroupOptions& o) {
 
 StatusOr<std::unique_ptr<aggregation::Transport>> JoinGroup(
     zmq::context_t& context, const GroupOptions& o, const aggregation::CollectiveOptions& c) {
-  if (o.transport != "auto" && o.transport != "shm" && o.transport != "tcp") {
-    return InvalidArgumentError("transport \"" + o.transport + "\": expected auto, shm or tcp");
+  if (o.transport != "auto" && o.transport != "shm" && o.transport != "tcp" &&
+      o.transport != "mpi") {
+    return InvalidArgumentError("transport \"" + o.transport +
+                                "\": expected auto, shm, tcp or mpi");
   }
+  if (o.transport == "mpi") return JoinMpi(o);
   const TimeMs deadline = SteadyNowMs() + c.timeout_ms;
   if (UsesSharedMemory(o)) {
     COHORT_ASSIGN_OR_RETURN(auto shm, ShmTransport::Create(o.rank, o.size));

@@ -20,8 +20,9 @@ struct GroupOptions {
   int rank = 0, size = 1;
   // Rank 0's rendezvous address: tcp://HOST:PORT, or ipc://PATH on one host.
   std::string master;
-  // shm (shared memory: every rank on this host), tcp (ZeroMQ), or auto:
-  // shm with an ipc:// master, tcp otherwise.
+  // shm (shared memory: every rank on this host), tcp, mpi (ranks started
+  // by mpirun; no rendezvous), or auto: shm with an ipc:// master, tcp
+  // otherwise.
   std::string transport = "auto";
   std::string host = "127.0.0.1";  // Where other ranks reach this one (tcp).
   // Authentication between ranks over tcp: this rank's identity, the keys
@@ -33,7 +34,7 @@ struct GroupOptions {
   // but carry plaintext (trusted fabrics, faster). Without an identity
   // nothing is authenticated, and JoinGroup refuses that unless `insecure`.
   const crypto::Ed25519KeyPair* identity = nullptr;
-  std::vector<crypto::AllowedKey> allowlist;
+  std::vector<crypto::AllowedKey> allowlist{};
   crypto::Ed25519Public master_key{};
   bool encrypt = true;
   bool insecure = false;

@@ -306,6 +306,17 @@ Status CheckDataParallel(const RunConfig& c) {
   if (dp.epochs() == 0 || dp.epochs() > 100000) {
     return InvalidArgumentError("data_parallel.epochs: must be in [1, 100000]");
   }
+  if (dp.accumulation_steps() == 0 || dp.accumulation_steps() > 4096) {
+    return InvalidArgumentError("data_parallel.accumulation_steps: must be in [1, 4096]");
+  }
+  if (dp.local_sgd_steps() > 1000000) {
+    return InvalidArgumentError("data_parallel.local_sgd_steps: must be in [0, 1000000]");
+  }
+  if (dp.accumulation_steps() > 1 && dp.local_sgd_steps() > 0) {
+    return InvalidArgumentError(
+        "data_parallel: gradient accumulation (accumulation_steps) and local SGD "
+        "(local_sgd_steps) cannot be combined");
+  }
   return CheckSeconds("data_parallel.timeout_s", dp.timeout_s());
 }
 

@@ -119,6 +119,17 @@ TEST(ConfigTest, DataParallelNeedsItsTrainingSetAndRanges) {
       "mode: DATA_PARALLEL data { train_shard: \"t.shard\" } data_parallel { timeout_s: 1e20 }",
       "x");
   EXPECT_NE(c.status().message().find("data_parallel.timeout_s"), std::string::npos) << c.status();
+  const std::string dp = "mode: DATA_PARALLEL data { train_shard: \"t.shard\" } data_parallel ";
+  c = ParseRunConfig(dp + "{ accumulation_steps: 0 }", "x");
+  EXPECT_NE(c.status().message().find("data_parallel.accumulation_steps"), std::string::npos)
+      << c.status();
+  c = ParseRunConfig(dp + "{ local_sgd_steps: 2000000 }", "x");
+  EXPECT_NE(c.status().message().find("data_parallel.local_sgd_steps"), std::string::npos)
+      << c.status();
+  c = ParseRunConfig(dp + "{ accumulation_steps: 2 local_sgd_steps: 4 }", "x");
+  EXPECT_NE(c.status().message().find("cannot be combined"), std::string::npos) << c.status();
+  EXPECT_TRUE(ParseRunConfig(dp + "{ accumulation_steps: 4 }", "x").ok());
+  EXPECT_TRUE(ParseRunConfig(dp + "{ local_sgd_steps: 8 }", "x").ok());
 }
 
 // The error of parsing `text`, which must fail; "" when it parsed.

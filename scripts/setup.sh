@@ -11,6 +11,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libsqlite3-dev libgtest-dev libcli11-dev libspdlog-dev
   libopenblas-dev zlib1g-dev
+  openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
 )
 # GCC's ASan and UBSan runtimes (`make test-asan`) come with build-essential.

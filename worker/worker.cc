@@ -67,7 +67,7 @@ Status ResolveRank(WorkerOptions& o) {
     return InvalidArgumentError("worker: rank " + std::to_string(o.rank) + " of a world of " +
                                 std::to_string(o.world_size));
   }
-  if (o.master.empty() && o.world_size > 1) {
+  if (o.master.empty() && o.world_size > 1 && o.transport != "mpi") {
     return InvalidArgumentError("worker: no rendezvous address (--master, or MASTER_ADDR)");
   }
   return OkStatus();
@@ -128,31 +128,124 @@ struct EpochResult {
   uint64_t steps = 0;
 };
 
-// One epoch of synchronous SGD: every rank takes its part of each global
-// batch, and the gradients are all-reduced, weighted by part sizes.
-StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& optimizer,
-                                 uint64_t& global_step, int64_t fault_step) {
-  const double start = WallSeconds();
+// What an epoch's steps use: the epoch's sample order and the batch
+// buffers on the backend, and the host buffers of the all-reduce.
+struct EpochState {
+  train::DeviceArray<uint32_t> order;
+  train::DeviceArray<float> x, reduced;
+  train::DeviceArray<int32_t> y;
+  train::DeviceArray<double> stats;  // Summed loss and correct count.
+  std::vector<float> grads, micro;
+};
+
+StatusOr<EpochState> PrepareEpoch(Rank& r, uint32_t epoch) {
   train::Backend* b = r.backend.get();
-  const size_t n = r.train_data->size();
-  const size_t per_rank = r.config.train().batch_size();
-  const size_t global_batch = per_rank * r.world;
+  const size_t n = r.train_data->size(), per_rank = r.config.train().batch_size();
+  const size_t np = r.model->num_params();
+  // The same permutation on every rank, from the seed.
   std::vector<uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   Rng rng(DeriveSeed(r.config.seed(), 0xd9, epoch));
   rng.Shuffle(std::span<uint32_t>(order));
-  const size_t np = r.model->num_params();
-  COHORT_ASSIGN_OR_RETURN(auto order_dev, train::DeviceArray<uint32_t>::Create(b, n));
+  EpochState e;
+  COHORT_ASSIGN_OR_RETURN(e.order, train::DeviceArray<uint32_t>::Create(b, n));
   COHORT_ASSIGN_OR_RETURN(
-      auto x, train::DeviceArray<float>::Create(b, per_rank * r.model->input_features()));
-  COHORT_ASSIGN_OR_RETURN(auto y, train::DeviceArray<int32_t>::Create(b, per_rank));
-  COHORT_ASSIGN_OR_RETURN(auto stats, train::DeviceArray<double>::Create(b, 2));
-  COHORT_ASSIGN_OR_RETURN(auto reduced, train::DeviceArray<float>::Create(b, np));
-  b->Upload(order_dev.data(), order.data(), order_dev.bytes());
-  b->Zero(stats.data(), stats.bytes());
+      e.x, train::DeviceArray<float>::Create(b, per_rank * r.model->input_features()));
+  COHORT_ASSIGN_OR_RETURN(e.y, train::DeviceArray<int32_t>::Create(b, per_rank));
+  COHORT_ASSIGN_OR_RETURN(e.stats, train::DeviceArray<double>::Create(b, 2));
+  COHORT_ASSIGN_OR_RETURN(e.reduced, train::DeviceArray<float>::Create(b, np));
+  b->Upload(e.order.data(), order.data(), e.order.bytes());
+  b->Zero(e.stats.data(), e.stats.bytes());
   COHORT_RETURN_IF_ERROR(r.model->Reserve(static_cast<int>(per_rank)));
-  std::vector<float> grads(np);
+  e.grads.resize(np);
+  return e;
+}
+
+// Samples order[begin, begin + k) as the batch in e.x and e.y.
+void Gather(Rank& r, EpochState& e, size_t begin, size_t k) {
   const Shape& s = r.model->spec().input;
+  r.backend->Gather(r.train_data->features(), r.train_data->labels(), e.order.data() + begin,
+                    int(k), int(s.c), int(s.h), int(s.w), e.x.data(), e.y.data());
+}
+
+// This rank's part [lo, hi) of a global batch of `count` samples: rank r
+// takes the r-th of `world` contiguous parts.
+std::pair<size_t, size_t> Part(const Rank& r, size_t begin, size_t count) {
+  return {begin + count * r.rank / r.world, begin + count * (r.rank + 1) / r.world};
+}
+
+// The mean gradient over order[lo, hi) weighted by its share (hi - lo) /
+// count of the global batch, into e.grads: micro-batches of at most
+// batch_size samples, added up (gradient accumulation).
+Status LocalGradient(Rank& r, EpochState& e, size_t lo, size_t hi, size_t count) {
+  const size_t per_rank = r.config.train().batch_size(), np = e.grads.size();
+  std::fill(e.grads.begin(), e.grads.end(), 0.0f);
+  for (size_t m = lo; m < hi; m += per_rank) {
+    const size_t k = std::min(per_rank, hi - m);
+    Gather(r, e, m, k);
+    r.model->Backward(e.x.data(), e.y.data(), int(k), e.stats.data());
+    const float share = float(k) / float(count);
+    if (m == lo) {
+      r.backend->Download(e.grads.data(), r.model->grads().data(), np * sizeof(float));
+      for (float& g : e.grads) g *= share;
+    } else {
+      e.micro.resize(np);
+      r.backend->Download(e.micro.data(), r.model->grads().data(), np * sizeof(float));
+      for (size_t i = 0; i < np; ++i) e.grads[i] += e.micro[i] * share;
+    }
+  }
+  return OkStatus();
+}
+
+// One synchronous SGD step: every rank's weighted gradient, all-reduced;
+// every rank applies the same step, so the replicas stay identical.
+Status SyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begin, size_t count,
+                uint64_t global_step) {
+  if (r.world == 1 && r.config.data_parallel().accumulation_steps() == 1) {
+    // Nothing to reduce or add up: the local step (fused where it can be).
+    Gather(r, e, begin, count);
+    r.model->TrainStep(e.x.data(), e.y.data(), int(count), optimizer, e.stats.data());
+    return OkStatus();
+  }
+  const auto [lo, hi] = Part(r, begin, count);
+  COHORT_RETURN_IF_ERROR(LocalGradient(r, e, lo, hi, count));
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(e.grads, r.collective));
+  if (r.comm->saturated() > 0) {
+    spdlog::warn("exact all-reduce: {} gradient values were NaN or out of range at step {}",
+                 r.comm->saturated(), global_step);
+  }
+  const size_t np = e.grads.size();
+  r.backend->Upload(e.reduced.data(), e.grads.data(), np * sizeof(float));
+  return optimizer.Step(r.model->params(), {e.reduced.data(), np});
+}
+
+// Local SGD: every rank's model, and with `momentum` its momentum buffer,
+// replaced by the mean over the ranks.
+Status AverageModel(Rank& r, train::Optimizer& optimizer, bool momentum) {
+  std::vector<float> params(r.model->num_params());
+  COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(params, r.collective));
+  const float inv = 1.0f / float(r.world);
+  for (float& p : params) p *= inv;
+  COHORT_RETURN_IF_ERROR(r.model->SetParams(params));
+  if (!momentum) return OkStatus();
+  COHORT_ASSIGN_OR_RETURN(std::vector<float> buffer, optimizer.SaveMomentum());
+  if (buffer.empty()) return OkStatus();
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(buffer, r.collective));
+  for (float& m : buffer) m *= inv;
+  return optimizer.RestoreMomentum(buffer, optimizer.steps());
+}
+
+// One epoch: synchronous SGD over global batches of batch_size x world x
+// accumulation_steps, or local SGD averaging every local_sgd_steps steps
+// (and at the epoch's end, so every rank ends the epoch with one model).
+StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& optimizer,
+                                 uint64_t& global_step, int64_t fault_step) {
+  const double start = WallSeconds();
+  COHORT_ASSIGN_OR_RETURN(EpochState e, PrepareEpoch(r, epoch));
+  const config::DataParallelConfig& dp = r.config.data_parallel();
+  const size_t n = r.train_data->size();
+  const size_t global_batch = r.config.train().batch_size() * r.world * dp.accumulation_steps();
   EpochResult result;
   for (size_t begin = 0; begin < n; begin += global_batch, ++global_step, ++result.steps) {
     if (fault_step >= 0 && global_step == static_cast<uint64_t>(fault_step)) {
@@ -161,35 +254,23 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
       _exit(3);
     }
     const size_t count = std::min(global_batch, n - begin);
-    if (r.world == 1) {
-      // Nothing to reduce: the local step (fused where the optimizer allows).
-      b->Gather(r.train_data->features(), r.train_data->labels(), order_dev.data() + begin,
-                int(count), int(s.c), int(s.h), int(s.w), x.data(), y.data());
-      r.model->TrainStep(x.data(), y.data(), int(count), optimizer, stats.data());
+    if (dp.local_sgd_steps() == 0) {
+      COHORT_RETURN_IF_ERROR(SyncStep(r, e, optimizer, begin, count, global_step));
       continue;
     }
-    const size_t lo = begin + count * r.rank / r.world, hi = begin + count * (r.rank + 1) / r.world;
-    std::fill(grads.begin(), grads.end(), 0.0f);
+    const auto [lo, hi] = Part(r, begin, count);
     if (hi > lo) {
-      b->Gather(r.train_data->features(), r.train_data->labels(), order_dev.data() + lo,
-                int(hi - lo), int(s.c), int(s.h), int(s.w), x.data(), y.data());
-      r.model->Backward(x.data(), y.data(), int(hi - lo), stats.data());
-      b->Download(grads.data(), r.model->grads().data(), np * sizeof(float));
-      // The mean over this part, weighted by its share of the global batch.
-      const float share = float(hi - lo) / float(count);
-      for (float& g : grads) g *= share;
+      Gather(r, e, lo, hi - lo);
+      r.model->TrainStep(e.x.data(), e.y.data(), int(hi - lo), optimizer, e.stats.data());
     }
-    COHORT_RETURN_IF_ERROR(r.comm->AllReduce(grads, r.collective));
-    if (r.comm->saturated() > 0) {
-      spdlog::warn("exact all-reduce: {} gradient values were NaN or out of range at step {}",
-                   r.comm->saturated(), global_step);
+    const bool last = begin + count >= n;
+    if (last || (result.steps + 1) % dp.local_sgd_steps() == 0) {
+      COHORT_RETURN_IF_ERROR(AverageModel(r, optimizer, last));
     }
-    b->Upload(reduced.data(), grads.data(), np * sizeof(float));
-    COHORT_RETURN_IF_ERROR(optimizer.Step(r.model->params(), {reduced.data(), np}));
   }
   double local[2];
-  b->Download(local, stats.data(), sizeof(local));
-  COHORT_RETURN_IF_ERROR(b->Sync());
+  r.backend->Download(local, e.stats.data(), sizeof(local));
+  COHORT_RETURN_IF_ERROR(r.backend->Sync());
   std::vector<float> totals = {float(local[0]), float(local[1])};
   COHORT_RETURN_IF_ERROR(r.comm->AllReduce(totals, r.collective));
   result.loss = n > 0 ? totals[0] / n : 0;
@@ -207,7 +288,14 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
   rec.participants = rec.selected = static_cast<uint32_t>(r.world);
   rec.train_loss = e.loss;
   rec.seconds = e.seconds;
-  rec.aggregation = r.collective.exact ? "all-reduce (exact)" : "all-reduce";
+  const config::DataParallelConfig& dp = r.config.data_parallel();
+  rec.aggregation = dp.local_sgd_steps() > 0 ? "local SGD, model average every " +
+                                                   std::to_string(dp.local_sgd_steps()) + " step(s)"
+                                             : "all-reduce";
+  if (r.collective.exact) rec.aggregation += " (exact)";
+  if (dp.accumulation_steps() > 1) {
+    rec.aggregation += ", " + std::to_string(dp.accumulation_steps()) + " micro-batches a step";
+  }
   rec.committed_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();

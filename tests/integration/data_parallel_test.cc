@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 
@@ -24,7 +25,8 @@ class DataParallelTest : public ::testing::Test {
                                &out, dir_ / "partition.log");
     if (code != 0) throw std::runtime_error(ReadFile(dir_ / "partition.log"));
   }
-  std::string Config(const std::string& name, int batch, bool exact, int epochs = 2) {
+  std::string Config(const std::string& name, int batch, bool exact, int epochs = 2,
+                     const std::string& data_parallel = "") {
     const std::string path = dir_ / name;
     WriteFile(path,
               "seed: 7\nmode: DATA_PARALLEL\n"
@@ -33,9 +35,9 @@ class DataParallelTest : public ::testing::Test {
                   (dir_ / "shards/test.shard") + "\" }\n" +
                   "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: 16 }\n" +
                   "train { batch_size: " + std::to_string(batch) +
-                  " learning_rate: 0.05 momentum: 0.5 }\n" +
-                  "data_parallel { epochs: " + std::to_string(epochs) +
-                  " timeout_s: 5 exact: " + (exact ? "true" : "false") + " }\n");
+                  " learning_rate: 0.05 momentum: 0.5 }\n" + "data_parallel { epochs: " +
+                  std::to_string(epochs) + " timeout_s: 5 exact: " + (exact ? "true" : "false") +
+                  " " + data_parallel + " }\n");
     return path;
   }
   int Launch(const std::string& config, const std::string& run, int nproc,
@@ -75,6 +77,76 @@ TEST_F(DataParallelTest, FourWorkersLearnLikeOneWithTheSameGlobalBatch) {
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::fabs(a[i] - b[i])));
   EXPECT_LT(worst, 5e-6);  // Measured: 9e-8; a rank weight of 1/4 instead of its share: 7e-5.
   EXPECT_GT(worst, 0.0) << "4 workers gave 1 worker's bits: was the work split at all?";
+}
+
+double WorstDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+  }
+  return worst;
+}
+
+// Gradient accumulation: 2 workers x batch 8 x 2 micro-batches take the
+// steps of 1 worker with batch 32 (the same samples in the same steps).
+TEST_F(DataParallelTest, GradientAccumulationTakesTheLargerBatchsSteps) {
+  ASSERT_EQ(Launch(Config("one32.textproto", 32, false), "one32", 1), 0)
+      << ReadFile(dir_ / "one32.log");
+  ASSERT_EQ(Launch(Config("acc.textproto", 8, false, 2, "accumulation_steps: 2"), "acc", 2), 0)
+      << ReadFile(dir_ / "acc.log");
+  const double worst = WorstDifference(FinalModel("one32"), FinalModel("acc"));
+  std::printf("accumulation vs one worker: worst weight difference %.3g\n", worst);
+  EXPECT_LT(worst, 5e-6);
+  EXPECT_GT(worst, 0.0);
+  EXPECT_EQ(Epochs("acc").back().aggregation, "all-reduce, 2 micro-batches a step");
+  // Without accumulation the same workers take twice the steps: another model.
+  ASSERT_EQ(Launch(Config("noacc.textproto", 8, false), "noacc", 2), 0);
+  EXPECT_GT(WorstDifference(FinalModel("one32"), FinalModel("noacc")), 1e-3);
+}
+
+// Local SGD: averaging the models every step is synchronous SGD up to
+// rounding (momentum included: both are linear in the gradients); every 8
+// steps it exchanges an eighth as often and still learns.
+TEST_F(DataParallelTest, LocalSgdAveragesTheModels) {
+  ASSERT_EQ(Launch(Config("sync.textproto", 8, false), "sync", 2), 0)
+      << ReadFile(dir_ / "sync.log");
+  ASSERT_EQ(Launch(Config("local1.textproto", 8, false, 2, "local_sgd_steps: 1"), "local1", 2), 0)
+      << ReadFile(dir_ / "local1.log");
+  const double worst = WorstDifference(FinalModel("sync"), FinalModel("local1"));
+  std::printf("local SGD every step vs synchronous: worst weight difference %.3g\n", worst);
+  EXPECT_LT(worst, 1e-5);  // Measured: 6e-7.
+  ASSERT_EQ(Launch(Config("local8.textproto", 8, false, 2, "local_sgd_steps: 8"), "local8", 2), 0)
+      << ReadFile(dir_ / "local8.log");
+  const auto sync = Epochs("sync"), local8 = Epochs("local8");
+  EXPECT_EQ(local8.back().aggregation, "local SGD, model average every 8 step(s)");
+  std::printf("test accuracy: synchronous %.4f, local SGD every 8 steps %.4f\n",
+              sync.back().test_accuracy, local8.back().test_accuracy);
+  EXPECT_NEAR(local8.back().test_accuracy, sync.back().test_accuracy, 0.03);
+  EXPECT_GT(WorstDifference(FinalModel("sync"), FinalModel("local8")), 1e-3);
+}
+
+// `mpirun -np 2 cohort worker --transport mpi`: MPI starts the ranks and
+// moves the bytes, the collectives are Cohort's, and the run is the one
+// `cohort launch` makes over shared memory, bit for bit (exact mode).
+TEST_F(DataParallelTest, MpirunWorkersTrainWhatLaunchTrains) {
+  const char* mpirun = std::getenv("COHORT_MPIRUN");
+  if (mpirun == nullptr || *mpirun == '\0') {
+    GTEST_SKIP() << "this build has no MPI transport, or there is no mpirun";
+  }
+  const std::string config = Config("mpi.textproto", 8, true);
+  // Open MPI on this host only: shared memory between the ranks, its
+  // out-of-band channel on loopback.
+  Process run({mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader",
+               "--mca", "oob_tcp_if_include", "lo", "-np", "2", CohortBin(), "worker", "--config",
+               config, "--run-dir", dir_ / "mpi", "--transport", "mpi"},
+              dir_ / "mpi.log");
+  ASSERT_EQ(run.Wait(std::chrono::seconds(120)), 0) << ReadFile(dir_ / "mpi.log");
+  EXPECT_NE(ReadFile(dir_ / "mpi.log").find("rank 1 of 2 ready (cpu (OpenBLAS), MPI)"),
+            std::string::npos)
+      << ReadFile(dir_ / "mpi.log");
+  ASSERT_EQ(Launch(config, "mpi-shm", 2), 0) << ReadFile(dir_ / "mpi-shm.log");
+  EXPECT_EQ(FinalModel("mpi"), FinalModel("mpi-shm"));
 }
 
 TEST_F(DataParallelTest, ExactModeRunsAreBitIdenticalOverEitherTransport) {
