@@ -145,18 +145,30 @@ if has dp; then
     --train-images "$DATA/train-images-idx3-ubyte.gz" --train-labels "$DATA/train-labels-idx1-ubyte.gz" \
     --test-images "$DATA/t10k-images-idx3-ubyte.gz" --test-labels "$DATA/t10k-labels-idx1-ubyte.gz" \
     --clients 1 --out "$OUT/dp-shards" > /dev/null
-  for world in 1 2 4; do
+  # One launch: $1 impl name, $2 workers, $3 local_sgd_steps, then launch flags.
+  dp_run() {
+    local impl=$1 world=$2 local_steps=$3; shift 3
     sed -e "s#runs/dp/shards#$OUT/dp-shards#" -e "s#batch_size: 8 #batch_size: $((64 / world)) #" \
-        -e "s#epochs: 3#epochs: 1#" examples/data_parallel.textproto > "$OUT/dp-$world.textproto"
-    rm -rf "$OUT/dp-run-$world"
-    build/cli/cohort launch --nproc "$world" --config "$OUT/dp-$world.textproto" \
-      --run-dir "$OUT/dp-run-$world" > /dev/null 2>&1
-    build/cli/cohort status --run-dir "$OUT/dp-run-$world" --json | tail -1 | $PY -c '
+        -e "s#epochs: 3#epochs: 1#" -e "s#local_sgd_steps: 0#local_sgd_steps: $local_steps#" \
+        examples/data_parallel.textproto \
+        > "$OUT/dp-$impl-$world.textproto"
+    rm -rf "$OUT/dp-run-$impl-$world"
+    build/cli/cohort launch --nproc "$world" --config "$OUT/dp-$impl-$world.textproto" \
+      --run-dir "$OUT/dp-run-$impl-$world" "$@" > /dev/null 2>&1
+    build/cli/cohort status --run-dir "$OUT/dp-run-$impl-$world" --json | tail -1 | $PY -c '
 import json, sys
 d = json.load(sys.stdin)
-print(json.dumps({"bench": "dp", "impl": "cohort", "world": int(sys.argv[1]), "global_batch": 64,
+print(json.dumps({"bench": "dp", "impl": sys.argv[2], "world": int(sys.argv[1]), "global_batch": 64,
                   "epoch_s": d["seconds"], "samples_per_s": round(60000 / d["seconds"], 1),
-                  "test_acc": d["test_accuracy"]}))' "$world" >> "$OUT/dp.jsonl"
+                  "test_acc": d["test_accuracy"]}))' "$world" "$impl" >> "$OUT/dp.jsonl"
+  }
+  for world in 1 2 4; do
+    dp_run cohort "$world" 0
+    if ((world > 1)); then
+      # Over TCP on loopback, and local SGD averaging every 8 steps.
+      dp_run cohort-tcp "$world" 0 --transport tcp
+      dp_run cohort-local8 "$world" 8
+    fi
     if ((have_peers)); then
       $PY bench/ddp_torch.py "$PEERS" --world "$world" --global-batch 64 | grep '^{' \
         >> "$OUT/dp.jsonl" || true
@@ -324,7 +336,7 @@ if "dp" in what:
     base = [r["samples_per_s"] for r in rows if r["impl"] == "cohort" and r["world"] == 1]
     for world in (1, 2, 4):
         c = [r for r in rows if r["impl"] == "cohort" and r["world"] == world]
-        p = [r for r in rows if r["impl"] != "cohort" and r["world"] == world]
+        p = [r for r in rows if not r["impl"].startswith("cohort") and r["world"] == world]
         if not c:
             continue
         cs = c[0]["samples_per_s"]
@@ -332,6 +344,15 @@ if "dp" in what:
         eff = cs / (base[0] * world) if base else float("nan")
         pa = p[0]["test_acc"] if p else float("nan")
         print(f"| {world} | {cs:,.0f} | {eff:.2f} | {ps:,.0f} | {cs / ps:.2f}x | {c[0]['test_acc']:.4f} | {pa:.4f} |")
+    print("\n| workers | transport / mode | cohort samples/s | test acc |")
+    print("|---|---|---|---|")
+    names = {"cohort": "shared memory", "cohort-tcp": "tcp (loopback)",
+             "cohort-local8": "shared memory, local SGD every 8 steps"}
+    for world in (2, 4):
+        for impl, label in names.items():
+            for r in rows:
+                if r["impl"] == impl and r["world"] == world:
+                    print(f"| {world} | {label} | {r['samples_per_s']:,.0f} | {r['test_acc']:.4f} |")
 if "allreduce" in what:
     rows = load("allreduce.jsonl")
     print("\n### All-reduce, float32, processes on this host (median; busbw GB/s, latency)\n")

@@ -218,8 +218,8 @@ int main(int argc, char** argv) {
                    "Over tcp: authenticate the ranks but send plaintext (trusted fabrics)");
   worker->add_flag("--insecure", wopts.insecure,
                    "Over tcp: no authentication, plaintext (trusted networks only)");
-  worker->add_option("--fault-exit-at-step", wopts.fault_exit_step,
-                     "Testing: exit abruptly before this global step");
+  worker->add_option("--fault-kill-at-step", wopts.fault_kill_step,
+                     "Testing: kill this rank (SIGKILL) before this global step");
   auto* launch = app.add_subcommand("launch", "Start N local data-parallel workers");
   cohort::worker::LaunchOptions lopts;
   launch->add_option("--nproc", lopts.nproc, "Workers to start")->check(CLI::Range(1, 256));

@@ -48,7 +48,7 @@ std::string RunGroup(const LaunchOptions& o, const std::string& master, bool inj
         o.transport,  // On one host: over tcp the workers bind 127.0.0.1 only.
         "--insecure"};
     if (inject_fault && r == o.fault_rank) {
-      args.insert(args.end(), {"--fault-exit-at-step", std::to_string(o.fault_step)});
+      args.insert(args.end(), {"--fault-kill-at-step", std::to_string(o.fault_step)});
     }
     StatusOr<pid_t> pid = Spawn(args);
     if (!pid.ok()) {

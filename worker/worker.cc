@@ -1,5 +1,6 @@
 #include "worker/worker.h"
 
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -249,9 +250,9 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
   EpochResult result;
   for (size_t begin = 0; begin < n; begin += global_batch, ++global_step, ++result.steps) {
     if (fault_step >= 0 && global_step == static_cast<uint64_t>(fault_step)) {
-      std::fprintf(stderr, "fault injection: rank %d exits before step %lu\n", r.rank,
-                   static_cast<unsigned long>(global_step));
-      _exit(3);
+      std::fprintf(stderr, "fault injection: rank %d kills itself (SIGKILL) before step %lu\n",
+                   r.rank, static_cast<unsigned long>(global_step));
+      kill(getpid(), SIGKILL);
     }
     const size_t count = std::min(global_batch, n - begin);
     if (dp.local_sgd_steps() == 0) {
@@ -382,7 +383,7 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   uint64_t global_step = 0;
   for (uint32_t epoch = done + 1; epoch <= epochs && !stop; ++epoch) {
     COHORT_ASSIGN_OR_RETURN(EpochResult e,
-                            TrainEpoch(r, epoch, *optimizer, global_step, o.fault_exit_step));
+                            TrainEpoch(r, epoch, *optimizer, global_step, o.fault_kill_step));
     COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
     if (r.rank == 0) {
       COHORT_ASSIGN_OR_RETURN(std::vector<float> saved, optimizer->SaveMomentum());

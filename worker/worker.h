@@ -33,8 +33,8 @@ struct WorkerOptions {
   std::string identity, allow, master_key;
   bool encrypt = true;
   bool insecure = false;
-  // Testing: this rank exits abruptly (status 3) before global step N.
-  int64_t fault_exit_step = -1;
+  // Testing: this rank kills itself (SIGKILL) before global step N.
+  int64_t fault_kill_step = -1;
 };
 
 // Fills rank, world size and master from the environment where the flags
@@ -54,7 +54,7 @@ struct LaunchOptions {
   std::string device = "cpu";
   std::string transport = "auto";  // Passed on to the workers.
   std::string cohort_binary;       // Default: this executable.
-  // Testing: pass --fault-exit-at-step to this rank in the first attempt.
+  // Testing: pass --fault-kill-at-step to this rank in the first attempt.
   int fault_rank = -1;
   int64_t fault_step = -1;
 };

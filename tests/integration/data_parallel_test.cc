@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -231,10 +232,10 @@ TEST_F(DataParallelTest, AKilledWorkerIsNamedByItsPeersAndNothingHangs) {
           "4",           "--master",        master,
           "--transport", transport};
       if (transport == "tcp") argv.push_back("--insecure");
-      if (r == 2) argv.insert(argv.end(), {"--fault-exit-at-step", "40"});
+      if (r == 2) argv.insert(argv.end(), {"--fault-kill-at-step", "40"});
       workers.push_back(std::make_unique<Process>(argv, log_of(r)));
     }
-    EXPECT_EQ(workers[2]->Wait(), 3);
+    EXPECT_EQ(workers[2]->Wait(), 128 + SIGKILL);
     // Every other rank fails within its 5 s deadline (bounded wait: no
     // hang) and names rank 2: the transport sees the process gone (shared
     // memory) or its connection closed (tcp), or the rank that waited for
@@ -258,7 +259,7 @@ TEST_F(DataParallelTest, LaunchRestartsFromTheLastCheckpoint) {
             0)
       << ReadFile(dir_ / "restart.log");
   const std::string log = ReadFile(dir_ / "restart.log");
-  EXPECT_NE(log.find("rank 1 exited with status 3"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 1 was killed by signal 9"), std::string::npos) << log;
   EXPECT_NE(log.find("resuming after epoch 1"), std::string::npos) << log;
   const auto epochs = Epochs("restart");
   ASSERT_EQ(epochs.size(), 3u);
@@ -269,7 +270,7 @@ TEST_F(DataParallelTest, LaunchRestartsFromTheLastCheckpoint) {
   EXPECT_EQ(FinalModel("restart"), FinalModel("straight"));
   // Without restarts the same failure fails the launch, naming the rank.
   EXPECT_NE(Launch(config, "norestart", 2, {"--fault-rank", "1", "--fault-step", "150"}), 0);
-  EXPECT_NE(ReadFile(dir_ / "norestart.log").find("rank 1 exited with status 3"),
+  EXPECT_NE(ReadFile(dir_ / "norestart.log").find("rank 1 was killed by signal 9"),
             std::string::npos);
 }
 
