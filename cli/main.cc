@@ -218,6 +218,8 @@ int main(int argc, char** argv) {
                    "Over tcp: authenticate the ranks but send plaintext (trusted fabrics)");
   worker->add_flag("--insecure", wopts.insecure,
                    "Over tcp: no authentication, plaintext (trusted networks only)");
+  worker->add_option("--fault-perturb-at-step", wopts.fault_perturb_step,
+                     "Testing: change one weight of this rank's model after this global step");
   worker->add_option("--fault-kill-at-step", wopts.fault_kill_step,
                      "Testing: kill this rank (SIGKILL) before this global step");
   auto* launch = app.add_subcommand("launch", "Start N local data-parallel workers");

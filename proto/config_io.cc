@@ -312,6 +312,9 @@ Status CheckDataParallel(const RunConfig& c) {
   if (dp.local_sgd_steps() > 1000000) {
     return InvalidArgumentError("data_parallel.local_sgd_steps: must be in [0, 1000000]");
   }
+  if (dp.check_replicas_every() > 1000000) {
+    return InvalidArgumentError("data_parallel.check_replicas_every: must be in [0, 1000000]");
+  }
   if (dp.accumulation_steps() > 1 && dp.local_sgd_steps() > 0) {
     return InvalidArgumentError(
         "data_parallel: gradient accumulation (accumulation_steps) and local SGD "

@@ -86,6 +86,7 @@ struct Rank {
   std::unique_ptr<coordinator::RunStore> store;  // Rank 0 only.
   aggregation::Communicator* comm = nullptr;
   aggregation::CollectiveOptions collective;
+  int64_t fault_kill_step = -1, fault_perturb_step = -1;  // Testing.
 };
 
 // Rank 0's model and momentum buffer: the last checkpoint, or a fresh model;
@@ -240,8 +241,48 @@ Status AverageModel(Rank& r, train::Optimizer& optimizer, bool momentum) {
 // One epoch: synchronous SGD over global batches of batch_size x world x
 // accumulation_steps, or local SGD averaging every local_sgd_steps steps
 // (and at the epoch's end, so every rank ends the epoch with one model).
+// Debug mode: every rank hashes its model and compares with rank 0's hash;
+// kDataLoss names the ranks whose model differs.
+Status CheckReplicas(Rank& r, uint64_t step) {
+  std::vector<float> params(r.model->num_params());
+  COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
+  const auto hash = crypto::Hash256(
+      {std::span(reinterpret_cast<const uint8_t*>(params.data()), params.size() * 4)});
+  // 48 bits of it, as floats that hold 16-bit integers exactly.
+  std::vector<float> mine(3), reference(3);
+  for (int i = 0; i < 3; ++i) mine[i] = float(hash[2 * i] | hash[2 * i + 1] << 8);
+  reference = mine;
+  COHORT_RETURN_IF_ERROR(r.comm->Broadcast(reference, 0, r.collective));
+  std::vector<float> differs(r.world, 0.0f);
+  differs[r.rank] = mine == reference ? 0.0f : 1.0f;
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(differs, r.collective));
+  std::string ranks;
+  for (int k = 0; k < r.world; ++k) {
+    if (differs[k] != 0.0f) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
+  }
+  if (ranks.empty()) return OkStatus();
+  return DataLossError("replicas diverged by step " + std::to_string(step) + ": rank(s) " + ranks +
+                       " hold a model other than rank 0's");
+}
+
+// Testing: the faults --fault-kill-at-step and --fault-perturb-at-step.
+Status InjectFaults(Rank& r, uint64_t step, bool after) {
+  if (!after && r.fault_kill_step >= 0 && step == uint64_t(r.fault_kill_step)) {
+    std::fprintf(stderr, "fault injection: rank %d kills itself (SIGKILL) before step %lu\n",
+                 r.rank, static_cast<unsigned long>(step));
+    kill(getpid(), SIGKILL);
+  }
+  if (after && r.fault_perturb_step >= 0 && step == uint64_t(r.fault_perturb_step)) {
+    std::vector<float> params(r.model->num_params());
+    COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
+    params[0] += 1e-3f;
+    return r.model->SetParams(params);
+  }
+  return OkStatus();
+}
+
 StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& optimizer,
-                                 uint64_t& global_step, int64_t fault_step) {
+                                 uint64_t& global_step) {
   const double start = WallSeconds();
   COHORT_ASSIGN_OR_RETURN(EpochState e, PrepareEpoch(r, epoch));
   const config::DataParallelConfig& dp = r.config.data_parallel();
@@ -249,14 +290,15 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
   const size_t global_batch = r.config.train().batch_size() * r.world * dp.accumulation_steps();
   EpochResult result;
   for (size_t begin = 0; begin < n; begin += global_batch, ++global_step, ++result.steps) {
-    if (fault_step >= 0 && global_step == static_cast<uint64_t>(fault_step)) {
-      std::fprintf(stderr, "fault injection: rank %d kills itself (SIGKILL) before step %lu\n",
-                   r.rank, static_cast<unsigned long>(global_step));
-      kill(getpid(), SIGKILL);
-    }
+    COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/false));
     const size_t count = std::min(global_batch, n - begin);
+    const uint32_t check = dp.check_replicas_every();
     if (dp.local_sgd_steps() == 0) {
       COHORT_RETURN_IF_ERROR(SyncStep(r, e, optimizer, begin, count, global_step));
+      COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/true));
+      if (check > 0 && (global_step + 1) % check == 0) {
+        COHORT_RETURN_IF_ERROR(CheckReplicas(r, global_step));
+      }
       continue;
     }
     const auto [lo, hi] = Part(r, begin, count);
@@ -265,8 +307,10 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
       r.model->TrainStep(e.x.data(), e.y.data(), int(hi - lo), optimizer, e.stats.data());
     }
     const bool last = begin + count >= n;
+    COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/true));
     if (last || (result.steps + 1) % dp.local_sgd_steps() == 0) {
       COHORT_RETURN_IF_ERROR(AverageModel(r, optimizer, last));
+      if (check > 0) COHORT_RETURN_IF_ERROR(CheckReplicas(r, global_step));
     }
   }
   double local[2];
@@ -338,6 +382,8 @@ Status Load(Rank& r, const WorkerOptions& o) {
   }
   r.collective.exact = r.config.data_parallel().exact();
   r.collective.timeout_ms = static_cast<TimeMs>(r.config.data_parallel().timeout_s() * 1000);
+  r.fault_kill_step = o.fault_kill_step;
+  r.fault_perturb_step = o.fault_perturb_step;
   return OkStatus();
 }
 
@@ -382,8 +428,7 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   const uint32_t epochs = r.config.data_parallel().epochs();
   uint64_t global_step = 0;
   for (uint32_t epoch = done + 1; epoch <= epochs && !stop; ++epoch) {
-    COHORT_ASSIGN_OR_RETURN(EpochResult e,
-                            TrainEpoch(r, epoch, *optimizer, global_step, o.fault_kill_step));
+    COHORT_ASSIGN_OR_RETURN(EpochResult e, TrainEpoch(r, epoch, *optimizer, global_step));
     COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
     if (r.rank == 0) {
       COHORT_ASSIGN_OR_RETURN(std::vector<float> saved, optimizer->SaveMomentum());

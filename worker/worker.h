@@ -33,8 +33,10 @@ struct WorkerOptions {
   std::string identity, allow, master_key;
   bool encrypt = true;
   bool insecure = false;
-  // Testing: this rank kills itself (SIGKILL) before global step N.
+  // Testing: this rank kills itself (SIGKILL) before global step N, or
+  // changes one weight of its model after global step N.
   int64_t fault_kill_step = -1;
+  int64_t fault_perturb_step = -1;
 };
 
 // Fills rank, world size and master from the environment where the flags

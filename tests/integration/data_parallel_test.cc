@@ -62,7 +62,8 @@ class DataParallelTest : public ::testing::Test {
 
 TEST_F(DataParallelTest, FourWorkersLearnLikeOneWithTheSameGlobalBatch) {
   ASSERT_EQ(Launch(Config("one.textproto", 32, false), "one", 1), 0) << ReadFile(dir_ / "one.log");
-  ASSERT_EQ(Launch(Config("four.textproto", 8, false), "four", 4), 0)
+  // With the replicas compared after every step: identical throughout.
+  ASSERT_EQ(Launch(Config("four.textproto", 8, false, 2, "check_replicas_every: 1"), "four", 4), 0)
       << ReadFile(dir_ / "four.log");
   const auto one = Epochs("one"), four = Epochs("four");
   ASSERT_EQ(one.size(), 2u);  // One record per epoch.
@@ -248,6 +249,29 @@ TEST_F(DataParallelTest, AKilledWorkerIsNamedByItsPeersAndNothingHangs) {
                   log.find("rank 2 closed its connection") != std::string::npos)
           << transport << ": " << log;
     }
+  }
+}
+
+// The debug check: a replica that drifts (one weight changed on rank 1
+// after step 25) stops the run at the next check, every rank naming rank 1.
+TEST_F(DataParallelTest, ADivergedReplicaIsNamedAtTheNextCheck) {
+  const std::string config = Config("check.textproto", 8, false, 2, "check_replicas_every: 10");
+  const std::string master = "ipc://" + (dir_ / "check-meet");
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> argv = {
+        CohortBin(), "worker",          "--config",     config, "--run-dir", dir_ / "check",
+        "--rank",    std::to_string(r), "--world-size", "2",    "--master",  master};
+    if (r == 1) argv.insert(argv.end(), {"--fault-perturb-at-step", "25"});
+    workers.push_back(
+        std::make_unique<Process>(argv, dir_ / ("check-" + std::to_string(r) + ".log")));
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(workers[r]->Wait(), 0) << "rank " << r;
+    const std::string log = ReadFile(dir_ / ("check-" + std::to_string(r) + ".log"));
+    EXPECT_NE(log.find("replicas diverged by step 29: rank(s) 1 hold a model other than rank 0's"),
+              std::string::npos)
+        << log;
   }
 }
 
