@@ -1,6 +1,9 @@
 #include "net/group.h"
 
+#include <sodium.h>
+
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "net/curve.h"
@@ -95,8 +98,14 @@ StatusOr<std::unique_ptr<aggregation::Transport>> JoinAuthenticatedTcp(zmq::cont
   for (int r = 0; r < o.size; ++r) {
     if (r == o.rank) continue;
     COHORT_ASSIGN_OR_RETURN(crypto::X25519Public theirs, KeyOf(o, (*rs.names)[r]));
-    COHORT_ASSIGN_OR_RETURN(pair_keys[r],
+    COHORT_ASSIGN_OR_RETURN(SecretBytes agreed,
                             crypto::AgreeX25519(mine.secret_key, mine.public_key, theirs));
+    // A key for this use only (the same identities agree keys elsewhere).
+    static constexpr uint8_t kLabel[] = "cohort tcp transport pair key v1";
+    auto key = crypto::Hash256({kLabel}, agreed.bytes());
+    pair_keys[r] = SecretBytes(key.size());
+    std::memcpy(pair_keys[r].bytes().data(), key.data(), key.size());
+    sodium_memzero(key.data(), key.size());
   }
   COHORT_RETURN_IF_ERROR(tcp->Connect(endpoints, std::move(pair_keys), deadline));
   return std::unique_ptr<aggregation::Transport>(std::move(tcp));
@@ -167,6 +176,11 @@ StatusOr<std::unique_ptr<aggregation::Transport>> JoinGroup(
   }
   if (o.transport == "mpi") return JoinMpi(o);
   const TimeMs deadline = SteadyNowMs() + c.timeout_ms;
+  if (UsesSharedMemory(o) && o.master.rfind("ipc://", 0) != 0 && !o.insecure) {
+    // The ranks would meet over the network without authenticating.
+    return FailedPreconditionError("shared memory with a rendezvous at " + o.master +
+                                   ": meet at an ipc:// address (one host), or say it is insecure");
+  }
   if (UsesSharedMemory(o)) {
     COHORT_ASSIGN_OR_RETURN(auto shm, ShmTransport::Create(o.rank, o.size));
     COHORT_ASSIGN_OR_RETURN(

@@ -47,8 +47,10 @@ StatusOr<std::unique_ptr<MpiTransport>> MpiTransport::Create() {
     t->state_->finalize = true;
   }
   // Errors come back as codes (named in the Status), not as an abort.
-  MPI_Comm_dup(MPI_COMM_WORLD, &t->state_->comm);
-  MPI_Comm_set_errhandler(t->state_->comm, MPI_ERRORS_RETURN);
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &t->state_->comm) != MPI_SUCCESS ||
+      MPI_Comm_set_errhandler(t->state_->comm, MPI_ERRORS_RETURN) != MPI_SUCCESS) {
+    return UnavailableError("MPI: cannot set up a communicator");
+  }
   MPI_Comm_rank(t->state_->comm, &t->rank_);
   MPI_Comm_size(t->state_->comm, &t->size_);
   return t;
@@ -56,7 +58,12 @@ StatusOr<std::unique_ptr<MpiTransport>> MpiTransport::Create() {
 
 MpiTransport::~MpiTransport() {
   if (state_ == nullptr) return;
-  for (auto& p : state_->sends) MPI_Request_free(&p.request);
+  // A send MPI has not finished may still read its buffer: cancel it and
+  // wait for MPI to let go before the buffer is freed.
+  for (auto& p : state_->sends) {
+    MPI_Cancel(&p.request);
+    MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+  }
   state_->sends.clear();
   if (state_->comm != MPI_COMM_NULL) MPI_Comm_free(&state_->comm);
   if (state_->finalize) MPI_Finalize();
@@ -74,6 +81,10 @@ Status MpiTransport::Progress() {
 }
 
 Status MpiTransport::Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) {
+  if (head.size() + body.size() > aggregation::kMaxCollectiveMessageBytes) {
+    return InvalidArgumentError("MPI: a message of " + std::to_string(head.size() + body.size()) +
+                                " bytes");
+  }
   if (peer < 0 || peer >= size_ || peer == rank_) {
     return InvalidArgumentError("send to rank " + std::to_string(peer) + " from rank " +
                                 std::to_string(rank_) + " of " + std::to_string(size_));

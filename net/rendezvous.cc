@@ -11,19 +11,25 @@ namespace cohort::net {
 namespace {
 
 // A report or the answer: "rank size endpoint..." as text, one field per
-// frame.
-std::vector<std::string> Frames(zmq::socket_t& s, std::string* user_id = nullptr) {
+// frame. The whole message is read, always; one of more than `max_frames`
+// frames comes back empty (never parsed from its middle).
+std::vector<std::string> Frames(zmq::socket_t& s, size_t max_frames,
+                                std::string* user_id = nullptr) {
   std::vector<std::string> out;
   zmq::message_t m;
+  bool too_many = false;
   do {
     if (!s.recv(m, zmq::recv_flags::none)) break;
+    if (out.size() == max_frames) too_many = true;
+    if (too_many) continue;
     out.push_back(m.to_string());
     // The ZAP User-Id (an allowlist name) rides on the peer's frames.
     if (user_id != nullptr && out.size() == 2) {
       const char* user = zmq_msg_gets(m.handle(), "User-Id");
       *user_id = user != nullptr ? user : "";
     }
-  } while (m.more() && out.size() < 100000);
+  } while (m.more());
+  if (too_many) out.clear();
   return out;
 }
 
@@ -49,7 +55,8 @@ StatusOr<std::vector<std::string>> Host(zmq::context_t& context, int size,
                                         TimeMs deadline, const RendezvousSecurity* security) {
   zmq::socket_t router(context, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 1000);
-  router.set(zmq::sockopt::maxmsgsize, int64_t{1} << 16);
+  // A report is three short fields: no frame needs more.
+  router.set(zmq::sockopt::maxmsgsize, int64_t{4096});
   if (security != nullptr) COHORT_RETURN_IF_ERROR(SetUpCurveServer(router, *security->mine));
   try {
     router.bind(master);
@@ -73,7 +80,7 @@ StatusOr<std::vector<std::string>> Host(zmq::context_t& context, int size,
                                    " did not report");
     }
     std::string name;
-    std::vector<std::string> f = Frames(router, &name);
+    std::vector<std::string> f = Frames(router, 4, &name);
     int r = -1, world = -1;
     // identity, "rank", "size", endpoint
     if (f.size() != 4 || !ParseInt(f[1], r) || !ParseInt(f[2], world)) continue;  // Not ours.
@@ -137,8 +144,8 @@ static StatusOr<std::vector<std::string>> Join(zmq::context_t& context, int rank
     return DeadlineExceededError("rendezvous at " + master + ": rank 0 did not answer rank " +
                                  std::to_string(rank) + " in time");
   }
-  std::vector<std::string> endpoints = Frames(dealer);
   const size_t expected = static_cast<size_t>(size) * (security != nullptr ? 2 : 1);
+  std::vector<std::string> endpoints = Frames(dealer, expected);
   if (endpoints.size() != expected) {
     return InvalidArgumentError("rendezvous: rank 0 answered with " +
                                 std::to_string(endpoints.size()) + " fields for " +

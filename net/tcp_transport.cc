@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sodium.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -15,97 +14,17 @@
 #include <cerrno>
 #include <cstring>
 
-#include "crypto/keys.h"
+#include "common/bytes.h"
+#include "net/tcp_handshake.h"
 
 namespace cohort::net {
 namespace {
-
-constexpr char kMagic[8] = {'c', 'o', 'h', 'o', 'r', 't', '-', 't'};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kNonceBytes = 32, kTagBytes = 32;
-// magic, version, world size, from rank, to rank, the connector's nonce.
-constexpr size_t kHelloBytes = sizeof(kMagic) + 4 * 4 + kNonceBytes;
-constexpr uint8_t kAcceptorLabel[] = "cohort tcp transport: acceptor";
-constexpr uint8_t kConnectorLabel[] = "cohort tcp transport: connector";
-
-void PutU32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t GetU32(const uint8_t* p) {
-  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-}
-
-struct Hello {
-  std::array<uint8_t, kHelloBytes> bytes{};
-  uint32_t version() const { return GetU32(&bytes[8]); }
-  uint32_t size() const { return GetU32(&bytes[12]); }
-  uint32_t from() const { return GetU32(&bytes[16]); }
-  uint32_t to() const { return GetU32(&bytes[20]); }
-  bool magic_ok() const { return std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0; }
-};
-
-Hello MakeHello(int size, int from, int to) {
-  Hello h;
-  std::memcpy(h.bytes.data(), kMagic, sizeof(kMagic));
-  PutU32(&h.bytes[8], kVersion);
-  PutU32(&h.bytes[12], static_cast<uint32_t>(size));
-  PutU32(&h.bytes[16], static_cast<uint32_t>(from));
-  PutU32(&h.bytes[20], static_cast<uint32_t>(to));
-  randombytes_buf(&h.bytes[24], kNonceBytes);
-  return h;
-}
-
-// The proof that one end holds the pair's key: keyed BLAKE2b over the
-// hello and the acceptor's nonce, under a label per role (an answer cannot
-// be reflected back as the other role's).
-std::array<uint8_t, kTagBytes> Tag(std::span<const uint8_t> label, const Hello& hello,
-                                   std::span<const uint8_t> nonce, const SecretBytes& key) {
-  return crypto::Hash256({label, hello.bytes, nonce}, key.bytes());
-}
 
 void SetSocketOptions(int fd, size_t window) {
   const int one = 1, bytes = static_cast<int>(window);
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
-}
-
-// Waits until `fd` has `events` or `deadline` passes (false).
-bool PollOne(int fd, short events, TimeMs deadline) {
-  for (;;) {
-    const TimeMs left = deadline - SteadyNowMs();
-    if (left <= 0) return false;
-    pollfd p{fd, events, 0};
-    const int n = poll(&p, 1, static_cast<int>(std::min<TimeMs>(left, 1000)));
-    if (n > 0) return true;
-    if (n < 0 && errno != EINTR) return false;
-  }
-}
-
-// Reads or writes exactly `n` bytes on a non-blocking socket by `deadline`.
-bool ReadExact(int fd, uint8_t* p, size_t n, TimeMs deadline) {
-  while (n > 0) {
-    const ssize_t got = recv(fd, p, n, 0);
-    if (got > 0) {
-      p += got;
-      n -= size_t(got);
-    } else if (got == 0 || (errno != EAGAIN && errno != EINTR) || !PollOne(fd, POLLIN, deadline)) {
-      return false;
-    }
-  }
-  return true;
-}
-bool WriteExact(int fd, const uint8_t* p, size_t n, TimeMs deadline) {
-  while (n > 0) {
-    const ssize_t put = send(fd, p, n, MSG_NOSIGNAL);
-    if (put > 0) {
-      p += put;
-      n -= size_t(put);
-    } else if (put == 0 || (errno != EAGAIN && errno != EINTR) || !PollOne(fd, POLLOUT, deadline)) {
-      return false;
-    }
-  }
-  return true;
 }
 
 // "tcp://HOST:PORT" (HOST may be [IPv6]) -> host, port.
@@ -141,6 +60,9 @@ struct TcpTransport::Peer {
   // What the socket has not taken yet, in order.
   std::deque<std::vector<uint8_t>> queue;
   size_t queue_offset = 0;  // Into queue.front().
+  // Not OK once the stream broke (closed, reset, or a message it could not
+  // be): every later call about this peer returns it.
+  Status error;
 };
 
 // Receive buffers go back here when their Message is destroyed.
@@ -221,28 +143,42 @@ Status TcpTransport::Connect(const std::vector<std::string>& endpoints,
   if (keys_.empty()) keys_.resize(size_);  // Empty keys: unkeyed tags.
   // Lower ranks connect to higher ones: the highest rank only accepts, so
   // the waits cannot form a cycle.
-  for (int r = rank_ + 1; r < size_; ++r)
+  for (int r = rank_ + 1; r < size_; ++r) {
     COHORT_RETURN_IF_ERROR(ConnectTo(r, endpoints[r], deadline));
-  auto missing = [&] {
-    std::string list;
-    for (int r = 0; r < rank_; ++r) {
-      if (peers_[r]->fd < 0) list += (list.empty() ? "" : ", ") + std::to_string(r);
-    }
-    return list;
-  };
-  while (!missing().empty()) {
-    if (!PollOne(listen_fd_, POLLIN, deadline)) {
-      return DeadlineExceededError("tcp transport: rank(s) " + missing() +
+  }
+  HandshakeAcceptor acceptor(
+      listen_fd_,
+      {.rank = rank_, .size = size_, .keys = &keys_, .timeout_ms = options_.handshake_timeout_ms});
+  auto unconnected = [&](int r) { return peers_[r]->fd < 0; };
+  for (std::string missing = Missing(); !missing.empty(); missing = Missing()) {
+    auto a = acceptor.Next(deadline, unconnected);
+    if (!a.ok() && a.status().code() == StatusCode::kDeadlineExceeded) {
+      refused_ = acceptor.refused();
+      return DeadlineExceededError("tcp transport: rank(s) " + missing +
                                    " did not connect to rank " + std::to_string(rank_));
     }
-    COHORT_ASSIGN_OR_RETURN(bool accepted, AcceptOne(deadline));
-    if (!accepted) ++refused_;
+    COHORT_RETURN_IF_ERROR(a.status());
+    SetSocketOptions(a->fd, options_.window_bytes);
+    peers_[a->from]->fd = a->fd;
   }
+  refused_ = acceptor.refused();
   close(listen_fd_);  // Every peer is here: nobody else may connect.
   listen_fd_ = -1;
+  for (SecretBytes& k : keys_) k.Reset();  // Only the handshakes needed them.
+  keys_.clear();
   return OkStatus();
 }
 
+std::string TcpTransport::Missing() const {
+  std::string list;
+  for (int r = 0; r < rank_; ++r) {
+    if (peers_[r]->fd < 0) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return list;
+}
+
+// Connects and runs the handshake, again while the peer does not answer in
+// time (it may be busy connecting to the ranks above it) until `deadline`.
 Status TcpTransport::ConnectTo(int peer, const std::string& endpoint, TimeMs deadline) {
   const std::string who = "rank " + std::to_string(peer) + " at " + endpoint;
   std::string host, port;
@@ -255,86 +191,43 @@ Status TcpTransport::ConnectTo(int peer, const std::string& endpoint, TimeMs dea
   if (getaddrinfo(host.c_str(), port.c_str(), &hints, &ai.list) != 0 || ai.list == nullptr) {
     return UnavailableError("tcp transport: cannot resolve " + who);
   }
-  const int fd = socket(ai.list->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return UnavailableError(std::string("tcp transport: socket: ") + std::strerror(errno));
-  struct Closer {  // Until the handshake succeeds.
-    int fd;
-    ~Closer() {
-      if (fd >= 0) close(fd);
+  for (;;) {
+    const int fd = socket(ai.list->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      return UnavailableError(std::string("tcp transport: socket: ") + std::strerror(errno));
+    SetSocketOptions(fd, options_.window_bytes);
+    const TimeMs attempt = std::min(deadline, SteadyNowMs() + options_.handshake_timeout_ms);
+    bool retry = true;
+    Status st = OkStatus();
+    if (connect(fd, ai.list->ai_addr, ai.list->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      st = UnavailableError(std::string("cannot connect: ") + std::strerror(errno));
+    } else {
+      st = ConnectorHandshake(fd, size_, rank_, peer, keys_[peer], attempt, &retry);
     }
-  } closer{fd};
-  SetSocketOptions(fd, options_.window_bytes);
-  int err = 0;
-  socklen_t len = sizeof(err);
-  if (connect(fd, ai.list->ai_addr, ai.list->ai_addrlen) != 0 &&
-      (errno != EINPROGRESS || !PollOne(fd, POLLOUT, deadline) ||
-       getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0)) {
-    return UnavailableError("tcp transport: cannot connect to " + who + ": " +
-                            std::strerror(err != 0 ? err : errno));
+    if (st.ok()) {
+      peers_[peer]->fd = fd;
+      return OkStatus();
+    }
+    close(fd);
+    if (!retry || SteadyNowMs() >= deadline) {
+      return UnavailableError("tcp transport: " + who + " " + std::string(st.message()));
+    }
+    // Failed before its time (refused, reset): back off a little.
+    if (SteadyNowMs() < attempt) poll(nullptr, 0, 20);
   }
-  const Hello hello = MakeHello(size_, rank_, peer);
-  std::array<uint8_t, kNonceBytes + kTagBytes> reply;
-  const TimeMs handshake = std::min(deadline, SteadyNowMs() + options_.handshake_timeout_ms);
-  if (!WriteExact(fd, hello.bytes.data(), hello.bytes.size(), handshake) ||
-      !ReadExact(fd, reply.data(), reply.size(), handshake)) {
-    return UnavailableError("tcp transport: " + who + " did not answer the handshake");
-  }
-  const std::span<const uint8_t> nonce(reply.data(), kNonceBytes);
-  const auto expected = Tag(kAcceptorLabel, hello, nonce, keys_[peer]);
-  if (crypto_verify_32(expected.data(), reply.data() + kNonceBytes) != 0) {
-    return UnavailableError("tcp transport: " + who +
-                            " did not prove the key of the pair (a stranger, or another key)");
-  }
-  const auto tag = Tag(kConnectorLabel, hello, nonce, keys_[peer]);
-  if (!WriteExact(fd, tag.data(), tag.size(), handshake)) {
-    return UnavailableError("tcp transport: " + who + " closed the handshake");
-  }
-  peers_[peer]->fd = fd;
-  closer.fd = -1;
-  return OkStatus();
 }
 
-StatusOr<bool> TcpTransport::AcceptOne(TimeMs deadline) {
-  const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if (fd < 0) return errno == EAGAIN || errno == EINTR || errno == ECONNABORTED ? true : false;
-  auto refuse = [&](const std::string& why) {
-    spdlog::warn("tcp transport: rank {} refused a connection: {}", rank_, why);
-    close(fd);
-    return false;
-  };
-  const TimeMs handshake = std::min(deadline, SteadyNowMs() + options_.handshake_timeout_ms);
-  Hello hello;
-  if (!ReadExact(fd, hello.bytes.data(), hello.bytes.size(), handshake)) {
-    return refuse("no hello in time");
-  }
-  const uint32_t from = hello.from();
-  if (!hello.magic_ok() || hello.version() != kVersion) return refuse("not a cohort tcp hello");
-  if (hello.size() != uint32_t(size_) || hello.to() != uint32_t(rank_) || from >= uint32_t(rank_)) {
-    return refuse("a hello from rank " + std::to_string(from) + " of " +
-                  std::to_string(hello.size()) + " for rank " + std::to_string(hello.to()));
-  }
-  if (peers_[from]->fd >= 0) {
-    return refuse("rank " + std::to_string(from) + " is already connected");
-  }
-  std::array<uint8_t, kNonceBytes + kTagBytes> reply;
-  randombytes_buf(reply.data(), kNonceBytes);
-  const std::span<const uint8_t> nonce(reply.data(), kNonceBytes);
-  const auto tag = Tag(kAcceptorLabel, hello, nonce, keys_[from]);
-  std::memcpy(reply.data() + kNonceBytes, tag.data(), kTagBytes);
-  std::array<uint8_t, kTagBytes> proof;
-  if (!WriteExact(fd, reply.data(), reply.size(), handshake) ||
-      !ReadExact(fd, proof.data(), proof.size(), handshake)) {
-    return refuse("rank " + std::to_string(from) + "'s handshake stopped");
-  }
-  const auto expected = Tag(kConnectorLabel, hello, nonce, keys_[from]);
-  if (crypto_verify_32(expected.data(), proof.data()) != 0) {
-    return refuse("a connection claiming rank " + std::to_string(from) +
-                  " did not prove the key of the pair");
-  }
-  SetSocketOptions(fd, options_.window_bytes);
-  peers_[from]->fd = fd;
-  return true;
+Status TcpTransport::Break(int peer, Status why) {
+  Peer& p = *peers_[peer];
+  if (p.fd >= 0) close(p.fd);
+  p.fd = -1;
+  if (!p.queue.empty()) --queued_peers_;
+  p.queue.clear();
+  p.queue_offset = 0;
+  p.buffer.reset();
+  p.prefix_got = 0;
+  p.error = why;
+  return why;
 }
 
 Status TcpTransport::PeerError(int peer, const char* what, int err) const {
@@ -347,6 +240,7 @@ Status TcpTransport::PeerError(int peer, const char* what, int err) const {
 }
 
 Status TcpTransport::Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) {
+  if (peer >= 0 && peer < size_ && !peers_[peer]->error.ok()) return peers_[peer]->error;
   if (peer < 0 || peer >= size_ || peer == rank_ || peers_[peer]->fd < 0) {
     return InvalidArgumentError("send to rank " + std::to_string(peer) + " from rank " +
                                 std::to_string(rank_) + " of " + std::to_string(size_));
@@ -358,7 +252,8 @@ Status TcpTransport::Send(int peer, std::span<const uint8_t> head, std::span<con
   }
   Peer& p = *peers_[peer];
   uint8_t prefix[4];
-  PutU32(prefix, static_cast<uint32_t>(total));
+  const uint32_t length = static_cast<uint32_t>(total);
+  std::memcpy(prefix, &length, 4);
   const std::span<const uint8_t> parts[3] = {{prefix, 4}, head, body};
   size_t sent = 0;
   if (p.queue.empty()) {
@@ -368,7 +263,9 @@ Status TcpTransport::Send(int peer, std::span<const uint8_t> head, std::span<con
     msg.msg_iov = iov;
     msg.msg_iovlen = 3;
     const ssize_t n = sendmsg(p.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && errno != EAGAIN && errno != EINTR) return PeerError(peer, "send to", errno);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      return Break(peer, PeerError(peer, "send to", errno));
+    }
     sent = n > 0 ? size_t(n) : 0;
     if (sent == total + 4) return OkStatus();
   }
@@ -394,7 +291,7 @@ Status TcpTransport::WriteQueued(int peer) {
                            MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) return OkStatus();
-      return PeerError(peer, "send to", errno);
+      return Break(peer, PeerError(peer, "send to", errno));
     }
     p.queue_offset += size_t(n);
     if (p.queue_offset == front.size()) {
@@ -414,7 +311,7 @@ Status TcpTransport::Wait(int peer, TimeMs deadline) {
     ranks.push_back(peer);
   }
   for (int r = 0; r < size_; ++r) {
-    if (peers_[r]->queue.empty()) continue;
+    if (peers_[r]->queue.empty() || peers_[r]->fd < 0) continue;
     if (r == peer) {
       fds[0].events |= POLLOUT;
     } else {
@@ -429,13 +326,15 @@ Status TcpTransport::Wait(int peer, TimeMs deadline) {
     return UnavailableError(std::string("poll: ") + std::strerror(errno));
   for (size_t i = 0; i < fds.size(); ++i) {
     if ((fds[i].revents & (POLLOUT | POLLERR | POLLHUP)) != 0 && !peers_[ranks[i]]->queue.empty()) {
-      COHORT_RETURN_IF_ERROR(WriteQueued(ranks[i]));
+      // A failure breaks that peer; it is reported when someone waits on it.
+      (void)WriteQueued(ranks[i]);
     }
   }
   return OkStatus();
 }
 
 StatusOr<aggregation::Message> TcpTransport::Receive(int peer, TimeMs deadline) {
+  if (peer >= 0 && peer < size_ && !peers_[peer]->error.ok()) return peers_[peer]->error;
   if (peer < 0 || peer >= size_ || peer == rank_ || peers_[peer]->fd < 0) {
     return InvalidArgumentError("receive from rank " + std::to_string(peer) + " on rank " +
                                 std::to_string(rank_) + " of " + std::to_string(size_));
@@ -447,15 +346,18 @@ StatusOr<aggregation::Message> TcpTransport::Receive(int peer, TimeMs deadline) 
     const size_t want = p.prefix_got < 4 ? 4 - p.prefix_got : p.want - p.got;
     const ssize_t n = recv(p.fd, into, want, MSG_DONTWAIT);
     if (n == 0) {
-      return UnavailableError("tcp transport: rank " + std::to_string(peer) +
-                              " closed its connection (its process is gone?)");
+      return Break(peer, UnavailableError("tcp transport: rank " + std::to_string(peer) +
+                                          " closed its connection (its process is gone?)"));
     }
     if (n < 0) {
-      if (errno != EAGAIN && errno != EINTR) return PeerError(peer, "receive from", errno);
+      if (errno != EAGAIN && errno != EINTR) {
+        return Break(peer, PeerError(peer, "receive from", errno));
+      }
       if (SteadyNowMs() >= deadline) {
         return DeadlineExceededError("nothing from rank " + std::to_string(peer) + " in time");
       }
       COHORT_RETURN_IF_ERROR(Wait(peer, deadline));
+      if (!p.error.ok()) return p.error;  // A write to it failed meanwhile.
       continue;
     }
     if (p.prefix_got < 4) {
@@ -463,9 +365,10 @@ StatusOr<aggregation::Message> TcpTransport::Receive(int peer, TimeMs deadline) 
       if (p.prefix_got < 4) continue;
       p.want = GetU32(p.prefix);
       if (p.want == 0 || p.want > options_.max_message_bytes) {
-        return DataLossError("tcp transport: rank " + std::to_string(peer) + " sent a message of " +
-                             std::to_string(p.want) + " bytes (at most " +
-                             std::to_string(options_.max_message_bytes) + ")");
+        return Break(peer, DataLossError("tcp transport: rank " + std::to_string(peer) +
+                                         " sent a message of " + std::to_string(p.want) +
+                                         " bytes (at most " +
+                                         std::to_string(options_.max_message_bytes) + ")"));
       }
       std::vector<uint8_t>* b = nullptr;
       if (!pool_->free.empty()) {
@@ -497,6 +400,9 @@ StatusOr<aggregation::Message> TcpTransport::Receive(int peer, TimeMs deadline) 
 }
 
 Status TcpTransport::Flush(TimeMs deadline) {
+  for (const auto& p : peers_) {
+    if (!p->error.ok()) return p->error;
+  }
   while (queued_peers_ > 0) {
     if (SteadyNowMs() >= deadline) {
       for (int r = 0; r < size_; ++r) {
@@ -507,6 +413,9 @@ Status TcpTransport::Flush(TimeMs deadline) {
       }
     }
     COHORT_RETURN_IF_ERROR(Wait(-1, deadline));
+    for (const auto& p : peers_) {
+      if (!p->error.ok()) return p->error;
+    }
   }
   return OkStatus();
 }

@@ -64,7 +64,8 @@ class TcpTransport final : public aggregation::Transport {
   StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override;
   Status Flush(TimeMs deadline) override;
   size_t window_bytes() const override { return options_.window_bytes; }
-  // Connections closed during Connect because their handshake failed.
+  // Connections closed during Connect because their handshake failed (the
+  // handshake: net/tcp_handshake.h).
   uint64_t refused() const { return refused_; }
 
   struct Peer;  // One connection (tcp_transport.cc).
@@ -73,8 +74,9 @@ class TcpTransport final : public aggregation::Transport {
  private:
   TcpTransport(int rank, int size, const TcpTransportOptions& options);
   Status ConnectTo(int peer, const std::string& endpoint, TimeMs deadline);
-  // Accepts one connection and runs its handshake; false when it was refused.
-  StatusOr<bool> AcceptOne(TimeMs deadline);
+  std::string Missing() const;  // The lower ranks not connected yet.
+  // Closes the peer's connection for good: its error is `why` from now on.
+  Status Break(int peer, Status why);
   // Writes what is queued for `peer` while its socket takes it.
   Status WriteQueued(int peer);
   // Waits (poll) until `peer` is readable or a queued write can move.

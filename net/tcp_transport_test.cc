@@ -20,6 +20,10 @@
 namespace cohort::net {
 namespace {
 
+int PortOf(const std::string& endpoint) {
+  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+}
+
 SecretBytes Key(uint8_t fill) {
   SecretBytes k(32);
   std::memset(k.bytes().data(), fill, 32);
@@ -173,10 +177,6 @@ int HandConnect(int port, const SecretBytes& key, bool forge) {
   return fd;
 }
 
-int PortOf(const std::string& endpoint) {
-  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
-}
-
 // A stranger that ignores rank 1's answer and sends any proof at all: it is
 // refused, its socket closed, and the real rank 0 connects after it.
 TEST(TcpTransportTest, AForgedProofIsRefused) {
@@ -191,6 +191,29 @@ TEST(TcpTransportTest, AForgedProofIsRefused) {
   EXPECT_TRUE(p.t[1]->Connect(p.endpoints, p.Keys(1), SteadyNowMs() + 5000).ok());
   stranger.join();
   EXPECT_EQ(p.t[1]->refused(), 1u);
+}
+
+// Strangers that connect and say nothing hold no one up: the real rank's
+// handshake runs beside theirs and finishes at once, not after their
+// 5 s handshake timeouts.
+TEST(TcpTransportTest, SilentConnectionsDelayNoOne) {
+  Pair p(5, 5);
+  std::vector<int> silent;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(PortOf(p.endpoints[1]));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    silent.push_back(fd);
+  }
+  const TimeMs start = SteadyNowMs();
+  auto st = p.Connect();
+  EXPECT_TRUE(st[0].ok()) << st[0];
+  EXPECT_TRUE(st[1].ok()) << st[1];
+  EXPECT_LT(SteadyNowMs() - start, 4000);
+  for (int fd : silent) close(fd);
 }
 
 // After an honest handshake (no keys), a length prefix beyond any
@@ -212,6 +235,12 @@ TEST(TcpTransportTest, AnOversizedMessageIsDataLossNamingThePeer) {
   EXPECT_NE(m.status().message().find("rank 0 sent a message of 1073741824 bytes"),
             std::string::npos)
       << m.status();
+  // The stream is broken for good: the same error again, never a read from
+  // the middle of it.
+  auto again = t->Receive(0, SteadyNowMs() + 100);
+  EXPECT_EQ(again.status().code(), StatusCode::kDataLoss) << again.status();
+  const uint8_t x[] = {1};
+  EXPECT_EQ(t->Send(0, x, {}).code(), StatusCode::kDataLoss);
   t.reset();
   peer.join();
 }
