@@ -18,6 +18,10 @@
 #         ZeroMQ tcp://) beside
 #         allreduce_gloo.py and allreduce_mpi.c (Open MPI, shared memory),
 #         same method, same invocation; memcpy as the ceiling.
+# simulate: cohort simulate on Fashion-MNIST split IID over 10, 100 and
+#         1,000 clients, MLP, all clients every round, 3 rounds (PLAIN, 2
+#         executors; 100 clients also with 1 executor and with SECAGG_PLUS)
+#         beside fedavg_torch.py --clients 100 (one thread), same invocation.
 # dp    : data-parallel Fashion-MNIST, MLP 784-200-200-10, 1 epoch, global
 #         batch 64 split over 1, 2 and 4 local workers (cohort launch) beside
 #         PyTorch DDP over Gloo (bench/ddp_torch.py), same invocation.
@@ -135,6 +139,46 @@ if has allreduce; then
       fi
     fi
   done
+fi
+
+if has simulate; then
+  : > "$OUT/simulate.jsonl"
+  DATA=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
+  # One simulated run: $1 clients (the 60,000 samples split IID), $2
+  # aggregation, $3 executors; 3 rounds, every client every round.
+  sim_run() {
+    local clients=$1 agg=$2 executors=$3 shards="$OUT/sim-shards-$1"
+    if [[ ! -f $shards/test.shard ]]; then
+      build/cli/cohort partition --format idx \
+        --train-images "$DATA/train-images-idx3-ubyte.gz" --train-labels "$DATA/train-labels-idx1-ubyte.gz" \
+        --test-images "$DATA/t10k-images-idx3-ubyte.gz" --test-labels "$DATA/t10k-labels-idx1-ubyte.gz" \
+        --clients "$clients" --scheme iid --seed 0 --out "$shards" > /dev/null
+    fi
+    local run="$OUT/sim-run-$clients-$agg-$executors"
+    sed -e "s#runs/demo/shards/test.shard#$shards/test.shard#" \
+        -e "s#start_clients: 10 #start_clients: $clients #" \
+        -e "s#min_clients: 8 #min_clients: $((clients * 8 / 10)) #" \
+        -e "s#aggregation: SECAGG_PLUS#aggregation: $agg#" examples/federated.textproto > "$run.textproto"
+    rm -rf "$run"
+    /usr/bin/time -f "%M" -o "$run.rss" build/cli/cohort simulate --config "$run.textproto" \
+      --run-dir "$run" --shards "$shards" --executors "$executors" --rounds 3 > /dev/null 2>&1
+    build/cli/cohort status --run-dir "$run" --json | $PY -c '
+import json, sys
+rounds = [json.loads(l) for l in sys.stdin if l.strip()]
+secs = sorted(r["seconds"] for r in rounds[1:])
+print(json.dumps({"bench": "simulate", "impl": "cohort", "clients": int(sys.argv[1]),
+                  "aggregation": sys.argv[2], "executors": int(sys.argv[3]),
+                  "round_s": secs[len(secs) // 2], "test_acc": rounds[-1]["test_accuracy"],
+                  "peak_rss_mb": int(open(sys.argv[4]).read().split()[-1]) // 1024}))' \
+      "$clients" "$agg" "$executors" "$run.rss" >> "$OUT/simulate.jsonl"
+  }
+  for clients in 10 100 1000; do sim_run "$clients" PLAIN 2; done
+  sim_run 100 PLAIN 1
+  for clients in 10 100; do sim_run "$clients" SECAGG_PLUS 2; done
+  if ((have_peers)); then
+    (cd "$PEERS" && $PY fedavg_torch.py --partition iid --clients 100 --rounds 3 --threads 1) |
+      grep '"fedavg_summary"' >> "$OUT/simulate.jsonl" || true
+  fi
 fi
 
 if has dp; then
@@ -353,6 +397,17 @@ if "dp" in what:
             for r in rows:
                 if r["impl"] == impl and r["world"] == world:
                     print(f"| {world} | {label} | {r['samples_per_s']:,.0f} | {r['test_acc']:.4f} |")
+if "simulate" in what:
+    rows = load("simulate.jsonl")
+    print("\n### cohort simulate, Fashion-MNIST IID, MLP, 1 local epoch, all clients every round\n")
+    print("| clients | aggregation | executors | s / round (median, rounds 2-3) | test acc after 3 | peak RSS MB |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        if r.get("bench") == "simulate":
+            print(f"| {r['clients']} | {r['aggregation']} | {r['executors']} | {r['round_s']:.2f} | {r['test_acc']:.4f} | {r['peak_rss_mb']} |")
+    for r in rows:
+        if r.get("bench") == "fedavg_summary":
+            print(f"\nfedavg_torch.py, 100 clients, 1 thread: {r['round_s_median']:.2f} s / round, test acc {r['final_test_acc']:.4f}")
 if "allreduce" in what:
     rows = load("allreduce.jsonl")
     print("\n### All-reduce, float32, processes on this host (median; busbw GB/s, latency)\n")

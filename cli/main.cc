@@ -15,6 +15,7 @@
 #include "coordinator/daemon.h"
 #include "crypto/key_files.h"
 #include "proto/config_io.h"
+#include "sim/simulator.h"
 #include "worker/worker.h"
 
 namespace {
@@ -238,6 +239,23 @@ int main(int argc, char** argv) {
   launch->add_option("--fault-rank", lopts.fault_rank, "Testing: this rank fails once");
   launch->add_option("--fault-step", lopts.fault_step, "Testing: at this global step");
 
+  // simulate
+  auto* simulate = app.add_subcommand(
+      "simulate", "A federated run with every client in this process (the daemons' protocol)");
+  cohort::sim::SimOptions simopts;
+  std::string sim_config;
+  uint32_t sim_rounds = 0;
+  simulate->add_option("--config", sim_config, "A FEDERATED run configuration")->required();
+  simulate->add_option("--run-dir", simopts.run_dir, "Run directory")->required();
+  simulate
+      ->add_option("--shards", simopts.shards,
+                   "Directory of the clients' client-*.shard files (cohort partition)")
+      ->required();
+  simulate->add_option("--executors", simopts.executors, "Clients trained at once (CPU threads)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  simulate->add_option("--rounds", sim_rounds, "Override rounds.num_rounds");
+
   // status
   auto* status = app.add_subcommand("status", "Print the rounds of a run");
   std::string status_dir;
@@ -284,6 +302,18 @@ int main(int argc, char** argv) {
     std::signal(SIGTERM, SIG_DFL);
     std::signal(SIGINT, SIG_DFL);
     return Report(cohort::client::RunSiteWorker(sopts), "site-worker");
+  }
+  if (simulate->parsed()) {
+    cohort::InitLogging("simulate", "", log_level);
+    auto config = cohort::config::LoadRunConfig(sim_config);
+    if (!config.ok()) return Report(config.status(), "config");
+    if (sim_rounds != 0) {
+      config->mutable_rounds()->set_num_rounds(sim_rounds);
+      cohort::Status valid = cohort::config::ValidateRunConfig(*config);
+      if (!valid.ok()) return Report(valid.WithContext("--rounds"), "config");
+    }
+    simopts.config = *config;
+    return Report(cohort::sim::RunSimulation(simopts, g_stop), "simulate");
   }
   if (launch->parsed()) {
     cohort::InitLogging("launch", "", log_level);

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 
+#include "coordinator/open_run.h"
 #include "coordinator/round_engine.h"
 #include "coordinator/run_store.h"
 #include "crypto/key_files.h"
@@ -42,16 +43,6 @@ Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
   return OkStatus();
 }
 
-void PrintRound(const RoundRecord& r, uint32_t total) {
-  std::printf("round %3u/%u  clients %u/%u  dropped %u  train_loss %.4f", r.round, total,
-              r.participants, r.selected, r.dropped, r.train_loss);
-  if (r.test_accuracy >= 0) {
-    std::printf("  test_acc %.4f  test_loss %.4f", r.test_accuracy, r.test_loss);
-  }
-  std::printf("  %.2fs\n", r.seconds);
-  std::fflush(stdout);
-}
-
 // RoundEngine::limits() lets a secure-aggregation header grow by this much
 // per cohort member; the frame limit is set once, for the largest cohort.
 constexpr size_t kSecAggHeaderBytesPerMember = 256;
@@ -74,10 +65,6 @@ size_t MaxClientHeaderBytes(const config::RunConfig& config) {
 }  // namespace
 
 Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop) {
-  if (options.config.mode() == config::DATA_PARALLEL) {
-    return InvalidArgumentError(
-        "mode: DATA_PARALLEL runs under `cohort launch` or `cohort worker`, not the coordinator");
-  }
   const config::RunConfig& config = options.config;
   // Without a handshake timeout a connection could stay unauthenticated, and
   // hold its frame, for as long as its peer likes.
@@ -89,37 +76,8 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   if (options.max_unauthenticated == 0) {
     return InvalidArgumentError("at most 0 connections waiting to authenticate: must be >= 1");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(options.run_dir, ec);
-  if (ec)
-    return UnavailableError(options.run_dir + ": cannot create run directory: " + ec.message());
-
-  COHORT_ASSIGN_OR_RETURN(auto backend, train::NewCpuBackend(1));
-  COHORT_ASSIGN_OR_RETURN(auto model, train::BuildModel(config.model(), backend.get()));
-  std::vector<float> init(model->num_params());
-  model->Init(init, config.seed());
-
-  Evaluator evaluator;
-  std::shared_ptr<train::DeviceDataset> test;
-  if (config.data().has_test_shard() && !config.data().test_shard().empty()) {
-    COHORT_ASSIGN_OR_RETURN(datasets::Dataset data,
-                            datasets::ReadShard(config.data().test_shard()));
-    COHORT_RETURN_IF_ERROR(
-        train::CheckCompatible(*model, data).WithContext(config.data().test_shard()));
-    COHORT_ASSIGN_OR_RETURN(test, train::DeviceDataset::Upload(backend.get(), data));
-    // Batches within the training step's memory cap, whatever the model.
-    const uint32_t eval_batch = config::EvalBatchSize(config.model());
-    evaluator = [&model, test, eval_batch](std::span<const float> params) -> StatusOr<EvalMetrics> {
-      COHORT_ASSIGN_OR_RETURN(train::EvalResult r,
-                              train::Evaluate(*model, params, *test, eval_batch));
-      return EvalMetrics{r.loss, r.accuracy};
-    };
-  }
-
-  COHORT_ASSIGN_OR_RETURN(auto store, OpenSqliteRunStore(options.run_dir + "/run.db"));
-  COHORT_ASSIGN_OR_RETURN(auto engine,
-                          RoundEngine::Create(config, std::move(init), store.get(), evaluator,
-                                              COHORT_VERSION, SteadyNowMs()));
+  COHORT_ASSIGN_OR_RETURN(OpenRun run, OpenFederatedRun(config, options.run_dir, SteadyNowMs()));
+  RoundEngine* engine = run.engine.get();
   if (!options.dump_sums.empty()) {
     engine->set_sum_observer([dir = options.dump_sums](uint32_t round,
                                                        std::span<const uint32_t> sum,

@@ -1,0 +1,64 @@
+#include "coordinator/open_run.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "datasets/shard.h"
+#include "proto/config_io.h"
+#include "train/model_config.h"
+
+#ifndef COHORT_VERSION
+#define COHORT_VERSION "unknown"
+#endif
+
+namespace cohort::coordinator {
+
+StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::string& run_dir,
+                                   TimeMs now) {
+  if (config.mode() == config::DATA_PARALLEL) {
+    return InvalidArgumentError(
+        "mode: DATA_PARALLEL runs under `cohort launch` or `cohort worker`");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  if (ec) return UnavailableError(run_dir + ": cannot create run directory: " + ec.message());
+
+  OpenRun run;
+  COHORT_ASSIGN_OR_RETURN(run.backend, train::NewCpuBackend(1));
+  COHORT_ASSIGN_OR_RETURN(run.model, train::BuildModel(config.model(), run.backend.get()));
+  std::vector<float> init(run.model->num_params());
+  run.model->Init(init, config.seed());
+
+  Evaluator evaluator;
+  if (config.data().has_test_shard() && !config.data().test_shard().empty()) {
+    COHORT_ASSIGN_OR_RETURN(datasets::Dataset data,
+                            datasets::ReadShard(config.data().test_shard()));
+    COHORT_RETURN_IF_ERROR(
+        train::CheckCompatible(*run.model, data).WithContext(config.data().test_shard()));
+    COHORT_ASSIGN_OR_RETURN(run.test, train::DeviceDataset::Upload(run.backend.get(), data));
+    // Batches within the training step's memory cap, whatever the model.
+    const uint32_t eval_batch = config::EvalBatchSize(config.model());
+    evaluator = [model = run.model.get(), test = run.test,
+                 eval_batch](std::span<const float> params) -> StatusOr<EvalMetrics> {
+      COHORT_ASSIGN_OR_RETURN(train::EvalResult r,
+                              train::Evaluate(*model, params, *test, eval_batch));
+      return EvalMetrics{r.loss, r.accuracy};
+    };
+  }
+  COHORT_ASSIGN_OR_RETURN(run.store, OpenSqliteRunStore(run_dir + "/run.db"));
+  COHORT_ASSIGN_OR_RETURN(run.engine, RoundEngine::Create(config, std::move(init), run.store.get(),
+                                                          evaluator, COHORT_VERSION, now));
+  return run;
+}
+
+void PrintRound(const RoundRecord& r, uint32_t total) {
+  std::printf("round %3u/%u  clients %u/%u  dropped %u  train_loss %.4f", r.round, total,
+              r.participants, r.selected, r.dropped, r.train_loss);
+  if (r.test_accuracy >= 0) {
+    std::printf("  test_acc %.4f  test_loss %.4f", r.test_accuracy, r.test_loss);
+  }
+  std::printf("  %.2fs\n", r.seconds);
+  std::fflush(stdout);
+}
+
+}  // namespace cohort::coordinator

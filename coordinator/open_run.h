@@ -1,0 +1,38 @@
+// Opening a federated run, as the coordinator daemon and the simulator both
+// do: the initial model from the seed, the evaluator on the config's test
+// shard, the SQLite store in the run directory, and the round engine on top
+// (created, or resumed after the last committed round).
+#ifndef COHORT_COORDINATOR_OPEN_RUN_H_
+#define COHORT_COORDINATOR_OPEN_RUN_H_
+
+#include <memory>
+#include <string>
+
+#include "coordinator/round_engine.h"
+#include "coordinator/run_store.h"
+#include "train/backend.h"
+#include "train/trainer.h"
+
+namespace cohort::coordinator {
+
+struct OpenRun {
+  // The evaluator's backend, model and test set: the engine holds an
+  // evaluator that uses them, so they live as long as it.
+  std::unique_ptr<train::Backend> backend;
+  std::unique_ptr<train::Model> model;
+  std::shared_ptr<train::DeviceDataset> test;
+  std::unique_ptr<RunStore> store;
+  std::unique_ptr<RoundEngine> engine;
+};
+
+// kInvalidArgument for a data-parallel config; the store's and the test
+// shard's errors name the file.
+StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::string& run_dir,
+                                   TimeMs now);
+
+// The line each committed round prints on stdout.
+void PrintRound(const RoundRecord& r, uint32_t total);
+
+}  // namespace cohort::coordinator
+
+#endif  // COHORT_COORDINATOR_OPEN_RUN_H_

@@ -1,0 +1,323 @@
+#include "sim/simulator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "client/session.h"
+#include "coordinator/open_run.h"
+#include "crypto/keys.h"
+#include "datasets/shard.h"
+#include "proto/config_io.h"
+#include "train/device.h"
+#include "train/model_config.h"
+#include "train/trainer.h"
+
+namespace cohort::sim {
+namespace {
+
+struct VirtualClient {
+  std::string name;
+  datasets::Dataset data;
+  crypto::Ed25519KeyPair identity;
+  std::unique_ptr<client::Session> session;
+  std::shared_ptr<std::atomic<bool>> cancel;  // Of its training job, while one runs.
+};
+
+// Every client-*.shard of `dir`, by name, with a fresh identity each.
+StatusOr<std::vector<VirtualClient>> LoadClients(const std::string& dir) {
+  std::vector<std::filesystem::path> paths;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const auto& path = entry.path();
+    if (path.extension() == ".shard" && path.stem().string().rfind("client-", 0) == 0) {
+      paths.push_back(path);
+    }
+  }
+  if (ec) return InvalidArgumentError(dir + ": " + ec.message());
+  if (paths.empty()) {
+    return InvalidArgumentError(dir + ": no client-*.shard files (`cohort partition` writes them)");
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<VirtualClient> clients(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    clients[i].name = paths[i].stem().string();
+    COHORT_ASSIGN_OR_RETURN(clients[i].data, datasets::ReadShard(paths[i].string()));
+    COHORT_ASSIGN_OR_RETURN(clients[i].identity, crypto::GenerateEd25519());
+  }
+  return clients;
+}
+
+struct Job {
+  int client = 0;
+  client::TrainTask task;
+  std::shared_ptr<std::atomic<bool>> cancel;
+};
+struct Finished {
+  int client = 0;
+  uint64_t task_id = 0;
+  StatusOr<train::TrainResult> result = CancelledError("not run");
+  std::vector<float> local;
+};
+
+// Trains jobs on its threads, one backend and one model each: each job
+// uploads its client's data, trains from the task's global model, and
+// hands back the result. Submit and Take are called by one thread.
+class ExecutorPool {
+ public:
+  static StatusOr<std::unique_ptr<ExecutorPool>> Create(int n, const config::ModelConfig& model,
+                                                        const std::vector<VirtualClient>* clients) {
+    std::unique_ptr<ExecutorPool> pool(new ExecutorPool(clients));
+    for (int k = 0; k < n; ++k) {
+      // What a client daemon uses by default: the CPU, one BLAS thread.
+      COHORT_ASSIGN_OR_RETURN(auto backend, train::NewBackend({.device = "cpu", .threads = 1}));
+      COHORT_ASSIGN_OR_RETURN(auto m, train::BuildModel(model, backend.get()));
+      pool->backends_.push_back(std::move(backend));
+      pool->models_.push_back(std::move(m));
+    }
+    for (int k = 0; k < n; ++k) {
+      pool->threads_.emplace_back([p = pool.get(), k] { p->Loop(k); });
+    }
+    return pool;
+  }
+  ~ExecutorPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void Submit(Job job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs_.push_back(std::move(job));
+    }
+    ++in_flight_;
+    work_.notify_one();
+  }
+  // Waits for the next job to finish.
+  Finished Take() {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return !done_.empty(); });
+    Finished f = std::move(done_.front());
+    done_.pop_front();
+    --in_flight_;
+    return f;
+  }
+  size_t in_flight() const { return in_flight_; }
+  size_t size() const { return threads_.size(); }
+
+ private:
+  explicit ExecutorPool(const std::vector<VirtualClient>* clients) : clients_(clients) {}
+
+  void Loop(int k) {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        work_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (stop_) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      Finished f{job.client, job.task.task_id, CancelledError("not run"), job.task.global};
+      auto data = train::DeviceDataset::Upload(backends_[k].get(), (*clients_)[job.client].data);
+      if (!data.ok()) {
+        f.result = data.status();
+      } else {
+        f.result =
+            train::TrainLocal(*models_[k], f.local, **data, job.task.options, job.cancel.get());
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_.push_back(std::move(f));
+      }
+      done_cv_.notify_one();
+    }
+  }
+
+  const std::vector<VirtualClient>* clients_;
+  std::vector<std::unique_ptr<train::Backend>> backends_;
+  std::vector<std::unique_ptr<train::Model>> models_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable work_, done_cv_;
+  std::deque<Job> jobs_;
+  std::deque<Finished> done_;
+  bool stop_ = false;
+  size_t in_flight_ = 0;  // Submitted and not yet taken (the caller's thread only).
+};
+
+// A session's message as the engine would decode it from the wire.
+net::Envelope FromClient(client::Outbound&& out) {
+  net::Envelope e;
+  e.header = std::move(out.header);
+  if (!out.payload.empty()) e.payloads.push_back(std::move(out.payload));
+  if (!out.words.empty()) {
+    std::vector<float> bits(out.words.size());
+    std::memcpy(bits.data(), out.words.data(), bits.size() * sizeof(float));
+    e.payloads.push_back(std::move(bits));
+  }
+  return e;
+}
+
+// Runs `f` with info lines off: each session logs a few per client and
+// round, which would drown the coordinator's lines; its warnings and errors
+// still show. (Until the sessions take a logger of their own.)
+template <typename F>
+client::Actions Quietly(F&& f) {
+  const auto level = spdlog::get_level();
+  if (level < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
+  client::Actions a = f();
+  spdlog::set_level(level);
+  return a;
+}
+
+// The engine, the sessions and the executors wired together.
+class Simulation {
+ public:
+  Simulation(const config::RunConfig& config, coordinator::RoundEngine* engine,
+             std::vector<VirtualClient>& clients, ExecutorPool& pool)
+      : config_(config),
+        engine_(engine),
+        clients_(clients),
+        pool_(pool),
+        max_in_flight_(2 * pool.size()) {
+    for (size_t i = 0; i < clients_.size(); ++i) index_[clients_[i].name] = int(i);
+  }
+
+  Status Run(const std::atomic<bool>& stop) {
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      Apply(int(i), Quietly([&] { return clients_[i].session->Start(now_); }));
+    }
+    while (!engine_->done()) {
+      if (stop.load()) {
+        return CancelledError("stopped after round " +
+                              std::to_string(engine_->last_committed_round()));
+      }
+      if (!engine_->store_error().ok()) return engine_->store_error();
+      if (!to_engine_.empty()) {
+        auto [i, envelope] = std::move(to_engine_.front());
+        to_engine_.pop_front();
+        Deliver(engine_->OnMessage(clients_[i].name, envelope, now_));
+      } else if (!held_.empty() && pool_.in_flight() < max_in_flight_) {
+        std::vector<coordinator::Outgoing> one;
+        one.push_back(std::move(held_.front()));
+        held_.pop_front();
+        Deliver(std::move(one));
+      } else if (pool_.in_flight() > 0) {
+        Finished f = pool_.Take();
+        Apply(f.client, Quietly([&] {
+                return clients_[f.client].session->OnTrainingDone(f.task_id, f.result, f.local,
+                                                                  now_);
+              }));
+      } else {
+        COHORT_RETURN_IF_ERROR(Advance());
+      }
+    }
+    return engine_->store_error();
+  }
+
+ private:
+  // Nothing to do at this instant: virtual time jumps to the next wakeup.
+  Status Advance() {
+    TimeMs next = engine_->NextWakeup().value_or(std::numeric_limits<TimeMs>::max());
+    for (const auto& c : clients_) next = std::min(next, c.session->NextWakeup());
+    if (next == std::numeric_limits<TimeMs>::max()) {
+      return InternalError("simulation stalled: nothing to do and nothing to wait for");
+    }
+    now_ = std::max(now_, next);
+    Deliver(engine_->OnTick(now_));
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      Apply(int(i), Quietly([&] { return clients_[i].session->OnTick(now_); }));
+    }
+    return OkStatus();
+  }
+
+  void Deliver(std::vector<coordinator::Outgoing> out) {
+    for (auto& o : out) {
+      auto it = index_.find(o.peer);
+      if (it == index_.end()) continue;
+      if (o.header.has_task() && pool_.in_flight() >= max_in_flight_) {
+        // Each task becomes a model copy in its client's job: hand tasks
+        // out only as executors come free (memory: a few models, not one
+        // per client of the round). They share the round's model until then.
+        held_.push_back(std::move(o));
+        continue;
+      }
+      net::Envelope e;
+      e.header = std::move(o.header);
+      if (o.payload) e.payloads.push_back(*o.payload);
+      Apply(it->second, Quietly([&] { return clients_[it->second].session->OnMessage(e, now_); }));
+    }
+    for (const coordinator::RoundRecord& r : engine_->TakeCommitted()) {
+      coordinator::PrintRound(r, config_.rounds().num_rounds());
+    }
+  }
+
+  void Apply(int i, client::Actions a) {
+    VirtualClient& c = clients_[i];
+    for (auto& out : a.send) to_engine_.push_back({i, FromClient(std::move(out))});
+    for (const auto& line : a.printed) std::printf("%s: %s\n", c.name.c_str(), line.c_str());
+    if ((a.cancel_training || a.train) && c.cancel) *c.cancel = true;
+    if (a.train) {
+      c.cancel = std::make_shared<std::atomic<bool>>(false);
+      pool_.Submit({i, std::move(*a.train), c.cancel});
+    }
+    if (a.exit && !a.exit->ok()) spdlog::warn("{}: {}", c.name, a.exit->ToString());
+  }
+
+  const config::RunConfig& config_;
+  coordinator::RoundEngine* engine_;
+  std::vector<VirtualClient>& clients_;
+  ExecutorPool& pool_;
+  std::map<std::string, int> index_;  // By name: the engine's peer for each client.
+  std::deque<std::pair<int, net::Envelope>> to_engine_;
+  std::deque<coordinator::Outgoing> held_;  // Tasks waiting for an executor.
+  size_t max_in_flight_;
+  TimeMs now_ = 0;
+};
+
+}  // namespace
+
+Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
+  if (o.executors < 1 || o.executors > 1024) {
+    return InvalidArgumentError("simulate: --executors must be in [1, 1024]");
+  }
+  COHORT_ASSIGN_OR_RETURN(std::vector<VirtualClient> clients, LoadClients(o.shards));
+  COHORT_ASSIGN_OR_RETURN(coordinator::OpenRun run,
+                          coordinator::OpenFederatedRun(o.config, o.run_dir, 0));
+  if (run.engine->done()) {
+    spdlog::info("run already complete ({} rounds committed)", run.engine->last_committed_round());
+    return OkStatus();
+  }
+  for (auto& c : clients) {
+    COHORT_RETURN_IF_ERROR(train::CheckCompatible(*run.model, c.data).WithContext(c.name));
+    const uint64_t samples = c.data.size();
+    c.session = std::make_unique<client::Session>(
+        c.name, samples,
+        [params = run.model->num_params()](const config::ModelConfig&) -> StatusOr<size_t> {
+          return params;  // The run's own model: built and checked above.
+        },
+        &c.identity);
+  }
+  COHORT_ASSIGN_OR_RETURN(auto pool, ExecutorPool::Create(o.executors, o.config.model(), &clients));
+  spdlog::info("simulating {} clients ({} executors, CPU), run {}, {} parameters", clients.size(),
+               o.executors, o.config.name(), run.engine->num_params());
+  Simulation simulation(o.config, run.engine.get(), clients, *pool);
+  return simulation.Run(stop);
+}
+
+}  // namespace cohort::sim
