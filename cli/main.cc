@@ -255,6 +255,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   simulate->add_option("--rounds", sim_rounds, "Override rounds.num_rounds");
+  simulate
+      ->add_option("--dropout", simopts.dropout,
+                   "Probability that a selected client drops out of a round, at a stage drawn "
+                   "from the seed")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
 
   // status
   auto* status = app.add_subcommand("status", "Print the rounds of a run");

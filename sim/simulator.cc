@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/session.h"
+#include "common/rng.h"
 #include "coordinator/open_run.h"
 #include "crypto/keys.h"
 #include "datasets/shard.h"
@@ -29,6 +30,10 @@ namespace {
 
 struct VirtualClient {
   std::string name;
+  // Simulated dropout: the round it is planned for and the first stage it
+  // never sends (-1: none).
+  uint32_t drop_round = 0;
+  int drop_stage = -1;
   datasets::Dataset data;
   crypto::Ed25519KeyPair identity;
   std::unique_ptr<client::Session> session;
@@ -160,6 +165,29 @@ class ExecutorPool {
   size_t in_flight_ = 0;  // Submitted and not yet taken (the caller's thread only).
 };
 
+// The stages a client can drop out at, in order, by the body of the message
+// that opens each (FaultPlan's names); -1 for other messages.
+constexpr const char* kStages[] = {"advertise_keys", "share_keys",  "check_shares",
+                                   "masked_input",   "consistency", "unmasking"};
+int StageOf(const wire::Header& h) {
+  switch (h.body_case()) {
+    case wire::Header::kSecaggKeys:
+      return 0;
+    case wire::Header::kSecaggShares:
+      return 1;
+    case wire::Header::kSecaggShareCheck:
+      return 2;
+    case wire::Header::kUpdate:
+      return 3;
+    case wire::Header::kSecaggSignature:
+      return 4;
+    case wire::Header::kSecaggUnmask:
+      return 5;
+    default:
+      return -1;
+  }
+}
+
 // A session's message as the engine would decode it from the wire.
 net::Envelope FromClient(client::Outbound&& out) {
   net::Envelope e;
@@ -188,9 +216,10 @@ client::Actions Quietly(F&& f) {
 // The engine, the sessions and the executors wired together.
 class Simulation {
  public:
-  Simulation(const config::RunConfig& config, coordinator::RoundEngine* engine,
+  Simulation(const config::RunConfig& config, double dropout, coordinator::RoundEngine* engine,
              std::vector<VirtualClient>& clients, ExecutorPool& pool)
       : config_(config),
+        dropout_(dropout),
         engine_(engine),
         clients_(clients),
         pool_(pool),
@@ -250,6 +279,7 @@ class Simulation {
     for (auto& o : out) {
       auto it = index_.find(o.peer);
       if (it == index_.end()) continue;
+      if (o.header.has_task() || o.header.has_secagg_start()) PlanDropout(it->second, o.header);
       if (o.header.has_task() && pool_.in_flight() >= max_in_flight_) {
         // Each task becomes a model copy in its client's job: hand tasks
         // out only as executors come free (memory: a few models, not one
@@ -269,7 +299,12 @@ class Simulation {
 
   void Apply(int i, client::Actions a) {
     VirtualClient& c = clients_[i];
-    for (auto& out : a.send) to_engine_.push_back({i, FromClient(std::move(out))});
+    for (auto& out : a.send) {
+      // A client that dropped out sends nothing from its stage on.
+      const int stage = StageOf(out.header);
+      if (c.drop_stage >= 0 && stage >= c.drop_stage) continue;
+      to_engine_.push_back({i, FromClient(std::move(out))});
+    }
     for (const auto& line : a.printed) std::printf("%s: %s\n", c.name.c_str(), line.c_str());
     if ((a.cancel_training || a.train) && c.cancel) *c.cancel = true;
     if (a.train) {
@@ -279,7 +314,24 @@ class Simulation {
     if (a.exit && !a.exit->ok()) spdlog::warn("{}: {}", c.name, a.exit->ToString());
   }
 
+  // On the first message of a round for client i: whether, and where, it
+  // drops out in that round (from the seed, the round and its name).
+  void PlanDropout(int i, const wire::Header& h) {
+    const uint32_t round = h.has_task() ? h.task().round() : h.secagg_start().round();
+    VirtualClient& c = clients_[i];
+    if (dropout_ <= 0 || c.drop_round == round) return;
+    c.drop_round = round;
+    c.drop_stage = -1;
+    Rng rng(DeriveSeed(config_.seed(), 0xd209 + uint64_t(round), Fnv1a64(c.name)));
+    if (rng.UniformDouble() >= dropout_) return;
+    const bool secure = config_.secagg().aggregation() != config::PLAIN;
+    c.drop_stage = secure ? int(rng.UniformDouble() * 6) % 6 : 3;
+    spdlog::info("round {}: {} drops out before {} (simulated)", round, c.name,
+                 kStages[c.drop_stage]);
+  }
+
   const config::RunConfig& config_;
+  double dropout_;
   coordinator::RoundEngine* engine_;
   std::vector<VirtualClient>& clients_;
   ExecutorPool& pool_;
@@ -316,7 +368,10 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
   COHORT_ASSIGN_OR_RETURN(auto pool, ExecutorPool::Create(o.executors, o.config.model(), &clients));
   spdlog::info("simulating {} clients ({} executors, CPU), run {}, {} parameters", clients.size(),
                o.executors, o.config.name(), run.engine->num_params());
-  Simulation simulation(o.config, run.engine.get(), clients, *pool);
+  if (!(o.dropout >= 0 && o.dropout <= 1)) {
+    return InvalidArgumentError("simulate: --dropout must be in [0, 1]");
+  }
+  Simulation simulation(o.config, o.dropout, run.engine.get(), clients, *pool);
   return simulation.Run(stop);
 }
 

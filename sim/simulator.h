@@ -26,6 +26,13 @@ struct SimOptions {
   // `cohort partition` writes), named by its stem as the daemons are.
   std::string shards;
   int executors = 1;  // Clients trained at once, one CPU backend each.
+  // Faults drawn from the seed: in each round each selected client drops
+  // out with this probability, at a stage drawn uniformly from those of
+  // the round (secure aggregation: advertise_keys, share_keys,
+  // check_shares, masked_input, consistency, unmasking; plain: before its
+  // update). A dropped client sends nothing more in that round, as if its
+  // connection died, and is back for the next.
+  double dropout = 0;
 };
 
 // Runs until the configured rounds are committed (OK) or `stop` becomes

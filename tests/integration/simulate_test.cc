@@ -4,6 +4,7 @@
 // aggregation; and the run store reads the same.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 
 #include "coordinator/run_store.h"
@@ -56,6 +57,51 @@ TEST_P(SimulateTest, TheSimulatorEndsWithTheDaemonsModel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Aggregation, SimulateTest, ::testing::Values("PLAIN", "SECAGG_PLUS"));
+
+// Acceptance 4: with 20 % of the clients dropping out at stages drawn from
+// the seed, secure rounds still commit, and the store says who left where:
+// exactly the simulator's plan, as it would for daemons.
+TEST(SimulateDropoutTest, SecureRoundsCommitAndTheStoreNamesEachDropoutsStage) {
+  constexpr int kClients = 20, kRounds = 4;
+  Cluster c("simulate-dropout", kClients);
+  const std::string config =
+      c.WriteConfig("run.textproto", kRounds, "min_clients: 10 start_clients: 20",
+                    "secagg { aggregation: SECAGG_PLUS }");
+  std::string out;
+  ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", c.dir() / "run", "--shards",
+                       c.dir() / "shards", "--dropout", "0.2"},
+                      &out, c.dir() / "simulate.log"),
+            0)
+      << ReadFile(c.dir() / "simulate.log");
+  // The plan, from the log: "round R: NAME drops out before STAGE (simulated)".
+  std::map<uint32_t, std::map<std::string, std::string>> plan;
+  const std::string log = ReadFile(c.dir() / "simulate.log");
+  for (size_t at = log.find("drops out before"); at != std::string::npos;
+       at = log.find("drops out before", at + 1)) {
+    const size_t line = log.rfind("round ", at);
+    const uint32_t round = std::stoul(log.substr(line + 6));
+    const size_t name = log.find(": ", line) + 2;
+    const size_t stage = at + std::string("drops out before ").size();
+    plan[round][log.substr(name, log.find(' ', name) - name)] =
+        log.substr(stage, log.find(' ', stage) - stage);
+  }
+  auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / "run/run.db")).value();
+  const auto rounds = std::move(store->Rounds()).value();
+  ASSERT_EQ(rounds.size(), size_t{kRounds});
+  size_t planned = 0;
+  for (const auto& r : rounds) {
+    EXPECT_EQ(r.aggregation, "secagg+");
+    std::map<std::string, std::string> left;
+    for (const auto& cr : std::move(store->ClientRounds(r.round)).value()) {
+      if (!cr.stage.empty()) left[cr.client] = cr.stage;
+    }
+    EXPECT_EQ(left, plan[r.round]) << "round " << r.round;
+    planned += plan[r.round].size();
+  }
+  // About 20 % of 80 selections; the seed fixes the figure.
+  EXPECT_GE(planned, 8u);
+  EXPECT_LE(planned, 28u);
+}
 
 }  // namespace
 }  // namespace cohort::testing
