@@ -654,12 +654,19 @@ Status SecAggClient::CheckSignatures(const UnmaskRequest& request) const {
   for (const auto& s : request.signatures) {
     if (short_of_t == 0) break;
     if (s.from >= params_.n || seen[s.from] || !Contains(request.survivors, s.from)) continue;
-    if (!crypto::Verify(identities_[s.from], msg, s.signature)) continue;
-    seen[s.from] = true;
+    // Which subjects still short of t this signer counts for: a signature
+    // that would count for none is not worth verifying (the costly part).
+    std::vector<size_t> helps;
     for (size_t i = 0; i < subjects.size(); ++i) {
       const uint32_t v = subjects[i];
       const bool counts_for_v = complete ? s.from != v : Contains(graph_[v], s.from);
-      if (counts_for_v && ++counts[i] == params_.t) --short_of_t;
+      if (counts_for_v && counts[i] < params_.t) helps.push_back(i);
+    }
+    if (helps.empty()) continue;
+    if (!crypto::Verify(identities_[s.from], msg, s.signature)) continue;
+    seen[s.from] = true;
+    for (size_t i : helps) {
+      if (++counts[i] == params_.t) --short_of_t;
     }
   }
   for (size_t i = 0; i < subjects.size(); ++i) {
