@@ -5,6 +5,7 @@
 #include <iterator>
 #include <map>
 
+#include "coordinator/report.h"
 #include "coordinator/run_store.h"
 #include "datasets/csv.h"
 #include "datasets/idx.h"
@@ -24,12 +25,6 @@ StatusOr<datasets::FeatureEncoding> ChooseEncoding(const std::string& name,
                            : datasets::FeatureEncoding::kFloat32;
   }
   return InvalidArgumentError("--encoding: \"" + name + "\" is not auto, float32 or uint8");
-}
-
-std::string JsonNumber(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
 }
 
 }  // namespace
@@ -116,68 +111,6 @@ Status RunPartition(const PartitionOptions& o) {
   return OkStatus();
 }
 
-namespace {
-
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char ch : text) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out + "\"";
-}
-
-std::string RoundJson(const coordinator::RoundRecord& r,
-                      const std::vector<coordinator::ClientRoundRecord>& clients) {
-  // Secure aggregation: who left at which stage.
-  static constexpr const char* kStages[] = {"advertise_keys", "share_keys",  "check_shares",
-                                            "masked_input",   "consistency", "unmasking"};
-  std::map<std::string, std::string> by_stage;
-  std::string dropped, misbehaving;
-  for (const auto& c : clients) {
-    if (!c.stage.empty()) {
-      std::string& list = by_stage[c.stage];
-      list += (list.empty() ? "" : ",") + JsonString(c.client);
-    }
-    if (coordinator::ProvedMisbehaving(c)) {
-      misbehaving += (misbehaving.empty() ? "" : ",") + std::string("{\"client\":") +
-                     JsonString(c.client) + ",\"what\":" + JsonString(c.reason) + "}";
-    }
-    if (c.status == "ok") continue;
-    dropped += (dropped.empty() ? "" : ",") + JsonString(c.client);
-  }
-  std::string stages;
-  if (r.aggregation != "plain") {
-    stages = ",\"dropped_by_stage\":{";
-    for (size_t i = 0; i < std::size(kStages); ++i) {
-      stages += std::string(i ? "," : "") + "\"" + kStages[i] + "\":[" + by_stage[kStages[i]] + "]";
-    }
-    stages += "}";
-  }
-  return "{\"round\":" + std::to_string(r.round) + ",\"aggregation\":" + JsonString(r.aggregation) +
-         ",\"outcome\":" + JsonString(r.outcome) +
-         (r.outcome_reason.empty() ? "" : ",\"outcome_reason\":" + JsonString(r.outcome_reason)) +
-         ",\"participants\":" + std::to_string(r.participants) +
-         ",\"selected\":" + std::to_string(r.selected) +
-         ",\"dropped\":" + std::to_string(r.dropped) + ",\"dropped_clients\":[" + dropped + "]" +
-         stages + ",\"misbehaving\":[" + misbehaving +
-         "],\"train_loss\":" + JsonNumber(r.train_loss) +
-         ",\"test_accuracy\":" + (r.test_accuracy >= 0 ? JsonNumber(r.test_accuracy) : "null") +
-         ",\"test_loss\":" + (r.test_loss >= 0 ? JsonNumber(r.test_loss) : "null") +
-         ",\"seconds\":" + JsonNumber(r.seconds) +
-         ",\"coordinator_seconds\":" + JsonNumber(r.coordinator_seconds) + "}";
-}
-
-}  // namespace
-
 Status RunStatus(const std::string& run_dir, bool json) {
   const std::string path = run_dir + "/run.db";
   if (!std::filesystem::exists(path)) return NotFoundError(path + ": no run database here");
@@ -194,7 +127,7 @@ Status RunStatus(const std::string& run_dir, bool json) {
   for (const auto& r : rounds) {
     COHORT_ASSIGN_OR_RETURN(auto clients, store->ClientRounds(r.round));
     if (json) {
-      std::printf("%s\n", RoundJson(r, clients).c_str());
+      std::printf("%s\n", coordinator::RoundJson(r, clients).c_str());
       continue;
     }
     std::printf(

@@ -261,6 +261,8 @@ int main(int argc, char** argv) {
                    "from the seed")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  simulate->add_flag("--json", simopts.json,
+                     "One JSON object per committed round on stdout (cohort status --json's)");
 
   // status
   auto* status = app.add_subcommand("status", "Print the rounds of a run");

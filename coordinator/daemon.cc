@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "coordinator/open_run.h"
+#include "coordinator/report.h"
 #include "coordinator/round_engine.h"
 #include "coordinator/run_store.h"
 #include "crypto/key_files.h"

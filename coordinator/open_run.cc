@@ -51,14 +51,4 @@ StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::s
   return run;
 }
 
-void PrintRound(const RoundRecord& r, uint32_t total) {
-  std::printf("round %3u/%u  clients %u/%u  dropped %u  train_loss %.4f", r.round, total,
-              r.participants, r.selected, r.dropped, r.train_loss);
-  if (r.test_accuracy >= 0) {
-    std::printf("  test_acc %.4f  test_loss %.4f", r.test_accuracy, r.test_loss);
-  }
-  std::printf("  %.2fs\n", r.seconds);
-  std::fflush(stdout);
-}
-
 }  // namespace cohort::coordinator

@@ -30,9 +30,6 @@ struct OpenRun {
 StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::string& run_dir,
                                    TimeMs now);
 
-// The line each committed round prints on stdout.
-void PrintRound(const RoundRecord& r, uint32_t total);
-
 }  // namespace cohort::coordinator
 
 #endif  // COHORT_COORDINATOR_OPEN_RUN_H_

@@ -1,6 +1,7 @@
 #include "sim/simulator.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -12,12 +13,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "client/session.h"
+#include "common/clock.h"
 #include "common/rng.h"
 #include "coordinator/open_run.h"
+#include "coordinator/report.h"
 #include "crypto/keys.h"
 #include "datasets/shard.h"
 #include "proto/config_io.h"
@@ -216,11 +220,13 @@ client::Actions Quietly(F&& f) {
 // The engine, the sessions and the executors wired together.
 class Simulation {
  public:
-  Simulation(const config::RunConfig& config, double dropout, coordinator::RoundEngine* engine,
+  Simulation(const SimOptions& options, coordinator::OpenRun& run,
              std::vector<VirtualClient>& clients, ExecutorPool& pool)
-      : config_(config),
-        dropout_(dropout),
-        engine_(engine),
+      : config_(options.config),
+        dropout_(options.dropout),
+        json_(options.json),
+        store_(run.store.get()),
+        engine_(run.engine.get()),
         clients_(clients),
         pool_(pool),
         max_in_flight_(2 * pool.size()) {
@@ -248,6 +254,8 @@ class Simulation {
         Deliver(std::move(one));
       } else if (pool_.in_flight() > 0) {
         Finished f = pool_.Take();
+        ++trained_;
+        ShowProgress();
         Apply(f.client, Quietly([&] {
                 return clients_[f.client].session->OnTrainingDone(f.task_id, f.result, f.local,
                                                                   now_);
@@ -280,6 +288,7 @@ class Simulation {
       auto it = index_.find(o.peer);
       if (it == index_.end()) continue;
       if (o.header.has_task() || o.header.has_secagg_start()) PlanDropout(it->second, o.header);
+      if (o.header.has_task()) CountTask(it->second, o.header);
       if (o.header.has_task() && pool_.in_flight() >= max_in_flight_) {
         // Each task becomes a model copy in its client's job: hand tasks
         // out only as executors come free (memory: a few models, not one
@@ -292,9 +301,7 @@ class Simulation {
       if (o.payload) e.payloads.push_back(*o.payload);
       Apply(it->second, Quietly([&] { return clients_[it->second].session->OnMessage(e, now_); }));
     }
-    for (const coordinator::RoundRecord& r : engine_->TakeCommitted()) {
-      coordinator::PrintRound(r, config_.rounds().num_rounds());
-    }
+    for (const coordinator::RoundRecord& r : engine_->TakeCommitted()) ShowRound(r);
   }
 
   void Apply(int i, client::Actions a) {
@@ -330,8 +337,48 @@ class Simulation {
                  kStages[c.drop_stage]);
   }
 
+  // The live line (a terminal only): clients trained of those sent a task
+  // this round, the time spent and what is left at that pace.
+  void ShowProgress(bool force = false) {
+    if (!tty_ || json_ || selected_ == 0) return;
+    const double now = WallSeconds();
+    if (!force && now - last_shown_ < 0.25) return;
+    last_shown_ = now;
+    const double spent = now - round_wall_start_;
+    const double eta = trained_ > 0 ? spent / trained_ * double(selected_ - trained_) : 0;
+    std::fprintf(stderr, "\rround %u: %zu/%zu clients trained, %.1f s, ETA %.0f s   ", round_,
+                 trained_, selected_, spent, eta);
+    std::fflush(stderr);
+  }
+  void CountTask(int i, const wire::Header& h) {
+    if (h.task().round() != round_) {
+      round_ = h.task().round();
+      selected_ = trained_ = 0;
+      counted_.clear();
+      round_wall_start_ = WallSeconds();
+    }
+    if (counted_.insert(i).second) ++selected_;
+  }
+  void ShowRound(const coordinator::RoundRecord& r) {
+    if (tty_ && !json_) std::fprintf(stderr, "\r%70s\r", "");
+    if (!json_) return coordinator::PrintRound(r, config_.rounds().num_rounds());
+    auto clients = store_->ClientRounds(r.round);
+    std::printf("%s\n",
+                coordinator::RoundJson(
+                    r, clients.ok() ? *clients : std::vector<coordinator::ClientRoundRecord>{})
+                    .c_str());
+    std::fflush(stdout);
+  }
+
   const config::RunConfig& config_;
   double dropout_;
+  bool json_;
+  coordinator::RunStore* store_;
+  bool tty_ = isatty(STDERR_FILENO) != 0;
+  uint32_t round_ = 0;
+  size_t selected_ = 0, trained_ = 0;
+  std::set<int> counted_;
+  double round_wall_start_ = 0, last_shown_ = 0;
   coordinator::RoundEngine* engine_;
   std::vector<VirtualClient>& clients_;
   ExecutorPool& pool_;
@@ -371,7 +418,7 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
   if (!(o.dropout >= 0 && o.dropout <= 1)) {
     return InvalidArgumentError("simulate: --dropout must be in [0, 1]");
   }
-  Simulation simulation(o.config, o.dropout, run.engine.get(), clients, *pool);
+  Simulation simulation(o, run, clients, *pool);
   return simulation.Run(stop);
 }
 

@@ -33,6 +33,10 @@ struct SimOptions {
   // update). A dropped client sends nothing more in that round, as if its
   // connection died, and is back for the next.
   double dropout = 0;
+  // Each committed round as a JSON object on stdout (`cohort status
+  // --json`'s) instead of the coordinator's line. On a terminal a live line
+  // on stderr shows the round in progress either way.
+  bool json = false;
 };
 
 // Runs until the configured rounds are committed (OK) or `stop` becomes

@@ -69,7 +69,7 @@ TEST(SimulateDropoutTest, SecureRoundsCommitAndTheStoreNamesEachDropoutsStage) {
                     "secagg { aggregation: SECAGG_PLUS }");
   std::string out;
   ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", c.dir() / "run", "--shards",
-                       c.dir() / "shards", "--dropout", "0.2"},
+                       c.dir() / "shards", "--dropout", "0.2", "--json"},
                       &out, c.dir() / "simulate.log"),
             0)
       << ReadFile(c.dir() / "simulate.log");
@@ -88,6 +88,13 @@ TEST(SimulateDropoutTest, SecureRoundsCommitAndTheStoreNamesEachDropoutsStage) {
   auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / "run/run.db")).value();
   const auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), size_t{kRounds});
+  // --json: `cohort status --json`'s object per round, as each commits.
+  for (int r = 1; r <= kRounds; ++r) {
+    EXPECT_NE(out.find("{\"round\":" + std::to_string(r) + ",\"aggregation\":\"secagg+\""),
+              std::string::npos)
+        << out;
+  }
+  EXPECT_NE(out.find("\"dropped_by_stage\""), std::string::npos) << out;
   size_t planned = 0;
   for (const auto& r : rounds) {
     EXPECT_EQ(r.aggregation, "secagg+");

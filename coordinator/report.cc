@@ -1,0 +1,85 @@
+#include "coordinator/report.h"
+
+#include <cstdio>
+#include <iterator>
+#include <map>
+
+namespace cohort::coordinator {
+namespace {
+
+std::string JsonNumber(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += static_cast<char>(ch);
+    } else if (ch < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string RoundJson(const RoundRecord& r, const std::vector<ClientRoundRecord>& clients) {
+  // Secure aggregation: who left at which stage.
+  static constexpr const char* kStages[] = {"advertise_keys", "share_keys",  "check_shares",
+                                            "masked_input",   "consistency", "unmasking"};
+  std::map<std::string, std::string> by_stage;
+  std::string dropped, misbehaving;
+  for (const auto& c : clients) {
+    if (!c.stage.empty()) {
+      std::string& list = by_stage[c.stage];
+      list += (list.empty() ? "" : ",") + JsonString(c.client);
+    }
+    if (ProvedMisbehaving(c)) {
+      misbehaving += (misbehaving.empty() ? "" : ",") + std::string("{\"client\":") +
+                     JsonString(c.client) + ",\"what\":" + JsonString(c.reason) + "}";
+    }
+    if (c.status == "ok") continue;
+    dropped += (dropped.empty() ? "" : ",") + JsonString(c.client);
+  }
+  std::string stages;
+  if (r.aggregation != "plain") {
+    stages = ",\"dropped_by_stage\":{";
+    for (size_t i = 0; i < std::size(kStages); ++i) {
+      stages += std::string(i ? "," : "") + "\"" + kStages[i] + "\":[" + by_stage[kStages[i]] + "]";
+    }
+    stages += "}";
+  }
+  return "{\"round\":" + std::to_string(r.round) + ",\"aggregation\":" + JsonString(r.aggregation) +
+         ",\"outcome\":" + JsonString(r.outcome) +
+         (r.outcome_reason.empty() ? "" : ",\"outcome_reason\":" + JsonString(r.outcome_reason)) +
+         ",\"participants\":" + std::to_string(r.participants) +
+         ",\"selected\":" + std::to_string(r.selected) +
+         ",\"dropped\":" + std::to_string(r.dropped) + ",\"dropped_clients\":[" + dropped + "]" +
+         stages + ",\"misbehaving\":[" + misbehaving +
+         "],\"train_loss\":" + JsonNumber(r.train_loss) +
+         ",\"test_accuracy\":" + (r.test_accuracy >= 0 ? JsonNumber(r.test_accuracy) : "null") +
+         ",\"test_loss\":" + (r.test_loss >= 0 ? JsonNumber(r.test_loss) : "null") +
+         ",\"seconds\":" + JsonNumber(r.seconds) +
+         ",\"coordinator_seconds\":" + JsonNumber(r.coordinator_seconds) + "}";
+}
+
+void PrintRound(const RoundRecord& r, uint32_t total) {
+  std::printf("round %3u/%u  clients %u/%u  dropped %u  train_loss %.4f", r.round, total,
+              r.participants, r.selected, r.dropped, r.train_loss);
+  if (r.test_accuracy >= 0) {
+    std::printf("  test_acc %.4f  test_loss %.4f", r.test_accuracy, r.test_loss);
+  }
+  std::printf("  %.2fs\n", r.seconds);
+  std::fflush(stdout);
+}
+
+}  // namespace cohort::coordinator
