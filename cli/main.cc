@@ -261,6 +261,16 @@ int main(int argc, char** argv) {
                    "from the seed")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  simulate
+      ->add_option("--sample-ms", simopts.sample_ms,
+                   "Virtual training time per sample and local epoch (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  simulate
+      ->add_option("--speed-sigma", simopts.speed_sigma,
+                   "Spread of the clients' slowness: exp(sigma N(0,1)) each, from the seed")
+      ->check(CLI::NonNegativeNumber);
+  simulate->add_option("--latency-ms", simopts.latency_ms, "Virtual link latency, each way")
+      ->check(CLI::NonNegativeNumber);
   simulate->add_flag("--json", simopts.json,
                      "One JSON object per committed round on stdout (cohort status --json's)");
 

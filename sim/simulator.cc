@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -38,6 +40,7 @@ struct VirtualClient {
   // never sends (-1: none).
   uint32_t drop_round = 0;
   int drop_stage = -1;
+  double slowness = 1;  // Its training's virtual time is scaled by this.
   datasets::Dataset data;
   crypto::Ed25519KeyPair identity;
   std::unique_ptr<client::Session> session;
@@ -72,9 +75,11 @@ struct Job {
   int client = 0;
   client::TrainTask task;
   std::shared_ptr<std::atomic<bool>> cancel;
+  TimeMs due = 0;  // When, in virtual time, its update reaches the engine's side.
 };
 struct Finished {
   int client = 0;
+  TimeMs due = 0;
   uint64_t task_id = 0;
   StatusOr<train::TrainResult> result = CancelledError("not run");
   std::vector<float> local;
@@ -109,6 +114,7 @@ class ExecutorPool {
     for (auto& t : threads_) t.join();
   }
   void Submit(Job job) {
+    dues_.insert(job.due);
     {
       std::lock_guard<std::mutex> lock(mu_);
       jobs_.push_back(std::move(job));
@@ -123,9 +129,15 @@ class ExecutorPool {
     Finished f = std::move(done_.front());
     done_.pop_front();
     --in_flight_;
+    dues_.erase(dues_.find(f.due));
     return f;
   }
   size_t in_flight() const { return in_flight_; }
+  // The earliest virtual due time of the jobs not yet taken.
+  std::optional<TimeMs> earliest_due() const {
+    if (dues_.empty()) return std::nullopt;
+    return *dues_.begin();
+  }
   size_t size() const { return threads_.size(); }
 
  private:
@@ -141,7 +153,7 @@ class ExecutorPool {
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      Finished f{job.client, job.task.task_id, CancelledError("not run"), job.task.global};
+      Finished f{job.client, job.due, job.task.task_id, CancelledError("not run"), job.task.global};
       auto data = train::DeviceDataset::Upload(backends_[k].get(), (*clients_)[job.client].data);
       if (!data.ok()) {
         f.result = data.status();
@@ -166,7 +178,9 @@ class ExecutorPool {
   std::deque<Job> jobs_;
   std::deque<Finished> done_;
   bool stop_ = false;
-  size_t in_flight_ = 0;  // Submitted and not yet taken (the caller's thread only).
+  // The caller's thread only: jobs submitted and not yet taken, their dues.
+  size_t in_flight_ = 0;
+  std::multiset<TimeMs> dues_;
 };
 
 // The stages a client can drop out at, in order, by the body of the message
@@ -225,6 +239,8 @@ class Simulation {
       : config_(options.config),
         dropout_(options.dropout),
         json_(options.json),
+        sample_ms_(options.sample_ms),
+        latency_ms_(options.latency_ms),
         store_(run.store.get()),
         engine_(run.engine.get()),
         clients_(clients),
@@ -252,35 +268,58 @@ class Simulation {
         one.push_back(std::move(held_.front()));
         held_.pop_front();
         Deliver(std::move(one));
-      } else if (pool_.in_flight() > 0) {
-        Finished f = pool_.Take();
-        ++trained_;
-        ShowProgress();
-        Apply(f.client, Quietly([&] {
-                return clients_[f.client].session->OnTrainingDone(f.task_id, f.result, f.local,
-                                                                  now_);
-              }));
       } else {
-        COHORT_RETURN_IF_ERROR(Advance());
+        COHORT_RETURN_IF_ERROR(Step());
       }
     }
     return engine_->store_error();
   }
 
  private:
-  // Nothing to do at this instant: virtual time jumps to the next wakeup.
-  Status Advance() {
-    TimeMs next = engine_->NextWakeup().value_or(std::numeric_limits<TimeMs>::max());
-    for (const auto& c : clients_) next = std::min(next, c.session->NextWakeup());
-    if (next == std::numeric_limits<TimeMs>::max()) {
+  // Nothing to do at this instant: the next event in virtual time. A job
+  // due first (or one whose executor a held task waits for) is waited for
+  // in wall time; a finished one is delivered when its due time comes;
+  // otherwise the clock jumps to the next wakeup.
+  Status Step() {
+    const TimeMs kNever = std::numeric_limits<TimeMs>::max();
+    TimeMs wakeup = engine_->NextWakeup().value_or(kNever);
+    for (const auto& c : clients_) wakeup = std::min(wakeup, c.session->NextWakeup());
+    const TimeMs running = pool_.earliest_due().value_or(kNever);
+    const TimeMs ready = finished_.empty() ? kNever : finished_.begin()->first;
+    if ((!held_.empty() && pool_.in_flight() > 0) ||
+        (running != kNever && running <= std::min(wakeup, ready))) {
+      Finished f = pool_.Take();
+      ++trained_;
+      ShowProgress();
+      const TimeMs due = f.due;
+      finished_.emplace(due, std::move(f));
+      return OkStatus();
+    }
+    if (ready != kNever && ready <= wakeup) {
+      Finished f = std::move(finished_.begin()->second);
+      finished_.erase(finished_.begin());
+      now_ = std::max(now_, f.due);
+      Apply(f.client, Quietly([&] {
+              return clients_[f.client].session->OnTrainingDone(f.task_id, f.result, f.local, now_);
+            }));
+      return OkStatus();
+    }
+    if (wakeup == kNever) {
       return InternalError("simulation stalled: nothing to do and nothing to wait for");
     }
-    now_ = std::max(now_, next);
+    now_ = std::max(now_, wakeup);
     Deliver(engine_->OnTick(now_));
     for (size_t i = 0; i < clients_.size(); ++i) {
       Apply(int(i), Quietly([&] { return clients_[i].session->OnTick(now_); }));
     }
     return OkStatus();
+  }
+
+  // Virtual milliseconds from a task's sending to its update's arrival.
+  TimeMs JobTime(int i, const client::TrainTask& task) const {
+    const double compute =
+        double(clients_[i].data.size()) * task.options.epochs * sample_ms_ * clients_[i].slowness;
+    return TimeMs(std::llround(compute + 2 * latency_ms_));
   }
 
   void Deliver(std::vector<coordinator::Outgoing> out) {
@@ -316,7 +355,8 @@ class Simulation {
     if ((a.cancel_training || a.train) && c.cancel) *c.cancel = true;
     if (a.train) {
       c.cancel = std::make_shared<std::atomic<bool>>(false);
-      pool_.Submit({i, std::move(*a.train), c.cancel});
+      const TimeMs due = now_ + JobTime(i, *a.train);
+      pool_.Submit({i, std::move(*a.train), c.cancel, due});
     }
     if (a.exit && !a.exit->ok()) spdlog::warn("{}: {}", c.name, a.exit->ToString());
   }
@@ -356,23 +396,42 @@ class Simulation {
       selected_ = trained_ = 0;
       counted_.clear();
       round_wall_start_ = WallSeconds();
+      round_virtual_start_[round_] = now_;
     }
     if (counted_.insert(i).second) ++selected_;
   }
   void ShowRound(const coordinator::RoundRecord& r) {
     if (tty_ && !json_) std::fprintf(stderr, "\r%70s\r", "");
-    if (!json_) return coordinator::PrintRound(r, config_.rounds().num_rounds());
+    // The next round may have started already (its tasks go out with this
+    // commit): each round's own start.
+    auto start = round_virtual_start_.find(r.round);
+    const double simulated =
+        start == round_virtual_start_.end() ? 0.0 : double(now_ - start->second) / 1000.0;
+    if (start != round_virtual_start_.end()) round_virtual_start_.erase(start);
+    if (!json_) {
+      coordinator::PrintRound(r, config_.rounds().num_rounds());
+      if (sample_ms_ > 0 || latency_ms_ > 0) {
+        std::printf("  simulated round time %.2fs\n", simulated);
+        std::fflush(stdout);
+      }
+      return;
+    }
     auto clients = store_->ClientRounds(r.round);
-    std::printf("%s\n",
-                coordinator::RoundJson(
-                    r, clients.ok() ? *clients : std::vector<coordinator::ClientRoundRecord>{})
-                    .c_str());
+    std::string line = coordinator::RoundJson(
+        r, clients.ok() ? *clients : std::vector<coordinator::ClientRoundRecord>{});
+    // Beside the wall time: the round on the virtual clock.
+    line.insert(line.size() - 1, ",\"simulated_seconds\":" + std::to_string(simulated));
+    std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   }
 
   const config::RunConfig& config_;
   double dropout_;
   bool json_;
+  double sample_ms_, latency_ms_;
+  // Training finished in wall time, waiting for its due virtual time.
+  std::multimap<TimeMs, Finished> finished_;
+  std::map<uint32_t, TimeMs> round_virtual_start_;  // By round.
   coordinator::RunStore* store_;
   bool tty_ = isatty(STDERR_FILENO) != 0;
   uint32_t round_ = 0;
@@ -402,8 +461,21 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
     spdlog::info("run already complete ({} rounds committed)", run.engine->last_committed_round());
     return OkStatus();
   }
+  if (o.sample_ms < 0 || o.speed_sigma < 0 || o.latency_ms < 0) {
+    return InvalidArgumentError(
+        "simulate: --sample-ms, --speed-sigma and --latency-ms must be >= 0");
+  }
   for (auto& c : clients) {
     COHORT_RETURN_IF_ERROR(train::CheckCompatible(*run.model, c.data).WithContext(c.name));
+    Rng rng(DeriveSeed(o.config.seed(), 0x5eed, Fnv1a64(c.name)));
+    c.slowness = std::exp(o.speed_sigma * rng.Normal());
+    if (o.sample_ms > 0 || o.latency_ms > 0) {
+      const double ms =
+          double(c.data.size()) * o.config.train().local_epochs() * o.sample_ms * c.slowness +
+          2 * o.latency_ms;
+      spdlog::debug("{}: slowness {:.3f}, a task's round trip takes {:.0f} virtual ms", c.name,
+                    c.slowness, ms);
+    }
     const uint64_t samples = c.data.size();
     c.session = std::make_unique<client::Session>(
         c.name, samples,

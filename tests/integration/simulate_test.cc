@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 
 #include "coordinator/run_store.h"
 #include "tests/integration/cluster.h"
@@ -108,6 +109,54 @@ TEST(SimulateDropoutTest, SecureRoundsCommitAndTheStoreNamesEachDropoutsStage) {
   // About 20 % of 80 selections; the seed fixes the figure.
   EXPECT_GE(planned, 8u);
   EXPECT_LE(planned, 28u);
+}
+
+// Heterogeneity on the virtual clock: clients whose training, at their
+// drawn slowness, ends after the round deadline are dropped by the engine
+// as stragglers, every round, and the round takes the deadline in
+// simulated time; nobody sleeps (the run takes well under a second).
+TEST(SimulateStragglersTest, TheDeadlineCutsExactlyTheClientsTooSlowForIt) {
+  constexpr int kClients = 10, kRounds = 2;
+  Cluster c("simulate-stragglers", kClients);
+  const std::string config = c.WriteConfig("run.textproto", kRounds,
+                                           "min_clients: 4 start_clients: 10 round_deadline_s: 20");
+  std::string out;
+  ASSERT_EQ(RunCohort({"--log-level", "debug", "simulate", "--config", config, "--run-dir",
+                       c.dir() / "run", "--shards", c.dir() / "shards", "--sample-ms", "100",
+                       "--speed-sigma", "0.8", "--latency-ms", "20"},
+                      &out, c.dir() / "simulate.log"),
+            0)
+      << ReadFile(c.dir() / "simulate.log");
+  // "NAME: slowness S, a task's round trip takes T virtual ms"
+  std::set<std::string> too_slow;
+  const std::string log = ReadFile(c.dir() / "simulate.log");
+  int planned = 0;
+  for (size_t at = log.find("round trip takes"); at != std::string::npos;
+       at = log.find("round trip takes", at + 1)) {
+    const size_t name = log.rfind("client-", at);
+    const double ms = std::stod(log.substr(at + std::string("round trip takes ").size()));
+    if (ms > 20000) too_slow.insert(log.substr(name, 10));
+    ++planned;
+  }
+  ASSERT_EQ(planned, kClients);
+  ASSERT_FALSE(too_slow.empty()) << "the seed gave no straggler: the test shows nothing";
+  ASSERT_LT(too_slow.size(), size_t{kClients - 4});
+  auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / "run/run.db")).value();
+  const auto rounds = std::move(store->Rounds()).value();
+  ASSERT_EQ(rounds.size(), size_t{kRounds});
+  for (const auto& r : rounds) {
+    // Every selected client that is too slow is cut, and only those. (A
+    // straggler still training at the next round's start is not selected.)
+    std::set<std::string> dropped, selected_slow;
+    for (const auto& cr : std::move(store->ClientRounds(r.round)).value()) {
+      if (cr.status != "ok") dropped.insert(cr.client);
+      if (too_slow.count(cr.client)) selected_slow.insert(cr.client);
+    }
+    EXPECT_EQ(dropped, selected_slow) << "round " << r.round;
+    if (r.round == 1) EXPECT_EQ(dropped, too_slow);  // Round 1 selects everyone.
+    EXPECT_LT(r.seconds, 5.0);                       // Wall time: no one waited 20 s.
+  }
+  EXPECT_NE(out.find("simulated round time 20.00s"), std::string::npos) << out;
 }
 
 }  // namespace
