@@ -156,7 +156,13 @@ Status HandshakeAcceptor::AcceptNew(TimeMs now) {
     const int fd =
         accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return OkStatus();
+      // Linux hands pending network errors of the new connection to
+      // accept(); like EAGAIN, they are the next connection's business.
+      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED || errno == EPROTO ||
+          errno == ENETDOWN || errno == ENOPROTOOPT || errno == EHOSTDOWN || errno == ENONET ||
+          errno == EHOSTUNREACH || errno == EOPNOTSUPP || errno == ENETUNREACH) {
+        return OkStatus();
+      }
       return UnavailableError(std::string("tcp transport: cannot accept: ") + std::strerror(errno));
     }
     auto p = std::make_unique<Pending>();
@@ -234,8 +240,11 @@ StatusOr<HandshakeAcceptor::Accepted> HandshakeAcceptor::Next(
     TimeMs wake = deadline;
     std::vector<pollfd> fds;
     for (auto& p : pending_) {
-      if (p->deadline <= now) Refuse(*p, "no complete handshake in time");
       if (p->fd < 0) continue;
+      if (p->deadline <= now) {
+        Refuse(*p, "no complete handshake in time");
+        continue;
+      }
       wake = std::min(wake, p->deadline);
       fds.push_back({p->fd, short(p->stage == Pending::Stage::kReply ? POLLOUT : POLLIN), 0});
     }

@@ -191,6 +191,7 @@ Status TcpTransport::ConnectTo(int peer, const std::string& endpoint, TimeMs dea
   if (getaddrinfo(host.c_str(), port.c_str(), &hints, &ai.list) != 0 || ai.list == nullptr) {
     return UnavailableError("tcp transport: cannot resolve " + who);
   }
+  TimeMs backoff = 20;
   for (;;) {
     const int fd = socket(ai.list->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -212,8 +213,9 @@ Status TcpTransport::ConnectTo(int peer, const std::string& endpoint, TimeMs dea
     if (!retry || SteadyNowMs() >= deadline) {
       return UnavailableError("tcp transport: " + who + " " + std::string(st.message()));
     }
-    // Failed before its time (refused, reset): back off a little.
-    if (SteadyNowMs() < attempt) poll(nullptr, 0, 20);
+    // Failed before its time (refused, reset): back off, doubling to 1 s.
+    if (SteadyNowMs() < attempt) poll(nullptr, 0, int(backoff));
+    backoff = std::min<TimeMs>(backoff * 2, 1000);
   }
 }
 

@@ -100,6 +100,7 @@ class ExecutorPool {
       pool->backends_.push_back(std::move(backend));
       pool->models_.push_back(std::move(m));
     }
+    pool->last_rows_.assign(n, 0);
     for (int k = 0; k < n; ++k) {
       pool->threads_.emplace_back([p = pool.get(), k] { p->Loop(k); });
     }
@@ -154,6 +155,11 @@ class ExecutorPool {
         jobs_.pop_front();
       }
       Finished f{job.client, job.due, job.task.task_id, CancelledError("not run"), job.task.global};
+      // Shards of another size than the last would each stay cached in
+      // the backend's pool: let the old ones go.
+      const size_t rows = (*clients_)[job.client].data.size();
+      if (rows != last_rows_[k]) backends_[k]->ReleaseCached();
+      last_rows_[k] = rows;
       auto data = train::DeviceDataset::Upload(backends_[k].get(), (*clients_)[job.client].data);
       if (!data.ok()) {
         f.result = data.status();
@@ -172,6 +178,7 @@ class ExecutorPool {
   const std::vector<VirtualClient>* clients_;
   std::vector<std::unique_ptr<train::Backend>> backends_;
   std::vector<std::unique_ptr<train::Model>> models_;
+  std::vector<size_t> last_rows_;  // Each executor's last client's samples (its own only).
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable work_, done_cv_;
@@ -255,19 +262,27 @@ class Simulation {
     }
     while (!engine_->done()) {
       if (stop.load()) {
+        CancelAll();
         return CancelledError("stopped after round " +
                               std::to_string(engine_->last_committed_round()));
       }
-      if (!engine_->store_error().ok()) return engine_->store_error();
+      if (!engine_->store_error().ok()) {
+        CancelAll();
+        return engine_->store_error();
+      }
       if (!to_engine_.empty()) {
         auto [i, envelope] = std::move(to_engine_.front());
         to_engine_.pop_front();
         Deliver(engine_->OnMessage(clients_[i].name, envelope, now_));
+      } else if (!finished_.empty() && finished_.begin()->first <= now_) {
+        // Due now: delivered before more tasks go out, so finished models
+        // do not pile up (memory stays a few models).
+        DeliverFinished();
       } else if (!held_.empty() && pool_.in_flight() < max_in_flight_) {
         std::vector<coordinator::Outgoing> one;
         one.push_back(std::move(held_.front()));
         held_.pop_front();
-        Deliver(std::move(one));
+        Deliver(std::move(one), /*released=*/true);
       } else {
         COHORT_RETURN_IF_ERROR(Step());
       }
@@ -296,12 +311,7 @@ class Simulation {
       return OkStatus();
     }
     if (ready != kNever && ready <= wakeup) {
-      Finished f = std::move(finished_.begin()->second);
-      finished_.erase(finished_.begin());
-      now_ = std::max(now_, f.due);
-      Apply(f.client, Quietly([&] {
-              return clients_[f.client].session->OnTrainingDone(f.task_id, f.result, f.local, now_);
-            }));
+      DeliverFinished();
       return OkStatus();
     }
     if (wakeup == kNever) {
@@ -315,6 +325,23 @@ class Simulation {
     return OkStatus();
   }
 
+  // The earliest finished job, at its due time.
+  void DeliverFinished() {
+    Finished f = std::move(finished_.begin()->second);
+    finished_.erase(finished_.begin());
+    now_ = std::max(now_, f.due);
+    Apply(f.client, Quietly([&] {
+            return clients_[f.client].session->OnTrainingDone(f.task_id, f.result, f.local, now_);
+          }));
+  }
+
+  // Stops every job in flight (the pool waits for them as it goes).
+  void CancelAll() {
+    for (auto& c : clients_) {
+      if (c.cancel) *c.cancel = true;
+    }
+  }
+
   // Virtual milliseconds from a task's sending to its update's arrival.
   TimeMs JobTime(int i, const client::TrainTask& task) const {
     const double compute =
@@ -322,13 +349,15 @@ class Simulation {
     return TimeMs(std::llround(compute + 2 * latency_ms_));
   }
 
-  void Deliver(std::vector<coordinator::Outgoing> out) {
+  // `released`: a held task, now handed out (the front of the line).
+  void Deliver(std::vector<coordinator::Outgoing> out, bool released = false) {
     for (auto& o : out) {
       auto it = index_.find(o.peer);
       if (it == index_.end()) continue;
       if (o.header.has_task() || o.header.has_secagg_start()) PlanDropout(it->second, o.header);
       if (o.header.has_task()) CountTask(it->second, o.header);
-      if (o.header.has_task() && pool_.in_flight() >= max_in_flight_) {
+      if (o.header.has_task() && !released &&
+          (!held_.empty() || pool_.in_flight() >= max_in_flight_)) {
         // Each task becomes a model copy in its client's job: hand tasks
         // out only as executors come free (memory: a few models, not one
         // per client of the round). They share the round's model until then.
@@ -460,6 +489,15 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
   if (run.engine->done()) {
     spdlog::info("run already complete ({} rounds committed)", run.engine->last_committed_round());
     return OkStatus();
+  }
+  const uint32_t needed = std::max<uint32_t>(
+      o.config.rounds().start_clients(),
+      std::max<uint32_t>(o.config.rounds().min_clients(),
+                         o.config.secagg().aggregation() != config::PLAIN ? 3 : 1));
+  if (needed > clients.size()) {
+    return InvalidArgumentError("simulate: the config needs " + std::to_string(needed) +
+                                " clients to start a round (rounds.start_clients, min_clients), " +
+                                o.shards + " has " + std::to_string(clients.size()));
   }
   if (o.sample_ms < 0 || o.speed_sigma < 0 || o.latency_ms < 0) {
     return InvalidArgumentError(

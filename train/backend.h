@@ -70,6 +70,10 @@ class Backend {
   // kResourceExhausted naming the size when the device is full.
   virtual StatusOr<void*> Allocate(size_t bytes) = 0;
   virtual void Free(void* p, size_t bytes) = 0;
+  // Gives the pool's cached (freed) blocks back to the system: for callers
+  // whose allocations change size from one use to the next (the
+  // simulator's per-client data), which the pool would otherwise keep.
+  virtual void ReleaseCached() {}
   virtual void Upload(void* dst, const void* src, size_t bytes) = 0;
   virtual void Download(void* dst, const void* src, size_t bytes) = 0;
   virtual void Zero(void* dst, size_t bytes) = 0;

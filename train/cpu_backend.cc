@@ -35,6 +35,9 @@ class CpuBackend final : public Backend {
     return p;
   }
   void Free(void* p, size_t bytes) override { pool_.Put(p, bytes); }
+  void ReleaseCached() override {
+    pool_.Drain([](void* p, size_t) { std::free(p); });
+  }
   void Upload(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0) std::memcpy(dst, src, bytes);
   }

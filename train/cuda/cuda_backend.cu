@@ -193,6 +193,10 @@ class CudaBackend final : public Backend {
     return p;
   }
   void Free(void* p, size_t bytes) override { pool_.Put(p, bytes); }
+  void ReleaseCached() override {
+    cudaStreamSynchronize(stream_);
+    pool_.Drain([](void* p, size_t) { cudaFree(p); });
+  }
   void Upload(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0) cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_);
   }
