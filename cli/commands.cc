@@ -7,11 +7,8 @@
 
 #include "coordinator/report.h"
 #include "coordinator/run_store.h"
-#include "datasets/csv.h"
-#include "datasets/idx.h"
-#include "datasets/partition.h"
 #include "datasets/shard.h"
-#include "datasets/synthetic.h"
+#include "datasets/split.h"
 
 namespace cohort::cli {
 namespace {
@@ -30,62 +27,13 @@ StatusOr<datasets::FeatureEncoding> ChooseEncoding(const std::string& name,
 }  // namespace
 
 Status RunPartition(const PartitionOptions& o) {
-  COHORT_ASSIGN_OR_RETURN(datasets::PartitionSpec spec, datasets::ParsePartitionSpec(o.scheme));
   COHORT_ASSIGN_OR_RETURN(datasets::FeatureEncoding encoding, ChooseEncoding(o.encoding, o.format));
   if (o.out.empty()) return InvalidArgumentError("--out: an output directory is required");
-  datasets::Dataset train, test;
-  bool has_test = false;
-  if (o.format == "idx") {
-    if (o.train_images.empty() || o.train_labels.empty()) {
-      return InvalidArgumentError("--format idx needs --train-images and --train-labels");
-    }
-    COHORT_ASSIGN_OR_RETURN(train, datasets::ReadIdx(o.train_images, o.train_labels));
-    if (!o.test_images.empty() || !o.test_labels.empty()) {
-      COHORT_ASSIGN_OR_RETURN(test, datasets::ReadIdx(o.test_images, o.test_labels));
-      has_test = true;
-    }
-  } else if (o.format == "csv") {
-    if (o.train_csv.empty()) return InvalidArgumentError("--format csv needs --train");
-    datasets::CsvOptions csv;
-    csv.label_column = o.label_column;
-    COHORT_ASSIGN_OR_RETURN(train, datasets::ReadCsv(o.train_csv, csv));
-    if (!o.test_csv.empty()) {
-      csv.num_classes = train.num_classes;
-      COHORT_ASSIGN_OR_RETURN(test, datasets::ReadCsv(o.test_csv, csv));
-      has_test = true;
-    }
-  } else if (o.format == "synthetic") {
-    datasets::SyntheticOptions s;
-    s.num_samples = o.samples + o.test_samples;
-    s.num_features = o.features;
-    s.num_classes = o.classes;
-    s.seed = o.seed;
-    if (o.features == 0 || o.classes < 2 || o.samples == 0) {
-      return InvalidArgumentError(
-          "--format synthetic needs --samples >= 1, --features >= 1 "
-          "and --classes >= 2");
-    }
-    datasets::Dataset all = datasets::MakeSynthetic(s);
-    std::vector<uint32_t> head(o.samples), tail(o.test_samples);
-    for (uint32_t i = 0; i < o.samples; ++i) head[i] = i;
-    for (uint32_t i = 0; i < o.test_samples; ++i) tail[i] = o.samples + i;
-    train = datasets::Subset(all, head);
-    test = datasets::Subset(all, tail);
-    has_test = o.test_samples > 0;
-  } else {
-    return InvalidArgumentError("--format: \"" + o.format + "\" is not idx, csv or synthetic");
-  }
-  if (has_test && test.num_features != train.num_features) {
-    return InvalidArgumentError("test set has " + std::to_string(test.num_features) +
-                                " features, training set " + std::to_string(train.num_features));
-  }
-  std::vector<std::vector<uint32_t>> parts;
-  if (!o.assignment.empty()) {
-    COHORT_ASSIGN_OR_RETURN(parts, datasets::ReadAssignment(o.assignment, train.size()));
-  } else {
-    COHORT_ASSIGN_OR_RETURN(
-        parts, datasets::Partition(train.labels, train.num_classes, o.clients, spec, o.seed));
-  }
+  COHORT_ASSIGN_OR_RETURN(datasets::Split split, datasets::LoadAndSplit(o));
+  const datasets::Dataset& train = split.train;
+  const datasets::Dataset& test = split.test;
+  const bool has_test = split.has_test;
+  const auto& parts = split.parts;
   const auto num_clients = static_cast<uint32_t>(parts.size());
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);

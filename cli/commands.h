@@ -7,19 +7,13 @@
 #include <string>
 
 #include "common/status.h"
+#include "datasets/split.h"
 
 namespace cohort::cli {
 
-struct PartitionOptions {
-  std::string format = "idx";                                        // idx, csv, synthetic
-  std::string train_images, train_labels, test_images, test_labels;  // idx
-  std::string train_csv, test_csv;                                   // csv
-  int label_column = 0;
-  uint32_t samples = 2000, test_samples = 500, features = 20, classes = 4;  // synthetic
-  uint32_t clients = 10;
-  std::string scheme = "iid";
-  std::string assignment;  // Explicit split file; overrides scheme and clients.
-  uint64_t seed = 0;
+// `cohort partition`: the split (datasets/split.h), where the shards go and
+// how their features are stored.
+struct PartitionOptions : datasets::SplitOptions {
   std::string out;
   std::string encoding = "auto";  // auto, float32, uint8
 };

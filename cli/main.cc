@@ -247,10 +247,11 @@ int main(int argc, char** argv) {
   uint32_t sim_rounds = 0;
   simulate->add_option("--config", sim_config, "A FEDERATED run configuration")->required();
   simulate->add_option("--run-dir", simopts.run_dir, "Run directory")->required();
-  simulate
-      ->add_option("--shards", simopts.shards,
-                   "Directory of the clients' client-*.shard files (cohort partition)")
-      ->required();
+  simulate->add_option("--shards", simopts.shards,
+                       "Directory of the clients' client-*.shard files (cohort partition); "
+                       "default: the config's data.partition, split in memory");
+  simulate->add_option("--clients", simopts.clients,
+                       "With data.partition: split over this many clients instead");
   simulate->add_option("--executors", simopts.executors, "Clients trained at once (CPU threads)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

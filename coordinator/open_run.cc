@@ -14,7 +14,7 @@
 namespace cohort::coordinator {
 
 StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::string& run_dir,
-                                   TimeMs now) {
+                                   TimeMs now, const datasets::Dataset* test_set) {
   if (config.mode() == config::DATA_PARALLEL) {
     return InvalidArgumentError(
         "mode: DATA_PARALLEL runs under `cohort launch` or `cohort worker`");
@@ -30,12 +30,16 @@ StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::s
   run.model->Init(init, config.seed());
 
   Evaluator evaluator;
-  if (config.data().has_test_shard() && !config.data().test_shard().empty()) {
-    COHORT_ASSIGN_OR_RETURN(datasets::Dataset data,
-                            datasets::ReadShard(config.data().test_shard()));
-    COHORT_RETURN_IF_ERROR(
-        train::CheckCompatible(*run.model, data).WithContext(config.data().test_shard()));
-    COHORT_ASSIGN_OR_RETURN(run.test, train::DeviceDataset::Upload(run.backend.get(), data));
+  if (test_set != nullptr ||
+      (config.data().has_test_shard() && !config.data().test_shard().empty())) {
+    datasets::Dataset data;
+    if (test_set == nullptr) {
+      COHORT_ASSIGN_OR_RETURN(data, datasets::ReadShard(config.data().test_shard()));
+    }
+    const datasets::Dataset& tests = test_set != nullptr ? *test_set : data;
+    const std::string what = test_set != nullptr ? "test set" : config.data().test_shard();
+    COHORT_RETURN_IF_ERROR(train::CheckCompatible(*run.model, tests).WithContext(what));
+    COHORT_ASSIGN_OR_RETURN(run.test, train::DeviceDataset::Upload(run.backend.get(), tests));
     // Batches within the training step's memory cap, whatever the model.
     const uint32_t eval_batch = config::EvalBatchSize(config.model());
     evaluator = [model = run.model.get(), test = run.test,

@@ -10,6 +10,7 @@
 
 #include "coordinator/round_engine.h"
 #include "coordinator/run_store.h"
+#include "datasets/dataset.h"
 #include "train/backend.h"
 #include "train/trainer.h"
 
@@ -26,9 +27,10 @@ struct OpenRun {
 };
 
 // kInvalidArgument for a data-parallel config; the store's and the test
-// shard's errors name the file.
+// shard's errors name the file. `test_set`, when given, is evaluated on
+// instead of data.test_shard.
 StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::string& run_dir,
-                                   TimeMs now);
+                                   TimeMs now, const datasets::Dataset* test_set = nullptr);
 
 }  // namespace cohort::coordinator
 

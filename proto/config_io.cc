@@ -345,12 +345,30 @@ StatusOr<NetPlan> CheckModel(const ModelConfig& m) {
   return plan;
 }
 
+Status CheckPartition(const PartitionConfig& p) {
+  if (p.format() != "idx" && p.format() != "synthetic") {
+    return InvalidArgumentError("data.partition.format: must be idx or synthetic");
+  }
+  if (p.clients() == 0 || p.clients() > 1000000) {
+    return InvalidArgumentError("data.partition.clients: must be in [1, 1000000]");
+  }
+  if (p.format() == "synthetic" &&
+      (p.samples() == 0 || p.samples() > (1u << 26) || p.test_samples() > (1u << 26) ||
+       p.features() == 0 || p.features() > (1u << 16) || p.classes() < 2 || p.classes() > 65536)) {
+    return InvalidArgumentError(
+        "data.partition: synthetic needs samples in [1, 2^26], test_samples <= 2^26, features "
+        "in [1, 65536] and classes in [2, 65536]");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Status ValidateRunConfig(const RunConfig& c) {
   if (c.mode() != FEDERATED && c.mode() != DATA_PARALLEL) {
     return InvalidArgumentError("mode: must be FEDERATED or DATA_PARALLEL");
   }
+  if (c.data().has_partition()) COHORT_RETURN_IF_ERROR(CheckPartition(c.data().partition()));
   if (c.mode() == DATA_PARALLEL) COHORT_RETURN_IF_ERROR(CheckDataParallel(c));
   const ModelConfig& m = c.model();
   COHORT_ASSIGN_OR_RETURN(NetPlan plan, CheckModel(m));

@@ -26,6 +26,7 @@
 #include "coordinator/report.h"
 #include "crypto/keys.h"
 #include "datasets/shard.h"
+#include "datasets/split.h"
 #include "proto/config_io.h"
 #include "train/device.h"
 #include "train/model_config.h"
@@ -41,7 +42,12 @@ struct VirtualClient {
   uint32_t drop_round = 0;
   int drop_stage = -1;
   double slowness = 1;  // Its training's virtual time is scaled by this.
-  datasets::Dataset data;
+  // Its data: all of `source` (a shard file), or the rows `rows` of it (the
+  // one training set, split in memory).
+  std::shared_ptr<const datasets::Dataset> source;
+  bool whole = true;
+  std::vector<uint32_t> rows;
+  size_t size() const { return whole ? source->size() : rows.size(); }
   crypto::Ed25519KeyPair identity;
   std::unique_ptr<client::Session> session;
   std::shared_ptr<std::atomic<bool>> cancel;  // Of its training job, while one runs.
@@ -65,8 +71,53 @@ StatusOr<std::vector<VirtualClient>> LoadClients(const std::string& dir) {
   std::vector<VirtualClient> clients(paths.size());
   for (size_t i = 0; i < paths.size(); ++i) {
     clients[i].name = paths[i].stem().string();
-    COHORT_ASSIGN_OR_RETURN(clients[i].data, datasets::ReadShard(paths[i].string()));
+    COHORT_ASSIGN_OR_RETURN(datasets::Dataset data, datasets::ReadShard(paths[i].string()));
+    clients[i].source = std::make_shared<const datasets::Dataset>(std::move(data));
     COHORT_ASSIGN_OR_RETURN(clients[i].identity, crypto::GenerateEd25519());
+  }
+  return clients;
+}
+
+// The config's data.partition, split in memory as `cohort partition` would
+// split it (the same names, rows and order); the test set, if any, into
+// `test`. Clients left with no rows are skipped (they could not register).
+StatusOr<std::vector<VirtualClient>> SplitClients(const config::PartitionConfig& p,
+                                                  uint32_t clients_flag, datasets::Dataset* test,
+                                                  bool* has_test) {
+  datasets::SplitOptions o;
+  o.format = p.format();
+  o.train_images = p.train_images();
+  o.train_labels = p.train_labels();
+  o.test_images = p.test_images();
+  o.test_labels = p.test_labels();
+  o.samples = p.samples();
+  o.test_samples = p.test_samples();
+  o.features = p.features();
+  o.classes = p.classes();
+  o.clients = clients_flag != 0 ? clients_flag : p.clients();
+  o.scheme = p.scheme();
+  o.seed = p.seed();
+  auto loaded = datasets::LoadAndSplit(o);
+  if (!loaded.ok()) return loaded.status().WithContext("data.partition");
+  datasets::Split split = std::move(*loaded);
+  auto train = std::make_shared<const datasets::Dataset>(std::move(split.train));
+  *test = std::move(split.test);
+  *has_test = split.has_test;
+  std::vector<VirtualClient> clients;
+  clients.reserve(split.parts.size());
+  for (size_t k = 0; k < split.parts.size(); ++k) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "client-%03zu", k);
+    if (split.parts[k].empty()) {
+      spdlog::warn("{} has no samples in this split: left out", name);
+      continue;
+    }
+    VirtualClient& c = clients.emplace_back();
+    c.name = name;
+    c.source = train;
+    c.whole = false;
+    c.rows = std::move(split.parts[k]);
+    COHORT_ASSIGN_OR_RETURN(c.identity, crypto::GenerateEd25519());
   }
   return clients;
 }
@@ -157,10 +208,12 @@ class ExecutorPool {
       Finished f{job.client, job.due, job.task.task_id, CancelledError("not run"), job.task.global};
       // Shards of another size than the last would each stay cached in
       // the backend's pool: let the old ones go.
-      const size_t rows = (*clients_)[job.client].data.size();
-      if (rows != last_rows_[k]) backends_[k]->ReleaseCached();
-      last_rows_[k] = rows;
-      auto data = train::DeviceDataset::Upload(backends_[k].get(), (*clients_)[job.client].data);
+      const VirtualClient& c = (*clients_)[job.client];
+      if (c.size() != last_rows_[k]) backends_[k]->ReleaseCached();
+      last_rows_[k] = c.size();
+      auto data = c.whole ? train::DeviceDataset::Upload(backends_[k].get(), *c.source)
+                          : train::DeviceDataset::Upload(backends_[k].get(),
+                                                         datasets::Subset(*c.source, c.rows));
       if (!data.ok()) {
         f.result = data.status();
       } else {
@@ -345,7 +398,7 @@ class Simulation {
   // Virtual milliseconds from a task's sending to its update's arrival.
   TimeMs JobTime(int i, const client::TrainTask& task) const {
     const double compute =
-        double(clients_[i].data.size()) * task.options.epochs * sample_ms_ * clients_[i].slowness;
+        double(clients_[i].size()) * task.options.epochs * sample_ms_ * clients_[i].slowness;
     return TimeMs(std::llround(compute + 2 * latency_ms_));
   }
 
@@ -483,9 +536,21 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
   if (o.executors < 1 || o.executors > 1024) {
     return InvalidArgumentError("simulate: --executors must be in [1, 1024]");
   }
-  COHORT_ASSIGN_OR_RETURN(std::vector<VirtualClient> clients, LoadClients(o.shards));
-  COHORT_ASSIGN_OR_RETURN(coordinator::OpenRun run,
-                          coordinator::OpenFederatedRun(o.config, o.run_dir, 0));
+  std::vector<VirtualClient> clients;
+  datasets::Dataset test;
+  bool in_memory_test = false;
+  if (!o.shards.empty()) {
+    COHORT_ASSIGN_OR_RETURN(clients, LoadClients(o.shards));
+  } else if (o.config.data().has_partition()) {
+    COHORT_ASSIGN_OR_RETURN(
+        clients, SplitClients(o.config.data().partition(), o.clients, &test, &in_memory_test));
+  } else {
+    return InvalidArgumentError(
+        "simulate: no clients: give --shards DIR, or a data.partition section in the config");
+  }
+  COHORT_ASSIGN_OR_RETURN(
+      coordinator::OpenRun run,
+      coordinator::OpenFederatedRun(o.config, o.run_dir, 0, in_memory_test ? &test : nullptr));
   if (run.engine->done()) {
     spdlog::info("run already complete ({} rounds committed)", run.engine->last_committed_round());
     return OkStatus();
@@ -504,17 +569,17 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
         "simulate: --sample-ms, --speed-sigma and --latency-ms must be >= 0");
   }
   for (auto& c : clients) {
-    COHORT_RETURN_IF_ERROR(train::CheckCompatible(*run.model, c.data).WithContext(c.name));
+    COHORT_RETURN_IF_ERROR(train::CheckCompatible(*run.model, *c.source).WithContext(c.name));
     Rng rng(DeriveSeed(o.config.seed(), 0x5eed, Fnv1a64(c.name)));
     c.slowness = std::exp(o.speed_sigma * rng.Normal());
     if (o.sample_ms > 0 || o.latency_ms > 0) {
       const double ms =
-          double(c.data.size()) * o.config.train().local_epochs() * o.sample_ms * c.slowness +
+          double(c.size()) * o.config.train().local_epochs() * o.sample_ms * c.slowness +
           2 * o.latency_ms;
       spdlog::debug("{}: slowness {:.3f}, a task's round trip takes {:.0f} virtual ms", c.name,
                     c.slowness, ms);
     }
-    const uint64_t samples = c.data.size();
+    const uint64_t samples = c.size();
     c.session = std::make_unique<client::Session>(
         c.name, samples,
         [params = run.model->num_params()](const config::ModelConfig&) -> StatusOr<size_t> {

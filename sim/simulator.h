@@ -23,8 +23,11 @@ struct SimOptions {
   config::RunConfig config;
   std::string run_dir;
   // The clients' data: every client-*.shard file in this directory (what
-  // `cohort partition` writes), named by its stem as the daemons are.
+  // `cohort partition` writes), named by its stem as the daemons are. Empty:
+  // the config's data.partition, split in memory (`clients` overriding its
+  // count when not 0), its test set the coordinator's.
   std::string shards;
+  uint32_t clients = 0;
   int executors = 1;  // Clients trained at once, one CPU backend each.
   // Faults drawn from the seed: in each round each selected client drops
   // out with this probability, at a stage drawn uniformly from those of
