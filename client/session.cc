@@ -18,6 +18,18 @@
 #endif
 
 namespace cohort::client {
+
+net::Envelope AsEnvelope(Outbound&& out) {
+  net::Envelope e;
+  e.header = std::move(out.header);
+  if (!out.payload.empty()) e.payloads.push_back(std::move(out.payload));
+  if (!out.words.empty()) {
+    std::vector<float> bits(out.words.size());
+    std::memcpy(bits.data(), out.words.data(), bits.size() * sizeof(float));
+    e.payloads.push_back(std::move(bits));
+  }
+  return e;
+}
 namespace {
 
 Status CheckTask(const wire::RoundTask& task, const net::Envelope& env, size_t num_params) {

@@ -31,6 +31,10 @@ struct Outbound {
   std::vector<uint32_t> words;  // A masked update's payload instead (secure aggregation).
 };
 
+// `out` as the coordinator decodes it from the wire (a masked update's
+// words as the payload's bits): how an in-process engine receives it.
+net::Envelope AsEnvelope(Outbound&& out);
+
 struct TrainTask {
   uint32_t round = 0;
   uint64_t task_id = 0;

@@ -9,7 +9,6 @@
 
 #include "common/clock.h"
 #include "common/rng.h"
-#include "crypto/key_files.h"
 #include "datasets/shard.h"
 #include "proto/config_io.h"
 #include "train/model_config.h"
@@ -273,15 +272,8 @@ Status RunSiteWorker(const SiteWorkerOptions& o) {
   COHORT_ASSIGN_OR_RETURN(auto device_data, train::DeviceDataset::Upload(backend.get(), data));
   net::GroupOptions group = o.group;
   crypto::Ed25519KeyPair identity;
-  if (!o.identity.empty()) {
-    if (o.allow.empty() || o.master_key.empty()) {
-      return InvalidArgumentError("site-worker: --identity needs --allow and --master-key");
-    }
-    COHORT_ASSIGN_OR_RETURN(identity, crypto::LoadIdentity(o.identity));
-    COHORT_ASSIGN_OR_RETURN(group.allowlist, crypto::LoadAllowlist(o.allow));
-    COHORT_ASSIGN_OR_RETURN(group.master_key, crypto::LoadPublicKey(o.master_key));
-    group.identity = &identity;
-  }
+  COHORT_RETURN_IF_ERROR(
+      net::LoadGroupKeys(o.identity, o.allow, o.master_key, "site-worker", &identity, &group));
   zmq::context_t context(1);
   COHORT_ASSIGN_OR_RETURN(auto site, Site::Join(context, group, backend.get(), device_data.get()));
   spdlog::info("site rank {} of {}: {} samples of the site's {} ({}, {})", site->rank(),

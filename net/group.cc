@@ -159,6 +159,20 @@ StatusOr<std::unique_ptr<aggregation::Transport>> JoinMpi(const GroupOptions& o)
 
 }  // namespace
 
+Status LoadGroupKeys(const std::string& identity_file, const std::string& allow_dir,
+                     const std::string& master_key_file, const std::string& who,
+                     crypto::Ed25519KeyPair* identity, GroupOptions* options) {
+  if (identity_file.empty()) return OkStatus();
+  if (allow_dir.empty() || master_key_file.empty()) {
+    return InvalidArgumentError(who + ": --identity needs --allow and --master-key");
+  }
+  COHORT_ASSIGN_OR_RETURN(*identity, crypto::LoadIdentity(identity_file));
+  COHORT_ASSIGN_OR_RETURN(options->allowlist, crypto::LoadAllowlist(allow_dir));
+  COHORT_ASSIGN_OR_RETURN(options->master_key, crypto::LoadPublicKey(master_key_file));
+  options->identity = identity;
+  return OkStatus();
+}
+
 std::string Describe(const GroupOptions& o) {
   if (o.transport == "mpi") return "MPI";
   if (UsesSharedMemory(o)) return "shared memory";

@@ -41,6 +41,14 @@ struct GroupOptions {
 };
 
 bool UsesSharedMemory(const GroupOptions& options);
+
+// A rank's keys from files (`cohort worker`, `cohort site-worker`): its
+// identity key file, the allowlist directory and rank 0's .pub file, all
+// three or none (then nothing is loaded). The key pair goes to `*identity`,
+// which must outlive the group; `who` names the command in errors.
+Status LoadGroupKeys(const std::string& identity_file, const std::string& allow_dir,
+                     const std::string& master_key_file, const std::string& who,
+                     crypto::Ed25519KeyPair* identity, GroupOptions* options);
 // How the group's data travels, for logs: "shared memory", "tcp, ZeroMQ
 // CURVE: authenticated and encrypted", "tcp: authenticated, not encrypted"
 // or "tcp: plaintext, not authenticated".

@@ -266,19 +266,6 @@ int StageOf(const wire::Header& h) {
   }
 }
 
-// A session's message as the engine would decode it from the wire.
-net::Envelope FromClient(client::Outbound&& out) {
-  net::Envelope e;
-  e.header = std::move(out.header);
-  if (!out.payload.empty()) e.payloads.push_back(std::move(out.payload));
-  if (!out.words.empty()) {
-    std::vector<float> bits(out.words.size());
-    std::memcpy(bits.data(), out.words.data(), bits.size() * sizeof(float));
-    e.payloads.push_back(std::move(bits));
-  }
-  return e;
-}
-
 // Runs `f` with info lines off: each session logs a few per client and
 // round, which would drown the coordinator's lines; its warnings and errors
 // still show. (Until the sessions take a logger of their own.)
@@ -431,7 +418,7 @@ class Simulation {
       // A client that dropped out sends nothing from its stage on.
       const int stage = StageOf(out.header);
       if (c.drop_stage >= 0 && stage >= c.drop_stage) continue;
-      to_engine_.push_back({i, FromClient(std::move(out))});
+      to_engine_.push_back({i, client::AsEnvelope(std::move(out))});
     }
     for (const auto& line : a.printed) std::printf("%s: %s\n", c.name.c_str(), line.c_str());
     if ((a.cancel_training || a.train) && c.cancel) *c.cancel = true;

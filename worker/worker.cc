@@ -16,7 +16,6 @@
 #include "common/clock.h"
 #include "common/rng.h"
 #include "coordinator/run_store.h"
-#include "crypto/key_files.h"
 #include "datasets/shard.h"
 #include "net/group.h"
 #include "proto/config_io.h"
@@ -403,15 +402,8 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
                           .encrypt = o.encrypt,
                           .insecure = o.insecure};
   crypto::Ed25519KeyPair identity;
-  if (!o.identity.empty()) {
-    if (o.allow.empty() || o.master_key.empty()) {
-      return InvalidArgumentError("worker: --identity needs --allow and --master-key");
-    }
-    COHORT_ASSIGN_OR_RETURN(identity, crypto::LoadIdentity(o.identity));
-    COHORT_ASSIGN_OR_RETURN(group.allowlist, crypto::LoadAllowlist(o.allow));
-    COHORT_ASSIGN_OR_RETURN(group.master_key, crypto::LoadPublicKey(o.master_key));
-    group.identity = &identity;
-  }
+  COHORT_RETURN_IF_ERROR(
+      net::LoadGroupKeys(o.identity, o.allow, o.master_key, "worker", &identity, &group));
   COHORT_ASSIGN_OR_RETURN(auto transport, net::JoinGroup(context, group, r.collective));
   aggregation::Communicator comm(transport.get());
   r.comm = &comm;

@@ -93,17 +93,7 @@ class InProcessRun {
   };
 
   void Handle(int i, client::Actions a) {
-    for (auto& out : a.send) {
-      net::Envelope e;
-      e.header = std::move(out.header);
-      if (!out.payload.empty()) e.payloads.push_back(std::move(out.payload));
-      if (!out.words.empty()) {
-        std::vector<float> bits(out.words.size());
-        std::memcpy(bits.data(), out.words.data(), bits.size() * sizeof(float));
-        e.payloads.push_back(std::move(bits));
-      }
-      to_engine_.push_back({i, std::move(e)});
-    }
+    for (auto& out : a.send) to_engine_.push_back({i, client::AsEnvelope(std::move(out))});
     if (a.train) {
       std::vector<float> local = a.train->global;
       for (size_t j = 0; j < local.size(); ++j) local[j] += deltas_[i][j];
