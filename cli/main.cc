@@ -43,6 +43,16 @@ int Report(const cohort::Status& status, const char* what) {
   return 1;
 }
 
+// The run configuration at `path`, with --rounds (when not 0) in place of
+// rounds.num_rounds, checked again.
+cohort::StatusOr<cohort::config::RunConfig> LoadConfig(const std::string& path, uint32_t rounds) {
+  auto config = cohort::config::LoadRunConfig(path);
+  if (!config.ok() || rounds == 0) return config;
+  config->mutable_rounds()->set_num_rounds(rounds);
+  COHORT_RETURN_IF_ERROR(cohort::config::ValidateRunConfig(*config).WithContext("--rounds"));
+  return config;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -287,13 +297,8 @@ int main(int argc, char** argv) {
 
   if (coord->parsed()) {
     cohort::InitLogging("coordinator", "", log_level);
-    auto config = cohort::config::LoadRunConfig(config_path);
+    auto config = LoadConfig(config_path, rounds_flag);
     if (!config.ok()) return Report(config.status(), "config");
-    if (rounds_flag != 0) {
-      config->mutable_rounds()->set_num_rounds(rounds_flag);
-      cohort::Status valid = cohort::config::ValidateRunConfig(*config);
-      if (!valid.ok()) return Report(valid.WithContext("--rounds"), "config");
-    }
     cohort::coordinator::DaemonOptions opts;
     opts.config = *config;
     opts.run_dir = run_dir;
@@ -324,13 +329,8 @@ int main(int argc, char** argv) {
   }
   if (simulate->parsed()) {
     cohort::InitLogging("simulate", "", log_level);
-    auto config = cohort::config::LoadRunConfig(sim_config);
+    auto config = LoadConfig(sim_config, sim_rounds);
     if (!config.ok()) return Report(config.status(), "config");
-    if (sim_rounds != 0) {
-      config->mutable_rounds()->set_num_rounds(sim_rounds);
-      cohort::Status valid = cohort::config::ValidateRunConfig(*config);
-      if (!valid.ok()) return Report(valid.WithContext("--rounds"), "config");
-    }
     simopts.config = *config;
     return Report(cohort::sim::RunSimulation(simopts, g_stop), "simulate");
   }
