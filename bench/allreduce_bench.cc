@@ -42,7 +42,10 @@ constexpr Size kSizes[] = {
 // --bytes N --timed T (profiling): only that size, T timed iterations.
 size_t g_only_bytes = 0;
 int g_timed = 0;
-bool g_pin = false;  // --pin: rank r on CPU r, when there are enough CPUs.
+bool g_pin = false;
+aggregation::Algorithm g_algorithm =
+    aggregation::Algorithm::kAuto;  // --algorithm  // --pin: rank r on CPU r, when there are enough
+                                    // CPUs.
 
 std::vector<crypto::Ed25519KeyPair> g_identities;  // --transport curve|tcp-auth.
 std::vector<crypto::AllowedKey> g_allowlist;
@@ -87,7 +90,8 @@ int Rank(int rank, int world, const std::string& dir, const std::string& transpo
   }
   std::unique_ptr<aggregation::Transport> t = std::move(*joined);
   aggregation::Communicator comm(t.get());
-  aggregation::CollectiveOptions options{.timeout_ms = 60000, .exact = exact};
+  aggregation::CollectiveOptions options{
+      .algorithm = g_algorithm, .timeout_ms = 60000, .exact = exact};
   for (Size s : kSizes) {
     if (g_only_bytes != 0) {
       if (s.bytes != kSizes[0].bytes) continue;
@@ -143,6 +147,11 @@ int main(int argc, char** argv) {
       transport = argv[++i];
     } else if (!std::strcmp(argv[i], "--exact")) {
       exact = true;
+    } else if (!std::strcmp(argv[i], "--algorithm") && i + 1 < argc) {
+      const std::string a = argv[++i];
+      g_algorithm = a == "ring" ? aggregation::Algorithm::kRing
+                    : a == "rd" ? aggregation::Algorithm::kRecursiveDoubling
+                                : aggregation::Algorithm::kAuto;
     } else if (!std::strcmp(argv[i], "--pin")) {
       g_pin = true;
     } else if (!std::strcmp(argv[i], "--bytes") && i + 1 < argc) {
