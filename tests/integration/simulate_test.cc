@@ -193,6 +193,39 @@ TEST(SimulateInMemoryTest, SplittingInMemoryTrainsWhatTheShardsTrain) {
   EXPECT_GT(b.rounds.back().test_accuracy, 0.8);
 }
 
+// Bad input stops a simulation before it starts, with an error that names
+// what was wrong.
+TEST(SimulateBadInputTest, EachMistakeIsNamed) {
+  Cluster c("simulate-bad", 3);
+  const std::string config = c.WriteConfig("run.textproto", 1, "min_clients: 3 start_clients: 3");
+  const std::string big = c.WriteConfig("big.textproto", 1, "min_clients: 5 start_clients: 5");
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  } cases[] = {
+      {{"--config", config, "--run-dir", c.dir() / "r1", "--shards", c.dir() / "nowhere"},
+       "nowhere"},
+      {{"--config", config, "--run-dir", c.dir() / "r2"}, "give --shards DIR, or a data.partition"},
+      {{"--config", big, "--run-dir", c.dir() / "r3", "--shards", c.dir() / "shards"},
+       "needs 5 clients to start a round"},
+      {{"--config", config, "--run-dir", c.dir() / "r4", "--shards", c.dir() / "shards",
+        "--dropout", "1.5"},
+       "--dropout"},
+      {{"--config", config, "--run-dir", c.dir() / "r5", "--shards", c.dir() / "shards",
+        "--executors", "0"},
+       "--executors"},
+  };
+  int n = 0;
+  for (const Case& k : cases) {
+    std::vector<std::string> args = {"simulate"};
+    args.insert(args.end(), k.args.begin(), k.args.end());
+    std::string out;
+    const std::string log = c.dir() / ("bad-" + std::to_string(n++) + ".log");
+    EXPECT_NE(RunCohort(args, &out, log), 0) << k.says;
+    EXPECT_NE((ReadFile(log) + out).find(k.says), std::string::npos) << ReadFile(log) << out;
+  }
+}
+
 // Memory does not grow with the clients of a round: 300 clients of an
 // 800 KB model (one copy each would be 240 MB) in a process that stays
 // under 120 MB at its peak (about 40 MB measured).
