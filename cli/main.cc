@@ -262,6 +262,10 @@ int main(int argc, char** argv) {
                        "default: the config's data.partition, split in memory");
   simulate->add_option("--clients", simopts.clients,
                        "With data.partition: split over this many clients instead");
+  simulate
+      ->add_option("--devices", simopts.devices,
+                   "The executors' devices, round-robin: cpu, cuda:N or auto, comma-separated")
+      ->capture_default_str();
   simulate->add_option("--executors", simopts.executors, "Clients trained at once (CPU threads)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

@@ -141,14 +141,25 @@ struct Finished {
 // hands back the result. Submit and Take are called by one thread.
 class ExecutorPool {
  public:
-  static StatusOr<std::unique_ptr<ExecutorPool>> Create(int n, const config::ModelConfig& model,
+  static StatusOr<std::unique_ptr<ExecutorPool>> Create(int n, const std::string& devices,
+                                                        const config::ModelConfig& model,
                                                         const std::vector<VirtualClient>* clients) {
+    std::vector<std::string> list;
+    for (size_t at = 0; at <= devices.size();) {
+      const size_t comma = std::min(devices.find(',', at), devices.size());
+      list.push_back(devices.substr(at, comma - at));
+      at = comma + 1;
+    }
     std::unique_ptr<ExecutorPool> pool(new ExecutorPool(clients));
     for (int k = 0; k < n; ++k) {
-      // What a client daemon uses by default: the CPU, one BLAS thread.
-      COHORT_ASSIGN_OR_RETURN(auto backend, train::NewBackend({.device = "cpu", .threads = 1}));
-      COHORT_ASSIGN_OR_RETURN(auto m, train::BuildModel(model, backend.get()));
-      pool->backends_.push_back(std::move(backend));
+      // One BLAS thread on the CPU, as a client daemon uses by default.
+      std::string note;
+      const std::string& device = list[size_t(k) % list.size()];
+      auto backend = train::NewBackend({.device = device, .threads = 1}, &note);
+      if (!backend.ok()) return backend.status().WithContext("--devices " + device);
+      if (!note.empty()) spdlog::info("executor {}: {}", k, note);
+      COHORT_ASSIGN_OR_RETURN(auto m, train::BuildModel(model, backend->get()));
+      pool->backends_.push_back(std::move(*backend));
       pool->models_.push_back(std::move(m));
     }
     pool->last_rows_.assign(n, 0);
@@ -574,9 +585,10 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
         },
         &c.identity);
   }
-  COHORT_ASSIGN_OR_RETURN(auto pool, ExecutorPool::Create(o.executors, o.config.model(), &clients));
-  spdlog::info("simulating {} clients ({} executors, CPU), run {}, {} parameters", clients.size(),
-               o.executors, o.config.name(), run.engine->num_params());
+  COHORT_ASSIGN_OR_RETURN(auto pool,
+                          ExecutorPool::Create(o.executors, o.devices, o.config.model(), &clients));
+  spdlog::info("simulating {} clients ({} executors on {}), run {}, {} parameters", clients.size(),
+               o.executors, o.devices, o.config.name(), run.engine->num_params());
   if (!(o.dropout >= 0 && o.dropout <= 1)) {
     return InvalidArgumentError("simulate: --dropout must be in [0, 1]");
   }

@@ -28,7 +28,11 @@ struct SimOptions {
   // count when not 0), its test set the coordinator's.
   std::string shards;
   uint32_t clients = 0;
-  int executors = 1;  // Clients trained at once, one CPU backend each.
+  int executors = 1;  // Clients trained at once, one backend each.
+  // The executors' devices, round-robin: "cpu", "cuda:N" or "auto" (a GPU
+  // where one is usable, else the CPU, said in the log), comma-separated,
+  // e.g. "cuda:0,cuda:1". The CPU gives the daemons' bits; a GPU does not.
+  std::string devices = "cpu";
   // Faults drawn from the seed: in each round each selected client drops
   // out with this probability, at a stage drawn uniformly from those of
   // the round (secure aggregation: advertise_keys, share_keys,
