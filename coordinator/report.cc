@@ -69,7 +69,8 @@ std::string RoundJson(const RoundRecord& r, const std::vector<ClientRoundRecord>
          ",\"test_accuracy\":" + (r.test_accuracy >= 0 ? JsonNumber(r.test_accuracy) : "null") +
          ",\"test_loss\":" + (r.test_loss >= 0 ? JsonNumber(r.test_loss) : "null") +
          ",\"seconds\":" + JsonNumber(r.seconds) +
-         ",\"coordinator_seconds\":" + JsonNumber(r.coordinator_seconds) + "}";
+         ",\"coordinator_seconds\":" + JsonNumber(r.coordinator_seconds) +
+         ",\"clock_seconds\":" + JsonNumber(r.clock_seconds) + "}";
 }
 
 void PrintRound(const RoundRecord& r, uint32_t total) {

@@ -727,6 +727,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   Checkpoint cp{round, global_, velocity_};
   record.coordinator_seconds = WallSeconds() - close_start;
   record.seconds = WallSeconds() - round_start_wall_;
+  record.clock_seconds = double(now - round_started_) / 1000.0;
   Status status = store_->CommitRound(record, clients, cp, config_.rounds().keep_checkpoints());
   record.coordinator_seconds = WallSeconds() - close_start;
   if (!status.ok()) {

@@ -31,6 +31,10 @@ struct RoundRecord {
   double test_loss = -1;
   double seconds = 0;              // Round wall time, tasks sent to commit.
   double coordinator_seconds = 0;  // Aggregate + evaluate + commit.
+  // The round on the protocol's clock (the engine's `now`, start to
+  // commit): the wall time in the daemons, the virtual time in the
+  // simulator. 0 where nothing kept it (data-parallel epochs, older stores).
+  double clock_seconds = 0;
   int64_t committed_unix_ms = 0;
   std::string aggregation = "plain";  // "plain", "secagg" or "secagg+".
   // "committed", or "aborted" (secure aggregation fell below its threshold:

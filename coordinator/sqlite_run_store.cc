@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS rounds (
   seconds REAL NOT NULL,
   coordinator_seconds REAL NOT NULL,
   committed_unix_ms INTEGER NOT NULL,
+  clock_seconds REAL NOT NULL DEFAULT 0,
   aggregation TEXT NOT NULL DEFAULT 'plain',
   outcome TEXT NOT NULL DEFAULT 'committed',
   outcome_reason TEXT NOT NULL DEFAULT ''
@@ -122,6 +123,8 @@ class SqliteRunStore final : public RunStore {
         AddColumnIfMissing("rounds", "outcome_reason", "TEXT NOT NULL DEFAULT ''"));
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("round_clients", "stage", "TEXT NOT NULL DEFAULT ''"));
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("rounds", "clock_seconds", "REAL NOT NULL DEFAULT 0"));
     // Stores written before it have no velocity checksum (NULL: not checked).
     return AddColumnIfMissing("checkpoints", "velocity_crc32", "INTEGER");
   }
@@ -174,8 +177,8 @@ class SqliteRunStore final : public RunStore {
       Statement s(db_,
                   "INSERT INTO rounds (round, participants, selected, dropped, train_loss, "
                   "test_accuracy, test_loss, seconds, coordinator_seconds, committed_unix_ms, "
-                  "aggregation, outcome, outcome_reason) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                  "aggregation, outcome, outcome_reason, clock_seconds) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       if (!s.ok()) return Error("commit round");
       sqlite3_bind_int64(s.get(), 1, r.round);
       sqlite3_bind_int64(s.get(), 2, r.participants);
@@ -190,6 +193,7 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_text(s.get(), 11, r.aggregation.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_text(s.get(), 12, r.outcome.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_text(s.get(), 13, r.outcome_reason.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_double(s.get(), 14, r.clock_seconds);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
       Statement c(db_,
                   "INSERT INTO round_clients (round, client, status, reason, num_samples, "
@@ -270,7 +274,7 @@ class SqliteRunStore final : public RunStore {
     Statement s(db_,
                 "SELECT round, participants, selected, dropped, train_loss, test_accuracy, "
                 "test_loss, seconds, coordinator_seconds, committed_unix_ms, aggregation, "
-                "outcome, outcome_reason FROM rounds ORDER BY round");
+                "outcome, outcome_reason, clock_seconds FROM rounds ORDER BY round");
     if (!s.ok()) return Error("read rounds");
     std::vector<RoundRecord> out;
     int rc;
@@ -289,6 +293,7 @@ class SqliteRunStore final : public RunStore {
       r.aggregation = Text(s.get(), 10);
       r.outcome = Text(s.get(), 11);
       r.outcome_reason = Text(s.get(), 12);
+      r.clock_seconds = sqlite3_column_double(s.get(), 13);
       out.push_back(r);
     }
     if (rc != SQLITE_DONE) return Error("read rounds");

@@ -476,32 +476,25 @@ class Simulation {
       selected_ = trained_ = 0;
       counted_.clear();
       round_wall_start_ = WallSeconds();
-      round_virtual_start_[round_] = now_;
     }
     if (counted_.insert(i).second) ++selected_;
   }
   void ShowRound(const coordinator::RoundRecord& r) {
     if (tty_ && !json_) std::fprintf(stderr, "\r%70s\r", "");
-    // The next round may have started already (its tasks go out with this
-    // commit): each round's own start.
-    auto start = round_virtual_start_.find(r.round);
-    const double simulated =
-        start == round_virtual_start_.end() ? 0.0 : double(now_ - start->second) / 1000.0;
-    if (start != round_virtual_start_.end()) round_virtual_start_.erase(start);
     if (!json_) {
       coordinator::PrintRound(r, config_.rounds().num_rounds());
       if (sample_ms_ > 0 || latency_ms_ > 0) {
-        std::printf("  simulated round time %.2fs\n", simulated);
+        std::printf("  simulated round time %.2fs\n", r.clock_seconds);
         std::fflush(stdout);
       }
       return;
     }
     auto clients = store_->ClientRounds(r.round);
-    std::string line = coordinator::RoundJson(
-        r, clients.ok() ? *clients : std::vector<coordinator::ClientRoundRecord>{});
-    // Beside the wall time: the round on the virtual clock.
-    line.insert(line.size() - 1, ",\"simulated_seconds\":" + std::to_string(simulated));
-    std::printf("%s\n", line.c_str());
+    // clock_seconds: the round on the virtual clock, beside the wall time.
+    std::printf("%s\n",
+                coordinator::RoundJson(
+                    r, clients.ok() ? *clients : std::vector<coordinator::ClientRoundRecord>{})
+                    .c_str());
     std::fflush(stdout);
   }
 
@@ -511,7 +504,6 @@ class Simulation {
   double sample_ms_, latency_ms_;
   // Training finished in wall time, waiting for its due virtual time.
   std::multimap<TimeMs, Finished> finished_;
-  std::map<uint32_t, TimeMs> round_virtual_start_;  // By round.
   coordinator::RunStore* store_;
   bool tty_ = isatty(STDERR_FILENO) != 0;
   uint32_t round_ = 0;

@@ -159,8 +159,11 @@ TEST(SimulateStragglersTest, TheDeadlineCutsExactlyTheClientsTooSlowForIt) {
       if (too_slow.count(cr.client)) selected_slow.insert(cr.client);
     }
     EXPECT_EQ(dropped, selected_slow) << "round " << r.round;
-    if (r.round == 1) EXPECT_EQ(dropped, too_slow);  // Round 1 selects everyone.
-    EXPECT_LT(r.seconds, 5.0);                       // Wall time: no one waited 20 s.
+    if (r.round == 1) {
+      EXPECT_EQ(dropped, too_slow);             // Round 1 selects everyone.
+      EXPECT_DOUBLE_EQ(r.clock_seconds, 20.0);  // The deadline, on the virtual clock.
+    }
+    EXPECT_LT(r.seconds, 5.0);  // Wall time: no one waited 20 s.
   }
   EXPECT_NE(out.find("simulated round time 20.00s"), std::string::npos) << out;
 }
