@@ -113,6 +113,8 @@ TEST(RunStoreTest, CommittedRoundsSurviveReopening) {
     clients[1].reason = "missed the round deadline";
     clients[1].stage = "share_keys";
     r.aggregation = "secagg+";
+    r.seconds = 0.25;
+    r.clock_seconds = 20.0;  // A simulated round: its own clock.
     ASSERT_TRUE(store->CommitRound(r, clients, Cp(1, 1.5f), 3).ok());
   }
   auto store = std::move(OpenSqliteRunStore(path)).value();
@@ -130,6 +132,8 @@ TEST(RunStoreTest, CommittedRoundsSurviveReopening) {
   EXPECT_DOUBLE_EQ((*rounds)[0].test_accuracy, 0.75);
   EXPECT_EQ((*rounds)[0].aggregation, "secagg+");
   EXPECT_EQ((*rounds)[0].outcome, "committed");
+  EXPECT_DOUBLE_EQ((*rounds)[0].seconds, 0.25);
+  EXPECT_DOUBLE_EQ((*rounds)[0].clock_seconds, 20.0);
   auto clients = store->ClientRounds(1);
   ASSERT_EQ(clients->size(), 2u);
   EXPECT_EQ((*clients)[1].reason, "missed the round deadline");
