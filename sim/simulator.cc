@@ -338,6 +338,7 @@ class Simulation {
         COHORT_RETURN_IF_ERROR(Step());
       }
     }
+    CancelAll();  // Stragglers still training: nobody needs their work now.
     return engine_->store_error();
   }
 
