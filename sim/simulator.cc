@@ -216,7 +216,8 @@ class ExecutorPool {
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      Finished f{job.client, job.due, job.task.task_id, CancelledError("not run"), job.task.global};
+      Finished f{job.client, job.due, job.task.task_id, CancelledError("not run"),
+                 std::move(job.task.global)};
       // Shards of another size than the last would each stay cached in
       // the backend's pool: let the old ones go.
       const VirtualClient& c = (*clients_)[job.client];
