@@ -45,6 +45,12 @@ Status RunPartition(const PartitionOptions& o) {
   for (uint32_t k = 0; k < num_clients; ++k) {
     char name[64];
     std::snprintf(name, sizeof(name), "client-%03u", k);
+    if (parts[k].empty()) {
+      // As `cohort simulate` does with the same split: a client with no
+      // samples could not register; no shard file is written for it.
+      std::fprintf(stderr, "%s has no samples in this split: no shard written\n", name);
+      continue;
+    }
     datasets::Dataset shard = datasets::Subset(train, parts[k]);
     COHORT_RETURN_IF_ERROR(datasets::WriteShard(shard, o.out + "/" + name + ".shard", encoding));
     std::printf("%-14s %8zu", name, shard.size());

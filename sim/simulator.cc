@@ -331,10 +331,15 @@ class Simulation {
         // do not pile up (memory stays a few models).
         DeliverFinished();
       } else if (!held_.empty() && pool_.in_flight() < max_in_flight_) {
+        // The held task due first: executors work in virtual order, so
+        // finished results seldom wait for an earlier one still to come.
+        Held h = std::move(held_.begin()->second);
+        held_.erase(held_.begin());
+        task_sent_ = h.sent;
         std::vector<coordinator::Outgoing> one;
-        one.push_back(std::move(held_.front()));
-        held_.pop_front();
+        one.push_back(std::move(h.task));
         Deliver(std::move(one), /*released=*/true);
+        task_sent_.reset();
       } else {
         COHORT_RETURN_IF_ERROR(Step());
       }
@@ -353,7 +358,14 @@ class Simulation {
     TimeMs wakeup = engine_->NextWakeup().value_or(kNever);
     for (const auto& c : clients_) wakeup = std::min(wakeup, c.session->NextWakeup());
     const TimeMs running = pool_.earliest_due().value_or(kNever);
+    const TimeMs waiting = held_.empty() ? kNever : held_.begin()->first;
     const TimeMs ready = finished_.empty() ? kNever : finished_.begin()->first;
+    // A finished job due before anything still to run or compute is
+    // delivered at its time (the clock moves to it).
+    if (ready != kNever && ready <= std::min({wakeup, running, waiting})) {
+      DeliverFinished();
+      return OkStatus();
+    }
     if ((!held_.empty() && pool_.in_flight() > 0) ||
         (running != kNever && running <= std::min(wakeup, ready))) {
       Finished f = pool_.Take();
@@ -361,10 +373,6 @@ class Simulation {
       ShowProgress();
       const TimeMs due = f.due;
       finished_.emplace(due, std::move(f));
-      return OkStatus();
-    }
-    if (ready != kNever && ready <= wakeup) {
-      DeliverFinished();
       return OkStatus();
     }
     if (wakeup == kNever) {
@@ -396,9 +404,8 @@ class Simulation {
   }
 
   // Virtual milliseconds from a task's sending to its update's arrival.
-  TimeMs JobTime(int i, const client::TrainTask& task) const {
-    const double compute =
-        double(clients_[i].size()) * task.options.epochs * sample_ms_ * clients_[i].slowness;
+  TimeMs JobTime(int i, uint32_t epochs) const {
+    const double compute = double(clients_[i].size()) * epochs * sample_ms_ * clients_[i].slowness;
     return TimeMs(std::llround(compute + 2 * latency_ms_));
   }
 
@@ -413,8 +420,10 @@ class Simulation {
           (!held_.empty() || pool_.in_flight() >= max_in_flight_)) {
         // Each task becomes a model copy in its client's job: hand tasks
         // out only as executors come free (memory: a few models, not one
-        // per client of the round). They share the round's model until then.
-        held_.push_back(std::move(o));
+        // per client of the round). They share the round's model until
+        // then, and keep the virtual time they were sent at.
+        const TimeMs due = now_ + JobTime(it->second, config_.train().local_epochs());
+        held_.emplace(due, Held{now_, std::move(o)});
         continue;
       }
       net::Envelope e;
@@ -437,7 +446,7 @@ class Simulation {
     if ((a.cancel_training || a.train) && c.cancel) *c.cancel = true;
     if (a.train) {
       c.cancel = std::make_shared<std::atomic<bool>>(false);
-      const TimeMs due = now_ + JobTime(i, *a.train);
+      const TimeMs due = task_sent_.value_or(now_) + JobTime(i, a.train->options.epochs);
       pool_.Submit({i, std::move(*a.train), c.cancel, due});
     }
     if (a.exit && !a.exit->ok()) spdlog::warn("{}: {}", c.name, a.exit->ToString());
@@ -467,9 +476,10 @@ class Simulation {
     if (!force && now - last_shown_ < 0.25) return;
     last_shown_ = now;
     const double spent = now - round_wall_start_;
-    const double eta = trained_ > 0 ? spent / trained_ * double(selected_ - trained_) : 0;
-    std::fprintf(stderr, "\rround %u: %zu/%zu clients trained, %.1f s, ETA %.0f s   ", round_,
-                 trained_, selected_, spent, eta);
+    const size_t done = std::min(trained_, selected_);
+    const double eta = done > 0 ? spent / done * double(selected_ - done) : 0;
+    std::fprintf(stderr, "\rround %u: %zu/%zu clients trained, %.1f s, ETA %.0f s   ", round_, done,
+                 selected_, spent, eta);
     std::fflush(stderr);
   }
   void CountTask(int i, const wire::Header& h) {
@@ -517,7 +527,14 @@ class Simulation {
   ExecutorPool& pool_;
   std::map<std::string, int> index_;  // By name: the engine's peer for each client.
   std::deque<std::pair<int, net::Envelope>> to_engine_;
-  std::deque<coordinator::Outgoing> held_;  // Tasks waiting for an executor.
+  // Tasks waiting for an executor, by the virtual time their update would
+  // be due, with the time they were sent.
+  struct Held {
+    TimeMs sent;
+    coordinator::Outgoing task;
+  };
+  std::multimap<TimeMs, Held> held_;
+  std::optional<TimeMs> task_sent_;  // While a held task is handed out.
   size_t max_in_flight_;
   TimeMs now_ = 0;
 };
@@ -554,7 +571,8 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
   if (needed > clients.size()) {
     return InvalidArgumentError("simulate: the config needs " + std::to_string(needed) +
                                 " clients to start a round (rounds.start_clients, min_clients), " +
-                                o.shards + " has " + std::to_string(clients.size()));
+                                (o.shards.empty() ? std::string("the split") : o.shards) + " has " +
+                                std::to_string(clients.size()));
   }
   if (o.sample_ms < 0 || o.speed_sigma < 0 || o.latency_ms < 0) {
     return InvalidArgumentError(

@@ -250,8 +250,11 @@ TEST(SimulateMemoryTest, ARoundHoldsAFewModelsNotOnePerClient) {
   c.set_hidden_units(8192);  // 20-8192-4: 204,804 parameters.
   const std::string config =
       c.WriteConfig("run.textproto", 2, "min_clients: 300 start_clients: 300");
+  // With client speeds on the virtual clock too: results then come out of
+  // order and must not pile up either.
   Process sim({CohortBin(), "--log-level", "warn", "simulate", "--config", config, "--run-dir",
-               c.dir() / "run", "--shards", c.dir() / "shards", "--executors", "2"},
+               c.dir() / "run", "--shards", c.dir() / "shards", "--executors", "2", "--sample-ms",
+               "10", "--speed-sigma", "0.5"},
               c.dir() / "simulate.log");
   ASSERT_EQ(sim.Wait(), 0) << ReadFile(c.dir() / "simulate.log");
   ASSERT_TRUE(sim.peak_rss_bytes().has_value());
