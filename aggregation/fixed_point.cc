@@ -1,6 +1,7 @@
 #include "aggregation/fixed_point.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #if defined(__x86_64__)
@@ -86,30 +87,70 @@ void EncodeFixedPoint(std::span<const float> values, double weight, const FixedP
 
 namespace internal {
 
-void EncodeFixedPoint(std::span<const float> values, double weight, const FixedPoint& fp, Rng& rng,
-                      std::span<uint32_t> out, bool avx2) {
+// The encoding loop of EncodeFixedPoint and EncodeDelta: `chunk(begin, n,
+// scratch)` returns n values starting at `begin` (its own storage or
+// `scratch`); the rounding bits are drawn per chunk of kChunk, so both give
+// the same words for the same values.
+template <typename Chunk>
+void EncodeChunks(size_t size, Chunk&& chunk, double weight, const FixedPoint& fp, Rng& rng,
+                  std::span<uint32_t> out, bool avx2) {
   const double factor = weight * fp.scale;
   const double clip = fp.clip;
   constexpr size_t kChunk = 1024;
   uint32_t r[kChunk];
-  for (size_t begin = 0; begin < values.size(); begin += kChunk) {
-    const size_t n = std::min(kChunk, values.size() - begin);
+  float scratch[kChunk];
+  for (size_t begin = 0; begin < size; begin += kChunk) {
+    const size_t n = std::min(kChunk, size - begin);
     for (size_t i = 0; i < n; i += 2) {
       const uint64_t bits = rng.Next();
       r[i] = static_cast<uint32_t>(bits);
       r[i + 1] = static_cast<uint32_t>(bits >> 32);
     }
+    const float* values = chunk(begin, n, scratch);
 #if defined(__x86_64__)
     if (avx2) {
-      EncodeChunkAvx2(values.data() + begin, n, factor, clip, r, out.data() + begin);
+      EncodeChunkAvx2(values, n, factor, clip, r, out.data() + begin);
       continue;
     }
 #endif
-    EncodeChunkScalar(values.data() + begin, n, factor, clip, r, out.data() + begin);
+    EncodeChunkScalar(values, n, factor, clip, r, out.data() + begin);
   }
 }
 
+void EncodeFixedPoint(std::span<const float> values, double weight, const FixedPoint& fp, Rng& rng,
+                      std::span<uint32_t> out, bool avx2) {
+  EncodeChunks(
+      values.size(), [&](size_t begin, size_t, float*) { return values.data() + begin; }, weight,
+      fp, rng, out, avx2);
+}
+
 }  // namespace internal
+
+bool EncodeDelta(std::span<const float> after, std::span<const float> before,
+                 std::span<const float> tail, double weight, const FixedPoint& fp, Rng& rng,
+                 std::span<uint32_t> out) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+#else
+  constexpr bool avx2 = false;
+#endif
+  const size_t m = after.size();
+  bool finite = true;
+  auto chunk = [&](size_t begin, size_t n, float* scratch) {
+    const size_t in_delta = begin < m ? std::min(n, m - begin) : 0;
+    uint32_t bad = 0;
+    for (size_t i = 0; i < in_delta; ++i) {
+      scratch[i] = after[begin + i] - before[begin + i];
+      // Exponent all ones: Inf or NaN (a branch-free test the loop can vectorize).
+      bad |= (std::bit_cast<uint32_t>(scratch[i]) & 0x7f800000u) == 0x7f800000u;
+    }
+    for (size_t i = in_delta; i < n; ++i) scratch[i] = tail[begin + i - m];
+    finite = finite && bad == 0;
+    return static_cast<const float*>(scratch);
+  };
+  internal::EncodeChunks(m + tail.size(), chunk, weight, fp, rng, out, avx2);
+  return finite;
+}
 
 void DecodeFixedPoint(std::span<const uint32_t> sum, double total_weight, const FixedPoint& fp,
                       std::span<float> out) {

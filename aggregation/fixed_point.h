@@ -30,6 +30,14 @@ StatusOr<FixedPoint> ChooseFixedPoint(float clip, double max_total_weight, uint3
 void EncodeFixedPoint(std::span<const float> values, double weight, const FixedPoint& fp, Rng& rng,
                       std::span<uint32_t> out);
 
+// EncodeFixedPoint of (after - before) followed by `tail`, into `out`
+// (after.size() + tail.size() words), without a float copy of the
+// difference: the same words as encoding the concatenation. False when a
+// difference is NaN or Inf (`out` is then meaningless); `tail` must be
+// finite.
+[[nodiscard]] bool EncodeDelta(std::span<const float> after, std::span<const float> before,
+                               std::span<const float> tail, double weight, const FixedPoint& fp,
+                               Rng& rng, std::span<uint32_t> out);
 namespace internal {
 // EncodeFixedPoint with the AVX2 kernel on or off (tests: both must agree).
 // `avx2` on a CPU without AVX2 is undefined behaviour.

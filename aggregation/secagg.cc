@@ -17,12 +17,15 @@ namespace {
 
 constexpr size_t kShare = crypto::kShamirShareBytes;
 constexpr size_t kSig = crypto::kSignatureBytes;
-// Plaintext of one neighbour's sealed shares: mask-seed share, its dealer
-// signature, self-mask share, its dealer signature.
-constexpr size_t kPlainBytes = 2 * (kShare + kSig);
+constexpr size_t kSalt = 32;
+constexpr size_t kCommit = sizeof(Commitment);
+// Plaintext of one neighbour's sealed shares: the mask-seed share and the
+// salt of its commitment, then the self-mask share and its salt.
+constexpr size_t kPlainBytes = 2 * (kShare + kSalt);
 constexpr size_t kBlobBytes = crypto::kAeadNonceBytes + kPlainBytes + crypto::kAeadTagBytes;
-// The AEAD blob, then the sender's signature over it.
-constexpr size_t kSealedBytes = kBlobBytes + kSig;
+// The AEAD blob, the commitments to the mask-seed share and to the self-mask
+// share, and the dealer's one signature over the three (DealMessage).
+constexpr size_t kSealedBytes = kBlobBytes + 2 * kCommit + kSig;
 
 void PutU32(std::string& out, uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); }
 void PutBytes(std::string& out, std::span<const uint8_t> b) {
@@ -62,19 +65,6 @@ std::string ShareAd(const std::array<uint8_t, 32>& session, uint32_t from, uint3
   return ad;
 }
 
-// What a dealer signs for each share it deals, so a share revealed later
-// can be checked on its own.
-std::string ShareMessage(const std::array<uint8_t, 32>& session, uint32_t dealer, uint32_t holder,
-                         bool self_mask, std::span<const uint8_t> share) {
-  std::string m = "cohort-secagg-share";
-  PutBytes(m, session);
-  PutU32(m, dealer);
-  PutU32(m, holder);
-  m.push_back(self_mask ? 1 : 0);
-  PutBytes(m, share);
-  return m;
-}
-
 std::string ComplaintContext(const std::array<uint8_t, 32>& session, uint32_t dealer,
                              uint32_t holder) {
   std::string m = "cohort-secagg-complaint";
@@ -104,16 +94,41 @@ StatusOr<SecretBytes> PairMaskKey(const SecretBytes& my_secret, const crypto::X2
   return key;
 }
 
-// A neighbour's sealed shares, opened and checked: the AEAD, the share
-// x-coordinates and both dealer signatures.
+// One neighbour's sealed shares as they travel (kSealedBytes long).
+struct Sealed {
+  std::span<const uint8_t> blob;
+  Commitment mask{}, self{};
+  crypto::Signature signature{};
+};
+Sealed ParseSealed(std::span<const uint8_t> bytes) {
+  Sealed s;
+  s.blob = bytes.first(kBlobBytes);
+  std::memcpy(s.mask.data(), bytes.data() + kBlobBytes, kCommit);
+  std::memcpy(s.self.data(), bytes.data() + kBlobBytes + kCommit, kCommit);
+  s.signature = SignatureAt(bytes.subspan(kBlobBytes + 2 * kCommit, kSig));
+  return s;
+}
+
+// Whether `dealer` signed these sealed shares for `holder`.
+bool DealSigned(const crypto::Ed25519Public& dealer_identity,
+                const std::array<uint8_t, 32>& session, uint32_t dealer, uint32_t holder,
+                const Sealed& s) {
+  return crypto::Verify(
+      dealer_identity,
+      DealMessage(session, dealer, holder, crypto::Hash256({s.blob}), s.mask, s.self), s.signature);
+}
+
+// A neighbour's sealed shares, opened and checked against the signed
+// commitments: the AEAD, the share x-coordinates and both commitments. The
+// signature is checked apart (DealSigned), before anything is opened.
 struct Opened {
   SecretBytes mask_share, self_share;
-  crypto::Signature mask_signature{}, self_signature{};
+  std::array<uint8_t, kSalt> mask_salt{}, self_salt{};
 };
-StatusOr<Opened> OpenBlob(const SecretBytes& key, std::span<const uint8_t> blob,
-                          const std::array<uint8_t, 32>& session, uint32_t dealer, uint32_t holder,
-                          const crypto::Ed25519Public& dealer_identity) {
-  auto plain = crypto::Open(key, blob, AsBytes(ShareAd(session, dealer, holder)));
+StatusOr<Opened> OpenSealed(const SecretBytes& key, const Sealed& s,
+                            const std::array<uint8_t, 32>& session, uint32_t dealer,
+                            uint32_t holder) {
+  auto plain = crypto::Open(key, s.blob, AsBytes(ShareAd(session, dealer, holder)));
   if (!plain.ok()) return InvalidArgumentError("sealed shares do not open");
   if (plain->size() != kPlainBytes)
     return InvalidArgumentError("sealed shares have the wrong size");
@@ -122,20 +137,17 @@ StatusOr<Opened> OpenBlob(const SecretBytes& key, std::span<const uint8_t> blob,
   o.mask_share = SecretBytes(kShare);
   o.self_share = SecretBytes(kShare);
   std::memcpy(o.mask_share.bytes().data(), p, kShare);
-  o.mask_signature = SignatureAt({p + kShare, kSig});
-  std::memcpy(o.self_share.bytes().data(), p + kShare + kSig, kShare);
-  o.self_signature = SignatureAt({p + 2 * kShare + kSig, kSig});
+  std::memcpy(o.mask_salt.data(), p + kShare, kSalt);
+  std::memcpy(o.self_share.bytes().data(), p + kShare + kSalt, kShare);
+  std::memcpy(o.self_salt.data(), p + 2 * kShare + kSalt, kSalt);
   if (crypto::ShamirShareX(o.mask_share) != holder + 1 ||
       crypto::ShamirShareX(o.self_share) != holder + 1) {
     return InvalidArgumentError("shares are not addressed to this client");
   }
-  if (!crypto::Verify(dealer_identity,
-                      AsBytes(ShareMessage(session, dealer, holder, false, o.mask_share.bytes())),
-                      o.mask_signature) ||
-      !crypto::Verify(dealer_identity,
-                      AsBytes(ShareMessage(session, dealer, holder, true, o.self_share.bytes())),
-                      o.self_signature)) {
-    return InvalidArgumentError("a share carries a bad dealer signature");
+  if (ShareCommitment(session, dealer, holder, false, o.mask_salt, o.mask_share.bytes()) !=
+          s.mask ||
+      ShareCommitment(session, dealer, holder, true, o.self_salt, o.self_share.bytes()) != s.self) {
+    return InvalidArgumentError("a share does not match its signed commitment");
   }
   return o;
 }
@@ -194,14 +206,40 @@ std::vector<uint8_t> SurvivorListMessage(const std::array<uint8_t, 32>& session,
   return {m.begin(), m.end()};
 }
 
-std::vector<uint8_t> SealedSharesMessage(const std::array<uint8_t, 32>& session, uint32_t from,
-                                         uint32_t to, std::span<const uint8_t> blob) {
-  std::string m = "cohort-secagg-sealed";
+Commitment ShareCommitment(const std::array<uint8_t, 32>& session, uint32_t dealer, uint32_t holder,
+                           bool self_mask, std::span<const uint8_t> salt,
+                           std::span<const uint8_t> share) {
+  std::string m = "cohort-secagg-share-commitment";
   PutBytes(m, session);
-  PutU32(m, from);
-  PutU32(m, to);
-  PutBytes(m, blob);
+  PutU32(m, dealer);
+  PutU32(m, holder);
+  m.push_back(self_mask ? 1 : 0);
+  return crypto::Hash256({AsBytes(m), salt, share});
+}
+
+std::vector<uint8_t> DealMessage(const std::array<uint8_t, 32>& session, uint32_t dealer,
+                                 uint32_t holder, const std::array<uint8_t, 32>& blob_hash,
+                                 const Commitment& mask, const Commitment& self) {
+  std::string m = "cohort-secagg-deal";
+  PutBytes(m, session);
+  PutU32(m, dealer);
+  PutU32(m, holder);
+  PutBytes(m, blob_hash);
+  PutBytes(m, mask);
+  PutBytes(m, self);
   return {m.begin(), m.end()};
+}
+
+bool DealtShareValid(const crypto::Ed25519Public& dealer_identity,
+                     const std::array<uint8_t, 32>& session, uint32_t dealer, uint32_t holder,
+                     const UnmaskShare& s) {
+  const Commitment c =
+      ShareCommitment(session, dealer, holder, s.is_self_mask, s.proof.salt, s.share.bytes());
+  const Commitment& mask = s.is_self_mask ? s.proof.other : c;
+  const Commitment& self = s.is_self_mask ? c : s.proof.other;
+  return crypto::Verify(dealer_identity,
+                        DealMessage(session, dealer, holder, s.proof.blob_hash, mask, self),
+                        s.proof.signature);
 }
 
 uint32_t MaxCorruptNeighbours(uint32_t n, uint32_t k, double corrupt) {
@@ -444,25 +482,7 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
     COHORT_ASSIGN_OR_RETURN(SecretBytes point,
                             crypto::EncSharedPoint(enc_.secret_key, recipients[i]->enc_key));
     keys[i] = crypto::EncKeyFromPoint(point.bytes(), enc_.public_key, recipients[i]->enc_key);
-    const SecretBytes& key = keys[i];
-    SecretBytes plain(kPlainBytes);
-    uint8_t* p = plain.bytes().data();
-    COHORT_ASSIGN_OR_RETURN(
-        auto mask_sig, crypto::Sign(*identity_, AsBytes(ShareMessage(session_, index_, v, false,
-                                                                     mask_shares[i].bytes()))));
-    COHORT_ASSIGN_OR_RETURN(
-        auto self_sig, crypto::Sign(*identity_, AsBytes(ShareMessage(session_, index_, v, true,
-                                                                     self_shares[i].bytes()))));
-    std::memcpy(p, mask_shares[i].bytes().data(), kShare);
-    std::memcpy(p + kShare, mask_sig.data(), kSig);
-    std::memcpy(p + kShare + kSig, self_shares[i].bytes().data(), kShare);
-    std::memcpy(p + 2 * kShare + kSig, self_sig.data(), kSig);
-    COHORT_ASSIGN_OR_RETURN(
-        sealed[i], crypto::Seal(key, plain.bytes(), AsBytes(ShareAd(session_, index_, v))));
-    COHORT_ASSIGN_OR_RETURN(
-        auto outer,
-        crypto::Sign(*identity_, SealedSharesMessage(session_, index_, v, AsBytes(sealed[i]))));
-    PutBytes(sealed[i], outer);
+    COHORT_ASSIGN_OR_RETURN(sealed[i], SealFor(v, keys[i], mask_shares[i], self_shares[i]));
     return OkStatus();
   }));
   SealedShares out;
@@ -476,15 +496,44 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
   return out;
 }
 
+StatusOr<std::string> SecAggClient::SealFor(uint32_t v, const SecretBytes& key,
+                                            const SecretBytes& mask_share,
+                                            const SecretBytes& self_share) const {
+  // Plaintext: each share with the salt of its commitment. The commitments
+  // travel in the clear beside the ciphertext, under one signature, so
+  // either share can later be shown to the server and checked on its own.
+  SecretBytes plain(kPlainBytes);
+  uint8_t* p = plain.bytes().data();
+  std::memcpy(p, mask_share.bytes().data(), kShare);
+  randombytes_buf(p + kShare, kSalt);
+  std::memcpy(p + kShare + kSalt, self_share.bytes().data(), kShare);
+  randombytes_buf(p + 2 * kShare + kSalt, kSalt);
+  const Commitment mask =
+      ShareCommitment(session_, index_, v, false, {p + kShare, kSalt}, mask_share.bytes());
+  const Commitment self = ShareCommitment(session_, index_, v, true,
+                                          {p + 2 * kShare + kSalt, kSalt}, self_share.bytes());
+  COHORT_ASSIGN_OR_RETURN(std::string sealed,
+                          crypto::Seal(key, plain.bytes(), AsBytes(ShareAd(session_, index_, v))));
+  COHORT_ASSIGN_OR_RETURN(
+      auto signature,
+      crypto::Sign(*identity_, DealMessage(session_, index_, v, crypto::Hash256({AsBytes(sealed)}),
+                                           mask, self)));
+  PutBytes(sealed, mask);
+  PutBytes(sealed, self);
+  PutBytes(sealed, signature);
+  return sealed;
+}
+
 Status SecAggClient::OpenShares(uint32_t v, const std::string& sealed, Held& held) const {
   auto key = pair_keys_.find(v);
   if (key == pair_keys_.end()) return InvalidArgumentError("no key shared with client " + Str(v));
-  COHORT_ASSIGN_OR_RETURN(Opened o, OpenBlob(key->second, AsBytes(sealed).first(kBlobBytes),
-                                             session_, v, index_, identities_[v]));
+  const Sealed s = ParseSealed(AsBytes(sealed));
+  COHORT_ASSIGN_OR_RETURN(Opened o, OpenSealed(key->second, s, session_, v, index_));
+  const auto blob_hash = crypto::Hash256({s.blob});
   held.mask_share = std::move(o.mask_share);
   held.self_share = std::move(o.self_share);
-  held.mask_signature = o.mask_signature;
-  held.self_signature = o.self_signature;
+  held.mask_proof = {o.mask_salt, s.self, blob_hash, s.signature};
+  held.self_proof = {o.self_salt, s.mask, blob_hash, s.signature};
   return OkStatus();
 }
 
@@ -508,9 +557,7 @@ StatusOr<ShareCheck> SecAggClient::CheckShares(const InboundShares& inbound) {
     // The sender's signature first: without it the server (which relays the
     // bytes) could be the one who changed them, and no secret is revealed.
     if (bytes.size() != kSealedBytes ||
-        !crypto::Verify(identities_[v],
-                        SealedSharesMessage(session_, v, index_, bytes.first(kBlobBytes)),
-                        SignatureAt(bytes.subspan(kBlobBytes)))) {
+        !DealSigned(identities_[v], session_, v, index_, ParseSealed(bytes))) {
       verdicts[i] = Verdict::kBadSignature;
     } else if (!OpenShares(v, *sealed, held[i]).ok()) {
       verdicts[i] = Verdict::kBadShares;
@@ -713,7 +760,7 @@ StatusOr<UnmaskResponse> SecAggClient::Unmask(const UnmaskRequest& request) {
     s.about = v;
     s.is_self_mask = Contains(request.survivors, v);
     s.share = std::move(s.is_self_mask ? h.self_share : h.mask_share);
-    s.dealer_signature = s.is_self_mask ? h.self_signature : h.mask_signature;
+    s.proof = s.is_self_mask ? h.self_proof : h.mask_proof;
     out.shares.push_back(std::move(s));
   }
   // Nothing secret is needed any more.
@@ -736,7 +783,7 @@ std::vector<UnmaskShare> SecAggClient::HeldSharesForTesting(uint32_t dealer) con
     const SecretBytes& from = self ? it->second.self_share : it->second.mask_share;
     s.share = SecretBytes(from.size());
     std::memcpy(s.share.bytes().data(), from.bytes().data(), from.size());
-    s.dealer_signature = self ? it->second.self_signature : it->second.mask_signature;
+    s.proof = self ? it->second.self_proof : it->second.mask_proof;
     out.push_back(std::move(s));
   }
   return out;
@@ -857,15 +904,10 @@ StatusOr<std::map<uint32_t, InboundShares>> SecAggServer::CloseShares() {
 }
 
 StatusOr<bool> SecAggServer::ResolveComplaint(uint32_t from, const Complaint& c) {
-  const std::string& sealed = shares_.at(c.about).to.at(from);
-  const auto bytes = AsBytes(sealed);
-  const auto blob = bytes.first(kBlobBytes);
+  const Sealed sealed = ParseSealed(AsBytes(shares_.at(c.about).to.at(from)));
   // The sender's channel is authenticated: a bad signature on what it sent
   // is its own.
-  if (!crypto::Verify(identities_[c.about], SealedSharesMessage(session_, c.about, from, blob),
-                      SignatureAt(bytes.subspan(kBlobBytes)))) {
-    return true;
-  }
+  if (!DealSigned(identities_[c.about], session_, c.about, from, sealed)) return true;
   if (!c.point) return false;  // Claimed a bad signature on a good one.
   const crypto::EncPublic& mine = adverts_.at(from).enc_key;
   const crypto::EncPublic& theirs = adverts_.at(c.about).enc_key;
@@ -874,7 +916,7 @@ StatusOr<bool> SecAggServer::ResolveComplaint(uint32_t from, const Complaint& c)
     return false;
   }
   SecretBytes key = crypto::EncKeyFromPoint(*c.point, mine, theirs);
-  return !OpenBlob(key, blob, session_, c.about, from, identities_[c.about]).ok();
+  return !OpenSealed(key, sealed, session_, c.about, from).ok();
 }
 
 Status SecAggServer::OnShareCheck(const ShareCheck& check) {
@@ -1038,10 +1080,7 @@ StatusOr<SecretBytes> SecAggServer::Rebuild(uint32_t about, bool self_mask,
     return std::move(*secret);
   };
   auto dealt = [&](const Share& s) {
-    return crypto::Verify(
-        identities_[about],
-        AsBytes(ShareMessage(session_, about, s.from, self_mask, s.share->share.bytes())),
-        s.share->dealer_signature);
+    return DealtShareValid(identities_[about], session_, about, s.from, *s.share);
   };
   std::optional<SecretBytes> secret = combine(shares);
   if (!secret) {

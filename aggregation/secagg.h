@@ -15,8 +15,10 @@
 //     server -> all:  every advert (U1). The neighbour graph is seeded by a
 //                     hash of this list, so no one party chooses it.
 //   2 ShareKeys       client -> server: for each neighbour in U1, its shares
-//                     of the mask seed and of b, each signed by the dealer,
-//                     sealed with XChaCha20-Poly1305 and signed again.
+//                     of the mask seed and of b, sealed with
+//                     XChaCha20-Poly1305, beside salted commitments to both
+//                     shares, under one dealer signature over the sealed
+//                     blob's hash and the two commitments.
 //     server -> each: the ciphertexts addressed to it from U2.
 //   3 CheckShares     client -> server: the shares it could not open, each a
 //                     complaint the server can verify (a bad signature, or
@@ -165,11 +167,21 @@ struct UnmaskRequest {
   std::vector<uint32_t> dropped;    // U3 \ U4, sorted.
   std::vector<SurvivorSignature> signatures;
 };
+// What lets anyone check one revealed share against the dealer's single
+// signature over what it dealt the holder (DealMessage): the signature
+// binds both shares through salted commitments, and the proof carries the
+// salt of this one and the commitment to the other.
+struct DealProof {
+  std::array<uint8_t, 32> salt{};       // Of this share's commitment.
+  Commitment other{};                   // The commitment to the other share.
+  std::array<uint8_t, 32> blob_hash{};  // Hash256 of the sealed blob.
+  crypto::Signature signature{};        // By the dealer, over DealMessage.
+};
 struct UnmaskShare {
   uint32_t about = 0;
   bool is_self_mask = false;  // b share (survivor) vs mask-seed share (dropped).
   SecretBytes share;
-  crypto::Signature dealer_signature{};  // By `about`, over this share.
+  DealProof proof;  // That `about` dealt this share to the sender.
 };
 struct UnmaskResponse {
   uint32_t from = 0;
@@ -188,9 +200,21 @@ struct Misbehaviour {
 std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context, const KeyList& list);
 std::vector<uint8_t> SurvivorListMessage(const std::array<uint8_t, 32>& session,
                                          std::span<const uint32_t> survivors);
-// What a sender signs over the AEAD blob of the shares it seals for `to`.
-std::vector<uint8_t> SealedSharesMessage(const std::array<uint8_t, 32>& session, uint32_t from,
-                                         uint32_t to, std::span<const uint8_t> blob);
+// The salted commitment to one share `dealer` deals `holder`.
+Commitment ShareCommitment(const std::array<uint8_t, 32>& session, uint32_t dealer, uint32_t holder,
+                           bool self_mask, std::span<const uint8_t> salt,
+                           std::span<const uint8_t> share);
+// What a dealer signs, once per holder: the hash of the AEAD blob it seals
+// for the holder and the commitments to the two shares inside. On the wire
+// the sealed shares are blob || mask commitment || self commitment ||
+// signature.
+std::vector<uint8_t> DealMessage(const std::array<uint8_t, 32>& session, uint32_t dealer,
+                                 uint32_t holder, const std::array<uint8_t, 32>& blob_hash,
+                                 const Commitment& mask, const Commitment& self);
+// Whether `s`, revealed by `holder`, is a share `dealer` signed for it.
+bool DealtShareValid(const crypto::Ed25519Public& dealer_identity,
+                     const std::array<uint8_t, 32>& session, uint32_t dealer, uint32_t holder,
+                     const UnmaskShare& s);
 
 // --- Client half ------------------------------------------------------------
 
@@ -228,10 +252,13 @@ class SecAggClient {
  private:
   struct Held {  // What a neighbour dealt this client.
     SecretBytes mask_share, self_share;
-    crypto::Signature mask_signature{}, self_signature{};
+    DealProof mask_proof, self_proof;
   };
   Status CheckKeyList(const KeyList& list);
   Status CheckNeighbourSignatures(const KeyList& list) const;
+  // Seals the two shares dealt to neighbour v under one signature.
+  StatusOr<std::string> SealFor(uint32_t v, const SecretBytes& key, const SecretBytes& mask_share,
+                                const SecretBytes& self_share) const;
   // Opens one neighbour's sealed shares; an error is the complaint's reason.
   Status OpenShares(uint32_t v, const std::string& sealed, Held& held) const;
   Status CheckSignatures(const UnmaskRequest& request) const;

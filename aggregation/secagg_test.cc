@@ -545,13 +545,18 @@ TEST(SecAggMaliciousClientTest, SignedButUnopenableSharesAreProvenAgainstTheirSe
   // recipient's proof of the shared point can show whose fault it is.
   t.shares = [&](SealedShares& s, const std::array<uint8_t, 32>& session) {
     if (s.from != 6) return;
+    // Layout: blob || mask commitment || self commitment || signature.
     std::string& sealed = s.to.at(2);
-    const size_t blob = sealed.size() - crypto::kSignatureBytes;
+    const size_t sig_at = sealed.size() - crypto::kSignatureBytes;
+    const size_t blob = sig_at - 2 * sizeof(Commitment);
     sealed[30] ^= 1;  // Inside the AEAD blob.
-    auto sig = crypto::Sign(
-        keys[6], SealedSharesMessage(session, 6, 2,
-                                     {reinterpret_cast<const uint8_t*>(sealed.data()), blob}));
-    sealed.replace(blob, sig->size(), reinterpret_cast<const char*>(sig->data()), sig->size());
+    const auto* p = reinterpret_cast<const uint8_t*>(sealed.data());
+    Commitment mask, self;
+    std::memcpy(mask.data(), p + blob, mask.size());
+    std::memcpy(self.data(), p + blob + mask.size(), self.size());
+    auto sig =
+        crypto::Sign(keys[6], DealMessage(session, 6, 2, crypto::Hash256({{p, blob}}), mask, self));
+    sealed.replace(sig_at, sig->size(), reinterpret_cast<const char*>(sig->data()), sig->size());
   };
   Outcome o = h.Run({}, t);
   ASSERT_TRUE(o.status.ok()) << o.status;
@@ -561,6 +566,42 @@ TEST(SecAggMaliciousClientTest, SignedButUnopenableSharesAreProvenAgainstTheirSe
   EXPECT_EQ(std::count(o.u4.begin(), o.u4.end(), 6), 0);
   EXPECT_NE(std::count(o.u4.begin(), o.u4.end(), 2), 0);
   EXPECT_EQ(o.sum, o.expected);
+}
+
+TEST(SecAggMaliciousClientTest,
+     SharesThatDoNotMatchTheirSignedCommitmentsAreProvenAgainstTheirSender) {
+  // Client 6's blob for client 2 opens, but a commitment it signs (to the
+  // mask-seed share, then to the self-mask share) is not the one to the
+  // share inside: the holder could never prove that share later, so it
+  // complains, and only its proof of the shared point shows the server
+  // whose fault it is.
+  for (size_t which : {0, 1}) {
+    Harness h(Params(10, 64));
+    auto& keys = h.keys();
+    Tamper t;
+    t.shares = [&](SealedShares& s, const std::array<uint8_t, 32>& session) {
+      if (s.from != 6) return;
+      std::string& sealed = s.to.at(2);
+      const size_t sig_at = sealed.size() - crypto::kSignatureBytes;
+      const size_t blob = sig_at - 2 * sizeof(Commitment);
+      sealed[blob + which * sizeof(Commitment) + 5] ^= 1;
+      const auto* p = reinterpret_cast<const uint8_t*>(sealed.data());
+      Commitment mask, self;
+      std::memcpy(mask.data(), p + blob, mask.size());
+      std::memcpy(self.data(), p + blob + mask.size(), self.size());
+      auto sig = crypto::Sign(keys[6],
+                              DealMessage(session, 6, 2, crypto::Hash256({{p, blob}}), mask, self));
+      sealed.replace(sig_at, sig->size(), reinterpret_cast<const char*>(sig->data()), sig->size());
+    };
+    Outcome o = h.Run({}, t);
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    EXPECT_TRUE(Blamed(o, 6, "sent client 2 shares that do not open or verify"))
+        << which << ": " << (o.blamed.empty() ? "nobody blamed" : o.blamed[0].what);
+    EXPECT_EQ(o.blamed.size(), 1u) << which;
+    EXPECT_EQ(std::count(o.u4.begin(), o.u4.end(), 6), 0) << which;
+    EXPECT_NE(std::count(o.u4.begin(), o.u4.end(), 2), 0) << which;
+    EXPECT_EQ(o.sum, o.expected) << which;
+  }
 }
 
 TEST(SecAggMaliciousClientTest, AFalseComplaintPutsTheComplainantOut) {
@@ -695,7 +736,7 @@ TEST(SecAggServerTest, RefusesBadSurvivorSignaturesAndMalformedUnmaskResponses) 
   // A share of the wrong kind: client 5 dropped, so only its mask seed counts.
   UnmaskResponse wrong_kind{1, {}};
   for (auto& sh : response.shares) {
-    UnmaskShare c{sh.about, sh.is_self_mask, SecretBytes(sh.share.size()), sh.dealer_signature};
+    UnmaskShare c{sh.about, sh.is_self_mask, SecretBytes(sh.share.size()), sh.proof};
     std::memcpy(c.share.bytes().data(), sh.share.bytes().data(), sh.share.size());
     if (sh.about == 5) c.is_self_mask = true;
     wrong_kind.shares.push_back(std::move(c));
@@ -705,7 +746,7 @@ TEST(SecAggServerTest, RefusesBadSurvivorSignaturesAndMalformedUnmaskResponses) 
   UnmaskResponse twice{1, {}};
   for (int k = 0; k < 2; ++k) {
     const auto& sh = response.shares[0];
-    UnmaskShare c{sh.about, sh.is_self_mask, SecretBytes(sh.share.size()), sh.dealer_signature};
+    UnmaskShare c{sh.about, sh.is_self_mask, SecretBytes(sh.share.size()), sh.proof};
     std::memcpy(c.share.bytes().data(), sh.share.bytes().data(), sh.share.size());
     twice.shares.push_back(std::move(c));
   }
@@ -875,6 +916,37 @@ TEST(FixedPointTest, WeightedSumsDecodeToTheWeightedMean) {
   EXPECT_NEAR(mean[1], (-0.25 * 100 + 0.75 * 200) / 300, 1e-6);
   EXPECT_NEAR(mean[2], (1.0 * 100 - 1.0 * 200) / 300, 1e-6);  // Clipped to +-1.
   EXPECT_FALSE(ChooseFixedPoint(1e12f, 1e12, 10).ok());
+}
+
+TEST(FixedPointTest, EncodingADeltaInPlaceGivesTheWordsOfItsCopy) {
+  // What a client sends: (local - global) then the metric slots, encoded
+  // without a float copy of the delta. Lengths across chunk boundaries.
+  auto fp = ChooseFixedPoint(1.0f, 10.0, 3);
+  ASSERT_TRUE(fp.ok());
+  for (size_t m : {size_t{1}, size_t{1021}, size_t{1024}, size_t{3000}}) {
+    Rng values(m);
+    std::vector<float> after(m), before(m);
+    for (size_t i = 0; i < m; ++i) {
+      after[i] = static_cast<float>(values.UniformDouble() * 3 - 1.5);
+      before[i] = static_cast<float>(values.UniformDouble() * 3 - 1.5);
+    }
+    const std::vector<float> tail = {0.25f, 0.5f, 0.75f};
+    std::vector<float> copy(m);
+    for (size_t i = 0; i < m; ++i) copy[i] = after[i] - before[i];
+    copy.insert(copy.end(), tail.begin(), tail.end());
+    std::vector<uint32_t> want(m + 3), got(m + 3);
+    Rng r1(9), r2(9);
+    EncodeFixedPoint(copy, 0.3, *fp, r1, want);
+    ASSERT_TRUE(EncodeDelta(after, before, tail, 0.3, *fp, r2, got));
+    EXPECT_EQ(got, want) << m;
+    // A difference that overflows to Inf, or a NaN, is refused.
+    for (float bad : {std::numeric_limits<float>::max(), std::nanf("")}) {
+      after[m / 2] = bad;
+      before[m / 2] = bad == bad ? -bad : 0.0f;
+      Rng r3(9);
+      EXPECT_FALSE(EncodeDelta(after, before, tail, 0.3, *fp, r3, got)) << m << " " << bad;
+    }
+  }
 }
 
 TEST(FixedPointTest, StochasticRoundingIsUnbiasedAndBothKernelsAgree) {

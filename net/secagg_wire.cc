@@ -122,7 +122,10 @@ StatusOr<aggregation::UnmaskResponse> FromWire(const wire::SecAggUnmask& m, uint
     u.is_self_mask = w.self_mask();
     u.share = SecretBytes(crypto::kShamirShareBytes);
     std::memcpy(u.share.bytes().data(), w.share().data(), crypto::kShamirShareBytes);
-    COHORT_RETURN_IF_ERROR(Copy(w.dealer_signature(), u.dealer_signature, "dealer signature"));
+    COHORT_RETURN_IF_ERROR(Copy(w.dealer_signature(), u.proof.signature, "dealer signature"));
+    COHORT_RETURN_IF_ERROR(Copy(w.salt(), u.proof.salt, "share salt"));
+    COHORT_RETURN_IF_ERROR(Copy(w.other_commitment(), u.proof.other, "other share commitment"));
+    COHORT_RETURN_IF_ERROR(Copy(w.blob_hash(), u.proof.blob_hash, "sealed blob hash"));
     r.shares.push_back(std::move(u));
   }
   return r;
@@ -235,7 +238,10 @@ wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskR
     w->set_about(s.about);
     w->set_self_mask(s.is_self_mask);
     w->set_share(reinterpret_cast<const char*>(s.share.bytes().data()), s.share.size());
-    Put(w->mutable_dealer_signature(), s.dealer_signature);
+    Put(w->mutable_dealer_signature(), s.proof.signature);
+    Put(w->mutable_salt(), s.proof.salt);
+    Put(w->mutable_other_commitment(), s.proof.other);
+    Put(w->mutable_blob_hash(), s.proof.blob_hash);
   }
   return h;
 }

@@ -232,7 +232,8 @@ class ClientRun {
         const auto& a = r.shares[j];
         const auto& b = recorded.shares[j];
         FUZZ_CHECK(a.about == b.about && a.is_self_mask == b.is_self_mask &&
-                       a.dealer_signature == b.dealer_signature &&
+                       a.proof.signature == b.proof.signature && a.proof.other == b.proof.other &&
+                       a.proof.blob_hash == b.proof.blob_hash &&
                        std::equal(a.share.bytes().begin(), a.share.bytes().end(),
                                   b.share.bytes().begin(), b.share.bytes().end()),
                    "honest messages gave another unmask response than recorded");

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace cohort::fuzz {
@@ -262,7 +263,7 @@ UnmaskResponse CopyResponse(const UnmaskResponse& r) {
   UnmaskResponse out;
   out.from = r.from;
   for (const UnmaskShare& s : r.shares) {
-    out.shares.push_back({s.about, s.is_self_mask, CopySecret(s.share), s.dealer_signature});
+    out.shares.push_back({s.about, s.is_self_mask, CopySecret(s.share), s.proof});
   }
   return out;
 }
@@ -503,7 +504,7 @@ void MutateResponse(FuzzInput& in, const HonestRound& h, UnmaskResponse& r) {
       const UnmaskResponse& other = Pick(in, h.responses)->second;
       if (other.shares.empty()) continue;
       const UnmaskShare& s = other.shares[PickIndex(in, other.shares)];
-      v.push_back({s.about, s.is_self_mask, CopySecret(s.share), s.dealer_signature});
+      v.push_back({s.about, s.is_self_mask, CopySecret(s.share), s.proof});
       continue;
     }
     UnmaskShare& s = v[PickIndex(in, v)];
@@ -512,7 +513,7 @@ void MutateResponse(FuzzInput& in, const HonestRound& h, UnmaskResponse& r) {
         v.erase(v.begin() + PickIndex(in, v));
         break;
       case 3:
-        v.push_back({s.about, s.is_self_mask, CopySecret(s.share), s.dealer_signature});
+        v.push_back({s.about, s.is_self_mask, CopySecret(s.share), s.proof});
         break;
       case 4:
         s.is_self_mask = !s.is_self_mask;
@@ -524,7 +525,9 @@ void MutateResponse(FuzzInput& in, const HonestRound& h, UnmaskResponse& r) {
         Flip(in, s.share.bytes().data(), s.share.size());
         break;
       case 7:
-        FlipArray(in, s.dealer_signature);
+        // Any byte of the proof: signature, salt, commitment or blob hash.
+        static_assert(std::is_trivially_copyable_v<aggregation::DealProof>);
+        Flip(in, reinterpret_cast<uint8_t*>(&s.proof), sizeof(s.proof));
         break;
       default: {  // Shorter or longer.
         SecretBytes resized(in.Below(2 * crypto::kShamirShareBytes));
