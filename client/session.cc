@@ -140,60 +140,69 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
     return a;
   }
   last_completed_task_ = task_id;
-  std::vector<float> delta(local.begin(), local.end());
-  for (size_t i = 0; i < delta.size(); ++i) delta[i] -= task.global[i];
   spdlog::info("round {}: trained {} samples in {:.2f} s, loss {:.4f}", task.round, result->samples,
                result->seconds, result->mean_loss);
-  if (Misbehaves("huge_update")) delta.assign(delta.size(), std::numeric_limits<float>::max());
-  wire::Update update;
-  update.set_round(task.round);
-  update.set_task_id(task_id);
-  update.set_num_samples(Misbehaves("huge_update") ? kHugeSamples : num_samples_);
-  update.set_train_loss(result->mean_loss);
-  update.set_train_accuracy(result->accuracy);
-  update.set_train_seconds(result->seconds);
   if (task.secure) {
-    // A securely aggregated task never sends a plaintext update: when the
-    // session was refused or abandoned, nothing is sent at all.
-    if (!secagg_ || secagg_->task_id != task_id) return a;
-    if (Paused("masked_input", task.round, a)) return a;
-    // The coordinator cannot check a masked vector, so the client does: a
-    // diverged update leaves the round (a dropout) instead of being encoded.
-    if (!AllFinite(delta)) {
-      Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
-      return a;
-    }
-    // The metrics ride in the masked vector, after the delta: the
-    // coordinator learns only their weighted means.
-    const size_t m = delta.size();
-    delta.resize(m + aggregation::kSecureMetricSlots);
-    aggregation::MetricsToSlots({result->mean_loss, result->accuracy, result->seconds},
-                                secagg_->fixed_point.clip, std::span<float>(delta).subspan(m));
-    // Weighted, clipped and rounded to the fixed-point grid; the rounding
-    // draws from its own RNG, never from the mask PRG.
-    std::vector<uint32_t> encoded(delta.size());
-    Rng rng(DeriveSeed(secagg_->train_seed, 0xf17ed));
-    aggregation::EncodeFixedPoint(delta, secagg_->weight, secagg_->fixed_point, rng, encoded);
-    if (observer_) observer_(task.round, encoded);
-    secagg_->input = std::move(encoded);
-    wire::Update masked;
-    masked.set_round(task.round);
-    masked.set_task_id(task_id);
-    masked.set_num_samples(num_samples_);
-    masked.set_masked(true);
-    secagg_->update = masked;
-    if (secagg_->checked_in) SendMaskedInput(now, a);
-    return a;
+    SendSecureUpdate(task, *result, local, now, a);
+  } else {
+    SendPlainUpdate(task, *result, local, now, a);
   }
+  return a;
+}
+
+void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
+                               std::span<const float> local, TimeMs now, Actions& a) {
+  // A securely aggregated task never sends a plaintext update: when the
+  // session was refused or abandoned, nothing is sent at all.
+  if (!secagg_ || secagg_->task_id != task.task_id) return;
+  if (Paused("masked_input", task.round, a)) return;
+  // The metrics ride in the masked vector, after the delta: the
+  // coordinator learns only their weighted means.
+  float slots[aggregation::kSecureMetricSlots];
+  aggregation::MetricsToSlots({result.mean_loss, result.accuracy, result.seconds},
+                              secagg_->fixed_point.clip, slots);
+  // Weighted, clipped and rounded to the fixed-point grid, straight from
+  // the two models (no float copy of the delta); the rounding draws from
+  // its own RNG, never from the mask PRG.
+  std::vector<uint32_t> encoded(local.size() + aggregation::kSecureMetricSlots);
+  Rng rng(DeriveSeed(secagg_->train_seed, 0xf17ed));
+  // The coordinator cannot check a masked vector, so the client does: a
+  // diverged update leaves the round (a dropout) instead of being encoded.
+  if (!aggregation::EncodeDelta(local, task.global, slots, secagg_->weight, secagg_->fixed_point,
+                                rng, encoded)) {
+    Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
+    return;
+  }
+  if (observer_) observer_(task.round, encoded);
+  secagg_->input = std::move(encoded);
+  wire::Update masked;
+  masked.set_round(task.round);
+  masked.set_task_id(task.task_id);
+  masked.set_num_samples(num_samples_);
+  masked.set_masked(true);
+  secagg_->update = masked;
+  if (secagg_->checked_in) SendMaskedInput(now, a);
+}
+
+void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
+                              std::span<const float> local, TimeMs now, Actions& a) {
+  std::vector<float> delta(local.begin(), local.end());
+  for (size_t i = 0; i < delta.size(); ++i) delta[i] -= task.global[i];
+  if (Misbehaves("huge_update")) delta.assign(delta.size(), std::numeric_limits<float>::max());
   if (fault_.stage == "masked_input" && fault_.round == task.round) {
     a.printed.push_back("paused before update of round " + std::to_string(task.round));
     spdlog::warn("fault injection: withholding the update of round {}", task.round);
-    return a;
+    return;
   }
   wire::Header h = Header();
-  *h.mutable_update() = update;
+  wire::Update& update = *h.mutable_update();
+  update.set_round(task.round);
+  update.set_task_id(task.task_id);
+  update.set_num_samples(Misbehaves("huge_update") ? kHugeSamples : num_samples_);
+  update.set_train_loss(result.mean_loss);
+  update.set_train_accuracy(result.accuracy);
+  update.set_train_seconds(result.seconds);
   Send(std::move(h), std::move(delta), now, a);
-  return a;
 }
 
 Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {

@@ -136,6 +136,12 @@ class Session {
   Status StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
                      Actions& a);
   void OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a);
+  // The update of a finished task: masked (the secure session sends it
+  // once its shares are checked) or plain.
+  void SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
+                        std::span<const float> local, TimeMs now, Actions& a);
+  void SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
+                       std::span<const float> local, TimeMs now, Actions& a);
   void SendMaskedInput(TimeMs now, Actions& a);
   // True (and prints the fault line) when the fault plan stops `stage`.
   bool Paused(const std::string& stage, uint32_t round, Actions& a);
