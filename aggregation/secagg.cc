@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -100,7 +101,9 @@ struct Sealed {
   Commitment mask{}, self{};
   crypto::Signature signature{};
 };
+// Only for bytes of kSealedBytes (every caller has checked the size).
 Sealed ParseSealed(std::span<const uint8_t> bytes) {
+  if (bytes.size() != kSealedBytes) std::abort();  // A caller's bug: never read past the end.
   Sealed s;
   s.blob = bytes.first(kBlobBytes);
   std::memcpy(s.mask.data(), bytes.data() + kBlobBytes, kCommit);
@@ -321,7 +324,11 @@ std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t r
                                       uint64_t task_id, const SecAggParams& params, float clip,
                                       double scale, double total_weight,
                                       std::span<const crypto::Ed25519Public> identities) {
-  std::string m = "cohort-secagg-context-v3";
+  // v4: one dealer signature per holder (DealMessage). A client of another
+  // version fails every advert signature here, which the server refuses
+  // without blaming anyone, instead of mistaking the other's sealed shares
+  // (the same size) for a bad signature.
+  std::string m = "cohort-secagg-context-v4";
   m.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   auto put = [&m](const auto& v) { m.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   put(round);
@@ -763,7 +770,12 @@ StatusOr<UnmaskResponse> SecAggClient::Unmask(const UnmaskRequest& request) {
     s.proof = s.is_self_mask ? h.self_proof : h.mask_proof;
     out.shares.push_back(std::move(s));
   }
-  // Nothing secret is needed any more.
+  // Nothing secret is needed any more (the salts hide the unrevealed shares'
+  // commitments; wiped with them).
+  for (auto& [v, h] : held_) {
+    sodium_memzero(h.mask_proof.salt.data(), h.mask_proof.salt.size());
+    sodium_memzero(h.self_proof.salt.data(), h.self_proof.salt.size());
+  }
   held_.clear();
   enc_.secret_key.Reset();
   mask_.secret_key.Reset();

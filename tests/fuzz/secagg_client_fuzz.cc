@@ -35,11 +35,11 @@ namespace {
 using aggregation::SecAggClient;
 
 constexpr int kMaxSteps = 32;
-// Nonce, the two shares each with the dealer's signature, tag, then the
-// sender's signature over the AEAD blob.
+// The AEAD blob (nonce, the two shares each with its commitment's salt,
+// tag), the two commitments, then the dealer's one signature.
 constexpr size_t kSealedSharesBytes = crypto::kAeadNonceBytes +
-                                      2 * (crypto::kShamirShareBytes + crypto::kSignatureBytes) +
-                                      crypto::kAeadTagBytes + crypto::kSignatureBytes;
+                                      2 * (crypto::kShamirShareBytes + 32) + crypto::kAeadTagBytes +
+                                      2 * sizeof(aggregation::Commitment) + crypto::kSignatureBytes;
 
 // The stages as the client should see them.
 enum class Stage {
@@ -233,7 +233,7 @@ class ClientRun {
         const auto& b = recorded.shares[j];
         FUZZ_CHECK(a.about == b.about && a.is_self_mask == b.is_self_mask &&
                        a.proof.signature == b.proof.signature && a.proof.other == b.proof.other &&
-                       a.proof.blob_hash == b.proof.blob_hash &&
+                       a.proof.blob_hash == b.proof.blob_hash && a.proof.salt == b.proof.salt &&
                        std::equal(a.share.bytes().begin(), a.share.bytes().end(),
                                   b.share.bytes().begin(), b.share.bytes().end()),
                    "honest messages gave another unmask response than recorded");
