@@ -45,17 +45,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
     engine->global_ = std::move(init_model);
   } else {
     // Everything but the number of rounds must match: a run may be extended.
-    config::RunConfig stored;
-    auto parsed = config::ParseRunConfig(existing->config_text, "stored config");
-    if (parsed.ok()) stored = *parsed;
-    stored.mutable_rounds()->clear_num_rounds();
-    config::RunConfig given = config;
-    given.mutable_rounds()->clear_num_rounds();
-    if (!parsed.ok() || config::ToText(stored) != config::ToText(given)) {
-      return FailedPreconditionError(
-          "the run directory holds a run with a different configuration; use a new "
-          "--run-dir or the original config");
-    }
+    COHORT_RETURN_IF_ERROR(config::CheckResumable(existing->config_text, config));
     COHORT_ASSIGN_OR_RETURN(Checkpoint cp, store->LatestCheckpoint());
     if (cp.round != existing->last_round) {
       return DataLossError("newest checkpoint is of round " + std::to_string(cp.round) +

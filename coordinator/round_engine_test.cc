@@ -308,10 +308,10 @@ TEST_F(RoundEngineTest, RunFinishesAndResumesFromTheStore) {
   // A different config on the same store is refused.
   config::RunConfig other = config_;
   other.set_seed(12);
-  EXPECT_EQ(RoundEngine::Create(other, std::vector<float>(kParams), store_.get(), {}, "t", 0)
-                .status()
-                .code(),
-            StatusCode::kFailedPrecondition);
+  const Status refused =
+      RoundEngine::Create(other, std::vector<float>(kParams), store_.get(), {}, "t", 0).status();
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("seed"), std::string::npos) << refused;
 }
 
 TEST_F(RoundEngineTest, SelectionIsASeededFraction) {

@@ -5,6 +5,7 @@
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/unknown_field_set.h>
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -497,6 +498,40 @@ Status ValidateRunConfig(const RunConfig& c) {
     COHORT_RETURN_IF_ERROR(CheckSeconds("secagg.stage_timeout_s", sa.stage_timeout_s()));
   }
   return OkStatus();
+}
+
+Status CheckResumable(std::string_view stored_text, const RunConfig& given) {
+  auto parsed = ParseRunConfig(stored_text, "the stored config");
+  if (!parsed.ok()) {
+    return FailedPreconditionError("the run directory's stored config does not parse (" +
+                                   std::string(parsed.status().message()) +
+                                   "); use a new --run-dir");
+  }
+  RunConfig stored = std::move(*parsed), now = given;
+  for (RunConfig* c : {&stored, &now}) {
+    c->mutable_rounds()->clear_num_rounds();
+    c->mutable_data_parallel()->clear_epochs();
+  }
+  google::protobuf::util::MessageDifferencer differ;
+  differ.set_message_field_comparison(google::protobuf::util::MessageDifferencer::EQUIVALENT);
+  std::string report;
+  differ.ReportDifferencesToString(&report);
+  if (differ.Compare(stored, now)) return OkStatus();
+  // One line per difference ("modified: train.learning_rate: 0.05 -> 0.1");
+  // the first few are enough to say what changed.
+  std::string lines;
+  size_t shown = 0, begin = 0;
+  while (begin < report.size()) {
+    size_t end = report.find('\n', begin);
+    if (end == std::string::npos) end = report.size();
+    if (shown++ < 4) lines += (lines.empty() ? "" : "; ") + report.substr(begin, end - begin);
+    begin = end + 1;
+  }
+  if (shown > 4) lines += "; and " + std::to_string(shown - 4) + " more";
+  return FailedPreconditionError(
+      "the run directory holds a run with another configuration (" + lines +
+      "); only rounds.num_rounds and data_parallel.epochs may change on resume: use the "
+      "original config or a new --run-dir");
 }
 
 std::string ToText(const RunConfig& config) {

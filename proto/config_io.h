@@ -62,6 +62,14 @@ Status ValidateRunConfig(const RunConfig& config);
 // Text-format rendering (stored in the run database, printed by tools).
 std::string ToText(const RunConfig& config);
 
+// Whether a run directory created with the config `stored_text` may go on
+// with `given`: every field must match (an unset field counts as its
+// default) except how long the run lasts (rounds.num_rounds,
+// data_parallel.epochs), so a run can be extended but never silently
+// resumed with another model, optimizer, data or seed.
+// kFailedPrecondition naming the fields that differ, with both values.
+Status CheckResumable(std::string_view stored_text, const RunConfig& given);
+
 }  // namespace cohort::config
 
 #endif  // COHORT_PROTO_CONFIG_IO_H_

@@ -432,5 +432,30 @@ TEST(ConfigTest, BadLayerListsAreErrorsNamingTheLayer) {
   EXPECT_TRUE(Contains(e, "train.batch_size: 4096 samples x")) << e;
 }
 
+TEST(ConfigTest, ARunResumesOnlyWithItsOwnConfigOrALongerOne) {
+  auto stored = ParseRunConfig(
+      "seed: 3 model { arch: \"logreg\" input_dim: 4 num_classes: 2 } "
+      "train { learning_rate: 0.05 } rounds { num_rounds: 5 }",
+      "stored");
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  const std::string text = ToText(*stored);
+  EXPECT_TRUE(CheckResumable(text, *stored).ok());
+  RunConfig longer = *stored;  // More rounds, or more data-parallel epochs.
+  longer.mutable_rounds()->set_num_rounds(9);
+  longer.mutable_data_parallel()->set_epochs(4);
+  EXPECT_TRUE(CheckResumable(text, longer).ok());
+  RunConfig explicit_default = *stored;  // Unset and set to the default are one.
+  explicit_default.mutable_train()->set_batch_size(explicit_default.train().batch_size());
+  EXPECT_TRUE(CheckResumable(text, explicit_default).ok());
+  RunConfig other = *stored;
+  other.mutable_train()->set_learning_rate(0.1f);
+  other.set_seed(4);
+  const Status s = CheckResumable(text, other);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(s.message(), "train.learning_rate")) << s;
+  EXPECT_TRUE(Contains(s.message(), "seed")) << s;
+  EXPECT_EQ(CheckResumable("seed: {", *stored).code(), StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace cohort::config

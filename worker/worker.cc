@@ -98,6 +98,10 @@ StatusOr<uint32_t> StartModel(Rank& r, const std::string& run_dir, std::vector<f
     COHORT_ASSIGN_OR_RETURN(r.store, coordinator::OpenSqliteRunStore(run_dir + "/run.db"));
     COHORT_ASSIGN_OR_RETURN(std::optional<coordinator::RunInfo> info, r.store->LoadRun());
     if (info) {
+      // A restarted group, or a longer run (more epochs): never another model,
+      // optimizer, data or seed on top of this run's checkpoints.
+      COHORT_RETURN_IF_ERROR(
+          config::CheckResumable(info->config_text, r.config).WithContext(run_dir));
       COHORT_ASSIGN_OR_RETURN(coordinator::Checkpoint cp, r.store->LatestCheckpoint());
       if (cp.model.size() != params.size()) {
         return FailedPreconditionError(

@@ -313,6 +313,22 @@ TEST_F(DataParallelTest, LaunchRestartsFromTheLastCheckpoint) {
             std::string::npos);
 }
 
+TEST_F(DataParallelTest, ARunDirectoryResumesOnlyWithItsOwnConfig) {
+  ASSERT_EQ(Launch(Config("two.textproto", 16, false, 2), "resume", 1), 0)
+      << ReadFile(dir_ / "resume.log");
+  // More epochs extend the run from its last checkpoint.
+  ASSERT_EQ(Launch(Config("three.textproto", 16, false, 3), "resume", 1), 0)
+      << ReadFile(dir_ / "resume.log");
+  EXPECT_NE(ReadFile(dir_ / "resume.log").find("resuming after epoch 2"), std::string::npos);
+  EXPECT_EQ(Epochs("resume").size(), 3u);
+  // Another batch size on top of those checkpoints is refused, naming it,
+  // and commits nothing.
+  EXPECT_NE(Launch(Config("other.textproto", 32, false, 4), "resume", 1), 0);
+  const std::string log = ReadFile(dir_ / "resume.log");
+  EXPECT_NE(log.find("train.batch_size"), std::string::npos) << log;
+  EXPECT_EQ(Epochs("resume").size(), 3u);
+}
+
 TEST_F(DataParallelTest, AWorkerWithoutARankSaysWhatIsMissing) {
   std::string out;
   const std::string log = dir_ / "norank.log";
