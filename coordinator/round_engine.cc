@@ -56,6 +56,11 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
                                      " parameters, the model has " +
                                      std::to_string(init_model.size()));
     }
+    if (!cp.velocity.empty() && cp.velocity.size() != cp.model.size()) {
+      return DataLossError("checkpoint of round " + std::to_string(cp.round) + ": a server " +
+                           "velocity of " + std::to_string(cp.velocity.size()) + " values for " +
+                           std::to_string(cp.model.size()) + " parameters");
+    }
     engine->global_ = std::move(cp.model);
     engine->velocity_ = std::move(cp.velocity);
     engine->round_ = cp.round;

@@ -73,7 +73,11 @@ inline bool ProvedMisbehaving(const ClientRoundRecord& c) {
 struct Checkpoint {
   uint32_t round = 0;
   std::vector<float> model;
-  std::vector<float> velocity;  // Server optimizer state; may be empty.
+  // Optimizer state; may be empty. The coordinator's server momentum (the
+  // model's size); a data-parallel run's optimizer (train::Optimizer::
+  // SaveState: one or two model sizes).
+  std::vector<float> velocity;
+  uint64_t optimizer_steps = 0;  // Steps behind `velocity` (Adam's bias correction).
 };
 
 // Not thread-safe. Errors are kUnavailable / kDataLoss with SQLite's message.

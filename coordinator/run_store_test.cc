@@ -187,6 +187,21 @@ TEST(RunStoreTest, VelocityIsCheckpointedWithTheModel) {
   EXPECT_EQ(loaded->velocity, cp.velocity);
 }
 
+TEST(RunStoreTest, AdamStateAndItsStepCountAreCheckpointed) {
+  // A data-parallel run with Adam: both moments (twice the model) and the
+  // step count its bias correction needs.
+  auto store = std::move(OpenSqliteRunStore(":memory:")).value();
+  ASSERT_TRUE(store->CreateRun({"c", 1, "v", 0}, Cp(0, 0)).ok());
+  RoundRecord r;
+  r.round = 1;
+  Checkpoint cp{1, Distinct(7, 1.0f), Distinct(14, -2.0f), uint64_t{1} << 40};
+  ASSERT_TRUE(store->CommitRound(r, {}, cp, 3).ok());
+  auto loaded = store->LatestCheckpoint();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->velocity, cp.velocity);
+  EXPECT_EQ(loaded->optimizer_steps, uint64_t{1} << 40);
+}
+
 // Writes round 1 with a distinct model and velocity into a file store.
 void WriteOneRound(const std::string& path, const Checkpoint& cp) {
   auto store = std::move(OpenSqliteRunStore(path)).value();
@@ -257,7 +272,7 @@ TEST(RunStoreTest, CorruptedVelocityOrTruncatedModelIsDataLoss) {
     std::vector<uint8_t> velocity = FloatBytes(cp.velocity);
     velocity.resize(velocity.size() - 4);
     RawSql(dir.db(), "UPDATE checkpoints SET velocity = ? WHERE round = 1", velocity);
-    ExpectDataLoss(dir.db(), "velocity has 60 bytes");
+    ExpectDataLoss(dir.db(), "optimizer state has 60 bytes");
   }
 }
 

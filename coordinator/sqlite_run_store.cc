@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
   model BLOB NOT NULL,
   velocity BLOB NOT NULL,
   model_crc32 INTEGER NOT NULL,
-  velocity_crc32 INTEGER
+  velocity_crc32 INTEGER,
+  optimizer_steps INTEGER NOT NULL DEFAULT 0
 );
 )sql";
 
@@ -126,7 +127,8 @@ class SqliteRunStore final : public RunStore {
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("rounds", "clock_seconds", "REAL NOT NULL DEFAULT 0"));
     // Stores written before it have no velocity checksum (NULL: not checked).
-    return AddColumnIfMissing("checkpoints", "velocity_crc32", "INTEGER");
+    COHORT_RETURN_IF_ERROR(AddColumnIfMissing("checkpoints", "velocity_crc32", "INTEGER"));
+    return AddColumnIfMissing("checkpoints", "optimizer_steps", "INTEGER NOT NULL DEFAULT 0");
   }
 
   StatusOr<std::optional<RunInfo>> LoadRun() override {
@@ -234,7 +236,8 @@ class SqliteRunStore final : public RunStore {
 
   StatusOr<Checkpoint> LatestCheckpoint() override {
     Statement s(db_,
-                "SELECT round, model, velocity, model_crc32, velocity_crc32 FROM checkpoints "
+                "SELECT round, model, velocity, model_crc32, velocity_crc32, optimizer_steps "
+                "FROM checkpoints "
                 "ORDER BY round DESC LIMIT 1");
     if (!s.ok()) return Error("load checkpoint");
     const int rc = sqlite3_step(s.get());
@@ -249,12 +252,16 @@ class SqliteRunStore final : public RunStore {
       return DataLossError(what + ": model has " + std::to_string(model_bytes) +
                            " bytes, not a positive multiple of 4");
     }
-    if (velocity_bytes != 0 && velocity_bytes != model_bytes) {
-      return DataLossError(what + ": velocity has " + std::to_string(velocity_bytes) +
-                           " bytes, the model " + std::to_string(model_bytes));
+    if (velocity_bytes != 0 && velocity_bytes != model_bytes && velocity_bytes != 2 * model_bytes) {
+      return DataLossError(what + ": optimizer state has " + std::to_string(velocity_bytes) +
+                           " bytes, not 0, 1 or 2 times the model's " +
+                           std::to_string(model_bytes));
     }
     cp.model = Floats(s.get(), 1);
     cp.velocity = Floats(s.get(), 2);
+    const int64_t steps = sqlite3_column_int64(s.get(), 5);
+    if (steps < 0) return DataLossError(what + ": negative optimizer step count");
+    cp.optimizer_steps = static_cast<uint64_t>(steps);
     const auto stored_model_crc = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 3));
     if (const uint32_t crc = FloatsCrc(cp.model); crc != stored_model_crc) {
       return DataLossError(what + ": model fails its CRC-32 (stored " + Hex32(stored_model_crc) +
@@ -357,13 +364,14 @@ class SqliteRunStore final : public RunStore {
   Status PutCheckpoint(const Checkpoint& cp) {
     Statement s(db_,
                 "INSERT OR REPLACE INTO checkpoints (round, model, velocity, model_crc32, "
-                "velocity_crc32) VALUES (?, ?, ?, ?, ?)");
+                "velocity_crc32, optimizer_steps) VALUES (?, ?, ?, ?, ?, ?)");
     if (!s.ok()) return Error("write checkpoint");
     sqlite3_bind_int64(s.get(), 1, cp.round);
     BindFloats(s.get(), 2, cp.model);
     BindFloats(s.get(), 3, cp.velocity);
     sqlite3_bind_int64(s.get(), 4, FloatsCrc(cp.model));
     sqlite3_bind_int64(s.get(), 5, FloatsCrc(cp.velocity));
+    sqlite3_bind_int64(s.get(), 6, static_cast<int64_t>(cp.optimizer_steps));
     if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("write checkpoint");
     return OkStatus();
   }

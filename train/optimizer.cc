@@ -66,24 +66,29 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerOptions& o
 Optimizer::Optimizer(const OptimizerOptions& options, size_t num_params, Backend* backend)
     : options_(options), num_params_(num_params), backend_(backend) {}
 
-StatusOr<std::vector<float>> Optimizer::SaveMomentum() const {
-  if (options_.kind != OptimizerKind::kSgd || first_.size() == 0) return std::vector<float>();
-  std::vector<float> out(first_.size());
+StatusOr<std::vector<float>> Optimizer::SaveState() const {
+  const size_t n = first_.size();
+  const bool adam = options_.kind != OptimizerKind::kSgd;
+  std::vector<float> out((adam ? 2 : 1) * n);
+  if (n == 0) return out;
   backend_->Download(out.data(), first_.data(), first_.bytes());
+  if (adam) backend_->Download(out.data() + n, second_.data(), second_.bytes());
   COHORT_RETURN_IF_ERROR(backend_->Sync());
   return out;
 }
 
-Status Optimizer::RestoreMomentum(std::span<const float> buffer, uint64_t steps) {
-  if (options_.kind != OptimizerKind::kSgd || first_.size() == 0) {
-    return FailedPreconditionError("optimizer: only SGD with momentum has a momentum buffer");
+Status Optimizer::RestoreState(std::span<const float> state, uint64_t steps) {
+  const size_t n = first_.size();
+  const bool adam = options_.kind != OptimizerKind::kSgd;
+  const size_t want = (adam ? 2 : 1) * n;
+  if (state.size() != want) {
+    return InvalidArgumentError("optimizer: a saved state of " + std::to_string(state.size()) +
+                                " values, this optimizer keeps " + std::to_string(want));
   }
-  if (buffer.size() != first_.size()) {
-    return InvalidArgumentError("optimizer: a momentum buffer of " + std::to_string(buffer.size()) +
-                                " values for " + std::to_string(first_.size()) + " parameters");
-  }
-  backend_->Upload(first_.data(), buffer.data(), first_.bytes());
-  steps_ = std::max<uint64_t>(steps, 1);
+  if (n == 0) return OkStatus();
+  backend_->Upload(first_.data(), state.data(), first_.bytes());
+  if (adam) backend_->Upload(second_.data(), state.data() + n, second_.bytes());
+  steps_ = adam ? steps : std::max<uint64_t>(steps, 1);
   return OkStatus();
 }
 

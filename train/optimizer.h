@@ -53,12 +53,15 @@ class Optimizer {
   const OptimizerOptions& options() const { return options_; }
   uint64_t steps() const { return steps_; }
 
-  // SGD with momentum: the momentum buffer (num_params floats, host memory)
-  // for a checkpoint, and its restore (which also marks the first step as
-  // taken). Empty / kFailedPrecondition for other optimizers: Adam's moments
-  // and step count are not checkpointed yet.
-  StatusOr<std::vector<float>> SaveMomentum() const;
-  Status RestoreMomentum(std::span<const float> buffer, uint64_t steps);
+  // The state for a checkpoint, in host memory: SGD with momentum, the
+  // momentum buffer (num_params floats); Adam and AdamW, exp_avg then
+  // exp_avg_sq (2 x num_params); empty for a stateless optimizer. With
+  // steps(), restoring it continues the run bit for bit.
+  StatusOr<std::vector<float>> SaveState() const;
+  // kInvalidArgument when `state` is not SaveState()'s size for this
+  // optimizer; `steps` becomes steps() (SGD: at least 1, so the momentum
+  // buffer counts as started).
+  Status RestoreState(std::span<const float> state, uint64_t steps);
   // Plain SGD (no momentum, no weight decay) keeps no state, so a model may
   // fold its step into the weight-gradient GEMM (Model::SgdStep).
   bool plain_sgd() const {

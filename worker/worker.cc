@@ -88,11 +88,20 @@ struct Rank {
   int64_t fault_kill_step = -1, fault_perturb_step = -1;  // Testing.
 };
 
-// Rank 0's model and momentum buffer: the last checkpoint, or a fresh model;
-// every rank gets them by broadcast. Returns the epoch to start after.
-StatusOr<uint32_t> StartModel(Rank& r, const std::string& run_dir, std::vector<float>& params,
-                              std::vector<float>& momentum) {
-  std::vector<float> start = {0, 0};  // Epoch, whether a momentum buffer follows.
+// What a run starts from: rank 0's last checkpoint, or a fresh model.
+struct Start {
+  uint32_t epoch = 0;        // The last epoch done.
+  std::vector<float> state;  // The optimizer's (Optimizer::SaveState); may be empty.
+  uint64_t optimizer_steps = 0;
+};
+
+// Rank 0 reads the start from the run store (or creates the run); every rank
+// gets it by broadcast: the model into `params`.
+StatusOr<Start> StartModel(Rank& r, const std::string& run_dir, std::vector<float>& params) {
+  Start out;
+  // Epoch, the state's length in model sizes (0, 1 or 2), and the step count
+  // in 16-bit parts (floats hold them exactly).
+  std::vector<float> start(6, 0.0f);
   if (r.rank == 0) {
     std::filesystem::create_directories(run_dir);
     COHORT_ASSIGN_OR_RETURN(r.store, coordinator::OpenSqliteRunStore(run_dir + "/run.db"));
@@ -109,9 +118,12 @@ StatusOr<uint32_t> StartModel(Rank& r, const std::string& run_dir, std::vector<f
             " parameters, this config's " + std::to_string(params.size()));
       }
       params = cp.model;
-      momentum = cp.velocity;
+      out.state = std::move(cp.velocity);
       start[0] = static_cast<float>(cp.round);
-      start[1] = momentum.empty() ? 0.0f : 1.0f;
+      start[1] = static_cast<float>(out.state.size() / params.size());
+      for (int i = 0; i < 4; ++i) {
+        start[2 + i] = static_cast<float>((cp.optimizer_steps >> (16 * i)) & 0xffff);
+      }
       spdlog::info("resuming after epoch {}", cp.round);
     } else {
       r.model->Init(params, r.config.seed());
@@ -121,11 +133,15 @@ StatusOr<uint32_t> StartModel(Rank& r, const std::string& run_dir, std::vector<f
   }
   COHORT_RETURN_IF_ERROR(r.comm->Broadcast(params, 0, r.collective));
   COHORT_RETURN_IF_ERROR(r.comm->Broadcast(start, 0, r.collective));
-  if (start[1] != 0.0f) {
-    momentum.resize(params.size());
-    COHORT_RETURN_IF_ERROR(r.comm->Broadcast(momentum, 0, r.collective));
+  out.epoch = static_cast<uint32_t>(start[0]);
+  for (int i = 0; i < 4; ++i) {
+    out.optimizer_steps |= static_cast<uint64_t>(start[2 + i]) << (16 * i);
   }
-  return static_cast<uint32_t>(start[0]);
+  if (start[1] != 0.0f) {
+    out.state.resize(static_cast<size_t>(start[1]) * params.size());
+    COHORT_RETURN_IF_ERROR(r.comm->Broadcast(out.state, 0, r.collective));
+  }
+  return out;
 }
 
 struct EpochResult {
@@ -224,21 +240,21 @@ Status SyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begi
   return optimizer.Step(r.model->params(), {e.reduced.data(), np});
 }
 
-// Local SGD: every rank's model, and with `momentum` its momentum buffer,
-// replaced by the mean over the ranks.
-Status AverageModel(Rank& r, train::Optimizer& optimizer, bool momentum) {
+// Local SGD: every rank's model, and with `with_state` its optimizer state
+// (momentum, or Adam's moments), replaced by the mean over the ranks.
+Status AverageModel(Rank& r, train::Optimizer& optimizer, bool with_state) {
   std::vector<float> params(r.model->num_params());
   COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
   COHORT_RETURN_IF_ERROR(r.comm->AllReduce(params, r.collective));
   const float inv = 1.0f / float(r.world);
   for (float& p : params) p *= inv;
   COHORT_RETURN_IF_ERROR(r.model->SetParams(params));
-  if (!momentum) return OkStatus();
-  COHORT_ASSIGN_OR_RETURN(std::vector<float> buffer, optimizer.SaveMomentum());
+  if (!with_state) return OkStatus();
+  COHORT_ASSIGN_OR_RETURN(std::vector<float> buffer, optimizer.SaveState());
   if (buffer.empty()) return OkStatus();
   COHORT_RETURN_IF_ERROR(r.comm->AllReduce(buffer, r.collective));
   for (float& m : buffer) m *= inv;
-  return optimizer.RestoreMomentum(buffer, optimizer.steps());
+  return optimizer.RestoreState(buffer, optimizer.steps());
 }
 
 // One epoch: synchronous SGD over global batches of batch_size x world x
@@ -328,9 +344,9 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
 }
 
 // Rank 0: evaluates, prints the epoch and commits it with the model and the
-// SGD momentum buffer (the checkpoint's velocity).
+// optimizer's state (the checkpoint's velocity) and step count.
 Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<const float> params,
-                   std::vector<float> momentum) {
+                   const train::Optimizer& optimizer) {
   coordinator::RoundRecord rec;
   rec.round = epoch;
   rec.participants = rec.selected = static_cast<uint32_t>(r.world);
@@ -358,8 +374,10 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
       epoch, r.config.data_parallel().epochs(), r.world, static_cast<unsigned long>(e.steps),
       e.loss, e.accuracy, rec.test_accuracy, e.seconds);
   std::fflush(stdout);
-  const std::vector<float> model(params.begin(), params.end());
-  return r.store->CommitRound(rec, {}, {epoch, model, std::move(momentum)}, 3);
+  COHORT_ASSIGN_OR_RETURN(std::vector<float> state, optimizer.SaveState());
+  coordinator::Checkpoint cp{
+      epoch, {params.begin(), params.end()}, std::move(state), optimizer.steps()};
+  return r.store->CommitRound(rec, {}, cp, 3);
 }
 
 Status Load(Rank& r, const WorkerOptions& o) {
@@ -414,21 +432,26 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   spdlog::info("rank {} of {} ready ({}, {})", o.rank, o.world_size, r.backend->Name(),
                net::Describe(group));
 
-  std::vector<float> params(r.model->num_params()), momentum;
-  COHORT_ASSIGN_OR_RETURN(uint32_t done, StartModel(r, o.run_dir, params, momentum));
+  std::vector<float> params(r.model->num_params());
+  COHORT_ASSIGN_OR_RETURN(Start start, StartModel(r, o.run_dir, params));
+  const uint32_t done = start.epoch;
   COHORT_RETURN_IF_ERROR(r.model->SetParams(params));
   COHORT_ASSIGN_OR_RETURN(auto optimizer,
                           train::Optimizer::Create(train::OptimizerFromConfig(r.config.train()),
                                                    params.size(), r.backend.get()));
-  if (!momentum.empty()) COHORT_RETURN_IF_ERROR(optimizer->RestoreMomentum(momentum, 1));
+  if (!start.state.empty()) {
+    // A checkpoint of another optimizer (a config that differs) was refused
+    // before; a state of the wrong size here is a damaged store.
+    COHORT_RETURN_IF_ERROR(optimizer->RestoreState(start.state, start.optimizer_steps)
+                               .WithContext(o.run_dir + ": the checkpoint's optimizer state"));
+  }
   const uint32_t epochs = r.config.data_parallel().epochs();
   uint64_t global_step = 0;
   for (uint32_t epoch = done + 1; epoch <= epochs && !stop; ++epoch) {
     COHORT_ASSIGN_OR_RETURN(EpochResult e, TrainEpoch(r, epoch, *optimizer, global_step));
     COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
     if (r.rank == 0) {
-      COHORT_ASSIGN_OR_RETURN(std::vector<float> saved, optimizer->SaveMomentum());
-      COHORT_RETURN_IF_ERROR(CommitEpoch(r, epoch, e, params, std::move(saved)));
+      COHORT_RETURN_IF_ERROR(CommitEpoch(r, epoch, e, params, *optimizer));
     }
     // The others wait here, not inside the next epoch's first all-reduce,
     // while rank 0 evaluates and commits (which may take longer than a

@@ -313,6 +313,29 @@ TEST_F(DataParallelTest, LaunchRestartsFromTheLastCheckpoint) {
             std::string::npos);
 }
 
+TEST_F(DataParallelTest, AdamResumesFromItsCheckpointBitForBit) {
+  // Adam's moments and step count (bias correction) are in the checkpoint:
+  // a group restarted in epoch 2 ends where an uninterrupted run does.
+  const std::string config = Config("adam.textproto", 8, false, 3);
+  std::string text = ReadFile(config);
+  const std::string sgd = "learning_rate: 0.05 momentum: 0.5";
+  ASSERT_NE(text.find(sgd), std::string::npos);
+  text.replace(text.find(sgd), sgd.size(), "optimizer: ADAM learning_rate: 0.01");
+  WriteFile(config, text);
+  ASSERT_EQ(Launch(config, "adam-restart", 2,
+                   {"--max-restarts", "1", "--fault-rank", "1", "--fault-step", "150"}),
+            0)
+      << ReadFile(dir_ / "adam-restart.log");
+  EXPECT_NE(ReadFile(dir_ / "adam-restart.log").find("resuming after epoch 1"), std::string::npos);
+  ASSERT_EQ(Launch(config, "adam-straight", 2), 0) << ReadFile(dir_ / "adam-straight.log");
+  const std::vector<float> restarted = FinalModel("adam-restart");
+  EXPECT_EQ(restarted, FinalModel("adam-straight"));
+  auto store = std::move(coordinator::OpenSqliteRunStore(dir_ / "adam-restart/run.db")).value();
+  const coordinator::Checkpoint cp = std::move(store->LatestCheckpoint()).value();
+  EXPECT_EQ(cp.velocity.size(), 2 * cp.model.size());  // exp_avg, exp_avg_sq.
+  EXPECT_EQ(cp.optimizer_steps, 3u * 126u);            // 2002 samples, global batch 16.
+}
+
 TEST_F(DataParallelTest, ARunDirectoryResumesOnlyWithItsOwnConfig) {
   ASSERT_EQ(Launch(Config("two.textproto", 16, false, 2), "resume", 1), 0)
       << ReadFile(dir_ / "resume.log");
