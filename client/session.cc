@@ -63,8 +63,10 @@ constexpr uint64_t kHugeSamples = uint64_t{1} << 40;  // Fault injection only.
 }  // namespace
 
 Session::Session(std::string name, uint64_t num_samples, ModelBuilder build_model,
-                 const crypto::Ed25519KeyPair* identity, FaultPlan fault, InputObserver observer)
-    : name_(std::move(name)),
+                 const crypto::Ed25519KeyPair* identity, FaultPlan fault, InputObserver observer,
+                 Env* env)
+    : env_(env),
+      name_(std::move(name)),
       num_samples_(num_samples),
       build_model_(std::move(build_model)),
       identity_(identity),
@@ -74,13 +76,13 @@ Session::Session(std::string name, uint64_t num_samples, ModelBuilder build_mode
 bool Session::Paused(const std::string& stage, uint32_t round, Actions& a) {
   if (fault_.round != round || fault_.stage != stage) return false;
   a.printed.push_back("paused before " + stage + " of round " + std::to_string(round));
-  spdlog::warn("fault injection: sending nothing from {} of round {} on", stage, round);
+  env_->Log().warn("fault injection: sending nothing from {} of round {} on", stage, round);
   return true;
 }
 
 void Session::Refuse(const Status& why, Actions& a) {
   const uint32_t round = secagg_ ? secagg_->round : 0;
-  spdlog::warn("round {}: secure aggregation: leaving the round: {}", round, why.message());
+  env_->Log().warn("round {}: secure aggregation: leaving the round: {}", round, why.message());
   a.printed.push_back("secagg refused in round " + std::to_string(round) + ": " + why.message());
   secagg_.reset();
 }
@@ -136,12 +138,12 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
   TrainTask task = std::move(*running_);
   running_.reset();
   if (!result.ok()) {
-    spdlog::error("round {}: training failed: {}", task.round, result.status().message());
+    env_->Log().error("round {}: training failed: {}", task.round, result.status().message());
     return a;
   }
   last_completed_task_ = task_id;
-  spdlog::info("round {}: trained {} samples in {:.2f} s, loss {:.4f}", task.round, result->samples,
-               result->seconds, result->mean_loss);
+  env_->Log().info("round {}: trained {} samples in {:.2f} s, loss {:.4f}", task.round,
+                   result->samples, result->seconds, result->mean_loss);
   if (task.secure) {
     SendSecureUpdate(task, *result, local, now, a);
   } else {
@@ -191,7 +193,7 @@ void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& r
   if (Misbehaves("huge_update")) delta.assign(delta.size(), std::numeric_limits<float>::max());
   if (fault_.stage == "masked_input" && fault_.round == task.round) {
     a.printed.push_back("paused before update of round " + std::to_string(task.round));
-    spdlog::warn("fault injection: withholding the update of round {}", task.round);
+    env_->Log().warn("fault injection: withholding the update of round {}", task.round);
     return;
   }
   wire::Header h = Header();
@@ -229,14 +231,14 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       if (std::isfinite(w.heartbeat_s()) && w.heartbeat_s() > 0) {
         heartbeat_ms_ = std::clamp<TimeMs>(static_cast<TimeMs>(w.heartbeat_s() * 1000), 50, 60000);
       }
-      if (!welcomed_) spdlog::info("registered with run {}", w.run_name());
+      if (!welcomed_) env_->Log().info("registered with run {}", w.run_name());
       welcomed_ = true;
       break;
     }
     case wire::Header::kTask: {
       const auto& t = h.task();
       if (num_params_ == 0) {
-        spdlog::warn("task before welcome; ignored");
+        env_->Log().warn("task before welcome; ignored");
         break;
       }
       if ((running_ && running_->task_id == t.task_id()) || last_completed_task_ == t.task_id()) {
@@ -244,7 +246,7 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       }
       Status ok = CheckTask(t, env, num_params_);
       if (!ok.ok()) {
-        spdlog::warn("round {}: bad task ignored: {}", t.round(), ok.message());
+        env_->Log().warn("round {}: bad task ignored: {}", t.round(), ok.message());
         break;
       }
       TrainTask task;
@@ -255,7 +257,7 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       task.options.batch_size = t.train().batch_size();
       task.options.optimizer = train::OptimizerFromConfig(t.train());
       task.options.seed = t.train_seed();
-      spdlog::info("round {}: task received", t.round());
+      env_->Log().info("round {}: task received", t.round());
       if (Misbehaves("rehello_weight")) {
         wire::Header hello = Header();
         hello.mutable_hello()->set_client_name(name_);
@@ -295,15 +297,15 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
     case wire::Header::kSecaggStart: {
       const auto& st = h.secagg_start();
       if (num_params_ == 0) {
-        spdlog::warn("secagg start before welcome; ignored");
+        env_->Log().warn("secagg start before welcome; ignored");
         break;
       }
       if (st.round() == 0 || secure_task_ == st.task_id() ||
           (running_ && running_->task_id == st.task_id()) || last_completed_task_ == st.task_id()) {
         break;  // Bad, or a session this client already has.
       }
-      spdlog::info("round {}: secure aggregation starts ({} clients, index {})", st.round(),
-                   st.setup().n(), st.setup().index());
+      env_->Log().info("round {}: secure aggregation starts ({} clients, index {})", st.round(),
+                       st.setup().n(), st.setup().index());
       // A new round: whatever was still training is obsolete.
       a.cancel_training = running_.has_value();
       running_.reset();
@@ -320,11 +322,11 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
     case wire::Header::kError: {
       const auto& e = h.error();
       if (e.code() == wire::UNKNOWN_CLIENT) {
-        spdlog::info("coordinator does not know this client (restarted?); registering again");
+        env_->Log().info("coordinator does not know this client (restarted?); registering again");
         welcomed_ = false;
         SendHello(now, a);
       } else {
-        spdlog::warn("coordinator error (round {}): {}", e.round(), e.message());
+        env_->Log().warn("coordinator error (round {}): {}", e.round(), e.message());
       }
       break;
     }
@@ -334,7 +336,7 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       a.exit = FailedPreconditionError("coordinator rejected this client: " + h.reject().reason());
       break;
     case wire::Header::kFinished: {
-      spdlog::info("run finished after {} rounds", h.finished().rounds());
+      env_->Log().info("run finished after {} rounds", h.finished().rounds());
       // Acknowledge, so the coordinator can close without waiting.
       wire::Header ack = Header();
       ack.mutable_heartbeat()->set_finished(true);
@@ -346,7 +348,7 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       break;
     }
     default:
-      spdlog::warn("ignored unexpected {} message from the coordinator", net::BodyName(h));
+      env_->Log().warn("ignored unexpected {} message from the coordinator", net::BodyName(h));
       break;
   }
   return a;
@@ -379,7 +381,7 @@ void Session::StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecA
   secure_task_ = task_id;
   Status started = StartSecAgg(round, task_id, setup, now, a);
   if (!started.ok()) {
-    spdlog::warn("round {}: refused the task: {}", round, started.message());
+    env_->Log().warn("round {}: refused the task: {}", round, started.message());
     a.printed.push_back("secagg refused in round " + std::to_string(round) + ": " +
                         started.message());
     secagg_.reset();
@@ -520,7 +522,7 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       return;
   }
   if (!secagg_ || secagg_->task_id != task_id || secagg_->round != round) {
-    spdlog::debug("ignored a {} message for a round this client is not in", net::BodyName(h));
+    env_->Log().debug("ignored a {} message for a round this client is not in", net::BodyName(h));
     return;
   }
   aggregation::SecAggClient& client = *secagg_->client;
@@ -532,7 +534,9 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       auto sealed = client.ShareKeys(*list);
       if (!sealed.ok()) return Refuse(sealed.status(), a);
       if (Misbehaves("garbage_shares")) {
-        for (auto& [to, ct] : sealed->to) randombytes_buf(ct.data(), ct.size());
+        for (auto& [to, ct] : sealed->to) {
+          env_->RandomBytes({reinterpret_cast<uint8_t*>(ct.data()), ct.size()});
+        }
       }
       Send(net::ToWire(round, task_id, *sealed), {}, now, a);
       return;
@@ -544,7 +548,8 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       auto check = client.CheckShares(*inbound);
       if (!check.ok()) return Refuse(check.status(), a);
       for (const auto& c : check->complaints) {
-        spdlog::warn("round {}: cannot open the shares of client {}: complaining", round, c.about);
+        env_->Log().warn("round {}: cannot open the shares of client {}: complaining", round,
+                         c.about);
       }
       Send(net::ToWire(round, task_id, *check), {}, now, a);
       return;
@@ -570,7 +575,7 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       auto response = client.Unmask(*request);
       if (!response.ok()) return Refuse(response.status(), a);
       if (Misbehaves("bad_unmask_share")) {
-        for (auto& sh : response->shares) randombytes_buf(sh.share.bytes().data() + 4, 8);
+        for (auto& sh : response->shares) env_->RandomBytes(sh.share.bytes().subspan(4, 8));
       }
       Send(net::ToWire(round, task_id, *response), {}, now, a);
       secagg_.reset();  // Done: its secrets are wiped.

@@ -16,6 +16,7 @@
 #include "aggregation/fixed_point.h"
 #include "aggregation/secagg.h"
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/status.h"
 #include "crypto/keys.h"
 #include "net/envelope.h"
@@ -84,10 +85,11 @@ using ModelBuilder = std::function<StatusOr<size_t>(const config::ModelConfig&)>
 class Session {
  public:
   // `identity` (not owned, must outlive the session) signs the secure-
-  // aggregation stages; its public key goes in Hello.
+  // aggregation stages; its public key goes in Hello. `env` (not owned)
+  // takes the session's log lines and supplies its randomness.
   Session(std::string name, uint64_t num_samples, ModelBuilder build_model,
-          const crypto::Ed25519KeyPair* identity, FaultPlan fault = {},
-          InputObserver observer = {});
+          const crypto::Ed25519KeyPair* identity, FaultPlan fault = {}, InputObserver observer = {},
+          Env* env = Env::Default());
 
   Actions Start(TimeMs now);
   // `envelope` comes from the coordinator; it is untrusted all the same.
@@ -149,6 +151,7 @@ class Session {
   void Send(wire::Header header, std::vector<float> payload, TimeMs now, Actions& a);
   TimeMs Interval() const;
 
+  Env* env_;
   std::string name_;
   uint64_t num_samples_;
   ModelBuilder build_model_;

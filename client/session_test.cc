@@ -1,8 +1,10 @@
 #include "client/session.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 
 #include <limits>
+#include <sstream>
 
 namespace cohort::client {
 namespace {
@@ -69,6 +71,19 @@ TEST_F(SessionTest, HelloUntilWelcomedThenHeartbeats) {
   a = s.OnTick(5000);
   ASSERT_EQ(a.send.size(), 1u);
   EXPECT_TRUE(a.send[0].header.has_hello());
+}
+
+TEST_F(SessionTest, LinesGoToTheInjectedEnvsLogger) {
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(out);
+  sink->set_pattern("%v");
+  LogRedirectEnv env(cohort::Env::Default(), std::make_shared<spdlog::logger>("t", sink));
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, nullptr,
+      FaultPlan{}, InputObserver{}, &env);
+  s.Start(0);
+  s.OnMessage(Welcome(), 300);
+  EXPECT_NE(out.str().find("registered with run"), std::string::npos) << out.str();
 }
 
 TEST_F(SessionTest, ModelSizeMismatchStopsTheClient) {

@@ -1,5 +1,6 @@
-// Time as a value. Protocol state machines never read the clock themselves;
-// daemons pass SteadyNowMs() in, tests pass whatever they like.
+// Time as a value. Protocol state machines never read the clock themselves:
+// daemons pass SteadyNowMs() in, tests pass whatever they like; the
+// durations they record come from their Env (common/env.h).
 #ifndef COHORT_COMMON_CLOCK_H_
 #define COHORT_COMMON_CLOCK_H_
 

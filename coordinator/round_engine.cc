@@ -32,9 +32,10 @@ TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} 
 StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConfig& config,
                                                            std::vector<float> init_model,
                                                            RunStore* store, Evaluator evaluator,
-                                                           std::string code_version, TimeMs now) {
+                                                           std::string code_version, TimeMs now,
+                                                           Env* env) {
   COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(config));
-  std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, std::move(evaluator)));
+  std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, std::move(evaluator), env));
   const std::string config_text = config::ToText(config);
   COHORT_ASSIGN_OR_RETURN(std::optional<RunInfo> existing, store->LoadRun());
   if (!existing.has_value()) {
@@ -65,18 +66,19 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
     engine->velocity_ = std::move(cp.velocity);
     engine->round_ = cp.round;
     COHORT_RETURN_IF_ERROR(engine->LoadBans());
-    spdlog::info("resuming run after committed round {}", cp.round);
+    env->Log().info("resuming run after committed round {}", cp.round);
   }
   if (engine->round_ >= config.rounds().num_rounds()) engine->phase_ = Phase::kDone;
   // Task ids only need to differ between coordinator lifetimes, so stale
   // updates from before a restart are recognised; they never touch the model.
-  engine->task_counter_ = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+  engine->task_counter_ = env->Random64();
   (void)now;
   return engine;
 }
 
-RoundEngine::RoundEngine(const config::RunConfig& config, RunStore* store, Evaluator evaluator)
-    : config_(config), store_(store), evaluator_(std::move(evaluator)) {}
+RoundEngine::RoundEngine(const config::RunConfig& config, RunStore* store, Evaluator evaluator,
+                         Env* env)
+    : config_(config), store_(store), evaluator_(std::move(evaluator)), env_(env) {}
 
 net::Limits RoundEngine::limits() const {
   net::Limits l;
@@ -161,7 +163,8 @@ Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name)
 
 std::vector<Outgoing> RoundEngine::OnMalformed(const std::string& peer, const Status& why) {
   const std::string* name = NameOf(peer);
-  spdlog::warn("rejected message from {}: {}", name ? *name : "unregistered peer", why.message());
+  env_->Log().warn("rejected message from {}: {}", name ? *name : "unregistered peer",
+                   why.message());
   std::vector<Outgoing> out;
   out.push_back(MakeError(
       peer, why.code() == StatusCode::kResourceExhausted ? wire::TOO_LARGE : wire::MALFORMED,
@@ -174,7 +177,7 @@ Status RoundEngine::LoadBans() {
     COHORT_ASSIGN_OR_RETURN(std::vector<ClientRoundRecord> records, store_->ClientRounds(r));
     for (const ClientRoundRecord& c : records) {
       if (ProvedMisbehaving(c) && banned_.emplace(c.client, c.reason).second) {
-        spdlog::warn("client {} stays excluded (round {}): {}", c.client, r, c.reason);
+        env_->Log().warn("client {} stays excluded (round {}): {}", c.client, r, c.reason);
       }
     }
   }
@@ -253,8 +256,8 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
     }
     default: {
       const std::string* name = NameOf(peer);
-      spdlog::warn("rejected {} message from {}: not a client message", net::BodyName(h),
-                   name ? *name : "unregistered peer");
+      env_->Log().warn("rejected {} message from {}: not a client message", net::BodyName(h),
+                       name ? *name : "unregistered peer");
       out.push_back(MakeError(peer, wire::MALFORMED,
                               "unexpected message type " + net::BodyName(h) + " from a client"));
       break;
@@ -267,7 +270,8 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
 void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, TimeMs now,
                           std::vector<Outgoing>& out) {
   if (!ValidName(hello.client_name())) {
-    spdlog::warn("rejected hello: invalid client name \"{}\"", hello.client_name().substr(0, 80));
+    env_->Log().warn("rejected hello: invalid client name \"{}\"",
+                     hello.client_name().substr(0, 80));
     Outgoing o;
     o.peer = peer;
     o.header.set_version(wire::VERSION_1);
@@ -284,8 +288,8 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
     identity.emplace();
     std::memcpy(identity->data(), hello.identity_key().data(), identity->size());
   } else if (!hello.identity_key().empty() || secure()) {
-    spdlog::warn("rejected hello from {}: identity key of {} bytes", hello.client_name(),
-                 hello.identity_key().size());
+    env_->Log().warn("rejected hello from {}: identity key of {} bytes", hello.client_name(),
+                     hello.identity_key().size());
     Outgoing o;
     o.peer = peer;
     o.header.set_version(wire::VERSION_1);
@@ -302,7 +306,7 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
   if (reconnected) {
     // Either a reconnect or a second process using the same name; names are
     // not authenticated until CURVE keys are (a later issue).
-    spdlog::warn("client {}: now on a new connection", name);
+    env_->Log().warn("client {}: now on a new connection", name);
     peer_to_name_.erase(c.peer);
   }
   // The previous owner of this routing id (if another name) loses it.
@@ -315,7 +319,7 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
   // connection (a restarted process) may bring a new count.
   const bool recount = !is_new && !reconnected && c.num_samples != hello.num_samples();
   if (recount) {
-    spdlog::warn(
+    env_->Log().warn(
         "client {}: hello claims {} samples on the same connection, registered with {}; "
         "kept {}",
         name, hello.num_samples(), c.num_samples, c.num_samples);
@@ -327,8 +331,8 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
   c.active = true;
   c.identity = identity;
   peer_to_name_[peer] = name;
-  spdlog::info("client {} {} ({} samples, {} registered)", name,
-               is_new ? "registered" : "re-registered", c.num_samples, clients_.size());
+  env_->Log().info("client {} {} ({} samples, {} registered)", name,
+                   is_new ? "registered" : "re-registered", c.num_samples, clients_.size());
   Outgoing w;
   w.peer = peer;
   w.header.set_version(wire::VERSION_1);
@@ -371,7 +375,8 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
     // A new connection is a new process: its keys and shares are gone, so
     // waiting for it would only stall the round to its deadline.
     if (reconnected && !p->left) {
-      spdlog::warn("client {}: reconnected during round {}; it leaves the round", name, round_ + 1);
+      env_->Log().warn("client {}: reconnected during round {}; it leaves the round", name,
+                       round_ + 1);
       Exclude(*p, Participant::State::kDropped,
               "reconnected during the round; its secure-aggregation state is gone");
       Progress(now, out);
@@ -387,7 +392,7 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
   const wire::Update& u = envelope.header.update();
   const std::string* name_ptr = NameOf(peer);
   if (name_ptr == nullptr) {
-    spdlog::warn("rejected update from an unregistered peer");
+    env_->Log().warn("rejected update from an unregistered peer");
     out.push_back(MakeError(peer, wire::UNKNOWN_CLIENT, "unknown client; send hello"));
     return;
   }
@@ -404,13 +409,13 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
             ? "update for round " + std::to_string(u.round()) + ", current round is " +
                   std::to_string(current)
             : "update for a task of round " + std::to_string(current) + " that was replaced";
-    spdlog::warn("client {}: rejected update: {}", name, why);
+    env_->Log().warn("client {}: rejected update: {}", name, why);
     out.push_back(MakeError(peer, wire::STALE, why));
     return;
   }
   Participant* p = FindParticipant(name);
   if (p == nullptr) {
-    spdlog::warn("client {}: rejected update: not selected for round {}", name, current);
+    env_->Log().warn("client {}: rejected update: not selected for round {}", name, current);
     out.push_back(
         MakeError(peer, wire::NOT_SELECTED, "not selected for round " + std::to_string(current)));
     return;
@@ -420,7 +425,7 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
                                 ? "a second update for round " + std::to_string(current)
                                 : "update after being dropped from round " +
                                       std::to_string(current) + " (" + p->reason + ")";
-    spdlog::warn("client {}: rejected update: {}", name, why);
+    env_->Log().warn("client {}: rejected update: {}", name, why);
     out.push_back(MakeError(peer, wire::STALE, why));
     return;
   }
@@ -428,21 +433,21 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     // The protocol's earlier stages come first.
     const std::string why = "masked update " + std::string(p->left ? "after leaving" : "during") +
                             " stage " + SecAggStageName() + " of round " + std::to_string(current);
-    spdlog::warn("client {}: rejected {}", name, why);
+    env_->Log().warn("client {}: rejected {}", name, why);
     out.push_back(MakeError(peer, wire::STALE, why));
     return;
   }
   Status status = CheckUpdate(u, envelope, *p, aggregator_->masked());
   if (status.ok()) {
-    const double started = WallSeconds();
+    const double started = env_->MonotonicSeconds();
     const auto index = static_cast<uint32_t>(p - participants_.data());
     status = aggregator_->Accept(index, envelope.payloads[0], p->num_samples);
-    aggregation_seconds_ += WallSeconds() - started;
+    aggregation_seconds_ += env_->MonotonicSeconds() - started;
   }
   if (!status.ok()) {
     const std::string why =
         "client " + name + ", round " + std::to_string(current) + ": " + status.message();
-    spdlog::warn("rejected update: {}", why);
+    env_->Log().warn("rejected update: {}", why);
     out.push_back(MakeError(peer, wire::INVALID_UPDATE, why));
     Exclude(*p, Participant::State::kRejected, status.message());
     Progress(now, out);
@@ -564,18 +569,18 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   Status started = secure() ? StartSecAgg(available) : StartPlain();
   if (!started.ok()) {
     // Only a configuration the validator let through can get here.
-    spdlog::error("round {}: cannot set up aggregation: {}", round, started.message());
+    env_->Log().error("round {}: cannot set up aggregation: {}", round, started.message());
     store_error_ = started;
     participants_.clear();
     return;
   }
   round_started_ = now;
-  round_start_wall_ = WallSeconds();
+  round_start_wall_ = env_->MonotonicSeconds();
   deadline_ = now + SecondsToMs(rc.round_deadline_s());
   phase_ = Phase::kTraining;
   // One copy per round, however many clients receive it.
   task_model_ = std::make_shared<const std::vector<float>>(global_);
-  spdlog::info(
+  env_->Log().info(
       "round {}: selected {} of {} available clients{}", round, k, clients_.size(),
       secagg() ? fmt::format(" (secure aggregation, k={} t={})", secagg_params_.k, secagg_params_.t)
                : "");
@@ -595,20 +600,20 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
   for (const auto& p : participants_) ok += p.state == Participant::State::kOk ? 1 : 0;
   phase_ = Phase::kWaiting;
   if (ok < config_.rounds().min_clients()) {
-    spdlog::warn("round {}: only {} updates accepted, need {}; the round is run again", round, ok,
-                 config_.rounds().min_clients());
+    env_->Log().warn("round {}: only {} updates accepted, need {}; the round is run again", round,
+                     ok, config_.rounds().min_clients());
     participants_.clear();
     aggregator_.reset();
     MaybeStartRound(now, out);
     return;
   }
-  FinishRound(now, WallSeconds(), out);
+  FinishRound(now, env_->MonotonicSeconds(), out);
 }
 
 void RoundEngine::FinishRound(TimeMs now, double started, std::vector<Outgoing>& out) {
   auto mean = aggregator_->Finalize();
   if (secagg()) TakeSecAggBlame();
-  aggregation_seconds_ += WallSeconds() - started;
+  aggregation_seconds_ += env_->MonotonicSeconds() - started;
   if (!mean.ok()) {
     AbortRound(now, mean.status().message(), out);
     return;
@@ -678,7 +683,7 @@ std::vector<ClientRoundRecord> RoundEngine::ClientRecords(double& loss_sum,
 void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, double spent_seconds,
                               const std::string& abort_reason, std::vector<Outgoing>& out) {
   const uint32_t round = round_ + 1;
-  const double close_start = WallSeconds() - spent_seconds;
+  const double close_start = env_->MonotonicSeconds() - spent_seconds;
   phase_ = Phase::kWaiting;
   std::string why = abort_reason;
   EvalMetrics metrics{-1, -1};
@@ -686,8 +691,8 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
     Status stepped = StepModel(mean->delta, metrics);
     if (!stepped.ok()) {
       why = stepped.message();
-      spdlog::error("round {}: aborted: {}; the model is unchanged and the run goes on", round,
-                    why);
+      env_->Log().error("round {}: aborted: {}; the model is unchanged and the run goes on", round,
+                        why);
       for (auto& p : participants_) {
         if (p.state == Participant::State::kOk) p.state = Participant::State::kDropped;
         if (p.reason.empty()) p.reason = "round aborted: " + why;
@@ -720,14 +725,14 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
                       : mean != nullptr && weight_sum > 0 ? loss_sum / weight_sum
                                                           : 0;
   Checkpoint cp{round, global_, velocity_};
-  record.coordinator_seconds = WallSeconds() - close_start;
-  record.seconds = WallSeconds() - round_start_wall_;
+  record.coordinator_seconds = env_->MonotonicSeconds() - close_start;
+  record.seconds = env_->MonotonicSeconds() - round_start_wall_;
   record.clock_seconds = double(now - round_started_) / 1000.0;
   Status status = store_->CommitRound(record, clients, cp, config_.rounds().keep_checkpoints());
-  record.coordinator_seconds = WallSeconds() - close_start;
+  record.coordinator_seconds = env_->MonotonicSeconds() - close_start;
   if (!status.ok()) {
     // The model in memory is ahead of the store; stop rather than diverge.
-    spdlog::error("round {}: commit failed: {}", round, status.message());
+    env_->Log().error("round {}: commit failed: {}", round, status.message());
     store_error_ = status;
     return;
   }
@@ -738,7 +743,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   stage_ = 0;
   if (round_ >= config_.rounds().num_rounds()) {
     phase_ = Phase::kDone;
-    spdlog::info("run finished after {} rounds", round_);
+    env_->Log().info("run finished after {} rounds", round_);
     for (const auto& [name, c] : clients_) {
       Outgoing f;
       f.peer = c.peer;
@@ -757,8 +762,8 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
   for (auto& [name, c] : clients_) {
     if (c.active && now - c.last_seen > timeout) {
       c.active = false;
-      spdlog::warn("client {}: no message for {:.1f} s, marked unavailable", name,
-                   (now - c.last_seen) / 1000.0);
+      env_->Log().warn("client {}: no message for {:.1f} s, marked unavailable", name,
+                       (now - c.last_seen) / 1000.0);
       if (phase_ == Phase::kTraining) {
         Participant* p = FindParticipant(name);
         if (p != nullptr && Waiting(*p)) Exclude(*p, Participant::State::kDropped, "timed out");
@@ -772,7 +777,8 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
         Drop(p, Participant::State::kDropped, "missed the round deadline");
         // Not picked again until it speaks up.
         clients_[p.name].active = false;
-        spdlog::warn("client {}: dropped from round {}: missed the deadline", p.name, round_ + 1);
+        env_->Log().warn("client {}: dropped from round {}: missed the deadline", p.name,
+                         round_ + 1);
       }
     }
   }

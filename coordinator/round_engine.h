@@ -28,6 +28,7 @@
 #include "aggregation/fixed_point.h"
 #include "aggregation/secagg.h"
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/status.h"
 #include "coordinator/run_store.h"
 #include "crypto/keys.h"
@@ -59,10 +60,13 @@ class RoundEngine {
   // Opens the run in `store`: creates it (initial model from `init_model`)
   // when the store is empty, otherwise resumes after its last committed round.
   // kFailedPrecondition when the store holds a run with another config.
+  // `env` (not owned; outlives the engine) measures durations, draws task
+  // ids and nonces, and takes the log lines.
   static StatusOr<std::unique_ptr<RoundEngine>> Create(const config::RunConfig& config,
                                                        std::vector<float> init_model,
                                                        RunStore* store, Evaluator evaluator,
-                                                       std::string code_version, TimeMs now);
+                                                       std::string code_version, TimeMs now,
+                                                       Env* env = Env::Default());
 
   // A decoded message from `peer`. Untrusted: a bad message gets an Error
   // reply naming the problem, and the sender (if selected) is dropped from
@@ -121,7 +125,7 @@ class RoundEngine {
     std::string stage;
   };
 
-  RoundEngine(const config::RunConfig& config, RunStore* store, Evaluator evaluator);
+  RoundEngine(const config::RunConfig& config, RunStore* store, Evaluator evaluator, Env* env);
 
   void OnHello(const std::string& peer, const wire::Hello& hello, TimeMs now,
                std::vector<Outgoing>& out);
@@ -212,6 +216,7 @@ class RoundEngine {
 
   // The round in progress.
   uint64_t task_id_ = 0;
+  Env* env_;
   uint64_t task_counter_ = 0;
   TimeMs round_started_ = 0;
   TimeMs deadline_ = 0;

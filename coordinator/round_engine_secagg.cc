@@ -71,8 +71,7 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
       sc.mask_prg() == config::CHACHA20 ? crypto::MaskPrg::kChaCha20 : crypto::MaskPrg::kAes256Ctr;
   {
     // Fresh per round: sessions never repeat, even when a round is replayed.
-    SecretBytes random = crypto::RandomSecret(secagg_nonce_.size());
-    std::memcpy(secagg_nonce_.data(), random.bytes().data(), secagg_nonce_.size());
+    env_->RandomBytes(secagg_nonce_);
   }
   secagg_params_.context =
       aggregation::SecAggContext(secagg_nonce_, round, task_id_, secagg_params_, fixed_point_.clip,
@@ -110,8 +109,8 @@ void RoundEngine::LeaveSecAgg(Participant& p, Participant::State state, std::str
 void RoundEngine::TakeSecAggBlame() {
   for (auto& m : secagg()->TakeMisbehaviour()) {
     Participant& p = participants_[m.client];
-    spdlog::warn("client {} misbehaved in round {} ({}): {}", p.name, round_ + 1,
-                 kStageNames[stage_], m.what);
+    env_->Log().warn("client {} misbehaved in round {} ({}): {}", p.name, round_ + 1,
+                     kStageNames[stage_], m.what);
     const std::string reason = "misbehaved: " + m.what;
     Ban(p, reason);
     if (p.state == Participant::State::kOk) {
@@ -127,7 +126,7 @@ void RoundEngine::TakeSecAggBlame() {
 
 void RoundEngine::Ban(Participant& p, const std::string& why) {
   if (banned_.emplace(p.name, why).second) {
-    spdlog::warn("client {} is excluded from the rest of the run: {}", p.name, why);
+    env_->Log().warn("client {} is excluded from the rest of the run: {}", p.name, why);
   }
 }
 
@@ -157,7 +156,7 @@ RoundEngine::Participant* RoundEngine::SecAggSender(const std::string& peer, uin
     why = what + " during stage " + kStageNames[stage_] + " of round " + std::to_string(current);
   }
   if (!why.empty()) {
-    spdlog::warn("client {}: rejected {}", *name, why);
+    env_->Log().warn("client {}: rejected {}", *name, why);
     out.push_back(MakeError(peer, wire::STALE, why));
     return nullptr;
   }
@@ -167,7 +166,7 @@ RoundEngine::Participant* RoundEngine::SecAggSender(const std::string& peer, uin
 void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& envelope,
                                   TimeMs now, std::vector<Outgoing>& out) {
   const wire::Header& h = envelope.header;
-  const double started = WallSeconds();
+  const double started = env_->MonotonicSeconds();
   Participant* p = nullptr;
   Status status;
   auto index_of = [this](const Participant* q) {
@@ -217,12 +216,12 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
     default:
       return;
   }
-  aggregation_seconds_ += WallSeconds() - started;
+  aggregation_seconds_ += env_->MonotonicSeconds() - started;
   TakeSecAggBlame();
   if (!status.ok()) {
     const std::string why = "client " + p->name + ", round " + std::to_string(round_ + 1) + ", " +
                             kStageNames[stage_] + ": " + status.message();
-    spdlog::warn("rejected secure-aggregation message: {}", why);
+    env_->Log().warn("rejected secure-aggregation message: {}", why);
     if (!p->left) LeaveSecAgg(*p, Participant::State::kRejected, status.message());
     out.push_back(MakeError(peer, wire::SECAGG_REFUSED, why));
   } else if (!p->left) {
@@ -232,7 +231,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
 }
 
 void RoundEngine::AbortRound(TimeMs now, const std::string& why, std::vector<Outgoing>& out) {
-  spdlog::warn("round {}: {}; the model is unchanged and the run goes on", round_ + 1, why);
+  env_->Log().warn("round {}: {}; the model is unchanged and the run goes on", round_ + 1, why);
   // The inputs were never unmasked: none counts.
   for (auto& p : participants_) {
     if (p.state == Participant::State::kPending || p.state == Participant::State::kOk) {
@@ -326,21 +325,22 @@ void RoundEngine::AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out) {
         LeaveSecAgg(p, Participant::State::kDropped,
                     std::string("no ") + kStageNames[stage_] + " message before the deadline");
         if (stage_ <= kMaskedInputStage) clients_[p.name].active = false;  // Until it speaks again.
-        spdlog::warn("client {}: left round {} at stage {}", p.name, round, kStageNames[stage_]);
+        env_->Log().warn("client {}: left round {} at stage {}", p.name, round,
+                         kStageNames[stage_]);
       }
     }
-    const double started = WallSeconds();
-    spdlog::debug("round {}: stage {} closes {:.3f} s into the round, {} clients in", round,
-                  kStageNames[stage_], started - round_start_wall_,
-                  std::count_if(participants_.begin(), participants_.end(),
-                                [](const Participant& p) { return !p.left; }));
+    const double started = env_->MonotonicSeconds();
+    env_->Log().debug("round {}: stage {} closes {:.3f} s into the round, {} clients in", round,
+                      kStageNames[stage_], started - round_start_wall_,
+                      std::count_if(participants_.begin(), participants_.end(),
+                                    [](const Participant& p) { return !p.left; }));
     if (stage_ == 6) {
       FinishRound(now, started, out);
       return;
     }
     Status closed = CloseSecAggStage(now, out);
     TakeSecAggBlame();
-    aggregation_seconds_ += WallSeconds() - started;
+    aggregation_seconds_ += env_->MonotonicSeconds() - started;
     if (!closed.ok()) {
       AbortRound(now, closed.message(), out);
       return;

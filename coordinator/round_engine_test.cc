@@ -1,10 +1,12 @@
 #include "coordinator/round_engine.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 
 #include <cmath>
 #include <limits>
 #include <set>
+#include <sstream>
 
 namespace cohort::coordinator {
 namespace {
@@ -47,13 +49,39 @@ net::Envelope UpdateFor(const wire::RoundTask& task, std::vector<float> delta,
   return e;
 }
 
+// An Env the test controls: its clock moves only when told, task ids count
+// from a given start, and lines go to a logger the test can read.
+class FakeEnv : public Env {
+ public:
+  FakeEnv() : log_(std::make_shared<spdlog::logger>("test", sink_)) {
+    log_->set_level(spdlog::level::trace);
+    sink_->set_pattern("%v");
+  }
+  double MonotonicSeconds() override { return seconds; }
+  uint64_t Random64() override { return next_id++; }
+  void RandomBytes(std::span<uint8_t> out) override {
+    for (uint8_t& b : out) b = static_cast<uint8_t>(next_id++);
+  }
+  spdlog::logger& Log() override { return *log_; }
+  std::string Lines() const { return out_.str(); }
+
+  double seconds = 0;
+  uint64_t next_id = 0;
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_st> sink_ =
+      std::make_shared<spdlog::sinks::ostream_sink_st>(out_);
+  std::shared_ptr<spdlog::logger> log_;
+};
+
 class RoundEngineTest : public ::testing::Test {
  protected:
-  void Start(const config::RunConfig& config) {
+  void Start(const config::RunConfig& config, Env* env = Env::Default()) {
     config_ = config;
     if (!store_) store_ = std::move(OpenSqliteRunStore(":memory:")).value();
     auto e = RoundEngine::Create(config, std::vector<float>(kParams, 1.0f), store_.get(), {},
-                                 "test", now_);
+                                 "test", now_, env);
     ASSERT_TRUE(e.ok()) << e.status();
     engine_ = std::move(e).value();
   }
@@ -112,6 +140,30 @@ TEST_F(RoundEngineTest, RoundCommitsTheSampleWeightedMeanOfDeltas) {
   EXPECT_EQ((*rounds)[0].participants, 3u);
   EXPECT_EQ(store_->LatestCheckpoint()->model, Global());
   EXPECT_EQ(tasks_["p0"].round(), 2u);  // Next round started at once.
+}
+
+TEST_F(RoundEngineTest, TimesIdsAndLinesComeFromTheInjectedEnv) {
+  // The engine reads no clock, draws no randomness and writes to no logger
+  // of its own: a round that the fake clock says took 2.5 s is recorded as
+  // 2.5 s, task ids count from the fake's start, the lines go to its log.
+  FakeEnv env;
+  env.next_id = 1000;
+  env.seconds = 50;
+  Start(TestConfig(2, 2), &env);
+  Register(2);
+  ASSERT_EQ(tasks_.size(), 2u);
+  EXPECT_EQ(tasks_["p0"].task_id(), tasks_["p1"].task_id());
+  EXPECT_GT(tasks_["p0"].task_id(), 1000u);
+  EXPECT_LT(tasks_["p0"].task_id(), 1010u);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  env.seconds = 52.5;
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+  ASSERT_EQ(engine_->last_committed_round(), 1u);
+  auto rounds = store_->Rounds();
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_DOUBLE_EQ((*rounds)[0].seconds, 2.5);
+  EXPECT_NE(env.Lines().find("round 1"), std::string::npos) << env.Lines();
 }
 
 TEST_F(RoundEngineTest, DeadlineClosesRoundWithoutTheMissingClients) {

@@ -278,16 +278,15 @@ int StageOf(const wire::Header& h) {
   }
 }
 
-// Runs `f` with info lines off: each session logs a few per client and
-// round, which would drown the coordinator's lines; its warnings and errors
-// still show. (Until the sessions take a logger of their own.)
-template <typename F>
-client::Actions Quietly(F&& f) {
-  const auto level = spdlog::get_level();
-  if (level < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
-  client::Actions a = f();
-  spdlog::set_level(level);
-  return a;
+// The sessions' Env: the daemons' own, logging to the same sinks under the
+// name "client" at warn and above: each session logs a few info lines per
+// round, which would drown the coordinator's; its warnings and errors
+// still show.
+std::unique_ptr<Env> SessionsEnv() {
+  const auto& sinks = spdlog::default_logger()->sinks();
+  auto log = std::make_shared<spdlog::logger>("client", sinks.begin(), sinks.end());
+  log->set_level(std::max(spdlog::default_logger()->level(), spdlog::level::warn));
+  return std::make_unique<LogRedirectEnv>(Env::Default(), std::move(log));
 }
 
 // The engine, the sessions and the executors wired together.
@@ -310,7 +309,7 @@ class Simulation {
 
   Status Run(const std::atomic<bool>& stop) {
     for (size_t i = 0; i < clients_.size(); ++i) {
-      Apply(int(i), Quietly([&] { return clients_[i].session->Start(now_); }));
+      Apply(int(i), clients_[i].session->Start(now_));
     }
     while (!engine_->done()) {
       if (stop.load()) {
@@ -381,7 +380,7 @@ class Simulation {
     now_ = std::max(now_, wakeup);
     Deliver(engine_->OnTick(now_));
     for (size_t i = 0; i < clients_.size(); ++i) {
-      Apply(int(i), Quietly([&] { return clients_[i].session->OnTick(now_); }));
+      Apply(int(i), clients_[i].session->OnTick(now_));
     }
     return OkStatus();
   }
@@ -391,9 +390,7 @@ class Simulation {
     Finished f = std::move(finished_.begin()->second);
     finished_.erase(finished_.begin());
     now_ = std::max(now_, f.due);
-    Apply(f.client, Quietly([&] {
-            return clients_[f.client].session->OnTrainingDone(f.task_id, f.result, f.local, now_);
-          }));
+    Apply(f.client, clients_[f.client].session->OnTrainingDone(f.task_id, f.result, f.local, now_));
   }
 
   // Stops every job in flight (the pool waits for them as it goes).
@@ -429,7 +426,7 @@ class Simulation {
       net::Envelope e;
       e.header = std::move(o.header);
       if (o.payload) e.payloads.push_back(*o.payload);
-      Apply(it->second, Quietly([&] { return clients_[it->second].session->OnMessage(e, now_); }));
+      Apply(it->second, clients_[it->second].session->OnMessage(e, now_));
     }
     for (const coordinator::RoundRecord& r : engine_->TakeCommitted()) ShowRound(r);
   }
@@ -545,6 +542,8 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
   if (o.executors < 1 || o.executors > 1024) {
     return InvalidArgumentError("simulate: --executors must be in [1, 1024]");
   }
+  // Before the clients: their sessions log through it to the end.
+  const std::unique_ptr<Env> sessions_env = SessionsEnv();
   std::vector<VirtualClient> clients;
   datasets::Dataset test;
   bool in_memory_test = false;
@@ -595,7 +594,7 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
         [params = run.model->num_params()](const config::ModelConfig&) -> StatusOr<size_t> {
           return params;  // The run's own model: built and checked above.
         },
-        &c.identity);
+        &c.identity, client::FaultPlan{}, client::InputObserver{}, sessions_env.get());
   }
   COHORT_ASSIGN_OR_RETURN(auto pool,
                           ExecutorPool::Create(o.executors, o.devices, o.config.model(), &clients));

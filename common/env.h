@@ -1,0 +1,58 @@
+// Env: the world as a state machine sees it (LevelDB's Env): a clock for
+// measuring how long work took, randomness, and a logger. The daemons pass
+// Env::Default(); tests and the simulator pass their own, so the round
+// engine and the client session never read the real clock, draw from the
+// operating system or write to the global logger themselves. Time that
+// drives decisions (deadlines, heartbeats) comes in as `now` arguments
+// (common/clock.h); the Env's clock only measures.
+#ifndef COHORT_COMMON_ENV_H_
+#define COHORT_COMMON_ENV_H_
+
+#include <spdlog/spdlog.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace cohort {
+
+class Env {
+ public:
+  virtual ~Env() = default;
+
+  // Seconds on a monotonic clock: the durations a record reports.
+  virtual double MonotonicSeconds() = 0;
+  // Uniform random bits that need not be secret (task ids).
+  virtual uint64_t Random64() = 0;
+  // Random bytes fit for what goes into a key derivation or a signed
+  // context (a round's nonce).
+  virtual void RandomBytes(std::span<uint8_t> out) = 0;
+  // Where the state machine's lines go.
+  virtual spdlog::logger& Log() = 0;
+
+  // The daemons': steady_clock, libsodium's randombytes, and spdlog's
+  // default logger as it is when a line is written (InitLogging replaces
+  // it). Lives for the whole process.
+  static Env* Default();
+};
+
+// An Env that forwards to another but logs to `log` (for instance the same
+// sinks at another level): how the simulator keeps its thousands of
+// sessions' info lines out of the coordinator's.
+class LogRedirectEnv : public Env {
+ public:
+  LogRedirectEnv(Env* base, std::shared_ptr<spdlog::logger> log)
+      : base_(base), log_(std::move(log)) {}
+  double MonotonicSeconds() override { return base_->MonotonicSeconds(); }
+  uint64_t Random64() override { return base_->Random64(); }
+  void RandomBytes(std::span<uint8_t> out) override { base_->RandomBytes(out); }
+  spdlog::logger& Log() override { return *log_; }
+
+ private:
+  Env* base_;
+  std::shared_ptr<spdlog::logger> log_;
+};
+
+}  // namespace cohort
+
+#endif  // COHORT_COMMON_ENV_H_
