@@ -289,6 +289,28 @@ std::unique_ptr<Env> SessionsEnv() {
   return std::make_unique<LogRedirectEnv>(Env::Default(), std::move(log));
 }
 
+// A secure-aggregation stage message, either way. With --latency-ms these
+// (and masked inputs) cross the simulated link; the others (hello,
+// heartbeats, tasks, plain updates) go as they are: a task's download and
+// a plain update's upload are in the job's time, and a secure task's
+// SecAggStart, one latency behind it, still lands before its training ends.
+bool IsSecAgg(const wire::Header& h) {
+  switch (h.body_case()) {
+    case wire::Header::kSecaggStart:
+    case wire::Header::kSecaggKeys:
+    case wire::Header::kSecaggShares:
+    case wire::Header::kSecaggShareCheck:
+    case wire::Header::kSecaggChecked:
+    case wire::Header::kSecaggSurvivors:
+    case wire::Header::kSecaggSignature:
+    case wire::Header::kSecaggUnmaskRequest:
+    case wire::Header::kSecaggUnmask:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The engine, the sessions and the executors wired together.
 class Simulation {
  public:
@@ -325,6 +347,8 @@ class Simulation {
         auto [i, envelope] = std::move(to_engine_.front());
         to_engine_.pop_front();
         Deliver(engine_->OnMessage(clients_[i].name, envelope, now_));
+      } else if (!wire_.empty() && wire_.begin()->first <= now_) {
+        DeliverWire();
       } else if (!finished_.empty() && finished_.begin()->first <= now_) {
         // Due now: delivered before more tasks go out, so finished models
         // do not pile up (memory stays a few models).
@@ -359,19 +383,25 @@ class Simulation {
     const TimeMs running = pool_.earliest_due().value_or(kNever);
     const TimeMs waiting = held_.empty() ? kNever : held_.begin()->first;
     const TimeMs ready = finished_.empty() ? kNever : finished_.begin()->first;
+    const TimeMs arriving = wire_.empty() ? kNever : wire_.begin()->first;
     // A finished job due before anything still to run or compute is
     // delivered at its time (the clock moves to it).
-    if (ready != kNever && ready <= std::min({wakeup, running, waiting})) {
+    if (ready != kNever && ready <= std::min({wakeup, running, waiting, arriving})) {
       DeliverFinished();
       return OkStatus();
     }
     if ((!held_.empty() && pool_.in_flight() > 0) ||
-        (running != kNever && running <= std::min(wakeup, ready))) {
+        (running != kNever && running <= std::min({wakeup, ready, arriving}))) {
       Finished f = pool_.Take();
       ++trained_;
       ShowProgress();
       const TimeMs due = f.due;
       finished_.emplace(due, std::move(f));
+      return OkStatus();
+    }
+    if (arriving != kNever && arriving <= wakeup) {  // A message lands first.
+      now_ = std::max(now_, arriving);
+      DeliverWire();
       return OkStatus();
     }
     if (wakeup == kNever) {
@@ -383,6 +413,18 @@ class Simulation {
       Apply(int(i), clients_[i].session->OnTick(now_));
     }
     return OkStatus();
+  }
+
+  // The message on the simulated network that lands first (at its time).
+  void DeliverWire() {
+    auto node = wire_.extract(wire_.begin());
+    now_ = std::max(now_, node.key());
+    InFlight& m = node.mapped();
+    if (m.to_engine) {
+      Deliver(engine_->OnMessage(clients_[m.client].name, m.envelope, now_));
+    } else {
+      Apply(m.client, clients_[m.client].session->OnMessage(m.envelope, now_));
+    }
   }
 
   // The earliest finished job, at its due time.
@@ -400,10 +442,15 @@ class Simulation {
     }
   }
 
-  // Virtual milliseconds from a task's sending to its update's arrival.
-  TimeMs JobTime(int i, uint32_t epochs) const {
+  // One way across a client's link, in virtual milliseconds.
+  TimeMs Latency() const { return TimeMs(std::llround(latency_ms_)); }
+
+  // Virtual milliseconds from a task's sending to its update's arrival
+  // (plain: down, train, up), or to the end of training (secure: the masked
+  // input goes up once the checked list is in, across the link).
+  TimeMs JobTime(int i, uint32_t epochs, bool secure) const {
     const double compute = double(clients_[i].size()) * epochs * sample_ms_ * clients_[i].slowness;
-    return TimeMs(std::llround(compute + 2 * latency_ms_));
+    return TimeMs(std::llround(compute + (secure ? 1 : 2) * latency_ms_));
   }
 
   // `released`: a held task, now handed out (the front of the line).
@@ -419,13 +466,20 @@ class Simulation {
         // out only as executors come free (memory: a few models, not one
         // per client of the round). They share the round's model until
         // then, and keep the virtual time they were sent at.
-        const TimeMs due = now_ + JobTime(it->second, config_.train().local_epochs());
+        const TimeMs due = now_ + JobTime(it->second, config_.train().local_epochs(),
+                                          o.header.task().has_secagg());
         held_.emplace(due, Held{now_, std::move(o)});
         continue;
       }
       net::Envelope e;
       e.header = std::move(o.header);
       if (o.payload) e.payloads.push_back(*o.payload);
+      if (latency_ms_ > 0 && IsSecAgg(e.header)) {
+        // The secure stages' messages cross the link (their round trips add
+        // up); a task's and an update's latency are in the job's time.
+        wire_.emplace(now_ + Latency(), InFlight{it->second, false, std::move(e)});
+        continue;
+      }
       Apply(it->second, clients_[it->second].session->OnMessage(e, now_));
     }
     for (const coordinator::RoundRecord& r : engine_->TakeCommitted()) ShowRound(r);
@@ -437,13 +491,22 @@ class Simulation {
       // A client that dropped out sends nothing from its stage on.
       const int stage = StageOf(out.header);
       if (c.drop_stage >= 0 && stage >= c.drop_stage) continue;
-      to_engine_.push_back({i, client::AsEnvelope(std::move(out))});
+      const bool delayed =
+          latency_ms_ > 0 &&
+          (IsSecAgg(out.header) || (out.header.has_update() && out.header.update().masked()));
+      net::Envelope e = client::AsEnvelope(std::move(out));
+      if (delayed) {
+        wire_.emplace(now_ + Latency(), InFlight{i, true, std::move(e)});
+        continue;
+      }
+      to_engine_.push_back({i, std::move(e)});
     }
     for (const auto& line : a.printed) std::printf("%s: %s\n", c.name.c_str(), line.c_str());
     if ((a.cancel_training || a.train) && c.cancel) *c.cancel = true;
     if (a.train) {
       c.cancel = std::make_shared<std::atomic<bool>>(false);
-      const TimeMs due = task_sent_.value_or(now_) + JobTime(i, a.train->options.epochs);
+      const TimeMs due =
+          task_sent_.value_or(now_) + JobTime(i, a.train->options.epochs, a.train->secure);
       pool_.Submit({i, std::move(*a.train), c.cancel, due});
     }
     if (a.exit && !a.exit->ok()) spdlog::warn("{}: {}", c.name, a.exit->ToString());
@@ -524,6 +587,14 @@ class Simulation {
   ExecutorPool& pool_;
   std::map<std::string, int> index_;  // By name: the engine's peer for each client.
   std::deque<std::pair<int, net::Envelope>> to_engine_;
+  // Messages on the simulated network (with --latency-ms), by arrival time;
+  // equal times keep their sending order.
+  struct InFlight {
+    int client;
+    bool to_engine;
+    net::Envelope envelope;
+  };
+  std::multimap<TimeMs, InFlight> wire_;
   // Tasks waiting for an executor, by the virtual time their update would
   // be due, with the time they were sent.
   struct Held {

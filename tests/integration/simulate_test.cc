@@ -168,6 +168,39 @@ TEST(SimulateStragglersTest, TheDeadlineCutsExactlyTheClientsTooSlowForIt) {
   EXPECT_NE(out.find("simulated round time 20.00s"), std::string::npos) << out;
 }
 
+// Link latency on the virtual clock applies to the secure stages' messages
+// too, not only to the task and the update: a plain round takes one round
+// trip, a secure one a round trip per stage (advertise, share, check, mask,
+// sign, unmask), and nobody sleeps.
+TEST(SimulateLatencyTest, ASecureRoundPaysARoundTripPerStage) {
+  constexpr int kClients = 10;
+  Cluster c("simulate-latency", kClients);
+  std::map<std::string, double> round_seconds;
+  for (const std::string agg : {"PLAIN", "SECAGG_PLUS"}) {
+    const std::string config =
+        c.WriteConfig(agg + ".textproto", 1, "min_clients: 10 start_clients: 10",
+                      "secagg { aggregation: " + agg + " }");
+    std::string out;
+    ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", c.dir() / ("run-" + agg),
+                         "--shards", c.dir() / "shards", "--latency-ms", "100"},
+                        &out, c.dir() / (agg + ".log")),
+              0)
+        << ReadFile(c.dir() / (agg + ".log"));
+    auto store =
+        std::move(coordinator::OpenSqliteRunStore(c.dir() / ("run-" + agg + "/run.db"))).value();
+    const auto rounds = std::move(store->Rounds()).value();
+    ASSERT_EQ(rounds.size(), 1u);
+    EXPECT_LT(rounds[0].seconds, 5.0);  // Wall time.
+    round_seconds[agg] = rounds[0].clock_seconds;
+  }
+  // Plain: the task down and the update up.
+  EXPECT_NEAR(round_seconds["PLAIN"], 0.2, 0.05);
+  // Secure: six stages of one round trip each (the masked input goes up
+  // once the checked list is down), the task overlapping them.
+  EXPECT_GE(round_seconds["SECAGG_PLUS"], 1.2) << round_seconds["SECAGG_PLUS"];
+  EXPECT_LT(round_seconds["SECAGG_PLUS"], 2.0) << round_seconds["SECAGG_PLUS"];
+}
+
 // data.partition: the simulator splits the data in memory exactly as
 // `cohort partition` splits it into shards (same names, rows, test set),
 // so both runs end with the same model.
