@@ -286,6 +286,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   simulate->add_option("--latency-ms", simopts.latency_ms, "Virtual link latency, each way")
       ->check(CLI::NonNegativeNumber);
+  simulate
+      ->add_option("--latency-sigma", simopts.latency_sigma,
+                   "Spread of the clients' link latencies: latency_ms exp(sigma N(0,1)) each")
+      ->check(CLI::NonNegativeNumber);
   simulate->add_flag("--json", simopts.json,
                      "One JSON object per committed round on stdout (cohort status --json's)");
 

@@ -41,7 +41,8 @@ struct VirtualClient {
   // never sends (-1: none).
   uint32_t drop_round = 0;
   int drop_stage = -1;
-  double slowness = 1;  // Its training's virtual time is scaled by this.
+  double slowness = 1;    // Its training's virtual time is scaled by this.
+  double latency_ms = 0;  // Its link's, each way.
   // Its data: all of `source` (a shard file), or the rows `rows` of it (the
   // one training set, split in memory).
   std::shared_ptr<const datasets::Dataset> source;
@@ -443,14 +444,14 @@ class Simulation {
   }
 
   // One way across a client's link, in virtual milliseconds.
-  TimeMs Latency() const { return TimeMs(std::llround(latency_ms_)); }
+  TimeMs Latency(int i) const { return TimeMs(std::llround(clients_[i].latency_ms)); }
 
   // Virtual milliseconds from a task's sending to its update's arrival
   // (plain: down, train, up), or to the end of training (secure: the masked
   // input goes up once the checked list is in, across the link).
   TimeMs JobTime(int i, uint32_t epochs, bool secure) const {
     const double compute = double(clients_[i].size()) * epochs * sample_ms_ * clients_[i].slowness;
-    return TimeMs(std::llround(compute + (secure ? 1 : 2) * latency_ms_));
+    return TimeMs(std::llround(compute + (secure ? 1 : 2) * clients_[i].latency_ms));
   }
 
   // `released`: a held task, now handed out (the front of the line).
@@ -477,7 +478,7 @@ class Simulation {
       if (latency_ms_ > 0 && IsSecAgg(e.header)) {
         // The secure stages' messages cross the link (their round trips add
         // up); a task's and an update's latency are in the job's time.
-        wire_.emplace(now_ + Latency(), InFlight{it->second, false, std::move(e)});
+        wire_.emplace(now_ + Latency(it->second), InFlight{it->second, false, std::move(e)});
         continue;
       }
       Apply(it->second, clients_[it->second].session->OnMessage(e, now_));
@@ -496,7 +497,7 @@ class Simulation {
           (IsSecAgg(out.header) || (out.header.has_update() && out.header.update().masked()));
       net::Envelope e = client::AsEnvelope(std::move(out));
       if (delayed) {
-        wire_.emplace(now_ + Latency(), InFlight{i, true, std::move(e)});
+        wire_.emplace(now_ + Latency(i), InFlight{i, true, std::move(e)});
         continue;
       }
       to_engine_.push_back({i, std::move(e)});
@@ -644,20 +645,23 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
                                 (o.shards.empty() ? std::string("the split") : o.shards) + " has " +
                                 std::to_string(clients.size()));
   }
-  if (o.sample_ms < 0 || o.speed_sigma < 0 || o.latency_ms < 0) {
+  if (!(o.sample_ms >= 0 && o.speed_sigma >= 0 && o.latency_ms >= 0 && o.latency_sigma >= 0)) {
     return InvalidArgumentError(
-        "simulate: --sample-ms, --speed-sigma and --latency-ms must be >= 0");
+        "simulate: --sample-ms, --speed-sigma, --latency-ms and --latency-sigma must be >= 0");
   }
   for (auto& c : clients) {
     COHORT_RETURN_IF_ERROR(train::CheckCompatible(*run.model, *c.source).WithContext(c.name));
     Rng rng(DeriveSeed(o.config.seed(), 0x5eed, Fnv1a64(c.name)));
     c.slowness = std::exp(o.speed_sigma * rng.Normal());
+    Rng link(DeriveSeed(o.config.seed(), 0x1a7e, Fnv1a64(c.name)));
+    c.latency_ms = o.latency_ms * std::exp(o.latency_sigma * link.Normal());
     if (o.sample_ms > 0 || o.latency_ms > 0) {
       const double ms =
           double(c.size()) * o.config.train().local_epochs() * o.sample_ms * c.slowness +
-          2 * o.latency_ms;
-      spdlog::debug("{}: slowness {:.3f}, a task's round trip takes {:.0f} virtual ms", c.name,
-                    c.slowness, ms);
+          2 * std::llround(c.latency_ms);
+      spdlog::debug(
+          "{}: slowness {:.3f}, latency {:.0f} ms, a task's round trip takes {:.0f} virtual ms",
+          c.name, c.slowness, c.latency_ms, ms);
     }
     const uint64_t samples = c.size();
     c.session = std::make_unique<client::Session>(

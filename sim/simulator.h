@@ -47,12 +47,15 @@ struct SimOptions {
   // Heterogeneity on the virtual clock, drawn from the seed: client i's
   // training takes samples x local epochs x sample_ms x s_i virtual
   // milliseconds, s_i = exp(speed_sigma * N(0, 1)) fixed per client, plus
-  // latency_ms each way for its task and its update. The engine's
-  // deadlines then cut stragglers as they would in a real run; no one
-  // sleeps. 0 (the default): training takes no virtual time.
+  // its link latency each way for its task and its update (and for every
+  // secure-stage message): latency_ms * exp(latency_sigma * N(0, 1)), also
+  // fixed per client. The engine's deadlines then cut stragglers as they
+  // would in a real run; no one sleeps. 0 (the default): training takes no
+  // virtual time.
   double sample_ms = 0;
   double speed_sigma = 0;
   double latency_ms = 0;
+  double latency_sigma = 0;
 };
 
 // Runs until the configured rounds are committed (OK) or `stop` becomes

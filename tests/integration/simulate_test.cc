@@ -199,6 +199,30 @@ TEST(SimulateLatencyTest, ASecureRoundPaysARoundTripPerStage) {
   // once the checked list is down), the task overlapping them.
   EXPECT_GE(round_seconds["SECAGG_PLUS"], 1.2) << round_seconds["SECAGG_PLUS"];
   EXPECT_LT(round_seconds["SECAGG_PLUS"], 2.0) << round_seconds["SECAGG_PLUS"];
+  // --latency-sigma: each client its own link (from the seed); a stage
+  // waits for the slowest one.
+  const std::string config = c.dir() / "SECAGG_PLUS.textproto";
+  ASSERT_EQ(RunCohort({"--log-level", "debug", "simulate", "--config", config, "--run-dir",
+                       c.dir() / "run-spread", "--shards", c.dir() / "shards", "--latency-ms",
+                       "100", "--latency-sigma", "0.5"},
+                      nullptr, c.dir() / "spread.log"),
+            0)
+      << ReadFile(c.dir() / "spread.log");
+  const std::string log = ReadFile(c.dir() / "spread.log");
+  std::set<long> latencies;
+  for (size_t at = log.find(", latency "); at != std::string::npos;
+       at = log.find(", latency ", at + 1)) {
+    latencies.insert(std::stol(log.substr(at + 10)));
+  }
+  ASSERT_EQ(latencies.size(), size_t{kClients}) << log;  // All different.
+  auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / "run-spread/run.db")).value();
+  const auto rounds = std::move(store->Rounds()).value();
+  ASSERT_EQ(rounds.size(), 1u);
+  // At least four stages wait for the slowest link both ways (the last ones
+  // may close on the shares they need); above the uniform links' round.
+  EXPECT_GE(rounds[0].clock_seconds, 8 * *latencies.rbegin() / 1000.0)
+      << "slowest link " << *latencies.rbegin() << " ms";
+  EXPECT_GT(rounds[0].clock_seconds, round_seconds["SECAGG_PLUS"]);
 }
 
 // data.partition: the simulator splits the data in memory exactly as
