@@ -376,8 +376,12 @@ std::vector<std::vector<uint32_t>> HararyNeighbours(uint32_t n, uint32_t k, uint
 
 SecAggClient::SecAggClient(const SecAggParams& params, uint32_t index,
                            const crypto::Ed25519KeyPair* identity,
-                           std::vector<crypto::Ed25519Public> identities)
-    : params_(params), index_(index), identity_(identity), identities_(std::move(identities)) {}
+                           std::vector<crypto::Ed25519Public> identities, Env* env)
+    : params_(params),
+      env_(env),
+      index_(index),
+      identity_(identity),
+      identities_(std::move(identities)) {}
 
 StatusOr<KeyAdvert> SecAggClient::AdvertiseKeys() {
   if (stage_ != 0) return FailedPreconditionError("secagg client: keys already advertised");
@@ -431,7 +435,7 @@ Status SecAggClient::CheckNeighbourSignatures(const KeyList& list) const {
   for (const KeyAdvert& a : list.adverts) {
     if (Contains(neighbours_, a.index)) used.push_back(&a);
   }
-  return ParallelFor(used.size(), [&](size_t i) -> Status {
+  return env_->ParallelFor(used.size(), [&](size_t i) -> Status {
     const KeyAdvert& a = *used[i];
     if (!crypto::Verify(identities_[a.index], AsBytes(AdvertMessage(params_.context, a)),
                         a.signature)) {
@@ -484,7 +488,7 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
   COHORT_ASSIGN_OR_RETURN(auto self_shares, crypto::ShamirSplit(self_seed_, params_.t, xs));
   std::vector<std::string> sealed(recipients.size());
   std::vector<SecretBytes> keys(recipients.size());
-  COHORT_RETURN_IF_ERROR(ParallelFor(recipients.size(), [&](size_t i) -> Status {
+  COHORT_RETURN_IF_ERROR(env_->ParallelFor(recipients.size(), [&](size_t i) -> Status {
     const uint32_t v = recipients[i]->index;
     COHORT_ASSIGN_OR_RETURN(SecretBytes point,
                             crypto::EncSharedPoint(enc_.secret_key, recipients[i]->enc_key));
@@ -558,7 +562,7 @@ StatusOr<ShareCheck> SecAggClient::CheckShares(const InboundShares& inbound) {
   enum class Verdict { kOk, kBadSignature, kBadShares };
   std::vector<Verdict> verdicts(items.size(), Verdict::kOk);
   std::vector<Held> held(items.size());
-  COHORT_RETURN_IF_ERROR(ParallelFor(items.size(), [&](size_t i) -> Status {
+  COHORT_RETURN_IF_ERROR(env_->ParallelFor(items.size(), [&](size_t i) -> Status {
     const auto [v, sealed] = items[i];
     const auto bytes = AsBytes(*sealed);
     // The sender's signature first: without it the server (which relays the
@@ -644,7 +648,7 @@ StatusOr<MaskedInput> SecAggClient::MaskInput(std::vector<uint32_t> input) {
     if (Contains(checked_, v)) peers.push_back(v);
   }
   std::vector<SecretBytes> pair_keys(peers.size());
-  COHORT_RETURN_IF_ERROR(ParallelFor(peers.size(), [&](size_t i) -> Status {
+  COHORT_RETURN_IF_ERROR(env_->ParallelFor(peers.size(), [&](size_t i) -> Status {
     COHORT_ASSIGN_OR_RETURN(pair_keys[i],
                             PairMaskKey(mask_.secret_key, mask_.public_key,
                                         neighbour_adverts_.at(peers[i]).mask_key, session_));
@@ -817,8 +821,8 @@ StatusOr<Complaint> SecAggClient::ComplaintForTesting(uint32_t dealer) const {
 // --- Server -----------------------------------------------------------------
 
 SecAggServer::SecAggServer(const SecAggParams& params,
-                           std::vector<crypto::Ed25519Public> identities)
-    : params_(params), identities_(std::move(identities)), sum_(params.length, 0) {}
+                           std::vector<crypto::Ed25519Public> identities, Env* env)
+    : params_(params), env_(env), identities_(std::move(identities)), sum_(params.length, 0) {}
 
 Status SecAggServer::Abort(const std::string& why) {
   aborted_ = true;
@@ -1182,7 +1186,7 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
   const size_t first_pair = keys.size();
   keys.resize(first_pair + pairs.size());
   for (const Pair& p : pairs) subtract.push_back(p.survivor_first);  // u added +PRG when u < v.
-  COHORT_RETURN_IF_ERROR(ParallelFor(pairs.size(), [&](size_t i) -> Status {
+  COHORT_RETURN_IF_ERROR(env_->ParallelFor(pairs.size(), [&](size_t i) -> Status {
     COHORT_ASSIGN_OR_RETURN(keys[first_pair + i],
                             PairMaskKey(pairs[i].dropped->secret_key, pairs[i].dropped->public_key,
                                         adverts_.at(pairs[i].survivor).mask_key, session_));

@@ -56,6 +56,7 @@
 
 #include "aggregation/aggregator.h"
 #include "aggregation/fixed_point.h"
+#include "common/env.h"
 #include "common/secret_bytes.h"
 #include "common/status.h"
 #include "crypto/enc_keys.h"
@@ -223,9 +224,10 @@ bool DealtShareValid(const crypto::Ed25519Public& dealer_identity,
 class SecAggClient {
  public:
   // `identities[i]` is client i's Ed25519 public key; `identity` is this
-  // client's own key pair (not owned; must outlive the object).
+  // client's own key pair (not owned; must outlive the object). `env` (not
+  // owned) runs the parallel loops.
   SecAggClient(const SecAggParams& params, uint32_t index, const crypto::Ed25519KeyPair* identity,
-               std::vector<crypto::Ed25519Public> identities);
+               std::vector<crypto::Ed25519Public> identities, Env* env = Env::Default());
 
   StatusOr<KeyAdvert> AdvertiseKeys();
   StatusOr<SealedShares> ShareKeys(const KeyList& list);
@@ -264,6 +266,7 @@ class SecAggClient {
   Status CheckSignatures(const UnmaskRequest& request) const;
 
   SecAggParams params_;
+  Env* env_;
   uint32_t index_;
   const crypto::Ed25519KeyPair* identity_;
   std::vector<crypto::Ed25519Public> identities_;
@@ -293,7 +296,9 @@ class SecAggClient {
 // engine reads TakeMisbehaviour() after every call.
 class SecAggServer {
  public:
-  SecAggServer(const SecAggParams& params, std::vector<crypto::Ed25519Public> identities);
+  // `env` (not owned) runs the parallel loops.
+  SecAggServer(const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
+               Env* env = Env::Default());
 
   Status OnAdvertise(const KeyAdvert& advert);
   StatusOr<KeyList> CloseAdvertise();
@@ -344,6 +349,7 @@ class SecAggServer {
                                 crypto::ShamirCombiner& combiner);
 
   SecAggParams params_;
+  Env* env_;
   std::vector<crypto::Ed25519Public> identities_;
   std::vector<std::vector<uint32_t>> neighbours_;  // From CloseAdvertise on.
   int stage_ = 1;
@@ -367,7 +373,8 @@ class SecAggServer {
 // cohort's registered sample counts that clients weigh their inputs by.
 StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
     const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
-    const FixedPoint& fixed_point, double cohort_weight, size_t num_params);
+    const FixedPoint& fixed_point, double cohort_weight, size_t num_params,
+    Env* env = Env::Default());
 
 }  // namespace cohort::aggregation
 

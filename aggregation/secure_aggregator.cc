@@ -12,8 +12,8 @@ namespace {
 class SecureAggregator final : public Aggregator {
  public:
   SecureAggregator(const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
-                   const FixedPoint& fixed_point, double cohort_weight, size_t num_params)
-      : server_(params, std::move(identities)),
+                   const FixedPoint& fixed_point, double cohort_weight, size_t num_params, Env* env)
+      : server_(params, std::move(identities), env),
         fixed_point_(fixed_point),
         cohort_weight_(cohort_weight),
         num_params_(num_params) {}
@@ -64,7 +64,7 @@ class SecureAggregator final : public Aggregator {
 
 StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
     const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
-    const FixedPoint& fixed_point, double cohort_weight, size_t num_params) {
+    const FixedPoint& fixed_point, double cohort_weight, size_t num_params, Env* env) {
   if (num_params == 0) return InvalidArgumentError("secure aggregation: zero parameters");
   if (params.length != num_params + kSecureMetricSlots) {
     return InvalidArgumentError("secure aggregation: vector length " +
@@ -72,8 +72,8 @@ StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
                                 std::to_string(num_params) + " parameters");
   }
   if (!(cohort_weight > 0)) return InvalidArgumentError("secure aggregation: cohort weight 0");
-  return std::unique_ptr<Aggregator>(
-      new SecureAggregator(params, std::move(identities), fixed_point, cohort_weight, num_params));
+  return std::unique_ptr<Aggregator>(new SecureAggregator(
+      params, std::move(identities), fixed_point, cohort_weight, num_params, env));
 }
 
 }  // namespace cohort::aggregation

@@ -476,7 +476,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.fixed_point = {s.clip(), s.scale()};
   r.weight = static_cast<double>(num_samples_) / s.total_weight();
   r.client = std::make_unique<aggregation::SecAggClient>(params, s.index(), identity_,
-                                                         std::move(identities));
+                                                         std::move(identities), env_);
   secagg_ = std::move(r);
   if (Paused("advertise_keys", round, a)) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(aggregation::KeyAdvert advert, secagg_->client->AdvertiseKeys());

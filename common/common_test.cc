@@ -1,16 +1,20 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <span>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "common/bytes.h"
+#include "common/parallel.h"
 #include "common/rng.h"
 #include "common/secret_bytes.h"
 #include "common/status.h"
+#include "common/thread_pool.h"
 
 namespace cohort {
 namespace {
@@ -161,6 +165,53 @@ TEST(BytesTest, Crc32MatchesTheStandardCheckValue) {
   // Continuing from a partial CRC gives the CRC of the whole.
   const auto* p = reinterpret_cast<const uint8_t*>(s.data());
   EXPECT_EQ(Crc32({p + 4, 5}, Crc32({p, 4})), 0xCBF43926u);
+}
+
+TEST(ThreadPoolTest, EveryIndexRunsOnceAndTheCallerWaitsForAll) {
+  ThreadPool pool(4);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{10000}}) {
+    std::vector<std::atomic<int>> runs(n);
+    pool.Run(n, [&](size_t i) { runs[i].fetch_add(1); });
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(runs[i].load(), 1) << n << " " << i;
+  }
+}
+
+TEST(ThreadPoolTest, NestedAndConcurrentLoopsFinishWithoutDeadlock) {
+  ThreadPool pool(3);
+  std::atomic<int> inner{0};
+  // A loop inside a loop runs on its caller.
+  pool.Run(8, [&](size_t) { pool.Run(5, [&](size_t) { inner.fetch_add(1); }); });
+  EXPECT_EQ(inner.load(), 40);
+  // Two callers at once: one gets the workers, the other runs alone.
+  std::atomic<int> a{0}, b{0};
+  std::thread other([&] {
+    for (int k = 0; k < 50; ++k) pool.Run(100, [&](size_t) { b.fetch_add(1); });
+  });
+  for (int k = 0; k < 50; ++k) pool.Run(100, [&](size_t) { a.fetch_add(1); });
+  other.join();
+  EXPECT_EQ(a.load(), 5000);
+  EXPECT_EQ(b.load(), 5000);
+}
+
+TEST(ThreadPoolTest, ParallelForReturnsTheFirstErrorAndSkipsTheRest) {
+  std::atomic<int> ran{0};
+  const Status s = ParallelFor(
+      100000,
+      [&](size_t i) -> Status {
+        ran.fetch_add(1);
+        return i == 10 ? InvalidArgumentError("index 10") : OkStatus();
+      },
+      0, 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "index 10");
+  EXPECT_LT(ran.load(), 100000);  // Skipped once one had failed.
+  // Success: every call ran.
+  std::vector<int> out(1000, 0);
+  EXPECT_TRUE(ParallelFor(out.size(), [&](size_t i) -> Status {
+                out[i] = int(i);
+                return OkStatus();
+              }).ok());
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], int(i));
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "common/parallel.h"
+
 namespace cohort {
 namespace {
 
@@ -24,6 +26,9 @@ class RealEnv final : public Env {
   }
   void RandomBytes(std::span<uint8_t> out) override { randombytes_buf(out.data(), out.size()); }
   spdlog::logger& Log() override { return *spdlog::default_logger_raw(); }
+  Status ParallelFor(size_t n, const std::function<Status(size_t)>& fn) override {
+    return cohort::ParallelFor(n, fn, 0, /*min_per_thread=*/1);
+  }
 };
 
 }  // namespace

@@ -76,9 +76,9 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
   secagg_params_.context =
       aggregation::SecAggContext(secagg_nonce_, round, task_id_, secagg_params_, fixed_point_.clip,
                                  fixed_point_.scale, cohort_weight_, cohort_identities_);
-  COHORT_ASSIGN_OR_RETURN(
-      aggregator_, aggregation::NewSecureAggregator(secagg_params_, cohort_identities_,
-                                                    fixed_point_, cohort_weight_, global_.size()));
+  COHORT_ASSIGN_OR_RETURN(aggregator_, aggregation::NewSecureAggregator(
+                                           secagg_params_, cohort_identities_, fixed_point_,
+                                           cohort_weight_, global_.size(), env_));
   aggregation_seconds_ = 0;
   stage_ = 1;
   stage_deadline_ = round_started_ + SecondsToMs(sc.stage_timeout_s());

@@ -63,6 +63,10 @@ class FakeEnv : public Env {
     for (uint8_t& b : out) b = static_cast<uint8_t>(next_id++);
   }
   spdlog::logger& Log() override { return *log_; }
+  Status ParallelFor(size_t n, const std::function<Status(size_t)>& fn) override {
+    for (size_t i = 0; i < n; ++i) COHORT_RETURN_IF_ERROR(fn(i));  // One thread: in order.
+    return OkStatus();
+  }
   std::string Lines() const { return out_.str(); }
 
   double seconds = 0;
