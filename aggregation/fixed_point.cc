@@ -73,16 +73,20 @@ __attribute__((target("avx2"))) void EncodeChunkAvx2(const float* v, size_t n, d
 }
 #endif
 
+bool HasAvx2() {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 void EncodeFixedPoint(std::span<const float> values, double weight, const FixedPoint& fp, Rng& rng,
                       std::span<uint32_t> out) {
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-#else
-  constexpr bool avx2 = false;
-#endif
-  internal::EncodeFixedPoint(values, weight, fp, rng, out, avx2);
+  internal::EncodeFixedPoint(values, weight, fp, rng, out, HasAvx2());
 }
 
 namespace internal {
@@ -129,11 +133,6 @@ void EncodeFixedPoint(std::span<const float> values, double weight, const FixedP
 bool EncodeDelta(std::span<const float> after, std::span<const float> before,
                  std::span<const float> tail, double weight, const FixedPoint& fp, Rng& rng,
                  std::span<uint32_t> out) {
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-#else
-  constexpr bool avx2 = false;
-#endif
   const size_t m = after.size();
   bool finite = true;
   auto chunk = [&](size_t begin, size_t n, float* scratch) {
@@ -148,7 +147,7 @@ bool EncodeDelta(std::span<const float> after, std::span<const float> before,
     finite = finite && bad == 0;
     return static_cast<const float*>(scratch);
   };
-  internal::EncodeChunks(m + tail.size(), chunk, weight, fp, rng, out, avx2);
+  internal::EncodeChunks(m + tail.size(), chunk, weight, fp, rng, out, HasAvx2());
   return finite;
 }
 

@@ -537,6 +537,24 @@ TEST(SecAggMaliciousClientTest, GarbageSharesPutTheirSenderOutNotTheRecipients) 
   EXPECT_EQ(o.sum, o.expected);
 }
 
+// What a dishonest dealer does after editing the sealed shares it deals
+// `holder` (blob || mask commitment || self commitment || signature, with
+// `flip` the byte it changed): signs the edited deal properly, so only the
+// holder's proof of the shared point can show whose fault it is.
+void EditAndResign(std::string& sealed, size_t flip, const crypto::Ed25519KeyPair& dealer_key,
+                   const std::array<uint8_t, 32>& session, uint32_t dealer, uint32_t holder) {
+  const size_t sig_at = sealed.size() - crypto::kSignatureBytes;
+  const size_t blob = sig_at - 2 * sizeof(Commitment);
+  sealed[flip] ^= 1;
+  const auto* p = reinterpret_cast<const uint8_t*>(sealed.data());
+  Commitment mask, self;
+  std::memcpy(mask.data(), p + blob, mask.size());
+  std::memcpy(self.data(), p + blob + mask.size(), self.size());
+  auto sig = crypto::Sign(
+      dealer_key, DealMessage(session, dealer, holder, crypto::Hash256({{p, blob}}), mask, self));
+  sealed.replace(sig_at, sig->size(), reinterpret_cast<const char*>(sig->data()), sig->size());
+}
+
 TEST(SecAggMaliciousClientTest, SignedButUnopenableSharesAreProvenAgainstTheirSender) {
   Harness h(Params(10, 64));
   auto& keys = h.keys();
@@ -545,18 +563,7 @@ TEST(SecAggMaliciousClientTest, SignedButUnopenableSharesAreProvenAgainstTheirSe
   // recipient's proof of the shared point can show whose fault it is.
   t.shares = [&](SealedShares& s, const std::array<uint8_t, 32>& session) {
     if (s.from != 6) return;
-    // Layout: blob || mask commitment || self commitment || signature.
-    std::string& sealed = s.to.at(2);
-    const size_t sig_at = sealed.size() - crypto::kSignatureBytes;
-    const size_t blob = sig_at - 2 * sizeof(Commitment);
-    sealed[30] ^= 1;  // Inside the AEAD blob.
-    const auto* p = reinterpret_cast<const uint8_t*>(sealed.data());
-    Commitment mask, self;
-    std::memcpy(mask.data(), p + blob, mask.size());
-    std::memcpy(self.data(), p + blob + mask.size(), self.size());
-    auto sig =
-        crypto::Sign(keys[6], DealMessage(session, 6, 2, crypto::Hash256({{p, blob}}), mask, self));
-    sealed.replace(sig_at, sig->size(), reinterpret_cast<const char*>(sig->data()), sig->size());
+    EditAndResign(s.to.at(2), /*flip=*/30, keys[6], session, 6, 2);  // Inside the AEAD blob.
   };
   Outcome o = h.Run({}, t);
   ASSERT_TRUE(o.status.ok()) << o.status;
@@ -581,17 +588,8 @@ TEST(SecAggMaliciousClientTest,
     Tamper t;
     t.shares = [&](SealedShares& s, const std::array<uint8_t, 32>& session) {
       if (s.from != 6) return;
-      std::string& sealed = s.to.at(2);
-      const size_t sig_at = sealed.size() - crypto::kSignatureBytes;
-      const size_t blob = sig_at - 2 * sizeof(Commitment);
-      sealed[blob + which * sizeof(Commitment) + 5] ^= 1;
-      const auto* p = reinterpret_cast<const uint8_t*>(sealed.data());
-      Commitment mask, self;
-      std::memcpy(mask.data(), p + blob, mask.size());
-      std::memcpy(self.data(), p + blob + mask.size(), self.size());
-      auto sig = crypto::Sign(keys[6],
-                              DealMessage(session, 6, 2, crypto::Hash256({{p, blob}}), mask, self));
-      sealed.replace(sig_at, sig->size(), reinterpret_cast<const char*>(sig->data()), sig->size());
+      const size_t blob = s.to.at(2).size() - crypto::kSignatureBytes - 2 * sizeof(Commitment);
+      EditAndResign(s.to.at(2), blob + which * sizeof(Commitment) + 5, keys[6], session, 6, 2);
     };
     Outcome o = h.Run({}, t);
     ASSERT_TRUE(o.status.ok()) << o.status;
