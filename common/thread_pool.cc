@@ -1,6 +1,7 @@
 #include "common/thread_pool.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace cohort {
 
@@ -37,14 +38,21 @@ void ThreadPool::Run(size_t n, const std::function<void(size_t)>& fn) {
     ++generation_;
   }
   wake_.notify_all();
+  // However the caller's share ends (an exception from fn included), the
+  // workers are waited for, since they may still be inside fn, which must
+  // outlive them, and the pool is freed for the next loop.
+  struct Finish {
+    ThreadPool* pool;
+    ~Finish() {
+      pool->next_.store(SIZE_MAX / 2);  // Nothing more is started.
+      std::unique_lock<std::mutex> lock(pool->mu_);
+      pool->done_.wait(lock, [this] { return pool->pending_ == 0; });
+      pool->job_ = nullptr;
+      lock.unlock();
+      pool->busy_.store(false);
+    }
+  } finish{this};
   for (size_t i = next_.fetch_add(1); i < n; i = next_.fetch_add(1)) fn(i);
-  {
-    // The workers may still be inside fn: `fn` must outlive them.
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [this] { return pending_ == 0; });
-    job_ = nullptr;
-  }
-  busy_.store(false);
 }
 
 void ThreadPool::Work() {

@@ -1,6 +1,10 @@
 // ThreadPool: threads started once and reused, for the parallel loops of
 // the protocol and crypto code (ParallelFor, Env::ParallelFor), which used
 // to start and join new threads on every call.
+//
+// A process that forks must exec before it runs a loop: the child has the
+// pool's bookkeeping but not its threads (cohort launch forks and execs at
+// once).
 #ifndef COHORT_COMMON_THREAD_POOL_H_
 #define COHORT_COMMON_THREAD_POOL_H_
 
@@ -27,7 +31,9 @@ class ThreadPool {
   // once, in no fixed order; returns when all have returned. fn must be
   // thread-safe for distinct i. While another loop runs (another caller,
   // or fn itself calling Run), the loop runs on its caller alone: nested
-  // and concurrent loops never deadlock.
+  // and concurrent loops never deadlock. An exception from fn on the
+  // caller's thread stops the loop and propagates once the workers are
+  // out; one on a worker terminates, as on any thread.
   void Run(size_t n, const std::function<void(size_t)>& fn);
   unsigned size() const { return static_cast<unsigned>(workers_.size()) + 1; }
 

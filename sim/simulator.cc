@@ -290,11 +290,15 @@ std::unique_ptr<Env> SessionsEnv() {
   return std::make_unique<LogRedirectEnv>(Env::Default(), std::move(log));
 }
 
-// A secure-aggregation stage message, either way. With --latency-ms these
-// (and masked inputs) cross the simulated link; the others (hello,
-// heartbeats, tasks, plain updates) go as they are: a task's download and
-// a plain update's upload are in the job's time, and a secure task's
-// SecAggStart, one latency behind it, still lands before its training ends.
+// A secure-aggregation stage message, either way. With --latency-ms a
+// stage's round trip is charged on the way back: what the coordinator
+// sends arrives at once (so nothing overtakes anything: a secure task's
+// SecAggStart still comes first), and the client's reply lands two link
+// latencies later, on a queue ordered by arrival. Only the checked list
+// waits its round trip on the way out, because the masked input it
+// releases is model-sized: it then goes up at once, as a task's download
+// and an update's upload are in the job's time. No model ever waits on the
+// queue.
 bool IsSecAgg(const wire::Header& h) {
   switch (h.body_case()) {
     case wire::Header::kSecaggStart:
@@ -446,12 +450,11 @@ class Simulation {
   // One way across a client's link, in virtual milliseconds.
   TimeMs Latency(int i) const { return TimeMs(std::llround(clients_[i].latency_ms)); }
 
-  // Virtual milliseconds from a task's sending to its update's arrival
-  // (plain: down, train, up), or to the end of training (secure: the masked
-  // input goes up once the checked list is in, across the link).
-  TimeMs JobTime(int i, uint32_t epochs, bool secure) const {
+  // Virtual milliseconds from a task's sending to its update's arrival:
+  // down, train, up.
+  TimeMs JobTime(int i, uint32_t epochs) const {
     const double compute = double(clients_[i].size()) * epochs * sample_ms_ * clients_[i].slowness;
-    return TimeMs(std::llround(compute + (secure ? 1 : 2) * clients_[i].latency_ms));
+    return TimeMs(std::llround(compute + 2 * clients_[i].latency_ms));
   }
 
   // `released`: a held task, now handed out (the front of the line).
@@ -467,18 +470,17 @@ class Simulation {
         // out only as executors come free (memory: a few models, not one
         // per client of the round). They share the round's model until
         // then, and keep the virtual time they were sent at.
-        const TimeMs due = now_ + JobTime(it->second, config_.train().local_epochs(),
-                                          o.header.task().has_secagg());
+        const TimeMs due = now_ + JobTime(it->second, config_.train().local_epochs());
         held_.emplace(due, Held{now_, std::move(o)});
         continue;
       }
       net::Envelope e;
       e.header = std::move(o.header);
       if (o.payload) e.payloads.push_back(*o.payload);
-      if (latency_ms_ > 0 && IsSecAgg(e.header)) {
-        // The secure stages' messages cross the link (their round trips add
-        // up); a task's and an update's latency are in the job's time.
-        wire_.emplace(now_ + Latency(it->second), InFlight{it->second, false, std::move(e)});
+      if (latency_ms_ > 0 && e.header.has_secagg_checked()) {
+        // The checked list waits a round trip: the masked input it
+        // releases then leaves at once (see IsSecAgg).
+        wire_.emplace(now_ + 2 * Latency(it->second), InFlight{it->second, false, std::move(e)});
         continue;
       }
       Apply(it->second, clients_[it->second].session->OnMessage(e, now_));
@@ -492,12 +494,10 @@ class Simulation {
       // A client that dropped out sends nothing from its stage on.
       const int stage = StageOf(out.header);
       if (c.drop_stage >= 0 && stage >= c.drop_stage) continue;
-      const bool delayed =
-          latency_ms_ > 0 &&
-          (IsSecAgg(out.header) || (out.header.has_update() && out.header.update().masked()));
+      const bool delayed = latency_ms_ > 0 && IsSecAgg(out.header);
       net::Envelope e = client::AsEnvelope(std::move(out));
       if (delayed) {
-        wire_.emplace(now_ + Latency(i), InFlight{i, true, std::move(e)});
+        wire_.emplace(now_ + 2 * Latency(i), InFlight{i, true, std::move(e)});
         continue;
       }
       to_engine_.push_back({i, std::move(e)});
@@ -506,8 +506,7 @@ class Simulation {
     if ((a.cancel_training || a.train) && c.cancel) *c.cancel = true;
     if (a.train) {
       c.cancel = std::make_shared<std::atomic<bool>>(false);
-      const TimeMs due =
-          task_sent_.value_or(now_) + JobTime(i, a.train->options.epochs, a.train->secure);
+      const TimeMs due = task_sent_.value_or(now_) + JobTime(i, a.train->options.epochs);
       pool_.Submit({i, std::move(*a.train), c.cancel, due});
     }
     if (a.exit && !a.exit->ok()) spdlog::warn("{}: {}", c.name, a.exit->ToString());
@@ -645,16 +644,22 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
                                 (o.shards.empty() ? std::string("the split") : o.shards) + " has " +
                                 std::to_string(clients.size()));
   }
-  if (!(o.sample_ms >= 0 && o.speed_sigma >= 0 && o.latency_ms >= 0 && o.latency_sigma >= 0)) {
+  // Finite and bounded, so no virtual time overflows: an hour a sample, a
+  // day a link, and spreads up to 10 (e^(10 x 5) is already absurd).
+  if (!(o.sample_ms >= 0 && o.sample_ms <= 3.6e6 && o.speed_sigma >= 0 && o.speed_sigma <= 10 &&
+        o.latency_ms >= 0 && o.latency_ms <= 8.64e7 && o.latency_sigma >= 0 &&
+        o.latency_sigma <= 10)) {
     return InvalidArgumentError(
-        "simulate: --sample-ms, --speed-sigma, --latency-ms and --latency-sigma must be >= 0");
+        "simulate: --sample-ms must be in [0, 3600000], --latency-ms in [0, 86400000], "
+        "--speed-sigma and --latency-sigma in [0, 10]");
   }
   for (auto& c : clients) {
     COHORT_RETURN_IF_ERROR(train::CheckCompatible(*run.model, *c.source).WithContext(c.name));
     Rng rng(DeriveSeed(o.config.seed(), 0x5eed, Fnv1a64(c.name)));
     c.slowness = std::exp(o.speed_sigma * rng.Normal());
     Rng link(DeriveSeed(o.config.seed(), 0x1a7e, Fnv1a64(c.name)));
-    c.latency_ms = o.latency_ms * std::exp(o.latency_sigma * link.Normal());
+    // A client's link is at most a day, however far its draw.
+    c.latency_ms = std::min(8.64e7, o.latency_ms * std::exp(o.latency_sigma * link.Normal()));
     if (o.sample_ms > 0 || o.latency_ms > 0) {
       const double ms =
           double(c.size()) * o.config.train().local_epochs() * o.sample_ms * c.slowness +

@@ -199,9 +199,20 @@ TEST(SimulateLatencyTest, ASecureRoundPaysARoundTripPerStage) {
   // once the checked list is down), the task overlapping them.
   EXPECT_GE(round_seconds["SECAGG_PLUS"], 1.2) << round_seconds["SECAGG_PLUS"];
   EXPECT_LT(round_seconds["SECAGG_PLUS"], 2.0) << round_seconds["SECAGG_PLUS"];
+  const std::string config = c.dir() / "SECAGG_PLUS.textproto";
+  // The virtual time does not depend on how many executors train.
+  ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", c.dir() / "run-4", "--shards",
+                       c.dir() / "shards", "--latency-ms", "100", "--executors", "4"},
+                      nullptr, c.dir() / "four.log"),
+            0)
+      << ReadFile(c.dir() / "four.log");
+  {
+    auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / "run-4/run.db")).value();
+    EXPECT_DOUBLE_EQ(std::move(store->Rounds()).value().at(0).clock_seconds,
+                     round_seconds["SECAGG_PLUS"]);
+  }
   // --latency-sigma: each client its own link (from the seed); a stage
   // waits for the slowest one.
-  const std::string config = c.dir() / "SECAGG_PLUS.textproto";
   ASSERT_EQ(RunCohort({"--log-level", "debug", "simulate", "--config", config, "--run-dir",
                        c.dir() / "run-spread", "--shards", c.dir() / "shards", "--latency-ms",
                        "100", "--latency-sigma", "0.5"},
@@ -283,6 +294,9 @@ TEST(SimulateBadInputTest, EachMistakeIsNamed) {
       {{"--config", config, "--run-dir", c.dir() / "r6", "--shards", c.dir() / "shards",
         "--devices", "tpu:3"},
        "--devices tpu:3"},
+      {{"--config", config, "--run-dir", c.dir() / "r7", "--shards", c.dir() / "shards",
+        "--latency-ms", "1e9"},
+       "--latency-ms in [0, 86400000]"},
   };
   int n = 0;
   for (const Case& k : cases) {
