@@ -660,7 +660,7 @@ StatusOr<MaskedInput> SecAggClient::MaskInput(std::vector<uint32_t> input) {
     jobs.push_back({&pair_keys[i], /*subtract=*/peers[i] < index_});
   }
   COHORT_RETURN_IF_ERROR(
-      crypto::AddMasks(jobs, out.values, 0, crypto::PrgImpl::kAuto, params_.prg));
+      crypto::AddMasks(jobs, out.values, 0, crypto::PrgImpl::kAuto, params_.prg, env_));
   self_seed_.Reset();
   stage_ = 5;
   return out;
@@ -1195,7 +1195,8 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
   std::vector<crypto::MaskJob> jobs;
   jobs.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) jobs.push_back({&keys[i], subtract[i]});
-  COHORT_RETURN_IF_ERROR(crypto::AddMasks(jobs, sum_, 0, crypto::PrgImpl::kAuto, params_.prg));
+  COHORT_RETURN_IF_ERROR(
+      crypto::AddMasks(jobs, sum_, 0, crypto::PrgImpl::kAuto, params_.prg, env_));
   unmasks_.clear();
   stage_ = 7;
   return std::move(sum_);

@@ -42,7 +42,9 @@ struct Outcome {
 
 class Harness {
  public:
-  explicit Harness(const SecAggParams& params) : params_(params) {
+  // `env`: the clients' and the server's (their parallel loops).
+  explicit Harness(const SecAggParams& params, Env* env = Env::Default())
+      : params_(params), env_(env) {
     for (uint32_t i = 0; i < params.n; ++i) {
       keys_.push_back(std::move(crypto::GenerateEd25519()).value());
       identities_.push_back(keys_.back().public_key);
@@ -56,7 +58,7 @@ class Harness {
 
   Outcome Run(const Drops& d, const Tamper& tamper = {}) {
     Outcome o;
-    SecAggServer server(params_, identities_);
+    SecAggServer server(params_, identities_, env_);
     auto blame = [&] {
       for (auto& m : server.TakeMisbehaviour()) o.blamed.push_back(m);
     };
@@ -74,7 +76,7 @@ class Harness {
     };
     std::vector<std::unique_ptr<SecAggClient>> clients;
     for (uint32_t i = 0; i < params_.n; ++i) {
-      clients.push_back(std::make_unique<SecAggClient>(params_, i, &keys_[i], identities_));
+      clients.push_back(std::make_unique<SecAggClient>(params_, i, &keys_[i], identities_, env_));
       auto advert = clients[i]->AdvertiseKeys();
       EXPECT_TRUE(advert.ok());
       if (tamper.advert) tamper.advert(*advert);
@@ -150,6 +152,7 @@ class Harness {
 
  private:
   SecAggParams params_;
+  Env* env_;
   std::vector<crypto::Ed25519KeyPair> keys_;
   std::vector<crypto::Ed25519Public> identities_;
   std::vector<std::vector<uint32_t>> inputs_;
@@ -979,6 +982,33 @@ TEST(FixedPointTest, StochasticRoundingIsUnbiasedAndBothKernelsAgree) {
   // Rounding errors lie in (-1, 1) with mean 0 when unbiased: over 100K
   // values the mean stays far below 0.01 units (a floor would give ~-0.5).
   EXPECT_LT(std::abs(error / counted), 0.01);
+}
+
+// The halves' parallel loops (key agreements, signatures, mask streams)
+// run on the Env they were given: one that runs them on one thread, in
+// order, gives the exact sum.
+TEST(SecAggEnvTest, TheLoopsRunOnTheInjectedEnv) {
+  class SerialEnv : public LogRedirectEnv {
+   public:
+    SerialEnv() : LogRedirectEnv(Env::Default(), spdlog::default_logger()) {}
+    Status ParallelFor(size_t n, const std::function<Status(size_t)>& fn) override {
+      ++loops;
+      for (size_t i = 0; i < n; ++i) COHORT_RETURN_IF_ERROR(fn(i));
+      return OkStatus();
+    }
+    int loops = 0;
+  } env;
+  Harness h(Params(10, 70000), &env);  // Long enough for the mask streams to split.
+  Drops d;
+  d.before_masked_input = {3};  // The server's loop over dropped pairs too.
+  Outcome o = h.Run(d);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.sum, o.expected);
+  // Per client: adverts, sealing, opening, pair keys, and (with more than
+  // one core to split them over) masks; then the server's pair keys and
+  // masks.
+  const int masks = std::thread::hardware_concurrency() > 1 ? 1 : 0;
+  EXPECT_GE(env.loops, 9 * (4 + masks) + 1 + masks);
 }
 
 }  // namespace

@@ -362,7 +362,7 @@ Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract, P
 }
 
 Status AddMasks(std::span<const MaskJob> jobs, std::span<uint32_t> acc, unsigned threads,
-                PrgImpl impl, MaskPrg prg) {
+                PrgImpl impl, MaskPrg prg, Env* env) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   // Small vectors: threads cost more than they save.
   if (acc.size() < 16384 || threads == 1 || jobs.size() < 2) {
@@ -372,14 +372,13 @@ Status AddMasks(std::span<const MaskJob> jobs, std::span<uint32_t> acc, unsigned
   constexpr size_t kAlign = 64;
   const size_t per = (acc.size() / threads + kAlign - 1) / kAlign * kAlign;
   // One slice per thread; each streams every key over its own slice.
-  return ParallelFor(
-      threads,
-      [&](size_t t) -> Status {
-        const size_t lo = std::min(acc.size(), t * per);
-        const size_t hi = std::min(acc.size(), lo + per);
-        return AddMasksAt(jobs, acc.subspan(lo, hi - lo), lo / kWordsPerBlock, impl, prg);
-      },
-      threads, /*min_per_thread=*/1);
+  auto slice = [&](size_t t) -> Status {
+    const size_t lo = std::min(acc.size(), t * per);
+    const size_t hi = std::min(acc.size(), lo + per);
+    return AddMasksAt(jobs, acc.subspan(lo, hi - lo), lo / kWordsPerBlock, impl, prg);
+  };
+  if (env != nullptr) return env->ParallelFor(threads, slice);
+  return ParallelFor(threads, slice, threads, /*min_per_thread=*/1);
 }
 
 }  // namespace cohort::crypto

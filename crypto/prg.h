@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <span>
 
+#include "common/env.h"
 #include "common/secret_bytes.h"
 #include "common/status.h"
 
@@ -47,13 +48,13 @@ struct MaskJob {
   bool subtract;
 };
 
-// Applies every job to `acc`, splitting the vector (not the jobs) over
-// `threads` threads (0: one per core) in block-aligned slices, so each
-// thread streams every key over its own slice. Same result as calling
-// AddMask for each job in turn.
+// Applies every job to `acc`, splitting the vector (not the jobs) into
+// `threads` block-aligned slices (0: one per core) run by `env`'s parallel
+// loop (null: the process's thread pool), so each thread streams every key
+// over its own slice. Same result as calling AddMask for each job in turn.
 [[nodiscard]] Status AddMasks(std::span<const MaskJob> jobs, std::span<uint32_t> acc,
                               unsigned threads = 0, PrgImpl impl = PrgImpl::kAuto,
-                              MaskPrg prg = MaskPrg::kAes256Ctr);
+                              MaskPrg prg = MaskPrg::kAes256Ctr, Env* env = nullptr);
 
 }  // namespace cohort::crypto
 
