@@ -286,6 +286,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   simulate->add_option("--latency-ms", simopts.latency_ms, "Virtual link latency, each way")
       ->check(CLI::NonNegativeNumber);
+  simulate->add_option("--availability", simopts.availability,
+                       "Fraction of the time each client is online (spells from the seed)");
+  simulate->add_option("--availability-period-s", simopts.availability_period_s,
+                       "Mean length of an online plus an offline spell, virtual seconds");
   simulate
       ->add_option("--latency-sigma", simopts.latency_sigma,
                    "Spread of the clients' link latencies: latency_ms exp(sigma N(0,1)) each")

@@ -43,6 +43,11 @@ struct VirtualClient {
   int drop_stage = -1;
   double slowness = 1;    // Its training's virtual time is scaled by this.
   double latency_ms = 0;  // Its link's, each way.
+  // Availability: online until `toggle_at` (virtual ms), then the other
+  // way; spells drawn from `spells` (never, with availability 1).
+  bool online = true;
+  TimeMs toggle_at = std::numeric_limits<TimeMs>::max();
+  Rng spells{0};
   // Its data: all of `source` (a shard file), or the rows `rows` of it (the
   // one training set, split in memory).
   std::shared_ptr<const datasets::Dataset> source;
@@ -53,6 +58,14 @@ struct VirtualClient {
   std::unique_ptr<client::Session> session;
   std::shared_ptr<std::atomic<bool>> cancel;  // Of its training job, while one runs.
 };
+
+// The length of c's next spell, online or offline as c is now, in virtual
+// ms: exponential, on average `availability` (online) or the rest of
+// `period_ms`.
+TimeMs SpellLength(VirtualClient& c, double availability, double period_ms) {
+  const double mean = (c.online ? availability : 1 - availability) * period_ms;
+  return std::max<TimeMs>(1, TimeMs(std::llround(-mean * std::log1p(-c.spells.UniformDouble()))));
+}
 
 // Every client-*.shard of `dir`, by name, with a fresh identity each.
 StatusOr<std::vector<VirtualClient>> LoadClients(const std::string& dir) {
@@ -323,6 +336,8 @@ class Simulation {
              std::vector<VirtualClient>& clients, ExecutorPool& pool)
       : config_(options.config),
         dropout_(options.dropout),
+        availability_(options.availability),
+        period_ms_(options.availability_period_s * 1000),
         json_(options.json),
         sample_ms_(options.sample_ms),
         latency_ms_(options.latency_ms),
@@ -425,6 +440,7 @@ class Simulation {
     auto node = wire_.extract(wire_.begin());
     now_ = std::max(now_, node.key());
     InFlight& m = node.mapped();
+    if (!m.to_engine && !Online(m.client, now_)) return;  // Switched off meanwhile.
     if (m.to_engine) {
       Deliver(engine_->OnMessage(clients_[m.client].name, m.envelope, now_));
     } else {
@@ -447,6 +463,19 @@ class Simulation {
     }
   }
 
+  // Whether client i is online at virtual time t (t never goes back).
+  bool Online(int i, TimeMs t) {
+    VirtualClient& c = clients_[i];
+    while (t >= c.toggle_at) {
+      c.online = !c.online;
+      c.toggle_at += Spell(c);
+      spdlog::debug("{}: {} at {:.1f} s (simulated)", c.name, c.online ? "online" : "offline",
+                    t / 1000.0);
+    }
+    return c.online;
+  }
+  TimeMs Spell(VirtualClient& c) const { return SpellLength(c, availability_, period_ms_); }
+
   // One way across a client's link, in virtual milliseconds.
   TimeMs Latency(int i) const { return TimeMs(std::llround(clients_[i].latency_ms)); }
 
@@ -462,6 +491,7 @@ class Simulation {
     for (auto& o : out) {
       auto it = index_.find(o.peer);
       if (it == index_.end()) continue;
+      if (!Online(it->second, now_)) continue;  // Switched off: nothing arrives.
       if (o.header.has_task() || o.header.has_secagg_start()) PlanDropout(it->second, o.header);
       if (o.header.has_task()) CountTask(it->second, o.header);
       if (o.header.has_task() && !released &&
@@ -494,6 +524,7 @@ class Simulation {
       // A client that dropped out sends nothing from its stage on.
       const int stage = StageOf(out.header);
       if (c.drop_stage >= 0 && stage >= c.drop_stage) continue;
+      if (!Online(i, now_)) continue;  // Switched off: nothing leaves.
       const bool delayed = latency_ms_ > 0 && IsSecAgg(out.header);
       net::Envelope e = client::AsEnvelope(std::move(out));
       if (delayed) {
@@ -572,6 +603,7 @@ class Simulation {
 
   const config::RunConfig& config_;
   double dropout_;
+  double availability_, period_ms_;
   bool json_;
   double sample_ms_, latency_ms_;
   // Training finished in wall time, waiting for its due virtual time.
@@ -646,6 +678,11 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
   }
   // Finite and bounded, so no virtual time overflows: an hour a sample, a
   // day a link, and spreads up to 10 (e^(10 x 5) is already absurd).
+  if (!(o.availability > 0 && o.availability <= 1 && o.availability_period_s >= 1 &&
+        o.availability_period_s <= 1e7)) {
+    return InvalidArgumentError(
+        "simulate: --availability must be in (0, 1] and --availability-period-s in [1, 1e7]");
+  }
   if (!(o.sample_ms >= 0 && o.sample_ms <= 3.6e6 && o.speed_sigma >= 0 && o.speed_sigma <= 10 &&
         o.latency_ms >= 0 && o.latency_ms <= 8.64e7 && o.latency_sigma >= 0 &&
         o.latency_sigma <= 10)) {
@@ -657,6 +694,11 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
     COHORT_RETURN_IF_ERROR(train::CheckCompatible(*run.model, *c.source).WithContext(c.name));
     Rng rng(DeriveSeed(o.config.seed(), 0x5eed, Fnv1a64(c.name)));
     c.slowness = std::exp(o.speed_sigma * rng.Normal());
+    if (o.availability < 1) {
+      c.spells = Rng(DeriveSeed(o.config.seed(), 0xa7a1, Fnv1a64(c.name)));
+      c.online = c.spells.UniformDouble() < o.availability;
+      c.toggle_at = SpellLength(c, o.availability, o.availability_period_s * 1000);
+    }
     Rng link(DeriveSeed(o.config.seed(), 0x1a7e, Fnv1a64(c.name)));
     // A client's link is at most a day, however far its draw.
     c.latency_ms = std::min(8.64e7, o.latency_ms * std::exp(o.latency_sigma * link.Normal()));

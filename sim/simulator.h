@@ -40,6 +40,15 @@ struct SimOptions {
   // update). A dropped client sends nothing more in that round, as if its
   // connection died, and is back for the next.
   double dropout = 0;
+  // Availability, drawn from the seed: each client is online a fraction
+  // `availability` of the time, alternating online and offline spells of
+  // exponential length (on average availability x availability_period_s
+  // and the rest of the period). Offline, nothing it sends or is sent
+  // arrives, as with a machine switched off: the coordinator times it out
+  // and stops selecting it, and it registers again when back. 1 (the
+  // default): always online.
+  double availability = 1;
+  double availability_period_s = 600;
   // Each committed round as a JSON object on stdout (`cohort status
   // --json`'s) instead of the coordinator's line. On a terminal a live line
   // on stderr shows the round in progress either way.

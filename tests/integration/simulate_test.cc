@@ -236,6 +236,44 @@ TEST(SimulateLatencyTest, ASecureRoundPaysARoundTripPerStage) {
   EXPECT_GT(rounds[0].clock_seconds, round_seconds["SECAGG_PLUS"]);
 }
 
+// Availability on the virtual clock: clients go offline and come back in
+// spells drawn from the seed; an offline client is timed out and not
+// selected, and registers again when back. Rounds go on with whoever is
+// online, and the same seed gives the same run.
+TEST(SimulateAvailabilityTest, RoundsGoOnWithWhoeverIsOnline) {
+  constexpr int kClients = 20, kRounds = 8;
+  Cluster c("simulate-availability", kClients);
+  const std::string config =
+      c.WriteConfig("run.textproto", kRounds,
+                    "min_clients: 3 start_clients: 5 round_deadline_s: 5 client_timeout_s: 2");
+  auto run = [&](const std::string& name) {
+    EXPECT_EQ(RunCohort({"--log-level", "debug", "simulate", "--config", config, "--run-dir",
+                         c.dir() / name, "--shards", c.dir() / "shards", "--sample-ms", "20",
+                         "--availability", "0.6", "--availability-period-s", "6"},
+                        nullptr, c.dir() / (name + ".log")),
+              0)
+        << ReadFile(c.dir() / (name + ".log"));
+    auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / (name + "/run.db"))).value();
+    std::vector<std::pair<uint32_t, uint32_t>> rounds;  // Selected, participants.
+    for (const auto& r : std::move(store->Rounds()).value()) {
+      rounds.emplace_back(r.selected, r.participants);
+    }
+    return rounds;
+  };
+  const auto first = run("a");
+  ASSERT_EQ(first.size(), size_t{kRounds});
+  const std::string log = ReadFile(c.dir() / "a.log");
+  EXPECT_NE(log.find("offline at"), std::string::npos);
+  EXPECT_NE(log.find("online at"), std::string::npos);
+  bool fewer = false;
+  for (const auto& [selected, participants] : first) {
+    EXPECT_GE(participants, 3u);
+    fewer = fewer || selected < uint32_t{kClients};
+  }
+  EXPECT_TRUE(fewer) << "nobody was ever offline at a selection: the test shows nothing";
+  EXPECT_EQ(run("b"), first);  // From the seed.
+}
+
 // data.partition: the simulator splits the data in memory exactly as
 // `cohort partition` splits it into shards (same names, rows, test set),
 // so both runs end with the same model.
