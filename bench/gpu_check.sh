@@ -32,18 +32,7 @@ lib=$root/usr/lib/x86_64-linux-gnu
 blas=$lib/openblas-pthread
 [[ -e $blas/libopenblas.so ]] || { echo "no OpenBLAS in $CARRY: run bench/gpu_pack.sh first" >&2; exit 1; }
 
-# CUDA: /usr/local/cuda, or nvcc on PATH with cudart and cuBLAS beside it or
-# in the pip wheels (nvidia-cublas-cu12, nvidia-cuda-runtime-cu12).
-NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-cuda_home=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
-cuda_inc=(-I"$cuda_home/include")
-cuda_libs=(-L"$cuda_home/lib64" -lcublas -lcudart -Xlinker -rpath="$cuda_home/lib64")
-if [[ ! -e $cuda_home/include/cublas_v2.h ]]; then
-  wheels=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0] + "/x"))')
-  cuda_inc=(-I"$wheels/cublas/include" -I"$wheels/cuda_runtime/include")
-  cuda_libs=("$wheels/cublas/lib/libcublas.so."* "$wheels/cuda_runtime/lib/libcudart.so."*
-             -Xlinker -rpath="$wheels/cublas/lib:$wheels/cuda_runtime/lib")
-fi
+source bench/cuda_plugin.sh
 log "nvcc $("$NVCC" --version | tail -1); CUDA headers ${cuda_inc[*]}"
 
 # 1. Build. Plain g++ over the sources train/ needs (no Meson, no pkg-config).
@@ -61,10 +50,7 @@ link=(-L"$blas" -lopenblas -L"$lib" -lz -ldl -lpthread -Wl,-rpath,"$blas:$lib")
 gtest=("$lib/libgtest.a" "$lib/libgtest_main.a")
 "$CXX" "${flags[@]}" train/cuda/cuda_test.cc "${objs[@]}" "${gtest[@]}" "${link[@]}" -o "$B/cuda_test" &
 "$CXX" "${flags[@]}" bench/train_bench.cc "${objs[@]}" "${link[@]}" -o "$B/train_bench" &
-"$NVCC" -shared -std=c++20 -O3 -diag-suppress=2810 -Xcompiler -fPIC -I. "${cuda_inc[@]}" \
-  -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
-  -gencode=arch=compute_90,code=compute_90 \
-  train/cuda/cuda_backend.cu common/status.cc "${cuda_libs[@]}" -o "$B/libcohort_cuda.so" &
+build_cuda_plugin "$B/libcohort_cuda.so" &
 wait
 log "built"
 

@@ -28,22 +28,10 @@ cohort=build-simgpu/unpacked/bin/cohort
 "$cohort" --help > /dev/null || { log "the carried cohort does not run here"; exit 1; }
 
 # 1. The plugin (as bench/gpu_check.sh builds it).
-NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+source bench/cuda_plugin.sh
 device=cuda:0
 if [[ -x $NVCC ]]; then
-  cuda_home=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
-  cuda_inc=(-I"$cuda_home/include")
-  cuda_libs=(-L"$cuda_home/lib64" -lcublas -lcudart -Xlinker -rpath="$cuda_home/lib64")
-  if [[ ! -e $cuda_home/include/cublas_v2.h ]]; then
-    wheels=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0] + "/x"))')
-    cuda_inc=(-I"$wheels/cublas/include" -I"$wheels/cuda_runtime/include")
-    cuda_libs=("$wheels/cublas/lib/libcublas.so."* "$wheels/cuda_runtime/lib/libcudart.so."*
-               -Xlinker -rpath="$wheels/cublas/lib:$wheels/cuda_runtime/lib")
-  fi
-  "$NVCC" -shared -std=c++20 -O3 -diag-suppress=2810 -Xcompiler -fPIC -I. "${cuda_inc[@]}" \
-    -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
-    -gencode=arch=compute_90,code=compute_90 \
-    train/cuda/cuda_backend.cu common/status.cc "${cuda_libs[@]}" -o build-simgpu/libcohort_cuda.so
+  build_cuda_plugin build-simgpu/libcohort_cuda.so
   export COHORT_CUDA_PLUGIN=$PWD/build-simgpu/libcohort_cuda.so
   log "plugin built ($("$NVCC" --version | tail -1))"
 else
