@@ -13,16 +13,8 @@
 #   device: run(command="bash bench/dp_gpu_check.sh", carry=["build-simgpu-carry"])
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CARRY=build-simgpu-carry
-OUT_DIR=${OUT:-build-simgpu/out}
-mkdir -p "$OUT_DIR" build-simgpu
-start=$(date +%s)
-log() { echo "[$(( $(date +%s) - start ))s] $*" | tee -a "$OUT_DIR/dp_gpu_check.log"; }
-[[ -f $CARRY/cohort.tar.xz ]] || { echo "no $CARRY: run bench/sim_gpu_pack.sh first" >&2; exit 1; }
-rm -rf build-simgpu/unpacked && mkdir -p build-simgpu/unpacked
-tar -C build-simgpu/unpacked -xJf "$CARRY/cohort.tar.xz"
-export LD_LIBRARY_PATH=$PWD/build-simgpu/unpacked/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-cohort=build-simgpu/unpacked/bin/cohort
+NAME=dp_gpu_check
+source bench/carried_cohort.sh
 source bench/cuda_plugin.sh
 devices=(cpu)
 if [[ -x $NVCC ]] && command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
