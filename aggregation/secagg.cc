@@ -47,17 +47,6 @@ std::string AdvertMessage(const std::array<uint8_t, 32>& context, const KeyAdver
   return m;
 }
 
-// The graph is seeded by the session, a hash of every advert in the list:
-// it is not a setup field, so the server cannot name a seed. It can still
-// try many lists (docs/architecture.md, "try many graph seeds").
-uint64_t GraphSeed(const std::array<uint8_t, 32>& session) {
-  static constexpr char kLabel[] = "cohort-secagg-graph";
-  auto h = crypto::Hash256({session, {reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}});
-  uint64_t seed;
-  std::memcpy(&seed, h.data(), sizeof(seed));
-  return seed;
-}
-
 std::string ShareAd(const std::array<uint8_t, 32>& session, uint32_t from, uint32_t to) {
   std::string ad(reinterpret_cast<const char*>(session.data()), session.size());
   ad += "sharekeys";
@@ -192,12 +181,36 @@ Commitment SelfMaskCommitment(const std::array<uint8_t, 32>& context, uint32_t i
   return crypto::Hash256({AsBytes(m), seed});
 }
 
-std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context, const KeyList& list) {
-  std::string all = "cohort-secagg-session";
-  for (const auto& a : list.adverts) {
-    PutBytes(all, crypto::Hash256({AsBytes(AdvertMessage(context, a))}));
+crypto::Digest AdvertLeaf(const std::array<uint8_t, 32>& context, uint32_t index,
+                          const std::optional<KeyAdvert>& advert) {
+  std::string m = "cohort-secagg-advert-leaf";
+  PutU32(m, index);
+  if (!advert) {
+    m.push_back(0);
+    return crypto::Hash256({AsBytes(m), context});
   }
-  return crypto::Hash256({context, AsBytes(all)});
+  m.push_back(1);
+  PutBytes(m, advert->signature);
+  return crypto::Hash256({AsBytes(m), AsBytes(AdvertMessage(context, *advert))});
+}
+
+std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context,
+                                      const crypto::Digest& advert_root) {
+  static constexpr char kLabel[] = "cohort-secagg-session-v2";
+  return crypto::Hash256(
+      {{reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}, context, advert_root});
+}
+
+// The graph is keyed by the session, so by the root over every advert: it is
+// not a setup field, so the server cannot name it. It can still try many
+// lists (docs/architecture.md, "try many graph seeds").
+HararyGraph SecAggGraph(const SecAggParams& params, const std::array<uint8_t, 32>& session) {
+  static constexpr char kLabel[] = "cohort-secagg-graph-v2";
+  const auto h =
+      crypto::Hash256({session, {reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}});
+  GraphKey key;
+  std::memcpy(key.data(), h.data(), key.size());
+  return HararyGraph(params.n, params.k, key);
 }
 
 std::vector<uint8_t> SurvivorListMessage(const std::array<uint8_t, 32>& session,
@@ -304,11 +317,6 @@ Status CheckSecAggParams(uint32_t n, uint32_t k, uint32_t t, double corrupt) {
     return FailedPreconditionError("secagg setup: n=" + Str(n) + ", k=" + Str(k) + ", t=" + Str(t) +
                                    " do not describe a neighbour graph and threshold");
   }
-  // A sparse graph is held whole (n k entries): bound what a setup costs.
-  if (k + 1 < n && uint64_t{n} * k > kMaxGraphEntries) {
-    return FailedPreconditionError("secagg setup: a graph of " + Str(n) + " clients with " +
-                                   Str(k) + " neighbours each is larger than this client holds");
-  }
   const uint32_t needed = SecureThreshold(n, k, corrupt);
   if (t < needed) {
     return FailedPreconditionError(
@@ -322,13 +330,13 @@ Status CheckSecAggParams(uint32_t n, uint32_t k, uint32_t t, double corrupt) {
 
 std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t round,
                                       uint64_t task_id, const SecAggParams& params, float clip,
-                                      double scale, double total_weight,
-                                      std::span<const crypto::Ed25519Public> identities) {
+                                      double scale, double total_weight) {
   // v4: one dealer signature per holder (DealMessage). A client of another
   // version fails every advert signature here, which the server refuses
   // without blaming anyone, instead of mistaking the other's sealed shares
   // (the same size) for a bad signature.
-  std::string m = "cohort-secagg-context-v4";
+  // v5: the roster travels as a Merkle root, the key list as proofs.
+  std::string m = "cohort-secagg-context-v5";
   m.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   auto put = [&m](const auto& v) { m.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   put(round);
@@ -341,50 +349,43 @@ std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t r
   put(clip);
   put(scale);
   put(total_weight);
-  for (const auto& id : identities) m.append(reinterpret_cast<const char*>(id.data()), id.size());
+  m.append(reinterpret_cast<const char*>(params.roster.data()), params.roster.size());
   return crypto::Hash256({AsBytes(m)});
 }
 
-std::vector<std::vector<uint32_t>> HararyNeighbours(uint32_t n, uint32_t k, uint64_t seed) {
-  std::vector<std::vector<uint32_t>> out(n);
-  if (k >= n - 1) {
-    for (uint32_t i = 0; i < n; ++i) {
-      for (uint32_t j = 0; j < n; ++j) {
-        if (j != i) out[i].push_back(j);
-      }
-    }
-    return out;
-  }
-  std::vector<uint32_t> ring(n);
-  for (uint32_t i = 0; i < n; ++i) ring[i] = i;
-  Rng rng(DeriveSeed(seed, 0x4a7a));
-  rng.Shuffle(std::span<uint32_t>(ring));
-  for (uint32_t pos = 0; pos < n; ++pos) {
-    for (uint32_t d = 1; d <= k / 2; ++d) {
-      out[ring[pos]].push_back(ring[(pos + d) % n]);
-      out[ring[pos]].push_back(ring[(pos + n - d) % n]);
-    }
-  }
-  for (auto& list : out) {
-    std::sort(list.begin(), list.end());
-    list.erase(std::unique(list.begin(), list.end()), list.end());
-  }
-  return out;
+crypto::Digest RosterLeaf(uint32_t index, const crypto::Ed25519Public& identity) {
+  std::string m = "cohort-secagg-roster-leaf";
+  PutU32(m, index);
+  PutBytes(m, identity);
+  return crypto::Hash256({AsBytes(m)});
+}
+
+crypto::MerkleTree RosterTree(std::span<const crypto::Ed25519Public> identities) {
+  std::vector<crypto::Digest> leaves;
+  leaves.reserve(identities.size());
+  for (uint32_t i = 0; i < identities.size(); ++i) leaves.push_back(RosterLeaf(i, identities[i]));
+  return crypto::MerkleTree(std::move(leaves));
 }
 
 // --- Client -----------------------------------------------------------------
 
 SecAggClient::SecAggClient(const SecAggParams& params, uint32_t index,
-                           const crypto::Ed25519KeyPair* identity,
-                           std::vector<crypto::Ed25519Public> identities, Env* env)
+                           const crypto::Ed25519KeyPair* identity, crypto::MerkleProof roster_proof,
+                           Env* env)
     : params_(params),
       env_(env),
       index_(index),
       identity_(identity),
-      identities_(std::move(identities)) {}
+      roster_proof_(std::move(roster_proof)) {}
 
 StatusOr<KeyAdvert> SecAggClient::AdvertiseKeys() {
   if (stage_ != 0) return FailedPreconditionError("secagg client: keys already advertised");
+  if (!crypto::VerifyMerkleProof(params_.roster, params_.n, index_,
+                                 RosterLeaf(index_, identity_->public_key), roster_proof_)) {
+    return InvalidArgumentError(
+        "secagg setup: the roster does not hold this client's identity at "
+        "its index");
+  }
   COHORT_ASSIGN_OR_RETURN(enc_, crypto::GenerateEncKey());
   mask_seed_ = crypto::RandomSecret(crypto::kX25519SecretBytes);
   COHORT_ASSIGN_OR_RETURN(mask_, crypto::X25519FromSeed(mask_seed_));
@@ -400,80 +401,95 @@ StatusOr<KeyAdvert> SecAggClient::AdvertiseKeys() {
   return advert;
 }
 
-Status SecAggClient::CheckKeyList(const KeyList& list) {
-  std::set<crypto::EncPublic> enc_keys;
-  std::set<crypto::X25519Public> mask_keys;
-  bool own = false;
-  for (size_t i = 0; i < list.adverts.size(); ++i) {
-    const KeyAdvert& a = list.adverts[i];
-    if (a.index >= params_.n || (i > 0 && a.index <= list.adverts[i - 1].index)) {
-      return InvalidArgumentError("key list: indices not sorted, unique and < n");
-    }
-    if (!enc_keys.insert(a.enc_key).second || !mask_keys.insert(a.mask_key).second) {
-      return InvalidArgumentError("key list: repeated public key (client " + Str(a.index) + ")");
-    }
-    if (a.index == index_) {
-      if (a.enc_key != enc_.public_key || a.mask_key != mask_.public_key ||
-          a.self_commitment != SelfMaskCommitment(params_.context, index_, self_seed_.bytes())) {
-        return InvalidArgumentError("key list: this client's keys were replaced");
-      }
-      own = true;
-    }
+Status SecAggClient::CheckListedAdvert(const crypto::Digest& root, const ListedAdvert& e) const {
+  const std::string who = "key list: client " + Str(e.index);
+  if (!crypto::VerifyMerkleProof(root, params_.n, e.index,
+                                 AdvertLeaf(params_.context, e.index, e.advert), e.advert_proof)) {
+    return InvalidArgumentError(who + "'s entry is not under the list's root");
   }
-  if (!own) return InvalidArgumentError("key list: this client's own keys are missing");
+  if (!e.advert) return OkStatus();
+  const KeyAdvert& a = *e.advert;
+  if (a.index != e.index) return InvalidArgumentError(who + "'s advert names another index");
+  if (!crypto::VerifyMerkleProof(params_.roster, params_.n, e.index,
+                                 RosterLeaf(e.index, e.identity), e.identity_proof)) {
+    return InvalidArgumentError(who + "'s identity key is not the roster's");
+  }
+  if (!crypto::Verify(e.identity, AsBytes(AdvertMessage(params_.context, a)), a.signature)) {
+    return InvalidArgumentError(who + " has a bad signature");
+  }
+  // The server must have refused these; one that forwards them is broken.
+  if (!crypto::IsValidEncPublic(a.enc_key) || !crypto::IsContributoryX25519(a.mask_key)) {
+    return InvalidArgumentError(who + " advertised an invalid key, which the server forwarded");
+  }
   return OkStatus();
 }
 
-Status SecAggClient::CheckNeighbourSignatures(const KeyList& list) const {
-  // Only the neighbours' adverts are used, so only theirs are verified. An
-  // unsigned entry elsewhere could change the session hash, and so the
-  // graph, but a coordinator can already do that by leaving adverts out or
-  // by having a corrupt client re-sign fresh keys (see "try many graph
-  // seeds" in docs/architecture.md); an honest client whose own entry was
-  // replaced refuses above.
-  std::vector<const KeyAdvert*> used;
-  for (const KeyAdvert& a : list.adverts) {
-    if (Contains(neighbours_, a.index)) used.push_back(&a);
+Status SecAggClient::CheckIdentity(uint32_t index, const crypto::Ed25519Public& identity) {
+  if (!allowed_.empty() && !std::binary_search(allowed_.begin(), allowed_.end(), identity)) {
+    return InvalidArgumentError("the identity key of client " + Str(index) +
+                                " is not one this client allows (--peers)");
   }
-  return env_->ParallelFor(used.size(), [&](size_t i) -> Status {
-    const KeyAdvert& a = *used[i];
-    if (!crypto::Verify(identities_[a.index], AsBytes(AdvertMessage(params_.context, a)),
-                        a.signature)) {
-      return InvalidArgumentError("key list: bad signature on client " + Str(a.index));
+  auto [it, added] = known_identities_.emplace(identity, index);
+  if (!added && it->second != index) {
+    return InvalidArgumentError("the identity key of client " + Str(index) + " is also client " +
+                                Str(it->second) + "'s");
+  }
+  return OkStatus();
+}
+
+Status SecAggClient::CheckKeyList(const KeyList& list) {
+  // Exactly this client and its neighbours, by index: the graph is keyed by
+  // the root, so the server can hide no neighbour's entry (an absent one
+  // has its own leaf) and add no other.
+  std::vector<uint32_t> expected = neighbours_;
+  expected.insert(std::upper_bound(expected.begin(), expected.end(), index_), index_);
+  if (list.entries.size() != expected.size()) {
+    return InvalidArgumentError("key list: " + Str(list.entries.size()) + " entries, expected " +
+                                Str(expected.size()) + " (this client and its neighbours)");
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (list.entries[i].index != expected[i]) {
+      return InvalidArgumentError("key list: entry " + Str(list.entries[i].index) +
+                                  " where neighbour " + Str(expected[i]) + " was due");
     }
-    return OkStatus();
-  });
+  }
+  COHORT_RETURN_IF_ERROR(env_->ParallelFor(list.entries.size(), [&](size_t i) -> Status {
+    return CheckListedAdvert(list.advert_root, list.entries[i]);
+  }));
+  std::set<crypto::EncPublic> enc_keys;
+  std::set<crypto::X25519Public> mask_keys;
+  for (const ListedAdvert& e : list.entries) {
+    if (!e.advert) {
+      if (e.index == index_)
+        return InvalidArgumentError("key list: this client's keys are missing");
+      continue;
+    }
+    const KeyAdvert& a = *e.advert;
+    if (!enc_keys.insert(a.enc_key).second || !mask_keys.insert(a.mask_key).second) {
+      return InvalidArgumentError("key list: repeated public key (client " + Str(a.index) + ")");
+    }
+    COHORT_RETURN_IF_ERROR(CheckIdentity(e.index, e.identity));
+    if (e.index == index_) {
+      if (e.identity != identity_->public_key || a.enc_key != enc_.public_key ||
+          a.mask_key != mask_.public_key ||
+          a.self_commitment != SelfMaskCommitment(params_.context, index_, self_seed_.bytes())) {
+        return InvalidArgumentError("key list: this client's keys were replaced");
+      }
+      continue;
+    }
+    neighbour_adverts_[e.index] = a;
+    neighbour_identities_[e.index] = e.identity;
+  }
+  return OkStatus();
 }
 
 StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
   if (stage_ != 1) return FailedPreconditionError("secagg client: ShareKeys out of order");
   stage_ = -1;  // Any early return leaves the round.
+  session_ = SecAggSession(params_.context, list.advert_root);
+  graph_ = SecAggGraph(params_, session_);
+  neighbours_ = graph_->Neighbours(index_);
   COHORT_RETURN_IF_ERROR(CheckKeyList(list));
-  if (list.adverts.size() <= params_.t) {
-    return FailedPreconditionError("key list: " + Str(list.adverts.size()) +
-                                   " adverts, too few for the threshold " + Str(params_.t));
-  }
-  session_ = SecAggSession(params_.context, list);
-  if (params_.k + 1 >= params_.n) {
-    // The complete graph stays implicit: n^2 entries would be a setup's
-    // way to exhaust a client's memory.
-    for (uint32_t v = 0; v < params_.n; ++v) {
-      if (v != index_) neighbours_.push_back(v);
-    }
-  } else {
-    graph_ = HararyNeighbours(params_.n, params_.k, GraphSeed(session_));
-    neighbours_ = graph_[index_];
-  }
-  COHORT_RETURN_IF_ERROR(CheckNeighbourSignatures(list));
-  for (const KeyAdvert& a : list.adverts) {
-    if (!Contains(neighbours_, a.index)) continue;
-    // The server must have refused these; one that forwards them is broken.
-    if (!crypto::IsValidEncPublic(a.enc_key) || !crypto::IsContributoryX25519(a.mask_key)) {
-      return InvalidArgumentError("key list: client " + Str(a.index) +
-                                  " advertised an invalid key, which the server forwarded");
-    }
-    neighbour_adverts_[a.index] = a;
-  }
   if (neighbour_adverts_.size() < params_.t) {
     return FailedPreconditionError("key list: " + Str(neighbour_adverts_.size()) +
                                    " neighbours, below the threshold " + Str(params_.t));
@@ -568,7 +584,7 @@ StatusOr<ShareCheck> SecAggClient::CheckShares(const InboundShares& inbound) {
     // The sender's signature first: without it the server (which relays the
     // bytes) could be the one who changed them, and no secret is revealed.
     if (bytes.size() != kSealedBytes ||
-        !DealSigned(identities_[v], session_, v, index_, ParseSealed(bytes))) {
+        !DealSigned(neighbour_identities_.at(v), session_, v, index_, ParseSealed(bytes))) {
       verdicts[i] = Verdict::kBadSignature;
     } else if (!OpenShares(v, *sealed, held[i]).ok()) {
       verdicts[i] = Verdict::kBadShares;
@@ -696,33 +712,40 @@ StatusOr<SurvivorSignature> SecAggClient::SignSurvivors(const SurvivorList& list
   return out;
 }
 
-Status SecAggClient::CheckSignatures(const UnmaskRequest& request) const {
+Status SecAggClient::CheckSignatures(const UnmaskRequest& request) {
   const std::vector<uint8_t> msg = SurvivorListMessage(session_, request.survivors);
   // Counted among each subject's own neighbours: no two different lists can
   // both reach t there, so every honest client that reveals anything about
   // v saw the same list. Verification stops once every subject has t.
-  const bool complete = graph_.empty();
-  std::vector<uint32_t> subjects, counts;
+  std::vector<uint32_t> subjects, positions, counts;
   for (uint32_t v : neighbours_) {
-    if (Contains(checked_, v)) subjects.push_back(v);
+    if (!Contains(checked_, v)) continue;
+    subjects.push_back(v);
+    positions.push_back(graph_->Position(v));
   }
   counts.assign(subjects.size(), 0);
   size_t short_of_t = subjects.size();
-  std::vector<bool> seen(params_.n, false);
+  std::set<uint32_t> seen;
   for (const auto& s : request.signatures) {
     if (short_of_t == 0) break;
-    if (s.from >= params_.n || seen[s.from] || !Contains(request.survivors, s.from)) continue;
+    if (s.from >= params_.n || seen.count(s.from) || !Contains(request.survivors, s.from)) continue;
     // Which subjects still short of t this signer counts for: a signature
     // that would count for none is not worth verifying (the costly part).
+    const uint32_t signer = graph_->Position(s.from);
     std::vector<size_t> helps;
     for (size_t i = 0; i < subjects.size(); ++i) {
-      const uint32_t v = subjects[i];
-      const bool counts_for_v = complete ? s.from != v : Contains(graph_[v], s.from);
-      if (counts_for_v && counts[i] < params_.t) helps.push_back(i);
+      if (graph_->AdjacentPositions(positions[i], signer) && counts[i] < params_.t) {
+        helps.push_back(i);
+      }
     }
     if (helps.empty()) continue;
-    if (!crypto::Verify(identities_[s.from], msg, s.signature)) continue;
-    seen[s.from] = true;
+    if (!crypto::VerifyMerkleProof(params_.roster, params_.n, s.from,
+                                   RosterLeaf(s.from, s.identity), s.identity_proof) ||
+        !crypto::Verify(s.identity, msg, s.signature)) {
+      continue;
+    }
+    COHORT_RETURN_IF_ERROR(CheckIdentity(s.from, s.identity));
+    seen.insert(s.from);
     for (size_t i : helps) {
       if (++counts[i] == params_.t) --short_of_t;
     }
@@ -822,7 +845,14 @@ StatusOr<Complaint> SecAggClient::ComplaintForTesting(uint32_t dealer) const {
 
 SecAggServer::SecAggServer(const SecAggParams& params,
                            std::vector<crypto::Ed25519Public> identities, Env* env)
-    : params_(params), env_(env), identities_(std::move(identities)), sum_(params.length, 0) {}
+    : params_(params),
+      env_(env),
+      identities_(std::move(identities)),
+      roster_(RosterTree(identities_)),
+      sum_(params.length, 0) {
+  // A caller's bug: every client would refuse the round.
+  if (identities_.size() != params_.n || roster_.root() != params_.roster) std::abort();
+}
 
 Status SecAggServer::Abort(const std::string& why) {
   aborted_ = true;
@@ -852,10 +882,11 @@ Status SecAggServer::OnAdvertise(const KeyAdvert& a) {
   if (!crypto::IsContributoryX25519(a.mask_key)) {
     return InvalidArgumentError("advert's mask key is a low-order X25519 point");
   }
-  for (const auto& [i, other] : adverts_) {
-    if (other.enc_key == a.enc_key || other.mask_key == a.mask_key) {
-      return InvalidArgumentError("advert repeats client " + Str(i) + "'s public key");
-    }
+  auto enc = enc_owner_.find(a.enc_key);
+  auto mask = mask_owner_.find(a.mask_key);
+  if (enc != enc_owner_.end() || mask != mask_owner_.end()) {
+    const uint32_t owner = enc != enc_owner_.end() ? enc->second : mask->second;
+    return InvalidArgumentError("advert repeats client " + Str(owner) + "'s public key");
   }
   if (!crypto::Verify(identities_[a.index], AsBytes(AdvertMessage(params_.context, a)),
                       a.signature)) {
@@ -863,20 +894,48 @@ Status SecAggServer::OnAdvertise(const KeyAdvert& a) {
                                 "'s identity");
   }
   adverts_[a.index] = a;
+  enc_owner_[a.enc_key] = mask_owner_[a.mask_key] = a.index;
   return OkStatus();
 }
 
-StatusOr<KeyList> SecAggServer::CloseAdvertise() {
+StatusOr<std::map<uint32_t, KeyList>> SecAggServer::CloseAdvertise() {
   if (aborted_ || stage_ != 1) return FailedPreconditionError("CloseAdvertise out of order");
   for (const auto& [i, a] : adverts_) u1_.push_back(i);
   if (u1_.size() < params_.t) {
     return Abort(Str(u1_.size()) + " clients advertised keys, need " + Str(params_.t));
   }
-  KeyList list;
-  for (const auto& [i, a] : adverts_) list.adverts.push_back(a);
-  session_ = SecAggSession(params_.context, list);
-  neighbours_ = HararyNeighbours(params_.n, params_.k, GraphSeed(session_));
+  std::vector<crypto::Digest> leaves(params_.n);
+  for (uint32_t i = 0; i < params_.n; ++i) {
+    auto it = adverts_.find(i);
+    leaves[i] = AdvertLeaf(params_.context, i,
+                           it == adverts_.end() ? std::nullopt : std::optional(it->second));
+  }
+  const crypto::MerkleTree tree(std::move(leaves));
+  session_ = SecAggSession(params_.context, tree.root());
+  graph_ = SecAggGraph(params_, session_);
+  neighbours_ = HararyNeighbours(*graph_);
+  std::map<uint32_t, KeyList> out;
+  for (uint32_t u : u1_) out.emplace(u, KeyListFor(u, tree));
   stage_ = 2;
+  return out;
+}
+
+KeyList SecAggServer::KeyListFor(uint32_t client, const crypto::MerkleTree& adverts) const {
+  KeyList list;
+  list.advert_root = adverts.root();
+  std::vector<uint32_t> members = neighbours_[client];
+  members.insert(std::upper_bound(members.begin(), members.end(), client), client);
+  for (uint32_t v : members) {
+    ListedAdvert e;
+    e.index = v;
+    if (auto it = adverts_.find(v); it != adverts_.end()) {
+      e.advert = it->second;
+      e.identity = identities_[v];
+      e.identity_proof = roster_.Proof(v);
+    }
+    e.advert_proof = adverts.Proof(v);
+    list.entries.push_back(std::move(e));
+  }
   return list;
 }
 
@@ -1035,17 +1094,43 @@ Status SecAggServer::OnSignature(const SurvivorSignature& s) {
   return OkStatus();
 }
 
-StatusOr<UnmaskRequest> SecAggServer::CloseConsistency() {
+StatusOr<std::map<uint32_t, UnmaskRequest>> SecAggServer::CloseConsistency() {
   if (aborted_ || stage_ != 5) return FailedPreconditionError("CloseConsistency out of order");
   if (signatures_.size() < params_.t) {
     return Abort(Str(signatures_.size()) + " survivor signatures, need " + Str(params_.t));
   }
+  std::vector<uint32_t> dropped;
+  std::set_difference(u3_.begin(), u3_.end(), u4_.begin(), u4_.end(), std::back_inserter(dropped));
+  std::map<uint32_t, UnmaskRequest> out;
+  for (uint32_t u : u4_) out.emplace(u, UnmaskRequestFor(u, dropped));
+  stage_ = 6;
+  return out;
+}
+
+UnmaskRequest SecAggServer::UnmaskRequestFor(uint32_t client,
+                                             const std::vector<uint32_t>& dropped) const {
   UnmaskRequest req;
   req.survivors = u4_;
-  std::set_difference(u3_.begin(), u3_.end(), u4_.begin(), u4_.end(),
-                      std::back_inserter(req.dropped));
-  for (const auto& [i, s] : signatures_) req.signatures.push_back(s);
-  stage_ = 6;
+  req.dropped = dropped;
+  // The signatures that count for the client's checked neighbours: their
+  // own neighbours' (all of them on the complete graph).
+  std::set<uint32_t> signers;
+  if (graph_->complete()) {
+    for (const auto& [i, s] : signatures_) signers.insert(i);
+  } else {
+    for (uint32_t v : neighbours_[client]) {
+      if (!Contains(u3_, v)) continue;
+      for (uint32_t w : neighbours_[v]) {
+        if (signatures_.count(w)) signers.insert(w);
+      }
+    }
+  }
+  for (uint32_t i : signers) {
+    SurvivorSignature s = signatures_.at(i);
+    s.identity = identities_[i];
+    s.identity_proof = roster_.Proof(i);
+    req.signatures.push_back(std::move(s));
+  }
   return req;
 }
 

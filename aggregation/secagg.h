@@ -12,8 +12,15 @@
 //                     an X25519 mask key (derived from a 32-byte seed) and a
 //                     commitment to a fresh self-mask seed b, signed with the
 //                     client's Ed25519 identity. The server checks every key.
-//     server -> all:  every advert (U1). The neighbour graph is seeded by a
-//                     hash of this list, so no one party chooses it.
+//     server -> each: the Merkle root over every advert (U1; one leaf per
+//                     roster position, empty where none came), and the
+//                     client's own and its neighbours' adverts with their
+//                     identity keys, each proven against that root and the
+//                     roster's. The neighbour graph is seeded by the root,
+//                     so no one party chooses it, and each party computes
+//                     its own neighbours in O(k) (harary_graph.h): no
+//                     message to a client grows with n but the survivor
+//                     lists (4 bytes a client).
 //   2 ShareKeys       client -> server: for each neighbour in U1, its shares
 //                     of the mask seed and of b, sealed with
 //                     XChaCha20-Poly1305, beside salted commitments to both
@@ -29,7 +36,9 @@
 //                     in U3 of +-PRG(k_uv) (mod 2^32; + when u < v).
 //     server -> all:  U4 (who sent a masked input).
 //   5 Consistency     client -> server: a signature over U4.
-//   6 Unmasking       server -> U4: U4, dropped D = U3 \ U4, the signatures.
+//   6 Unmasking       server -> U4: U4, dropped D = U3 \ U4, the signatures
+//                     of its neighbours' neighbours with their identity keys
+//                     proven against the roster root.
 //                     client -> server: per neighbour exactly one share: b
 //                     for survivors, the mask seed for the dropped.
 //
@@ -56,11 +65,13 @@
 
 #include "aggregation/aggregator.h"
 #include "aggregation/fixed_point.h"
+#include "aggregation/harary_graph.h"
 #include "common/env.h"
 #include "common/secret_bytes.h"
 #include "common/status.h"
 #include "crypto/enc_keys.h"
 #include "crypto/keys.h"
+#include "crypto/merkle.h"
 #include "crypto/prg.h"
 #include "crypto/shamir.h"
 
@@ -73,6 +84,9 @@ struct SecAggParams {
   size_t length = 0;  // Vector length.
   crypto::MaskPrg prg = crypto::MaskPrg::kAes256Ctr;  // The mask generator.
   std::array<uint8_t, 32> context{};                  // Hash of run, round and config.
+  // Merkle root over the cohort's identity keys (RosterLeaf, by index): the
+  // setup carries it instead of n keys, and the context binds it.
+  crypto::Digest roster{};
 };
 
 // The most corrupt neighbours of one client the parameters tolerate, for a
@@ -92,25 +106,23 @@ uint32_t SecureThreshold(uint32_t n, uint32_t k, double corrupt);
 StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double corrupt, bool complete,
                                           size_t length);
 
-// The most neighbour-list entries (n k) of a sparse graph a client accepts.
-inline constexpr uint64_t kMaxGraphEntries = uint64_t{1} << 26;
-
 // A client's check of the parameters a server sent: kFailedPrecondition,
 // naming what is weaker, when t is below SecureThreshold(n, k, corrupt) for
 // this client's own `corrupt`, or n, k, t do not describe a graph.
 Status CheckSecAggParams(uint32_t n, uint32_t k, uint32_t t, double corrupt);
 
 // The session context (SecAggParams::context), computed by every party from
-// the round's public parameters: a coordinator that tells two clients
-// different parameters (weights, scale, cohort, identities) makes their
-// signatures over each other's keys fail.
+// the round's public parameters, the roster root among them: a coordinator
+// that tells two clients different parameters (weights, scale, cohort,
+// identities) makes their signatures over each other's keys fail.
 std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t round,
                                       uint64_t task_id, const SecAggParams& params, float clip,
-                                      double scale, double total_weight,
-                                      std::span<const crypto::Ed25519Public> identities);
+                                      double scale, double total_weight);
 
-// Neighbour lists of H(k, n) over a seeded permutation (sorted indices).
-std::vector<std::vector<uint32_t>> HararyNeighbours(uint32_t n, uint32_t k, uint64_t seed);
+// The roster: client i's identity key is leaf i (RosterLeaf) of a Merkle
+// tree whose root every party binds into the context.
+crypto::Digest RosterLeaf(uint32_t index, const crypto::Ed25519Public& identity);
+crypto::MerkleTree RosterTree(std::span<const crypto::Ed25519Public> identities);
 
 // --- Messages ---------------------------------------------------------------
 
@@ -127,8 +139,22 @@ struct KeyAdvert {
   Commitment self_commitment{};  // Binds the self-mask seed b.
   crypto::Signature signature{};
 };
+// The leaf of roster position `index` in the advert tree: its advert, or
+// none when that client did not advertise.
+crypto::Digest AdvertLeaf(const std::array<uint8_t, 32>& context, uint32_t index,
+                          const std::optional<KeyAdvert>& advert);
+// One roster position as a key list shows it to one client.
+struct ListedAdvert {
+  uint32_t index = 0;
+  std::optional<KeyAdvert> advert;     // None: this client did not advertise.
+  crypto::Ed25519Public identity{};    // With an advert: the key that signed it,
+  crypto::MerkleProof identity_proof;  // proven against the roster root.
+  crypto::MerkleProof advert_proof;    // AdvertLeaf's, against advert_root.
+};
+// What a server tells one client of U1 (CloseAdvertise).
 struct KeyList {
-  std::vector<KeyAdvert> adverts;  // U1, sorted by index.
+  crypto::Digest advert_root{};       // Over all n positions, U1's adverts.
+  std::vector<ListedAdvert> entries;  // The client and its neighbours, by index.
 };
 struct SealedShares {
   uint32_t from = 0;
@@ -162,10 +188,16 @@ struct SurvivorList {
 struct SurvivorSignature {
   uint32_t from = 0;
   crypto::Signature signature{};
+  // Set by the server in an UnmaskRequest: the signer's key, proven against
+  // the roster root (clients hold only their neighbours' keys).
+  crypto::Ed25519Public identity{};
+  crypto::MerkleProof identity_proof;
 };
 struct UnmaskRequest {
   std::vector<uint32_t> survivors;  // U4, sorted.
   std::vector<uint32_t> dropped;    // U3 \ U4, sorted.
+  // The survivors' signatures over U4 that count for the recipient's
+  // neighbours: those of the neighbours' neighbours.
   std::vector<SurvivorSignature> signatures;
 };
 // What lets anyone check one revealed share against the dealer's single
@@ -195,10 +227,12 @@ struct Misbehaviour {
   std::string what;
 };
 
-// The session id every party derives from the context and U1, and the bytes
-// a client signs for a survivor list under it (tests play a malicious
-// server with them).
-std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context, const KeyList& list);
+// The session id every party derives from the context and U1's root, the
+// neighbour graph it seeds, and the bytes a client signs for a survivor
+// list under it (tests play a malicious server with them).
+std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context,
+                                      const crypto::Digest& advert_root);
+HararyGraph SecAggGraph(const SecAggParams& params, const std::array<uint8_t, 32>& session);
 std::vector<uint8_t> SurvivorListMessage(const std::array<uint8_t, 32>& session,
                                          std::span<const uint32_t> survivors);
 // The salted commitment to one share `dealer` deals `holder`.
@@ -223,11 +257,17 @@ bool DealtShareValid(const crypto::Ed25519Public& dealer_identity,
 // any error means the client leaves the round (and says nothing more).
 class SecAggClient {
  public:
-  // `identities[i]` is client i's Ed25519 public key; `identity` is this
-  // client's own key pair (not owned; must outlive the object). `env` (not
+  // `identity` is this client's own key pair (not owned; must outlive the
+  // object); `roster_proof` proves its public key is leaf `index` under
+  // params.roster (AdvertiseKeys refuses a roster without it). `env` (not
   // owned) runs the parallel loops.
   SecAggClient(const SecAggParams& params, uint32_t index, const crypto::Ed25519KeyPair* identity,
-               std::vector<crypto::Ed25519Public> identities, Env* env = Env::Default());
+               crypto::MerkleProof roster_proof, Env* env = Env::Default());
+
+  // Every identity key this client relies on (its neighbours', and the
+  // signers' in the unmask request) must be one of `allowed` (sorted; a
+  // site's --peers). Empty, the default: any key the roster proves.
+  void AllowOnly(std::vector<crypto::Ed25519Public> allowed) { allowed_ = std::move(allowed); }
 
   StatusOr<KeyAdvert> AdvertiseKeys();
   StatusOr<SealedShares> ShareKeys(const KeyList& list);
@@ -242,6 +282,7 @@ class SecAggClient {
   StatusOr<SurvivorSignature> SignSurvivors(const SurvivorList& list);
   StatusOr<UnmaskResponse> Unmask(const UnmaskRequest& request);
 
+  uint32_t index() const { return index_; }
   const std::vector<uint32_t>& neighbours() const { return neighbours_; }
   // Testing only: copies of the two shares `dealer` sealed for this client
   // (mask seed, then self mask), i.e. what a corrupt client could hand the
@@ -256,22 +297,28 @@ class SecAggClient {
     SecretBytes mask_share, self_share;
     DealProof mask_proof, self_proof;
   };
+  // Checks every entry's proofs, signature and keys; fills the neighbours'
+  // adverts and identities.
   Status CheckKeyList(const KeyList& list);
-  Status CheckNeighbourSignatures(const KeyList& list) const;
+  Status CheckListedAdvert(const crypto::Digest& root, const ListedAdvert& e) const;
+  // That a key the roster proves for client `index` is allowed and not
+  // another client's too (a key at two places would hold two shares).
+  Status CheckIdentity(uint32_t index, const crypto::Ed25519Public& identity);
   // Seals the two shares dealt to neighbour v under one signature.
   StatusOr<std::string> SealFor(uint32_t v, const SecretBytes& key, const SecretBytes& mask_share,
                                 const SecretBytes& self_share) const;
   // Opens one neighbour's sealed shares; an error is the complaint's reason.
   Status OpenShares(uint32_t v, const std::string& sealed, Held& held) const;
-  Status CheckSignatures(const UnmaskRequest& request) const;
+  Status CheckSignatures(const UnmaskRequest& request);
 
   SecAggParams params_;
   Env* env_;
   uint32_t index_;
   const crypto::Ed25519KeyPair* identity_;
-  std::vector<crypto::Ed25519Public> identities_;
-  // All neighbour lists (known from stage 2); empty for the complete graph.
-  std::vector<std::vector<uint32_t>> graph_;
+  crypto::MerkleProof roster_proof_;
+  std::vector<crypto::Ed25519Public> allowed_;
+  std::map<crypto::Ed25519Public, uint32_t> known_identities_;  // Key -> index, as seen.
+  std::optional<HararyGraph> graph_;                            // From stage 2.
   std::vector<uint32_t> neighbours_;
   int stage_ = 0;
   crypto::EncKeyPair enc_;
@@ -279,10 +326,11 @@ class SecAggClient {
   crypto::X25519KeyPair mask_;
   SecretBytes self_seed_;  // b_u.
   std::array<uint8_t, 32> session_{};
-  std::map<uint32_t, KeyAdvert> neighbour_adverts_;  // N(u) ∩ U1.
-  std::map<uint32_t, Held> held_;                    // N(u) ∩ U2, opened.
-  std::map<uint32_t, SecretBytes> pair_keys_;        // Sealing keys, by neighbour.
-  std::vector<uint32_t> checked_;                    // U3 as this client saw it.
+  std::map<uint32_t, KeyAdvert> neighbour_adverts_;                 // N(u) ∩ U1.
+  std::map<uint32_t, crypto::Ed25519Public> neighbour_identities_;  // The same, their keys.
+  std::map<uint32_t, Held> held_;                                   // N(u) ∩ U2, opened.
+  std::map<uint32_t, SecretBytes> pair_keys_;                       // Sealing keys, by neighbour.
+  std::vector<uint32_t> checked_;                                   // U3 as this client saw it.
   std::vector<uint32_t> signed_survivors_;
 };
 
@@ -296,12 +344,17 @@ class SecAggClient {
 // engine reads TakeMisbehaviour() after every call.
 class SecAggServer {
  public:
-  // `env` (not owned) runs the parallel loops.
+  // `identities[i]` is client i's key; their RosterTree's root must be
+  // params.roster. `env` (not owned) runs the parallel loops.
   SecAggServer(const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
                Env* env = Env::Default());
 
+  // Client `index`'s proof that its key is in the roster (for its setup).
+  crypto::MerkleProof RosterProof(uint32_t index) const { return roster_.Proof(index); }
+
   Status OnAdvertise(const KeyAdvert& advert);
-  StatusOr<KeyList> CloseAdvertise();
+  // Per client in U1: its key list.
+  StatusOr<std::map<uint32_t, KeyList>> CloseAdvertise();
   Status OnShares(SealedShares shares);
   // Per client in U2: what to send it.
   StatusOr<std::map<uint32_t, InboundShares>> CloseShares();
@@ -317,7 +370,8 @@ class SecAggServer {
   Status OnMaskedInput(uint32_t from, std::span<const uint8_t> words);
   StatusOr<SurvivorList> CloseMaskedInput();
   Status OnSignature(const SurvivorSignature& signature);
-  StatusOr<UnmaskRequest> CloseConsistency();
+  // Per client in U4: its unmask request.
+  StatusOr<std::map<uint32_t, UnmaskRequest>> CloseConsistency();
   Status OnUnmask(UnmaskResponse response);
   // Rebuilds the self masks of U4 and the mask keys of D (tolerating and
   // naming bad shares), removes them and returns the sum of U4's inputs mod
@@ -344,6 +398,8 @@ class SecAggServer {
     uint32_t from;
     const UnmaskShare* share;
   };
+  KeyList KeyListFor(uint32_t client, const crypto::MerkleTree& adverts) const;
+  UnmaskRequest UnmaskRequestFor(uint32_t client, const std::vector<uint32_t>& dropped) const;
   // Rebuilds one secret from the responders' shares (see Finalize).
   StatusOr<SecretBytes> Rebuild(uint32_t about, bool self_mask, std::vector<Share> shares,
                                 crypto::ShamirCombiner& combiner);
@@ -351,10 +407,15 @@ class SecAggServer {
   SecAggParams params_;
   Env* env_;
   std::vector<crypto::Ed25519Public> identities_;
+  crypto::MerkleTree roster_;
+  std::optional<HararyGraph> graph_;
   std::vector<std::vector<uint32_t>> neighbours_;  // From CloseAdvertise on.
   int stage_ = 1;
   bool aborted_ = false;
   std::map<uint32_t, KeyAdvert> adverts_;
+  // Whose advert holds a key.
+  std::map<crypto::EncPublic, uint32_t> enc_owner_;
+  std::map<crypto::X25519Public, uint32_t> mask_owner_;
   std::array<uint8_t, 32> session_{};
   std::map<uint32_t, SealedShares> shares_;  // Kept until the check closes.
   std::set<uint32_t> checked_, excluded_;

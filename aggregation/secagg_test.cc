@@ -49,6 +49,8 @@ class Harness {
       keys_.push_back(std::move(crypto::GenerateEd25519()).value());
       identities_.push_back(keys_.back().public_key);
     }
+    roster_.emplace(RosterTree(identities_));
+    params_.roster = roster_->root();
     Rng rng(params.n);
     for (uint32_t i = 0; i < params.n; ++i) {
       inputs_.emplace_back(params.length);
@@ -76,7 +78,8 @@ class Harness {
     };
     std::vector<std::unique_ptr<SecAggClient>> clients;
     for (uint32_t i = 0; i < params_.n; ++i) {
-      clients.push_back(std::make_unique<SecAggClient>(params_, i, &keys_[i], identities_, env_));
+      clients.push_back(
+          std::make_unique<SecAggClient>(params_, i, &keys_[i], RosterProof(i), env_));
       auto advert = clients[i]->AdvertiseKeys();
       EXPECT_TRUE(advert.ok());
       if (tamper.advert) tamper.advert(*advert);
@@ -87,9 +90,11 @@ class Harness {
     std::set<uint32_t> alive;
     for (uint32_t i = 0; i < params_.n; ++i) {
       if (d.before_share_keys.count(i) || out.count(i)) continue;
-      auto shares = clients[i]->ShareKeys(*list);
+      auto shares = clients[i]->ShareKeys(list->at(i));
       if (!shares.ok()) continue;
-      if (tamper.shares) tamper.shares(*shares, SecAggSession(params_.context, *list));
+      if (tamper.shares) {
+        tamper.shares(*shares, SecAggSession(params_.context, list->at(i).advert_root));
+      }
       if (accept(i, server.OnShares(*shares))) alive.insert(i);
     }
     auto inbound = server.CloseShares();
@@ -129,7 +134,7 @@ class Harness {
     if (!request.ok()) return {request.status(), {}, {}, o.u3, o.u4, o.blamed};
     for (uint32_t i : signed_up) {
       if (d.before_unmask.count(i)) continue;
-      auto response = clients[i]->Unmask(*request);
+      auto response = clients[i]->Unmask(request->at(i));
       if (!response.ok()) continue;
       if (tamper.unmask) tamper.unmask(*response);
       accept(i, server.OnUnmask(std::move(*response)));
@@ -148,6 +153,13 @@ class Harness {
   const SecAggParams& params() const { return params_; }
   std::vector<crypto::Ed25519KeyPair>& keys() { return keys_; }
   const std::vector<crypto::Ed25519Public>& identities() const { return identities_; }
+  crypto::MerkleProof RosterProof(uint32_t i) const { return roster_->Proof(i); }
+  // A signature as a server forwards it: with the signer's key and proof.
+  SurvivorSignature Proven(SurvivorSignature s) const {
+    s.identity = identities_[s.from];
+    s.identity_proof = RosterProof(s.from);
+    return s;
+  }
   std::vector<std::vector<uint32_t>>& inputs() { return inputs_; }
 
  private:
@@ -155,6 +167,7 @@ class Harness {
   Env* env_;
   std::vector<crypto::Ed25519KeyPair> keys_;
   std::vector<crypto::Ed25519Public> identities_;
+  std::optional<crypto::MerkleTree> roster_;
   std::vector<std::vector<uint32_t>> inputs_;
 };
 
@@ -260,7 +273,8 @@ TEST(SecAggParamsTest, ThresholdOutnumbersTwoHalvesOfTheNeighbours) {
     // Two disjoint honest groups plus the corrupt ones cannot both reach t.
     EXPECT_GT(2 * p->t, p->k + c) << "n=" << n;
   }
-  auto graph = HararyNeighbours(500, ChooseSecAggParams(500, 0.1, 0.1, false, 1)->k, 3);
+  auto graph = HararyNeighbours(
+      HararyGraph(500, ChooseSecAggParams(500, 0.1, 0.1, false, 1)->k, GraphKey{3}));
   for (const auto& nb : graph) EXPECT_EQ(nb.size(), graph[0].size());
   auto harsh = ChooseSecAggParams(500, 0.3, 0.1, false, 1);
   ASSERT_TRUE(harsh.ok());
@@ -286,7 +300,7 @@ struct Staged {
   std::unique_ptr<SecAggServer> server;
   std::vector<std::unique_ptr<SecAggClient>> clients;
   std::vector<KeyAdvert> adverts;
-  UnmaskRequest request;
+  std::map<uint32_t, UnmaskRequest> requests;  // Per client.
 };
 
 // Every client advertised; the server has not closed stage 1.
@@ -295,7 +309,7 @@ Staged StageAdverts(Harness& h) {
   s.server = std::make_unique<SecAggServer>(h.params(), h.identities());
   for (uint32_t i = 0; i < h.params().n; ++i) {
     s.clients.push_back(
-        std::make_unique<SecAggClient>(h.params(), i, &h.keys()[i], h.identities()));
+        std::make_unique<SecAggClient>(h.params(), i, &h.keys()[i], h.RosterProof(i)));
     s.adverts.push_back(*s.clients[i]->AdvertiseKeys());
   }
   return s;
@@ -307,7 +321,7 @@ Staged StageToRequest(Harness& h) {
   SecAggServer& server = *s.server;
   for (auto& a : s.adverts) EXPECT_TRUE(server.OnAdvertise(a).ok());
   auto list = server.CloseAdvertise();
-  for (auto& c : s.clients) EXPECT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
+  for (auto& c : s.clients) EXPECT_TRUE(server.OnShares(*c->ShareKeys(list->at(c->index()))).ok());
   auto inbound = server.CloseShares();
   for (uint32_t i = 0; i < h.params().n; ++i) {
     EXPECT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());
@@ -319,7 +333,7 @@ Staged StageToRequest(Harness& h) {
   }
   auto survivors = server.CloseMaskedInput();
   for (auto& c : s.clients) EXPECT_TRUE(server.OnSignature(*c->SignSurvivors(*survivors)).ok());
-  s.request = *server.CloseConsistency();
+  s.requests = *server.CloseConsistency();
   return s;
 }
 
@@ -342,11 +356,11 @@ SplitView PlaySplitView(Harness& h, uint32_t corrupt, uint32_t group_a) {
   SecAggServer server(p, h.identities());
   std::vector<std::unique_ptr<SecAggClient>> clients;
   for (uint32_t i = 0; i < p.n; ++i) {
-    clients.push_back(std::make_unique<SecAggClient>(p, i, &h.keys()[i], h.identities()));
+    clients.push_back(std::make_unique<SecAggClient>(p, i, &h.keys()[i], h.RosterProof(i)));
     EXPECT_TRUE(server.OnAdvertise(*clients[i]->AdvertiseKeys()).ok());
   }
   auto list = server.CloseAdvertise();
-  for (auto& c : clients) EXPECT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
+  for (auto& c : clients) EXPECT_TRUE(server.OnShares(*c->ShareKeys(list->at(c->index()))).ok());
   auto inbound = server.CloseShares();
   for (uint32_t i = 0; i < p.n; ++i) {
     EXPECT_TRUE(server.OnShareCheck(*clients[i]->CheckShares((*inbound)[i])).ok());
@@ -371,22 +385,24 @@ SplitView PlaySplitView(Harness& h, uint32_t corrupt, uint32_t group_a) {
     if (is_bad(u)) {
       // A corrupt client signs whatever it is shown, list A here and list
       // B below.
-      req_a.signatures.push_back(*clients[u]->SignSurvivors(list_a));
+      req_a.signatures.push_back(h.Proven(*clients[u]->SignSurvivors(list_a)));
       continue;
     }
     const bool b_side = std::count(honest.begin(), honest.end(), u) && !in_a.count(u);
     if (b_side) {
-      req_b.signatures.push_back(*clients[u]->SignSurvivors(list_b));
+      req_b.signatures.push_back(h.Proven(*clients[u]->SignSurvivors(list_b)));
     } else {
-      req_a.signatures.push_back(*clients[u]->SignSurvivors(list_a));
+      req_a.signatures.push_back(h.Proven(*clients[u]->SignSurvivors(list_a)));
     }
   }
   // The corrupt clients sign list B too: the same bytes an honest client
   // signs, under their own keys.
-  const auto session = SecAggSession(p.context, *list);
+  const auto session = SecAggSession(p.context, list->at(v).advert_root);
   for (uint32_t u : bad) {
-    req_b.signatures.push_back(
-        {u, *crypto::Sign(h.keys()[u], SurvivorListMessage(session, list_b.survivors))});
+    SurvivorSignature sig;
+    sig.from = u;
+    sig.signature = *crypto::Sign(h.keys()[u], SurvivorListMessage(session, list_b.survivors));
+    req_b.signatures.push_back(h.Proven(sig));
   }
   SplitView out;
   std::vector<const SecretBytes*> b_shares, s_shares;
@@ -410,16 +426,17 @@ SplitView PlaySplitView(Harness& h, uint32_t corrupt, uint32_t group_a) {
   for (const auto& l : leaked) {
     for (const auto& s : l) (s.is_self_mask ? b_shares : s_shares).push_back(&s.share);
   }
+  const KeyAdvert& advert_v = *list->at(v).entries[0].advert;  // v = 0 comes first.
   crypto::ShamirCombiner combiner;
   if (b_shares.size() >= p.t) {
     auto b = combiner.Combine(b_shares, p.t);
     out.b_recovered =
-        b.ok() && SelfMaskCommitment(p.context, v, b->bytes()) == list->adverts[v].self_commitment;
+        b.ok() && SelfMaskCommitment(p.context, v, b->bytes()) == advert_v.self_commitment;
   }
   if (s_shares.size() >= p.t) {
     auto s = combiner.Combine(s_shares, p.t);
     auto pair = s.ok() ? crypto::X25519FromSeed(*s) : StatusOr<crypto::X25519KeyPair>(s.status());
-    out.s_recovered = pair.ok() && pair->public_key == list->adverts[v].mask_key;
+    out.s_recovered = pair.ok() && pair->public_key == advert_v.mask_key;
   }
   return out;
 }
@@ -460,10 +477,10 @@ TEST(SecAggMaliciousServerTest, SignaturesCountAmongTheSubjectsNeighbours) {
   Staged s = StageToRequest(h);
   const uint32_t v = s.clients[0]->neighbours()[0];
   std::vector<uint32_t> nv = s.clients[v]->neighbours();
-  UnmaskRequest thin = s.request;
+  UnmaskRequest thin = s.requests.at(0);
   thin.signatures.clear();
   uint32_t from_nv = 0;
-  for (const auto& sig : s.request.signatures) {
+  for (const auto& sig : s.requests.at(0).signatures) {
     const bool in_nv = std::count(nv.begin(), nv.end(), sig.from) > 0;
     if (in_nv && (sig.from == 0 || from_nv + 1 >= p.t)) continue;
     from_nv += in_nv ? 1 : 0;
@@ -475,7 +492,7 @@ TEST(SecAggMaliciousServerTest, SignaturesCountAmongTheSubjectsNeighbours) {
   EXPECT_NE(r.status().message().find("from client " + std::to_string(v) + "'s neighbours"),
             std::string::npos)
       << r.status();
-  EXPECT_TRUE(s.clients[1]->Unmask(s.request).ok());
+  EXPECT_TRUE(s.clients[1]->Unmask(s.requests.at(1)).ok());
 }
 
 TEST(SecAggMaliciousServerTest, ARepeatedSignatureCountsOnce) {
@@ -486,10 +503,10 @@ TEST(SecAggMaliciousServerTest, ARepeatedSignatureCountsOnce) {
   const uint32_t t = h.params().t;
   // Client 1's own signature counts for every subject it unmasks: repeated,
   // it would lift them all to t.
-  UnmaskRequest padded = s.request;
+  UnmaskRequest padded = s.requests.at(1);
   padded.signatures.clear();
   SurvivorSignature own;
-  for (const auto& sig : s.request.signatures) {
+  for (const auto& sig : s.requests.at(1).signatures) {
     if (sig.from == 1) {
       own = sig;
     } else if (padded.signatures.size() < t - 2) {
@@ -502,7 +519,7 @@ TEST(SecAggMaliciousServerTest, ARepeatedSignatureCountsOnce) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("valid survivor signatures"), std::string::npos)
       << r.status();
-  EXPECT_TRUE(s.clients[2]->Unmask(s.request).ok());
+  EXPECT_TRUE(s.clients[2]->Unmask(s.requests.at(2)).ok());
 }
 
 // --- Malicious clients -------------------------------------------------------
@@ -627,7 +644,7 @@ TEST(SecAggMaliciousClientTest, AProvenComplaintAboutGoodSharesPutsTheComplainan
   SecAggServer& server = *s.server;
   for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
   auto list = server.CloseAdvertise();
-  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
+  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(list->at(c->index()))).ok());
   auto inbound = server.CloseShares();
   for (uint32_t i = 0; i < 10; ++i) {
     auto check = s.clients[i]->CheckShares((*inbound)[i]);
@@ -708,7 +725,7 @@ TEST(SecAggServerTest, RefusesBadSurvivorSignaturesAndMalformedUnmaskResponses) 
   SecAggServer& server = *s.server;
   for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
   auto list = server.CloseAdvertise();
-  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
+  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(list->at(c->index()))).ok());
   auto inbound = server.CloseShares();
   for (uint32_t i = 0; i < 6; ++i) {
     ASSERT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());
@@ -733,7 +750,7 @@ TEST(SecAggServerTest, RefusesBadSurvivorSignaturesAndMalformedUnmaskResponses) 
   }
   auto request = server.CloseConsistency();
   ASSERT_TRUE(request.ok());
-  auto response = *s.clients[1]->Unmask(*request);
+  auto response = *s.clients[1]->Unmask(request->at(1));
   // A share of the wrong kind: client 5 dropped, so only its mask seed counts.
   UnmaskResponse wrong_kind{1, {}};
   for (auto& sh : response.shares) {
@@ -758,35 +775,179 @@ TEST(SecAggServerTest, RefusesBadSurvivorSignaturesAndMalformedUnmaskResponses) 
 
 // --- Client-side refusals ----------------------------------------------------
 
+// The key list a server that changed adverts would send client u: built as
+// the honest server builds it, over `adverts` (index -> advert).
+KeyList ForgedKeyList(const Harness& h, const std::map<uint32_t, KeyAdvert>& adverts, uint32_t u) {
+  const SecAggParams& p = h.params();
+  std::vector<crypto::Digest> leaves(p.n);
+  for (uint32_t i = 0; i < p.n; ++i) {
+    auto it = adverts.find(i);
+    leaves[i] =
+        AdvertLeaf(p.context, i, it == adverts.end() ? std::nullopt : std::optional(it->second));
+  }
+  const crypto::MerkleTree tree(leaves);
+  const HararyGraph graph = SecAggGraph(p, SecAggSession(p.context, tree.root()));
+  std::vector<uint32_t> members = graph.Neighbours(u);
+  members.insert(std::upper_bound(members.begin(), members.end(), u), u);
+  KeyList list{tree.root(), {}};
+  for (uint32_t v : members) {
+    ListedAdvert e;
+    e.index = v;
+    if (auto it = adverts.find(v); it != adverts.end()) {
+      e.advert = it->second;
+      e.identity = h.identities()[v];
+      e.identity_proof = h.RosterProof(v);
+    }
+    e.advert_proof = tree.Proof(v);
+    list.entries.push_back(std::move(e));
+  }
+  return list;
+}
+
 TEST(SecAggClientTest, RefusesAKeyListWithANeighboursAdvertChanged) {
   // A sparse graph: each client verifies the adverts it uses, its
   // neighbours', so a server cannot slip a changed one past any of them.
   Harness h(Params(30, 8, /*complete=*/false));
   ASSERT_LT(h.params().k + 1, h.params().n);  // Sparse: some clients are not neighbours.
   Staged s = StageAdverts(h);
-  for (auto& a : s.adverts) ASSERT_TRUE(s.server->OnAdvertise(a).ok());
-  auto list = s.server->CloseAdvertise();
-  ASSERT_TRUE(list.ok());
+  std::map<uint32_t, KeyAdvert> adverts;
+  for (auto& a : s.adverts) {
+    ASSERT_TRUE(s.server->OnAdvertise(a).ok());
+    adverts[a.index] = a;
+  }
+  auto lists = s.server->CloseAdvertise();
+  ASSERT_TRUE(lists.ok());
   constexpr uint32_t kVictim = 5;
-  KeyList forged = *list;
-  ASSERT_EQ(forged.adverts[kVictim].index, kVictim);
-  forged.adverts[kVictim].mask_key[0] ^= 1;
+  // Changed in place: its proof no longer leads to the root.
+  int refused_in_place = 0;
+  for (auto& [c, list] : *lists) {
+    for (auto& e : list.entries) {
+      if (e.index != kVictim || c == kVictim) continue;
+      e.advert->mask_key[0] ^= 1;
+      Status r = s.clients[c]->ShareKeys(list).status();
+      EXPECT_NE(r.message().find("client 5's entry is not under the list's root"),
+                std::string::npos)
+          << r;
+      ++refused_in_place;
+    }
+  }
+  EXPECT_GT(refused_in_place, 0);
+  // Changed in a tree of its own: the signature gives it away.
+  Staged fresh = StageAdverts(h);
+  adverts.clear();
+  for (auto& a : fresh.adverts) adverts[a.index] = a;
+  adverts[kVictim].mask_key[0] ^= 1;
   int refused = 0;
-  for (uint32_t u = 0; u < 30; ++u) {
-    if (u == kVictim) continue;
-    auto r = s.clients[u]->ShareKeys(forged);
+  for (uint32_t c = 0; c < 30; ++c) {
+    if (c == kVictim) continue;
+    auto r = fresh.clients[c]->ShareKeys(ForgedKeyList(h, adverts, c));
     if (r.ok()) {
       // Only a client that does not use the changed advert goes on.
-      EXPECT_FALSE(std::binary_search(s.clients[u]->neighbours().begin(),
-                                      s.clients[u]->neighbours().end(), kVictim))
-          << u;
+      EXPECT_FALSE(std::binary_search(fresh.clients[c]->neighbours().begin(),
+                                      fresh.clients[c]->neighbours().end(), kVictim))
+          << c;
       continue;
     }
     ++refused;
-    EXPECT_NE(r.status().message().find("bad signature on client 5"), std::string::npos)
+    EXPECT_NE(r.status().message().find("client 5 has a bad signature"), std::string::npos)
         << r.status();
   }
   EXPECT_GT(refused, 0);
+}
+
+TEST(SecAggClientTest, RefusesAKeyListThatHidesANeighbourOrSwapsAKey) {
+  Harness h(Params(30, 8, /*complete=*/false));
+  Staged s = StageAdverts(h);
+  std::map<uint32_t, KeyAdvert> adverts;
+  for (auto& a : s.adverts) adverts[a.index] = a;
+  const KeyList honest = ForgedKeyList(h, adverts, 0);  // What the server would send.
+  ASSERT_EQ(honest.entries.size(), h.params().k + 1);
+  auto refusal = [&](uint32_t c, const KeyList& list) {
+    SecAggClient client(h.params(), c, &h.keys()[c], h.RosterProof(c));
+    (void)client.AdvertiseKeys();  // Fresh keys: only the checks before its own entry's run.
+    return client.ShareKeys(list).status();
+  };
+  // One neighbour left out.
+  KeyList hidden = honest;
+  hidden.entries.pop_back();
+  EXPECT_NE(refusal(0, hidden).message().find("entries, expected"), std::string::npos);
+  // A neighbour claimed absent, under the same root.
+  KeyList absent = honest;
+  absent.entries.back().advert.reset();
+  EXPECT_NE(refusal(0, absent).message().find("entry is not under the list's root"),
+            std::string::npos);
+  // Another key in a neighbour's place, with the real proof.
+  KeyList swapped = honest;
+  swapped.entries.back().identity = h.identities()[swapped.entries.front().index];
+  EXPECT_NE(refusal(0, swapped).message().find("identity key is not the roster's"),
+            std::string::npos);
+  // A site that allows only some keys (--peers) refuses the others.
+  SecAggClient strict(h.params(), 0, &h.keys()[0], h.RosterProof(0));
+  adverts[0] = *strict.AdvertiseKeys();
+  const KeyList list = ForgedKeyList(h, adverts, 0);
+  const uint32_t stranger = list.entries.back().index;
+  std::vector<crypto::Ed25519Public> allowed;
+  for (uint32_t i = 0; i < h.params().n; ++i) {
+    if (i != stranger) allowed.push_back(h.identities()[i]);
+  }
+  std::sort(allowed.begin(), allowed.end());
+  strict.AllowOnly(allowed);
+  Status r = strict.ShareKeys(list).status();
+  EXPECT_NE(
+      r.message().find("client " + std::to_string(stranger) + " is not one this client allows"),
+      std::string::npos)
+      << r;
+}
+
+TEST(SecAggClientTest, RefusesARosterWithoutItsKeyOrWithAKeyTwice) {
+  SecAggParams p = Params(6, 8);
+  std::vector<crypto::Ed25519KeyPair> keys;
+  std::vector<crypto::Ed25519Public> ids;
+  for (uint32_t i = 0; i < 6; ++i) keys.push_back(std::move(crypto::GenerateEd25519()).value());
+  for (uint32_t i = 0; i < 6; ++i) ids.push_back(keys[i == 3 ? 2 : i].public_key);
+  const crypto::MerkleTree roster = RosterTree(ids);
+  p.roster = roster.root();
+  // A proof of another place: the roster does not hold this client's key.
+  SecAggClient misplaced(p, 1, &keys[1], roster.Proof(4));
+  EXPECT_NE(misplaced.AdvertiseKeys().status().message().find("does not hold this client's"),
+            std::string::npos);
+  // Client 2's key at places 2 and 3: a neighbour of both refuses.
+  SecAggServer server(p, ids);
+  std::vector<std::unique_ptr<SecAggClient>> clients;
+  for (uint32_t i = 0; i < 6; ++i) {
+    clients.push_back(std::make_unique<SecAggClient>(p, i, &keys[i == 3 ? 2 : i], roster.Proof(i)));
+    ASSERT_TRUE(server.OnAdvertise(*clients[i]->AdvertiseKeys()).ok());
+  }
+  auto lists = server.CloseAdvertise();
+  ASSERT_TRUE(lists.ok());
+  Status r = clients[0]->ShareKeys(lists->at(0)).status();
+  EXPECT_NE(r.message().find("the identity key of client 3 is also client 2's"), std::string::npos)
+      << r;
+}
+
+TEST(SecAggScaleTest, AtAThousandClientsAKeyListHoldsTheNeighboursNotTheCohort) {
+  // Issue 11: what a client is sent at stage 1 grows with k and log2 n, not n.
+  Harness h(Params(1000, 4, /*complete=*/false));
+  const uint32_t k = h.params().k;
+  ASSERT_LT(k, 100u);
+  Staged s = StageAdverts(h);
+  for (auto& a : s.adverts) ASSERT_TRUE(s.server->OnAdvertise(a).ok());
+  auto lists = s.server->CloseAdvertise();
+  ASSERT_TRUE(lists.ok());
+  ASSERT_EQ(lists->size(), 1000u);
+  for (const auto& [u, list] : *lists) {
+    ASSERT_EQ(list.entries.size(), k + 1) << u;
+    for (const auto& e : list.entries) {
+      ASSERT_EQ(e.advert_proof.size(), 10u);
+      ASSERT_EQ(e.identity_proof.size(), 10u);
+    }
+  }
+  // And they are what the clients need: a few of them share keys from it.
+  for (uint32_t u : {0u, 499u, 999u}) {
+    auto shares = s.clients[u]->ShareKeys(lists->at(u));
+    ASSERT_TRUE(shares.ok()) << shares.status();
+    EXPECT_EQ(shares->to.size(), k);
+  }
 }
 
 TEST(SecAggClientTest, RefusesListsThatDoNotMatchWhatItHolds) {
@@ -797,7 +958,7 @@ TEST(SecAggClientTest, RefusesListsThatDoNotMatchWhatItHolds) {
   auto list = server.CloseAdvertise();
   for (uint32_t i = 0; i < 6; ++i) {
     if (i == 4) continue;  // Client 4 never shares keys.
-    ASSERT_TRUE(server.OnShares(*s.clients[i]->ShareKeys(*list)).ok());
+    ASSERT_TRUE(server.OnShares(*s.clients[i]->ShareKeys(list->at(i))).ok());
   }
   auto inbound = server.CloseShares();
   for (uint32_t i : {0u, 1u, 2u, 3u, 5u}) {
@@ -827,7 +988,7 @@ TEST(SecAggClientTest, UnmaskRefusesBothSharesOfANeighbourAndForkedLists) {
   SecAggServer& server = *s.server;
   for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
   auto list = server.CloseAdvertise();
-  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
+  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(list->at(c->index()))).ok());
   auto inbound = server.CloseShares();
   for (uint32_t i = 0; i < 6; ++i) {
     ASSERT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());
@@ -843,7 +1004,8 @@ TEST(SecAggClientTest, UnmaskRefusesBothSharesOfANeighbourAndForkedLists) {
   for (uint32_t i : {0u, 1u, 2u, 3u, 5u}) {
     ASSERT_TRUE(server.OnSignature(*s.clients[i]->SignSurvivors(*survivors)).ok());
   }
-  auto request = *server.CloseConsistency();
+  // The complete graph: every client's request carries every signature.
+  const UnmaskRequest request = server.CloseConsistency()->at(0);
   ASSERT_EQ(request.dropped, (std::vector<uint32_t>{4}));
   UnmaskRequest greedy = request;
   greedy.dropped = {2, 4};  // Client 2 both as survivor and as dropped.
@@ -873,7 +1035,7 @@ TEST(SecAggTest, MaskedVectorLooksUniformAndUncorrelatedWithTheInput) {
   SecAggServer& server = *s.server;
   for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
   auto list = server.CloseAdvertise();
-  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(*list)).ok());
+  for (auto& c : s.clients) ASSERT_TRUE(server.OnShares(*c->ShareKeys(list->at(c->index()))).ok());
   auto inbound = server.CloseShares();
   for (uint32_t i = 0; i < 3; ++i) {
     ASSERT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());

@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
     keys.push_back(std::move(crypto::GenerateEd25519()).value());
     ids.push_back(keys.back().public_key);
   }
+  const crypto::MerkleTree roster = RosterTree(ids);
+  params->roster = roster.root();
   // Dropped clients: a seeded sample, never the timed ones.
   std::vector<uint32_t> order(n);
   for (uint32_t i = 0; i < n; ++i) order[i] = i;
@@ -101,8 +103,8 @@ int main(int argc, char** argv) {
   SecAggParams stand_in = *params;
   stand_in.length = 1;
   for (uint32_t i = 0; i < n; ++i) {
-    clients.push_back(
-        std::make_unique<SecAggClient>(i < timed ? *params : stand_in, i, &keys[i], ids));
+    clients.push_back(std::make_unique<SecAggClient>(i < timed ? *params : stand_in, i, &keys[i],
+                                                     roster.Proof(i)));
     auto a = timed_call(
         client_s[i], [&] { return clients[i]->AdvertiseKeys(); }, "AdvertiseKeys");
     must(a);
@@ -113,7 +115,7 @@ int main(int argc, char** argv) {
   must(list);
   for (uint32_t i = 0; i < n; ++i) {
     auto s = timed_call(
-        client_s[i], [&] { return clients[i]->ShareKeys(*list); }, "ShareKeys");
+        client_s[i], [&] { return clients[i]->ShareKeys(list->at(i)); }, "ShareKeys");
     must(s);
     (void)server_call("OnShares", [&] { return server.OnShares(std::move(*s)); });
   }
@@ -161,7 +163,7 @@ int main(int argc, char** argv) {
   must(request);
   for (uint32_t u : survivors->survivors) {
     auto r = timed_call(
-        client_s[u], [&] { return clients[u]->Unmask(*request); }, "Unmask");
+        client_s[u], [&] { return clients[u]->Unmask(request->at(u)); }, "Unmask");
     must(r);
     (void)server_call("OnUnmask", [&] { return server.OnUnmask(std::move(*r)); });
   }

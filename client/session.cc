@@ -391,9 +391,8 @@ void Session::StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecA
 Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& s,
                             TimeMs now, Actions& a) {
   if (identity_ == nullptr) return FailedPreconditionError("no identity key to sign with");
-  if (s.n() < 3 || s.n() > kMaxCohort || s.index() >= s.n() ||
-      static_cast<uint32_t>(s.identities_size()) != s.n()) {
-    return InvalidArgumentError("secagg setup: inconsistent n, index or identities");
+  if (s.n() < 3 || s.n() > kMaxCohort || s.index() >= s.n()) {
+    return InvalidArgumentError("secagg setup: inconsistent n or index");
   }
   if (s.context().size() != 32)
     return InvalidArgumentError("secagg setup: context is not 32 bytes");
@@ -429,31 +428,19 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   if (s.scale() * s.clip() + s.n() > 2147483647.0) {
     return InvalidArgumentError("secagg setup: scale x clip overflows 32 bits");
   }
-  std::vector<crypto::Ed25519Public> identities(s.n());
-  for (uint32_t i = 0; i < s.n(); ++i) {
-    if (!CopyBytes(s.identities(static_cast<int>(i)), identities[i])) {
-      return InvalidArgumentError("secagg setup: identity " + std::to_string(i) +
-                                  " is not 32 bytes");
-    }
+  // The roster arrives as a root and this client's proof (checked by
+  // AdvertiseKeys); the keys it relies on arrive with their proofs later,
+  // and the secure-aggregation client checks each against --peers and for
+  // repeats.
+  crypto::MerkleProof roster_proof(static_cast<size_t>(s.roster_proof_size()));
+  if (roster_proof.size() != crypto::MerkleDepth(s.n())) {
+    return InvalidArgumentError("secagg setup: the roster proof has " +
+                                std::to_string(roster_proof.size()) + " siblings, expected " +
+                                std::to_string(crypto::MerkleDepth(s.n())));
   }
-  if (identities[s.index()] != identity_->public_key) {
-    return InvalidArgumentError("secagg setup: the identity at this client's index is not its own");
-  }
-  {
-    std::vector<crypto::Ed25519Public> sorted = identities;
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-      return InvalidArgumentError("secagg setup: an identity key appears twice in the cohort");
-    }
-  }
-  if (!peers_.empty()) {
-    // This site's own copy of who may be in a cohort (--peers): the
-    // coordinator cannot slip in keys of its own.
-    for (uint32_t i = 0; i < s.n(); ++i) {
-      if (!std::binary_search(peers_.begin(), peers_.end(), identities[i])) {
-        return InvalidArgumentError("secagg setup: identity " + std::to_string(i) +
-                                    " is not one of this client's --peers");
-      }
+  for (size_t i = 0; i < roster_proof.size(); ++i) {
+    if (!CopyBytes(s.roster_proof(static_cast<int>(i)), roster_proof[i])) {
+      return InvalidArgumentError("secagg setup: a roster proof sibling is not 32 bytes");
     }
   }
   aggregation::SecAggParams params;
@@ -465,10 +452,13 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
     return InvalidArgumentError("secagg setup: unknown mask PRG " + std::to_string(s.mask_prg()));
   }
   params.prg = static_cast<crypto::MaskPrg>(s.mask_prg());
+  if (!CopyBytes(s.roster_root(), params.roster)) {
+    return InvalidArgumentError("secagg setup: the roster root is not 32 bytes");
+  }
   std::array<uint8_t, 32> nonce{};
   std::memcpy(nonce.data(), s.context().data(), nonce.size());
   params.context = aggregation::SecAggContext(nonce, round, task_id, params, s.clip(), s.scale(),
-                                              s.total_weight(), identities);
+                                              s.total_weight());
   SecAggRound r;
   r.round = round;
   r.task_id = task_id;
@@ -476,7 +466,8 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.fixed_point = {s.clip(), s.scale()};
   r.weight = static_cast<double>(num_samples_) / s.total_weight();
   r.client = std::make_unique<aggregation::SecAggClient>(params, s.index(), identity_,
-                                                         std::move(identities), env_);
+                                                         std::move(roster_proof), env_);
+  r.client->AllowOnly(peers_);
   secagg_ = std::move(r);
   if (Paused("advertise_keys", round, a)) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(aggregation::KeyAdvert advert, secagg_->client->AdvertiseKeys());

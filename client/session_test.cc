@@ -6,6 +6,8 @@
 #include <limits>
 #include <sstream>
 
+#include "net/secagg_wire.h"
+
 namespace cohort::client {
 namespace {
 
@@ -205,6 +207,20 @@ TEST_F(SessionTest, FaultInjectionWithholdsTheUpdate) {
   EXPECT_EQ(a.printed[0], "paused before update of round 2");
 }
 
+crypto::Ed25519Public Key(char c) {
+  crypto::Ed25519Public k;
+  k.fill(static_cast<uint8_t>(c));
+  return k;
+}
+
+// The roster root over `ids` and the proof for the setup's index.
+void SetRoster(wire::SecAggSetup* sa, const std::vector<crypto::Ed25519Public>& ids) {
+  const crypto::MerkleTree roster = aggregation::RosterTree(ids);
+  sa->set_roster_root(roster.root().data(), roster.root().size());
+  sa->clear_roster_proof();
+  for (const auto& d : roster.Proof(sa->index())) sa->add_roster_proof(d.data(), d.size());
+}
+
 net::Envelope SecureTask(uint64_t task_id, const crypto::Ed25519Public& own, uint32_t t = 2) {
   net::Envelope e = Task(1, task_id, {0, 0, 0, 0});
   auto* sa = e.header.mutable_task()->mutable_secagg();
@@ -213,9 +229,7 @@ net::Envelope SecureTask(uint64_t task_id, const crypto::Ed25519Public& own, uin
   sa->set_t(t);
   sa->set_index(0);
   sa->set_context(std::string(32, 'c'));
-  sa->add_identities(own.data(), own.size());
-  sa->add_identities(std::string(32, 'x'));
-  sa->add_identities(std::string(32, 'y'));
+  SetRoster(sa, {own, Key('x'), Key('y')});
   sa->set_clip(4);
   sa->set_scale(1e6);
   sa->set_total_weight(150);
@@ -320,21 +334,14 @@ TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {
   a = s.OnMessage(SecureTask(9, other.public_key), 30);
   EXPECT_FALSE(a.train.has_value());
   EXPECT_TRUE(a.send.empty());
-  // The same key twice in the cohort.
-  net::Envelope twice = SecureTask(11, identity.public_key);
-  twice.header.mutable_task()->mutable_secagg()->set_identities(
-      2, std::string(identity.public_key.begin(), identity.public_key.end()));
-  a = s.OnMessage(twice, 35);
+  // A roster proof of the wrong length.
+  net::Envelope short_proof = SecureTask(11, identity.public_key);
+  short_proof.header.mutable_task()->mutable_secagg()->mutable_roster_proof()->RemoveLast();
+  a = s.OnMessage(short_proof, 35);
   EXPECT_FALSE(a.train.has_value());
   ASSERT_EQ(a.printed.size(), 1u);
-  EXPECT_NE(a.printed[0].find("twice"), std::string::npos);
-  // With --peers, a key outside this site's list ('x', 'y' are not in it).
-  s.set_peers({identity.public_key});
-  a = s.OnMessage(SecureTask(12, identity.public_key), 38);
-  EXPECT_FALSE(a.train.has_value());
-  ASSERT_EQ(a.printed.size(), 1u);
-  EXPECT_NE(a.printed[0].find("--peers"), std::string::npos);
-  s.set_peers({});
+  EXPECT_NE(a.printed[0].find("roster proof has 1 siblings, expected 2"), std::string::npos)
+      << a.printed[0];
   // Weights that would let the sum wrap around 2^32.
   net::Envelope wrap = SecureTask(10, identity.public_key);
   wrap.header.mutable_task()->mutable_secagg()->set_scale(1e9);
@@ -342,6 +349,62 @@ TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {
   EXPECT_FALSE(a.train.has_value());
   ASSERT_EQ(a.printed.size(), 1u);
   EXPECT_NE(a.printed[0].find("overflows"), std::string::npos);
+}
+
+TEST(SecureSessionTest, WithPeersAKeyListNamingAKeyOutsideThemIsRefused) {
+  // Four clients on the complete graph; this session is client 0 and its
+  // --peers leave out client 3. The setup cannot show that (it carries only
+  // the roster's root): the key list, which proves each neighbour's key, does.
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  std::vector<crypto::Ed25519KeyPair> others;
+  std::vector<crypto::Ed25519Public> ids = {identity.public_key};
+  for (int i = 0; i < 3; ++i) {
+    others.push_back(std::move(crypto::GenerateEd25519()).value());
+    ids.push_back(others.back().public_key);
+  }
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  std::vector<crypto::Ed25519Public> peers(ids.begin(), ids.begin() + 3);
+  std::sort(peers.begin(), peers.end());
+  s.set_peers(peers);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  net::Envelope task = SecureTask(7, identity.public_key);
+  auto* sa = task.header.mutable_task()->mutable_secagg();
+  sa->set_n(4);
+  sa->set_k(3);
+  sa->set_t(3);
+  SetRoster(sa, ids);
+  Actions a = s.OnMessage(task, 20);
+  ASSERT_EQ(a.send.size(), 1u);
+  ASSERT_TRUE(a.send[0].header.has_secagg_keys());
+  // The coordinator's half, with the parameters the session derived.
+  aggregation::SecAggParams p;
+  p.n = 4;
+  p.k = 3;
+  p.t = 3;
+  p.length = kParams + aggregation::kSecureMetricSlots;
+  p.roster = aggregation::RosterTree(ids).root();
+  std::array<uint8_t, 32> nonce;
+  nonce.fill('c');
+  p.context = aggregation::SecAggContext(nonce, 1, 7, p, 4, 1e6, 150);
+  aggregation::SecAggServer server(p, ids);
+  ASSERT_TRUE(server.OnAdvertise(*net::FromWire(a.send[0].header.secagg_keys(), 0)).ok());
+  const crypto::MerkleTree roster = aggregation::RosterTree(ids);
+  std::vector<std::unique_ptr<aggregation::SecAggClient>> clients;
+  for (uint32_t i = 1; i < 4; ++i) {
+    clients.push_back(
+        std::make_unique<aggregation::SecAggClient>(p, i, &others[i - 1], roster.Proof(i)));
+    ASSERT_TRUE(server.OnAdvertise(*clients.back()->AdvertiseKeys()).ok());
+  }
+  auto lists = server.CloseAdvertise();
+  ASSERT_TRUE(lists.ok());
+  a = s.OnMessage(Env(net::ToWire(1, 7, lists->at(0))), 30);
+  EXPECT_TRUE(a.send.empty());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("client 3 is not one this client allows (--peers)"),
+            std::string::npos)
+      << a.printed[0];
 }
 
 TEST(SecureSessionTest, RefusesAThresholdWeakerThanItsOwnDerivation) {
@@ -358,7 +421,9 @@ TEST(SecureSessionTest, RefusesAThresholdWeakerThanItsOwnDerivation) {
     sa->set_n(10);
     sa->set_k(9);
     sa->set_corrupt_fraction(corrupt);
-    for (int i = 3; i < 10; ++i) sa->add_identities(std::string(32, static_cast<char>('a' + i)));
+    std::vector<crypto::Ed25519Public> ids = {identity.public_key};
+    for (int i = 1; i < 10; ++i) ids.push_back(Key(static_cast<char>('a' + i)));
+    SetRoster(sa, ids);
     return e;
   };
   // The rule before issue 8 (t = k/2 + 1 = 5), sent by a coordinator that
@@ -395,8 +460,7 @@ TEST(SecureSessionTest, WithPeersACohortTheColludersCouldFillIsRefused) {
     auto* sa = e.header.mutable_task()->mutable_secagg();
     sa->set_n(n);
     sa->set_k(n - 1);
-    sa->clear_identities();
-    for (uint32_t i = 0; i < n; ++i) sa->add_identities(peers[i].data(), peers[i].size());
+    SetRoster(sa, std::vector<crypto::Ed25519Public>(peers.begin(), peers.begin() + n));
     return e;
   };
   // Five: this client, three colluders and one honest client at worst.

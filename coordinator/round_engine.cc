@@ -98,11 +98,20 @@ const std::string* RoundEngine::NameOf(const std::string& peer) const {
   return it == peer_to_name_.end() ? nullptr : &it->second;
 }
 
+namespace {
+
+// participants_ is sorted by name (StartRound): O(log n) a lookup.
+template <typename Vector>
+auto FindByName(Vector& participants, const std::string& name) -> decltype(participants.data()) {
+  auto it = std::lower_bound(participants.begin(), participants.end(), name,
+                             [](const auto& p, const std::string& n) { return p.name < n; });
+  return it != participants.end() && it->name == name ? &*it : nullptr;
+}
+
+}  // namespace
+
 RoundEngine::Participant* RoundEngine::FindParticipant(const std::string& name) {
-  for (auto& p : participants_) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
+  return FindByName(participants_, name);
 }
 
 Outgoing RoundEngine::MakeError(const std::string& peer, wire::ErrorCode code,
@@ -123,12 +132,13 @@ void RoundEngine::FillSecAggSetup(const std::string& name, wire::SecAggSetup* sa
   sa->set_n(p.n);
   sa->set_k(p.k);
   sa->set_t(p.t);
-  for (size_t i = 0; i < participants_.size(); ++i) {
-    if (participants_[i].name == name) sa->set_index(static_cast<uint32_t>(i));
-  }
+  const Participant* me = FindByName(participants_, name);
+  const uint32_t index = me ? static_cast<uint32_t>(me - participants_.data()) : 0;
+  sa->set_index(index);
   sa->set_mask_prg(static_cast<uint32_t>(p.prg));
   sa->set_context(secagg_nonce_.data(), secagg_nonce_.size());
-  for (const auto& id : cohort_identities_) sa->add_identities(id.data(), id.size());
+  sa->set_roster_root(p.roster.data(), p.roster.size());
+  for (const auto& d : secagg()->RosterProof(index)) sa->add_roster_proof(d.data(), d.size());
   sa->set_clip(fixed_point_.clip);
   sa->set_scale(fixed_point_.scale);
   sa->set_total_weight(cohort_weight_);

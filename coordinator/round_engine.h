@@ -176,6 +176,8 @@ class RoundEngine {
   // Ends stages 1-5 (messages for the next stage into `out`); an error aborts.
   Status CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out);
   void BroadcastSecAgg(const wire::Header& h, std::vector<Outgoing>& out);
+  // To cohort member `index`, unless it left the round.
+  void SendSecAgg(uint32_t index, wire::Header h, std::vector<Outgoing>& out);
   // Names the clients the protocol caught misbehaving, and puts them out.
   void TakeSecAggBlame();
   // Records proven misbehaviour on the participant and bans the client.

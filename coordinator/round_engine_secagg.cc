@@ -73,9 +73,10 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
     // Fresh per round: sessions never repeat, even when a round is replayed.
     env_->RandomBytes(secagg_nonce_);
   }
+  secagg_params_.roster = aggregation::RosterTree(cohort_identities_).root();
   secagg_params_.context =
       aggregation::SecAggContext(secagg_nonce_, round, task_id_, secagg_params_, fixed_point_.clip,
-                                 fixed_point_.scale, cohort_weight_, cohort_identities_);
+                                 fixed_point_.scale, cohort_weight_);
   COHORT_ASSIGN_OR_RETURN(aggregator_, aggregation::NewSecureAggregator(
                                            secagg_params_, cohort_identities_, fixed_point_,
                                            cohort_weight_, global_.size(), env_));
@@ -252,24 +253,29 @@ void RoundEngine::BroadcastSecAgg(const wire::Header& h, std::vector<Outgoing>& 
   }
 }
 
+void RoundEngine::SendSecAgg(uint32_t index, wire::Header h, std::vector<Outgoing>& out) {
+  const Participant& p = participants_[index];
+  if (p.left) return;
+  Outgoing o;
+  o.peer = clients_[p.name].peer;
+  o.header = std::move(h);
+  out.push_back(std::move(o));
+}
+
 Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
   const uint32_t round = round_ + 1;
   const TimeMs stage_timeout = SecondsToMs(config_.secagg().stage_timeout_s());
   switch (stage_) {
     case 1: {
-      COHORT_ASSIGN_OR_RETURN(aggregation::KeyList list, secagg()->CloseAdvertise());
-      BroadcastSecAgg(net::ToWire(round, task_id_, list), out);
+      COHORT_ASSIGN_OR_RETURN(auto lists, secagg()->CloseAdvertise());
+      for (const auto& [index, list] : lists)
+        SendSecAgg(index, net::ToWire(round, task_id_, list), out);
       break;
     }
     case 2: {
       COHORT_ASSIGN_OR_RETURN(auto inbound, secagg()->CloseShares());
-      for (auto& [index, shares] : inbound) {
-        const Participant& p = participants_[index];
-        if (p.left) continue;
-        Outgoing o;
-        o.peer = clients_[p.name].peer;
-        o.header = net::ToWire(round, task_id_, shares);
-        out.push_back(std::move(o));
+      for (const auto& [index, shares] : inbound) {
+        SendSecAgg(index, net::ToWire(round, task_id_, shares), out);
       }
       break;
     }
@@ -303,8 +309,10 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
       break;
     }
     case 5: {
-      COHORT_ASSIGN_OR_RETURN(aggregation::UnmaskRequest request, secagg()->CloseConsistency());
-      BroadcastSecAgg(net::ToWire(round, task_id_, request), out);
+      COHORT_ASSIGN_OR_RETURN(auto requests, secagg()->CloseConsistency());
+      for (const auto& [index, request] : requests) {
+        SendSecAgg(index, net::ToWire(round, task_id_, request), out);
+      }
       break;
     }
     default:

@@ -4,6 +4,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -144,6 +145,36 @@ TEST_F(RoundEngineTest, RoundCommitsTheSampleWeightedMeanOfDeltas) {
   EXPECT_EQ((*rounds)[0].participants, 3u);
   EXPECT_EQ(store_->LatestCheckpoint()->model, Global());
   EXPECT_EQ(tasks_["p0"].round(), 2u);  // Next round started at once.
+}
+
+TEST_F(RoundEngineTest, ASecureSetupCarriesTheRostersRootNotEveryKey) {
+  // Issue 11: with n = 1,000 in a SecAgg+ round, a client's setup holds the
+  // roster's root and its own proof (log2 n siblings), not 1,000 keys.
+  auto setup_bytes = [&](int n) {
+    config::RunConfig c = TestConfig(n, n, 1);
+    c.mutable_secagg()->set_aggregation(config::SECAGG_PLUS);
+    store_.reset();
+    Start(c);
+    size_t largest = 0, starts = 0;
+    for (int i = 0; i < n; ++i) {
+      net::Envelope hello = Hello("c" + std::to_string(i));
+      std::string key(32, '\0');
+      std::memcpy(key.data(), &i, sizeof(i));
+      hello.header.mutable_hello()->set_identity_key(key);
+      for (const Outgoing& o : engine_->OnMessage("p" + std::to_string(i), hello, now_)) {
+        if (!o.header.has_secagg_start()) continue;
+        ++starts;
+        const wire::SecAggSetup& setup = o.header.secagg_start().setup();
+        EXPECT_EQ(setup.roster_proof_size(), n == 1000 ? 10 : 7);
+        largest = std::max(largest, setup.ByteSizeLong());
+      }
+    }
+    EXPECT_EQ(starts, static_cast<size_t>(n));
+    return largest;
+  };
+  const size_t at_100 = setup_bytes(100), at_1000 = setup_bytes(1000);
+  EXPECT_LT(at_1000, 600u);                 // 1,000 keys alone would be 34,000 bytes.
+  EXPECT_LE(at_1000, at_100 + 3 * 34 + 8);  // Three more siblings, a longer index.
 }
 
 TEST_F(RoundEngineTest, TimesIdsAndLinesComeFromTheInjectedEnv) {

@@ -51,6 +51,25 @@ void AdvertToWire(const aggregation::KeyAdvert& a, wire::KeyAdvert* w) {
   Put(w->mutable_signature(), a.signature);
 }
 
+// A Merkle proof: at most 32 siblings of 32 bytes (the client checks the
+// depth against its n).
+template <typename Repeated>
+StatusOr<crypto::MerkleProof> ProofFromWire(const Repeated& w, const std::string& field) {
+  if (w.size() > 32) {
+    return InvalidArgumentError(field + " has " + std::to_string(w.size()) + " siblings");
+  }
+  crypto::MerkleProof proof(w.size());
+  for (int i = 0; i < w.size(); ++i) {
+    COHORT_RETURN_IF_ERROR(Copy(w.Get(i), proof[i], field.c_str()));
+  }
+  return proof;
+}
+
+template <typename Repeated>
+void ProofToWire(const crypto::MerkleProof& proof, Repeated* w) {
+  for (const auto& d : proof) Put(w->Add(), d);
+}
+
 // Sealed shares keyed by peer; a peer named twice is an error.
 StatusOr<std::map<uint32_t, std::string>> SharesFromWire(const wire::SecAggShares& m) {
   std::map<uint32_t, std::string> out;
@@ -133,9 +152,19 @@ StatusOr<aggregation::UnmaskResponse> FromWire(const wire::SecAggUnmask& m, uint
 
 StatusOr<aggregation::KeyList> FromWire(const wire::SecAggKeys& m) {
   aggregation::KeyList list;
-  for (const auto& w : m.adverts()) {
-    COHORT_ASSIGN_OR_RETURN(aggregation::KeyAdvert a, AdvertFromWire(w));
-    list.adverts.push_back(a);
+  COHORT_RETURN_IF_ERROR(Copy(m.advert_root(), list.advert_root, "advert root"));
+  for (const auto& w : m.listed()) {
+    aggregation::ListedAdvert e;
+    e.index = w.index();
+    const std::string who = "key list entry " + std::to_string(w.index());
+    if (w.has_advert()) {
+      COHORT_ASSIGN_OR_RETURN(e.advert, AdvertFromWire(w.advert()));
+      COHORT_RETURN_IF_ERROR(Copy(w.identity(), e.identity, (who + " identity").c_str()));
+      COHORT_ASSIGN_OR_RETURN(e.identity_proof,
+                              ProofFromWire(w.identity_proof(), who + " identity proof"));
+    }
+    COHORT_ASSIGN_OR_RETURN(e.advert_proof, ProofFromWire(w.advert_proof(), who + " advert proof"));
+    list.entries.push_back(std::move(e));
   }
   return list;
 }
@@ -162,20 +191,37 @@ StatusOr<aggregation::UnmaskRequest> FromWire(const wire::SecAggUnmaskRequest& m
     aggregation::SurvivorSignature s;
     s.from = w.index();
     COHORT_RETURN_IF_ERROR(Copy(w.signature(), s.signature, "survivor signature"));
-    r.signatures.push_back(s);
+    COHORT_RETURN_IF_ERROR(Copy(w.identity(), s.identity, "signer identity"));
+    COHORT_ASSIGN_OR_RETURN(s.identity_proof,
+                            ProofFromWire(w.identity_proof(), "signer identity proof"));
+    r.signatures.push_back(std::move(s));
   }
   return r;
 }
 
 wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::KeyAdvert& advert) {
-  return ToWire(round, task_id, aggregation::KeyList{{advert}});
+  wire::Header h = NewHeader();
+  auto* m = h.mutable_secagg_keys();
+  Name(m, round, task_id);
+  AdvertToWire(advert, m->add_adverts());
+  return h;
 }
 
 wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::KeyList& list) {
   wire::Header h = NewHeader();
   auto* m = h.mutable_secagg_keys();
   Name(m, round, task_id);
-  for (const auto& a : list.adverts) AdvertToWire(a, m->add_adverts());
+  Put(m->mutable_advert_root(), list.advert_root);
+  for (const auto& e : list.entries) {
+    auto* w = m->add_listed();
+    w->set_index(e.index);
+    if (e.advert) {
+      AdvertToWire(*e.advert, w->mutable_advert());
+      Put(w->mutable_identity(), e.identity);
+      ProofToWire(e.identity_proof, w->mutable_identity_proof());
+    }
+    ProofToWire(e.advert_proof, w->mutable_advert_proof());
+  }
   return h;
 }
 
@@ -225,6 +271,8 @@ wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskR
     auto* w = m->add_signatures();
     w->set_index(sig.from);
     Put(w->mutable_signature(), sig.signature);
+    Put(w->mutable_identity(), sig.identity);
+    ProofToWire(sig.identity_proof, w->mutable_identity_proof());
   }
   return h;
 }

@@ -98,7 +98,9 @@ void Envelopes() {
                              s->set_k(3);
                              s->set_t(2);
                              s->set_context(std::string(32, 'c'));
-                             s->add_identities(std::string(32, 'i'));
+                             s->set_roster_root(std::string(32, 'r'));
+                             s->add_roster_proof(std::string(32, 'p'));
+                             s->add_roster_proof(std::string(32, 'q'));
                            }),
                            payload}));
   Put("envelope", "update",

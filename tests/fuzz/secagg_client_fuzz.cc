@@ -65,7 +65,7 @@ class ClientRun {
         h_(GetHonestRound(config)),
         index_(index),
         in_(in),
-        client_(h_.params, index, &h_.identity_keys[index], h_.identities) {}
+        client_(h_.params, index, &h_.identity_keys[index], h_.roster_proofs[index]) {}
 
   void Run() {
     for (int step = 0; step < kMaxSteps && !in_.empty(); ++step) {
@@ -107,7 +107,7 @@ class ClientRun {
       }
       case ClientOp::kShareKeys:
       case ClientOp::kEditedShareKeys: {
-        aggregation::KeyList list = h_.key_list;
+        aggregation::KeyList list = h_.key_lists.at(index_);
         if (op == ClientOp::kEditedShareKeys) MutateKeyList(in_, h_, list);
         auto sealed = client_.ShareKeys(list);
         if (sealed.ok()) CheckSealed(*sealed, list);
@@ -179,7 +179,7 @@ class ClientRun {
       }
       case ClientOp::kUnmask:
       case ClientOp::kEditedUnmask: {
-        aggregation::UnmaskRequest request = h_.request;
+        aggregation::UnmaskRequest request = HonestRequest();
         if (op == ClientOp::kEditedUnmask) MutateRequest(in_, h_, request);
         auto response = client_.Unmask(request);
         if (response.ok()) CheckResponse(*response, request);
@@ -191,10 +191,19 @@ class ClientRun {
     }
   }
 
+  // The recorded request to this client; the dropped client, which got
+  // none, is shown another's.
+  const aggregation::UnmaskRequest& HonestRequest() const {
+    auto it = h_.requests.find(index_);
+    return it != h_.requests.end() ? it->second : h_.requests.begin()->second;
+  }
+
   void CheckSealed(const aggregation::SealedShares& sealed, const aggregation::KeyList& list) {
     FUZZ_CHECK(sealed.from == index_, "sealed shares name another sender");
     std::set<uint32_t> listed;
-    for (const auto& a : list.adverts) listed.insert(a.index);
+    for (const auto& e : list.entries) {
+      if (e.advert) listed.insert(e.index);
+    }
     for (const auto& [v, ct] : sealed.to) {
       FUZZ_CHECK(Contains(client_.neighbours(), v) && listed.count(v) == 1,
                  "shares sealed for a client that is not a listed neighbour");
@@ -226,8 +235,9 @@ class ClientRun {
       self_shares += s.is_self_mask ? 1 : 0;
     }
     FUZZ_CHECK(self_shares >= h_.params.t, "answered with fewer than t surviving neighbours");
-    if (honest_ && request.survivors == h_.request.survivors &&
-        request.dropped == h_.request.dropped) {
+    const aggregation::UnmaskRequest& honest_request = HonestRequest();
+    if (honest_ && request.survivors == honest_request.survivors &&
+        request.dropped == honest_request.dropped) {
       // The recorded round's shares, each with the dealer's signature.
       const aggregation::UnmaskResponse& recorded = h_.responses.at(index_);
       FUZZ_CHECK(r.shares.size() == recorded.shares.size(), "not the recorded response");

@@ -91,9 +91,12 @@ HonestRound Build(int config) {
     h.identity_keys.push_back(Must(crypto::GenerateEd25519(), "identity keys"));
     h.identities.push_back(h.identity_keys.back().public_key);
   }
+  const crypto::MerkleTree roster = aggregation::RosterTree(h.identities);
+  p.roster = roster.root();
+  for (uint32_t i = 0; i < p.n; ++i) h.roster_proofs.push_back(roster.Proof(i));
   const std::array<uint8_t, 16> nonce = {1, 2, 3, static_cast<uint8_t>(config)};
   p.context = aggregation::SecAggContext(nonce, /*round=*/1, /*task_id=*/1, p, /*clip=*/4.0f,
-                                         /*scale=*/65536.0, /*total_weight=*/10.0, h.identities);
+                                         /*scale=*/65536.0, /*total_weight=*/10.0);
   for (uint32_t i = 0; i < p.n; ++i) {
     h.inputs.emplace_back(p.length);
     for (size_t j = 0; j < p.length; ++j) h.inputs[i][j] = 1000u * (i + 1) + 7919u * j;
@@ -103,14 +106,15 @@ HonestRound Build(int config) {
   SecAggServer server(p, h.identities);
   std::vector<std::unique_ptr<SecAggClient>> clients;
   for (uint32_t i = 0; i < p.n; ++i) {
-    clients.push_back(std::make_unique<SecAggClient>(p, i, &h.identity_keys[i], h.identities));
+    clients.push_back(
+        std::make_unique<SecAggClient>(p, i, &h.identity_keys[i], h.roster_proofs[i]));
     SeedRandom(ClientSeed(config, i));
     h.adverts.push_back(Must(clients[i]->AdvertiseKeys(), "AdvertiseKeys"));
     Must(server.OnAdvertise(h.adverts[i]), "OnAdvertise");
   }
-  h.key_list = Must(server.CloseAdvertise(), "CloseAdvertise");
+  h.key_lists = Must(server.CloseAdvertise(), "CloseAdvertise");
   for (uint32_t i = 0; i < p.n; ++i) {
-    h.sealed.push_back(Must(clients[i]->ShareKeys(h.key_list), "ShareKeys"));
+    h.sealed.push_back(Must(clients[i]->ShareKeys(h.key_lists.at(i)), "ShareKeys"));
     h.neighbours.push_back(clients[i]->neighbours());
     Must(server.OnShares(h.sealed[i]), "OnShares");
   }
@@ -136,9 +140,9 @@ HonestRound Build(int config) {
     h.signatures[u] = Must(clients[u]->SignSurvivors(h.survivors), "SignSurvivors");
     Must(server.OnSignature(h.signatures[u]), "OnSignature");
   }
-  h.request = Must(server.CloseConsistency(), "CloseConsistency");
+  h.requests = Must(server.CloseConsistency(), "CloseConsistency");
   for (uint32_t u : h.survivors.survivors) {
-    h.responses[u] = Must(clients[u]->Unmask(h.request), "Unmask");
+    h.responses[u] = Must(clients[u]->Unmask(h.requests.at(u)), "Unmask");
     Must(server.OnUnmask(CopyResponse(h.responses[u])), "OnUnmask");
   }
   h.sum = Must(server.Finalize(), "Finalize");
@@ -300,13 +304,26 @@ void MutateAdvert(FuzzInput& in, const HonestRound& h, KeyAdvert& a) {
   }
 }
 
+// Changes one byte of one digest of a proof, or its length.
+void MutateProof(FuzzInput& in, crypto::MerkleProof& proof) {
+  if (proof.empty() || in.Bool()) {
+    if (!proof.empty() && in.Bool()) {
+      proof.pop_back();
+    } else {
+      proof.push_back({});
+    }
+    return;
+  }
+  FlipArray(in, proof[PickIndex(in, proof)]);
+}
+
 void MutateKeyList(FuzzInput& in, const HonestRound& h, KeyList& list) {
   for (int e = Edits(in); e > 0; --e) {
-    auto& v = list.adverts;
-    const uint8_t op = in.Byte() % 6;
-    if (v.empty() || op == 0) {
-      v.push_back(h.adverts[in.Below(h.params.n)]);
-      MutateAdvert(in, h, v.back());
+    auto& v = list.entries;
+    const uint8_t op = in.Byte() % 10;
+    if (v.empty() || op == 0) {  // Another client's entry.
+      const KeyList& other = Pick(in, h.key_lists)->second;
+      if (!other.entries.empty()) v.push_back(other.entries[PickIndex(in, other.entries)]);
       continue;
     }
     const size_t i = PickIndex(in, v);
@@ -322,10 +339,26 @@ void MutateKeyList(FuzzInput& in, const HonestRound& h, KeyList& list) {
         std::swap(v[i], v[j]);
         break;
       case 4:
-        std::swap(v[i].enc_key, v[j].enc_key);
+        if (v[i].advert && v[j].advert) std::swap(v[i].advert->enc_key, v[j].advert->enc_key);
+        break;
+      case 5:
+        if (v[i].advert) {
+          MutateAdvert(in, h, *v[i].advert);
+        } else {
+          v[i].advert = h.adverts[v[i].index];
+        }
+        break;
+      case 6:
+        v[i].advert.reset();
+        break;
+      case 7:
+        v[i].identity = h.identities[in.Below(h.params.n)];
+        break;
+      case 8:
+        MutateProof(in, in.Bool() ? v[i].identity_proof : v[i].advert_proof);
         break;
       default:
-        MutateAdvert(in, h, v[i]);
+        FlipArray(in, list.advert_root);
         break;
     }
   }
@@ -446,9 +479,13 @@ void MutateIndexList(FuzzInput& in, const HonestRound& h, std::vector<uint32_t>&
 
 void MutateSignature(FuzzInput& in, const HonestRound& h, SurvivorSignature& s) {
   for (int e = Edits(in); e > 0; --e) {
-    const uint8_t op = in.Byte() % 3;
+    const uint8_t op = in.Byte() % 5;
     if (op == 0) {
       s.from = AnyIndex(in, h);
+    } else if (op == 3) {
+      s.identity = h.identities[in.Below(h.params.n)];
+    } else if (op == 4) {
+      MutateProof(in, s.identity_proof);
     } else if (op == 1 || h.signatures.empty()) {
       FlipArray(in, s.signature);
     } else {

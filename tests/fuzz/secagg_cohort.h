@@ -31,24 +31,25 @@ struct HonestRound {
   aggregation::SecAggParams params;
   std::vector<crypto::Ed25519KeyPair> identity_keys;  // By index.
   std::vector<crypto::Ed25519Public> identities;
-  std::vector<std::vector<uint32_t>> inputs;  // Each client's plain input.
-  uint32_t dropped = 0;                       // In U3, not in U4.
+  std::vector<crypto::MerkleProof> roster_proofs;  // By index.
+  std::vector<std::vector<uint32_t>> inputs;       // Each client's plain input.
+  uint32_t dropped = 0;                            // In U3, not in U4.
   // Each client's neighbours in the recorded round (the graph is seeded
   // from the key list, so it holds whenever U1 is the recorded key list).
   std::vector<std::vector<uint32_t>> neighbours;
 
-  std::vector<aggregation::KeyAdvert> adverts;  // By index.
-  aggregation::KeyList key_list;
-  std::vector<aggregation::SealedShares> sealed;  // By index.
+  std::vector<aggregation::KeyAdvert> adverts;         // By index.
+  std::map<uint32_t, aggregation::KeyList> key_lists;  // By recipient.
+  std::vector<aggregation::SealedShares> sealed;       // By index.
   std::map<uint32_t, aggregation::InboundShares> inbound;
   std::vector<aggregation::ShareCheck> checks;   // By index (no complaints).
   aggregation::CheckedList checked;              // U3.
   std::vector<aggregation::MaskedInput> masked;  // By index, the dropped one's too.
   aggregation::SurvivorList survivors;
   std::map<uint32_t, aggregation::SurvivorSignature> signatures;  // By signer.
-  aggregation::UnmaskRequest request;
-  std::map<uint32_t, aggregation::UnmaskResponse> responses;  // By responder.
-  std::vector<uint32_t> sum;                                  // Of U4's inputs.
+  std::map<uint32_t, aggregation::UnmaskRequest> requests;        // By recipient.
+  std::map<uint32_t, aggregation::UnmaskResponse> responses;      // By responder.
+  std::vector<uint32_t> sum;                                      // Of U4's inputs.
 };
 
 // The operations of the two harnesses' input programs (one byte each, taken

@@ -176,21 +176,23 @@ class ServerRun {
     }
   }
 
-  static bool SameAdvert(const aggregation::KeyAdvert& a, const aggregation::KeyAdvert& b) {
-    return a.index == b.index && a.enc_key == b.enc_key && a.mask_key == b.mask_key &&
-           a.self_commitment == b.self_commitment && a.signature == b.signature;
-  }
-
   Status CloseAdvertise() {
-    auto list = server_.CloseAdvertise();
-    if (!list.ok()) return list.status();
-    std::vector<uint32_t> indices;
-    for (const auto& a : list->adverts) indices.push_back(a.index);
-    FUZZ_CHECK(indices == server_.u1(), "the key list must be U1 in index order");
+    auto lists = server_.CloseAdvertise();
+    if (!lists.ok()) return lists.status();
+    std::vector<uint32_t> recipients;
+    for (const auto& [u, list] : *lists) {
+      recipients.push_back(u);
+      FUZZ_CHECK(list.advert_root == lists->begin()->second.advert_root,
+                 "two clients were shown different advert roots");
+      for (const auto& e : list.entries) {
+        FUZZ_CHECK(e.advert.has_value() == Contains(server_.u1(), e.index),
+                   "a key list shows an advert outside U1 or hides one in it");
+      }
+    }
+    FUZZ_CHECK(recipients == server_.u1(), "key lists must go to U1");
     FUZZ_CHECK(server_.u1().size() >= h_.params.t, "closed with fewer than t adverts");
-    recorded_graph_ = list->adverts.size() == h_.key_list.adverts.size() &&
-                      std::equal(list->adverts.begin(), list->adverts.end(),
-                                 h_.key_list.adverts.begin(), SameAdvert);
+    recorded_graph_ =
+        lists->begin()->second.advert_root == h_.key_lists.begin()->second.advert_root;
     return OkStatus();
   }
 
@@ -229,17 +231,22 @@ class ServerRun {
   }
 
   Status CloseConsistency() {
-    auto request = server_.CloseConsistency();
-    if (!request.ok()) return request.status();
-    FUZZ_CHECK(request->survivors == server_.u4(), "the request's survivors must be U4");
-    std::vector<uint32_t> dropped;
+    auto requests = server_.CloseConsistency();
+    if (!requests.ok()) return requests.status();
+    FUZZ_CHECK(server_.u4().size() >= h_.params.t, "closed with fewer than t survivors");
+    std::vector<uint32_t> dropped, recipients;
     std::set_difference(server_.u3().begin(), server_.u3().end(), server_.u4().begin(),
                         server_.u4().end(), std::back_inserter(dropped));
-    FUZZ_CHECK(request->dropped == dropped, "the request's dropped list must be U3 \\ U4");
-    FUZZ_CHECK(request->signatures.size() >= h_.params.t, "fewer than t signatures");
-    for (const auto& s : request->signatures) {
-      FUZZ_CHECK(Contains(server_.u4(), s.from), "a signature from outside U4");
+    for (const auto& [u, request] : *requests) {
+      recipients.push_back(u);
+      FUZZ_CHECK(request.survivors == server_.u4(), "the request's survivors must be U4");
+      FUZZ_CHECK(request.dropped == dropped, "the request's dropped list must be U3 \\ U4");
+      for (const auto& s : request.signatures) {
+        FUZZ_CHECK(Contains(server_.u4(), s.from), "a signature from outside U4");
+        FUZZ_CHECK(s.identity == h_.identities[s.from], "a signature under another's key");
+      }
     }
+    FUZZ_CHECK(recipients == server_.u4(), "unmask requests must go to U4");
     return OkStatus();
   }
 
