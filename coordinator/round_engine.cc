@@ -541,10 +541,6 @@ void RoundEngine::Progress(TimeMs now, std::vector<Outgoing>& out) {
 
 void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   if (phase_ != Phase::kWaiting || !store_error_.ok()) return;
-  std::vector<std::string> available;
-  for (const auto& [name, c] : clients_) {
-    if (c.active && banned_.count(name) == 0) available.push_back(name);
-  }
   const auto& rc = config_.rounds();
   const uint32_t min_clients = MinClients();
   uint32_t needed = min_clients;
@@ -553,6 +549,13 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
                              ? rc.start_clients() - static_cast<uint32_t>(banned_.size())
                              : 0;
   if (first_round_ && start > needed) needed = start;
+  // Every Hello lands here while the run waits: too few registered at all
+  // must cost O(1), or registering n clients costs O(n^2).
+  if (clients_.size() < needed) return;
+  std::vector<std::string> available;
+  for (const auto& [name, c] : clients_) {
+    if (c.active && banned_.count(name) == 0) available.push_back(name);
+  }
   if (available.size() < needed) return;
   first_round_ = false;
   const uint32_t round = round_ + 1;
