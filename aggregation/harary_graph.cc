@@ -3,6 +3,7 @@
 #include <sodium.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace cohort::aggregation {
@@ -52,6 +53,8 @@ uint64_t HararyGraph::Inverse(uint64_t x) const {
 }
 
 uint32_t HararyGraph::At(uint32_t position) const {
+  // A caller's bug: from outside [0, n) the walk may never come back.
+  if (position >= n_) std::abort();
   if (complete()) return position;
   uint64_t x = Forward(position);
   while (x >= n_) x = Forward(x);  // Cycle walking: ends, as x < n started the cycle.
@@ -59,6 +62,7 @@ uint32_t HararyGraph::At(uint32_t position) const {
 }
 
 uint32_t HararyGraph::Position(uint32_t index) const {
+  if (index >= n_) std::abort();  // As in At.
   if (complete()) return index;
   uint64_t x = Inverse(index);
   while (x >= n_) x = Inverse(x);

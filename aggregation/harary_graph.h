@@ -9,6 +9,13 @@
 // evaluations and no party has to build the whole graph to know its own
 // place: a client of a cohort of 10,000 holds k numbers, not 10,000 lists.
 // With k + 1 >= n the graph is complete and the permutation is not used.
+//
+// An approximation: Feistel networks on small halves reach only even
+// permutations, and six rounds only a part of those, so for small n the
+// placement is not uniformly random, as the 2^-20 bound in
+// MaxCorruptNeighbours assumes. Next to what grinding the advert root gives
+// a coordinator (docs/architecture.md, "try many graph seeds") the bias is
+// small; a keyed shuffle for n <= 2^16 would remove it at O(n) a client.
 #ifndef COHORT_AGGREGATION_HARARY_GRAPH_H_
 #define COHORT_AGGREGATION_HARARY_GRAPH_H_
 
@@ -28,7 +35,8 @@ class HararyGraph {
   uint32_t n() const { return n_; }
   uint32_t k() const { return k_; }
   bool complete() const { return k_ + 1 >= n_; }
-  // The ring position of client `index` < n, and the client at `position`.
+  // The ring position of client `index` < n, and the client at `position`
+  // < n (either out of range aborts: callers check untrusted indices).
   uint32_t Position(uint32_t index) const;
   uint32_t At(uint32_t position) const;
   // Client `index`'s neighbours, sorted.

@@ -264,11 +264,6 @@ class SecAggClient {
   SecAggClient(const SecAggParams& params, uint32_t index, const crypto::Ed25519KeyPair* identity,
                crypto::MerkleProof roster_proof, Env* env = Env::Default());
 
-  // Every identity key this client relies on (its neighbours', and the
-  // signers' in the unmask request) must be one of `allowed` (sorted; a
-  // site's --peers). Empty, the default: any key the roster proves.
-  void AllowOnly(std::vector<crypto::Ed25519Public> allowed) { allowed_ = std::move(allowed); }
-
   StatusOr<KeyAdvert> AdvertiseKeys();
   StatusOr<SealedShares> ShareKeys(const KeyList& list);
   // Opens the shares neighbours sent; what cannot be opened becomes a
@@ -301,8 +296,9 @@ class SecAggClient {
   // adverts and identities.
   Status CheckKeyList(const KeyList& list);
   Status CheckListedAdvert(const crypto::Digest& root, const ListedAdvert& e) const;
-  // That a key the roster proves for client `index` is allowed and not
-  // another client's too (a key at two places would hold two shares).
+  // That a key the roster proves for client `index` is not another's too,
+  // as far as this client sees (a key at two places would hold two shares;
+  // a client with --peers checks the whole roster in its setup).
   Status CheckIdentity(uint32_t index, const crypto::Ed25519Public& identity);
   // Seals the two shares dealt to neighbour v under one signature.
   StatusOr<std::string> SealFor(uint32_t v, const SecretBytes& key, const SecretBytes& mask_share,
@@ -316,7 +312,6 @@ class SecAggClient {
   uint32_t index_;
   const crypto::Ed25519KeyPair* identity_;
   crypto::MerkleProof roster_proof_;
-  std::vector<crypto::Ed25519Public> allowed_;
   std::map<crypto::Ed25519Public, uint32_t> known_identities_;  // Key -> index, as seen.
   std::optional<HararyGraph> graph_;                            // From stage 2.
   std::vector<uint32_t> neighbours_;

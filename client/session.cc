@@ -99,6 +99,7 @@ void Session::SendHello(TimeMs now, Actions& a) {
   h.mutable_hello()->set_code_version(COHORT_VERSION);
   if (identity_ != nullptr) {
     h.mutable_hello()->set_identity_key(identity_->public_key.data(), identity_->public_key.size());
+    h.mutable_hello()->set_wants_roster(!peers_.empty());
   }
   Send(std::move(h), {}, now, a);
 }
@@ -388,6 +389,36 @@ void Session::StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecA
   }
 }
 
+Status Session::CheckRoster(const wire::SecAggSetup& s, const crypto::Digest& root) const {
+  // A key at two indices, or outside --peers, would let the coordinator fill
+  // this client's neighbourhood with copies of its colluders: with --peers
+  // every key is checked, not only the ones this client will meet.
+  if (static_cast<uint32_t>(s.roster_size()) != s.n()) {
+    return InvalidArgumentError("secagg setup: " + std::to_string(s.roster_size()) +
+                                " roster keys for a cohort of " + std::to_string(s.n()) +
+                                " (--peers needs them all)");
+  }
+  std::vector<crypto::Ed25519Public> keys(s.n());
+  for (uint32_t i = 0; i < s.n(); ++i) {
+    if (!CopyBytes(s.roster(static_cast<int>(i)), keys[i])) {
+      return InvalidArgumentError("secagg setup: roster key " + std::to_string(i) +
+                                  " is not 32 bytes");
+    }
+    if (!std::binary_search(peers_.begin(), peers_.end(), keys[i])) {
+      return InvalidArgumentError("secagg setup: identity " + std::to_string(i) +
+                                  " is not one of this client's --peers");
+    }
+  }
+  if (aggregation::RosterTree(keys).root() != root) {
+    return InvalidArgumentError("secagg setup: the roster keys do not match the roster root");
+  }
+  std::sort(keys.begin(), keys.end());
+  if (std::adjacent_find(keys.begin(), keys.end()) != keys.end()) {
+    return InvalidArgumentError("secagg setup: an identity key appears twice in the cohort");
+  }
+  return OkStatus();
+}
+
 Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& s,
                             TimeMs now, Actions& a) {
   if (identity_ == nullptr) return FailedPreconditionError("no identity key to sign with");
@@ -455,6 +486,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   if (!CopyBytes(s.roster_root(), params.roster)) {
     return InvalidArgumentError("secagg setup: the roster root is not 32 bytes");
   }
+  if (!peers_.empty()) COHORT_RETURN_IF_ERROR(CheckRoster(s, params.roster));
   std::array<uint8_t, 32> nonce{};
   std::memcpy(nonce.data(), s.context().data(), nonce.size());
   params.context = aggregation::SecAggContext(nonce, round, task_id, params, s.clip(), s.scale(),
@@ -467,7 +499,6 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.weight = static_cast<double>(num_samples_) / s.total_weight();
   r.client = std::make_unique<aggregation::SecAggClient>(params, s.index(), identity_,
                                                          std::move(roster_proof), env_);
-  r.client->AllowOnly(peers_);
   secagg_ = std::move(r);
   if (Paused("advertise_keys", round, a)) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(aggregation::KeyAdvert advert, secagg_->client->AdvertiseKeys());

@@ -135,6 +135,8 @@ class Session {
   // on a refusal it prints why and leaves no session.
   void StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
                        Actions& a);
+  // With --peers: the setup's whole roster, against its root and --peers.
+  Status CheckRoster(const wire::SecAggSetup& setup, const crypto::Digest& root) const;
   Status StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
                      Actions& a);
   void OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a);

@@ -219,6 +219,8 @@ void SetRoster(wire::SecAggSetup* sa, const std::vector<crypto::Ed25519Public>& 
   sa->set_roster_root(roster.root().data(), roster.root().size());
   sa->clear_roster_proof();
   for (const auto& d : roster.Proof(sa->index())) sa->add_roster_proof(d.data(), d.size());
+  sa->clear_roster();  // As a coordinator sends it to a client with --peers.
+  for (const auto& id : ids) sa->add_roster(id.data(), id.size());
 }
 
 net::Envelope SecureTask(uint64_t task_id, const crypto::Ed25519Public& own, uint32_t t = 2) {
@@ -351,60 +353,52 @@ TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {
   EXPECT_NE(a.printed[0].find("overflows"), std::string::npos);
 }
 
-TEST(SecureSessionTest, WithPeersAKeyListNamingAKeyOutsideThemIsRefused) {
-  // Four clients on the complete graph; this session is client 0 and its
-  // --peers leave out client 3. The setup cannot show that (it carries only
-  // the roster's root): the key list, which proves each neighbour's key, does.
+TEST(SecureSessionTest, WithPeersItAsksForAndChecksTheWholeRoster) {
+  // A key this client never meets could sit at many indices around it: with
+  // --peers it checks all n against the root, for repeats and against them.
   auto identity = std::move(crypto::GenerateEd25519()).value();
-  std::vector<crypto::Ed25519KeyPair> others;
-  std::vector<crypto::Ed25519Public> ids = {identity.public_key};
-  for (int i = 0; i < 3; ++i) {
-    others.push_back(std::move(crypto::GenerateEd25519()).value());
-    ids.push_back(others.back().public_key);
-  }
   Session s(
       "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
-  std::vector<crypto::Ed25519Public> peers(ids.begin(), ids.begin() + 3);
-  std::sort(peers.begin(), peers.end());
-  s.set_peers(peers);
-  s.Start(0);
-  s.OnMessage(Welcome(), 10);
-  net::Envelope task = SecureTask(7, identity.public_key);
-  auto* sa = task.header.mutable_task()->mutable_secagg();
-  sa->set_n(4);
-  sa->set_k(3);
-  sa->set_t(3);
-  SetRoster(sa, ids);
-  Actions a = s.OnMessage(task, 20);
+  std::vector<crypto::Ed25519Public> peers = {identity.public_key};
+  for (int i = 1; i < 30; ++i) peers.push_back(Key(static_cast<char>(i)));
+  std::vector<crypto::Ed25519Public> sorted = peers;
+  std::sort(sorted.begin(), sorted.end());
+  s.set_peers(sorted);
+  Actions a = s.Start(0);
   ASSERT_EQ(a.send.size(), 1u);
-  ASSERT_TRUE(a.send[0].header.has_secagg_keys());
-  // The coordinator's half, with the parameters the session derived.
-  aggregation::SecAggParams p;
-  p.n = 4;
-  p.k = 3;
-  p.t = 3;
-  p.length = kParams + aggregation::kSecureMetricSlots;
-  p.roster = aggregation::RosterTree(ids).root();
-  std::array<uint8_t, 32> nonce;
-  nonce.fill('c');
-  p.context = aggregation::SecAggContext(nonce, 1, 7, p, 4, 1e6, 150);
-  aggregation::SecAggServer server(p, ids);
-  ASSERT_TRUE(server.OnAdvertise(*net::FromWire(a.send[0].header.secagg_keys(), 0)).ok());
-  const crypto::MerkleTree roster = aggregation::RosterTree(ids);
-  std::vector<std::unique_ptr<aggregation::SecAggClient>> clients;
-  for (uint32_t i = 1; i < 4; ++i) {
-    clients.push_back(
-        std::make_unique<aggregation::SecAggClient>(p, i, &others[i - 1], roster.Proof(i)));
-    ASSERT_TRUE(server.OnAdvertise(*clients.back()->AdvertiseKeys()).ok());
-  }
-  auto lists = server.CloseAdvertise();
-  ASSERT_TRUE(lists.ok());
-  a = s.OnMessage(Env(net::ToWire(1, 7, lists->at(0))), 30);
-  EXPECT_TRUE(a.send.empty());
-  ASSERT_EQ(a.printed.size(), 1u);
-  EXPECT_NE(a.printed[0].find("client 3 is not one this client allows (--peers)"),
-            std::string::npos)
-      << a.printed[0];
+  EXPECT_TRUE(a.send[0].header.hello().wants_roster());
+  s.OnMessage(Welcome(), 10);
+  // Ten of the thirty: up to 3 may collude, so t = 7 of 9.
+  auto cohort = [&](uint64_t task_id, std::vector<crypto::Ed25519Public> ids) {
+    net::Envelope e = SecureTask(task_id, identity.public_key, 7);
+    auto* sa = e.header.mutable_task()->mutable_secagg();
+    sa->set_n(10);
+    sa->set_k(9);
+    SetRoster(sa, ids);
+    return e;
+  };
+  const std::vector<crypto::Ed25519Public> ten(peers.begin(), peers.begin() + 10);
+  auto refusal = [&](net::Envelope e, TimeMs now) {
+    Actions r = s.OnMessage(e, now);
+    EXPECT_FALSE(r.train.has_value());
+    return r.printed.size() == 1 ? r.printed[0] : std::string("(no line)");
+  };
+  net::Envelope hidden = cohort(40, ten);
+  hidden.header.mutable_task()->mutable_secagg()->clear_roster();
+  EXPECT_NE(refusal(hidden, 20).find("0 roster keys for a cohort of 10"), std::string::npos);
+  std::vector<crypto::Ed25519Public> twice = ten;
+  twice[9] = twice[8];  // One colluder at two places.
+  EXPECT_NE(refusal(cohort(41, twice), 30).find("appears twice"), std::string::npos);
+  std::vector<crypto::Ed25519Public> stranger = ten;
+  stranger[5] = Key('z');
+  EXPECT_NE(
+      refusal(cohort(42, stranger), 40).find("identity 5 is not one of this client's --peers"),
+      std::string::npos);
+  net::Envelope swapped = cohort(43, ten);
+  swapped.header.mutable_task()->mutable_secagg()->set_roster(
+      3, std::string(peers[20].begin(), peers[20].end()));
+  EXPECT_NE(refusal(swapped, 50).find("do not match the roster root"), std::string::npos);
+  EXPECT_TRUE(s.OnMessage(cohort(44, ten), 60).train.has_value());
 }
 
 TEST(SecureSessionTest, RefusesAThresholdWeakerThanItsOwnDerivation) {

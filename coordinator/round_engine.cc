@@ -110,6 +110,27 @@ auto FindByName(Vector& participants, const std::string& name) -> decltype(parti
 
 }  // namespace
 
+TimeMs RoundEngine::TimeoutOf(const Client& c) const {
+  return c.last_seen + SecondsToMs(config_.rounds().client_timeout_s()) + 1;
+}
+
+void RoundEngine::Seen(const std::string& name, Client& c, TimeMs now) {
+  timeouts_.erase({TimeoutOf(c), name});
+  c.last_seen = now;
+  c.active = true;
+  timeouts_.emplace(TimeoutOf(c), name);
+}
+
+void RoundEngine::SetActive(const std::string& name, Client& c) {
+  c.active = true;
+  timeouts_.emplace(TimeoutOf(c), name);
+}
+
+void RoundEngine::SetInactive(const std::string& name, Client& c) {
+  c.active = false;
+  timeouts_.erase({TimeoutOf(c), name});
+}
+
 RoundEngine::Participant* RoundEngine::FindParticipant(const std::string& name) {
   return FindByName(participants_, name);
 }
@@ -139,6 +160,9 @@ void RoundEngine::FillSecAggSetup(const std::string& name, wire::SecAggSetup* sa
   sa->set_context(secagg_nonce_.data(), secagg_nonce_.size());
   sa->set_roster_root(p.roster.data(), p.roster.size());
   for (const auto& d : secagg()->RosterProof(index)) sa->add_roster_proof(d.data(), d.size());
+  if (auto it = clients_.find(name); it != clients_.end() && it->second.wants_roster) {
+    for (const auto& id : cohort_identities_) sa->add_roster(id.data(), id.size());
+  }
   sa->set_clip(fixed_point_.clip);
   sa->set_scale(fixed_point_.scale);
   sa->set_total_weight(cohort_weight_);
@@ -254,9 +278,7 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
         out.push_back(MakeError(peer, wire::UNKNOWN_CLIENT, "unknown client; send hello"));
         break;
       }
-      Client& c = clients_[*name];
-      c.last_seen = now;
-      c.active = true;
+      Seen(*name, clients_[*name], now);
       Outgoing ack;
       ack.peer = peer;
       ack.header.set_version(wire::VERSION_1);
@@ -321,6 +343,7 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
   }
   // The previous owner of this routing id (if another name) loses it.
   if (auto it = peer_to_name_.find(peer); it != peer_to_name_.end() && it->second != name) {
+    SetInactive(it->second, clients_[it->second]);
     clients_.erase(it->second);
   }
   // A shard does not change under a running process: a Hello on the same
@@ -337,9 +360,9 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
     c.num_samples = hello.num_samples();
   }
   c.peer = peer;
-  c.last_seen = now;
-  c.active = true;
+  Seen(name, c, now);
   c.identity = identity;
+  c.wants_roster = hello.wants_roster();
   peer_to_name_[peer] = name;
   env_->Log().info("client {} {} ({} samples, {} registered)", name,
                    is_new ? "registered" : "re-registered", c.num_samples, clients_.size());
@@ -407,9 +430,7 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     return;
   }
   const std::string name = *name_ptr;
-  Client& c = clients_[name];
-  c.last_seen = now;
-  c.active = true;
+  Seen(name, clients_[name], now);
   const uint32_t current = round_ + 1;
   if (phase_ != Phase::kTraining || u.round() != current || u.task_id() != task_id_) {
     const std::string why =
@@ -771,16 +792,22 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
 
 std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
   std::vector<Outgoing> out;
-  const TimeMs timeout = SecondsToMs(config_.rounds().client_timeout_s());
-  for (auto& [name, c] : clients_) {
-    if (c.active && now - c.last_seen > timeout) {
-      c.active = false;
-      env_->Log().warn("client {}: no message for {:.1f} s, marked unavailable", name,
-                       (now - c.last_seen) / 1000.0);
-      if (phase_ == Phase::kTraining) {
-        Participant* p = FindParticipant(name);
-        if (p != nullptr && Waiting(*p)) Exclude(*p, Participant::State::kDropped, "timed out");
-      }
+  // The clients silent past the timeout, in name order.
+  std::vector<std::string> silent;
+  for (auto it = timeouts_.begin(); it != timeouts_.end() && it->first <= now; ++it) {
+    silent.push_back(it->second);
+  }
+  std::sort(silent.begin(), silent.end());
+  for (const std::string& name : silent) {
+    auto it = clients_.find(name);
+    if (it == clients_.end() || !it->second.active || TimeoutOf(it->second) > now) continue;
+    Client& c = it->second;
+    SetInactive(name, c);
+    env_->Log().warn("client {}: no message for {:.1f} s, marked unavailable", name,
+                     (now - c.last_seen) / 1000.0);
+    if (phase_ == Phase::kTraining) {
+      Participant* p = FindParticipant(name);
+      if (p != nullptr && Waiting(*p)) Exclude(*p, Participant::State::kDropped, "timed out");
     }
   }
   if (phase_ == Phase::kTraining && !secagg() && now >= deadline_) {
@@ -789,7 +816,7 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
       if (p.state == Participant::State::kPending) {
         Drop(p, Participant::State::kDropped, "missed the round deadline");
         // Not picked again until it speaks up.
-        clients_[p.name].active = false;
+        SetInactive(p.name, clients_[p.name]);
         env_->Log().warn("client {}: dropped from round {}: missed the deadline", p.name,
                          round_ + 1);
       }
@@ -802,10 +829,7 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
 
 std::optional<TimeMs> RoundEngine::NextWakeup() const {
   std::optional<TimeMs> next;
-  const TimeMs timeout = SecondsToMs(config_.rounds().client_timeout_s());
-  for (const auto& [name, c] : clients_) {
-    if (c.active && (!next || c.last_seen + timeout + 1 < *next)) next = c.last_seen + timeout + 1;
-  }
+  if (!timeouts_.empty()) next = timeouts_.begin()->first;
   if (phase_ == Phase::kTraining) {
     // A secure round waits on its stage's deadline; only the masked inputs
     // (like a plain round's updates) wait for the round deadline.

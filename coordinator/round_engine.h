@@ -106,9 +106,10 @@ class RoundEngine {
   struct Client {
     std::string peer;
     TimeMs last_seen = 0;
-    bool active = true;
+    bool active = false;  // Set by Seen.
     uint64_t num_samples = 0;
     std::optional<crypto::Ed25519Public> identity;  // From Hello.
+    bool wants_roster = false;                      // From Hello.
   };
   struct Participant {
     std::string name;
@@ -199,6 +200,12 @@ class RoundEngine {
   Outgoing MakeTask(const std::string& peer, const std::string& name) const;
   Outgoing MakeError(const std::string& peer, wire::ErrorCode code, std::string message) const;
   Participant* FindParticipant(const std::string& name);
+  // Every change of a client's last_seen or active goes through these, so
+  // that timeouts_ holds exactly the active clients.
+  TimeMs TimeoutOf(const Client& c) const;  // When it times out: last_seen + timeout + 1.
+  void Seen(const std::string& name, Client& c, TimeMs now);
+  void SetActive(const std::string& name, Client& c);
+  void SetInactive(const std::string& name, Client& c);
   const std::string* NameOf(const std::string& peer) const;
 
   config::RunConfig config_;
@@ -210,6 +217,9 @@ class RoundEngine {
   Phase phase_ = Phase::kWaiting;
   bool first_round_ = true;
   std::map<std::string, Client> clients_;  // By name.
+  // The active clients by the time they time out: the next wakeup and the
+  // timeout scan cost O(log n), not a pass over every registered client.
+  std::set<std::pair<TimeMs, std::string>> timeouts_;
   // Clients the protocol proved misbehaving, with the reason: never selected
   // again in this run. Rebuilt from the store's client records on resume.
   std::map<std::string, std::string> banned_;

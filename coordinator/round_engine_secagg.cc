@@ -140,8 +140,7 @@ RoundEngine::Participant* RoundEngine::SecAggSender(const std::string& peer, uin
     out.push_back(MakeError(peer, wire::UNKNOWN_CLIENT, "unknown client; send hello"));
     return nullptr;
   }
-  Client& c = clients_[*name];
-  c.active = true;
+  SetActive(*name, clients_[*name]);
   const uint32_t current = round_ + 1;
   std::string why;
   Participant* p = nullptr;
@@ -332,7 +331,7 @@ void RoundEngine::AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out) {
       if (!p.left && p.answered < stage_) {
         LeaveSecAgg(p, Participant::State::kDropped,
                     std::string("no ") + kStageNames[stage_] + " message before the deadline");
-        if (stage_ <= kMaskedInputStage) clients_[p.name].active = false;  // Until it speaks again.
+        if (stage_ <= kMaskedInputStage) SetInactive(p.name, clients_[p.name]);  // Until it speaks.
         env_->Log().warn("client {}: left round {} at stage {}", p.name, round,
                          kStageNames[stage_]);
       }

@@ -161,11 +161,18 @@ TEST_F(RoundEngineTest, ASecureSetupCarriesTheRostersRootNotEveryKey) {
       std::string key(32, '\0');
       std::memcpy(key.data(), &i, sizeof(i));
       hello.header.mutable_hello()->set_identity_key(key);
+      hello.header.mutable_hello()->set_wants_roster(i == 7);  // One client has --peers.
       for (const Outgoing& o : engine_->OnMessage("p" + std::to_string(i), hello, now_)) {
         if (!o.header.has_secagg_start()) continue;
         ++starts;
         const wire::SecAggSetup& setup = o.header.secagg_start().setup();
         EXPECT_EQ(setup.roster_proof_size(), n == 1000 ? 10 : 7);
+        if (o.peer == "p7") {
+          // It checks all n keys against its --peers: they come with its setup.
+          EXPECT_EQ(setup.roster_size(), n);
+          continue;
+        }
+        EXPECT_EQ(setup.roster_size(), 0);
         largest = std::max(largest, setup.ByteSizeLong());
       }
     }

@@ -132,8 +132,9 @@ class ServerRun {
       }
       case ServerOp::kEditedSignature: {
         auto it = h_.signatures.find(i);
-        aggregation::SurvivorSignature s =
-            it != h_.signatures.end() ? it->second : aggregation::SurvivorSignature{i, {}};
+        aggregation::SurvivorSignature s;
+        s.from = i;
+        if (it != h_.signatures.end()) s = it->second;
         MutateSignature(in_, h_, s);
         tampered_ = true;
         return server_.OnSignature(s);
