@@ -301,6 +301,7 @@ struct Staged {
   std::vector<std::unique_ptr<SecAggClient>> clients;
   std::vector<KeyAdvert> adverts;
   std::map<uint32_t, UnmaskRequest> requests;  // Per client.
+  crypto::Digest advert_root{};
 };
 
 // Every client advertised; the server has not closed stage 1.
@@ -321,6 +322,7 @@ Staged StageToRequest(Harness& h) {
   SecAggServer& server = *s.server;
   for (auto& a : s.adverts) EXPECT_TRUE(server.OnAdvertise(a).ok());
   auto list = server.CloseAdvertise();
+  s.advert_root = list->begin()->second.advert_root;
   for (auto& c : s.clients) EXPECT_TRUE(server.OnShares(*c->ShareKeys(list->at(c->index()))).ok());
   auto inbound = server.CloseShares();
   for (uint32_t i = 0; i < h.params().n; ++i) {
@@ -516,6 +518,25 @@ TEST(SecAggMaliciousServerTest, ARepeatedSignatureCountsOnce) {
   ASSERT_EQ(own.from, 1u);
   for (uint32_t i = 0; i < 3 * t; ++i) padded.signatures.push_back(own);
   auto r = s.clients[1]->Unmask(padded);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("valid survivor signatures"), std::string::npos)
+      << r.status();
+  EXPECT_TRUE(s.clients[2]->Unmask(s.requests.at(2)).ok());
+}
+
+TEST(SecAggMaliciousServerTest, ASignatureUnderAKeyTheRosterDoesNotHoldDoesNotCount) {
+  // The server forwards each signer's key with its roster proof: a key of
+  // its own, with a signature that key made and the real proof, must not count.
+  Harness h(Params(10, 8));
+  Staged s = StageToRequest(h);
+  UnmaskRequest forged = s.requests.at(1);
+  const auto impostor = std::move(crypto::GenerateEd25519()).value();
+  const auto session = SecAggSession(h.params().context, s.advert_root);
+  for (auto& sig : forged.signatures) {
+    sig.identity = impostor.public_key;
+    sig.signature = *crypto::Sign(impostor, SurvivorListMessage(session, forged.survivors));
+  }
+  auto r = s.clients[1]->Unmask(forged);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("valid survivor signatures"), std::string::npos)
       << r.status();
@@ -867,10 +888,26 @@ TEST(SecAggClientTest, RefusesAKeyListThatHidesANeighbourOrSwapsAKey) {
     (void)client.AdvertiseKeys();  // Fresh keys: only the checks before its own entry's run.
     return client.ShareKeys(list).status();
   };
-  // One neighbour left out.
+  // One neighbour left out, or a stranger added.
   KeyList hidden = honest;
   hidden.entries.pop_back();
   EXPECT_NE(refusal(0, hidden).message().find("entries, expected"), std::string::npos);
+  std::vector<bool> listed(h.params().n, false);
+  for (const auto& e : honest.entries) listed[e.index] = true;
+  const uint32_t stranger =
+      static_cast<uint32_t>(std::find(listed.begin(), listed.end(), false) - listed.begin());
+  const KeyList theirs = ForgedKeyList(h, adverts, stranger);  // Its entry, validly proven.
+  KeyList padded = honest;
+  padded.entries.push_back(
+      *std::find_if(theirs.entries.begin(), theirs.entries.end(),
+                    [&](const ListedAdvert& e) { return e.index == stranger; }));
+  EXPECT_NE(refusal(0, padded).message().find("entries, expected"), std::string::npos);
+  // A neighbour's entry swapped for the stranger's (as many entries).
+  KeyList replaced = honest;
+  replaced.entries.back() = padded.entries.back();
+  std::sort(replaced.entries.begin(), replaced.entries.end(),
+            [](const ListedAdvert& a, const ListedAdvert& b) { return a.index < b.index; });
+  EXPECT_NE(refusal(0, replaced).message().find("was due"), std::string::npos);
   // A neighbour claimed absent, under the same root.
   KeyList absent = honest;
   absent.entries.back().advert.reset();
