@@ -202,25 +202,11 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
       auto envelope = net::DecodeEnvelope(raw.frames, engine->limits());
       if (!envelope.ok()) {
         send_all(engine->OnMalformed(raw.peer, envelope.status()));
-      } else if (zap && envelope->header.has_hello() &&
-                 (envelope->header.hello().client_name() != raw.user_id ||
-                  envelope->header.hello().identity_key() !=
-                      std::string(reinterpret_cast<const char*>(identities[raw.user_id].data()),
-                                  crypto::kEd25519PublicBytes))) {
+      } else if (zap) {
         // Under CURVE a client's name and its signing identity are its
-        // allowlist entry: no client may speak or sign for another.
-        const auto& hello = envelope->header.hello();
-        const bool name_ok = hello.client_name() == raw.user_id;
-        spdlog::warn("rejected hello: key of {} claims {}", raw.user_id,
-                     name_ok ? "another identity key"
-                             : "the name \"" + hello.client_name().substr(0, 80) + "\"");
-        wire::Header reject;
-        reject.set_version(wire::VERSION_1);
-        reject.mutable_reject()->set_reason(
-            name_ok ? "identity key in hello is not the allowlisted key of \"" + raw.user_id + "\""
-                    : "client name \"" + hello.client_name() +
-                          "\" does not match this key's allowlist name \"" + raw.user_id + "\"");
-        (void)net::SendFrames(socket, raw.peer, net::EncodeEnvelope(reject));
+        // allowlist entry; the engine holds a Hello to them.
+        const RoundEngine::AuthenticatedPeer sender{raw.user_id, identities[raw.user_id]};
+        send_all(engine->OnMessage(raw.peer, *envelope, now, &sender));
       } else {
         send_all(engine->OnMessage(raw.peer, *envelope, now));
       }

@@ -231,7 +231,7 @@ bool RoundEngine::all_acknowledged_finish(TimeMs now) const {
 }
 
 std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net::Envelope& envelope,
-                                             TimeMs now) {
+                                             TimeMs now, const AuthenticatedPeer* sender) {
   std::vector<Outgoing> out;
   const wire::Header& h = envelope.header;
   if (phase_ == Phase::kDone && h.body_case() != wire::Header::kHello) {
@@ -260,7 +260,7 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
   }
   switch (h.body_case()) {
     case wire::Header::kHello:
-      OnHello(peer, h.hello(), now, out);
+      OnHello(peer, h.hello(), sender, now, out);
       break;
     case wire::Header::kUpdate:
       OnUpdate(peer, envelope, now, out);
@@ -299,8 +299,8 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
   return out;
 }
 
-void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, TimeMs now,
-                          std::vector<Outgoing>& out) {
+void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
+                          const AuthenticatedPeer* sender, TimeMs now, std::vector<Outgoing>& out) {
   if (!ValidName(hello.client_name())) {
     env_->Log().warn("rejected hello: invalid client name \"{}\"",
                      hello.client_name().substr(0, 80));
@@ -308,6 +308,24 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello, Tim
     o.peer = peer;
     o.header.set_version(wire::VERSION_1);
     o.header.mutable_reject()->set_reason("invalid client name: 1-64 characters of [A-Za-z0-9._-]");
+    out.push_back(std::move(o));
+    return;
+  }
+  if (sender != nullptr &&
+      (hello.client_name() != sender->name ||
+       hello.identity_key() != std::string(reinterpret_cast<const char*>(sender->identity.data()),
+                                           sender->identity.size()))) {
+    const bool name_ok = hello.client_name() == sender->name;
+    env_->Log().warn("rejected hello: key of {} claims {}", sender->name,
+                     name_ok ? "another identity key"
+                             : "the name \"" + hello.client_name().substr(0, 80) + "\"");
+    Outgoing o;
+    o.peer = peer;
+    o.header.set_version(wire::VERSION_1);
+    o.header.mutable_reject()->set_reason(
+        name_ok ? "identity key in hello is not the allowlisted key of \"" + sender->name + "\""
+                : "client name \"" + hello.client_name() +
+                      "\" does not match this key's allowlist name \"" + sender->name + "\"");
     out.push_back(std::move(o));
     return;
   }

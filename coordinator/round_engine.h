@@ -68,11 +68,20 @@ class RoundEngine {
                                                        std::string code_version, TimeMs now,
                                                        Env* env = Env::Default());
 
-  // A decoded message from `peer`. Untrusted: a bad message gets an Error
+  // Who the transport says sent a message: under CURVE, the allowlist entry
+  // of the key that authenticated the connection (the simulator: the
+  // virtual client). A Hello must then claim this name and identity key, so
+  // no client may speak or sign for another, whoever drives the engine.
+  struct AuthenticatedPeer {
+    std::string name;
+    crypto::Ed25519Public identity{};
+  };
+  // A decoded message from `peer`, authenticated as `sender` (null: the
+  // transport authenticates no one). Untrusted: a bad message gets an Error
   // reply naming the problem, and the sender (if selected) is dropped from
   // the round.
   std::vector<Outgoing> OnMessage(const std::string& peer, const net::Envelope& envelope,
-                                  TimeMs now);
+                                  TimeMs now, const AuthenticatedPeer* sender = nullptr);
   // A message that could not be decoded.
   std::vector<Outgoing> OnMalformed(const std::string& peer, const Status& why);
   // Time passed: deadlines, client timeouts, starting rounds.
@@ -128,8 +137,8 @@ class RoundEngine {
 
   RoundEngine(const config::RunConfig& config, RunStore* store, Evaluator evaluator, Env* env);
 
-  void OnHello(const std::string& peer, const wire::Hello& hello, TimeMs now,
-               std::vector<Outgoing>& out);
+  void OnHello(const std::string& peer, const wire::Hello& hello, const AuthenticatedPeer* sender,
+               TimeMs now, std::vector<Outgoing>& out);
   void OnUpdate(const std::string& peer, const net::Envelope& envelope, TimeMs now,
                 std::vector<Outgoing>& out);
   void MaybeStartRound(TimeMs now, std::vector<Outgoing>& out);

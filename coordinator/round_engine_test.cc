@@ -184,6 +184,34 @@ TEST_F(RoundEngineTest, ASecureSetupCarriesTheRostersRootNotEveryKey) {
   EXPECT_LE(at_1000, at_100 + 3 * 34 + 8);  // Three more siblings, a longer index.
 }
 
+TEST_F(RoundEngineTest, AnAuthenticatedSenderMustSayHelloAsItself) {
+  // The transport's word on who sent a message is an input of the engine:
+  // the daemon's CURVE allowlist entry, the simulator's virtual client.
+  Start(TestConfig(2, 2));
+  RoundEngine::AuthenticatedPeer alice{"c0", {}};
+  alice.identity.fill(1);
+  auto hello = [](const std::string& name, char key) {
+    net::Envelope e = Hello(name);
+    e.header.mutable_hello()->set_identity_key(std::string(32, key));
+    return e;
+  };
+  auto reason = [&](const net::Envelope& e) {
+    auto out = engine_->OnMessage("p0", e, now_, &alice);
+    return out.size() == 1 && out[0].header.has_reject() ? out[0].header.reject().reason()
+                                                         : std::string("(not rejected)");
+  };
+  EXPECT_EQ(reason(hello("c1", 1)),
+            "client name \"c1\" does not match this key's allowlist name \"c0\"");
+  EXPECT_EQ(reason(hello("c0", 2)), "identity key in hello is not the allowlisted key of \"c0\"");
+  auto out = engine_->OnMessage("p0", hello("c0", 1), now_, &alice);
+  ASSERT_FALSE(out.empty());
+  EXPECT_TRUE(out[0].header.has_welcome());
+  // Without a sender (no authenticating transport) any name may register.
+  out = engine_->OnMessage("p1", hello("c1", 2), now_);
+  ASSERT_FALSE(out.empty());
+  EXPECT_TRUE(out[0].header.has_welcome());
+}
+
 TEST_F(RoundEngineTest, TimesIdsAndLinesComeFromTheInjectedEnv) {
   // The engine reads no clock, draws no randomness and writes to no logger
   // of its own: a round that the fake clock says took 2.5 s is recorded as

@@ -346,7 +346,12 @@ class Simulation {
         clients_(clients),
         pool_(pool),
         max_in_flight_(2 * pool.size()) {
-    for (size_t i = 0; i < clients_.size(); ++i) index_[clients_[i].name] = int(i);
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      index_[clients_[i].name] = int(i);
+      // Each virtual client is authenticated as itself, as CURVE and the
+      // allowlist authenticate a daemon: the engine holds its Hello to that.
+      senders_.push_back({clients_[i].name, clients_[i].identity.public_key});
+    }
   }
 
   Status Run(const std::atomic<bool>& stop) {
@@ -366,7 +371,7 @@ class Simulation {
       if (!to_engine_.empty()) {
         auto [i, envelope] = std::move(to_engine_.front());
         to_engine_.pop_front();
-        Deliver(engine_->OnMessage(clients_[i].name, envelope, now_));
+        Deliver(engine_->OnMessage(clients_[i].name, envelope, now_, &senders_[i]));
       } else if (!wire_.empty() && wire_.begin()->first <= now_) {
         DeliverWire();
       } else if (!finished_.empty() && finished_.begin()->first <= now_) {
@@ -447,7 +452,7 @@ class Simulation {
     InFlight& m = node.mapped();
     if (!m.to_engine && !Online(m.client, now_)) return;  // Switched off meanwhile.
     if (m.to_engine) {
-      Deliver(engine_->OnMessage(clients_[m.client].name, m.envelope, now_));
+      Deliver(engine_->OnMessage(clients_[m.client].name, m.envelope, now_, &senders_[m.client]));
     } else {
       Apply(m.client, clients_[m.client].session->OnMessage(m.envelope, now_));
     }
@@ -631,6 +636,7 @@ class Simulation {
   double round_wall_start_ = 0, last_shown_ = 0;
   coordinator::RoundEngine* engine_;
   std::vector<VirtualClient>& clients_;
+  std::vector<coordinator::RoundEngine::AuthenticatedPeer> senders_;  // By client.
   // Every session's next wakeup, so that the earliest and the sessions due
   // cost O(log n) a step instead of a pass over every client.
   std::set<std::pair<TimeMs, int>> wakeups_;
