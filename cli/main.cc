@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
       "simulate", "A federated run with every client in this process (the daemons' protocol)");
   cohort::sim::SimOptions simopts;
   std::string sim_config;
-  uint32_t sim_rounds = 0;
+  uint32_t sim_rounds = 0, sim_per_round = 0;
   simulate->add_option("--config", sim_config, "A FEDERATED run configuration")->required();
   simulate->add_option("--run-dir", simopts.run_dir, "Run directory")->required();
   simulate->add_option("--shards", simopts.shards,
@@ -264,12 +264,17 @@ int main(int argc, char** argv) {
                        "With data.partition: split over this many clients instead");
   simulate
       ->add_option("--devices", simopts.devices,
-                   "The executors' devices, round-robin: cpu, cuda:N or auto, comma-separated")
+                   "The executors' devices, round-robin: cpu, auto (a GPU if usable), all (every "
+                   "usable GPU), cuda:N, or a list such as cuda:0,1")
       ->capture_default_str();
-  simulate->add_option("--executors", simopts.executors, "Clients trained at once (CPU threads)")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
+  auto* executors_flag =
+      simulate
+          ->add_option("--executors,--threads", simopts.executors,
+                       "Clients trained at once, one backend each (default: one per device)")
+          ->check(CLI::Range(1, 1024));
   simulate->add_option("--rounds", sim_rounds, "Override rounds.num_rounds");
+  simulate->add_option("--per-round", sim_per_round,
+                       "Clients per round: overrides rounds.fraction and max_clients_per_round");
   simulate
       ->add_option("--dropout", simopts.dropout,
                    "Probability that a selected client drops out of a round, at a stage drawn "
@@ -343,7 +348,14 @@ int main(int argc, char** argv) {
     cohort::InitLogging("simulate", "", log_level);
     auto config = LoadConfig(sim_config, sim_rounds);
     if (!config.ok()) return Report(config.status(), "config");
+    if (sim_per_round != 0) {
+      config->mutable_rounds()->set_fraction(1.0f);
+      config->mutable_rounds()->set_max_clients_per_round(sim_per_round);
+      auto valid = cohort::config::ValidateRunConfig(*config);
+      if (!valid.ok()) return Report(valid.WithContext("--per-round"), "config");
+    }
     simopts.config = *config;
+    if (executors_flag->count() == 0) simopts.executors = 0;  // One per device.
     return Report(cohort::sim::RunSimulation(simopts, g_stop), "simulate");
   }
   if (launch->parsed()) {

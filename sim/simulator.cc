@@ -155,15 +155,10 @@ struct Finished {
 // hands back the result. Submit and Take are called by one thread.
 class ExecutorPool {
  public:
-  static StatusOr<std::unique_ptr<ExecutorPool>> Create(int n, const std::string& devices,
+  // `list`: ExpandDevices'.
+  static StatusOr<std::unique_ptr<ExecutorPool>> Create(int n, const std::vector<std::string>& list,
                                                         const config::ModelConfig& model,
                                                         const std::vector<VirtualClient>* clients) {
-    std::vector<std::string> list;
-    for (size_t at = 0; at <= devices.size();) {
-      const size_t comma = std::min(devices.find(',', at), devices.size());
-      list.push_back(devices.substr(at, comma - at));
-      at = comma + 1;
-    }
     std::unique_ptr<ExecutorPool> pool(new ExecutorPool(clients));
     for (int k = 0; k < n; ++k) {
       // One BLAS thread on the CPU, as a client daemon uses by default.
@@ -666,7 +661,55 @@ class Simulation {
 
 }  // namespace
 
-Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
+std::string Join(const std::vector<std::string>& list) {
+  std::string out;
+  for (const auto& d : list) out += (out.empty() ? "" : ",") + d;
+  return out;
+}
+
+StatusOr<std::vector<std::string>> ExpandDevices(const std::string& devices, std::string* note) {
+  std::vector<std::string> list;
+  for (size_t at = 0; at <= devices.size();) {
+    const size_t comma = std::min(devices.find(',', at), devices.size());
+    const std::string d = devices.substr(at, comma - at);
+    at = comma + 1;
+    const bool number = !d.empty() && d.size() <= 3 && std::all_of(d.begin(), d.end(), [](char ch) {
+      return ch >= '0' && ch <= '9';
+    });
+    if (number && !list.empty() && list.back().rfind("cuda", 0) == 0) {
+      list.push_back("cuda:" + d);  // "cuda:0,1": another GPU.
+    } else if (d == "all") {
+      // Every GPU that opens, from cuda:0 up.
+      std::string why;
+      for (int k = 0; k < 64; ++k) {
+        auto gpu = train::NewBackend({.device = "cuda:" + std::to_string(k)});
+        if (!gpu.ok()) {
+          if (k == 0) why = gpu.status().message();
+          break;
+        }
+        list.push_back("cuda:" + std::to_string(k));
+      }
+      if (!why.empty()) {
+        list.push_back("cpu");
+        if (note != nullptr) *note = "--devices all: " + why + "; training on the CPU";
+      }
+    } else if (d == "cpu" || d == "auto" || d == "cuda" || d.rfind("cuda:", 0) == 0) {
+      list.push_back(d);
+    } else {
+      return InvalidArgumentError("--devices " + d +
+                                  ": must be cpu, auto, all, cuda:N or a list such as cuda:0,1");
+    }
+  }
+  return list;
+}
+
+Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
+  SimOptions o = o_in;
+  std::string device_note;
+  COHORT_ASSIGN_OR_RETURN(const std::vector<std::string> devices,
+                          ExpandDevices(o.devices, &device_note));
+  if (!device_note.empty()) spdlog::info("{}", device_note);
+  if (o.executors == 0) o.executors = static_cast<int>(devices.size());
   if (o.executors < 1 || o.executors > 1024) {
     return InvalidArgumentError("simulate: --executors must be in [1, 1024]");
   }
@@ -744,9 +787,9 @@ Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
         &c.identity, client::FaultPlan{}, client::InputObserver{}, sessions_env.get());
   }
   COHORT_ASSIGN_OR_RETURN(auto pool,
-                          ExecutorPool::Create(o.executors, o.devices, o.config.model(), &clients));
+                          ExecutorPool::Create(o.executors, devices, o.config.model(), &clients));
   spdlog::info("simulating {} clients ({} executors on {}), run {}, {} parameters", clients.size(),
-               o.executors, o.devices, o.config.name(), run.engine->num_params());
+               o.executors, Join(devices), o.config.name(), run.engine->num_params());
   if (!(o.dropout >= 0 && o.dropout <= 1)) {
     return InvalidArgumentError("simulate: --dropout must be in [0, 1]");
   }

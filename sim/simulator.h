@@ -28,10 +28,14 @@ struct SimOptions {
   // count when not 0), its test set the coordinator's.
   std::string shards;
   uint32_t clients = 0;
-  int executors = 1;  // Clients trained at once, one backend each.
-  // The executors' devices, round-robin: "cpu", "cuda:N" or "auto" (a GPU
-  // where one is usable, else the CPU, said in the log), comma-separated,
-  // e.g. "cuda:0,cuda:1". The CPU gives the daemons' bits; a GPU does not.
+  // Clients trained at once, one backend each; 0: one per device of
+  // `devices` (ExpandDevices).
+  int executors = 1;
+  // The executors' devices, round-robin: "cpu", "cuda:N", "auto" (a GPU
+  // where one is usable, else the CPU, said in the log), "all" (every
+  // usable GPU, else the CPU, said in the log), comma-separated, where a
+  // bare number after a cuda device is another GPU: "cuda:0,1" is
+  // "cuda:0,cuda:1". The CPU gives the daemons' bits; a GPU does not.
   std::string devices = "cpu";
   // Faults drawn from the seed: in each round each selected client drops
   // out with this probability, at a stage drawn uniformly from those of
@@ -69,6 +73,10 @@ struct SimOptions {
 
 // Runs until the configured rounds are committed (OK) or `stop` becomes
 // true (kCancelled). Prints the coordinator's line per committed round.
+// The device list of SimOptions::devices, each entry cpu, auto or cuda:N;
+// "all" becomes the usable GPUs (probed), or cpu with `note` saying why.
+StatusOr<std::vector<std::string>> ExpandDevices(const std::string& devices, std::string* note);
+
 Status RunSimulation(const SimOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace cohort::sim

@@ -310,6 +310,28 @@ TEST(SimulateInMemoryTest, SplittingInMemoryTrainsWhatTheShardsTrain) {
 
 // Bad input stops a simulation before it starts, with an error that names
 // what was wrong.
+// The spelling of the options: clients per round, CPU threads, and
+// every GPU (here none: the CPU, said in the log).
+TEST(SimulateOptionsTest, PerRoundThreadsAndAllDevices) {
+  Cluster c("simulate-options", 6);
+  const std::string config =
+      c.WriteConfig("run.textproto", 2, "min_clients: 2 start_clients: 6 fraction: 1.0");
+  std::string out;
+  ASSERT_EQ(
+      RunCohort({"simulate", "--config", config, "--run-dir", c.dir() / "run", "--shards",
+                 c.dir() / "shards", "--per-round", "4", "--threads", "2", "--devices", "all"},
+                &out, c.dir() / "sim.log"),
+      0)
+      << ReadFile(c.dir() / "sim.log");
+  const std::string log = ReadFile(c.dir() / "sim.log");
+  if (log.find("--devices all: ") == std::string::npos) {
+    GTEST_SKIP() << "this machine has a GPU";
+  }
+  EXPECT_NE(log.find("(2 executors on cpu)"), std::string::npos) << log;
+  EXPECT_NE(out.find("round   1/2  clients 4/4"), std::string::npos) << out;
+  EXPECT_NE(out.find("round   2/2  clients 4/4"), std::string::npos) << out;
+}
+
 TEST(SimulateBadInputTest, EachMistakeIsNamed) {
   Cluster c("simulate-bad", 3);
   const std::string config = c.WriteConfig("run.textproto", 1, "min_clients: 3 start_clients: 3");
@@ -335,6 +357,12 @@ TEST(SimulateBadInputTest, EachMistakeIsNamed) {
       {{"--config", config, "--run-dir", c.dir() / "r7", "--shards", c.dir() / "shards",
         "--latency-ms", "1e9"},
        "--latency-ms in [0, 86400000]"},
+      {{"--config", config, "--run-dir", c.dir() / "r8", "--shards", c.dir() / "shards",
+        "--per-round", "2"},
+       "--per-round"},
+      {{"--config", config, "--run-dir", c.dir() / "r9", "--shards", c.dir() / "shards",
+        "--devices", "cuda:0,x"},
+       "--devices x"},
   };
   int n = 0;
   for (const Case& k : cases) {
