@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "aggregation/bucket_reducer.h"
 #include "common/rng.h"
 #include "net/inprocess_transport.h"
 #include "net/rendezvous.h"
@@ -198,6 +199,46 @@ TEST_P(CollectiveTest, IntegersAndExactModeAreBitIdenticalWhateverTheAlgorithm) 
   }
   // Float sums in another order differ in the last bits; exact ones do not.
   EXPECT_EQ(results[0], results[1]);
+}
+
+// Gradient buckets (aggregation/bucket_reducer.h): reduced on a thread of
+// their own, last first as a backward pass writes them, while the caller
+// goes on; in exact mode the same bits as one all-reduce of the whole.
+TEST_P(CollectiveTest, BucketsReducedOnTheirOwnThreadEqualOneAllReduce) {
+  const int size = 4;
+  const size_t n = 10007;
+  const size_t cuts[] = {10007, 9000, 5003, 4999, 17, 0};  // Suffixes, as layers finish.
+  for (bool exact : {true, false}) {
+    std::vector<std::vector<float>> whole(size), bucketed(size);
+    for (int r = 0; r < size; ++r) whole[r] = bucketed[r] = Input(r, n);
+    auto st = RunRanks(
+        size, [&](int r, Communicator& c) { return c.AllReduce(whole[r], {.exact = exact}); },
+        GetParam());
+    for (int r = 0; r < size; ++r) ASSERT_TRUE(st[r].ok()) << st[r];
+    st = RunRanks(
+        size,
+        [&](int r, Communicator& c) {
+          aggregation::BucketReducer reducer(&c, {.exact = exact});
+          for (size_t b = 0; b + 1 < std::size(cuts); ++b) {
+            reducer.Submit(
+                std::span<float>(bucketed[r]).subspan(cuts[b + 1], cuts[b] - cuts[b + 1]));
+          }
+          uint64_t saturated = 1;
+          Status s = reducer.Wait(&saturated);
+          EXPECT_EQ(saturated, 0u);
+          return s;
+        },
+        GetParam());
+    for (int r = 0; r < size; ++r) {
+      ASSERT_TRUE(st[r].ok()) << st[r];
+      ASSERT_EQ(bucketed[r], bucketed[0]) << "rank " << r;
+    }
+    if (exact) {
+      EXPECT_EQ(bucketed[0], whole[0]);
+    } else {
+      for (size_t i = 0; i < n; ++i) ASSERT_NEAR(bucketed[0][i], whole[0][i], 1e-5f) << i;
+    }
+  }
 }
 
 TEST_P(CollectiveTest, ExactModeSaturatesAndCountsValuesItCannotHold) {

@@ -310,6 +310,9 @@ Status CheckDataParallel(const RunConfig& c) {
   if (dp.accumulation_steps() == 0 || dp.accumulation_steps() > 4096) {
     return InvalidArgumentError("data_parallel.accumulation_steps: must be in [1, 4096]");
   }
+  if (!(dp.bucket_mb() >= 0 && dp.bucket_mb() <= 1024)) {
+    return InvalidArgumentError("data_parallel.bucket_mb: must be in [0, 1024]");
+  }
   if (dp.local_sgd_steps() > 1000000) {
     return InvalidArgumentError("data_parallel.local_sgd_steps: must be in [0, 1000000]");
   }

@@ -189,7 +189,7 @@ float* Model::BackwardLayer(Layer& l, const float* in, float* d, float* din, int
 }
 
 void Model::Backprop(const float* x, const int32_t* y, int batch, float* out, float alpha,
-                     float beta, double* stats) {
+                     float beta, double* stats, const GradientReady& ready) {
   Forward(params_.data(), x, batch);
   float* d = delta_.data();
   float* spare = spare_.data();
@@ -200,13 +200,23 @@ void Model::Backprop(const float* x, const int32_t* y, int batch, float* out, fl
     // No gradient flows into the input.
     float* din = i == 0 ? nullptr : spare;
     float* now = BackwardLayer(layers_[i], in, d, din, batch, out, alpha, beta);
+    if (ready && layers_[i].plan.weight_rows > 0) ready(layers_[i].weight);
     if (now == spare) std::swap(d, spare);
     if (now == nullptr) break;
   }
 }
 
-void Model::Backward(const float* x, const int32_t* y, int batch, double* stats) {
-  Backprop(x, y, batch, grads_.data(), 1.0f, 0.0f, stats);
+std::vector<size_t> Model::GradientReadyOffsets() const {
+  std::vector<size_t> out;
+  for (size_t i = layers_.size(); i-- > 0;) {
+    if (layers_[i].plan.weight_rows > 0) out.push_back(layers_[i].weight);
+  }
+  return out;
+}
+
+void Model::Backward(const float* x, const int32_t* y, int batch, double* stats,
+                     const GradientReady& ready) {
+  Backprop(x, y, batch, grads_.data(), 1.0f, 0.0f, stats, ready);
 }
 
 void Model::SgdStep(const float* x, const int32_t* y, int batch, float learning_rate,

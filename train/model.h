@@ -6,6 +6,7 @@
 #define COHORT_TRAIN_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -54,8 +55,16 @@ class Model {
   // writes them (channel-last), y their labels; the batch's summed loss and
   // correct count are added to stats[0] and stats[1].
   void Evaluate(const float* x, const int32_t* y, int batch, double* stats);
+  // Called during Backward each time a layer's gradient is written: from
+  // then on grads()[offset, num_params()) is final (layers own ascending
+  // ranges of the flat buffer, and the backward pass runs from the last).
+  using GradientReady = std::function<void(size_t offset)>;
+  // The offsets Backward passes to `ready`, in the order it does (each
+  // parameter layer's first parameter, the last layer's first).
+  std::vector<size_t> GradientReadyOffsets() const;
   // The gradient of the batch's mean loss into grads().
-  void Backward(const float* x, const int32_t* y, int batch, double* stats);
+  void Backward(const float* x, const int32_t* y, int batch, double* stats,
+                const GradientReady& ready = {});
   // Plain SGD (p -= lr * gradient), folded into the weight-gradient GEMMs:
   // no gradient buffer and no extra pass. Same result as Backward and an
   // SGD step, to float rounding.
@@ -85,7 +94,7 @@ class Model {
   // (out: the gradient buffer with alpha 1, beta 0; or the parameters
   // themselves with alpha -lr, beta 1).
   void Backprop(const float* x, const int32_t* y, int batch, float* out, float alpha, float beta,
-                double* stats);
+                double* stats, const GradientReady& ready = {});
   // One layer's backward: d (its output's gradient) -> din (its input's, when
   // not null); parameter gradients into out as in Backprop. Returns the
   // buffer now holding the input's gradient.

@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <vector>
 #include <zmq.hpp>
 
+#include "aggregation/bucket_reducer.h"
 #include "aggregation/collective.h"
 #include "common/clock.h"
 #include "common/rng.h"
@@ -85,6 +87,12 @@ struct Rank {
   std::unique_ptr<coordinator::RunStore> store;  // Rank 0 only.
   aggregation::Communicator* comm = nullptr;
   aggregation::CollectiveOptions collective;
+  // Synchronous SGD with data_parallel.bucket_mb > 0 and more than one rank:
+  // the gradient buckets' all-reduce, and where the buckets end (offsets
+  // into the flat gradient, in the order the backward pass reaches them;
+  // the same on every rank).
+  aggregation::BucketReducer* reducer = nullptr;
+  std::vector<size_t> bucket_cuts;
   int64_t fault_kill_step = -1, fault_perturb_step = -1;  // Testing.
 };
 
@@ -195,27 +203,71 @@ std::pair<size_t, size_t> Part(const Rank& r, size_t begin, size_t count) {
   return {begin + count * r.rank / r.world, begin + count * (r.rank + 1) / r.world};
 }
 
+// grads()[from, to) weighed by `share` into e.grads: the first micro-batch
+// sets, later ones add.
+void AddShare(Rank& r, EpochState& e, size_t from, size_t to, float share, bool first) {
+  const float* g = r.model->grads().data() + from;
+  const size_t bytes = (to - from) * sizeof(float);
+  if (first) {
+    r.backend->Download(e.grads.data() + from, g, bytes);
+    for (size_t i = from; i < to; ++i) e.grads[i] *= share;
+    return;
+  }
+  e.micro.resize(e.grads.size());
+  r.backend->Download(e.micro.data() + from, g, bytes);
+  for (size_t i = from; i < to; ++i) e.grads[i] += e.micro[i] * share;
+}
+
 // The mean gradient over order[lo, hi) weighted by its share (hi - lo) /
 // count of the global batch, into e.grads: micro-batches of at most
-// batch_size samples, added up (gradient accumulation).
-Status LocalGradient(Rank& r, EpochState& e, size_t lo, size_t hi, size_t count) {
+// batch_size samples, added up (gradient accumulation). With a reducer, each
+// bucket of the last micro-batch goes to the all-reduce as soon as the
+// backward pass has written it (every bucket, zeros too, on a rank whose
+// part is empty: all ranks reduce the same buckets).
+void LocalGradient(Rank& r, EpochState& e, size_t lo, size_t hi, size_t count) {
   const size_t per_rank = r.config.train().batch_size(), np = e.grads.size();
   std::fill(e.grads.begin(), e.grads.end(), 0.0f);
+  size_t sent = np;  // e.grads[sent, np) is with the reducer.
+  size_t next = 0;   // The next of r.bucket_cuts.
+  auto hand_over = [&](size_t from) {
+    r.reducer->Submit(std::span<float>(e.grads).subspan(from, sent - from));
+    sent = from;
+  };
   for (size_t m = lo; m < hi; m += per_rank) {
     const size_t k = std::min(per_rank, hi - m);
     Gather(r, e, m, k);
-    r.model->Backward(e.x.data(), e.y.data(), int(k), e.stats.data());
     const float share = float(k) / float(count);
-    if (m == lo) {
-      r.backend->Download(e.grads.data(), r.model->grads().data(), np * sizeof(float));
-      for (float& g : e.grads) g *= share;
-    } else {
-      e.micro.resize(np);
-      r.backend->Download(e.micro.data(), r.model->grads().data(), np * sizeof(float));
-      for (size_t i = 0; i < np; ++i) e.grads[i] += e.micro[i] * share;
+    const bool first = m == lo;
+    if (r.reducer == nullptr || m + k < hi) {
+      r.model->Backward(e.x.data(), e.y.data(), int(k), e.stats.data());
+      AddShare(r, e, 0, np, share, first);
+      continue;
+    }
+    r.model->Backward(e.x.data(), e.y.data(), int(k), e.stats.data(), [&](size_t offset) {
+      if (next < r.bucket_cuts.size() && offset == r.bucket_cuts[next]) {
+        ++next;
+        AddShare(r, e, offset, sent, share, first);
+        hand_over(offset);
+      }
+    });
+  }
+  if (r.reducer == nullptr) return;
+  for (; next < r.bucket_cuts.size(); ++next) hand_over(r.bucket_cuts[next]);  // Empty part.
+}
+
+// Where the gradient buckets end: a cut wherever the layers since the last
+// cut hold at least `bucket_bytes`, and at 0.
+std::vector<size_t> BucketCuts(const train::Model& model, size_t bucket_bytes) {
+  std::vector<size_t> cuts;
+  size_t last = model.num_params();
+  for (size_t offset : model.GradientReadyOffsets()) {
+    if (offset == 0 || (last - offset) * sizeof(float) >= bucket_bytes) {
+      cuts.push_back(offset);
+      last = offset;
     }
   }
-  return OkStatus();
+  if (cuts.empty() || cuts.back() != 0) cuts.push_back(0);
+  return cuts;
 }
 
 // One synchronous SGD step: every rank's weighted gradient, all-reduced;
@@ -229,11 +281,17 @@ Status SyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begi
     return OkStatus();
   }
   const auto [lo, hi] = Part(r, begin, count);
-  COHORT_RETURN_IF_ERROR(LocalGradient(r, e, lo, hi, count));
-  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(e.grads, r.collective));
-  if (r.comm->saturated() > 0) {
+  LocalGradient(r, e, lo, hi, count);
+  uint64_t saturated = 0;
+  if (r.reducer != nullptr) {
+    COHORT_RETURN_IF_ERROR(r.reducer->Wait(&saturated));
+  } else {
+    COHORT_RETURN_IF_ERROR(r.comm->AllReduce(e.grads, r.collective));
+    saturated = r.comm->saturated();
+  }
+  if (saturated > 0) {
     spdlog::warn("exact all-reduce: {} gradient values were NaN or out of range at step {}",
-                 r.comm->saturated(), global_step);
+                 saturated, global_step);
   }
   const size_t np = e.grads.size();
   r.backend->Upload(e.reduced.data(), e.grads.data(), np * sizeof(float));
@@ -429,6 +487,19 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   COHORT_ASSIGN_OR_RETURN(auto transport, net::JoinGroup(context, group, r.collective));
   aggregation::Communicator comm(transport.get());
   r.comm = &comm;
+  // After comm: joined before it goes.
+  std::optional<aggregation::BucketReducer> reducer;
+  const config::DataParallelConfig& dp = r.config.data_parallel();
+  std::vector<size_t> cuts;
+  if (dp.bucket_mb() > 0) cuts = BucketCuts(*r.model, size_t(dp.bucket_mb() * (1 << 20)));
+  // One bucket would only add a thread's hand-over to the same all-reduce.
+  if (r.world > 1 && dp.local_sgd_steps() == 0 && cuts.size() > 1) {
+    reducer.emplace(&comm, r.collective);
+    r.reducer = &*reducer;
+    r.bucket_cuts = std::move(cuts);
+    spdlog::info("rank {}: gradients all-reduced in {} buckets during the backward pass", o.rank,
+                 r.bucket_cuts.size());
+  }
   spdlog::info("rank {} of {} ready ({}, {})", o.rank, o.world_size, r.backend->Name(),
                net::Describe(group));
 

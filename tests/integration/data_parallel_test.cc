@@ -176,6 +176,21 @@ TEST_F(DataParallelTest, ExactModeRunsAreBitIdenticalOverEitherTransport) {
   EXPECT_EQ(Epochs("x1").back().aggregation, "all-reduce (exact)");
 }
 
+// Gradient buckets all-reduced during the backward pass (one per layer here)
+// sum what one all-reduce after it sums: in exact mode, the same model bit
+// for bit.
+TEST_F(DataParallelTest, GradientBucketsDuringBackwardTrainWhatOneAllReduceTrains) {
+  ASSERT_EQ(Launch(Config("one.textproto", 8, true, 2, "bucket_mb: 0"), "one", 4), 0)
+      << ReadFile(dir_ / "one.log");
+  ASSERT_EQ(Launch(Config("layers.textproto", 8, true, 2, "bucket_mb: 0.0001"), "layers", 4), 0)
+      << ReadFile(dir_ / "layers.log");
+  EXPECT_EQ(ReadFile(dir_ / "one.log").find("buckets during the backward pass"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_ / "layers.log").find("all-reduced in 2 buckets during the backward pass"),
+            std::string::npos)
+      << ReadFile(dir_ / "layers.log");
+  EXPECT_EQ(FinalModel("one"), FinalModel("layers"));
+}
+
 // `cohort worker` processes started by hand over tcp, each with its own key:
 // the ranks authenticate each other (with or without encryption) and train
 // what `cohort launch` trains over shared memory, bit for bit. A rank
