@@ -17,6 +17,34 @@ HararyGraph::HararyGraph(uint32_t n, uint32_t k, const GraphKey& key) : n_(n), k
   uint32_t bits = 2;
   while (bits < 32 && (uint64_t{1} << bits) < n) bits += 2;
   half_bits_ = bits / 2;
+  if (!complete() && n_ <= kShuffledUpTo) Shuffle();
+}
+
+void HararyGraph::Shuffle() {
+  ring_.resize(n_);
+  for (uint32_t p = 0; p < n_; ++p) ring_[p] = p;
+  // Draws from SipHash(key, counter), with a tag the Feistel rounds never use.
+  uint64_t counter = 0;
+  auto draw = [&] {
+    uint8_t in[12], out[crypto_shorthash_siphash24_BYTES];
+    const uint32_t tag = 0xffffffffu;
+    std::memcpy(in, &tag, 4);
+    std::memcpy(in + 4, &counter, 8);
+    ++counter;
+    crypto_shorthash_siphash24(out, in, sizeof(in), key_.data());
+    uint64_t h;
+    std::memcpy(&h, out, sizeof(h));
+    return h;
+  };
+  for (uint32_t i = n_ - 1; i > 0; --i) {
+    // Uniform in [0, i]: reject the top of the range that does not divide.
+    const uint64_t m = uint64_t{i} + 1, limit = UINT64_MAX - UINT64_MAX % m;
+    uint64_t h = draw();
+    while (h >= limit) h = draw();
+    std::swap(ring_[i], ring_[h % m]);
+  }
+  position_.resize(n_);
+  for (uint32_t p = 0; p < n_; ++p) position_[ring_[p]] = p;
 }
 
 uint64_t HararyGraph::Round(uint32_t round, uint64_t half) const {
@@ -56,6 +84,7 @@ uint32_t HararyGraph::At(uint32_t position) const {
   // A caller's bug: from outside [0, n) the walk may never come back.
   if (position >= n_) std::abort();
   if (complete()) return position;
+  if (!ring_.empty()) return ring_[position];
   uint64_t x = Forward(position);
   while (x >= n_) x = Forward(x);  // Cycle walking: ends, as x < n started the cycle.
   return static_cast<uint32_t>(x);
@@ -64,6 +93,7 @@ uint32_t HararyGraph::At(uint32_t position) const {
 uint32_t HararyGraph::Position(uint32_t index) const {
   if (index >= n_) std::abort();  // As in At.
   if (complete()) return index;
+  if (!position_.empty()) return position_[index];
   uint64_t x = Inverse(index);
   while (x >= n_) x = Inverse(x);
   return static_cast<uint32_t>(x);

@@ -3,19 +3,19 @@
 // Client `index` sits at ring position Position(index) and is adjacent to
 // the clients within k/2 positions either side.
 //
-// The permutation is a small Feistel network over [0, 2^b) with b even and
-// 2^b >= n, walked in cycles until it lands in [0, n); its rounds are
-// SipHash-2-4 under the key. So one client's neighbours cost O(k)
-// evaluations and no party has to build the whole graph to know its own
-// place: a client of a cohort of 10,000 holds k numbers, not 10,000 lists.
+// The permutation, keyed (SipHash-2-4 under the key):
+// - up to kShuffledUpTo clients, a Fisher-Yates shuffle: uniformly random,
+//   as the 2^-20 bound of MaxCorruptNeighbours assumes, at O(n) to build
+//   (65,536 clients: about 2 ms and 512 KiB, dropped once a
+//   client has its neighbours);
+// - above, a Feistel network over [0, 2^b) with b even and 2^b >= n, walked
+//   in cycles until it lands in [0, n): one client's neighbours cost O(k)
+//   evaluations, and no party builds the whole graph to know its place.
+//   Feistel networks on small halves reach only part of the permutations
+//   (an independent review of this code pointed it out; simple statistics
+//   do not show it), which is why the shuffle takes the small cohorts; from
+//   2^17 the halves have 9 bits.
 // With k + 1 >= n the graph is complete and the permutation is not used.
-//
-// An approximation: Feistel networks on small halves reach only even
-// permutations, and six rounds only a part of those, so for small n the
-// placement is not uniformly random, as the 2^-20 bound in
-// MaxCorruptNeighbours assumes. Next to what grinding the advert root gives
-// a coordinator (docs/architecture.md, "try many graph seeds") the bias is
-// small; a keyed shuffle for n <= 2^16 would remove it at O(n) a client.
 #ifndef COHORT_AGGREGATION_HARARY_GRAPH_H_
 #define COHORT_AGGREGATION_HARARY_GRAPH_H_
 
@@ -29,6 +29,8 @@ using GraphKey = std::array<uint8_t, 16>;
 
 class HararyGraph {
  public:
+  static constexpr uint32_t kShuffledUpTo = uint32_t{1} << 16;
+
   // n >= 1; k even for a sparse graph (k / 2 positions each side).
   HararyGraph(uint32_t n, uint32_t k, const GraphKey& key);
 
@@ -48,12 +50,16 @@ class HararyGraph {
 
  private:
   uint64_t Round(uint32_t round, uint64_t half) const;
+  void Shuffle();
   uint64_t Forward(uint64_t x) const;
   uint64_t Inverse(uint64_t x) const;
 
   uint32_t n_, k_;
   uint32_t half_bits_ = 1;
   GraphKey key_;
+  // The shuffled ring (n <= kShuffledUpTo, sparse graphs): the client at
+  // each position, and the position of each client.
+  std::vector<uint32_t> ring_, position_;
 };
 
 // Every client's neighbour list (what the server needs): O(n k).

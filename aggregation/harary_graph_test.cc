@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace cohort::aggregation {
 namespace {
@@ -14,7 +15,8 @@ GraphKey Key(uint8_t b) {
 }
 
 TEST(HararyGraphTest, PlacesEveryClientOnceAndFindsTheSameNeighboursPointwise) {
-  for (uint32_t n : {3u, 10u, 31u, 100u, 1000u, 4097u}) {
+  // Up to 2^16 a shuffle places the clients, above it a Feistel network.
+  for (uint32_t n : {3u, 10u, 31u, 100u, 1000u, 4097u, 70001u}) {
     const uint32_t k = n > 40 ? 38 : (n - 1) / 2 * 2;
     const HararyGraph g(n, k, Key(static_cast<uint8_t>(n)));
     std::vector<bool> placed(n, false);
@@ -26,7 +28,8 @@ TEST(HararyGraphTest, PlacesEveryClientOnceAndFindsTheSameNeighboursPointwise) {
       ASSERT_EQ(g.Position(i), p);
     }
     const auto all = HararyNeighbours(g);
-    for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t stride = n > HararyGraph::kShuffledUpTo ? 97 : 1;
+    for (uint32_t i = 0; i < n; i += stride) {
       const auto nb = g.Neighbours(i);
       ASSERT_EQ(nb, all[i]) << "n=" << n << " client " << i;
       ASSERT_EQ(nb.size(), g.complete() ? n - 1 : k);
@@ -37,6 +40,28 @@ TEST(HararyGraphTest, PlacesEveryClientOnceAndFindsTheSameNeighboursPointwise) {
       ASSERT_FALSE(g.Adjacent(i, i));
     }
   }
+}
+
+TEST(HararyGraphTest, ASmallCohortsPlacesAreUniform) {
+  // Which two clients sit at positions 0 and 1 of a ring of 20, over 20,000
+  // keys: chi-square over the 380 ordered pairs (379 degrees of freedom:
+  // mean 379, sd 27.5). A biased shuffle (a swap with any place) fails it.
+  constexpr uint32_t kN = 20, kKeys = 20000;
+  std::vector<double> bins(kN * kN, 0);
+  for (uint32_t key = 0; key < kKeys; ++key) {
+    GraphKey k{};
+    std::memcpy(k.data(), &key, sizeof(key));
+    const HararyGraph g(kN, 4, k);
+    bins[g.At(0) * kN + g.At(1)] += 1;
+  }
+  const double expect = double(kKeys) / (kN * (kN - 1));
+  double chi2 = 0;
+  for (uint32_t a = 0; a < kN; ++a) {
+    for (uint32_t b = 0; b < kN; ++b) {
+      if (a != b) chi2 += (bins[a * kN + b] - expect) * (bins[a * kN + b] - expect) / expect;
+    }
+  }
+  EXPECT_LT(chi2, 379 + 5 * 27.5);
 }
 
 TEST(HararyGraphTest, TheKeyDecidesThePlaces) {

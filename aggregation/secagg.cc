@@ -483,8 +483,15 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
   if (stage_ != 1) return FailedPreconditionError("secagg client: ShareKeys out of order");
   stage_ = -1;  // Any early return leaves the round.
   session_ = SecAggSession(params_.context, list.advert_root);
-  graph_ = SecAggGraph(params_, session_);
-  neighbours_ = graph_->Neighbours(index_);
+  {
+    const HararyGraph graph = SecAggGraph(params_, session_);
+    neighbours_ = graph.Neighbours(index_);
+    complete_ = graph.complete();
+    const uint32_t n = params_.n, pos = graph.Position(index_);
+    for (uint32_t d = 0; !complete_ && d <= params_.k; ++d) {
+      for (uint32_t p : {(pos + d) % n, (pos + n - d % n) % n}) window_[graph.At(p)] = p;
+    }
+  }
   COHORT_RETURN_IF_ERROR(CheckKeyList(list));
   if (neighbour_adverts_.size() < params_.t) {
     return FailedPreconditionError("key list: " + Str(neighbour_adverts_.size()) +
@@ -713,11 +720,18 @@ Status SecAggClient::CheckSignatures(const UnmaskRequest& request) {
   // Counted among each subject's own neighbours: no two different lists can
   // both reach t there, so every honest client that reveals anything about
   // v saw the same list. Verification stops once every subject has t.
+  // Ring adjacency of two positions (on the complete graph, positions are
+  // indices and everyone is adjacent).
+  auto adjacent = [this](uint32_t p, uint32_t q) {
+    if (p == q || complete_) return p != q;
+    const uint32_t d = p > q ? p - q : q - p;
+    return std::min(d, params_.n - d) <= params_.k / 2;
+  };
   std::vector<uint32_t> subjects, positions, counts;
   for (uint32_t v : neighbours_) {
     if (!Contains(checked_, v)) continue;
     subjects.push_back(v);
-    positions.push_back(graph_->Position(v));
+    positions.push_back(complete_ ? v : window_.at(v));
   }
   counts.assign(subjects.size(), 0);
   size_t short_of_t = subjects.size();
@@ -727,12 +741,12 @@ Status SecAggClient::CheckSignatures(const UnmaskRequest& request) {
     if (s.from >= params_.n || seen.count(s.from) || !Contains(request.survivors, s.from)) continue;
     // Which subjects still short of t this signer counts for: a signature
     // that would count for none is not worth verifying (the costly part).
-    const uint32_t signer = graph_->Position(s.from);
+    auto in_window = window_.find(s.from);
+    if (!complete_ && in_window == window_.end()) continue;  // Too far to count.
+    const uint32_t signer = complete_ ? s.from : in_window->second;
     std::vector<size_t> helps;
     for (size_t i = 0; i < subjects.size(); ++i) {
-      if (graph_->AdjacentPositions(positions[i], signer) && counts[i] < params_.t) {
-        helps.push_back(i);
-      }
+      if (adjacent(positions[i], signer) && counts[i] < params_.t) helps.push_back(i);
     }
     if (helps.empty()) continue;
     if (!crypto::VerifyMerkleProof(params_.roster, params_.n, s.from,

@@ -313,8 +313,12 @@ class SecAggClient {
   const crypto::Ed25519KeyPair* identity_;
   crypto::MerkleProof roster_proof_;
   std::map<crypto::Ed25519Public, uint32_t> known_identities_;  // Key -> index, as seen.
-  std::optional<HararyGraph> graph_;                            // From stage 2.
   std::vector<uint32_t> neighbours_;
+  // From stage 2 on: the ring positions of the clients within k of this
+  // one (its neighbours' neighbours, the only signers that can count for a
+  // neighbour), by index; empty on the complete graph. O(k), whatever n.
+  std::map<uint32_t, uint32_t> window_;
+  bool complete_ = false;
   int stage_ = 0;
   crypto::EncKeyPair enc_;
   SecretBytes mask_seed_;
