@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <cmath>
+#include <cstring>
 
 namespace cohort {
 
@@ -21,10 +22,16 @@ uint32_t Crc32(std::span<const uint8_t> data, uint32_t crc) {
 }
 
 bool AllFinite(std::span<const float> values) {
-  // Branch-free reduction so the check vectorises; x - x is NaN for Inf/NaN.
-  float acc = 0.0f;
-  for (float v : values) acc += v - v;
-  return acc == 0.0f;
+  // On the bits, so the compiler may vectorise the reduction (a float sum
+  // would be one long chain of dependent adds): NaN and Inf are the values
+  // whose exponent bits are all ones.
+  uint32_t bad = 0;
+  for (float v : values) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
 }
 
 }  // namespace cohort
