@@ -11,6 +11,16 @@ namespace {
 
 constexpr uint32_t kRounds = 6;
 
+// SipHash's input and output as bytes, the same on every machine.
+void PutLittleEndian(uint64_t v, uint8_t* out) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t GetLittleEndian(const uint8_t* in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t{in[i]} << (8 * i);
+  return v;
+}
+
 }  // namespace
 
 HararyGraph::HararyGraph(uint32_t n, uint32_t k, const GraphKey& key) : n_(n), k_(k), key_(key) {
@@ -26,15 +36,10 @@ void HararyGraph::Shuffle() {
   // Draws from SipHash(key, counter), with a tag the Feistel rounds never use.
   uint64_t counter = 0;
   auto draw = [&] {
-    uint8_t in[12], out[crypto_shorthash_siphash24_BYTES];
-    const uint32_t tag = 0xffffffffu;
-    std::memcpy(in, &tag, 4);
-    std::memcpy(in + 4, &counter, 8);
-    ++counter;
+    uint8_t in[12] = {0xff, 0xff, 0xff, 0xff}, out[crypto_shorthash_siphash24_BYTES];
+    PutLittleEndian(counter++, in + 4);
     crypto_shorthash_siphash24(out, in, sizeof(in), key_.data());
-    uint64_t h;
-    std::memcpy(&h, out, sizeof(h));
-    return h;
+    return GetLittleEndian(out);
   };
   for (uint32_t i = n_ - 1; i > 0; --i) {
     // Uniform in [0, i]: reject the top of the range that does not divide.
@@ -50,12 +55,9 @@ void HararyGraph::Shuffle() {
 uint64_t HararyGraph::Round(uint32_t round, uint64_t half) const {
   static_assert(crypto_shorthash_siphash24_KEYBYTES == sizeof(GraphKey));
   uint8_t in[8], out[crypto_shorthash_siphash24_BYTES];
-  const uint64_t word = (uint64_t{round} << 32) | half;
-  std::memcpy(in, &word, sizeof(in));
+  PutLittleEndian((uint64_t{round} << 32) | half, in);
   crypto_shorthash_siphash24(out, in, sizeof(in), key_.data());
-  uint64_t h;
-  std::memcpy(&h, out, sizeof(h));
-  return h & ((uint64_t{1} << half_bits_) - 1);
+  return GetLittleEndian(out) & ((uint64_t{1} << half_bits_) - 1);
 }
 
 uint64_t HararyGraph::Forward(uint64_t x) const {

@@ -205,7 +205,8 @@ std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context,
 // not a setup field, so the server cannot name it. It can still try many
 // lists (docs/architecture.md, "try many graph seeds").
 HararyGraph SecAggGraph(const SecAggParams& params, const std::array<uint8_t, 32>& session) {
-  static constexpr char kLabel[] = "cohort-secagg-graph-v2";
+  // v3: the ring of up to 2^16 clients is a shuffle (harary_graph.h).
+  static constexpr char kLabel[] = "cohort-secagg-graph-v3";
   const auto h =
       crypto::Hash256({session, {reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}});
   GraphKey key;

@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
   client->add_option("--peers", copts.peers,
                      "Directory of .pub files: the only identity keys accepted in a "
                      "secure-aggregation cohort (default: trust the coordinator's list)");
+  client->add_flag("--require-secure", copts.require_secure,
+                   "Refuse any task that is not securely aggregated (implied by --peers)");
   client->add_option("--coordinator-key", copts.coordinator_key,
                      "The coordinator's .pub file (pinned)");
   client->add_flag("--insecure", copts.insecure, "No CURVE: plaintext (local development only)");

@@ -179,6 +179,7 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
               }
             });
   if (!peers.empty()) session.set_peers(std::move(peers));
+  if (options.require_secure) session.set_require_secure(true);
 
   std::unique_ptr<Job> job;
   std::thread worker;

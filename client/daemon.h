@@ -38,6 +38,9 @@ struct ClientOptions {
   // Directory of .pub files: the only identity keys this client accepts in
   // a secure-aggregation cohort. Empty: trust the coordinator's list.
   std::string peers;
+  // Refuse every task that is not securely aggregated (implied by peers): a
+  // coordinator could otherwise ask for this client's update in the clear.
+  bool require_secure = false;
   // A site that is data-parallel inside (client/site.h): with site_size > 1
   // this daemon is rank 0 of a group that meets at site_master, and its
   // site workers (`cohort site-worker`) train each task with it.

@@ -250,6 +250,13 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
         env_->Log().warn("round {}: bad task ignored: {}", t.round(), ok.message());
         break;
       }
+      if (!t.has_secagg() && (require_secure_ || !peers_.empty())) {
+        env_->Log().warn("round {}: refused a task without secure aggregation", t.round());
+        a.printed.push_back("refused round " + std::to_string(t.round()) +
+                            ": its update would travel in the clear, and this client requires "
+                            "secure aggregation (--require-secure or --peers)");
+        break;
+      }
       TrainTask task;
       task.round = t.round();
       task.task_id = t.task_id();

@@ -109,6 +109,10 @@ class Session {
     std::sort(peers.begin(), peers.end());
     peers_ = std::move(peers);
   }
+  // Refuse every task that is not securely aggregated: the update is then
+  // never sent in the clear, whatever the coordinator asks. Implied by
+  // set_peers (a site that checks its cohorts wants them to matter).
+  void set_require_secure(bool require) { require_secure_ = require; }
   bool welcomed() const { return welcomed_; }
   // This client's own planning figure for the fraction of a cohort that may
   // collude with the coordinator (default 0.1): it refuses a secure-
@@ -164,6 +168,7 @@ class Session {
   double min_corrupt_fraction_ = 0.1;
   std::optional<SecAggRound> secagg_;
   uint64_t secure_task_ = 0;  // The current task, if securely aggregated.
+  bool require_secure_ = false;
   size_t num_params_ = 0;
   bool welcomed_ = false;
   TimeMs heartbeat_ms_ = 1000;

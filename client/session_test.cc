@@ -401,6 +401,29 @@ TEST(SecureSessionTest, WithPeersItAsksForAndChecksTheWholeRoster) {
   EXPECT_TRUE(s.OnMessage(cohort(44, ten), 60).train.has_value());
 }
 
+TEST(SecureSessionTest, AClientThatRequiresSecureAggregationRefusesAPlainTask) {
+  // A coordinator could otherwise just send plain tasks and read the update.
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  auto make = [&] {
+    return Session(
+        "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
+        &identity);
+  };
+  for (int how = 0; how < 3; ++how) {
+    Session s = make();
+    if (how == 1) s.set_require_secure(true);
+    if (how == 2) s.set_peers({identity.public_key});  // --peers implies it.
+    s.Start(0);
+    s.OnMessage(Welcome(), 10);
+    Actions a = s.OnMessage(Task(1, 5, {0, 0, 0, 0}), 20);
+    EXPECT_EQ(a.train.has_value(), how == 0) << how;
+    if (how > 0) {
+      ASSERT_EQ(a.printed.size(), 1u);
+      EXPECT_NE(a.printed[0].find("requires secure aggregation"), std::string::npos);
+    }
+  }
+}
+
 TEST(SecureSessionTest, RefusesAThresholdWeakerThanItsOwnDerivation) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
   Session s(

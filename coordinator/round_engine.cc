@@ -121,11 +121,6 @@ void RoundEngine::Seen(const std::string& name, Client& c, TimeMs now) {
   timeouts_.emplace(TimeoutOf(c), name);
 }
 
-void RoundEngine::SetActive(const std::string& name, Client& c) {
-  c.active = true;
-  timeouts_.emplace(TimeoutOf(c), name);
-}
-
 void RoundEngine::SetInactive(const std::string& name, Client& c) {
   c.active = false;
   timeouts_.erase({TimeoutOf(c), name});
@@ -234,6 +229,17 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
                                              TimeMs now, const AuthenticatedPeer* sender) {
   std::vector<Outgoing> out;
   const wire::Header& h = envelope.header;
+  if (sender != nullptr && h.body_case() != wire::Header::kHello) {
+    // Whatever registered on this connection, the transport says who speaks.
+    const std::string* name = NameOf(peer);
+    if (name != nullptr && *name != sender->name) {
+      env_->Log().warn("rejected {} message: the connection of {} is registered as {}",
+                       net::BodyName(h), sender->name, *name);
+      out.push_back(MakeError(peer, wire::UNKNOWN_CLIENT,
+                              "this connection is registered as another client; send hello"));
+      return out;
+    }
+  }
   if (phase_ == Phase::kDone && h.body_case() != wire::Header::kHello) {
     // The run is over: whatever a known client says, it hears Finished (a
     // lost Finished is repaired by its next heartbeat). Only a heartbeat
@@ -350,6 +356,22 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
     return;
   }
   const std::string& name = hello.client_name();
+  if (identity) {
+    // One key, one client: the same key under two names would count one
+    // participant twice in a cohort (and make --peers clients refuse it).
+    auto owner = identity_owner_.find(*identity);
+    if (owner != identity_owner_.end() && owner->second != name) {
+      env_->Log().warn("rejected hello from {}: its identity key is client {}'s", name,
+                       owner->second);
+      Outgoing o;
+      o.peer = peer;
+      o.header.set_version(wire::VERSION_1);
+      o.header.mutable_reject()->set_reason("identity key already registered by client \"" +
+                                            owner->second + "\"");
+      out.push_back(std::move(o));
+      return;
+    }
+  }
   Client& c = clients_[name];
   const bool is_new = c.peer.empty();
   const bool reconnected = !c.peer.empty() && c.peer != peer;
@@ -361,7 +383,9 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
   }
   // The previous owner of this routing id (if another name) loses it.
   if (auto it = peer_to_name_.find(peer); it != peer_to_name_.end() && it->second != name) {
-    SetInactive(it->second, clients_[it->second]);
+    Client& previous = clients_[it->second];
+    SetInactive(it->second, previous);
+    if (previous.identity) identity_owner_.erase(*previous.identity);
     clients_.erase(it->second);
   }
   // A shard does not change under a running process: a Hello on the same
@@ -379,6 +403,8 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
   }
   c.peer = peer;
   Seen(name, c, now);
+  if (c.identity && c.identity != identity) identity_owner_.erase(*c.identity);
+  if (identity) identity_owner_[*identity] = name;
   c.identity = identity;
   c.wants_roster = hello.wants_roster();
   peer_to_name_[peer] = name;

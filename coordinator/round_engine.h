@@ -197,7 +197,7 @@ class RoundEngine {
   void AbortRound(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
   void LeaveSecAgg(Participant& p, Participant::State state, std::string reason);
   Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id, int stage,
-                            const std::string& what, std::vector<Outgoing>& out);
+                            const std::string& what, TimeMs now, std::vector<Outgoing>& out);
   int LiveWaiting() const;
   // The checks every update passes, plain or masked.
   Status CheckUpdate(const wire::Update& u, const net::Envelope& envelope, const Participant& p,
@@ -213,7 +213,6 @@ class RoundEngine {
   // that timeouts_ holds exactly the active clients.
   TimeMs TimeoutOf(const Client& c) const;  // When it times out: last_seen + timeout + 1.
   void Seen(const std::string& name, Client& c, TimeMs now);
-  void SetActive(const std::string& name, Client& c);
   void SetInactive(const std::string& name, Client& c);
   const std::string* NameOf(const std::string& peer) const;
 
@@ -229,6 +228,7 @@ class RoundEngine {
   // The active clients by the time they time out: the next wakeup and the
   // timeout scan cost O(log n), not a pass over every registered client.
   std::set<std::pair<TimeMs, std::string>> timeouts_;
+  std::map<crypto::Ed25519Public, std::string> identity_owner_;  // Key -> its client's name.
   // Clients the protocol proved misbehaving, with the reason: never selected
   // again in this run. Rebuilt from the store's client records on resume.
   std::map<std::string, std::string> banned_;

@@ -133,14 +133,14 @@ void RoundEngine::Ban(Participant& p, const std::string& why) {
 
 RoundEngine::Participant* RoundEngine::SecAggSender(const std::string& peer, uint32_t round,
                                                     uint64_t task_id, int stage,
-                                                    const std::string& what,
+                                                    const std::string& what, TimeMs now,
                                                     std::vector<Outgoing>& out) {
   const std::string* name = NameOf(peer);
   if (name == nullptr) {
     out.push_back(MakeError(peer, wire::UNKNOWN_CLIENT, "unknown client; send hello"));
     return nullptr;
   }
-  SetActive(*name, clients_[*name]);
+  Seen(*name, clients_[*name], now);
   const uint32_t current = round_ + 1;
   std::string why;
   Participant* p = nullptr;
@@ -175,7 +175,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
   switch (h.body_case()) {
     case wire::Header::kSecaggKeys: {
       const auto& m = h.secagg_keys();
-      p = SecAggSender(peer, m.round(), m.task_id(), 1, "key advert", out);
+      p = SecAggSender(peer, m.round(), m.task_id(), 1, "key advert", now, out);
       if (p == nullptr) return;
       auto advert = net::FromWire(m, index_of(p));
       status = advert.ok() ? secagg()->OnAdvertise(*advert) : advert.status();
@@ -183,7 +183,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
     }
     case wire::Header::kSecaggShares: {
       const auto& m = h.secagg_shares();
-      p = SecAggSender(peer, m.round(), m.task_id(), 2, "shares", out);
+      p = SecAggSender(peer, m.round(), m.task_id(), 2, "shares", now, out);
       if (p == nullptr) return;
       auto shares = net::FromWire(m, index_of(p));
       status = shares.ok() ? secagg()->OnShares(std::move(*shares)) : shares.status();
@@ -191,7 +191,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
     }
     case wire::Header::kSecaggShareCheck: {
       const auto& m = h.secagg_share_check();
-      p = SecAggSender(peer, m.round(), m.task_id(), 3, "share check", out);
+      p = SecAggSender(peer, m.round(), m.task_id(), 3, "share check", now, out);
       if (p == nullptr) return;
       auto check = net::FromWire(m, index_of(p));
       status = check.ok() ? secagg()->OnShareCheck(*check) : check.status();
@@ -199,7 +199,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
     }
     case wire::Header::kSecaggSignature: {
       const auto& m = h.secagg_signature();
-      p = SecAggSender(peer, m.round(), m.task_id(), 5, "survivor signature", out);
+      p = SecAggSender(peer, m.round(), m.task_id(), 5, "survivor signature", now, out);
       if (p == nullptr) return;
       auto sig = net::FromWire(m, index_of(p));
       status = sig.ok() ? secagg()->OnSignature(*sig) : sig.status();
@@ -207,7 +207,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
     }
     case wire::Header::kSecaggUnmask: {
       const auto& m = h.secagg_unmask();
-      p = SecAggSender(peer, m.round(), m.task_id(), 6, "unmasking shares", out);
+      p = SecAggSender(peer, m.round(), m.task_id(), 6, "unmasking shares", now, out);
       if (p == nullptr) return;
       auto r = net::FromWire(m, index_of(p));
       status = r.ok() ? secagg()->OnUnmask(std::move(*r)) : r.status();

@@ -206,10 +206,27 @@ TEST_F(RoundEngineTest, AnAuthenticatedSenderMustSayHelloAsItself) {
   auto out = engine_->OnMessage("p0", hello("c0", 1), now_, &alice);
   ASSERT_FALSE(out.empty());
   EXPECT_TRUE(out[0].header.has_welcome());
-  // Without a sender (no authenticating transport) any name may register.
+  // Without a sender (no authenticating transport) any name may register,
+  // but not with a key another client registered.
   out = engine_->OnMessage("p1", hello("c1", 2), now_);
   ASSERT_FALSE(out.empty());
   EXPECT_TRUE(out[0].header.has_welcome());
+  out = engine_->OnMessage("p2", hello("c2", 1), now_);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].header.reject().reason(), "identity key already registered by client \"c0\"");
+  // Every later message is held to the sender too: another key on c0's
+  // connection is not c0.
+  RoundEngine::AuthenticatedPeer bob{"c1", {}};
+  bob.identity.fill(2);
+  net::Envelope beat;
+  beat.header.set_version(wire::VERSION_1);
+  beat.header.mutable_heartbeat();
+  out = engine_->OnMessage("p0", beat, now_, &bob);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].header.error().code(), wire::UNKNOWN_CLIENT);
+  out = engine_->OnMessage("p0", beat, now_, &alice);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].header.has_heartbeat_ack());
 }
 
 TEST_F(RoundEngineTest, TimesIdsAndLinesComeFromTheInjectedEnv) {
