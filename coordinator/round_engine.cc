@@ -216,10 +216,12 @@ Status RoundEngine::LoadBans() {
 bool RoundEngine::all_acknowledged_finish(TimeMs now) const {
   // A client dropped from the last round is marked unavailable but may well
   // be alive; wait for every client heard from within the client timeout
-  // (the daemon bounds the wait by its grace period).
+  // (the daemon bounds the wait by its grace period), excluded ones too:
+  // they hear Finished only by speaking, and a daemon gone before that
+  // leaves them waiting for it.
   const TimeMs timeout = SecondsToMs(config_.rounds().client_timeout_s());
   for (const auto& [name, c] : clients_) {
-    if (acknowledged_finish_.count(name) != 0 || banned_.count(name) != 0) continue;
+    if (acknowledged_finish_.count(name) != 0) continue;
     if (c.active || now - c.last_seen <= timeout) return false;
   }
   return true;
@@ -305,73 +307,57 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
   return out;
 }
 
-void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
-                          const AuthenticatedPeer* sender, TimeMs now, std::vector<Outgoing>& out) {
-  if (!ValidName(hello.client_name())) {
-    env_->Log().warn("rejected hello: invalid client name \"{}\"",
-                     hello.client_name().substr(0, 80));
+std::optional<Outgoing> RoundEngine::RefuseHello(
+    const std::string& peer, const wire::Hello& hello, const AuthenticatedPeer* sender,
+    std::optional<crypto::Ed25519Public>& identity) const {
+  auto reject = [&](const std::string& reason) {
+    env_->Log().warn("rejected hello from \"{}\": {}", hello.client_name().substr(0, 80), reason);
     Outgoing o;
     o.peer = peer;
     o.header.set_version(wire::VERSION_1);
-    o.header.mutable_reject()->set_reason("invalid client name: 1-64 characters of [A-Za-z0-9._-]");
-    out.push_back(std::move(o));
-    return;
+    o.header.mutable_reject()->set_reason(reason);
+    return o;
+  };
+  if (!ValidName(hello.client_name())) {
+    return reject("invalid client name: 1-64 characters of [A-Za-z0-9._-]");
+  }
+  if (sender != nullptr && hello.client_name() != sender->name) {
+    return reject("client name \"" + hello.client_name() +
+                  "\" does not match this key's allowlist name \"" + sender->name + "\"");
   }
   if (sender != nullptr &&
-      (hello.client_name() != sender->name ||
-       hello.identity_key() != std::string(reinterpret_cast<const char*>(sender->identity.data()),
-                                           sender->identity.size()))) {
-    const bool name_ok = hello.client_name() == sender->name;
-    env_->Log().warn("rejected hello: key of {} claims {}", sender->name,
-                     name_ok ? "another identity key"
-                             : "the name \"" + hello.client_name().substr(0, 80) + "\"");
-    Outgoing o;
-    o.peer = peer;
-    o.header.set_version(wire::VERSION_1);
-    o.header.mutable_reject()->set_reason(
-        name_ok ? "identity key in hello is not the allowlisted key of \"" + sender->name + "\""
-                : "client name \"" + hello.client_name() +
-                      "\" does not match this key's allowlist name \"" + sender->name + "\"");
-    out.push_back(std::move(o));
-    return;
+      hello.identity_key() != std::string(reinterpret_cast<const char*>(sender->identity.data()),
+                                          sender->identity.size())) {
+    return reject("identity key in hello is not the allowlisted key of \"" + sender->name + "\"");
   }
   if (hello.num_samples() == 0 || hello.num_samples() > kMaxSamples) {
-    out.push_back(MakeError(peer, wire::MALFORMED, "hello: num_samples must be in [1, 2^40]"));
-    return;
+    return MakeError(peer, wire::MALFORMED, "hello: num_samples must be in [1, 2^40]");
   }
-  std::optional<crypto::Ed25519Public> identity;
   if (hello.identity_key().size() == crypto::kEd25519PublicBytes) {
     identity.emplace();
     std::memcpy(identity->data(), hello.identity_key().data(), identity->size());
-  } else if (!hello.identity_key().empty() || secure()) {
-    env_->Log().warn("rejected hello from {}: identity key of {} bytes", hello.client_name(),
-                     hello.identity_key().size());
-    Outgoing o;
-    o.peer = peer;
-    o.header.set_version(wire::VERSION_1);
-    o.header.mutable_reject()->set_reason(
-        "this run uses secure aggregation: hello must carry the client's 32-byte Ed25519 "
-        "identity key");
-    out.push_back(std::move(o));
-    return;
-  }
-  const std::string& name = hello.client_name();
-  if (identity) {
     // One key, one client: the same key under two names would count one
     // participant twice in a cohort (and make --peers clients refuse it).
     auto owner = identity_owner_.find(*identity);
-    if (owner != identity_owner_.end() && owner->second != name) {
-      env_->Log().warn("rejected hello from {}: its identity key is client {}'s", name,
-                       owner->second);
-      Outgoing o;
-      o.peer = peer;
-      o.header.set_version(wire::VERSION_1);
-      o.header.mutable_reject()->set_reason("identity key already registered by client \"" +
-                                            owner->second + "\"");
-      out.push_back(std::move(o));
-      return;
+    if (owner != identity_owner_.end() && owner->second != hello.client_name()) {
+      return reject("identity key already registered by client \"" + owner->second + "\"");
     }
+  } else if (!hello.identity_key().empty() || secure()) {
+    return reject(
+        "this run uses secure aggregation: hello must carry the client's 32-byte Ed25519 "
+        "identity key");
   }
+  return std::nullopt;
+}
+
+void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
+                          const AuthenticatedPeer* sender, TimeMs now, std::vector<Outgoing>& out) {
+  std::optional<crypto::Ed25519Public> identity;
+  if (auto refusal = RefuseHello(peer, hello, sender, identity)) {
+    out.push_back(std::move(*refusal));
+    return;
+  }
+  const std::string& name = hello.client_name();
   Client& c = clients_[name];
   const bool is_new = c.peer.empty();
   const bool reconnected = !c.peer.empty() && c.peer != peer;
@@ -410,6 +396,19 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
   peer_to_name_[peer] = name;
   env_->Log().info("client {} {} ({} samples, {} registered)", name,
                    is_new ? "registered" : "re-registered", c.num_samples, clients_.size());
+  out.push_back(MakeWelcome(peer, name));
+  if (phase_ == Phase::kDone) {
+    Outgoing f;
+    f.peer = peer;
+    f.header.set_version(wire::VERSION_1);
+    f.header.mutable_finished()->set_rounds(round_);
+    out.push_back(std::move(f));
+    return;
+  }
+  if (phase_ == Phase::kTraining) HelloInRound(peer, hello, recount, reconnected, now, out);
+}
+
+Outgoing RoundEngine::MakeWelcome(const std::string& peer, const std::string& name) const {
   Outgoing w;
   w.peer = peer;
   w.header.set_version(wire::VERSION_1);
@@ -419,18 +418,14 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
   *welcome->mutable_model() = config_.model();
   welcome->set_num_params(static_cast<uint32_t>(global_.size()));
   welcome->set_heartbeat_s(config_.net().heartbeat_s());
-  out.push_back(std::move(w));
-  if (phase_ == Phase::kDone) {
-    Outgoing f;
-    f.peer = peer;
-    f.header.set_version(wire::VERSION_1);
-    f.header.mutable_finished()->set_rounds(round_);
-    out.push_back(std::move(f));
-    return;
-  }
+  return w;
+}
+
+void RoundEngine::HelloInRound(const std::string& peer, const wire::Hello& hello, bool recount,
+                               bool reconnected, TimeMs now, std::vector<Outgoing>& out) {
   // The sample count of a selected client stays as it was at selection
   // (Participant::num_samples); a new one counts from the next round.
-  if (phase_ != Phase::kTraining) return;
+  const std::string& name = hello.client_name();
   Participant* p = FindParticipant(name);
   if (p == nullptr) return;
   if (recount) {

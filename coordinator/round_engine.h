@@ -137,8 +137,20 @@ class RoundEngine {
 
   RoundEngine(const config::RunConfig& config, RunStore* store, Evaluator evaluator, Env* env);
 
+  // The reply refusing a Hello (a bad name or sample count, a name or key
+  // other than the authenticated sender's, no identity key in a secure run,
+  // a key another client holds), or nothing; `identity` gets its key.
+  std::optional<Outgoing> RefuseHello(const std::string& peer, const wire::Hello& hello,
+                                      const AuthenticatedPeer* sender,
+                                      std::optional<crypto::Ed25519Public>& identity) const;
   void OnHello(const std::string& peer, const wire::Hello& hello, const AuthenticatedPeer* sender,
                TimeMs now, std::vector<Outgoing>& out);
+  Outgoing MakeWelcome(const std::string& peer, const std::string& name) const;
+  // A registered client's Hello while a round trains: a selected one that
+  // changed its sample count is banned, one that reconnected leaves a
+  // secure round or gets its plain task again.
+  void HelloInRound(const std::string& peer, const wire::Hello& hello, bool recount,
+                    bool reconnected, TimeMs now, std::vector<Outgoing>& out);
   void OnUpdate(const std::string& peer, const net::Envelope& envelope, TimeMs now,
                 std::vector<Outgoing>& out);
   void MaybeStartRound(TimeMs now, std::vector<Outgoing>& out);
