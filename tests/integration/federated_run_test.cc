@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "coordinator/run_store.h"
 #include "tests/integration/cluster.h"
 
 namespace cohort::testing {
@@ -53,6 +54,34 @@ TEST(FederatedRunTest, RunCompletesAndStatusReportsEveryRound) {
                        "tcp://127.0.0.1:0"},
                       &out, cluster.dir() / "again.log"),
             0);
+}
+
+// A client that requires secure aggregation never sends its update in a
+// plain round: it says why, the round goes on without it at the deadline,
+// and it still hears when the run is over.
+TEST(FederatedRunTest, AClientThatRequiresSecureAggregationSitsOutPlainRounds) {
+  Cluster cluster("require-secure", 3);
+  const std::string config = cluster.WriteConfig(
+      "run.textproto", 2, "min_clients: 2 start_clients: 3 round_deadline_s: 2");
+  const std::string run_dir = cluster.dir() / "run";
+  const std::string endpoint = cluster.StartCoordinator(config, run_dir);
+  for (int k = 0; k < 3; ++k) {
+    cluster.StartClient(
+        k, endpoint,
+        k == 2 ? std::vector<std::string>{"--require-secure"} : std::vector<std::string>{});
+  }
+  ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(cluster.client(k).Wait(), 0) << "client " << k;
+  std::string said;
+  for (const auto& l : cluster.client(2).lines()) said += l + "\n";
+  EXPECT_NE(said.find("requires secure aggregation"), std::string::npos) << said;
+  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto rounds = std::move(store->Rounds()).value();
+  ASSERT_EQ(rounds.size(), 2u);
+  for (const auto& r : rounds) {
+    EXPECT_EQ(r.outcome, "committed");
+    EXPECT_EQ(r.participants, 2u) << "round " << r.round;
+  }
 }
 
 TEST(FederatedRunTest, SigtermStopsDaemonsCleanlyAndKeepsCommittedRounds) {
