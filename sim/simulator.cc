@@ -659,6 +659,18 @@ class Simulation {
   TimeMs now_ = 0;
 };
 
+// The clients of --shards, or of the config's data.partition split in
+// memory (its test set into `test`).
+StatusOr<std::vector<VirtualClient>> VirtualClients(const SimOptions& o, datasets::Dataset* test,
+                                                    bool* in_memory_test) {
+  if (!o.shards.empty()) return LoadClients(o.shards);
+  if (o.config.data().has_partition()) {
+    return SplitClients(o.config.data().partition(), o.clients, test, in_memory_test);
+  }
+  return InvalidArgumentError(
+      "simulate: no clients: give --shards DIR, or a data.partition section in the config");
+}
+
 }  // namespace
 
 std::string Join(const std::vector<std::string>& list) {
@@ -715,18 +727,10 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
   }
   // Before the clients: their sessions log through it to the end.
   const std::unique_ptr<Env> sessions_env = SessionsEnv();
-  std::vector<VirtualClient> clients;
   datasets::Dataset test;
   bool in_memory_test = false;
-  if (!o.shards.empty()) {
-    COHORT_ASSIGN_OR_RETURN(clients, LoadClients(o.shards));
-  } else if (o.config.data().has_partition()) {
-    COHORT_ASSIGN_OR_RETURN(
-        clients, SplitClients(o.config.data().partition(), o.clients, &test, &in_memory_test));
-  } else {
-    return InvalidArgumentError(
-        "simulate: no clients: give --shards DIR, or a data.partition section in the config");
-  }
+  COHORT_ASSIGN_OR_RETURN(std::vector<VirtualClient> clients,
+                          VirtualClients(o, &test, &in_memory_test));
   COHORT_ASSIGN_OR_RETURN(
       coordinator::OpenRun run,
       coordinator::OpenFederatedRun(o.config, o.run_dir, 0, in_memory_test ? &test : nullptr));
