@@ -283,7 +283,11 @@ uint32_t SecureThreshold(uint32_t n, uint32_t k, double corrupt) {
 
 StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double corrupt, bool complete,
                                           size_t length) {
-  if (n < 3) return InvalidArgumentError("secagg: need at least 3 clients");
+  // Two clients are a cohort only when neither is assumed to collude with
+  // the coordinator (corrupt = 0 gives k = 1, t = 1): each sum then hides
+  // both inputs from the coordinator, and a lone survivor is refused
+  // (SignSurvivors: fewer than t neighbours left).
+  if (n < 2) return InvalidArgumentError("secagg: need at least 2 clients");
   if (!(dropout >= 0 && dropout < 1) || !(corrupt >= 0 && corrupt < 0.5)) {
     return InvalidArgumentError("secagg: dropout must be in [0, 1) and corrupt in [0, 0.5)");
   }
@@ -314,7 +318,7 @@ StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double cor
 }
 
 Status CheckSecAggParams(uint32_t n, uint32_t k, uint32_t t, double corrupt) {
-  if (n < 3 || k == 0 || k >= n || t == 0 || t > k || (k + 1 < n && k % 2 != 0)) {
+  if (n < 2 || k == 0 || k >= n || t == 0 || t > k || (k + 1 < n && k % 2 != 0)) {
     return FailedPreconditionError("secagg setup: n=" + Str(n) + ", k=" + Str(k) + ", t=" + Str(t) +
                                    " do not describe a neighbour graph and threshold");
   }

@@ -253,6 +253,32 @@ TEST(SecAggTest, BelowThresholdAbortsAndRevealsNothing) {
   EXPECT_TRUE(o.sum.empty());
 }
 
+TEST(SecAggTest, TwoClientsAggregateOnlyWhenNeitherIsAssumedCorruptAndBothSurvive) {
+  // Two sites, each the other's only neighbour: a threshold exists only when
+  // the other client is not assumed to collude with the coordinator.
+  EXPECT_FALSE(ChooseSecAggParams(2, 0.1, 0.1, true, 1).ok());
+  EXPECT_FALSE(CheckSecAggParams(2, 1, 1, 0.1).ok());
+  EXPECT_TRUE(CheckSecAggParams(2, 1, 1, 0.0).ok());
+  auto p = ChooseSecAggParams(2, 0.1, 0.0, true, 300);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->k, 1u);
+  EXPECT_EQ(p->t, 1u);
+  Harness h(*p);
+  Outcome o = h.Run({});
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.u4.size(), 2u);
+  EXPECT_EQ(o.sum, o.expected);
+  // One drops after sharing its keys: the sum would be the other's input
+  // alone, so the round ends without one.
+  Drops d;
+  d.before_masked_input = {1};
+  o = h.Run(d);
+  EXPECT_FALSE(o.status.ok());
+  // The survivor would not sign a list without its only neighbour.
+  EXPECT_NE(o.status.message().find("0 survivor signatures"), std::string::npos) << o.status;
+  EXPECT_TRUE(o.sum.empty());
+}
+
 // --- Parameters --------------------------------------------------------------
 
 TEST(SecAggParamsTest, ThresholdOutnumbersTwoHalvesOfTheNeighbours) {

@@ -115,6 +115,13 @@ int main(int argc, char** argv) {
                      "secure-aggregation cohort (default: trust the coordinator's list)");
   client->add_flag("--require-secure", copts.require_secure,
                    "Refuse any task that is not securely aggregated (implied by --peers)");
+  client
+      ->add_option("--corrupt-fraction", copts.corrupt_fraction,
+                   "The fraction of a secure cohort this client assumes may collude with the "
+                   "coordinator: it refuses any threshold weaker than that implies (0 lets two "
+                   "clients aggregate securely)")
+      ->check(CLI::Range(0.0, 0.49))
+      ->capture_default_str();
   client->add_option("--coordinator-key", copts.coordinator_key,
                      "The coordinator's .pub file (pinned)");
   client->add_flag("--insecure", copts.insecure, "No CURVE: plaintext (local development only)");

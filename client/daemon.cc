@@ -180,6 +180,7 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
             });
   if (!peers.empty()) session.set_peers(std::move(peers));
   if (options.require_secure) session.set_require_secure(true);
+  session.set_min_corrupt_fraction(options.corrupt_fraction);
 
   std::unique_ptr<Job> job;
   std::thread worker;

@@ -41,6 +41,11 @@ struct ClientOptions {
   // Refuse every task that is not securely aggregated (implied by peers): a
   // coordinator could otherwise ask for this client's update in the clear.
   bool require_secure = false;
+  // The fraction of a cohort this client assumes may collude with the
+  // coordinator; it refuses a threshold weaker than that implies. Two-client
+  // cohorts need 0: with one other client, that client is the only one
+  // who could collude.
+  double corrupt_fraction = 0.1;
   // A site that is data-parallel inside (client/site.h): with site_size > 1
   // this daemon is rank 0 of a group that meets at site_master, and its
   // site workers (`cohort site-worker`) train each task with it.

@@ -429,7 +429,7 @@ Status Session::CheckRoster(const wire::SecAggSetup& s, const crypto::Digest& ro
 Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& s,
                             TimeMs now, Actions& a) {
   if (identity_ == nullptr) return FailedPreconditionError("no identity key to sign with");
-  if (s.n() < 3 || s.n() > kMaxCohort || s.index() >= s.n()) {
+  if (s.n() < 2 || s.n() > kMaxCohort || s.index() >= s.n()) {
     return InvalidArgumentError("secagg setup: inconsistent n or index");
   }
   if (s.context().size() != 32)

@@ -458,6 +458,31 @@ TEST(SecureSessionTest, RefusesAThresholdWeakerThanItsOwnDerivation) {
   EXPECT_TRUE(s.OnMessage(ten(23, 7, 0.1f), 50).train.has_value());
 }
 
+TEST(SecureSessionTest, ACohortOfTwoNeedsAClientThatAssumesNoColluder) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  auto two = [&](uint64_t task_id) {
+    net::Envelope e = SecureTask(task_id, identity.public_key, 1);
+    auto* sa = e.header.mutable_task()->mutable_secagg();
+    sa->set_n(2);
+    sa->set_k(1);
+    sa->set_corrupt_fraction(0);
+    SetRoster(sa, {identity.public_key, Key('b')});
+    return e;
+  };
+  // By default the other client may be the coordinator's: refused.
+  Actions a = s.OnMessage(two(20), 20);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("weaker than this client's t=2"), std::string::npos) << a.printed[0];
+  // --corrupt-fraction 0: the pair aggregates (k = 1, t = 1).
+  s.set_min_corrupt_fraction(0);
+  EXPECT_TRUE(s.OnMessage(two(21), 30).train.has_value());
+}
+
 TEST(SecureSessionTest, WithPeersACohortTheColludersCouldFillIsRefused) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
   Session s(

@@ -10,7 +10,9 @@
 # (SECAGG_PLUS, the default; SECAGG or PLAIN), MODEL (a preset that replaces
 # the config's model section: mlp (784-200-200-10), logreg or lenet5),
 # SITE_SIZE (1: with W > 1, the shards form CLIENTS / W sites, each a client
-# with W - 1 site workers holding the site's other shards).
+# with W - 1 site workers holding the site's other shards), CORRUPT (the
+# config's secagg.corrupt_fraction, also passed to the clients as
+# --corrupt-fraction; 0 lets two sites aggregate securely).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,6 +55,7 @@ echo "== partitioning Fashion-MNIST into $CLIENTS shards ($SCHEME)"
 sed -e "s#runs/demo/shards/test.shard#$RUN_DIR/shards/test.shard#" \
     -e "s#start_clients: 10#start_clients: $SITES#" -e "s#^seed: 0#seed: $SEED#" \
     -e "s#aggregation: SECAGG_PLUS#aggregation: $AGGREGATION#" \
+    -e "s#corrupt_fraction: 0.1#corrupt_fraction: ${CORRUPT:-0.1}#" \
     -e "s#min_clients: 8#min_clients: $(( SITES * 8 / 10 > 0 ? SITES * 8 / 10 : 1 ))#" \
     "$CONFIG" > "$RUN_DIR/run.textproto"
 if [[ -n ${MODEL:-} ]]; then
@@ -104,7 +107,7 @@ for ((k = 0; k < CLIENTS; k++)); do
   if ((rank == 0)); then
     "$COHORT" client --coordinator "$endpoint" --data "$RUN_DIR/shards/$name.shard" \
       --identity "$RUN_DIR/keys/$name.key" --coordinator-key "$RUN_DIR/keys/coordinator.pub" \
-      "${site[@]}" 2> "$RUN_DIR/logs/$name.log" &
+      ${CORRUPT:+--corrupt-fraction "$CORRUPT"} "${site[@]}" 2> "$RUN_DIR/logs/$name.log" &
   else
     "$COHORT" site-worker --data "$RUN_DIR/shards/$name.shard" --rank "$rank" \
       "${site[@]}" 2> "$RUN_DIR/logs/$name.log" &
