@@ -91,9 +91,26 @@ std::string AbortText(std::span<const uint8_t> m) {
 
 static_assert(kMaxAbortText + 4 <= kMaxCollectiveMessageBytes);
 
+// What a message's values are: every rank of a collective sends the same.
+template <typename T>
+constexpr uint32_t kDType = 0;
+template <>
+constexpr uint32_t kDType<float> = 1;
+template <>
+constexpr uint32_t kDType<int64_t> = 2;
+template <>
+constexpr uint32_t kDType<Bf16> = 3;
+template <>
+constexpr uint32_t kDType<Fp16> = 4;
+
+std::string DTypeName(uint32_t dtype) {
+  static const char* const kNames[] = {"?", "float32", "int64", "bfloat16", "float16"};
+  return dtype < 5 ? kNames[dtype] : "type " + std::to_string(dtype);
+}
+
 struct MessageHeader {
-  uint32_t magic = 0x31764c43;  // "CLv1"
-  uint32_t element_bytes = 0;
+  uint32_t magic = 0x32764c43;  // "CLv2"
+  uint32_t dtype = 0;
   uint64_t sequence = 0;
   // The message's number among those this sender sends this receiver in
   // this collective (schedules differ in length between ranks, so the step
@@ -121,6 +138,10 @@ void Apply(CollectiveStep::Op op, const uint8_t* bytes, std::span<T> out) {
         // Wrapping integer addition: exact and order-free.
         out[i + j] =
             static_cast<int64_t>(static_cast<uint64_t>(out[i + j]) + static_cast<uint64_t>(buf[j]));
+      } else if constexpr (std::is_same_v<T, Bf16>) {
+        out[i + j] = ToBf16(ToFloat(out[i + j]) + ToFloat(buf[j]));
+      } else if constexpr (std::is_same_v<T, Fp16>) {
+        out[i + j] = ToFp16(ToFloat(out[i + j]) + ToFloat(buf[j]));
       } else {
         out[i + j] += buf[j];
       }
@@ -141,12 +162,12 @@ std::string Mismatch(std::span<const uint8_t> m, uint64_t sequence, uint64_t i, 
            " (expected message " + std::to_string(i) + " of collective " +
            std::to_string(sequence) + ")";
   }
-  if (h.element_bytes != sizeof(T) || h.begin != want.begin || h.count != want.size() ||
+  if (h.dtype != kDType<T> || h.begin != want.begin || h.count != want.size() ||
       m.size() != sizeof(h) + want.size() * sizeof(T)) {
-    return std::to_string(h.count) + " values of " + std::to_string(h.element_bytes) +
-           " bytes from " + std::to_string(h.begin) + " in " + std::to_string(m.size()) +
-           " bytes (expected " + std::to_string(want.size()) + " of " + std::to_string(sizeof(T)) +
-           " from " + std::to_string(want.begin) + ")";
+    return std::to_string(h.count) + " " + DTypeName(h.dtype) + " values from " +
+           std::to_string(h.begin) + " in " + std::to_string(m.size()) + " bytes (expected " +
+           std::to_string(want.size()) + " " + DTypeName(kDType<T>) + " values from " +
+           std::to_string(want.begin) + ")";
   }
   return "";
 }
@@ -264,7 +285,7 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
     auto send_until = [&](size_t count) -> Status {
       for (; next_send < std::min(count, sends.size()); ++next_send) {
         const Range seg = sends[next_send];
-        MessageHeader h{.element_bytes = sizeof(T),
+        MessageHeader h{.dtype = kDType<T>,
                         .sequence = sequence,
                         .index = sent[s.send_to]++,
                         .begin = seg.begin,
@@ -328,8 +349,41 @@ Status Communicator::AllReduce(std::span<int64_t> data, const CollectiveOptions&
   return ReduceWith<int64_t>(data, options, "all-reduce");
 }
 
+Status Communicator::AllReduce(std::span<Bf16> data, const CollectiveOptions& options) {
+  return ReduceWith<Bf16>(data, options, "bfloat16 all-reduce");
+}
+
+Status Communicator::AllReduce(std::span<Fp16> data, const CollectiveOptions& options) {
+  return ReduceWith<Fp16>(data, options, "float16 all-reduce");
+}
+
 Status Communicator::AllReduce(std::span<float> data, const CollectiveOptions& options) {
-  if (!options.exact) return ReduceWith<float>(data, options, "all-reduce");
+  if (options.exact && options.wire != WireType::kFloat32) {
+    return InvalidArgumentError("exact all-reduce: the wire type must be float32");
+  }
+  if (options.exact) return ReduceExact(data, options);
+  switch (options.wire) {
+    case WireType::kBf16:
+      return ReduceAs<Bf16>(data, options);
+    case WireType::kFp16:
+      return ReduceAs<Fp16>(data, options);
+    case WireType::kFloat32:
+      break;
+  }
+  return ReduceWith<float>(data, options, "all-reduce");
+}
+
+template <typename H>
+Status Communicator::ReduceAs(std::span<float> data, const CollectiveOptions& options) {
+  std::vector<H> wire(data.size());
+  FromFloats<H>(data, wire);
+  COHORT_RETURN_IF_ERROR(ReduceWith<H>(
+      wire, options, std::is_same_v<H, Bf16> ? "bfloat16 all-reduce" : "float16 all-reduce"));
+  ToFloats<H>(wire, data);
+  return OkStatus();
+}
+
+Status Communicator::ReduceExact(std::span<float> data, const CollectiveOptions& options) {
   if (options.scale_bits < 0 || options.scale_bits > 60) {
     return InvalidArgumentError("exact all-reduce: scale_bits must be in [0, 60]");
   }

@@ -9,6 +9,10 @@
 //  - Recursive doubling (latency-optimal): log2(n) full-vector exchanges;
 //    with a world size that is not a power of two, the extra ranks first
 //    fold their vector into a partner and get the result back at the end.
+//  - 16-bit floats (bfloat16, IEEE float16): summed in float32 one add at a
+//    time, rounded back to 16 bits after each (what NCCL does with them);
+//    a float32 vector can travel as either (CollectiveOptions::wire) to
+//    halve the bytes, as DDP's bf16/fp16 compression hooks do.
 //  - Exact mode: floats become int64 fixed point (value * 2^scale_bits,
 //    rounded to nearest), summed as integers mod 2^64, decoded: the result is
 //    the same bits whatever the algorithm, transport or order of arrival.
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "aggregation/transport.h"
+#include "common/half.h"
 #include "common/status.h"
 
 namespace cohort::aggregation {
@@ -62,6 +67,11 @@ std::vector<CollectiveStep> BroadcastSchedule(int rank, int size, size_t n, int 
 
 enum class Algorithm { kAuto, kRing, kRecursiveDoubling };
 
+// How a float32 all-reduce travels: as float32, or rounded to a 16-bit float
+// (half the bytes; each rank's values and every partial sum rounded to 8
+// or 11 bits of mantissa) and widened again at the end.
+enum class WireType { kFloat32, kBf16, kFp16 };
+
 struct CollectiveOptions {
   Algorithm algorithm = Algorithm::kAuto;
   // kAuto: recursive doubling up to this many bytes, the ring above.
@@ -73,6 +83,8 @@ struct CollectiveOptions {
   // Values beyond +-2^(62 - scale_bits) / size saturate (counted).
   bool exact = false;
   int scale_bits = 32;
+  // Float32 all-reduce only, not with `exact`.
+  WireType wire = WireType::kFloat32;
 };
 
 // Collectives of one group, numbered so a message from an earlier or later
@@ -86,6 +98,8 @@ class Communicator {
 
   Status AllReduce(std::span<float> data, const CollectiveOptions& options = {});
   Status AllReduce(std::span<int64_t> data, const CollectiveOptions& options = {});
+  Status AllReduce(std::span<Bf16> data, const CollectiveOptions& options = {});
+  Status AllReduce(std::span<Fp16> data, const CollectiveOptions& options = {});
   Status Broadcast(std::span<float> data, int root, const CollectiveOptions& options = {});
   Status Barrier(const CollectiveOptions& options = {});
   // Values that saturated in the last exact AllReduce on this rank.
@@ -106,6 +120,9 @@ class Communicator {
   Status FindMissing(const Status& failure, int waiting_for, TimeMs deadline);
   template <typename T>
   Status ReduceWith(std::span<T> data, const CollectiveOptions& options, const char* what);
+  Status ReduceExact(std::span<float> data, const CollectiveOptions& options);
+  template <typename H>
+  Status ReduceAs(std::span<float> data, const CollectiveOptions& options);
 
   Transport* transport_;
   uint64_t sequence_ = 0;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "common/bytes.h"
+#include "common/half.h"
 #include "common/parallel.h"
 #include "common/rng.h"
 #include "common/secret_bytes.h"
@@ -29,6 +31,63 @@ Status Quarter(int x, int* out) {
   COHORT_ASSIGN_OR_RETURN(int h, Half(x));
   COHORT_ASSIGN_OR_RETURN(*out, Half(h));
   return OkStatus();
+}
+
+// Every 16-bit value survives the round trip; midpoints between neighbours
+// round to the even one, anything past them to the nearer; float16
+// overflows to infinity and underflows through its subnormals.
+template <typename H>
+void CheckRounding(H (*to)(float), bool is_bf16) {
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const H h{static_cast<uint16_t>(b)};
+    const float f = ToFloat(h);
+    if (std::isnan(f)) {
+      ASSERT_TRUE(std::isnan(ToFloat(to(f)))) << b;
+      continue;
+    }
+    ASSERT_EQ(to(f).bits, h.bits) << b;
+    // Positive finite neighbours b, b + 1.
+    if (b >= 0x7fff || (b & 0x7fff) >= (is_bf16 ? 0x7f80u : 0x7c00u) - 1) continue;
+    const float next = ToFloat(H{static_cast<uint16_t>(b + 1)});
+    const float mid = f + (next - f) / 2;  // Exact in float.
+    ASSERT_EQ(to(mid).bits, (b % 2 == 0) ? b : b + 1) << b;
+    ASSERT_EQ(to(std::nextafter(mid, 0.0f)).bits, b) << b;
+    ASSERT_EQ(to(std::nextafter(mid, INFINITY)).bits, b + 1) << b;
+    ASSERT_EQ(to(-mid).bits, ((b % 2 == 0) ? b : b + 1) | 0x8000u) << b;
+  }
+}
+
+TEST(HalfTest, RoundTripsAndRoundsToNearestEven) {
+  CheckRounding<Bf16>(ToBf16, true);
+  CheckRounding<Fp16>(ToFp16, false);
+  EXPECT_EQ(ToFloat(ToFp16(65504.0f)), 65504.0f);
+  EXPECT_EQ(ToFloat(ToFp16(65519.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(ToFloat(ToFp16(65520.0f))));
+  EXPECT_TRUE(std::isinf(ToFloat(ToFp16(1e30f))));
+  EXPECT_EQ(ToFloat(ToFp16(std::ldexp(1.0f, -24))), std::ldexp(1.0f, -24));
+  EXPECT_EQ(ToFloat(ToFp16(std::ldexp(1.0f, -25))), 0.0f);  // Tie: to the even zero.
+  EXPECT_EQ(ToFloat(ToFp16(std::nextafter(std::ldexp(1.0f, -25), 1.0f))), std::ldexp(1.0f, -24));
+  EXPECT_TRUE(std::isinf(ToFloat(ToBf16(std::numeric_limits<float>::max()))));
+  EXPECT_EQ(ToFloat(ToBf16(std::numeric_limits<float>::infinity())),
+            std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(ToFloat(ToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isnan(ToFloat(ToFp16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(ToFloat(ToBf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);  // Tie to even.
+  EXPECT_EQ(ToFloat(ToBf16(1.0f + 3 * std::ldexp(1.0f, -8))), 1.0f + std::ldexp(1.0f, -6));
+#if defined(__FLT16_MAX__) && !defined(__clang__)
+  // The compiler's own float16 agrees on a million random floats.
+  Rng rng(7);
+  for (int i = 0; i < 1000000; ++i) {
+    const uint32_t u = static_cast<uint32_t>(rng.Next());
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    if (std::isnan(f)) continue;
+    const _Float16 h = static_cast<_Float16>(f);
+    uint16_t want;
+    std::memcpy(&want, &h, sizeof(want));
+    ASSERT_EQ(ToFp16(f).bits, want) << f;
+  }
+#endif
 }
 
 TEST(StatusTest, MacrosPropagateTheFirstError) {

@@ -147,6 +147,85 @@ TEST_P(CollectiveTest, AllReduceEqualsTheSerialSumForEveryWorldSizeAndLength) {
   }
 }
 
+// 16-bit wire types: every rank ends with the same bits, within the
+// rounding of size - 1 adds at the type's precision of the serial sum of
+// the rounded inputs.
+TEST_P(CollectiveTest, SixteenBitFloatsSumWithinTheirRoundingForEveryWorldSize) {
+  using aggregation::WireType;
+  for (WireType wire : {WireType::kBf16, WireType::kFp16}) {
+    const double unit = wire == WireType::kBf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    auto round = [&](float x) {
+      return wire == WireType::kBf16 ? ToFloat(ToBf16(x)) : ToFloat(ToFp16(x));
+    };
+    for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+      for (int size = 1; size <= 8; ++size) {
+        for (size_t n : {size_t{1}, size_t{7}, size_t{1000}, size_t{65539}}) {
+          SCOPED_TRACE("wire " + std::to_string(int(wire)) + ", algorithm " +
+                       std::to_string(int(algorithm)) + ", size " + std::to_string(size) + ", n " +
+                       std::to_string(n));
+          std::vector<std::vector<float>> data(size);
+          std::vector<double> expected(n, 0.0), magnitude(n, 0.0);
+          for (int r = 0; r < size; ++r) {
+            data[r] = Input(r, n);
+            for (size_t i = 0; i < n; ++i) {
+              expected[i] += round(data[r][i]);
+              magnitude[i] += std::fabs(data[r][i]);
+            }
+          }
+          auto st = RunRanks(
+              size,
+              [&](int r, Communicator& c) {
+                return c.AllReduce(data[r], {.algorithm = algorithm, .wire = wire});
+              },
+              GetParam());
+          for (int r = 0; r < size; ++r) ASSERT_TRUE(st[r].ok()) << st[r];
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_NEAR(data[0][i], expected[i], size * unit * magnitude[i] + 1e-30) << i;
+            ASSERT_EQ(data[0][i], round(data[0][i])) << "not a 16-bit value at " << i;
+          }
+          for (int r = 1; r < size; ++r) ASSERT_EQ(data[r], data[0]) << "rank " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CollectiveTest, SixteenBitVectorsAndMismatchedTypesAreNamed) {
+  // A bfloat16 vector all-reduced as itself.
+  std::vector<std::vector<Bf16>> halves(3, std::vector<Bf16>(1001));
+  for (int r = 0; r < 3; ++r) {
+    for (Bf16& h : halves[r]) h = ToBf16(0.5f * float(r + 1));
+  }
+  auto st = RunRanks(
+      3, [&](int r, Communicator& c) { return c.AllReduce(std::span<Bf16>(halves[r])); },
+      GetParam());
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(st[r].ok()) << st[r];
+    for (Bf16 h : halves[r]) ASSERT_EQ(ToFloat(h), 3.0f);
+  }
+  // One rank sends float16 where the other expects bfloat16.
+  std::vector<float> v(64, 1.0f), w(64, 1.0f);
+  st = RunRanks(
+      2,
+      [&](int r, Communicator& c) {
+        return c.AllReduce(
+            r == 0 ? std::span<float>(v) : std::span<float>(w),
+            {.algorithm = Algorithm::kRecursiveDoubling,
+             .timeout_ms = 1000,
+             .wire = r == 0 ? aggregation::WireType::kBf16 : aggregation::WireType::kFp16});
+      },
+      GetParam());
+  EXPECT_EQ(st[0].code(), StatusCode::kInvalidArgument) << st[0];
+  EXPECT_NE(st[0].message().find("64 float16 values from 0 in"), std::string::npos) << st[0];
+  EXPECT_NE(st[0].message().find("(expected 64 bfloat16 values from 0)"), std::string::npos)
+      << st[0];
+  // Exact mode sums fixed point made from float32, nothing narrower.
+  Status exact = RunRanks(1, [&](int, Communicator& c) {
+    return c.AllReduce(v, {.exact = true, .wire = aggregation::WireType::kBf16});
+  })[0];
+  EXPECT_EQ(exact.code(), StatusCode::kInvalidArgument) << exact;
+}
+
 TEST_P(CollectiveTest, LargeBuffersUpTo64MiB) {
   for (int size : {2, 5}) {
     const size_t n = (size_t{64} << 20) / sizeof(float) + 3;  // 64 MiB and not divisible.

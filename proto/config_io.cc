@@ -319,6 +319,15 @@ Status CheckDataParallel(const RunConfig& c) {
   if (dp.check_replicas_every() > 1000000) {
     return InvalidArgumentError("data_parallel.check_replicas_every: must be in [0, 1000000]");
   }
+  if (dp.gradient_dtype() != FLOAT32 && dp.exact()) {
+    return InvalidArgumentError(
+        "data_parallel.gradient_dtype: exact mode sums float32 gradients only (FLOAT32)");
+  }
+  if (dp.gradient_dtype() != FLOAT32 && dp.local_sgd_steps() > 0) {
+    return InvalidArgumentError(
+        "data_parallel.gradient_dtype: local SGD averages float32 models, not gradients "
+        "(FLOAT32)");
+  }
   if (dp.accumulation_steps() > 1 && dp.local_sgd_steps() > 0) {
     return InvalidArgumentError(
         "data_parallel: gradient accumulation (accumulation_steps) and local SGD "

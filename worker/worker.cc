@@ -87,6 +87,9 @@ struct Rank {
   std::unique_ptr<coordinator::RunStore> store;  // Rank 0 only.
   aggregation::Communicator* comm = nullptr;
   aggregation::CollectiveOptions collective;
+  // The gradients' all-reduce: `collective`, travelling as
+  // data_parallel.gradient_dtype (models, metrics and checks stay float32).
+  aggregation::CollectiveOptions gradients;
   // Synchronous SGD with data_parallel.bucket_mb > 0 and more than one rank:
   // the gradient buckets' all-reduce, and where the buckets end (offsets
   // into the flat gradient, in the order the backward pass reaches them;
@@ -286,7 +289,7 @@ Status SyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begi
   if (r.reducer != nullptr) {
     COHORT_RETURN_IF_ERROR(r.reducer->Wait(&saturated));
   } else {
-    COHORT_RETURN_IF_ERROR(r.comm->AllReduce(e.grads, r.collective));
+    COHORT_RETURN_IF_ERROR(r.comm->AllReduce(e.grads, r.gradients));
     saturated = r.comm->saturated();
   }
   if (saturated > 0) {
@@ -415,6 +418,8 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
                                                    std::to_string(dp.local_sgd_steps()) + " step(s)"
                                              : "all-reduce";
   if (r.collective.exact) rec.aggregation += " (exact)";
+  if (r.gradients.wire == aggregation::WireType::kBf16) rec.aggregation += " (bfloat16)";
+  if (r.gradients.wire == aggregation::WireType::kFp16) rec.aggregation += " (float16)";
   if (dp.accumulation_steps() > 1) {
     rec.aggregation += ", " + std::to_string(dp.accumulation_steps()) + " micro-batches a step";
   }
@@ -461,6 +466,17 @@ Status Load(Rank& r, const WorkerOptions& o) {
   }
   r.collective.exact = r.config.data_parallel().exact();
   r.collective.timeout_ms = static_cast<TimeMs>(r.config.data_parallel().timeout_s() * 1000);
+  r.gradients = r.collective;
+  switch (r.config.data_parallel().gradient_dtype()) {
+    case config::BFLOAT16:
+      r.gradients.wire = aggregation::WireType::kBf16;
+      break;
+    case config::FLOAT16:
+      r.gradients.wire = aggregation::WireType::kFp16;
+      break;
+    default:
+      break;
+  }
   r.fault_kill_step = o.fault_kill_step;
   r.fault_perturb_step = o.fault_perturb_step;
   return OkStatus();
@@ -494,7 +510,7 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   if (dp.bucket_mb() > 0) cuts = BucketCuts(*r.model, size_t(dp.bucket_mb() * (1 << 20)));
   // One bucket would only add a thread's hand-over to the same all-reduce.
   if (r.world > 1 && dp.local_sgd_steps() == 0 && cuts.size() > 1) {
-    reducer.emplace(&comm, r.collective);
+    reducer.emplace(&comm, r.gradients);
     r.reducer = &*reducer;
     r.bucket_cuts = std::move(cuts);
     spdlog::info("rank {}: gradients all-reduced in {} buckets during the backward pass", o.rank,

@@ -191,6 +191,41 @@ TEST_F(DataParallelTest, GradientBucketsDuringBackwardTrainWhatOneAllReduceTrain
   EXPECT_EQ(FinalModel("one"), FinalModel("layers"));
 }
 
+// Gradients all-reduced as bfloat16 or float16 (half the bytes, each
+// partial sum rounded): the run learns what float32 learns, and its model is
+// not float32's (the gradients really travelled rounded), with one
+// all-reduce or with buckets during the backward pass.
+TEST_F(DataParallelTest, SixteenBitGradientsLearnLikeFloat32) {
+  ASSERT_EQ(Launch(Config("f32.textproto", 8, false), "f32", 2), 0) << ReadFile(dir_ / "f32.log");
+  ASSERT_EQ(Launch(Config("bf16.textproto", 8, false, 2, "gradient_dtype: BFLOAT16"), "bf16", 2), 0)
+      << ReadFile(dir_ / "bf16.log");
+  ASSERT_EQ(
+      Launch(Config("fp16.textproto", 8, false, 2, "gradient_dtype: FLOAT16 bucket_mb: 0.0001"),
+             "fp16", 2),
+      0)
+      << ReadFile(dir_ / "fp16.log");
+  EXPECT_NE(ReadFile(dir_ / "fp16.log").find("buckets during the backward pass"),
+            std::string::npos);
+  const auto f32 = Epochs("f32"), bf16 = Epochs("bf16"), fp16 = Epochs("fp16");
+  EXPECT_EQ(bf16.back().aggregation, "all-reduce (bfloat16)");
+  EXPECT_EQ(fp16.back().aggregation, "all-reduce (float16)");
+  std::printf("test accuracy: float32 %.4f, bfloat16 %.4f, float16 %.4f\n",
+              f32.back().test_accuracy, bf16.back().test_accuracy, fp16.back().test_accuracy);
+  EXPECT_NEAR(bf16.back().test_accuracy, f32.back().test_accuracy, 0.02);
+  EXPECT_NEAR(fp16.back().test_accuracy, f32.back().test_accuracy, 0.02);
+  const double bf16_off = WorstDifference(FinalModel("f32"), FinalModel("bf16"));
+  const double fp16_off = WorstDifference(FinalModel("f32"), FinalModel("fp16"));
+  std::printf("worst weight difference from float32: bfloat16 %.3g, float16 %.3g\n", bf16_off,
+              fp16_off);
+  EXPECT_GT(bf16_off, 0.0);
+  EXPECT_GT(fp16_off, 0.0);
+  EXPECT_GT(bf16_off, fp16_off);  // 8 bits of mantissa against 11.
+  // Exact mode sums float32 fixed point only: a config error, named.
+  EXPECT_NE(Launch(Config("bad.textproto", 8, true, 2, "gradient_dtype: BFLOAT16"), "bad", 2), 0);
+  EXPECT_NE(ReadFile(dir_ / "bad.log").find("data_parallel.gradient_dtype"), std::string::npos)
+      << ReadFile(dir_ / "bad.log");
+}
+
 // `cohort worker` processes started by hand over tcp, each with its own key:
 // the ranks authenticate each other (with or without encryption) and train
 // what `cohort launch` trains over shared memory, bit for bit. A rank
