@@ -14,9 +14,20 @@ if [[ -x $NVCC && ! -e $cuda_home/include/cublas_v2.h ]]; then
              -Xlinker -rpath="$wheels/cublas/lib:$wheels/cuda_runtime/lib")
 fi
 
+# NCCL (device collectives): beside CUDA, or in the pip wheel
+# (nvidia-nccl-cu12); without it the plugin is built without them.
+nccl=(-DCOHORT_HAVE_NCCL=0)
+if [[ -e $cuda_home/include/nccl.h ]]; then
+  nccl=(-DCOHORT_HAVE_NCCL=1 -lnccl)
+elif nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null) &&
+     [[ -e $nccl_dir/include/nccl.h ]]; then
+  nccl=(-DCOHORT_HAVE_NCCL=1 -I"$nccl_dir/include" "$nccl_dir/lib/libnccl.so."*
+        -Xlinker -rpath="$nccl_dir/lib")
+fi
+
 build_cuda_plugin() {
   "$NVCC" -shared -std=c++20 -O3 -diag-suppress=2810 -Xcompiler -fPIC -I. "${cuda_inc[@]}" \
     -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
     -gencode=arch=compute_90,code=compute_90 \
-    train/cuda/cuda_backend.cu common/status.cc "${cuda_libs[@]}" -o "$1"
+    train/cuda/cuda_backend.cu common/status.cc "${cuda_libs[@]}" "${nccl[@]}" -o "$1"
 }

@@ -4,9 +4,12 @@
 # carried `cohort`, its libraries, Fashion-MNIST). One GPU means world size
 # 1: it times one epoch of `cohort launch --nproc 1` (MLP and LeNet-5,
 # global batch 64 and 256) with the model, gradients and optimizer on
-# cuda:0, and the same on the CPU, in this one invocation. NCCL is not
-# built (the collectives run over shared memory, TCP or MPI on host
-# buffers), so there is no NCCL all-reduce to check yet. On a machine
+# cuda:0, and the same on the CPU, in this one invocation; on the GPU also
+# with `--collectives device`: the gradients stay on the device and NCCL
+# sums them (a group of one rank: NCCL refuses two ranks on one GPU), the
+# step the data-parallel mode takes between GPUs. The NCCL all-reduce's
+# own check is the `gpu` suite's NcclSumsADeviceBufferInAGroupOfOne
+# (bench/gpu_check.sh). On a machine
 # without a GPU only the CPU rows come out, which is how the script itself
 # is checked. Output: $OUT, else build-simgpu/out.
 #   here:   bash bench/sim_gpu_pack.sh
@@ -34,26 +37,32 @@ rm -rf "$shards"
 : > "$OUT_DIR/dp_gpu.jsonl"
 for model in mlp lenet5; do
   for batch in 64 256; do
-    for device in "${devices[@]}"; do
-      run=build-simgpu/dp-$model-$batch-${device//:/}
+    runs=("${devices[@]}")
+    [[ ${devices[0]} == cuda:0 ]] && runs+=(cuda:0+nccl)
+    for variant in "${runs[@]}"; do
+      device=${variant%+nccl}
+      collectives=auto
+      [[ $variant == *+nccl ]] && collectives=device
+      run=build-simgpu/dp-$model-$batch-${variant//[:+]/}
       sed -e "s#runs/dp/shards#$PWD/$shards#" -e "s#batch_size: 8 #batch_size: $batch #" \
           -e "s#epochs: 3#epochs: 1#" examples/data_parallel.textproto > "$run.textproto"
       if [[ $model == lenet5 ]]; then
         sed -i -e 's#arch: "mlp"#arch: "lenet5"#' -e '/hidden:/d' -e '/input_dim:/d' "$run.textproto"
       fi
       rm -rf "$run"
-      if "$cohort" launch --nproc 1 --device "$device" --config "$run.textproto" --run-dir "$run" \
-          > "$run.log" 2>&1; then
+      if "$cohort" launch --nproc 1 --device "$device" --collectives "$collectives" \
+          --config "$run.textproto" --run-dir "$run" > "$run.log" 2>&1; then
+        grep -h "summed on the device" "$run".log "$run"/*.log 2> /dev/null | head -1 || true
         "$cohort" status --run-dir "$run" --json | tail -1 | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 print(json.dumps({"bench": "dp_gpu", "model": sys.argv[1], "batch": int(sys.argv[2]),
-                  "device": sys.argv[3], "epoch_s": d["seconds"],
+                  "device": sys.argv[3], "aggregation": d.get("aggregation"), "epoch_s": d["seconds"],
                   "samples_per_s": round(60000 / d["seconds"], 1), "test_acc": d["test_accuracy"]}))' \
-          "$model" "$batch" "$device" >> "$OUT_DIR/dp_gpu.jsonl"
+          "$model" "$batch" "$variant" >> "$OUT_DIR/dp_gpu.jsonl"
         log "$(tail -1 "$OUT_DIR/dp_gpu.jsonl")"
       else
-        log "$model batch $batch on $device failed: $(tail -2 "$run.log")"
+        log "$model batch $batch on $variant failed: $(tail -2 "$run.log")"
       fi
     done
   done

@@ -231,6 +231,12 @@ int main(int argc, char** argv) {
                    "master")
       ->check(CLI::IsMember({"auto", "shm", "tcp", "mpi"}))
       ->capture_default_str();
+  worker
+      ->add_option("--collectives", wopts.collectives,
+                   "Who sums the gradients: host (the transport), device (the backend: NCCL "
+                   "on CUDA), or auto (device with a GPU backend and more than one rank)")
+      ->check(CLI::IsMember({"auto", "host", "device"}))
+      ->capture_default_str();
   worker->add_option("--identity", wopts.identity, "This rank's key file (cohort keygen)");
   worker->add_option("--allow", wopts.allow, "Directory of the group's .pub files");
   worker->add_option("--master-key", wopts.master_key, "Rank 0's .pub file (pinned)");
@@ -254,6 +260,9 @@ int main(int argc, char** argv) {
   launch->add_option("--device", lopts.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
   launch->add_option("--transport", lopts.transport, "auto (shared memory), shm or tcp")
       ->check(CLI::IsMember({"auto", "shm", "tcp"}))
+      ->capture_default_str();
+  launch->add_option("--collectives", lopts.collectives, "auto, host or device (see worker)")
+      ->check(CLI::IsMember({"auto", "host", "device"}))
       ->capture_default_str();
   launch->add_option("--fault-rank", lopts.fault_rank, "Testing: this rank fails once");
   launch->add_option("--fault-step", lopts.fault_step, "Testing: at this global step");

@@ -16,8 +16,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -132,6 +134,34 @@ class Backend {
   virtual void SgdUpdate(float* p, const float* g, float* velocity, size_t n, const SgdArgs& a) = 0;
   virtual void AdamUpdate(float* p, const float* g, float* m, float* v, size_t n,
                           const AdamArgs& a) = 0;
+
+  // y[i] += alpha * x[i].
+  virtual void Axpy(float alpha, const float* x, float* y, size_t n) = 0;
+
+  // ---- Collectives across processes on device buffers --------------------
+  // NCCL on the CUDA backend (where the plugin was built with it); the CPU
+  // backend holds groups of one rank (nothing to sum: the data-parallel
+  // step's device path, tested without a GPU); otherwise kUnimplemented,
+  // and the ranks sum host buffers with aggregation/collective.h instead. A group: rank 0 makes an
+  // id (NewGroupId), hands it to every rank out of band, and each calls JoinGroup at once; then
+  // every rank calls AllReduceSum with the same n, in the same order. Whether a group of `world`
+  // ranks of this backend can be made.
+  virtual bool HasDeviceCollectives(int world) const {
+    (void)world;
+    return false;
+  }
+  virtual StatusOr<std::vector<uint8_t>> NewGroupId() {
+    return UnimplementedError(Name() + " has no device collectives");
+  }
+  virtual Status JoinGroup(std::span<const uint8_t> id, int rank, int world) {
+    (void)id, (void)rank, (void)world;
+    return UnimplementedError(Name() + " has no device collectives");
+  }
+  // x[0, n) summed over the group's ranks, in place, queued on the stream.
+  virtual Status AllReduceSum(float* x, size_t n) {
+    (void)x, (void)n;
+    return UnimplementedError(Name() + " has no device collectives");
+  }
 
   // ---- Reductions (they wait for the result) ----------------------------
   virtual double Dot(const float* a, const float* b, size_t n) = 0;

@@ -88,6 +88,19 @@ class CpuBackend final : public Backend {
   void AdamUpdate(float* p, const float* g, float* m, float* v, size_t n,
                   const AdamArgs& a) override;
 
+  void Axpy(float alpha, const float* x, float* y, size_t n) override {
+    for (size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  }
+  // A group of one rank: its sum is its own vector.
+  bool HasDeviceCollectives(int world) const override { return world == 1; }
+  StatusOr<std::vector<uint8_t>> NewGroupId() override { return std::vector<uint8_t>{1}; }
+  Status JoinGroup(std::span<const uint8_t> id, int rank, int world) override {
+    if (id.size() != 1 || rank != 0 || world != 1) {
+      return UnimplementedError("the CPU backend's device groups hold one rank");
+    }
+    return OkStatus();
+  }
+  Status AllReduceSum(float*, size_t) override { return OkStatus(); }
   double Dot(const float* a, const float* b, size_t n) override {
     double s = 0;
     for (size_t i = 0; i < n; ++i) s += double{a[i]} * b[i];

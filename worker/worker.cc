@@ -96,6 +96,8 @@ struct Rank {
   // the same on every rank).
   aggregation::BucketReducer* reducer = nullptr;
   std::vector<size_t> bucket_cuts;
+  // The backend sums the gradients on the device (NCCL): DeviceSyncStep.
+  bool device_collectives = false;
   int64_t fault_kill_step = -1, fault_perturb_step = -1;  // Testing.
 };
 
@@ -273,10 +275,30 @@ std::vector<size_t> BucketCuts(const train::Model& model, size_t bucket_bytes) {
   return cuts;
 }
 
+// Synchronous SGD with the gradients left on the device: each
+// micro-batch's gradient weighed into e.reduced there, summed across the
+// ranks by the backend (NCCL), and the step taken from it. Nothing crosses
+// to the host.
+Status DeviceSyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begin,
+                      size_t count) {
+  const auto [lo, hi] = Part(r, begin, count);
+  const size_t per_rank = r.config.train().batch_size(), np = r.model->num_params();
+  r.backend->Zero(e.reduced.data(), e.reduced.bytes());
+  for (size_t m = lo; m < hi; m += per_rank) {
+    const size_t k = std::min(per_rank, hi - m);
+    Gather(r, e, m, k);
+    r.model->Backward(e.x.data(), e.y.data(), int(k), e.stats.data());
+    r.backend->Axpy(float(k) / float(count), r.model->grads().data(), e.reduced.data(), np);
+  }
+  COHORT_RETURN_IF_ERROR(r.backend->AllReduceSum(e.reduced.data(), np));
+  return optimizer.Step(r.model->params(), {e.reduced.data(), np});
+}
+
 // One synchronous SGD step: every rank's weighted gradient, all-reduced;
 // every rank applies the same step, so the replicas stay identical.
 Status SyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begin, size_t count,
                 uint64_t global_step) {
+  if (r.device_collectives) return DeviceSyncStep(r, e, optimizer, begin, count);
   if (r.world == 1 && r.config.data_parallel().accumulation_steps() == 1) {
     // Nothing to reduce or add up: the local step (fused where it can be).
     Gather(r, e, begin, count);
@@ -418,6 +440,7 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
                                                    std::to_string(dp.local_sgd_steps()) + " step(s)"
                                              : "all-reduce";
   if (r.collective.exact) rec.aggregation += " (exact)";
+  if (r.device_collectives) rec.aggregation += " on the device";
   if (r.gradients.wire == aggregation::WireType::kBf16) rec.aggregation += " (bfloat16)";
   if (r.gradients.wire == aggregation::WireType::kFp16) rec.aggregation += " (float16)";
   if (dp.accumulation_steps() > 1) {
@@ -482,6 +505,47 @@ Status Load(Rank& r, const WorkerOptions& o) {
   return OkStatus();
 }
 
+// Whether the backend sums the gradients (--collectives): every rank says
+// whether its backend can, over the host group; only when all can does rank
+// 0 make a group id and send it round (bytes as floats), and every rank
+// joins. Exact mode, local SGD and 16-bit gradients stay on the host.
+Status SetUpDeviceCollectives(Rank& r, const std::string& want) {
+  const config::DataParallelConfig& dp = r.config.data_parallel();
+  if (want == "host" || (want == "auto" && r.world == 1)) return OkStatus();
+  std::string why;
+  if (dp.exact()) {
+    why = "exact mode sums fixed point on the host";
+  } else if (dp.local_sgd_steps() > 0) {
+    why = "local SGD averages models on the host";
+  } else if (dp.gradient_dtype() != config::FLOAT32) {
+    why = "16-bit gradients are rounded on the host";
+  }
+  std::vector<float> able = {why.empty() && r.backend->HasDeviceCollectives(r.world) ? 1.0f : 0.0f};
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(able, r.collective));
+  if (able[0] != float(r.world)) {
+    if (want == "device") {
+      if (why.empty()) why = "not every rank's backend has device collectives for this group";
+      spdlog::warn("rank {}: --collectives device: {} ({}); the gradients are summed on the host",
+                   r.rank, why, r.backend->Name());
+    }
+    return OkStatus();
+  }
+  std::vector<float> id(129, 0.0f);  // Its length, then its bytes.
+  if (r.rank == 0) {
+    COHORT_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, r.backend->NewGroupId());
+    if (bytes.size() > 128) return InternalError("device group id over 128 bytes");
+    id[0] = float(bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i) id[1 + i] = bytes[i];
+  }
+  COHORT_RETURN_IF_ERROR(r.comm->Broadcast(id, 0, r.collective));
+  std::vector<uint8_t> bytes(static_cast<size_t>(std::clamp(id[0], 0.0f, 128.0f)));
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(id[1 + i]);
+  COHORT_RETURN_IF_ERROR(r.backend->JoinGroup(bytes, r.rank, r.world));
+  r.device_collectives = true;
+  spdlog::info("rank {}: the gradients are summed on the device by {}", r.rank, r.backend->Name());
+  return OkStatus();
+}
+
 }  // namespace
 
 Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
@@ -503,13 +567,14 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   COHORT_ASSIGN_OR_RETURN(auto transport, net::JoinGroup(context, group, r.collective));
   aggregation::Communicator comm(transport.get());
   r.comm = &comm;
+  COHORT_RETURN_IF_ERROR(SetUpDeviceCollectives(r, o.collectives));
   // After comm: joined before it goes.
   std::optional<aggregation::BucketReducer> reducer;
   const config::DataParallelConfig& dp = r.config.data_parallel();
   std::vector<size_t> cuts;
   if (dp.bucket_mb() > 0) cuts = BucketCuts(*r.model, size_t(dp.bucket_mb() * (1 << 20)));
   // One bucket would only add a thread's hand-over to the same all-reduce.
-  if (r.world > 1 && dp.local_sgd_steps() == 0 && cuts.size() > 1) {
+  if (r.world > 1 && dp.local_sgd_steps() == 0 && cuts.size() > 1 && !r.device_collectives) {
     reducer.emplace(&comm, r.gradients);
     r.reducer = &*reducer;
     r.bucket_cuts = std::move(cuts);

@@ -26,6 +26,11 @@ struct WorkerOptions {
   // How gradients travel: shm (shared memory; every rank on this host), tcp,
   // or auto: shm with an ipc:// master, tcp otherwise.
   std::string transport = "auto";
+  // Who sums the gradients: host (the transport above, over host memory),
+  // device (the backend itself on device buffers: NCCL on CUDA), or auto:
+  // device where the backend has collectives and there is more than one
+  // rank. A backend without them falls back to host and says so.
+  std::string collectives = "auto";
   // Over tcp the ranks authenticate each other: this rank's key file, the
   // allowlist directory of the group's .pub files, and rank 0's .pub file.
   // `encrypt`: over ZeroMQ CURVE, else plain TCP (trusted fabrics).
@@ -54,8 +59,9 @@ struct LaunchOptions {
   std::string config, run_dir;
   int max_restarts = 0;
   std::string device = "cpu";
-  std::string transport = "auto";  // Passed on to the workers.
-  std::string cohort_binary;       // Default: this executable.
+  std::string transport = "auto";    // Passed on to the workers,
+  std::string collectives = "auto";  // and this.
+  std::string cohort_binary;         // Default: this executable.
   // Testing: pass --fault-kill-at-step to this rank in the first attempt.
   int fault_rank = -1;
   int64_t fault_step = -1;

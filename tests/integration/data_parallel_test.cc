@@ -226,6 +226,37 @@ TEST_F(DataParallelTest, SixteenBitGradientsLearnLikeFloat32) {
       << ReadFile(dir_ / "bad.log");
 }
 
+// --collectives device: the step keeps the gradients on the device and the
+// backend sums them (NCCL on CUDA). The CPU backend holds groups of one
+// rank, so one worker takes that path here (with two micro-batches a step)
+// and trains what the fused local step trains with their batch; two CPU workers fall back to the
+// host collectives, say so, and train what the host path trains, bit for bit.
+TEST_F(DataParallelTest, DeviceCollectivesTrainWhatTheHostTrainsAndFallBackOutLoud) {
+  ASSERT_EQ(Launch(Config("one.textproto", 32, false), "one", 1), 0) << ReadFile(dir_ / "one.log");
+  // Two micro-batches of 16 a step: each weighed by its share on the device.
+  ASSERT_EQ(Launch(Config("dev.textproto", 16, false, 2, "accumulation_steps: 2"), "dev", 1,
+                   {"--collectives", "device"}),
+            0)
+      << ReadFile(dir_ / "dev.log");
+  EXPECT_NE(ReadFile(dir_ / "dev.log").find("the gradients are summed on the device by cpu"),
+            std::string::npos)
+      << ReadFile(dir_ / "dev.log");
+  EXPECT_EQ(Epochs("dev").back().aggregation, "all-reduce on the device, 2 micro-batches a step");
+  const double worst = WorstDifference(FinalModel("one"), FinalModel("dev"));
+  std::printf("device step (2 x 16) vs fused local step (32): worst weight difference %.3g\n",
+              worst);
+  EXPECT_LT(worst, 5e-6);
+  ASSERT_EQ(Launch(Config("host2.textproto", 16, false), "host2", 2), 0);
+  ASSERT_EQ(Launch(Config("dev2.textproto", 16, false), "dev2", 2, {"--collectives", "device"}), 0)
+      << ReadFile(dir_ / "dev2.log");
+  EXPECT_NE(ReadFile(dir_ / "dev2.log")
+                .find("--collectives device: not every rank's backend has device collectives"),
+            std::string::npos)
+      << ReadFile(dir_ / "dev2.log");
+  EXPECT_EQ(FinalModel("host2"), FinalModel("dev2"));
+  EXPECT_EQ(Epochs("dev2").back().aggregation, "all-reduce");
+}
+
 // `cohort worker` processes started by hand over tcp, each with its own key:
 // the ranks authenticate each other (with or without encryption) and train
 // what `cohort launch` trains over shared memory, bit for bit. A rank

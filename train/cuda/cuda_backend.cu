@@ -4,6 +4,9 @@
 // both give the same results up to the order of float additions.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#if COHORT_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -162,6 +165,9 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
+#if COHORT_HAVE_NCCL
+    if (nccl_ != nullptr) ncclCommDestroy(nccl_);
+#endif
     ones_ = {};
     pool_.Drain([](void* p, size_t) { cudaFree(p); });
     cublasDestroy(blas_);
@@ -289,6 +295,42 @@ class CudaBackend final : public Backend {
     AdamKernel<<<Blocks(n), kThreads, 0, stream_>>>(p, g, m, v, n, a);
   }
 
+  void Axpy(float alpha, const float* x, float* y, size_t n) override {
+    cublasSaxpy(blas_, static_cast<int>(n), &alpha, x, 1, y, 1);
+  }
+
+#if COHORT_HAVE_NCCL
+  bool HasDeviceCollectives(int) const override { return true; }
+  StatusOr<std::vector<uint8_t>> NewGroupId() override {
+    ncclUniqueId id;
+    const ncclResult_t e = ncclGetUniqueId(&id);
+    if (e != ncclSuccess) return UnavailableError(Where() + "ncclGetUniqueId: " + NcclError(e));
+    return std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal));
+  }
+  Status JoinGroup(std::span<const uint8_t> id, int rank, int world) override {
+    ncclUniqueId unique;
+    if (id.size() != sizeof(unique.internal) || nccl_ != nullptr) {
+      return InvalidArgumentError(Where() + "NCCL group id of " + std::to_string(id.size()) +
+                                  " bytes, or a second group");
+    }
+    std::copy(id.begin(), id.end(), unique.internal);
+    cudaSetDevice(device_);
+    const ncclResult_t e = ncclCommInitRank(&nccl_, world, unique, rank);
+    if (e != ncclSuccess) {
+      nccl_ = nullptr;
+      return UnavailableError(Where() + "ncclCommInitRank (rank " + std::to_string(rank) + " of " +
+                              std::to_string(world) + "): " + NcclError(e));
+    }
+    return OkStatus();
+  }
+  Status AllReduceSum(float* x, size_t n) override {
+    if (nccl_ == nullptr) return FailedPreconditionError(Where() + "no NCCL group joined");
+    const ncclResult_t e = ncclAllReduce(x, x, n, ncclFloat32, ncclSum, nccl_, stream_);
+    if (e != ncclSuccess) return UnavailableError(Where() + "ncclAllReduce: " + NcclError(e));
+    return OkStatus();
+  }
+#endif
+
   double Dot(const float* a, const float* b, size_t n) override {
     float r = 0;
     cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST);
@@ -312,6 +354,18 @@ class CudaBackend final : public Backend {
     }
     return ones_.data();
   }
+
+  std::string Where() const { return "cuda:" + std::to_string(device_) + ": "; }
+#if COHORT_HAVE_NCCL
+  static std::string NcclError(ncclResult_t e) {
+    std::string text = ncclGetErrorString(e);
+    if (const char* last = ncclGetLastError(nullptr); last != nullptr && *last != 0) {
+      text += std::string(" (") + last + ")";
+    }
+    return text;
+  }
+  ncclComm_t nccl_ = nullptr;
+#endif
 
   int device_;
   cudaStream_t stream_;

@@ -107,5 +107,30 @@ TEST_F(CudaTest, OutOfDeviceMemoryIsAnErrorNamingTheSize) {
   EXPECT_TRUE(gpu_->Sync().ok());
 }
 
+// NCCL on device buffers. One GPU holds one rank (NCCL refuses two ranks
+// on one device), so the group has one rank: its sum is its own vector,
+// here of a length no chunking divides, after Axpy built it on the device.
+TEST_F(CudaTest, NcclSumsADeviceBufferInAGroupOfOne) {
+  if (!gpu_->HasDeviceCollectives(1)) GTEST_SKIP() << "the plugin was built without NCCL";
+  auto id = gpu_->NewGroupId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(gpu_->JoinGroup(*id, 0, 1).ok());
+  const size_t n = (size_t{16} << 20) + 3;
+  std::vector<float> x(n), y(n);
+  for (size_t i = 0; i < n; ++i) x[i] = float(i % 1000) * 0.25f, y[i] = 1.0f;
+  auto dx = std::move(DeviceArray<float>::Create(gpu_.get(), n)).value();
+  auto dy = std::move(DeviceArray<float>::Create(gpu_.get(), n)).value();
+  gpu_->Upload(dx.data(), x.data(), n * sizeof(float));
+  gpu_->Upload(dy.data(), y.data(), n * sizeof(float));
+  gpu_->Axpy(2.0f, dx.data(), dy.data(), n);  // y = 1 + 2x, exactly.
+  ASSERT_TRUE(gpu_->AllReduceSum(dy.data(), n).ok());
+  std::vector<float> out(n);
+  gpu_->Download(out.data(), dy.data(), n * sizeof(float));
+  ASSERT_TRUE(gpu_->Sync().ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 1.0f + 2.0f * x[i]) << i;
+  // A second group on the same backend is an error, not a leak.
+  EXPECT_FALSE(gpu_->JoinGroup(*id, 0, 1).ok());
+}
+
 }  // namespace
 }  // namespace cohort::train
