@@ -127,34 +127,33 @@ void Apply(CollectiveStep::Op op, const uint8_t* bytes, std::span<T> out) {
     std::memcpy(out.data(), bytes, out.size_bytes());
     return;
   }
-  // memcpy into a small buffer: received bytes need not be aligned.
-  constexpr size_t kBlock = 1024;
-  T buf[kBlock];
-  for (size_t i = 0; i < out.size(); i += kBlock) {
-    const size_t m = std::min(kBlock, out.size() - i);
-    std::memcpy(buf, bytes + i * sizeof(T), m * sizeof(T));
-    for (size_t j = 0; j < m; ++j) {
-      if constexpr (std::is_same_v<T, int64_t>) {
-        // Wrapping integer addition: exact and order-free.
-        out[i + j] =
-            static_cast<int64_t>(static_cast<uint64_t>(out[i + j]) + static_cast<uint64_t>(buf[j]));
-      } else if constexpr (std::is_same_v<T, Bf16>) {
-        out[i + j] = ToBf16(ToFloat(out[i + j]) + ToFloat(buf[j]));
-      } else if constexpr (std::is_same_v<T, Fp16>) {
-        out[i + j] = ToFp16(ToFloat(out[i + j]) + ToFloat(buf[j]));
-      } else {
-        out[i + j] += buf[j];
-      }
+  // Each value read with its own memcpy (received bytes need not be
+  // aligned): the compiler makes these plain vector loads, no copy.
+  T* o = out.data();
+  for (size_t i = 0; i < out.size(); ++i) {
+    T v;
+    std::memcpy(&v, bytes + i * sizeof(T), sizeof(T));
+    if constexpr (std::is_same_v<T, int64_t>) {
+      // Wrapping integer addition: exact and order-free.
+      o[i] = static_cast<int64_t>(static_cast<uint64_t>(o[i]) + static_cast<uint64_t>(v));
+    } else if constexpr (std::is_same_v<T, Bf16>) {
+      o[i] = ToBf16(ToFloat(o[i]) + ToFloat(v));
+    } else if constexpr (std::is_same_v<T, Fp16>) {
+      o[i] = ToFp16(ToFloat(o[i]) + ToFloat(v));
+    } else {
+      o[i] += v;
     }
   }
 }
 
-// Why a received message is not message `i` of collective `sequence` with
-// the range `want`, or "" when it is.
+// Why a received message of `size` bytes, starting with `m`, is not
+// message `i` of collective `sequence` with the range `want`, or "" when it
+// is.
 template <typename T>
-std::string Mismatch(std::span<const uint8_t> m, uint64_t sequence, uint64_t i, Range want) {
+std::string Mismatch(std::span<const uint8_t> m, size_t size, uint64_t sequence, uint64_t i,
+                     Range want) {
   MessageHeader h;
-  if (m.size() < sizeof(h)) return "a message of " + std::to_string(m.size()) + " bytes";
+  if (m.size() < sizeof(h)) return "a message of " + std::to_string(size) + " bytes";
   std::memcpy(&h, m.data(), sizeof(h));
   if (h.magic != MessageHeader{}.magic) return "a message that is not a collective's";
   if (h.sequence != sequence || h.index != i) {
@@ -163,9 +162,9 @@ std::string Mismatch(std::span<const uint8_t> m, uint64_t sequence, uint64_t i, 
            std::to_string(sequence) + ")";
   }
   if (h.dtype != kDType<T> || h.begin != want.begin || h.count != want.size() ||
-      m.size() != sizeof(h) + want.size() * sizeof(T)) {
+      size != sizeof(h) + want.size() * sizeof(T)) {
     return std::to_string(h.count) + " " + DTypeName(h.dtype) + " values from " +
-           std::to_string(h.begin) + " in " + std::to_string(m.size()) + " bytes (expected " +
+           std::to_string(h.begin) + " in " + std::to_string(size) + " bytes (expected " +
            std::to_string(want.size()) + " " + DTypeName(kDType<T>) + " values from " +
            std::to_string(want.begin) + ")";
   }
@@ -291,9 +290,14 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
                         .begin = seg.begin,
                         .count = seg.size()};
         const auto* body = reinterpret_cast<const uint8_t*>(data.data() + seg.begin);
-        COHORT_RETURN_IF_ERROR(transport_->Send(s.send_to,
-                                                {reinterpret_cast<const uint8_t*>(&h), sizeof(h)},
-                                                {body, seg.size() * sizeof(T)}));
+        const std::span<const uint8_t> head(reinterpret_cast<const uint8_t*>(&h), sizeof(h));
+        // A copy step's range is final for the rest of the collective (no
+        // schedule writes a range after sending it in a copy step): the
+        // transport may let the peer read it in place.
+        COHORT_RETURN_IF_ERROR(
+            s.op == CollectiveStep::Op::kCopy
+                ? transport_->SendFinal(s.send_to, head, {body, seg.size() * sizeof(T)})
+                : transport_->Send(s.send_to, head, {body, seg.size() * sizeof(T)}));
       }
       return OkStatus();
     };
@@ -308,7 +312,14 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
     for (size_t k = 0; k < recvs.size(); ++k) {
       COHORT_RETURN_IF_ERROR(send_until(k + ahead));
       const Range seg = recvs[k];
-      StatusOr<Message> m = transport_->Receive(s.recv_from, deadline);
+      // A copy lands straight in place when the transport can put it there.
+      bool landed = false;
+      const std::span<uint8_t> into(reinterpret_cast<uint8_t*>(data.data() + seg.begin),
+                                    seg.size() * sizeof(T));
+      StatusOr<Message> m =
+          s.op == CollectiveStep::Op::kCopy
+              ? transport_->ReceiveInto(s.recv_from, deadline, sizeof(MessageHeader), into, &landed)
+              : transport_->Receive(s.recv_from, deadline);
       if (!m.ok()) {
         if (m.status().code() == StatusCode::kDeadlineExceeded) {
           waiting_for = s.recv_from;
@@ -321,9 +332,12 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
         waiting_for = s.recv_from;
         return UnavailableError(at() + " gave up: " + gave_up);
       }
-      const std::string bad = Mismatch<T>(m->bytes(), sequence, received[s.recv_from]++, seg);
+      const size_t size = landed ? sizeof(MessageHeader) + into.size() : m->size();
+      const std::string bad = Mismatch<T>(m->bytes(), size, sequence, received[s.recv_from]++, seg);
       if (!bad.empty()) return InvalidArgumentError(at() + " sent " + bad);
-      Apply<T>(s.op, m->data() + sizeof(MessageHeader), data.subspan(seg.begin, seg.size()));
+      if (!landed) {
+        Apply<T>(s.op, m->data() + sizeof(MessageHeader), data.subspan(seg.begin, seg.size()));
+      }
     }
     COHORT_RETURN_IF_ERROR(send_until(sends.size()));
   }

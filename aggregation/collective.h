@@ -46,7 +46,9 @@ struct Range {
 
 // One step of a schedule: send `send` to `send_to` (if >= 0; the transport
 // takes a copy), then receive `recv` from `recv_from` (if >= 0) and add it
-// in (kReduce) or write it (kCopy).
+// in (kReduce) or write it (kCopy). Every schedule keeps one promise: a
+// range sent in a kCopy step is final, never written again in the same
+// collective (so a transport may let the peer read it in place).
 struct CollectiveStep {
   enum class Op : uint8_t { kReduce, kCopy };
   int send_to = -1;

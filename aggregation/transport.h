@@ -6,6 +6,7 @@
 #define COHORT_AGGREGATION_TRANSPORT_H_
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <span>
@@ -62,6 +63,26 @@ class Transport {
   // time): kDeadlineExceeded when none came in time, kUnavailable when the
   // peer is known to be gone.
   virtual StatusOr<Message> Receive(int peer, TimeMs deadline) = 0;
+
+  // Single-copy transfers, for bodies the sender leaves unchanged until its
+  // next Flush returns. SendFinal is Send, except that a transport may hand
+  // the receiver a reference to `body` instead of its bytes (shared memory:
+  // the receiver reads it out of the sender's memory, Linux CMA); Flush
+  // then also waits until the peer has read it.
+  virtual Status SendFinal(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) {
+    return Send(peer, head, body);
+  }
+  // Receive, with the bytes after the first `head_bytes` written straight
+  // into `body` when the message has exactly head_bytes + body.size()
+  // bytes (*landed = true; the Message may then hold the head alone).
+  // Otherwise the whole message comes back and `body` is left alone.
+  virtual StatusOr<Message> ReceiveInto(int peer, TimeMs deadline, size_t head_bytes,
+                                        std::span<uint8_t> body, bool* landed) {
+    StatusOr<Message> m = Receive(peer, deadline);
+    *landed = m.ok() && m->size() == head_bytes + body.size();
+    if (*landed && !body.empty()) std::memcpy(body.data(), m->data() + head_bytes, body.size());
+    return m;
+  }
 };
 
 }  // namespace cohort::aggregation

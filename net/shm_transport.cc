@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,6 +22,15 @@ namespace {
 
 constexpr uint64_t kMagic = 0x31724d4853686f43;  // "CohSHMr1"
 constexpr uint64_t kSkip = ~uint64_t{0};         // Record: the rest of the ring is unused.
+// Record length flag: the record holds a head and where the body is in the
+// sender's memory (DirectRef), for the receiver to read in place (CMA).
+constexpr uint64_t kDirect = uint64_t{1} << 62;
+// Bodies at least this long may go direct: below it the copy is cheaper
+// than the system call.
+constexpr size_t kDirectMinBytes = 64 * 1024;
+// What a rank's header points its peers at, to learn whether they may read
+// its memory (ptrace rules, e.g. Yama, may forbid it).
+const uint64_t kProbe = 0x65626f7250686f43;  // "CohProbe"
 constexpr uint64_t kAlign = 64;
 constexpr int kSpins = 2000;  // Turns of a wait loop before a futex sleep,
 constexpr int kPauses = 200;  // of which these spin without a syscall when
@@ -34,7 +44,9 @@ struct alignas(64) RingControl {
   std::atomic<uint64_t> head;
   char pad0[56];
   std::atomic<uint64_t> tail;
-  char pad1[56];
+  std::atomic<uint64_t> direct_done;   // Direct bodies read so far.
+  std::atomic<uint32_t> reads_direct;  // 1: the consumer may read the producer's memory.
+  char pad1[44];
   std::atomic<uint32_t> data_seq;  // Bumped on every publish.
   std::atomic<uint32_t> consumer_waiting;
   char pad2[56];
@@ -49,7 +61,31 @@ struct alignas(64) Header {
   uint64_t magic;
   int32_t rank, size, pid, pad;
   uint64_t ring_bytes, total_bytes;
+  uint64_t probe_address;  // Of kProbe, in this rank's process.
 };
+static_assert(sizeof(Header) == 64);
+
+// A direct record's tail: where its body is in the sender's process.
+struct DirectRef {
+  uint64_t address, length;
+};
+
+// Reads `length` bytes at `address` of process `pid` into `out`; false
+// with errno set when the kernel refuses or the peer is gone.
+bool ReadPeer(int pid, uint64_t address, uint8_t* out, size_t length) {
+  size_t done = 0;
+  while (done < length) {
+    iovec local{out + done, length - done};
+    iovec remote{reinterpret_cast<void*>(address + done), length - done};
+    const ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      if (n == 0) errno = EFAULT;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
 
 uint64_t RoundUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -169,7 +205,8 @@ ShmTransport::ShmTransport(int rank, int size, const ShmTransportOptions& option
       options_(options),
       peers_(size),
       readers_(size),
-      queues_(size) {}
+      queues_(size),
+      direct_sent_(size, 0) {}
 
 ShmTransport::~ShmTransport() { Unlink(); }
 
@@ -222,6 +259,7 @@ StatusOr<std::unique_ptr<ShmTransport>> ShmTransport::Create(int rank, int size,
   h->pid = static_cast<int32_t>(getpid());
   h->ring_bytes = options.ring_bytes;
   h->total_bytes = segment->length;
+  h->probe_address = reinterpret_cast<uint64_t>(&kProbe);
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
   Populate(segment->base, 0, segment->length);  // Every ring this rank reads.
@@ -285,18 +323,26 @@ Status ShmTransport::Connect(const std::vector<std::string>& endpoints) {
     const size_t ring = static_cast<uint8_t*>(static_cast<void*>(segment->control(rank_))) -
                         static_cast<uint8_t*>(segment->base);
     Populate(segment->base, ring, sizeof(RingControl) + h->ring_bytes);
+    // Whether this rank may read the peer's memory: then the peer may send
+    // final bodies by reference (SendFinal).
+    uint64_t probe = 0;
+    const bool readable =
+        ReadPeer(h->pid, h->probe_address, reinterpret_cast<uint8_t*>(&probe), sizeof(probe)) &&
+        probe == kProbe;
+    inbox_->control(r)->reads_direct.store(readable ? 1 : 0, std::memory_order_release);
     peers_[r] = std::move(segment);
   }
   return OkStatus();
 }
 
 StatusOr<bool> ShmTransport::TryWrite(int peer, std::span<const uint8_t> head,
-                                      std::span<const uint8_t> body) {
+                                      std::span<const uint8_t> body, bool direct) {
   const Segment& s = *peers_[peer];
   RingControl* c = s.control(rank_);
   uint8_t* data = s.data(rank_);
   const uint64_t capacity = s.ring_bytes();
   const uint64_t length = head.size() + body.size();
+  const uint64_t tag = direct ? length | kDirect : length;
   const uint64_t record = RoundUp(sizeof(uint64_t) + length);
   uint64_t pos = c->head.load(std::memory_order_relaxed);
   const uint64_t room = capacity - pos % capacity;  // Contiguous to the ring's end.
@@ -312,7 +358,7 @@ StatusOr<bool> ShmTransport::TryWrite(int peer, std::span<const uint8_t> head,
     pos += room;
   }
   uint8_t* at = data + pos % capacity;
-  std::memcpy(at, &length, sizeof(length));
+  std::memcpy(at, &tag, sizeof(tag));
   if (!head.empty()) std::memcpy(at + sizeof(length), head.data(), head.size());
   if (!body.empty()) std::memcpy(at + sizeof(length) + head.size(), body.data(), body.size());
   c->head.store(pos + record, std::memory_order_seq_cst);
@@ -326,7 +372,7 @@ Status ShmTransport::FlushSome() {
   for (int p = 0; p < size_; ++p) {
     auto& queue = queues_[p];
     while (!queue.empty()) {
-      COHORT_ASSIGN_OR_RETURN(bool wrote, TryWrite(p, queue.front(), {}));
+      COHORT_ASSIGN_OR_RETURN(bool wrote, TryWrite(p, queue.front(), {}, false));
       if (!wrote) break;
       queue.pop_front();
       --queued_;
@@ -347,7 +393,7 @@ Status ShmTransport::Send(int peer, std::span<const uint8_t> head, std::span<con
   }
   COHORT_RETURN_IF_ERROR(FlushSome());
   if (queues_[peer].empty()) {
-    COHORT_ASSIGN_OR_RETURN(bool wrote, TryWrite(peer, head, body));
+    COHORT_ASSIGN_OR_RETURN(bool wrote, TryWrite(peer, head, body, false));
     if (wrote) return OkStatus();
   }
   // The ring is full: keep a copy, written by a later Send, Receive or
@@ -360,18 +406,59 @@ Status ShmTransport::Send(int peer, std::span<const uint8_t> head, std::span<con
   return OkStatus();
 }
 
+Status ShmTransport::SendFinal(int peer, std::span<const uint8_t> head,
+                               std::span<const uint8_t> body) {
+  if (body.size() < kDirectMinBytes || peer < 0 || peer >= size_ || peer == rank_ ||
+      !peers_[peer] || !queues_[peer].empty() ||
+      peers_[peer]->control(rank_)->reads_direct.load(std::memory_order_acquire) != 1 ||
+      body.size() > peers_[peer]->ring_bytes() / 2) {
+    return Send(peer, head, body);
+  }
+  COHORT_RETURN_IF_ERROR(FlushSome());
+  const DirectRef ref{reinterpret_cast<uint64_t>(body.data()), body.size()};
+  std::vector<uint8_t> record(head.size() + sizeof(ref));
+  std::memcpy(record.data(), head.data(), head.size());
+  std::memcpy(record.data() + head.size(), &ref, sizeof(ref));
+  COHORT_ASSIGN_OR_RETURN(bool wrote, TryWrite(peer, record, {}, true));
+  if (!wrote) return Send(peer, head, body);  // Ring full: a copy, queued.
+  ++direct_sent_[peer];
+  return OkStatus();
+}
+
+bool ShmTransport::DirectPending(int* peer) const {
+  for (int p = 0; p < size_; ++p) {
+    if (direct_sent_[p] != 0 &&
+        peers_[p]->control(rank_)->direct_done.load(std::memory_order_acquire) < direct_sent_[p]) {
+      *peer = p;
+      return true;
+    }
+  }
+  return false;
+}
+
 Status ShmTransport::Flush(TimeMs deadline) {
   for (int spin = 0;; ++spin) {
     COHORT_RETURN_IF_ERROR(FlushSome());
-    if (queued_ == 0) return OkStatus();
+    int peer = 0;
+    const bool reading = DirectPending(&peer);  // A peer still reads a body in place.
+    if (queued_ == 0 && !reading) return OkStatus();
     if (spin < kSpins) {
       Pause(spin, pauses_);
       continue;
     }
-    int peer = 0;
-    while (queues_[peer].empty()) ++peer;
+    if (!reading) {
+      peer = 0;
+      while (queues_[peer].empty()) ++peer;
+    }
     const TimeMs now = SteadyNowMs();
     if (now >= deadline) {
+      if (reading) {
+        // The count stays: the peer consumes its records in order, so the
+        // next Flush waits for this one too.
+        return DeadlineExceededError("shm transport: rank " + std::to_string(peer) +
+                                     " did not read what rank " + std::to_string(rank_) +
+                                     " sent in time");
+      }
       return DeadlineExceededError("shm transport: rank " + std::to_string(peer) +
                                    " took nothing from rank " + std::to_string(rank_) + " in time");
     }
@@ -386,7 +473,7 @@ Status ShmTransport::Flush(TimeMs deadline) {
   }
 }
 
-StatusOr<aggregation::Message> ShmTransport::Receive(int peer, TimeMs deadline) {
+StatusOr<ShmTransport::Record> ShmTransport::Next(int peer, TimeMs deadline) {
   if (peer < 0 || peer >= size_ || peer == rank_ || !peers_[peer]) {
     return InvalidArgumentError("shm transport: no connected rank " + std::to_string(peer));
   }
@@ -413,15 +500,17 @@ StatusOr<aggregation::Message> ShmTransport::Receive(int peer, TimeMs deadline) 
         r.Push(r.read, /*released=*/true);
         continue;
       }
+      const bool direct = (length & kDirect) != 0;
+      length &= ~kDirect;
       const uint64_t record = length <= r.capacity ? RoundUp(sizeof(length) + length) : ~0ull;
-      if (record > room || record > head - r.read) {
+      if (record > room || record > head - r.read || (direct && length < sizeof(DirectRef))) {
         return DataLossError("shm transport: " + from + " wrote a record of " +
                              std::to_string(length) + " bytes that overruns its ring");
       }
       const uint8_t* bytes = r.data + offset + sizeof(length);
       r.read += record;
       std::shared_ptr<const void> ticket(new Ticket{reader, r.Push(r.read, false)});
-      return aggregation::Message(std::move(ticket), {bytes, length});
+      return Record{std::move(ticket), bytes, length, direct};
     }
     // Waiting here, this rank still hands over what it queued (the peer may
     // be waiting for exactly that before it sends).
@@ -444,6 +533,76 @@ StatusOr<aggregation::Message> ShmTransport::Receive(int peer, TimeMs deadline) 
     }
     c->consumer_waiting.store(0, std::memory_order_relaxed);
   }
+}
+
+// A direct record's body, read out of the sender's memory into `out`
+// (exactly `out.size()` bytes, checked against the reference).
+Status ShmTransport::ReadDirect(int peer, const Record& rec, std::span<uint8_t> out) {
+  DirectRef ref;
+  std::memcpy(&ref, rec.bytes + rec.length - sizeof(ref), sizeof(ref));
+  Status read = OkStatus();
+  if (ref.length != out.size()) {
+    read = DataLossError("shm transport: rank " + std::to_string(peer) + " referred to " +
+                         std::to_string(ref.length) + " bytes where " + std::to_string(out.size()) +
+                         " were due");
+  } else if (!ReadPeer(peers_[peer]->header()->pid, ref.address, out.data(), out.size())) {
+    read = UnavailableError("shm transport: cannot read rank " + std::to_string(peer) +
+                            "'s message in place: " + std::strerror(errno));
+  }
+  // Counted whether read or not: the sender's Flush waits for the records
+  // its peer has consumed, in order.
+  RingControl* c = readers_[peer]->control;
+  c->direct_done.fetch_add(1, std::memory_order_seq_cst);
+  c->space_seq.fetch_add(1, std::memory_order_seq_cst);
+  if (c->producer_waiting.load(std::memory_order_seq_cst)) FutexWake(&c->space_seq);
+  return read;
+}
+
+StatusOr<aggregation::Message> ShmTransport::Receive(int peer, TimeMs deadline) {
+  COHORT_ASSIGN_OR_RETURN(Record rec, Next(peer, deadline));
+  return Materialize(peer, std::move(rec));
+}
+
+// A record as a whole message: in place in the ring, or for a reference its
+// head and the body read out of the sender's memory.
+StatusOr<aggregation::Message> ShmTransport::Materialize(int peer, Record rec) {
+  if (!rec.direct) return aggregation::Message(std::move(rec.ticket), {rec.bytes, rec.length});
+  // A reference: the message is its head and the body read in place.
+  const size_t head = rec.length - sizeof(DirectRef);
+  DirectRef ref;
+  std::memcpy(&ref, rec.bytes + head, sizeof(ref));
+  if (ref.length > readers_[peer]->capacity / 2) {
+    std::vector<uint8_t> none;
+    (void)ReadDirect(peer, rec, none);  // Consumed, not read.
+    return DataLossError("shm transport: rank " + std::to_string(peer) + " referred to " +
+                         std::to_string(ref.length) + " bytes, more than a message may hold");
+  }
+  std::vector<uint8_t> all(head + ref.length);
+  std::memcpy(all.data(), rec.bytes, head);
+  COHORT_RETURN_IF_ERROR(ReadDirect(peer, rec, std::span<uint8_t>(all).subspan(head)));
+  return aggregation::Message(std::move(all));
+}
+
+StatusOr<aggregation::Message> ShmTransport::ReceiveInto(int peer, TimeMs deadline,
+                                                         size_t head_bytes, std::span<uint8_t> body,
+                                                         bool* landed) {
+  *landed = false;
+  COHORT_ASSIGN_OR_RETURN(Record rec, Next(peer, deadline));
+  if (!rec.direct) {
+    if (rec.length == head_bytes + body.size()) {
+      std::memcpy(body.data(), rec.bytes + head_bytes, body.size());
+      *landed = true;
+    }
+    return aggregation::Message(std::move(rec.ticket), {rec.bytes, rec.length});
+  }
+  DirectRef ref;
+  std::memcpy(&ref, rec.bytes + rec.length - sizeof(ref), sizeof(ref));
+  if (rec.length - sizeof(ref) != head_bytes || ref.length != body.size()) {
+    return Materialize(peer, std::move(rec));  // Not what was due: for the caller to name.
+  }
+  COHORT_RETURN_IF_ERROR(ReadDirect(peer, rec, body));
+  *landed = true;
+  return aggregation::Message(std::vector<uint8_t>(rec.bytes, rec.bytes + head_bytes));
 }
 
 }  // namespace cohort::net

@@ -49,6 +49,13 @@ class ShmTransport final : public aggregation::Transport {
   // later Send, Receive or Flush writes.
   Status Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override;
   StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override;
+  // Bodies of 64 KiB and more go by reference when the peer may read this
+  // process's memory (probed at Connect: process_vm_readv, which ptrace
+  // rules such as Yama's may forbid); the peer then reads them in place,
+  // one copy instead of two, and Flush waits until it has.
+  Status SendFinal(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override;
+  StatusOr<aggregation::Message> ReceiveInto(int peer, TimeMs deadline, size_t head_bytes,
+                                             std::span<uint8_t> body, bool* landed) override;
   Status Flush(TimeMs deadline) override;
   size_t window_bytes() const override { return options_.ring_bytes / 2; }
 
@@ -57,8 +64,25 @@ class ShmTransport final : public aggregation::Transport {
 
  private:
   ShmTransport(int rank, int size, const ShmTransportOptions& options);
-  // Writes one message if the ring has room (false when it has not).
-  StatusOr<bool> TryWrite(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body);
+  // A record of a peer's ring, held until `ticket` goes: bytes in place, or
+  // (direct) a head and a DirectRef to the body in the peer's memory.
+  struct Record {
+    std::shared_ptr<const void> ticket;
+    const uint8_t* bytes;
+    uint64_t length;
+    bool direct;
+  };
+  // Writes one message if the ring has room (false when it has not);
+  // `direct`: a head and a reference.
+  StatusOr<bool> TryWrite(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body,
+                          bool direct);
+  // The next record from `peer`, waiting until `deadline`.
+  StatusOr<Record> Next(int peer, TimeMs deadline);
+  StatusOr<aggregation::Message> Materialize(int peer, Record rec);
+  // A direct record's body into `out` (its size checked), counted as read.
+  Status ReadDirect(int peer, const Record& rec, std::span<uint8_t> out);
+  // Whether a peer has not yet read every body sent it by reference.
+  bool DirectPending(int* peer) const;
   // Writes queued messages while their rings have room.
   Status FlushSome();
 
@@ -72,6 +96,7 @@ class ShmTransport final : public aggregation::Transport {
   std::vector<std::shared_ptr<Reader>> readers_;
   std::vector<std::deque<std::vector<uint8_t>>> queues_;  // Waiting for ring space, by peer.
   size_t queued_ = 0;
+  std::vector<uint64_t> direct_sent_;  // Bodies sent by reference, by peer.
 };
 
 }  // namespace cohort::net

@@ -130,5 +130,82 @@ TEST(ShmTransportTest, ARecordLongerThanWhatWasPublishedIsDataLoss) {
       << m.status().ToString();
 }
 
+// Final bodies of 64 KiB and more go by reference: the peer reads them out
+// of the sender's memory (one copy), so the sender's Flush waits until it
+// has; what the sender changes after Flush is not what the peer got.
+TEST(ShmTransportTest, FinalBodiesAreReadInPlaceAndFlushWaitsForThePeer) {
+  Pair p;
+  const uint32_t head = 42;
+  const std::span<const uint8_t> h(reinterpret_cast<const uint8_t*>(&head), sizeof(head));
+  std::vector<uint8_t> a = Pattern(1 << 20, 1);
+  ASSERT_TRUE(p.t[0]->SendFinal(1, h, a).ok());
+  // Not read yet: a copy would have let Flush return at once.
+  Status early = p.t[0]->Flush(SteadyNowMs() + 50);
+  EXPECT_EQ(early.code(), StatusCode::kDeadlineExceeded) << early;
+  EXPECT_NE(early.message().find("rank 1 did not read what rank 0 sent"), std::string::npos)
+      << early;
+  std::vector<uint8_t> got(a.size());
+  bool landed = false;
+  auto m = p.t[1]->ReceiveInto(0, SteadyNowMs() + 1000, sizeof(head), got, &landed);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(landed);
+  ASSERT_EQ(m->size(), sizeof(head));
+  EXPECT_EQ(std::memcmp(m->data(), &head, sizeof(head)), 0);
+  EXPECT_EQ(got, a);
+
+  std::vector<uint8_t> b = Pattern(1 << 20, 2);
+  const std::vector<uint8_t> want = b;
+  ASSERT_TRUE(p.t[0]->SendFinal(1, h, b).ok());
+  std::thread reader([&] {
+    bool into = false;
+    auto r = p.t[1]->ReceiveInto(0, SteadyNowMs() + 10000, sizeof(head), got, &into);
+    EXPECT_TRUE(r.ok() && into);
+  });
+  ASSERT_TRUE(p.t[0]->Flush(SteadyNowMs() + 10000).ok());
+  std::fill(b.begin(), b.end(), 0);  // The peer has read it already.
+  reader.join();
+  EXPECT_EQ(got, want);
+
+  // Received as a whole message: the head and the body read in place.
+  ASSERT_TRUE(p.t[0]->SendFinal(1, h, a).ok());
+  auto whole = p.t[1]->Receive(0, SteadyNowMs() + 1000);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_EQ(whole->size(), sizeof(head) + a.size());
+  EXPECT_EQ(std::memcmp(whole->data() + sizeof(head), a.data(), a.size()), 0);
+  EXPECT_TRUE(p.t[0]->Flush(SteadyNowMs() + 1000).ok());
+}
+
+// A reference is checked like any record: a length beyond a message's, or
+// an address the sender does not map, is an error naming the sender.
+TEST(ShmTransportTest, ABadReferenceIsAnErrorNamingTheSender) {
+  Pair p;
+  const uint32_t head = 7;
+  const std::span<const uint8_t> h(reinterpret_cast<const uint8_t*>(&head), sizeof(head));
+  const std::vector<uint8_t> body = Pattern(1 << 20, 3);
+  Inbox inbox(p.t[1]->endpoint());
+  // The record: its tagged length, the head, then the address and length.
+  uint8_t* ref = inbox.ring_from_rank0() + sizeof(uint64_t) + sizeof(head);
+  ASSERT_TRUE(p.t[0]->SendFinal(1, h, body).ok());
+  const uint64_t huge = uint64_t{1} << 30;
+  std::memcpy(ref + 8, &huge, sizeof(huge));
+  auto m = p.t[1]->Receive(0, SteadyNowMs() + 1000);
+  EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status();
+  EXPECT_NE(m.status().message().find("rank 0 referred to 1073741824 bytes"), std::string::npos)
+      << m.status();
+
+  Pair q;
+  Inbox other(q.t[1]->endpoint());
+  ref = other.ring_from_rank0() + sizeof(uint64_t) + sizeof(head);
+  ASSERT_TRUE(q.t[0]->SendFinal(1, h, body).ok());
+  const uint64_t nowhere = 8;  // The first page is never mapped.
+  std::memcpy(ref, &nowhere, sizeof(nowhere));
+  std::vector<uint8_t> got(body.size());
+  bool landed = false;
+  m = q.t[1]->ReceiveInto(0, SteadyNowMs() + 1000, sizeof(head), got, &landed);
+  EXPECT_EQ(m.status().code(), StatusCode::kUnavailable) << m.status();
+  EXPECT_NE(m.status().message().find("cannot read rank 0's message in place"), std::string::npos)
+      << m.status();
+}
+
 }  // namespace
 }  // namespace cohort::net
