@@ -295,7 +295,7 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
         // schedule writes a range after sending it in a copy step): the
         // transport may let the peer read it in place.
         COHORT_RETURN_IF_ERROR(
-            s.op == CollectiveStep::Op::kCopy
+            s.op == CollectiveStep::Op::kCopy && data.size_bytes() >= kInPlaceMinBytes
                 ? transport_->SendFinal(s.send_to, head, {body, seg.size() * sizeof(T)})
                 : transport_->Send(s.send_to, head, {body, seg.size() * sizeof(T)}));
       }

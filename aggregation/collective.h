@@ -34,6 +34,11 @@ namespace cohort::aggregation {
 // Large ranges travel as segments of this many bytes, so that the receiver
 // adds one segment while the next is on the wire.
 inline constexpr size_t kSegmentBytes = 256 * 1024;
+// Vectors from this size send their final ranges with Transport::SendFinal
+// (read in place by the peer where the transport can): below it the bytes
+// are still in cache, where two copies beat a system call (2 ranks on
+// shared memory: even at 2 MiB, 4 % slower at 1 MiB, 13 % faster at 8 MiB).
+inline constexpr size_t kInPlaceMinBytes = size_t{2} << 20;
 // No message of the collectives is larger (a segment and its header, or a
 // notice): transports may refuse anything bigger.
 inline constexpr size_t kMaxCollectiveMessageBytes = kSegmentBytes + 1024 + 64;
