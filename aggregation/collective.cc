@@ -194,9 +194,12 @@ Status Communicator::Run(const std::vector<CollectiveStep>& steps, std::span<T> 
                          TimeMs deadline, const char* what) {
   int waiting_for = -1;
   Status s = RunSteps(steps, data, deadline, what, waiting_for);
-  // What this rank sent last may still be queued for a peer.
+  // What this rank sent last may still be queued for a peer, or be read in
+  // place by one (SendFinal).
   if (s.ok()) s = transport_->Flush(deadline);
   if (s.ok()) return s;
+  // Given up: `data` is the caller's again, so nothing may read it in place.
+  transport_->Revoke();
   if (waiting_for >= 0) return FindMissing(s, waiting_for, deadline);
   // Any other failure: tell everyone (best effort: a dead peer cannot hear).
   SendNotice(s.message());

@@ -72,10 +72,16 @@ class Transport {
   virtual Status SendFinal(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) {
     return Send(peer, head, body);
   }
+  // Withdraws what SendFinal sent and no peer has read yet, before the
+  // sender lets its bodies change (a collective that failed): a peer's
+  // later read of one fails instead of returning what the memory holds then.
+  virtual void Revoke() {}
   // Receive, with the bytes after the first `head_bytes` written straight
   // into `body` when the message has exactly head_bytes + body.size()
   // bytes (*landed = true; the Message may then hold the head alone).
-  // Otherwise the whole message comes back and `body` is left alone.
+  // Otherwise the whole message comes back and `body` is left alone. The
+  // caller checks the head afterwards: a message that proves not to be the
+  // one expected may already have overwritten `body`.
   virtual StatusOr<Message> ReceiveInto(int peer, TimeMs deadline, size_t head_bytes,
                                         std::span<uint8_t> body, bool* landed) {
     StatusOr<Message> m = Receive(peer, deadline);

@@ -118,8 +118,10 @@ int main(int argc, char** argv) {
   client
       ->add_option("--corrupt-fraction", copts.corrupt_fraction,
                    "The fraction of a secure cohort this client assumes may collude with the "
-                   "coordinator: it refuses any threshold weaker than that implies (0 lets two "
-                   "clients aggregate securely)")
+                   "coordinator: it refuses any threshold weaker than that implies. 0 admits "
+                   "cohorts of two, which hide each input from the coordinator only: the other "
+                   "client learns it from the sum (and without --peers could be the "
+                   "coordinator's own; with --peers cohorts under 3 are refused)")
       ->check(CLI::Range(0.0, 0.49))
       ->capture_default_str();
   client->add_option("--coordinator-key", copts.coordinator_key,

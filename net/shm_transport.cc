@@ -45,7 +45,10 @@ constexpr char kScheme[] = "shm://";
 // by the consumer only. The sequence words are futexes.
 struct alignas(64) RingControl {
   std::atomic<uint64_t> head;
-  char pad0[56];
+  // Bumped by the producer when it withdraws the bodies it sent by
+  // reference (Revoke): a direct record of an older epoch is not read.
+  std::atomic<uint64_t> epoch;
+  char pad0[48];
   std::atomic<uint64_t> tail;
   std::atomic<uint64_t> direct_done;   // Direct bodies read so far.
   std::atomic<uint32_t> reads_direct;  // 1: the consumer may read the producer's memory.
@@ -70,7 +73,7 @@ static_assert(sizeof(Header) == 64);
 
 // A direct record's tail: where its body is in the sender's process.
 struct DirectRef {
-  uint64_t address, length;
+  uint64_t address, length, epoch;
 };
 
 // Reads `length` bytes at `address` of process `pid` into `out`; false
@@ -209,7 +212,8 @@ ShmTransport::ShmTransport(int rank, int size, const ShmTransportOptions& option
       peers_(size),
       readers_(size),
       queues_(size),
-      direct_sent_(size, 0) {}
+      direct_sent_(size, 0),
+      pids_(size, 0) {}
 
 ShmTransport::~ShmTransport() { Unlink(); }
 
@@ -333,6 +337,7 @@ Status ShmTransport::Connect(const std::vector<std::string>& endpoints) {
         ReadPeer(h->pid, h->probe_address, reinterpret_cast<uint8_t*>(&probe), sizeof(probe)) &&
         probe == kProbe;
     inbox_->control(r)->reads_direct.store(readable ? 1 : 0, std::memory_order_release);
+    pids_[r] = h->pid;  // Read once: the peer can write its header later.
     peers_[r] = std::move(segment);
   }
   return OkStatus();
@@ -418,7 +423,8 @@ Status ShmTransport::SendFinal(int peer, std::span<const uint8_t> head,
     return Send(peer, head, body);
   }
   COHORT_RETURN_IF_ERROR(FlushSome());
-  const DirectRef ref{reinterpret_cast<uint64_t>(body.data()), body.size()};
+  const DirectRef ref{reinterpret_cast<uint64_t>(body.data()), body.size(),
+                      peers_[peer]->control(rank_)->epoch.load(std::memory_order_relaxed)};
   std::vector<uint8_t> record(head.size() + sizeof(ref));
   std::memcpy(record.data(), head.data(), head.size());
   std::memcpy(record.data() + head.size(), &ref, sizeof(ref));
@@ -426,6 +432,16 @@ Status ShmTransport::SendFinal(int peer, std::span<const uint8_t> head,
   if (!wrote) return Send(peer, head, body);  // Ring full: a copy, queued.
   ++direct_sent_[peer];
   return OkStatus();
+}
+
+void ShmTransport::Revoke() {
+  for (int p = 0; p < size_; ++p) {
+    if (peers_[p] == nullptr) continue;
+    RingControl* c = peers_[p]->control(rank_);
+    if (c->direct_done.load(std::memory_order_seq_cst) < direct_sent_[p]) {
+      c->epoch.fetch_add(1, std::memory_order_seq_cst);
+    }
+  }
 }
 
 bool ShmTransport::DirectPending(int* peer) const {
@@ -465,7 +481,7 @@ Status ShmTransport::Flush(TimeMs deadline) {
       return DeadlineExceededError("shm transport: rank " + std::to_string(peer) +
                                    " took nothing from rank " + std::to_string(rank_) + " in time");
     }
-    if (ProcessGone(peers_[peer]->header()->pid)) {
+    if (ProcessGone(pids_[peer])) {
       return UnavailableError("rank " + std::to_string(peer) + " is gone (its process exited)");
     }
     RingControl* c = peers_[peer]->control(rank_);
@@ -524,7 +540,7 @@ StatusOr<ShmTransport::Record> ShmTransport::Next(int peer, TimeMs deadline) {
     }
     const TimeMs now = SteadyNowMs();
     if (now >= deadline) return DeadlineExceededError(from + " sent nothing in time");
-    if (ProcessGone(peers_[peer]->header()->pid)) {
+    if (ProcessGone(pids_[peer])) {
       return UnavailableError(from + " is gone (its process exited)");
     }
     c->consumer_waiting.store(1, std::memory_order_seq_cst);
@@ -543,18 +559,25 @@ StatusOr<ShmTransport::Record> ShmTransport::Next(int peer, TimeMs deadline) {
 Status ShmTransport::ReadDirect(int peer, const Record& rec, std::span<uint8_t> out) {
   DirectRef ref;
   std::memcpy(&ref, rec.bytes + rec.length - sizeof(ref), sizeof(ref));
+  RingControl* c = readers_[peer]->control;
+  // Withdrawn (the sender gave up on its collective and may have reused the
+  // memory): before the read, or while it ran (what was read is discarded).
+  auto withdrawn = [&] { return c->epoch.load(std::memory_order_seq_cst) != ref.epoch; };
   Status read = OkStatus();
   if (ref.length != out.size()) {
     read = DataLossError("shm transport: rank " + std::to_string(peer) + " referred to " +
                          std::to_string(ref.length) + " bytes where " + std::to_string(out.size()) +
                          " were due");
-  } else if (!ReadPeer(peers_[peer]->header()->pid, ref.address, out.data(), out.size())) {
-    read = UnavailableError("shm transport: cannot read rank " + std::to_string(peer) +
-                            "'s message in place: " + std::strerror(errno));
+  } else if (withdrawn() || !ReadPeer(pids_[peer], ref.address, out.data(), out.size()) ||
+             withdrawn()) {
+    read = withdrawn()
+               ? UnavailableError("shm transport: rank " + std::to_string(peer) +
+                                  " withdrew a message it had sent (it gave up)")
+               : UnavailableError("shm transport: cannot read rank " + std::to_string(peer) +
+                                  "'s message in place: " + std::strerror(errno));
   }
   // Counted whether read or not: the sender's Flush waits for the records
   // its peer has consumed, in order.
-  RingControl* c = readers_[peer]->control;
   c->direct_done.fetch_add(1, std::memory_order_seq_cst);
   c->space_seq.fetch_add(1, std::memory_order_seq_cst);
   if (c->producer_waiting.load(std::memory_order_seq_cst)) FutexWake(&c->space_seq);

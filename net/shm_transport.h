@@ -57,6 +57,9 @@ class ShmTransport final : public aggregation::Transport {
   StatusOr<aggregation::Message> ReceiveInto(int peer, TimeMs deadline, size_t head_bytes,
                                              std::span<uint8_t> body, bool* landed) override;
   Status Flush(TimeMs deadline) override;
+  // Bumps the epoch of every ring whose peer has not read all it was sent
+  // by reference: those records are no longer read (an error there).
+  void Revoke() override;
   size_t window_bytes() const override { return options_.ring_bytes / 2; }
 
   struct Segment;  // A mapped inbox (shm_transport.cc).
@@ -97,6 +100,7 @@ class ShmTransport final : public aggregation::Transport {
   std::vector<std::deque<std::vector<uint8_t>>> queues_;  // Waiting for ring space, by peer.
   size_t queued_ = 0;
   std::vector<uint64_t> direct_sent_;  // Bodies sent by reference, by peer.
+  std::vector<int> pids_;              // Each peer's process, from its header at Connect.
 };
 
 }  // namespace cohort::net

@@ -175,6 +175,33 @@ TEST(ShmTransportTest, FinalBodiesAreReadInPlaceAndFlushWaitsForThePeer) {
   EXPECT_TRUE(p.t[0]->Flush(SteadyNowMs() + 1000).ok());
 }
 
+// A sender that gives up (a failed collective) withdraws what its peer has
+// not read yet, since the memory is its caller's again: the peer's read
+// fails, naming it, and what is sent afterwards is read as before.
+TEST(ShmTransportTest, AWithdrawnReferenceIsNotRead) {
+  Pair p;
+  const uint32_t head = 9;
+  const std::span<const uint8_t> h(reinterpret_cast<const uint8_t*>(&head), sizeof(head));
+  std::vector<uint8_t> body = Pattern(1 << 20, 4);
+  ASSERT_TRUE(p.t[0]->SendFinal(1, h, body).ok());
+  p.t[0]->Revoke();
+  std::fill(body.begin(), body.end(), 0xee);  // Reused by its owner.
+  std::vector<uint8_t> got(body.size(), 0);
+  bool landed = false;
+  auto m = p.t[1]->ReceiveInto(0, SteadyNowMs() + 1000, sizeof(head), got, &landed);
+  EXPECT_EQ(m.status().code(), StatusCode::kUnavailable) << m.status();
+  EXPECT_NE(m.status().message().find("rank 0 withdrew a message it had sent"), std::string::npos)
+      << m.status();
+  EXPECT_TRUE(p.t[0]->Flush(SteadyNowMs() + 1000).ok());  // Consumed, so counted.
+  const std::vector<uint8_t> next = Pattern(1 << 20, 5);
+  ASSERT_TRUE(p.t[0]->SendFinal(1, h, next).ok());
+  m = p.t[1]->ReceiveInto(0, SteadyNowMs() + 1000, sizeof(head), got, &landed);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(landed);
+  EXPECT_EQ(got, next);
+  EXPECT_TRUE(p.t[0]->Flush(SteadyNowMs() + 1000).ok());
+}
+
 // A reference is checked like any record: a length beyond a message's, or
 // an address the sender does not map, is an error naming the sender.
 TEST(ShmTransportTest, ABadReferenceIsAnErrorNamingTheSender) {

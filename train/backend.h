@@ -142,24 +142,31 @@ class Backend {
   // NCCL on the CUDA backend (where the plugin was built with it); the CPU
   // backend holds groups of one rank (nothing to sum: the data-parallel
   // step's device path, tested without a GPU); otherwise kUnimplemented,
-  // and the ranks sum host buffers with aggregation/collective.h instead. A group: rank 0 makes an
-  // id (NewGroupId), hands it to every rank out of band, and each calls JoinGroup at once; then
-  // every rank calls AllReduceSum with the same n, in the same order. Whether a group of `world`
-  // ranks of this backend can be made.
+  // and the ranks sum host buffers with aggregation/collective.h instead.
+  // A group: rank 0 makes an id (NewGroupId), hands it to every rank out of
+  // band, and each calls JoinGroup at once; then every rank calls
+  // AllReduceSum with the same n, in the same order. Both wait at most
+  // `timeout_ms`; after a timeout (a rank that never came) the group is
+  // torn down and every later call fails.
+
+  // Whether a group of `world` ranks of this backend can be made.
   virtual bool HasDeviceCollectives(int world) const {
     (void)world;
     return false;
   }
+  // Which device this backend computes on, as a key equal for two backends
+  // on one device (of one host): NCCL needs a device per rank.
+  virtual uint64_t DeviceKey() const { return 0; }
   virtual StatusOr<std::vector<uint8_t>> NewGroupId() {
     return UnimplementedError(Name() + " has no device collectives");
   }
-  virtual Status JoinGroup(std::span<const uint8_t> id, int rank, int world) {
-    (void)id, (void)rank, (void)world;
+  virtual Status JoinGroup(std::span<const uint8_t> id, int rank, int world, int64_t timeout_ms) {
+    (void)id, (void)rank, (void)world, (void)timeout_ms;
     return UnimplementedError(Name() + " has no device collectives");
   }
-  // x[0, n) summed over the group's ranks, in place, queued on the stream.
-  virtual Status AllReduceSum(float* x, size_t n) {
-    (void)x, (void)n;
+  // x[0, n) summed over the group's ranks, in place; returns when done.
+  virtual Status AllReduceSum(float* x, size_t n, int64_t timeout_ms) {
+    (void)x, (void)n, (void)timeout_ms;
     return UnimplementedError(Name() + " has no device collectives");
   }
 

@@ -1,5 +1,6 @@
 // The reference backend: OpenBLAS for GEMMs, plain loops for the rest.
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -93,14 +94,16 @@ class CpuBackend final : public Backend {
   }
   // A group of one rank: its sum is its own vector.
   bool HasDeviceCollectives(int world) const override { return world == 1; }
+  // Groups of one: every rank its own key (its process).
+  uint64_t DeviceKey() const override { return uint64_t(getpid()); }
   StatusOr<std::vector<uint8_t>> NewGroupId() override { return std::vector<uint8_t>{1}; }
-  Status JoinGroup(std::span<const uint8_t> id, int rank, int world) override {
+  Status JoinGroup(std::span<const uint8_t> id, int rank, int world, int64_t) override {
     if (id.size() != 1 || rank != 0 || world != 1) {
       return UnimplementedError("the CPU backend's device groups hold one rank");
     }
     return OkStatus();
   }
-  Status AllReduceSum(float*, size_t) override { return OkStatus(); }
+  Status AllReduceSum(float*, size_t, int64_t) override { return OkStatus(); }
   double Dot(const float* a, const float* b, size_t n) override {
     double s = 0;
     for (size_t i = 0; i < n; ++i) s += double{a[i]} * b[i];

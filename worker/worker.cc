@@ -290,7 +290,7 @@ Status DeviceSyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_
     r.model->Backward(e.x.data(), e.y.data(), int(k), e.stats.data());
     r.backend->Axpy(float(k) / float(count), r.model->grads().data(), e.reduced.data(), np);
   }
-  COHORT_RETURN_IF_ERROR(r.backend->AllReduceSum(e.reduced.data(), np));
+  COHORT_RETURN_IF_ERROR(r.backend->AllReduceSum(e.reduced.data(), np, r.collective.timeout_ms));
   return optimizer.Step(r.model->params(), {e.reduced.data(), np});
 }
 
@@ -511,19 +511,41 @@ Status Load(Rank& r, const WorkerOptions& o) {
 // joins. Exact mode, local SGD and 16-bit gradients stay on the host.
 Status SetUpDeviceCollectives(Rank& r, const std::string& want) {
   const config::DataParallelConfig& dp = r.config.data_parallel();
-  if (want == "host" || (want == "auto" && r.world == 1)) return OkStatus();
+  // Every rank votes (world is the same on all), whatever its --collectives.
+  if (r.world == 1 && want != "device") return OkStatus();
   std::string why;
-  if (dp.exact()) {
+  if (want == "host") {
+    why = "--collectives host";
+  } else if (dp.exact()) {
     why = "exact mode sums fixed point on the host";
   } else if (dp.local_sgd_steps() > 0) {
     why = "local SGD averages models on the host";
   } else if (dp.gradient_dtype() != config::FLOAT32) {
     why = "16-bit gradients are rounded on the host";
   }
-  std::vector<float> able = {why.empty() && r.backend->HasDeviceCollectives(r.world) ? 1.0f : 0.0f};
-  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(able, r.collective));
-  if (able[0] != float(r.world)) {
+  // [0]: the ranks that can; then each rank's device key in four 16-bit
+  // parts (floats hold them exactly; every other rank adds zeros there).
+  std::vector<float> vote(1 + 4 * size_t(r.world), 0.0f);
+  vote[0] = why.empty() && r.backend->HasDeviceCollectives(r.world) ? 1.0f : 0.0f;
+  const uint64_t key = r.backend->DeviceKey();
+  for (int k = 0; k < 4; ++k) vote[1 + 4 * r.rank + k] = float((key >> (16 * k)) & 0xffff);
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(vote, r.collective));
+  std::vector<uint64_t> keys(r.world, 0);
+  for (int q = 0; q < r.world; ++q) {
+    for (int k = 0; k < 4; ++k) keys[q] |= uint64_t(vote[1 + 4 * q + k]) << (16 * k);
+  }
+  std::string shared;
+  for (int a = 0; a < r.world && shared.empty(); ++a) {
+    for (int b = a + 1; b < r.world && shared.empty(); ++b) {
+      if (keys[a] == keys[b]) {
+        shared = "ranks " + std::to_string(a) + " and " + std::to_string(b) +
+                 " share one device (NCCL needs a device per rank: --device cuda:N)";
+      }
+    }
+  }
+  if (vote[0] != float(r.world) || !shared.empty()) {
     if (want == "device") {
+      if (why.empty()) why = shared;
       if (why.empty()) why = "not every rank's backend has device collectives for this group";
       spdlog::warn("rank {}: --collectives device: {} ({}); the gradients are summed on the host",
                    r.rank, why, r.backend->Name());
@@ -540,7 +562,7 @@ Status SetUpDeviceCollectives(Rank& r, const std::string& want) {
   COHORT_RETURN_IF_ERROR(r.comm->Broadcast(id, 0, r.collective));
   std::vector<uint8_t> bytes(static_cast<size_t>(std::clamp(id[0], 0.0f, 128.0f)));
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(id[1 + i]);
-  COHORT_RETURN_IF_ERROR(r.backend->JoinGroup(bytes, r.rank, r.world));
+  COHORT_RETURN_IF_ERROR(r.backend->JoinGroup(bytes, r.rank, r.world, r.collective.timeout_ms));
   r.device_collectives = true;
   spdlog::info("rank {}: the gradients are summed on the device by {}", r.rank, r.backend->Name());
   return OkStatus();

@@ -255,6 +255,23 @@ TEST_F(DataParallelTest, DeviceCollectivesTrainWhatTheHostTrainsAndFallBackOutLo
       << ReadFile(dir_ / "dev2.log");
   EXPECT_EQ(FinalModel("host2"), FinalModel("dev2"));
   EXPECT_EQ(Epochs("dev2").back().aggregation, "all-reduce");
+  // Workers started by hand with different --collectives all take part in
+  // the choice, so they stay in step and agree on the host.
+  const std::string config = Config("mixed.textproto", 16, false);
+  const std::string master = "ipc://" + (dir_ / "mixed-master");
+  std::vector<std::unique_ptr<Process>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(std::make_unique<Process>(
+        std::vector<std::string>{CohortBin(), "worker", "--config", config, "--run-dir",
+                                 dir_ / "mixed", "--rank", std::to_string(r), "--world-size", "2",
+                                 "--master", master, "--collectives", r == 0 ? "host" : "device"},
+        dir_ / ("mixed-" + std::to_string(r) + ".log")));
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r]->Wait(std::chrono::seconds(120)), 0)
+        << ReadFile(dir_ / ("mixed-" + std::to_string(r) + ".log"));
+  }
+  EXPECT_EQ(FinalModel("host2"), FinalModel("mixed"));
 }
 
 // `cohort worker` processes started by hand over tcp, each with its own key:

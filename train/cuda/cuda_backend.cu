@@ -8,9 +8,13 @@
 #include <nccl.h>
 #endif
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "train/cuda/cuda_backend.h"
 #include "train/rules.h"
@@ -166,7 +170,7 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
 #if COHORT_HAVE_NCCL
-    if (nccl_ != nullptr) ncclCommDestroy(nccl_);
+    AbortGroup();
 #endif
     ones_ = {};
     pool_.Drain([](void* p, size_t) { cudaFree(p); });
@@ -301,13 +305,27 @@ class CudaBackend final : public Backend {
 
 #if COHORT_HAVE_NCCL
   bool HasDeviceCollectives(int) const override { return true; }
+  // The host's name and the GPU's PCI bus id, hashed (FNV-1a).
+  uint64_t DeviceKey() const override {
+    char bus[64] = {0}, host[256] = {0};
+    cudaDeviceGetPCIBusId(bus, sizeof(bus) - 1, device_);
+    gethostname(host, sizeof(host) - 1);
+    uint64_t h = 1469598103934665603ull;
+    for (const char* p : {static_cast<const char*>(host), "|", static_cast<const char*>(bus)}) {
+      for (; *p != 0; ++p) h = (h ^ static_cast<uint8_t>(*p)) * 1099511628211ull;
+    }
+    return h;
+  }
   StatusOr<std::vector<uint8_t>> NewGroupId() override {
     ncclUniqueId id;
     const ncclResult_t e = ncclGetUniqueId(&id);
     if (e != ncclSuccess) return UnavailableError(Where() + "ncclGetUniqueId: " + NcclError(e));
     return std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal));
   }
-  Status JoinGroup(std::span<const uint8_t> id, int rank, int world) override {
+  // A non-blocking communicator: every call returns at once and WaitGroup
+  // polls it with a deadline, so a rank that never comes is a timeout, not
+  // a hang.
+  Status JoinGroup(std::span<const uint8_t> id, int rank, int world, int64_t timeout_ms) override {
     ncclUniqueId unique;
     if (id.size() != sizeof(unique.internal) || nccl_ != nullptr) {
       return InvalidArgumentError(Where() + "NCCL group id of " + std::to_string(id.size()) +
@@ -315,19 +333,28 @@ class CudaBackend final : public Backend {
     }
     std::copy(id.begin(), id.end(), unique.internal);
     cudaSetDevice(device_);
-    const ncclResult_t e = ncclCommInitRank(&nccl_, world, unique, rank);
-    if (e != ncclSuccess) {
-      nccl_ = nullptr;
-      return UnavailableError(Where() + "ncclCommInitRank (rank " + std::to_string(rank) + " of " +
-                              std::to_string(world) + "): " + NcclError(e));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t e = ncclCommInitRankConfig(&nccl_, world, unique, rank, &config);
+    const std::string what =
+        "ncclCommInitRank (rank " + std::to_string(rank) + " of " + std::to_string(world) + ")";
+    if (e != ncclSuccess && e != ncclInProgress) {
+      AbortGroup();
+      return UnavailableError(Where() + what + ": " + NcclError(e));
     }
-    return OkStatus();
+    return WaitGroup(what, timeout_ms, false);
   }
-  Status AllReduceSum(float* x, size_t n) override {
-    if (nccl_ == nullptr) return FailedPreconditionError(Where() + "no NCCL group joined");
+  Status AllReduceSum(float* x, size_t n, int64_t timeout_ms) override {
+    if (nccl_ == nullptr) {
+      return FailedPreconditionError(Where() + "no NCCL group (never joined, or torn down)");
+    }
     const ncclResult_t e = ncclAllReduce(x, x, n, ncclFloat32, ncclSum, nccl_, stream_);
-    if (e != ncclSuccess) return UnavailableError(Where() + "ncclAllReduce: " + NcclError(e));
-    return OkStatus();
+    if (e != ncclSuccess && e != ncclInProgress) {
+      const std::string text = NcclError(e);
+      AbortGroup();
+      return UnavailableError(Where() + "ncclAllReduce: " + text);
+    }
+    return WaitGroup("ncclAllReduce", timeout_ms, true);
   }
 #endif
 
@@ -356,6 +383,44 @@ class CudaBackend final : public Backend {
   }
 
   std::string Where() const { return "cuda:" + std::to_string(device_) + ": "; }
+#if COHORT_HAVE_NCCL
+  // Polls the group (and with `stream`, the stream's work) until it is
+  // done, fails, or `timeout_ms` passes; a failure or a timeout tears the
+  // group down.
+  Status WaitGroup(const std::string& what, int64_t timeout_ms, bool stream) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(nccl_, &state);
+      if (state != ncclSuccess && state != ncclInProgress) {
+        const std::string text = NcclError(state);
+        AbortGroup();
+        return UnavailableError(Where() + what + ": " + text);
+      }
+      if (state == ncclSuccess) {
+        const cudaError_t q = stream ? cudaStreamQuery(stream_) : cudaSuccess;
+        if (q == cudaSuccess) return OkStatus();
+        if (q != cudaErrorNotReady) {
+          AbortGroup();
+          return InternalError(Where() + what + ": " + CudaError(q));
+        }
+      }
+      if (std::chrono::steady_clock::now() >= end) {
+        AbortGroup();
+        return DeadlineExceededError(Where() + what + ": not done in " +
+                                     std::to_string(timeout_ms) +
+                                     " ms (a rank did not arrive); the NCCL group is torn down");
+      }
+      std::this_thread::yield();
+    }
+  }
+#endif
+  void AbortGroup() {
+#if COHORT_HAVE_NCCL
+    if (nccl_ != nullptr) ncclCommAbort(nccl_);
+    nccl_ = nullptr;
+#endif
+  }
 #if COHORT_HAVE_NCCL
   static std::string NcclError(ncclResult_t e) {
     std::string text = ncclGetErrorString(e);

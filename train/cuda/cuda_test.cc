@@ -114,7 +114,7 @@ TEST_F(CudaTest, NcclSumsADeviceBufferInAGroupOfOne) {
   if (!gpu_->HasDeviceCollectives(1)) GTEST_SKIP() << "the plugin was built without NCCL";
   auto id = gpu_->NewGroupId();
   ASSERT_TRUE(id.ok()) << id.status();
-  ASSERT_TRUE(gpu_->JoinGroup(*id, 0, 1).ok());
+  ASSERT_TRUE(gpu_->JoinGroup(*id, 0, 1, 60000).ok());
   const size_t n = (size_t{16} << 20) + 3;
   std::vector<float> x(n), y(n);
   for (size_t i = 0; i < n; ++i) x[i] = float(i % 1000) * 0.25f, y[i] = 1.0f;
@@ -123,13 +123,13 @@ TEST_F(CudaTest, NcclSumsADeviceBufferInAGroupOfOne) {
   gpu_->Upload(dx.data(), x.data(), n * sizeof(float));
   gpu_->Upload(dy.data(), y.data(), n * sizeof(float));
   gpu_->Axpy(2.0f, dx.data(), dy.data(), n);  // y = 1 + 2x, exactly.
-  ASSERT_TRUE(gpu_->AllReduceSum(dy.data(), n).ok());
+  ASSERT_TRUE(gpu_->AllReduceSum(dy.data(), n, 60000).ok());
   std::vector<float> out(n);
   gpu_->Download(out.data(), dy.data(), n * sizeof(float));
   ASSERT_TRUE(gpu_->Sync().ok());
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 1.0f + 2.0f * x[i]) << i;
   // A second group on the same backend is an error, not a leak.
-  EXPECT_FALSE(gpu_->JoinGroup(*id, 0, 1).ok());
+  EXPECT_FALSE(gpu_->JoinGroup(*id, 0, 1, 60000).ok());
 }
 
 }  // namespace
