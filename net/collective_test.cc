@@ -396,6 +396,63 @@ TEST(InProcessTest, ADeadPeerFailsAtOnceNamingIt) {
   EXPECT_NE(s.message().find("rank 1 is gone"), std::string::npos) << s;
 }
 
+// Forwards to a transport, holding each copy receive until `go` is set.
+class HeldTransport final : public aggregation::Transport {
+ public:
+  HeldTransport(aggregation::Transport* t, std::atomic<bool>* go) : t_(t), go_(go) {}
+  int rank() const override { return t_->rank(); }
+  int size() const override { return t_->size(); }
+  Status Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override {
+    return t_->Send(peer, head, body);
+  }
+  Status SendFinal(int peer, std::span<const uint8_t> head,
+                   std::span<const uint8_t> body) override {
+    return t_->SendFinal(peer, head, body);
+  }
+  size_t window_bytes() const override { return t_->window_bytes(); }
+  Status Flush(TimeMs deadline) override { return t_->Flush(deadline); }
+  void Revoke() override { t_->Revoke(); }
+  StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override {
+    return t_->Receive(peer, deadline);
+  }
+  StatusOr<aggregation::Message> ReceiveInto(int peer, TimeMs deadline, size_t head_bytes,
+                                             std::span<uint8_t> body, bool* landed) override {
+    while (!go_->load()) std::this_thread::yield();
+    return t_->ReceiveInto(peer, deadline, head_bytes, body, landed);
+  }
+
+ private:
+  aggregation::Transport* t_;
+  std::atomic<bool>* go_;
+};
+
+// Over shared memory a large all-gather's ranges are read in place. A rank
+// whose collective fails while a peer has not read them yet (here: its
+// deadline passes while the peer is held) withdraws them before its
+// caller gets the vector back: the peer's late read fails, naming it,
+// instead of reading memory that is no longer the collective's.
+TEST(ShmCollectiveTest, AFailedRankWithdrawsWhatItsPeerHasNotRead) {
+  Group group(Kind::kShm, 2);
+  std::atomic<bool> go{false};
+  HeldTransport held(group.transports[1].get(), &go);
+  const size_t n = (size_t{4} << 20) / sizeof(float);  // In place from 2 MiB.
+  std::vector<float> a(n, 1.0f), b(n, 2.0f);
+  Status s1;
+  std::thread late([&] {
+    Communicator c1(&held);
+    s1 = c1.AllReduce(b, {.algorithm = Algorithm::kRing, .timeout_ms = 20000});
+  });
+  Communicator c0(group.transports[0].get());
+  const Status s0 = c0.AllReduce(a, {.algorithm = Algorithm::kRing, .timeout_ms = 300});
+  EXPECT_FALSE(s0.ok());
+  std::fill(a.begin(), a.end(), -7.0f);  // The caller's again.
+  go = true;
+  late.join();
+  EXPECT_FALSE(s1.ok());
+  EXPECT_NE(s1.message().find("rank 0 withdrew a message it had sent"), std::string::npos) << s1;
+  for (float x : b) ASSERT_NE(x, -7.0f);
+}
+
 TEST_P(CollectiveTest, AWrongSizedOrStaleMessageIsAnErrorNotACrash) {
   Group group(GetParam(), 2);
   aggregation::Transport* t0 = group.transports[0].get();
