@@ -224,9 +224,16 @@ int main(int argc, char** argv) {
   worker->add_option("--master", wopts.master,
                      "Rank 0's rendezvous address, tcp://HOST:PORT or ipc://PATH (default: "
                      "MASTER_ADDR and MASTER_PORT)");
+  worker->add_option("--local-rank", wopts.local_rank,
+                     "This rank's index on its host (default: LOCAL_RANK, "
+                     "OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID): --device cuda or auto then "
+                     "takes that GPU (modulo the host's)");
   worker->add_option("--host", wopts.host, "The address other ranks reach this one at")
       ->capture_default_str();
-  worker->add_option("--device", wopts.device, "cpu, cuda, cuda:N or auto")->capture_default_str();
+  worker
+      ->add_option("--device", wopts.device,
+                   "cpu, cuda, cuda:N or auto (cuda and auto: the local rank's GPU)")
+      ->capture_default_str();
   worker
       ->add_option("--transport", wopts.transport,
                    "shm (one host), tcp, mpi (under mpirun), or auto: shm with an ipc:// "

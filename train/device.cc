@@ -46,14 +46,18 @@ std::vector<std::string> PluginCandidates() {
   return paths;
 }
 
-// The plugin's entry point, loaded once; never unloaded (its backends'
+// The plugin's entry points, loaded once; never unloaded (its backends'
 // code lives there).
-StatusOr<NewCudaBackendFn> LoadPlugin() {
+struct Plugin {
+  NewCudaBackendFn make = nullptr;
+  CudaDeviceCountFn count = nullptr;
+};
+StatusOr<Plugin> LoadPlugin() {
   static std::mutex mu;
-  static NewCudaBackendFn entry = nullptr;
+  static Plugin plugin;
   static std::string error;
   std::lock_guard<std::mutex> lock(mu);
-  if (entry != nullptr) return entry;
+  if (plugin.make != nullptr) return plugin;
   // No driver, no GPU: say so without loading cudart and cuBLAS at all.
   if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
     dlclose(driver);
@@ -67,23 +71,33 @@ StatusOr<NewCudaBackendFn> LoadPlugin() {
       error += std::string(error.empty() ? "" : "; ") + dlerror();
       continue;
     }
-    entry = reinterpret_cast<NewCudaBackendFn>(dlsym(handle, kCudaPluginEntry));
-    if (entry != nullptr) return entry;
-    error += "; " + path + ": no " + kCudaPluginEntry;
+    Plugin p{reinterpret_cast<NewCudaBackendFn>(dlsym(handle, kCudaPluginEntry)),
+             reinterpret_cast<CudaDeviceCountFn>(dlsym(handle, kCudaCountEntry))};
+    if (p.make != nullptr && p.count != nullptr) return plugin = p;
+    error += "; " + path + ": no " + kCudaPluginEntry + " or " + kCudaCountEntry;
   }
   return UnavailableError("the CUDA backend plugin did not load: " + error);
 }
 #endif
 
-StatusOr<std::unique_ptr<Backend>> NewCuda(int index, bool tf32) {
+// `local_rank` >= 0 (with "cuda" or "auto"): that rank's GPU among the
+// host's instead of `index`.
+StatusOr<std::unique_ptr<Backend>> NewCuda(int index, bool tf32, int local_rank = -1) {
 #if COHORT_HAVE_CUDA
-  COHORT_ASSIGN_OR_RETURN(NewCudaBackendFn entry, LoadPlugin());
+  COHORT_ASSIGN_OR_RETURN(Plugin plugin, LoadPlugin());
+  if (local_rank >= 0) {
+    StatusOr<int> count = UnavailableError("not counted");
+    plugin.count(&count);
+    COHORT_RETURN_IF_ERROR(count.status());
+    index = GpuForLocalRank(local_rank, *count);
+  }
   StatusOr<std::unique_ptr<Backend>> backend = UnavailableError("not created");
-  entry(index, tf32, &backend);
+  plugin.make(index, tf32, &backend);
   return backend;
 #else
   (void)index;
   (void)tf32;
+  (void)local_rank;
   return FailedPreconditionError(
       "this build has no CUDA backend (nvcc was not found, or -Dcuda=disabled)");
 #endif
@@ -95,7 +109,7 @@ StatusOr<std::unique_ptr<Backend>> NewBackend(const DeviceOptions& options, std:
   const std::string& d = options.device;
   if (d == "cpu") return NewCpuBackend(options.threads);
   if (d == "auto") {
-    StatusOr<std::unique_ptr<Backend>> gpu = NewCuda(0, options.tf32);
+    StatusOr<std::unique_ptr<Backend>> gpu = NewCuda(0, options.tf32, options.local_rank);
     if (gpu.ok()) return gpu;
     if (note != nullptr) *note = gpu.status().message() + "; training on the CPU";
     return NewCpuBackend(options.threads);
@@ -104,7 +118,8 @@ StatusOr<std::unique_ptr<Backend>> NewBackend(const DeviceOptions& options, std:
   if (index < 0) {
     return InvalidArgumentError("--device " + d + ": must be cpu, cuda, cuda:N or auto");
   }
-  StatusOr<std::unique_ptr<Backend>> gpu = NewCuda(index, options.tf32);
+  StatusOr<std::unique_ptr<Backend>> gpu =
+      NewCuda(index, options.tf32, d == "cuda" ? options.local_rank : -1);
   if (!gpu.ok()) return gpu.status().WithContext("--device " + d);
   return gpu;
 }

@@ -42,11 +42,18 @@ std::string RunGroup(const LaunchOptions& o, const std::string& master, bool inj
   std::vector<pid_t> pids;
   for (int r = 0; r < o.nproc; ++r) {
     std::vector<std::string> args = {
-        o.cohort_binary, "worker",      "--config",        o.config,       "--run-dir",
-        o.run_dir,       "--rank",      std::to_string(r), "--world-size", std::to_string(o.nproc),
-        "--master",      master,        "--device",        o.device,       "--transport",
+        o.cohort_binary, "worker",
+        "--config",      o.config,
+        "--run-dir",     o.run_dir,
+        "--rank",        std::to_string(r),
+        "--world-size",  std::to_string(o.nproc),
+        "--master",      master,
+        "--device",      o.device,
+        "--transport",
         o.transport,  // On one host: over tcp the workers bind 127.0.0.1 only.
-        "--collectives", o.collectives, "--insecure"};
+        "--collectives", o.collectives,
+        "--local-rank",  std::to_string(r),
+        "--insecure"};
     if (inject_fault && r == o.fault_rank) {
       args.insert(args.end(), {"--fault-kill-at-step", std::to_string(o.fault_step)});
     }

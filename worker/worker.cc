@@ -47,6 +47,18 @@ std::string EnvString(const char* name) {
 
 }  // namespace
 
+std::string FirstSlurmHost(const std::string& nodelist) {
+  // "a[01-04,07],b" -> "a01"; "a,b" -> "a"; "a" -> "a".
+  const size_t comma = nodelist.find(',');
+  const size_t bracket = nodelist.find('[');
+  if (bracket == std::string::npos || (comma != std::string::npos && comma < bracket)) {
+    return nodelist.substr(0, comma);
+  }
+  const size_t end = nodelist.find_first_of("-,]", bracket + 1);
+  if (end == std::string::npos) return "";
+  return nodelist.substr(0, bracket) + nodelist.substr(bracket + 1, end - bracket - 1);
+}
+
 Status ResolveRank(WorkerOptions& o) {
   for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
     if (o.rank >= 0) break;
@@ -56,9 +68,22 @@ Status ResolveRank(WorkerOptions& o) {
     if (o.world_size >= 0) break;
     COHORT_ASSIGN_OR_RETURN(o.world_size, EnvInt(name));
   }
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (o.local_rank >= 0) break;
+    COHORT_ASSIGN_OR_RETURN(o.local_rank, EnvInt(name));
+  }
+  const std::string port = EnvString("MASTER_PORT").empty() ? "29500" : EnvString("MASTER_PORT");
   if (o.master.empty() && !EnvString("MASTER_ADDR").empty()) {
-    o.master = "tcp://" + EnvString("MASTER_ADDR") + ":" +
-               (EnvString("MASTER_PORT").empty() ? "29500" : EnvString("MASTER_PORT"));
+    o.master = "tcp://" + EnvString("MASTER_ADDR") + ":" + port;
+  }
+  // Slurm: rank 0 runs on the first host of the job's node list.
+  if (o.master.empty() && !EnvString("SLURM_NODELIST").empty()) {
+    const std::string host = FirstSlurmHost(EnvString("SLURM_NODELIST"));
+    if (host.empty()) {
+      return InvalidArgumentError("SLURM_NODELIST=" + EnvString("SLURM_NODELIST").substr(0, 80) +
+                                  ": no first host in it");
+    }
+    o.master = "tcp://" + host + ":" + port;
   }
   if (o.rank < 0 || o.world_size < 1) {
     return InvalidArgumentError(
@@ -474,7 +499,8 @@ Status Load(Rank& r, const WorkerOptions& o) {
                                 "data-parallel runs; federated runs use cohort coordinator)");
   }
   std::string note;
-  COHORT_ASSIGN_OR_RETURN(r.backend, train::NewBackend({.device = o.device}, &note));
+  COHORT_ASSIGN_OR_RETURN(
+      r.backend, train::NewBackend({.device = o.device, .local_rank = o.local_rank}, &note));
   if (!note.empty()) spdlog::info("{}", note);
   COHORT_ASSIGN_OR_RETURN(r.model, train::BuildModel(r.config.model(), r.backend.get()));
   const std::string& train_path = r.config.data().train_shard();

@@ -17,6 +17,10 @@ struct WorkerOptions {
   std::string run_dir;  // Rank 0 writes the run store (run.db) here.
   int rank = -1;        // -1: from the environment (see ResolveRank).
   int world_size = -1;
+  // This rank's index among those on its host (-1: unknown): --device cuda
+  // or auto then means GPU local_rank (modulo the host's GPUs), as torchrun
+  // users expect.
+  int local_rank = -1;
   // Rank 0's rendezvous address: tcp://HOST:PORT, or ipc://PATH on one host
   // (the ranks then exchange gradients through shared memory).
   std::string master;
@@ -44,11 +48,18 @@ struct WorkerOptions {
   int64_t fault_perturb_step = -1;
 };
 
-// Fills rank, world size and master from the environment where the flags
-// left them unset: torchrun / Kubeflow (RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT), Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), Slurm
-// (SLURM_PROCID, SLURM_NTASKS). kInvalidArgument naming what is missing.
+// Fills rank, world size, local rank and master from the environment where
+// the flags left them unset: torchrun / Kubeflow PyTorchJob (RANK,
+// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI
+// (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK),
+// Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and rank 0 on the first
+// host of SLURM_NODELIST at MASTER_PORT or 29500). kInvalidArgument naming
+// what is missing or malformed.
 Status ResolveRank(WorkerOptions& options);
+
+// The first host of a Slurm node list ("gpu[03-06,09],cpu01" -> "gpu03"),
+// or "" when there is none.
+std::string FirstSlurmHost(const std::string& nodelist);
 
 // Trains the whole run (resuming from rank 0's last checkpoint); returns
 // when it is done, or with an error naming the rank that failed.

@@ -481,3 +481,8 @@ extern "C" __attribute__((visibility("default"))) void CohortNewCudaBackend(
     int device, bool tf32, cohort::StatusOr<std::unique_ptr<cohort::train::Backend>>* out) {
   *out = cohort::train::NewCudaBackend(device, tf32);
 }
+
+extern "C" __attribute__((visibility("default"))) void CohortCudaDeviceCount(
+    cohort::StatusOr<int>* out) {
+  *out = cohort::train::CudaDeviceCount();
+}

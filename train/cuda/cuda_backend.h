@@ -26,6 +26,9 @@ StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device, bool tf32);
 // The plugin's entry point, looked up by dlsym: NewCudaBackend into *out.
 using NewCudaBackendFn = void (*)(int device, bool tf32, StatusOr<std::unique_ptr<Backend>>* out);
 inline constexpr const char* kCudaPluginEntry = "CohortNewCudaBackend";
+// The second entry: CudaDeviceCount into *out.
+using CudaDeviceCountFn = void (*)(StatusOr<int>* out);
+inline constexpr const char* kCudaCountEntry = "CohortCudaDeviceCount";
 inline constexpr const char* kCudaPluginFile = "libcohort_cuda.so";
 
 }  // namespace cohort::train

@@ -1,0 +1,108 @@
+// Where a worker learns its rank, world, local rank and rendezvous when the
+// flags leave them out: the environment conventions of torchrun and
+// Kubeflow, Open MPI and Slurm.
+#include "worker/worker.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "train/device.h"
+
+namespace cohort::worker {
+namespace {
+
+// Clears every variable ResolveRank reads, sets `vars`, and restores
+// nothing (each test sets what it needs).
+void Environment(std::initializer_list<std::pair<const char*, const char*>> vars) {
+  for (const char* name :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+        "SLURM_LOCALID", "SLURM_NODELIST"}) {
+    unsetenv(name);
+  }
+  for (const auto& [name, value] : vars) setenv(name, value, 1);
+}
+
+TEST(ResolveRankTest, TorchrunAndKubeflowVariables) {
+  Environment({{"RANK", "3"},
+               {"WORLD_SIZE", "8"},
+               {"LOCAL_RANK", "1"},
+               {"MASTER_ADDR", "10.0.0.5"},
+               {"MASTER_PORT", "29400"}});
+  WorkerOptions o;
+  ASSERT_TRUE(ResolveRank(o).ok());
+  EXPECT_EQ(o.rank, 3);
+  EXPECT_EQ(o.world_size, 8);
+  EXPECT_EQ(o.local_rank, 1);
+  EXPECT_EQ(o.master, "tcp://10.0.0.5:29400");
+  // Flags win over the environment.
+  WorkerOptions flags;
+  flags.rank = 0;
+  flags.local_rank = 0;
+  flags.master = "ipc:///tmp/m";
+  ASSERT_TRUE(ResolveRank(flags).ok());
+  EXPECT_EQ(flags.rank, 0);
+  EXPECT_EQ(flags.local_rank, 0);
+  EXPECT_EQ(flags.master, "ipc:///tmp/m");
+}
+
+TEST(ResolveRankTest, OpenMpiVariables) {
+  Environment({{"OMPI_COMM_WORLD_RANK", "5"},
+               {"OMPI_COMM_WORLD_SIZE", "6"},
+               {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+               {"MASTER_ADDR", "head"}});
+  WorkerOptions o;
+  ASSERT_TRUE(ResolveRank(o).ok());
+  EXPECT_EQ(o.rank, 5);
+  EXPECT_EQ(o.world_size, 6);
+  EXPECT_EQ(o.local_rank, 2);
+  EXPECT_EQ(o.master, "tcp://head:29500");
+}
+
+TEST(ResolveRankTest, SlurmVariablesPutRankZeroOnTheFirstHost) {
+  Environment({{"SLURM_PROCID", "7"},
+               {"SLURM_NTASKS", "16"},
+               {"SLURM_LOCALID", "3"},
+               {"SLURM_NODELIST", "gpu[03-06,09],cpu01"}});
+  WorkerOptions o;
+  ASSERT_TRUE(ResolveRank(o).ok());
+  EXPECT_EQ(o.rank, 7);
+  EXPECT_EQ(o.world_size, 16);
+  EXPECT_EQ(o.local_rank, 3);
+  EXPECT_EQ(o.master, "tcp://gpu03:29500");
+  EXPECT_EQ(FirstSlurmHost("node1,node2"), "node1");
+  EXPECT_EQ(FirstSlurmHost("solo"), "solo");
+  EXPECT_EQ(FirstSlurmHost("a01,b[1-2]"), "a01");
+  EXPECT_EQ(FirstSlurmHost("b[7]"), "b7");
+  EXPECT_EQ(FirstSlurmHost("broken[12"), "");
+  Environment({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NODELIST", "broken[12"}});
+  WorkerOptions bad;
+  Status s = ResolveRank(bad);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("SLURM_NODELIST=broken[12: no first host"), std::string::npos) << s;
+}
+
+TEST(ResolveRankTest, MalformedOrMissingValuesAreNamed) {
+  Environment({{"RANK", "two"}, {"WORLD_SIZE", "4"}});
+  WorkerOptions o;
+  Status s = ResolveRank(o);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("RANK=two: not a rank or size"), std::string::npos) << s;
+  Environment({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}});
+  WorkerOptions past;
+  EXPECT_NE(ResolveRank(past).message().find("rank 4 of a world of 4"), std::string::npos);
+  Environment({});
+  WorkerOptions none;
+  EXPECT_NE(ResolveRank(none).message().find("no rank or world size"), std::string::npos);
+}
+
+TEST(LocalRankTest, EachLocalRankTakesItsOwnGpuModuloTheHosts) {
+  EXPECT_EQ(train::GpuForLocalRank(-1, 8), 0);
+  EXPECT_EQ(train::GpuForLocalRank(3, 8), 3);
+  EXPECT_EQ(train::GpuForLocalRank(9, 8), 1);
+  EXPECT_EQ(train::GpuForLocalRank(2, 0), 0);
+}
+
+}  // namespace
+}  // namespace cohort::worker
