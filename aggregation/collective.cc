@@ -265,6 +265,39 @@ Status Communicator::FindMissing(const Status& failure, int waiting_for, TimeMs 
                                " did not arrive");
 }
 
+template <typename T, typename Where>
+Status Communicator::ReceiveSegment(const CollectiveStep& s, Range seg, std::span<T> data,
+                                    uint64_t sequence, uint64_t index, TimeMs deadline,
+                                    const Where& at, int& waiting_for) {
+  // A copy lands straight in place when the transport can put it there.
+  bool landed = false;
+  const std::span<uint8_t> into(reinterpret_cast<uint8_t*>(data.data() + seg.begin),
+                                seg.size() * sizeof(T));
+  StatusOr<Message> m =
+      s.op == CollectiveStep::Op::kCopy
+          ? transport_->ReceiveInto(s.recv_from, deadline, sizeof(MessageHeader), into, &landed)
+          : transport_->Receive(s.recv_from, deadline);
+  if (!m.ok()) {
+    if (m.status().code() == StatusCode::kDeadlineExceeded) {
+      waiting_for = s.recv_from;
+      return DeadlineExceededError(at() + " did not arrive in time");
+    }
+    return Status(m.status().code(), at() + ": " + m.status().message());
+  }
+  const std::string gave_up = AbortText(m->bytes());
+  if (!gave_up.empty()) {
+    waiting_for = s.recv_from;
+    return UnavailableError(at() + " gave up: " + gave_up);
+  }
+  const size_t size = landed ? sizeof(MessageHeader) + into.size() : m->size();
+  const std::string bad = Mismatch<T>(m->bytes(), size, sequence, index, seg);
+  if (!bad.empty()) return InvalidArgumentError(at() + " sent " + bad);
+  if (!landed) {
+    Apply<T>(s.op, m->data() + sizeof(MessageHeader), data.subspan(seg.begin, seg.size()));
+  }
+  return OkStatus();
+}
+
 template <typename T>
 Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::span<T> data,
                               TimeMs deadline, const char* what, int& waiting_for) {
@@ -314,33 +347,8 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
     };
     for (size_t k = 0; k < recvs.size(); ++k) {
       COHORT_RETURN_IF_ERROR(send_until(k + ahead));
-      const Range seg = recvs[k];
-      // A copy lands straight in place when the transport can put it there.
-      bool landed = false;
-      const std::span<uint8_t> into(reinterpret_cast<uint8_t*>(data.data() + seg.begin),
-                                    seg.size() * sizeof(T));
-      StatusOr<Message> m =
-          s.op == CollectiveStep::Op::kCopy
-              ? transport_->ReceiveInto(s.recv_from, deadline, sizeof(MessageHeader), into, &landed)
-              : transport_->Receive(s.recv_from, deadline);
-      if (!m.ok()) {
-        if (m.status().code() == StatusCode::kDeadlineExceeded) {
-          waiting_for = s.recv_from;
-          return DeadlineExceededError(at() + " did not arrive in time");
-        }
-        return Status(m.status().code(), at() + ": " + m.status().message());
-      }
-      const std::string gave_up = AbortText(m->bytes());
-      if (!gave_up.empty()) {
-        waiting_for = s.recv_from;
-        return UnavailableError(at() + " gave up: " + gave_up);
-      }
-      const size_t size = landed ? sizeof(MessageHeader) + into.size() : m->size();
-      const std::string bad = Mismatch<T>(m->bytes(), size, sequence, received[s.recv_from]++, seg);
-      if (!bad.empty()) return InvalidArgumentError(at() + " sent " + bad);
-      if (!landed) {
-        Apply<T>(s.op, m->data() + sizeof(MessageHeader), data.subspan(seg.begin, seg.size()));
-      }
+      COHORT_RETURN_IF_ERROR(ReceiveSegment(s, recvs[k], data, sequence, received[s.recv_from]++,
+                                            deadline, at, waiting_for));
     }
     COHORT_RETURN_IF_ERROR(send_until(sends.size()));
   }

@@ -123,6 +123,12 @@ class Communicator {
   template <typename T>
   Status RunSteps(const std::vector<CollectiveStep>& steps, std::span<T> data, TimeMs deadline,
                   const char* what, int& waiting_for);
+  // Receives segment `seg` of step `s` (message `index` from that peer in
+  // collective `sequence`), checks it and applies it to `data`; `at` names
+  // the step in errors.
+  template <typename T, typename Where>
+  Status ReceiveSegment(const CollectiveStep& s, Range seg, std::span<T> data, uint64_t sequence,
+                        uint64_t index, TimeMs deadline, const Where& at, int& waiting_for);
   void SendNotice(const std::string& text);
   Status FindMissing(const Status& failure, int waiting_for, TimeMs deadline);
   template <typename T>
