@@ -43,6 +43,9 @@ constexpr Size kSizes[] = {
 size_t g_only_bytes = 0;
 int g_timed = 0;
 bool g_pin = false;
+// --pin-all: also when the ranks outnumber the cores, rank r on core
+// r % cores (mpirun --bind-to core:overload-allowed).
+bool g_pin_all = false;
 aggregation::Algorithm g_algorithm =
     aggregation::Algorithm::kAuto;  // --algorithm  // --pin: rank r on CPU r, when there are enough
                                     // CPUs.
@@ -154,6 +157,8 @@ int main(int argc, char** argv) {
                                 : aggregation::Algorithm::kAuto;
     } else if (!std::strcmp(argv[i], "--pin")) {
       g_pin = true;
+    } else if (!std::strcmp(argv[i], "--pin-all")) {
+      g_pin = g_pin_all = true;
     } else if (!std::strcmp(argv[i], "--bytes") && i + 1 < argc) {
       g_only_bytes = std::strtoull(argv[++i], nullptr, 10) / 4 * 4;
     } else if (!std::strcmp(argv[i], "--timed") && i + 1 < argc) {
@@ -187,7 +192,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < world; ++r) {
     const pid_t pid = fork();
     if (pid == 0) {
-      if (g_pin && world <= sysconf(_SC_NPROCESSORS_ONLN)) {
+      if (g_pin && (g_pin_all || world <= sysconf(_SC_NPROCESSORS_ONLN))) {
         // Like Open MPI's default: each rank bound to a core, unless the
         // ranks outnumber the cores.
         cpu_set_t set;

@@ -17,7 +17,9 @@
 #         and without authentication, ZeroMQ CURVE (encrypted) and plaintext
 #         ZeroMQ tcp://) beside
 #         allreduce_gloo.py and allreduce_mpi.c (Open MPI, shared memory),
-#         same method, same invocation; memcpy as the ceiling.
+#         same method, same invocation; memcpy as the ceiling. PIN_ALL=1:
+#         Cohort's shm ranks and Open MPI's both bound to a core each even
+#         when they outnumber the cores.
 # simulate: cohort simulate on Fashion-MNIST split IID over 10, 100 and
 #         1,000 clients, MLP, all clients every round, 3 rounds (PLAIN, 2
 #         executors; 100 clients also with 1 executor and with SECAGG_PLUS)
@@ -127,13 +129,17 @@ if has allreduce; then
       # a core unless they outnumber the cores); the TCP runs are not, like
       # Gloo's.
       pin=(); [[ $transport == shm ]] && pin=(--pin)
+      [[ $transport == shm && -n ${PIN_ALL:-} ]] && pin=(--pin-all)
       build/bench/allreduce_bench --world "$world" --transport "$transport" "${pin[@]}" \
         >> "$OUT/allreduce.jsonl"
     done
     if ((have_peers)); then
       (cd "$PEERS" && $PY allreduce_gloo.py "$world") | grep '^{' >> "$OUT/allreduce.jsonl" || true
       if [[ -n $mpi_bin ]]; then
-        mpirun --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl self,vader \
+        # PIN_ALL=1: both bind every rank to a core even when the ranks
+        # outnumber the cores (same policy for both).
+        mpirun --allow-run-as-root --oversubscribe ${PIN_ALL:+--bind-to core:overload-allowed} \
+          --mca pml ob1 --mca btl self,vader \
           --mca oob_tcp_if_include lo -np "$world" "$mpi_bin" | grep '^{' \
           >> "$OUT/allreduce.jsonl" || true
       fi
