@@ -19,7 +19,9 @@
 #         allreduce_gloo.py and allreduce_mpi.c (Open MPI, shared memory),
 #         same method, same invocation; memcpy as the ceiling. PIN_ALL=1:
 #         Cohort's shm ranks and Open MPI's both bound to a core each even
-#         when they outnumber the cores.
+#         when they outnumber the cores. REPS=N (default 3): every
+#         implementation runs N times, interleaved with the others, and each
+#         cell is the median of its N runs (this machine is noisy).
 # simulate: cohort simulate on Fashion-MNIST split IID over 10, 100 and
 #         1,000 clients, MLP, all clients every round, 3 rounds (PLAIN, 2
 #         executors; 100 clients also with 1 executor and with SECAGG_PLUS)
@@ -123,27 +125,29 @@ if has allreduce; then
     mpicc -O2 -o "$mpi_bin" "$PEERS/allreduce_mpi.c"
     "$mpi_bin" --memcpy | grep '^{' >> "$OUT/allreduce.jsonl" || true
   fi
-  for world in 2 4; do
-    for transport in shm tcp tcp-auth curve zmq; do
-      # Shared memory is pinned like Open MPI's ranks (mpirun binds each to
-      # a core unless they outnumber the cores); the TCP runs are not, like
-      # Gloo's.
-      pin=(); [[ $transport == shm ]] && pin=(--pin)
-      [[ $transport == shm && -n ${PIN_ALL:-} ]] && pin=(--pin-all)
-      build/bench/allreduce_bench --world "$world" --transport "$transport" "${pin[@]}" \
-        >> "$OUT/allreduce.jsonl"
-    done
-    if ((have_peers)); then
-      (cd "$PEERS" && $PY allreduce_gloo.py "$world") | grep '^{' >> "$OUT/allreduce.jsonl" || true
-      if [[ -n $mpi_bin ]]; then
-        # PIN_ALL=1: both bind every rank to a core even when the ranks
-        # outnumber the cores (same policy for both).
-        mpirun --allow-run-as-root --oversubscribe ${PIN_ALL:+--bind-to core:overload-allowed} \
-          --mca pml ob1 --mca btl self,vader \
-          --mca oob_tcp_if_include lo -np "$world" "$mpi_bin" | grep '^{' \
-          >> "$OUT/allreduce.jsonl" || true
+  for rep in $(seq "${REPS:-3}"); do
+    for world in 2 4; do
+      for transport in shm tcp tcp-auth curve zmq; do
+        # Shared memory is pinned like Open MPI's ranks (mpirun binds each to
+        # a core unless they outnumber the cores); the TCP runs are not, like
+        # Gloo's.
+        pin=(); [[ $transport == shm ]] && pin=(--pin)
+        [[ $transport == shm && -n ${PIN_ALL:-} ]] && pin=(--pin-all)
+        build/bench/allreduce_bench --world "$world" --transport "$transport" "${pin[@]}" \
+          >> "$OUT/allreduce.jsonl"
+      done
+      if ((have_peers)); then
+        (cd "$PEERS" && $PY allreduce_gloo.py "$world") | grep '^{' >> "$OUT/allreduce.jsonl" || true
+        if [[ -n $mpi_bin ]]; then
+          # PIN_ALL=1: both bind every rank to a core even when the ranks
+          # outnumber the cores (same policy for both).
+          mpirun --allow-run-as-root --oversubscribe ${PIN_ALL:+--bind-to core:overload-allowed} \
+            --mca pml ob1 --mca btl self,vader \
+            --mca oob_tcp_if_include lo -np "$world" "$mpi_bin" | grep '^{' \
+            >> "$OUT/allreduce.jsonl" || true
+        fi
       fi
-    fi
+    done
   done
 fi
 
@@ -421,27 +425,31 @@ if "allreduce" in what:
     rows = load("allreduce.jsonl")
     print("\n### All-reduce, float32, processes on this host (median; busbw GB/s, latency)\n")
     impls = sorted({r["impl"] for r in rows if r.get("bench") == "allreduce"})
+    # One row per implementation, world and size: the median of its runs
+    # (REPS), by time.
+    def cell(impl, world, nbytes):
+        m = sorted((r for r in rows if r.get("impl") == impl and r.get("world") == world
+                    and r.get("bytes") == nbytes), key=lambda r: r["median_s"])
+        return m[(len(m) - 1) // 2] if m else None
+    reps = max((sum(1 for r in rows if r.get("impl") == i and r.get("world") == 2
+                    and r.get("bytes") == 4096) for i in impls), default=0)
+    print(f"Each cell: the median of {reps} runs, interleaved.\n")
     print("| world | bytes | " + " | ".join(impls) + " |")
     print("|---|---|" + "---|" * len(impls))
     for world in (2, 4):
         for nbytes in (4096, 1 << 20, 16 << 20, 64 << 20):
             cells = []
             for impl in impls:
-                m = [r for r in rows if r.get("impl") == impl and r.get("world") == world
-                     and r.get("bytes") == nbytes]
+                m = cell(impl, world, nbytes)
                 if not m:
                     cells.append("")
                 elif nbytes == 4096:
-                    cells.append(f"{m[0]['median_s'] * 1e6:.0f} us")
+                    cells.append(f"{m['median_s'] * 1e6:.0f} us")
                 else:
-                    cells.append(f"{m[0]['busbw_GBps']:.2f}")
+                    cells.append(f"{m['busbw_GBps']:.2f}")
             print(f"| {world} | {nbytes} | " + " | ".join(cells) + " |")
     # Each implementation against its peer in this invocation: > 1 is faster
     # (latency ratio peer/ours at 4 KiB, bandwidth ratio ours/peer above).
-    def cell(impl, world, nbytes):
-        m = [r for r in rows if r.get("impl") == impl and r.get("world") == world
-             and r.get("bytes") == nbytes]
-        return m[0] if m else None
     mpi = next((i for i in impls if "mpi" in i), None)
     pairs = [(i, "torch-gloo") for i in ("cohort-tcp", "cohort-tcp-auth", "cohort-curve", "cohort-zmq")
              if i in impls] + ([("cohort-shm", mpi)] if mpi else [])
@@ -460,6 +468,19 @@ if "allreduce" in what:
                     else:
                         cells.append(f"{x['busbw_GBps'] / y['busbw_GBps']:.2f}x")
                 print(f"| {world} | {nbytes} | " + " | ".join(cells) + " |")
+    if mpi and reps > 1:
+        # The runs one by one (the k-th of each implementation against the
+        # k-th of its peer): how far a single run strays from the median.
+        print(f"\ncohort-shm / {mpi}, run by run:\n")
+        print("| world | bytes | ratios |")
+        print("|---|---|---|")
+        for world in (2, 4):
+            for nbytes in (4096, 1 << 20, 16 << 20, 64 << 20):
+                pick = lambda impl: [r for r in rows if r.get("impl") == impl
+                                     and r.get("world") == world and r.get("bytes") == nbytes]
+                ratios = [y["median_s"] / x["median_s"]
+                          for x, y in zip(pick("cohort-shm"), pick(mpi))]
+                print(f"| {world} | {nbytes} | " + ", ".join(f"{q:.2f}x" for q in ratios) + " |")
     for r in rows:
         if "copy_GBps" in r:
             print(f"\nmemcpy (1 core, 64 MiB): {r['copy_GBps']:.2f} GB/s")
