@@ -531,6 +531,38 @@ Status Load(Rank& r, const WorkerOptions& o) {
   return OkStatus();
 }
 
+}  // namespace
+
+// [0]: the ranks that can; then each rank's device key in four 16-bit parts
+// (floats hold them exactly; every other rank adds zeros there).
+size_t DeviceVoteLength(int world) { return 1 + 4 * size_t(world); }
+
+void CastDeviceVote(std::span<float> vote, int rank, bool can, uint64_t device_key) {
+  vote[0] = can ? 1.0f : 0.0f;
+  for (int k = 0; k < 4; ++k) vote[1 + 4 * rank + k] = float((device_key >> (16 * k)) & 0xffff);
+}
+
+std::string DeviceVoteVerdict(std::span<const float> vote, int world) {
+  std::vector<uint64_t> keys(world, 0);
+  for (int q = 0; q < world; ++q) {
+    for (int k = 0; k < 4; ++k) keys[q] |= uint64_t(vote[1 + 4 * q + k]) << (16 * k);
+  }
+  for (int a = 0; a < world; ++a) {
+    for (int b = a + 1; b < world; ++b) {
+      if (keys[a] == keys[b]) {
+        return "ranks " + std::to_string(a) + " and " + std::to_string(b) +
+               " share one device (NCCL needs a device per rank: --device cuda:N)";
+      }
+    }
+  }
+  if (vote[0] != float(world)) {
+    return "not every rank's backend has device collectives for this group";
+  }
+  return "";
+}
+
+namespace {
+
 // Whether the backend sums the gradients (--collectives): every rank says
 // whether its backend can, over the host group; only when all can does rank
 // 0 make a group id and send it round (bytes as floats), and every rank
@@ -549,32 +581,15 @@ Status SetUpDeviceCollectives(Rank& r, const std::string& want) {
   } else if (dp.gradient_dtype() != config::FLOAT32) {
     why = "16-bit gradients are rounded on the host";
   }
-  // [0]: the ranks that can; then each rank's device key in four 16-bit
-  // parts (floats hold them exactly; every other rank adds zeros there).
-  std::vector<float> vote(1 + 4 * size_t(r.world), 0.0f);
-  vote[0] = why.empty() && r.backend->HasDeviceCollectives(r.world) ? 1.0f : 0.0f;
-  const uint64_t key = r.backend->DeviceKey();
-  for (int k = 0; k < 4; ++k) vote[1 + 4 * r.rank + k] = float((key >> (16 * k)) & 0xffff);
+  std::vector<float> vote(DeviceVoteLength(r.world), 0.0f);
+  CastDeviceVote(vote, r.rank, why.empty() && r.backend->HasDeviceCollectives(r.world),
+                 r.backend->DeviceKey());
   COHORT_RETURN_IF_ERROR(r.comm->AllReduce(vote, r.collective));
-  std::vector<uint64_t> keys(r.world, 0);
-  for (int q = 0; q < r.world; ++q) {
-    for (int k = 0; k < 4; ++k) keys[q] |= uint64_t(vote[1 + 4 * q + k]) << (16 * k);
-  }
-  std::string shared;
-  for (int a = 0; a < r.world && shared.empty(); ++a) {
-    for (int b = a + 1; b < r.world && shared.empty(); ++b) {
-      if (keys[a] == keys[b]) {
-        shared = "ranks " + std::to_string(a) + " and " + std::to_string(b) +
-                 " share one device (NCCL needs a device per rank: --device cuda:N)";
-      }
-    }
-  }
-  if (vote[0] != float(r.world) || !shared.empty()) {
+  const std::string verdict = DeviceVoteVerdict(vote, r.world);
+  if (!verdict.empty()) {
     if (want == "device") {
-      if (why.empty()) why = shared;
-      if (why.empty()) why = "not every rank's backend has device collectives for this group";
       spdlog::warn("rank {}: --collectives device: {} ({}); the gradients are summed on the host",
-                   r.rank, why, r.backend->Name());
+                   r.rank, why.empty() ? verdict : why, r.backend->Name());
     }
     return OkStatus();
   }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "train/device.h"
 
@@ -102,6 +103,34 @@ TEST(LocalRankTest, EachLocalRankTakesItsOwnGpuModuloTheHosts) {
   EXPECT_EQ(train::GpuForLocalRank(3, 8), 3);
   EXPECT_EQ(train::GpuForLocalRank(9, 8), 1);
   EXPECT_EQ(train::GpuForLocalRank(2, 0), 0);
+}
+
+// The device-path vote as the all-reduce sums it: each rank casts into a
+// zeroed vector, and the votes add up.
+std::vector<float> Tally(const std::vector<std::pair<bool, uint64_t>>& ranks) {
+  const int world = static_cast<int>(ranks.size());
+  std::vector<float> sum(DeviceVoteLength(world), 0.0f);
+  for (int r = 0; r < world; ++r) {
+    std::vector<float> one(sum.size(), 0.0f);
+    CastDeviceVote(one, r, ranks[r].first, ranks[r].second);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += one[i];
+  }
+  return sum;
+}
+
+TEST(DeviceVoteTest, NcclOnlyWhenEveryRankCanAndEachHasItsOwnDevice) {
+  // Two GPUs of one host, and of two hosts (keys differ in any 16 bits).
+  const uint64_t gpu0 = 0x1234'0000'0001'0000, gpu1 = 0x1234'0000'0002'0000;
+  EXPECT_EQ(DeviceVoteVerdict(Tally({{true, gpu0}, {true, gpu1}}), 2), "");
+  EXPECT_EQ(DeviceVoteVerdict(Tally({{true, 1}, {true, uint64_t{1} << 63}, {true, 7}}), 3), "");
+  EXPECT_EQ(DeviceVoteVerdict(Tally({{true, gpu0}}), 1), "");
+  // Two ranks on one GPU: NCCL would hang or fail there.
+  const std::string shared =
+      DeviceVoteVerdict(Tally({{true, gpu0}, {true, gpu1}, {true, gpu1}}), 3);
+  EXPECT_NE(shared.find("ranks 1 and 2 share one device"), std::string::npos) << shared;
+  // One rank whose backend cannot (a CPU rank, or one with --collectives host).
+  const std::string cannot = DeviceVoteVerdict(Tally({{true, gpu0}, {false, gpu1}}), 2);
+  EXPECT_NE(cannot.find("not every rank's backend"), std::string::npos) << cannot;
 }
 
 }  // namespace
