@@ -398,7 +398,9 @@ class SecAggServer {
     const UnmaskShare* share;
   };
   KeyList KeyListFor(uint32_t client, const crypto::MerkleTree& adverts) const;
-  UnmaskRequest UnmaskRequestFor(uint32_t client, const std::vector<uint32_t>& dropped) const;
+  // The survivors whose signatures the unmask request for `client` carries
+  // (those that can count for its checked neighbours), sorted.
+  std::vector<uint32_t> SignersFor(uint32_t client) const;
   // Rebuilds one secret from the responders' shares (see Finalize).
   StatusOr<SecretBytes> Rebuild(uint32_t about, bool self_mask, std::vector<Share> shares,
                                 crypto::ShamirCombiner& combiner);

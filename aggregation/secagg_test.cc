@@ -523,6 +523,63 @@ TEST(SecAggMaliciousServerTest, SignaturesCountAmongTheSubjectsNeighbours) {
   EXPECT_TRUE(s.clients[1]->Unmask(s.requests.at(1)).ok());
 }
 
+TEST(SecAggTest, AnUnmaskRequestCarriesExactlyItsCheckedNeighboursNeighboursSignatures) {
+  // Sparse rings whose 2k + 1 window fits (k = 6 of 40) and wraps (k = 10
+  // of 15). Client 3 leaves before the share check, so the client it sits
+  // k/2 positions from gets no signature that only client 3's neighbourhood
+  // reaches; clients 1 and 6 do not sign.
+  for (auto [n, k] : {std::pair<uint32_t, uint32_t>{40, 6}, {15, 10}}) {
+    SecAggParams p = Params(n, 8);
+    p.k = k;
+    p.t = k / 2;
+    Harness h(p);
+    Staged s = StageAdverts(h);
+    SecAggServer& server = *s.server;
+    for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
+    auto list = server.CloseAdvertise();
+    for (auto& c : s.clients) {
+      ASSERT_TRUE(server.OnShares(*c->ShareKeys(list->at(c->index()))).ok());
+    }
+    auto inbound = server.CloseShares();
+    auto checks = [](uint32_t i) { return i != 3; };
+    auto signs = [](uint32_t i) { return i != 1 && i != 6; };
+    for (uint32_t i = 0; i < n; ++i) {
+      auto check = s.clients[i]->CheckShares((*inbound)[i]);
+      if (checks(i)) ASSERT_TRUE(server.OnShareCheck(*check).ok());
+    }
+    auto checked = server.CloseShareCheck();
+    ASSERT_TRUE(checked.ok()) << checked.status();
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!checks(i)) continue;
+      ASSERT_TRUE(s.clients[i]->ReceiveChecked(*checked).ok());
+      ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
+    }
+    auto survivors = server.CloseMaskedInput();
+    ASSERT_TRUE(survivors.ok()) << survivors.status();
+    for (uint32_t i = 0; i < n; ++i) {
+      auto sig = s.clients[i]->SignSurvivors(*survivors);
+      if (checks(i) && signs(i)) ASSERT_TRUE(server.OnSignature(*sig).ok());
+    }
+    auto requests = server.CloseConsistency();
+    ASSERT_TRUE(requests.ok()) << requests.status();
+    for (const auto& [u, request] : *requests) {
+      std::set<uint32_t> expected;
+      for (uint32_t v : s.clients[u]->neighbours()) {
+        if (!checks(v)) continue;
+        for (uint32_t w : s.clients[v]->neighbours()) {
+          if (checks(w) && signs(w)) expected.insert(w);
+        }
+      }
+      std::vector<uint32_t> carried;
+      for (const auto& sig : request.signatures) carried.push_back(sig.from);
+      EXPECT_EQ(carried, std::vector<uint32_t>(expected.begin(), expected.end()))
+          << "n=" << n << " k=" << k << " client " << u;
+      // And they are enough: every survivor that signed unmasks.
+      if (signs(u)) EXPECT_TRUE(s.clients[u]->Unmask(request).ok()) << "client " << u;
+    }
+  }
+}
+
 TEST(SecAggMaliciousServerTest, ARepeatedSignatureCountsOnce) {
   // One valid signature repeated, plus too few others: the copies must not
   // make up the count that stops verification early.
