@@ -525,10 +525,11 @@ TEST(SecAggMaliciousServerTest, SignaturesCountAmongTheSubjectsNeighbours) {
 
 TEST(SecAggTest, AnUnmaskRequestCarriesExactlyItsCheckedNeighboursNeighboursSignatures) {
   // Sparse rings whose 2k + 1 window fits (k = 6 of 40) and wraps (k = 10
-  // of 15). Client 3 leaves before the share check, so the client it sits
-  // k/2 positions from gets no signature that only client 3's neighbourhood
-  // reaches; clients 1 and 6 do not sign.
-  for (auto [n, k] : {std::pair<uint32_t, uint32_t>{40, 6}, {15, 10}}) {
+  // of 15), and k = 2, where a neighbour's own signature counts for no other
+  // neighbour of the client. Client 3 leaves before the share check, so the
+  // client it sits k/2 positions from gets no signature that only client
+  // 3's neighbourhood reaches; clients 1 and 6 do not sign.
+  for (auto [n, k] : {std::pair<uint32_t, uint32_t>{40, 6}, {15, 10}, {8, 2}}) {
     SecAggParams p = Params(n, 8);
     p.k = k;
     p.t = k / 2;
@@ -571,7 +572,11 @@ TEST(SecAggTest, AnUnmaskRequestCarriesExactlyItsCheckedNeighboursNeighboursSign
         }
       }
       std::vector<uint32_t> carried;
-      for (const auto& sig : request.signatures) carried.push_back(sig.from);
+      for (const auto& sig : request.signatures) {
+        carried.push_back(sig.from);
+        EXPECT_EQ(sig.identity, h.identities()[sig.from]);
+        EXPECT_EQ(sig.identity_proof, h.RosterProof(sig.from));
+      }
       EXPECT_EQ(carried, std::vector<uint32_t>(expected.begin(), expected.end()))
           << "n=" << n << " k=" << k << " client " << u;
       // And they are enough: every survivor that signed unmasks.
