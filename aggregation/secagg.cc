@@ -1153,7 +1153,7 @@ std::vector<uint32_t> SecAggServer::SignersFor(uint32_t client) const {
   };
   // cover[o + k]: how many checked neighbours have offset o within k/2,
   // themselves included (a difference array, then its prefix sums).
-  std::vector<int64_t> cover(2 * half * 2 + 2, 0);
+  std::vector<int64_t> cover(4 * half + 2, 0);
   std::vector<bool> checked(2 * half + 1, false);  // By offset + k/2.
   for (int64_t d = -half; d <= half; ++d) {
     if (d == 0 || !Contains(u3_, client_at(d))) continue;
