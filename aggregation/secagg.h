@@ -30,7 +30,8 @@
 //   3 CheckShares     client -> server: the shares it could not open, each a
 //                     complaint the server can verify (a bad signature, or
 //                     the shared point with a proof). The server drops
-//                     whichever side lied.
+//                     whichever side lied. Only these shares' signatures
+//                     are verified: shares that open are the dealer's.
 //     server -> all:  U3, the clients of U2 that passed the check.
 //   4 MaskedInput     client -> server: x + PRG(b) + sum over neighbours v
 //                     in U3 of +-PRG(k_uv) (mod 2^32; + when u < v).
@@ -203,7 +204,9 @@ struct UnmaskRequest {
 // What lets anyone check one revealed share against the dealer's single
 // signature over what it dealt the holder (DealMessage): the signature
 // binds both shares through salted commitments, and the proof carries the
-// salt of this one and the commitment to the other.
+// salt of this one and the commitment to the other. The holder does not
+// verify the signature on shares that open, so it may be bad; the server
+// then checks the share against the commitment it relayed from the dealer.
 struct DealProof {
   std::array<uint8_t, 32> salt{};       // Of this share's commitment.
   Commitment other{};                   // The commitment to the other share.
@@ -419,6 +422,14 @@ class SecAggServer {
   std::map<crypto::X25519Public, uint32_t> mask_owner_;
   std::array<uint8_t, 32> session_{};
   std::map<uint32_t, SealedShares> shares_;  // Kept until the check closes.
+  // By dealer in U3, by holder in U3 (ascending): the commitments to the
+  // mask-seed and the self-mask share the dealer sent for the holder. From
+  // CloseShareCheck to Finalize.
+  struct Relayed {
+    uint32_t holder;
+    std::array<Commitment, 2> commitments;
+  };
+  std::vector<std::vector<Relayed>> relayed_;
   std::set<uint32_t> checked_, excluded_;
   std::vector<uint32_t> u1_, u2_, u3_, u4_, u6_;
   std::vector<uint32_t> sum_;

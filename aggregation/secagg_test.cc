@@ -808,6 +808,31 @@ TEST(SecAggMaliciousClientTest, BadUnmaskingSharesAreToleratedAndNamed) {
   EXPECT_TRUE(Blamed(o, 8, "forged share"));
 }
 
+// Client 6 signs its deal to client 2 badly, on shares that open. Client 2
+// keeps them without checking the signature (it checks one only before a
+// complaint), so 6 stays in the round; 4 and 8 then reveal forged shares,
+// which sends Finalize through its checks of each revealed share. 2's share
+// about 6 matches what the server relayed from 6 and is counted as dealt:
+// 2 is not taken for a forger.
+TEST(SecAggMaliciousClientTest, ADealersBadSignatureOnSharesThatOpenIsNotTheHoldersFault) {
+  Harness h(Params(10, 64));
+  Tamper t;
+  t.shares = [](SealedShares& s, const std::array<uint8_t, 32>&) {
+    if (s.from == 6) s.to.at(2).back() ^= 1;  // The last byte of the signature.
+  };
+  t.unmask = [](UnmaskResponse& r) {
+    if (r.from != 4 && r.from != 8) return;
+    for (auto& s : r.shares) s.share.bytes()[5] ^= 1;
+  };
+  Outcome o = h.Run({}, t);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.sum, o.expected);
+  EXPECT_NE(std::count(o.u4.begin(), o.u4.end(), 6), 0);  // 2 did not complain.
+  EXPECT_TRUE(Blamed(o, 4, "forged share")) << (o.blamed.empty() ? "" : o.blamed[0].what);
+  EXPECT_TRUE(Blamed(o, 8, "forged share"));
+  for (const auto& m : o.blamed) EXPECT_NE(m.client, 2u) << m.what;
+}
+
 // --- Server-side refusals ----------------------------------------------------
 
 TEST(SecAggServerTest, RefusesRepeatedKeysAndBadAdvertSignatures) {

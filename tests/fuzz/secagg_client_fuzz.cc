@@ -15,8 +15,9 @@
 //    honest inbound shares not at all;
 //  - Unmask reveals one share per neighbour in the checked list, the
 //    self-mask share for survivors and the mask-key share for the dropped
-//    only, each with the dealer's signature, at most once, and only for the
-//    survivor list it signed.
+//    only, each with the proof it was dealt with (after an honest history,
+//    the dealer's signature), at most once, and only for the survivor list
+//    it signed.
 #include <algorithm>
 #include <set>
 #include <string>
