@@ -1216,6 +1216,23 @@ Status SecAggServer::OnUnmask(UnmaskResponse r) {
   return OkStatus();
 }
 
+// Dealt by `dealer` to `holder`: the share it committed to on its own
+// connection (a comparison), or else one it signed for the holder. The
+// signature beside a share may be bad: a holder whose shares opened did
+// not check it.
+bool SecAggServer::Dealt(uint32_t dealer, uint32_t holder, const UnmaskShare& s) const {
+  static const std::vector<Relayed> kNone;
+  const auto& from_dealer = dealer < relayed_.size() ? relayed_[dealer] : kNone;
+  auto it = std::lower_bound(from_dealer.begin(), from_dealer.end(), holder,
+                             [](const Relayed& r, uint32_t h) { return r.holder < h; });
+  if (it != from_dealer.end() && it->holder == holder &&
+      ShareCommitment(session_, dealer, holder, s.is_self_mask, s.proof.salt, s.share.bytes()) ==
+          it->commitments[s.is_self_mask ? 1 : 0]) {
+    return true;
+  }
+  return DealtShareValid(identities_[dealer], session_, dealer, holder, s);
+}
+
 StatusOr<SecretBytes> SecAggServer::Rebuild(uint32_t about, bool self_mask,
                                             std::vector<Share> shares,
                                             crypto::ShamirCombiner& combiner) {
@@ -1237,23 +1254,7 @@ StatusOr<SecretBytes> SecAggServer::Rebuild(uint32_t about, bool self_mask,
     if (!secret.ok() || !matches(*secret)) return std::nullopt;
     return std::move(*secret);
   };
-  // Dealt by `about`: the share it committed to on its own connection (a
-  // comparison), or else one it signed for this holder. The signature
-  // beside a share may be bad: a holder whose shares opened did not check
-  // it.
-  auto dealt = [&](const Share& s) {
-    const UnmaskShare& u = *s.share;
-    static const std::vector<Relayed> kNone;
-    const auto& from_dealer = about < relayed_.size() ? relayed_[about] : kNone;
-    auto it = std::lower_bound(from_dealer.begin(), from_dealer.end(), s.from,
-                               [](const Relayed& r, uint32_t holder) { return r.holder < holder; });
-    if (it != from_dealer.end() && it->holder == s.from &&
-        ShareCommitment(session_, about, s.from, u.is_self_mask, u.proof.salt, u.share.bytes()) ==
-            it->commitments[u.is_self_mask ? 1 : 0]) {
-      return true;
-    }
-    return DealtShareValid(identities_[about], session_, about, s.from, u);
-  };
+  auto dealt = [&](const Share& s) { return Dealt(about, s.from, *s.share); };
   std::optional<SecretBytes> secret = combine(shares);
   if (!secret) {
     // A bad share among the first t (rare): keep only the shares `about`

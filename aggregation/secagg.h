@@ -407,6 +407,9 @@ class SecAggServer {
   // Rebuilds one secret from the responders' shares (see Finalize).
   StatusOr<SecretBytes> Rebuild(uint32_t about, bool self_mask, std::vector<Share> shares,
                                 crypto::ShamirCombiner& combiner);
+  // Whether `dealer` dealt `s` to `holder` (Rebuild's check of a revealed
+  // share; relayed_ first).
+  bool Dealt(uint32_t dealer, uint32_t holder, const UnmaskShare& s) const;
 
   SecAggParams params_;
   Env* env_;
