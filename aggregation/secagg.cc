@@ -223,6 +223,89 @@ std::vector<uint8_t> SurvivorListMessage(const std::array<uint8_t, 32>& session,
   return {m.begin(), m.end()};
 }
 
+namespace {
+
+// The key of a pair's survivor tags: a hash of its sealing key, which is
+// never itself used as a MAC key. Only the pair holds it: a complaint
+// reveals a pair's point only when the dealer signed shares that do not
+// open, and then one of the two leaves the round.
+SecretBytes SurvivorTagKey(const SecretBytes& sealing_key) {
+  static constexpr char kLabel[] = "cohort-secagg-survivor-tag-key";
+  auto h = crypto::Hash256(
+      {{reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}, sealing_key.bytes()});
+  SecretBytes key(32);
+  std::memcpy(key.bytes().data(), h.data(), 32);
+  sodium_memzero(h.data(), h.size());
+  return key;
+}
+
+// Signer `from`'s word to neighbour `to` that it signed the survivor list
+// whose SurvivorListMessage hashes to `list` (keyed BLAKE2b; the session is
+// in the message). Bound to both indices: a tag neither moves to another
+// recipient nor comes back to its maker as the other's.
+SurvivorTag MakeSurvivorTag(const SecretBytes& key, uint32_t from, uint32_t to,
+                            const crypto::Digest& list) {
+  static constexpr char kLabel[] = "cohort-secagg-survivor-tag";
+  std::string who;
+  PutU32(who, from);
+  PutU32(who, to);
+  return crypto::Hash256(
+      {{reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}, AsBytes(who), list},
+      key.bytes());
+}
+
+// For each subject (a checked neighbour of the client), how many survivors
+// among the subject's own neighbours vouch for one survivor list. Positions
+// are on the ring (indices on the complete graph, where all are adjacent).
+class VouchCount {
+ public:
+  VouchCount(std::vector<uint32_t> positions, uint32_t t, uint32_t n, uint32_t half, bool complete)
+      : positions_(std::move(positions)),
+        counts_(positions_.size(), 0),
+        short_of_t_(positions_.size()),
+        t_(t),
+        n_(n),
+        half_(half),
+        complete_(complete) {}
+
+  uint32_t Distance(uint32_t p, uint32_t q) const {
+    const uint32_t d = p > q ? p - q : q - p;
+    return complete_ ? std::min<uint32_t>(d, 1) : std::min(d, n_ - d);
+  }
+  // The subjects still short of t that a voucher at position p counts for
+  // (never a subject for itself).
+  std::vector<size_t> Helps(uint32_t p) const {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < positions_.size(); ++i) {
+      const uint32_t d = Distance(positions_[i], p);
+      if (d != 0 && d <= half_ && counts_[i] < t_) out.push_back(i);
+    }
+    return out;
+  }
+  void Add(const std::vector<size_t>& helps) {
+    for (size_t i : helps) {
+      if (++counts_[i] == t_) --short_of_t_;
+    }
+  }
+  bool done() const { return short_of_t_ == 0; }
+  // The first subject short of t, if any.
+  std::optional<size_t> Short() const {
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      if (counts_[i] < t_) return i;
+    }
+    return std::nullopt;
+  }
+  uint32_t count(size_t i) const { return counts_[i]; }
+
+ private:
+  std::vector<uint32_t> positions_, counts_;
+  size_t short_of_t_;
+  uint32_t t_, n_, half_;
+  bool complete_;
+};
+
+}  // namespace
+
 Commitment ShareCommitment(const std::array<uint8_t, 32>& session, uint32_t dealer, uint32_t holder,
                            bool self_mask, std::span<const uint8_t> salt,
                            std::span<const uint8_t> share) {
@@ -525,6 +608,7 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
   for (size_t i = 0; i < recipients.size(); ++i) {
     out.to[recipients[i]->index] = std::move(sealed[i]);
     // The key is symmetric: the same one opens what this neighbour deals.
+    tag_keys_[recipients[i]->index] = SurvivorTagKey(keys[i]);
     pair_keys_[recipients[i]->index] = std::move(keys[i]);
   }
   stage_ = 2;
@@ -627,6 +711,7 @@ StatusOr<ShareCheck> SecAggClient::CheckShares(const InboundShares& inbound) {
           crypto::ProveSharedPoint(enc_.secret_key, enc_.public_key, a.enc_key, point.bytes(),
                                    AsBytes(ComplaintContext(session_, v, index_))));
     }
+    tag_keys_.erase(v);  // Its point may now be the server's.
     out.complaints.push_back(c);
   }
   pair_keys_.clear();  // Needed only to open what the neighbours sealed.
@@ -718,63 +803,82 @@ StatusOr<SurvivorSignature> SecAggClient::SignSurvivors(const SurvivorList& list
   signed_survivors_ = list.survivors;
   SurvivorSignature out;
   out.from = index_;
-  COHORT_ASSIGN_OR_RETURN(out.signature,
-                          crypto::Sign(*identity_, SurvivorListMessage(session_, list.survivors)));
+  const std::vector<uint8_t> msg = SurvivorListMessage(session_, list.survivors);
+  COHORT_ASSIGN_OR_RETURN(out.signature, crypto::Sign(*identity_, msg));
+  const crypto::Digest list_hash = crypto::Hash256({msg});
+  for (const auto& [v, key] : tag_keys_) {
+    if (Contains(list.survivors, v)) out.tags[v] = MakeSurvivorTag(key, index_, v, list_hash);
+  }
   stage_ = 6;
   return out;
 }
 
 Status SecAggClient::CheckSignatures(const UnmaskRequest& request) {
   const std::vector<uint8_t> msg = SurvivorListMessage(session_, request.survivors);
+  const crypto::Digest list_hash = crypto::Hash256({msg});
   // Counted among each subject's own neighbours: no two different lists can
   // both reach t there, so every honest client that reveals anything about
-  // v saw the same list. Verification stops once every subject has t.
-  // Ring adjacency of two positions (on the complete graph, positions are
-  // indices and everyone is adjacent).
-  auto adjacent = [this](uint32_t p, uint32_t q) {
-    if (p == q || complete_) return p != q;
-    const uint32_t d = p > q ? p - q : q - p;
-    return std::min(d, params_.n - d) <= params_.k / 2;
+  // v saw the same list. Checking stops once every subject has t.
+  auto position = [this](uint32_t v) -> std::optional<uint32_t> {
+    if (complete_) return v;
+    auto it = window_.find(v);
+    if (it == window_.end()) return std::nullopt;  // Too far to count.
+    return it->second;
   };
-  std::vector<uint32_t> subjects, positions, counts;
+  std::vector<uint32_t> subjects, positions;
   for (uint32_t v : neighbours_) {
     if (!Contains(checked_, v)) continue;
     subjects.push_back(v);
-    positions.push_back(complete_ ? v : window_.at(v));
+    positions.push_back(*position(v));
   }
-  counts.assign(subjects.size(), 0);
-  size_t short_of_t = subjects.size();
-  std::set<uint32_t> seen;
+  VouchCount count(positions, params_.t, params_.n, complete_ ? params_.n : params_.k / 2,
+                   complete_);
+  const uint32_t me = *position(index_);
+  // This client signed this very list (Unmask compared them): its word
+  // counts for each of its neighbours. Then the tags, a hash each; the
+  // signatures last, nearest first (on the ring, those count for the
+  // subjects the tags left short).
+  count.Add(count.Helps(me));
+  std::set<uint32_t> seen = {index_};
+  std::vector<std::pair<uint32_t, const SurvivorSignature*>> rest;  // By distance.
   for (const auto& s : request.signatures) {
-    if (short_of_t == 0) break;
+    if (count.done()) break;
     if (s.from >= params_.n || seen.count(s.from) || !Contains(request.survivors, s.from)) continue;
-    // Which subjects still short of t this signer counts for: a signature
-    // that would count for none is not worth verifying (the costly part).
-    auto in_window = window_.find(s.from);
-    if (!complete_ && in_window == window_.end()) continue;  // Too far to count.
-    const uint32_t signer = complete_ ? s.from : in_window->second;
-    std::vector<size_t> helps;
-    for (size_t i = 0; i < subjects.size(); ++i) {
-      if (adjacent(positions[i], signer) && counts[i] < params_.t) helps.push_back(i);
-    }
-    if (helps.empty()) continue;
-    if (!crypto::VerifyMerkleProof(params_.roster, params_.n, s.from,
-                                   RosterLeaf(s.from, s.identity), s.identity_proof) ||
-        !crypto::Verify(s.identity, msg, s.signature)) {
+    const auto at = position(s.from);
+    if (!at) continue;
+    auto key = tag_keys_.find(s.from);
+    if (s.tag && key != tag_keys_.end() &&
+        sodium_memcmp(MakeSurvivorTag(key->second, s.from, index_, list_hash).data(), s.tag->data(),
+                      s.tag->size()) == 0) {
+      seen.insert(s.from);
+      count.Add(count.Helps(*at));
       continue;
     }
-    COHORT_RETURN_IF_ERROR(CheckIdentity(s.from, s.identity));
-    seen.insert(s.from);
-    for (size_t i : helps) {
-      if (++counts[i] == params_.t) --short_of_t;
-    }
+    rest.emplace_back(count.Distance(me, *at), &s);
   }
-  for (size_t i = 0; i < subjects.size(); ++i) {
-    if (counts[i] < params_.t) {
-      return FailedPreconditionError("unmask request carries " + Str(counts[i]) +
-                                     " valid survivor signatures from client " + Str(subjects[i]) +
-                                     "'s neighbours, below the threshold " + Str(params_.t));
+  std::stable_sort(rest.begin(), rest.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [distance, s] : rest) {
+    if (count.done()) break;
+    if (seen.count(s->from)) continue;
+    // A signature that would count for no subject is not worth verifying.
+    const std::vector<size_t> helps = count.Helps(*position(s->from));
+    if (helps.empty()) continue;
+    if (!crypto::VerifyMerkleProof(params_.roster, params_.n, s->from,
+                                   RosterLeaf(s->from, s->identity), s->identity_proof) ||
+        !crypto::Verify(s->identity, msg, s->signature)) {
+      continue;
     }
+    COHORT_RETURN_IF_ERROR(CheckIdentity(s->from, s->identity));
+    seen.insert(s->from);
+    count.Add(helps);
+  }
+  if (auto i = count.Short()) {
+    return FailedPreconditionError("unmask request carries " + Str(count.count(*i)) +
+                                   " valid survivor signatures from client " + Str(subjects[*i]) +
+                                   "'s neighbours (tags and this client's own included), below "
+                                   "the threshold " +
+                                   Str(params_.t));
   }
   return OkStatus();
 }
@@ -823,6 +927,7 @@ StatusOr<UnmaskResponse> SecAggClient::Unmask(const UnmaskRequest& request) {
     sodium_memzero(h.self_proof.salt.data(), h.self_proof.salt.size());
   }
   held_.clear();
+  tag_keys_.clear();
   enc_.secret_key.Reset();
   mask_.secret_key.Reset();
   mask_seed_.Reset();
@@ -1122,7 +1227,17 @@ Status SecAggServer::OnSignature(const SurvivorSignature& s) {
   if (!crypto::Verify(identities_[s.from], SurvivorListMessage(session_, u4_), s.signature)) {
     return InvalidArgumentError("bad survivor signature from client " + Str(s.from));
   }
-  signatures_[s.from] = s;
+  // The server cannot check a tag (the pair's key is theirs), only where it
+  // goes: to a neighbour in U4, which checks it.
+  for (const auto& [to, tag] : s.tags) {
+    if (!Contains(neighbours_[s.from], to) || !Contains(u4_, to)) {
+      return InvalidArgumentError("survivor tag for client " + Str(to) +
+                                  ", not a neighbour in the survivor list");
+    }
+  }
+  SurvivorSignature& kept = signatures_[s.from] = s;
+  tags_[s.from] = std::move(kept.tags);
+  kept.tags.clear();
   return OkStatus();
 }
 
@@ -1146,7 +1261,11 @@ StatusOr<std::map<uint32_t, UnmaskRequest>> SecAggServer::CloseConsistency() {
     UnmaskRequest& req = out[u];
     req.survivors = u4_;
     req.dropped = dropped;
-    for (uint32_t i : SignersFor(u)) req.signatures.push_back(proven.at(i));
+    for (uint32_t i : SignersFor(u)) {
+      SurvivorSignature& s = req.signatures.emplace_back(proven.at(i));
+      const auto& tags = tags_.at(i);
+      if (auto tag = tags.find(u); tag != tags.end()) s.tag = tag->second;
+    }
   }
   stage_ = 6;
   return out;
@@ -1356,6 +1475,7 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
       crypto::AddMasks(jobs, sum_, 0, crypto::PrgImpl::kAuto, params_.prg, env_));
   unmasks_.clear();
   relayed_.clear();
+  tags_.clear();
   stage_ = 7;
   return std::move(sum_);
 }

@@ -36,10 +36,15 @@
 //   4 MaskedInput     client -> server: x + PRG(b) + sum over neighbours v
 //                     in U3 of +-PRG(k_uv) (mod 2^32; + when u < v).
 //     server -> all:  U4 (who sent a masked input).
-//   5 Consistency     client -> server: a signature over U4.
+//   5 Consistency     client -> server: a signature over U4, and for each
+//                     neighbour in U4 a tag over U4 keyed by the pair's
+//                     sealing key (SurvivorTag).
 //   6 Unmasking       server -> U4: U4, dropped D = U3 \ U4, the signatures
 //                     of its neighbours' neighbours with their identity keys
-//                     proven against the roster root.
+//                     proven against the roster root, and the tags those
+//                     signers made for the recipient. A tag that checks
+//                     stands for its signature; a bad one costs only the
+//                     signature's check.
 //                     client -> server: per neighbour exactly one share: b
 //                     for survivors, the mask seed for the dropped.
 //
@@ -186,13 +191,21 @@ struct MaskedInput {
 struct SurvivorList {
   std::vector<uint32_t> survivors;  // U4, sorted.
 };
+// A survivor's MAC over the survivor list for one neighbour (SurvivorTag in
+// secagg.cc): keyed by what only the pair shares, so it convinces that
+// neighbour alone, for a hash instead of a signature check.
+using SurvivorTag = std::array<uint8_t, 32>;
 struct SurvivorSignature {
   uint32_t from = 0;
   crypto::Signature signature{};
+  // From the signer: a tag for each of its neighbours in the list.
+  std::map<uint32_t, SurvivorTag> tags;
   // Set by the server in an UnmaskRequest: the signer's key, proven against
-  // the roster root (clients hold only their neighbours' keys).
+  // the roster root (clients hold only their neighbours' keys), and the
+  // signer's tag for the request's recipient, when it made one.
   crypto::Ed25519Public identity{};
   crypto::MerkleProof identity_proof;
+  std::optional<SurvivorTag> tag;
 };
 struct UnmaskRequest {
   std::vector<uint32_t> survivors;  // U4, sorted.
@@ -308,6 +321,8 @@ class SecAggClient {
                                 const SecretBytes& self_share) const;
   // Opens one neighbour's sealed shares; an error is the complaint's reason.
   Status OpenShares(uint32_t v, const std::string& sealed, Held& held) const;
+  // That t of each checked neighbour's own neighbours vouch for the survivor
+  // list: this client itself, then tags, then signatures (nearest first).
   Status CheckSignatures(const UnmaskRequest& request);
 
   SecAggParams params_;
@@ -332,7 +347,9 @@ class SecAggClient {
   std::map<uint32_t, crypto::Ed25519Public> neighbour_identities_;  // The same, their keys.
   std::map<uint32_t, Held> held_;                                   // N(u) ∩ U2, opened.
   std::map<uint32_t, SecretBytes> pair_keys_;                       // Sealing keys, by neighbour.
-  std::vector<uint32_t> checked_;                                   // U3 as this client saw it.
+  // Survivor-tag keys, by neighbour: from the sealing keys, kept to Unmask.
+  std::map<uint32_t, SecretBytes> tag_keys_;
+  std::vector<uint32_t> checked_;  // U3 as this client saw it.
   std::vector<uint32_t> signed_survivors_;
 };
 
@@ -436,7 +453,8 @@ class SecAggServer {
   std::set<uint32_t> checked_, excluded_;
   std::vector<uint32_t> u1_, u2_, u3_, u4_, u6_;
   std::vector<uint32_t> sum_;
-  std::map<uint32_t, SurvivorSignature> signatures_;
+  std::map<uint32_t, SurvivorSignature> signatures_;          // Their tags moved to tags_.
+  std::map<uint32_t, std::map<uint32_t, SurvivorTag>> tags_;  // By signer, by recipient.
   std::map<uint32_t, UnmaskResponse> unmasks_;
   std::vector<Misbehaviour> misbehaviour_;
 };

@@ -408,19 +408,19 @@ SplitView PlaySplitView(Harness& h, uint32_t corrupt, uint32_t group_a) {
     if (u != v) list_b.survivors.push_back(u);
   }
   auto is_bad = [&](uint32_t u) { return std::count(bad.begin(), bad.end(), u) > 0; };
-  UnmaskRequest req_a{list_a.survivors, {}, {}}, req_b{list_b.survivors, {v}, {}};
+  std::vector<SurvivorSignature> signed_a, signed_b;  // With their tags.
   for (uint32_t u = 0; u < p.n; ++u) {
     if (is_bad(u)) {
       // A corrupt client signs whatever it is shown, list A here and list
       // B below.
-      req_a.signatures.push_back(h.Proven(*clients[u]->SignSurvivors(list_a)));
+      signed_a.push_back(*clients[u]->SignSurvivors(list_a));
       continue;
     }
     const bool b_side = std::count(honest.begin(), honest.end(), u) && !in_a.count(u);
     if (b_side) {
-      req_b.signatures.push_back(h.Proven(*clients[u]->SignSurvivors(list_b)));
+      signed_b.push_back(*clients[u]->SignSurvivors(list_b));
     } else {
-      req_a.signatures.push_back(h.Proven(*clients[u]->SignSurvivors(list_a)));
+      signed_a.push_back(*clients[u]->SignSurvivors(list_a));
     }
   }
   // The corrupt clients sign list B too: the same bytes an honest client
@@ -430,14 +430,29 @@ SplitView PlaySplitView(Harness& h, uint32_t corrupt, uint32_t group_a) {
     SurvivorSignature sig;
     sig.from = u;
     sig.signature = *crypto::Sign(h.keys()[u], SurvivorListMessage(session, list_b.survivors));
-    req_b.signatures.push_back(h.Proven(sig));
+    signed_b.push_back(sig);
   }
+  // Each recipient gets every signature over either list, each with its
+  // signer's tag for the recipient: a tag, like a signature, must count
+  // only for the list it was made over.
+  auto request_for = [&](uint32_t u) {
+    UnmaskRequest r = in_a.count(u) ? UnmaskRequest{list_a.survivors, {}, {}}
+                                    : UnmaskRequest{list_b.survivors, {v}, {}};
+    for (const auto* all : {&signed_a, &signed_b}) {
+      for (SurvivorSignature sig : *all) {
+        if (auto tag = sig.tags.find(u); tag != sig.tags.end()) sig.tag = tag->second;
+        sig.tags.clear();
+        r.signatures.push_back(h.Proven(sig));
+      }
+    }
+    return r;
+  };
   SplitView out;
   std::vector<const SecretBytes*> b_shares, s_shares;
   std::vector<UnmaskResponse> kept;
   kept.reserve(p.n);
   for (uint32_t u : honest) {
-    auto r = clients[u]->Unmask(in_a.count(u) ? req_a : req_b);
+    auto r = clients[u]->Unmask(request_for(u));
     if (!r.ok()) {
       out.refusals.push_back(r.status());
       continue;
@@ -497,7 +512,8 @@ TEST(SecAggMaliciousServerTest, SplitViewRecoversNoInputAtAHundredClients) {
 
 TEST(SecAggMaliciousServerTest, SignaturesCountAmongTheSubjectsNeighbours) {
   // A sparse graph (k = 10 of 30): plenty of valid signatures in all, but
-  // fewer than t from one neighbour's own neighbours.
+  // fewer than t from one neighbour's own neighbours (t - 2, and client 0's
+  // own word, which it counts without a signature).
   SecAggParams p = Params(30, 8);
   p.k = 10;
   p.t = 8;
@@ -510,7 +526,7 @@ TEST(SecAggMaliciousServerTest, SignaturesCountAmongTheSubjectsNeighbours) {
   uint32_t from_nv = 0;
   for (const auto& sig : s.requests.at(0).signatures) {
     const bool in_nv = std::count(nv.begin(), nv.end(), sig.from) > 0;
-    if (in_nv && (sig.from == 0 || from_nv + 1 >= p.t)) continue;
+    if (in_nv && (sig.from == 0 || from_nv + 2 >= p.t)) continue;
     from_nv += in_nv ? 1 : 0;
     thin.signatures.push_back(sig);
   }
@@ -585,31 +601,88 @@ TEST(SecAggTest, AnUnmaskRequestCarriesExactlyItsCheckedNeighboursNeighboursSign
   }
 }
 
-TEST(SecAggMaliciousServerTest, ARepeatedSignatureCountsOnce) {
-  // One valid signature repeated, plus too few others: the copies must not
-  // make up the count that stops verification early.
+TEST(SecAggMaliciousServerTest, ARepeatedSignatureOrTagCountsOnce) {
+  // Two valid signers repeated, plus too few others: the copies must not
+  // make up the count that stops checking early, whether they count by
+  // their tags or by their signatures. Complete graph (t = 6 of 9): client
+  // 1's own word, 3 others and the two make t - 1 for each of the two.
+  for (bool tags : {true, false}) {
+    Harness h(Params(10, 8));
+    Staged s = StageToRequest(h);
+    const uint32_t t = h.params().t;
+    UnmaskRequest padded = s.requests.at(1);
+    padded.signatures.clear();
+    std::vector<SurvivorSignature> repeated;
+    for (SurvivorSignature sig : s.requests.at(1).signatures) {
+      if (sig.from == 1) continue;
+      if (!tags) sig.tag.reset();
+      if (repeated.size() < 2) {
+        repeated.push_back(sig);
+      } else if (padded.signatures.size() < t - 3) {
+        padded.signatures.push_back(sig);
+      }
+    }
+    ASSERT_EQ(repeated.size(), 2u);
+    EXPECT_EQ(repeated[0].tag.has_value(), tags);
+    for (uint32_t i = 0; i < 3 * t; ++i) {
+      for (const auto& sig : repeated) padded.signatures.push_back(sig);
+    }
+    auto r = s.clients[1]->Unmask(padded);
+    ASSERT_FALSE(r.ok()) << (tags ? "tags" : "signatures");
+    EXPECT_NE(r.status().message().find("valid survivor signatures"), std::string::npos)
+        << r.status();
+    EXPECT_TRUE(s.clients[2]->Unmask(s.requests.at(2)).ok());
+  }
+}
+
+TEST(SecAggMaliciousServerTest, ATagStandsForItsSignatureOnlyForItsPairAndDirection) {
+  // Complete graph: every signer is a neighbour, so tags alone can make the
+  // count. Each request below has every signature spoiled but for a check.
   Harness h(Params(10, 8));
   Staged s = StageToRequest(h);
-  const uint32_t t = h.params().t;
-  // Client 1's own signature counts for every subject it unmasks: repeated,
-  // it would lift them all to t.
-  UnmaskRequest padded = s.requests.at(1);
-  padded.signatures.clear();
-  SurvivorSignature own;
-  for (const auto& sig : s.requests.at(1).signatures) {
-    if (sig.from == 1) {
-      own = sig;
-    } else if (padded.signatures.size() < t - 2) {
-      padded.signatures.push_back(sig);
-    }
+  auto spoiled = [](UnmaskRequest r) {
+    for (auto& sig : r.signatures) sig.signature[0] ^= 1;
+    return r;
+  };
+  auto refused = [](const StatusOr<UnmaskResponse>& r) {
+    return !r.ok() && r.status().message().find("valid survivor signatures") != std::string::npos;
+  };
+  // The tags as the signers made them: enough.
+  EXPECT_TRUE(s.clients[1]->Unmask(spoiled(s.requests.at(1))).ok());
+  // One bit off in each tag: nothing counts.
+  UnmaskRequest bent = spoiled(s.requests.at(2));
+  for (auto& sig : bent.signatures) {
+    if (sig.tag) (*sig.tag)[0] ^= 1;
   }
-  ASSERT_EQ(own.from, 1u);
-  for (uint32_t i = 0; i < 3 * t; ++i) padded.signatures.push_back(own);
-  auto r = s.clients[1]->Unmask(padded);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("valid survivor signatures"), std::string::npos)
-      << r.status();
-  EXPECT_TRUE(s.clients[2]->Unmask(s.requests.at(2)).ok());
+  EXPECT_TRUE(refused(s.clients[2]->Unmask(bent)));
+  // The same signers' tags for client 4, shown to client 3.
+  UnmaskRequest moved = spoiled(s.requests.at(3));
+  const auto& for_4 = s.requests.at(4).signatures;
+  ASSERT_EQ(moved.signatures.size(), for_4.size());
+  for (size_t i = 0; i < for_4.size(); ++i) {
+    ASSERT_EQ(moved.signatures[i].from, for_4[i].from);
+    moved.signatures[i].tag = for_4[i].tag;
+  }
+  EXPECT_TRUE(refused(s.clients[3]->Unmask(moved)));
+  // Client 5's own tags for each signer, sent back to it as theirs (the
+  // pair's key is the same both ways; the direction is in the tag).
+  UnmaskRequest reflected = spoiled(s.requests.at(5));
+  for (auto& sig : reflected.signatures) {
+    sig.tag.reset();
+    if (sig.from == 5) continue;
+    for (const auto& theirs : s.requests.at(sig.from).signatures) {
+      if (theirs.from == 5) sig.tag = theirs.tag;
+    }
+    ASSERT_TRUE(sig.tag.has_value());
+  }
+  EXPECT_TRUE(refused(s.clients[5]->Unmask(reflected)));
+  // A bad tag beside a good signature: the signature still counts (a
+  // signer's garbage tags cannot stop the round).
+  UnmaskRequest garbage = s.requests.at(6);
+  for (auto& sig : garbage.signatures) {
+    if (sig.tag) (*sig.tag)[0] ^= 1;
+  }
+  EXPECT_TRUE(s.clients[6]->Unmask(garbage).ok());
 }
 
 TEST(SecAggMaliciousServerTest, ASignatureUnderAKeyTheRosterDoesNotHoldDoesNotCount) {
@@ -621,6 +694,7 @@ TEST(SecAggMaliciousServerTest, ASignatureUnderAKeyTheRosterDoesNotHoldDoesNotCo
   const auto impostor = std::move(crypto::GenerateEd25519()).value();
   const auto session = SecAggSession(h.params().context, s.advert_root);
   for (auto& sig : forged.signatures) {
+    sig.tag.reset();  // A tag would stand for the signature.
     sig.identity = impostor.public_key;
     sig.signature = *crypto::Sign(impostor, SurvivorListMessage(session, forged.survivors));
   }
@@ -878,6 +952,13 @@ TEST(SecAggServerTest, RefusesBadSurvivorSignaturesAndMalformedUnmaskResponses) 
       auto bad = sig;
       bad.signature[3] ^= 1;
       EXPECT_NE(server.OnSignature(bad).message().find("bad survivor signature"),
+                std::string::npos);
+      // A tag only goes to a neighbour in the list: client 5 dropped.
+      EXPECT_EQ(sig.tags.size(), 4u);
+      EXPECT_EQ(sig.tags.count(5), 0u);
+      bad = sig;
+      bad.tags[5] = bad.tags.begin()->second;
+      EXPECT_NE(server.OnSignature(bad).message().find("survivor tag for client 5"),
                 std::string::npos);
     }
     ASSERT_TRUE(server.OnSignature(sig).ok());

@@ -125,6 +125,13 @@ StatusOr<aggregation::SurvivorSignature> FromWire(const wire::SecAggSignature& m
   aggregation::SurvivorSignature s;
   s.from = from;
   COHORT_RETURN_IF_ERROR(Copy(m.signature(), s.signature, "survivor signature"));
+  for (const auto& w : m.tags()) {
+    aggregation::SurvivorTag tag;
+    COHORT_RETURN_IF_ERROR(Copy(w.tag(), tag, "survivor tag"));
+    if (!s.tags.emplace(w.to(), tag).second) {
+      return InvalidArgumentError("two survivor tags for client " + std::to_string(w.to()));
+    }
+  }
   return s;
 }
 
@@ -194,6 +201,10 @@ StatusOr<aggregation::UnmaskRequest> FromWire(const wire::SecAggUnmaskRequest& m
     COHORT_RETURN_IF_ERROR(Copy(w.identity(), s.identity, "signer identity"));
     COHORT_ASSIGN_OR_RETURN(s.identity_proof,
                             ProofFromWire(w.identity_proof(), "signer identity proof"));
+    if (!w.tag().empty()) {
+      s.tag.emplace();
+      COHORT_RETURN_IF_ERROR(Copy(w.tag(), *s.tag, "survivor tag"));
+    }
     r.signatures.push_back(std::move(s));
   }
   return r;
@@ -258,6 +269,11 @@ wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::Survivo
   wire::Header h = NewHeader();
   Name(h.mutable_secagg_signature(), round, task_id);
   Put(h.mutable_secagg_signature()->mutable_signature(), sig.signature);
+  for (const auto& [to, tag] : sig.tags) {
+    auto* w = h.mutable_secagg_signature()->add_tags();
+    w->set_to(to);
+    Put(w->mutable_tag(), tag);
+  }
   return h;
 }
 
@@ -273,6 +289,7 @@ wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskR
     Put(w->mutable_signature(), sig.signature);
     Put(w->mutable_identity(), sig.identity);
     ProofToWire(sig.identity_proof, w->mutable_identity_proof());
+    if (sig.tag) Put(w->mutable_tag(), *sig.tag);
   }
   return h;
 }

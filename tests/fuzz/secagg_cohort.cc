@@ -477,10 +477,32 @@ void MutateIndexList(FuzzInput& in, const HonestRound& h, std::vector<uint32_t>&
   }
 }
 
+// A tag the recorded round made (some signer's, for some neighbour), or
+// input bytes when there is none.
+aggregation::SurvivorTag AnyTag(FuzzInput& in, const HonestRound& h) {
+  aggregation::SurvivorTag tag{};
+  const SurvivorSignature* sig = h.signatures.empty() ? nullptr : &Pick(in, h.signatures)->second;
+  if (sig && !sig->tags.empty()) return Pick(in, sig->tags)->second;
+  FillArray(in, tag);
+  return tag;
+}
+
 void MutateSignature(FuzzInput& in, const HonestRound& h, SurvivorSignature& s) {
   for (int e = Edits(in); e > 0; --e) {
-    const uint8_t op = in.Byte() % 5;
-    if (op == 0) {
+    const uint8_t op = in.Byte() % 7;
+    if (op == 5) {  // The tag a request carries for its recipient.
+      if (s.tag && in.Bool()) {
+        FlipArray(in, *s.tag);
+      } else {
+        s.tag = in.Bool() ? std::optional(AnyTag(in, h)) : std::nullopt;
+      }
+    } else if (op == 6) {  // The tags a signer sends.
+      if (!s.tags.empty() && in.Bool()) {
+        s.tags.erase(Pick(in, s.tags));
+      } else {
+        s.tags[AnyIndex(in, h)] = AnyTag(in, h);
+      }
+    } else if (op == 0) {
       s.from = AnyIndex(in, h);
     } else if (op == 3) {
       s.identity = h.identities[in.Below(h.params.n)];
