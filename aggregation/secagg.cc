@@ -226,9 +226,11 @@ std::vector<uint8_t> SurvivorListMessage(const std::array<uint8_t, 32>& session,
 namespace {
 
 // The key of a pair's survivor tags: a hash of its sealing key, which is
-// never itself used as a MAC key. Only the pair holds it: a complaint
-// reveals a pair's point only when the dealer signed shares that do not
-// open, and then one of the two leaves the round.
+// never itself used as a MAC key. Only the pair holds it. A point revealed
+// in a complaint always belongs to a pair with a misbehaving member (a
+// dealer that signed shares that do not open, or a complainant that lies),
+// and a tag forged under it is that member's own word, which counts among
+// the corrupt anyway, or convinces only that member.
 SecretBytes SurvivorTagKey(const SecretBytes& sealing_key) {
   static constexpr char kLabel[] = "cohort-secagg-survivor-tag-key";
   auto h = crypto::Hash256(
@@ -742,6 +744,7 @@ Status SecAggClient::ReceiveChecked(const CheckedList& list) {
                                    " neighbours left, below the threshold " + Str(params_.t));
   }
   checked_ = list.members;
+  std::erase_if(tag_keys_, [&](const auto& e) { return !Contains(checked_, e.first); });
   stage_ = 4;
   return OkStatus();
 }
