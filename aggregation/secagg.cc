@@ -816,18 +816,27 @@ StatusOr<SurvivorSignature> SecAggClient::SignSurvivors(const SurvivorList& list
   return out;
 }
 
+std::optional<uint32_t> SecAggClient::RingPosition(uint32_t v) const {
+  if (complete_) return v;
+  auto it = window_.find(v);
+  if (it == window_.end()) return std::nullopt;  // Too far to count.
+  return it->second;
+}
+
+bool SecAggClient::TagChecks(const SurvivorSignature& s, const crypto::Digest& list_hash) const {
+  auto key = tag_keys_.find(s.from);
+  if (!s.tag || key == tag_keys_.end()) return false;
+  const SurvivorTag expected = MakeSurvivorTag(key->second, s.from, index_, list_hash);
+  return sodium_memcmp(expected.data(), s.tag->data(), expected.size()) == 0;
+}
+
 Status SecAggClient::CheckSignatures(const UnmaskRequest& request) {
   const std::vector<uint8_t> msg = SurvivorListMessage(session_, request.survivors);
   const crypto::Digest list_hash = crypto::Hash256({msg});
   // Counted among each subject's own neighbours: no two different lists can
   // both reach t there, so every honest client that reveals anything about
   // v saw the same list. Checking stops once every subject has t.
-  auto position = [this](uint32_t v) -> std::optional<uint32_t> {
-    if (complete_) return v;
-    auto it = window_.find(v);
-    if (it == window_.end()) return std::nullopt;  // Too far to count.
-    return it->second;
-  };
+  auto position = [this](uint32_t v) { return RingPosition(v); };
   std::vector<uint32_t> subjects, positions;
   for (uint32_t v : neighbours_) {
     if (!Contains(checked_, v)) continue;
@@ -849,10 +858,7 @@ Status SecAggClient::CheckSignatures(const UnmaskRequest& request) {
     if (s.from >= params_.n || seen.count(s.from) || !Contains(request.survivors, s.from)) continue;
     const auto at = position(s.from);
     if (!at) continue;
-    auto key = tag_keys_.find(s.from);
-    if (s.tag && key != tag_keys_.end() &&
-        sodium_memcmp(MakeSurvivorTag(key->second, s.from, index_, list_hash).data(), s.tag->data(),
-                      s.tag->size()) == 0) {
+    if (TagChecks(s, list_hash)) {
       seen.insert(s.from);
       count.Add(count.Helps(*at));
       continue;

@@ -324,6 +324,12 @@ class SecAggClient {
   // That t of each checked neighbour's own neighbours vouch for the survivor
   // list: this client itself, then tags, then signatures (nearest first).
   Status CheckSignatures(const UnmaskRequest& request);
+  // A client's ring position (its index on the complete graph); none when
+  // it is farther than k, where it counts for no neighbour.
+  std::optional<uint32_t> RingPosition(uint32_t v) const;
+  // Whether s carries its signer's valid tag for this client over the list
+  // whose message hashes to list_hash.
+  bool TagChecks(const SurvivorSignature& s, const crypto::Digest& list_hash) const;
 
   SecAggParams params_;
   Env* env_;

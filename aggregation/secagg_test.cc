@@ -562,7 +562,9 @@ TEST(SecAggTest, AnUnmaskRequestCarriesExactlyItsCheckedNeighboursNeighboursSign
     auto signs = [](uint32_t i) { return i != 1 && i != 6; };
     for (uint32_t i = 0; i < n; ++i) {
       auto check = s.clients[i]->CheckShares((*inbound)[i]);
-      if (checks(i)) ASSERT_TRUE(server.OnShareCheck(*check).ok());
+      if (checks(i)) {
+        ASSERT_TRUE(server.OnShareCheck(*check).ok());
+      }
     }
     auto checked = server.CloseShareCheck();
     ASSERT_TRUE(checked.ok()) << checked.status();
@@ -575,7 +577,9 @@ TEST(SecAggTest, AnUnmaskRequestCarriesExactlyItsCheckedNeighboursNeighboursSign
     ASSERT_TRUE(survivors.ok()) << survivors.status();
     for (uint32_t i = 0; i < n; ++i) {
       auto sig = s.clients[i]->SignSurvivors(*survivors);
-      if (checks(i) && signs(i)) ASSERT_TRUE(server.OnSignature(*sig).ok());
+      if (checks(i) && signs(i)) {
+        ASSERT_TRUE(server.OnSignature(*sig).ok());
+      }
     }
     auto requests = server.CloseConsistency();
     ASSERT_TRUE(requests.ok()) << requests.status();
@@ -596,7 +600,9 @@ TEST(SecAggTest, AnUnmaskRequestCarriesExactlyItsCheckedNeighboursNeighboursSign
       EXPECT_EQ(carried, std::vector<uint32_t>(expected.begin(), expected.end()))
           << "n=" << n << " k=" << k << " client " << u;
       // And they are enough: every survivor that signed unmasks.
-      if (signs(u)) EXPECT_TRUE(s.clients[u]->Unmask(request).ok()) << "client " << u;
+      if (signs(u)) {
+        EXPECT_TRUE(s.clients[u]->Unmask(request).ok()) << "client " << u;
+      }
     }
   }
 }
@@ -683,6 +689,26 @@ TEST(SecAggMaliciousServerTest, ATagStandsForItsSignatureOnlyForItsPairAndDirect
     if (sig.tag) (*sig.tag)[0] ^= 1;
   }
   EXPECT_TRUE(s.clients[6]->Unmask(garbage).ok());
+
+  // On a ring (k = 10 of 30, t = 8), the client's neighbours make only 5 of
+  // the 8 for its farthest ones: the rest must come from signers it shares
+  // no key with. A tag on their entries is never taken for a signature.
+  SecAggParams p = Params(30, 8);
+  p.k = 10;
+  p.t = 8;
+  Harness ring(p);
+  Staged r = StageToRequest(ring);
+  UnmaskRequest far = spoiled(r.requests.at(0));
+  const std::vector<uint32_t> mine = r.clients[0]->neighbours();
+  size_t far_tags = 0;
+  for (auto& sig : far.signatures) {
+    if (sig.from == 0 || std::count(mine.begin(), mine.end(), sig.from) > 0) continue;
+    sig.tag.emplace().fill(0x5a);
+    ++far_tags;
+  }
+  ASSERT_GT(far_tags, 0u);
+  EXPECT_TRUE(refused(r.clients[0]->Unmask(far)));
+  EXPECT_TRUE(r.clients[1]->Unmask(r.requests.at(1)).ok());
 }
 
 TEST(SecAggMaliciousServerTest, ASignatureUnderAKeyTheRosterDoesNotHoldDoesNotCount) {
