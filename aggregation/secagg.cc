@@ -713,7 +713,6 @@ StatusOr<ShareCheck> SecAggClient::CheckShares(const InboundShares& inbound) {
           crypto::ProveSharedPoint(enc_.secret_key, enc_.public_key, a.enc_key, point.bytes(),
                                    AsBytes(ComplaintContext(session_, v, index_))));
     }
-    tag_keys_.erase(v);  // Its point may now be the server's.
     out.complaints.push_back(c);
   }
   pair_keys_.clear();  // Needed only to open what the neighbours sealed.
@@ -744,6 +743,9 @@ Status SecAggClient::ReceiveChecked(const CheckedList& list) {
                                    " neighbours left, below the threshold " + Str(params_.t));
   }
   checked_ = list.members;
+  // The tag keys of neighbours outside U3 are needed no more. A neighbour
+  // this client complained about (its point may be the server's) is either
+  // outside U3 or was refused above: this client holds none of its shares.
   std::erase_if(tag_keys_, [&](const auto& e) { return !Contains(checked_, e.first); });
   stage_ = 4;
   return OkStatus();
@@ -836,16 +838,15 @@ Status SecAggClient::CheckSignatures(const UnmaskRequest& request) {
   // Counted among each subject's own neighbours: no two different lists can
   // both reach t there, so every honest client that reveals anything about
   // v saw the same list. Checking stops once every subject has t.
-  auto position = [this](uint32_t v) { return RingPosition(v); };
   std::vector<uint32_t> subjects, positions;
   for (uint32_t v : neighbours_) {
     if (!Contains(checked_, v)) continue;
     subjects.push_back(v);
-    positions.push_back(*position(v));
+    positions.push_back(*RingPosition(v));
   }
   VouchCount count(positions, params_.t, params_.n, complete_ ? params_.n : params_.k / 2,
                    complete_);
-  const uint32_t me = *position(index_);
+  const uint32_t me = *RingPosition(index_);
   // This client signed this very list (Unmask compared them): its word
   // counts for each of its neighbours. Then the tags, a hash each; the
   // signatures last, nearest first (on the ring, those count for the
@@ -856,7 +857,7 @@ Status SecAggClient::CheckSignatures(const UnmaskRequest& request) {
   for (const auto& s : request.signatures) {
     if (count.done()) break;
     if (s.from >= params_.n || seen.count(s.from) || !Contains(request.survivors, s.from)) continue;
-    const auto at = position(s.from);
+    const auto at = RingPosition(s.from);
     if (!at) continue;
     if (TagChecks(s, list_hash)) {
       seen.insert(s.from);
@@ -871,7 +872,7 @@ Status SecAggClient::CheckSignatures(const UnmaskRequest& request) {
     if (count.done()) break;
     if (seen.count(s->from)) continue;
     // A signature that would count for no subject is not worth verifying.
-    const std::vector<size_t> helps = count.Helps(*position(s->from));
+    const std::vector<size_t> helps = count.Helps(*RingPosition(s->from));
     if (helps.empty()) continue;
     if (!crypto::VerifyMerkleProof(params_.roster, params_.n, s->from,
                                    RosterLeaf(s->from, s->identity), s->identity_proof) ||
