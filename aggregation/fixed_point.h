@@ -39,7 +39,8 @@ void EncodeFixedPoint(std::span<const float> values, double weight, const FixedP
                                std::span<const float> tail, double weight, const FixedPoint& fp,
                                Rng& rng, std::span<uint32_t> out);
 namespace internal {
-// EncodeFixedPoint with the AVX2 kernel on or off (tests: both must agree).
+// EncodeFixedPoint with the AVX2 kernels (encoding and rounding bits) on or
+// off (tests: both must agree).
 // `avx2` on a CPU without AVX2 is undefined behaviour.
 void EncodeFixedPoint(std::span<const float> values, double weight, const FixedPoint& fp, Rng& rng,
                       std::span<uint32_t> out, bool avx2);
