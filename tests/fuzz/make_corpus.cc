@@ -14,6 +14,7 @@
 
 #include "datasets/shard.h"
 #include "net/envelope.h"
+#include "net/secagg_wire.h"
 #include "tests/fuzz/secagg_cohort.h"
 
 namespace cohort::fuzz {
@@ -452,6 +453,39 @@ void SecAggClient() {
                   static_cast<char>(ClientOp::kAdvertise)});
 }
 
+// The honest messages of both recorded rounds as they travel: the sender's
+// index (the harness's first byte), then the serialized header.
+void SecAggWire() {
+  auto put = [](const std::string& name, uint32_t from, const wire::Header& h) {
+    Put("secagg_wire", name, std::string(1, static_cast<char>(from)) + h.SerializeAsString());
+  };
+  for (int c = 0; c < kNumConfigs; ++c) {
+    const HonestRound& h = GetHonestRound(c);
+    const std::string tag = "config" + std::to_string(c) + "_";
+    const auto& [signer, signature] = *h.signatures.begin();
+    const auto& [responder, response] = *h.responses.begin();
+    const auto& [recipient, request] = *h.requests.begin();
+    put(tag + "advert", 1, net::ToWire(1, 2, h.adverts[1]));
+    put(tag + "key_list", 0, net::ToWire(1, 2, h.key_lists.begin()->second));
+    put(tag + "sealed", 1, net::ToWire(1, 2, h.sealed[1]));
+    put(tag + "inbound", 0, net::ToWire(1, 2, h.inbound.begin()->second));
+    put(tag + "share_check", 2, net::ToWire(1, 2, h.checks[2]));
+    put(tag + "signature", signer, net::ToWire(1, 2, signature));
+    put(tag + "request", recipient, net::ToWire(1, 2, request));
+    put(tag + "response", responder, net::ToWire(1, 2, response));
+    wire::Header checked, survivors;
+    checked.set_version(wire::VERSION_1);
+    for (uint32_t m : h.checked.members) checked.mutable_secagg_checked()->add_members(m);
+    survivors.set_version(wire::VERSION_1);
+    for (uint32_t m : h.survivors.survivors) survivors.mutable_secagg_survivors()->add_survivors(m);
+    put(tag + "checked", 0, checked);
+    put(tag + "survivors", 0, survivors);
+  }
+  // A complaint with a point and a proof, of the sizes a true one has.
+  aggregation::ShareCheck complaint{3, {{1, std::array<uint8_t, crypto::kEncPointBytes>{}, {}}}};
+  put("complaint_with_point", 3, net::ToWire(1, 2, complaint));
+}
+
 }  // namespace
 }  // namespace cohort::fuzz
 
@@ -468,5 +502,6 @@ int main(int argc, char** argv) {
   cohort::fuzz::Csv();
   cohort::fuzz::SecAggServer();
   cohort::fuzz::SecAggClient();
+  cohort::fuzz::SecAggWire();
   return 0;
 }
