@@ -67,13 +67,16 @@ StatusOr<SecretBytes> EncSharedPoint(const SecretBytes& my_secret, const EncPubl
   if (my_secret.size() != crypto_core_ristretto255_SCALARBYTES) {
     return InvalidArgumentError("encryption secret key must have 32 bytes");
   }
-  if (!ValidPoint(their_public)) {
-    return InvalidArgumentError("peer encryption key is not a valid ristretto255 point");
-  }
+  // The multiplication decodes the key itself (ValidPoint's check: it
+  // fails on a non-canonical or off-group encoding) and refuses an identity
+  // result, which the identity key gives; a second decode would cost a
+  // fifth of the agreement.
   SecretBytes point(crypto_core_ristretto255_BYTES);
   if (crypto_scalarmult_ristretto255(point.bytes().data(), my_secret.bytes().data(),
                                      their_public.data()) != 0) {
-    return InvalidArgumentError("shared point is the identity");
+    return InvalidArgumentError(
+        "peer encryption key is not a valid ristretto255 point, or the shared point is the "
+        "identity");
   }
   return point;
 }
