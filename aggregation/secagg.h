@@ -88,7 +88,7 @@ struct SecAggParams {
   uint32_t k = 0;     // Neighbours per client (n - 1: complete graph).
   uint32_t t = 0;     // Shamir threshold.
   size_t length = 0;  // Vector length.
-  crypto::MaskPrg prg = crypto::MaskPrg::kAes256Ctr;  // The mask generator.
+  crypto::MaskPrg prg = crypto::MaskPrg::kAes128Ctr;  // The mask generator.
   std::array<uint8_t, 32> context{};                  // Hash of run, round and config.
   // Merkle root over the cohort's identity keys (RosterLeaf, by index): the
   // setup carries it instead of n keys, and the context binds it.

@@ -196,15 +196,18 @@ TEST(SecAggTest, SumIsExactForThreeTenAndHundredClients) {
   }
 }
 
-TEST(SecAggTest, SumIsExactWithChaCha20Masks) {
-  SecAggParams p = Params(10, 1000);
-  p.prg = crypto::MaskPrg::kChaCha20;
-  Harness h(p);
-  Drops d;
-  d.before_masked_input = {3};  // The server removes a dropped client's pair masks too.
-  Outcome o = h.Run(d);
-  ASSERT_TRUE(o.status.ok()) << o.status;
-  EXPECT_EQ(o.sum, o.expected);
+// The default is AES-128-CTR; the other two generators sum as exactly.
+TEST(SecAggTest, SumIsExactWithChaCha20AndAes256Masks) {
+  for (crypto::MaskPrg prg : {crypto::MaskPrg::kChaCha20, crypto::MaskPrg::kAes256Ctr}) {
+    SecAggParams p = Params(10, 1000);
+    p.prg = prg;
+    Harness h(p);
+    Drops d;
+    d.before_masked_input = {3};  // The server removes a dropped client's pair masks too.
+    Outcome o = h.Run(d);
+    ASSERT_TRUE(o.status.ok()) << crypto::MaskPrgName(prg) << ": " << o.status;
+    EXPECT_EQ(o.sum, o.expected) << crypto::MaskPrgName(prg);
+  }
 }
 
 TEST(SecAggTest, DropoutsAtEveryStageKeepTheSumExact) {

@@ -486,7 +486,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   params.k = s.k();
   params.t = s.t();
   params.length = num_params_ + aggregation::kSecureMetricSlots;
-  if (s.mask_prg() > static_cast<uint32_t>(crypto::MaskPrg::kChaCha20)) {
+  if (s.mask_prg() > static_cast<uint32_t>(crypto::MaskPrg::kAes128Ctr)) {
     return InvalidArgumentError("secagg setup: unknown mask PRG " + std::to_string(s.mask_prg()));
   }
   params.prg = static_cast<crypto::MaskPrg>(s.mask_prg());

@@ -351,6 +351,13 @@ TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {
   EXPECT_FALSE(a.train.has_value());
   ASSERT_EQ(a.printed.size(), 1u);
   EXPECT_NE(a.printed[0].find("overflows"), std::string::npos);
+  // A mask generator it does not know (2, AES-128-CTR, is the last one).
+  net::Envelope prg = SecureTask(12, identity.public_key);
+  prg.header.mutable_task()->mutable_secagg()->set_mask_prg(3);
+  a = s.OnMessage(prg, 45);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("unknown mask PRG 3"), std::string::npos) << a.printed[0];
 }
 
 TEST(SecureSessionTest, WithPeersItAsksForAndChecksTheWholeRoster) {

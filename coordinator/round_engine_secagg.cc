@@ -28,6 +28,17 @@ constexpr const char* kStageNames[] = {
 
 TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} * 1000.0)); }
 
+crypto::MaskPrg MaskPrgOf(config::MaskPrg prg) {
+  switch (prg) {
+    case config::AES256_CTR:
+      return crypto::MaskPrg::kAes256Ctr;
+    case config::CHACHA20:
+      return crypto::MaskPrg::kChaCha20;
+    default:
+      return crypto::MaskPrg::kAes128Ctr;
+  }
+}
+
 wire::Header NewHeader() {
   wire::Header h;
   h.set_version(wire::VERSION_1);
@@ -77,8 +88,7 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
     cohort_identities_.push_back(*c.identity);
     cohort_weight_ += static_cast<double>(participants_[i].num_samples);
   }
-  secagg_params_.prg =
-      sc.mask_prg() == config::CHACHA20 ? crypto::MaskPrg::kChaCha20 : crypto::MaskPrg::kAes256Ctr;
+  secagg_params_.prg = MaskPrgOf(sc.mask_prg());
   {
     // Fresh per round: sessions never repeat, even when a round is replayed.
     env_->RandomBytes(secagg_nonce_);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -182,6 +183,31 @@ TEST_F(RoundEngineTest, ASecureSetupCarriesTheRostersRootNotEveryKey) {
   const size_t at_100 = setup_bytes(100), at_1000 = setup_bytes(1000);
   EXPECT_LT(at_1000, 600u);                 // 1,000 keys alone would be 34,000 bytes.
   EXPECT_LE(at_1000, at_100 + 3 * 34 + 8);  // Three more siblings, a longer index.
+}
+
+TEST_F(RoundEngineTest, ASecureSetupNamesTheConfiguredMaskGenerator) {
+  // wire.SecAggSetup.mask_prg: 0 AES-256-CTR, 1 ChaCha20, 2 AES-128-CTR
+  // (the default).
+  auto setup_prg = [&](std::optional<config::MaskPrg> prg) {
+    config::RunConfig c = TestConfig(3, 3, 1);
+    c.mutable_secagg()->set_aggregation(config::SECAGG_PLUS);
+    if (prg) c.mutable_secagg()->set_mask_prg(*prg);
+    store_.reset();
+    Start(c);
+    std::set<uint32_t> seen;
+    for (int i = 0; i < 3; ++i) {
+      net::Envelope hello = Hello("c" + std::to_string(i));
+      hello.header.mutable_hello()->set_identity_key(std::string(32, static_cast<char>(i + 1)));
+      for (const Outgoing& o : engine_->OnMessage("p" + std::to_string(i), hello, now_)) {
+        if (o.header.has_secagg_start()) seen.insert(o.header.secagg_start().setup().mask_prg());
+      }
+    }
+    return seen;
+  };
+  EXPECT_EQ(setup_prg(std::nullopt), std::set<uint32_t>{2});
+  EXPECT_EQ(setup_prg(config::AES128_CTR), std::set<uint32_t>{2});
+  EXPECT_EQ(setup_prg(config::AES256_CTR), std::set<uint32_t>{0});
+  EXPECT_EQ(setup_prg(config::CHACHA20), std::set<uint32_t>{1});
 }
 
 TEST_F(RoundEngineTest, AnAuthenticatedSenderMustSayHelloAsItself) {

@@ -89,7 +89,7 @@ TEST(PrgTest, ThreadedMasksEqualSequentialOnes) {
   EXPECT_EQ(a, b);
 }
 
-// Every AES-256-CTR implementation this CPU can run.
+// Every AES-CTR implementation this CPU can run.
 std::vector<PrgImpl> AvailableImpls() {
   std::vector<PrgImpl> impls = {PrgImpl::kOpenSsl};
   if (BestPrgImpl() != PrgImpl::kOpenSsl) impls.push_back(PrgImpl::kAesNi);
@@ -97,14 +97,23 @@ std::vector<PrgImpl> AvailableImpls() {
   return impls;
 }
 
-// FIPS-197-style known answer: AES-256 under the all-zero key encrypts the
-// zero block (counter 0) to dc95c078 a2408989 ad48a214 92842087.
+// FIPS-197-style known answers: under the all-zero key, AES-256 encrypts
+// the zero block (counter 0) to dc95c078 a2408989 ad48a214 92842087 and
+// AES-128 to 66e94bd4 ef8a2c3b 884cfa59 ca342b2e. The AES-128 key is the
+// first half of the 32 bytes: ones in the second half change nothing.
 TEST(PrgTest, KnownAnswerForEveryImplementation) {
   for (PrgImpl impl : AvailableImpls()) {
     SecretBytes zero_key(32);
     std::vector<uint32_t> acc(4, 0);
-    ASSERT_TRUE(AddMask(zero_key, acc, false, impl).ok()) << PrgImplName(impl);
+    ASSERT_TRUE(AddMask(zero_key, acc, false, impl, MaskPrg::kAes256Ctr).ok()) << PrgImplName(impl);
     EXPECT_EQ(acc, (std::vector<uint32_t>{0x78c095dc, 0x898940a2, 0x14a248ad, 0x87208492}))
+        << PrgImplName(impl);
+    SecretBytes half_zero(32);
+    std::fill(half_zero.bytes().begin() + 16, half_zero.bytes().end(), 0xff);
+    std::vector<uint32_t> acc128(4, 0);
+    ASSERT_TRUE(AddMask(half_zero, acc128, false, impl, MaskPrg::kAes128Ctr).ok())
+        << PrgImplName(impl);
+    EXPECT_EQ(acc128, (std::vector<uint32_t>{0xd44be966, 0x3b2c8aef, 0x59fa4c88, 0x2e2b34ca}))
         << PrgImplName(impl);
   }
 }
@@ -115,25 +124,28 @@ TEST(PrgTest, KernelsEqualOpenSsl) {
   const std::vector<PrgImpl> impls = AvailableImpls();
   if (impls.size() == 1) GTEST_SKIP() << "this CPU has no AES-NI; OpenSSL only";
   SecretBytes key = RandomSecret(32);
-  for (PrgImpl impl : impls) {
-    for (size_t n : {0, 1, 3, 4, 5, 31, 32, 33, 63, 64, 65, 127, 1000, 100003}) {
-      for (bool subtract : {false, true}) {
-        std::vector<uint32_t> a(n), b(n);
-        for (size_t i = 0; i < n; ++i) a[i] = b[i] = static_cast<uint32_t>(i * 2654435761u);
-        ASSERT_TRUE(AddMask(key, a, subtract, PrgImpl::kOpenSsl).ok());
-        ASSERT_TRUE(AddMask(key, b, subtract, impl).ok());
-        EXPECT_EQ(a, b) << PrgImplName(impl) << " n=" << n << " subtract=" << subtract;
+  for (MaskPrg prg : {MaskPrg::kAes128Ctr, MaskPrg::kAes256Ctr}) {
+    for (PrgImpl impl : impls) {
+      const std::string what = std::string(PrgImplName(impl)) + " " + MaskPrgName(prg);
+      for (size_t n : {0, 1, 3, 4, 5, 31, 32, 33, 63, 64, 65, 127, 1000, 100003}) {
+        for (bool subtract : {false, true}) {
+          std::vector<uint32_t> a(n), b(n);
+          for (size_t i = 0; i < n; ++i) a[i] = b[i] = static_cast<uint32_t>(i * 2654435761u);
+          ASSERT_TRUE(AddMask(key, a, subtract, PrgImpl::kOpenSsl, prg).ok());
+          ASSERT_TRUE(AddMask(key, b, subtract, impl, prg).ok());
+          EXPECT_EQ(a, b) << what << " n=" << n << " subtract=" << subtract;
+        }
       }
+      // Threaded slices start mid-stream: the counter offset must agree too.
+      std::vector<SecretBytes> keys;
+      for (int i = 0; i < 3; ++i) keys.push_back(RandomSecret(32));
+      std::vector<MaskJob> jobs;
+      for (int i = 0; i < 3; ++i) jobs.push_back({&keys[i], i == 1});
+      std::vector<uint32_t> a(70001, 9), b(70001, 9);
+      ASSERT_TRUE(AddMasks(jobs, a, 3, PrgImpl::kOpenSsl, prg).ok());
+      ASSERT_TRUE(AddMasks(jobs, b, 3, impl, prg).ok());
+      EXPECT_EQ(a, b) << what;
     }
-    // Threaded slices start mid-stream: the counter offset must agree too.
-    std::vector<SecretBytes> keys;
-    for (int i = 0; i < 3; ++i) keys.push_back(RandomSecret(32));
-    std::vector<MaskJob> jobs;
-    for (int i = 0; i < 3; ++i) jobs.push_back({&keys[i], i == 1});
-    std::vector<uint32_t> a(70001, 9), b(70001, 9);
-    ASSERT_TRUE(AddMasks(jobs, a, 3, PrgImpl::kOpenSsl).ok());
-    ASSERT_TRUE(AddMasks(jobs, b, 3, impl).ok());
-    EXPECT_EQ(a, b) << PrgImplName(impl);
   }
 }
 
@@ -154,10 +166,13 @@ TEST(PrgTest, ChaCha20KnownAnswerAndThreadedSlices) {
   }
   ASSERT_TRUE(AddMasks(jobs, b, 3, PrgImpl::kAuto, MaskPrg::kChaCha20).ok());
   EXPECT_EQ(a, b);
-  // A different stream from AES-256-CTR under the same keys.
-  std::vector<uint32_t> c(70001, 9);
-  ASSERT_TRUE(AddMasks(jobs, c, 3).ok());
+  // A different stream from AES-128-CTR and AES-256-CTR under the same keys.
+  std::vector<uint32_t> c(70001, 9), d(70001, 9);
+  ASSERT_TRUE(AddMasks(jobs, c, 3, PrgImpl::kAuto, MaskPrg::kAes128Ctr).ok());
+  ASSERT_TRUE(AddMasks(jobs, d, 3, PrgImpl::kAuto, MaskPrg::kAes256Ctr).ok());
   EXPECT_NE(b, c);
+  EXPECT_NE(b, d);
+  EXPECT_NE(c, d);
 }
 
 TEST(PrgTest, RejectsAWrongKeySize) {

@@ -53,7 +53,17 @@ COHORT_AES_TARGET __m128i ExpandStep2(__m128i a, __m128i b) {
   return _mm_xor_si128(b, assist);
 }
 
-COHORT_AES_TARGET void ExpandKey(const uint8_t* key, RoundKeys& out) {
+// Both lanes of each round key from rk[0..rounds].
+COHORT_AES_TARGET void StoreRoundKeys(__m128i* rk, int rounds, RoundKeys& out) {
+  for (int i = 0; i <= rounds; ++i) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.k[i]), rk[i]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.k[i] + 16), rk[i]);
+  }
+  sodium_memzero(rk, sizeof(__m128i) * (rounds + 1));
+}
+
+// AES-256: the 32-byte key.
+COHORT_AES_TARGET void ExpandKey256(const uint8_t* key, RoundKeys& out) {
   __m128i rk[15];
   __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(key));
   __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(key + 16));
@@ -75,11 +85,27 @@ COHORT_AES_TARGET void ExpandKey(const uint8_t* key, RoundKeys& out) {
   COHORT_EXPAND(12, 0x20)
   COHORT_EXPAND(14, 0x40)
 #undef COHORT_EXPAND
-  for (int i = 0; i < 15; ++i) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.k[i]), rk[i]);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out.k[i] + 16), rk[i]);
-  }
-  sodium_memzero(rk, sizeof(rk));
+  StoreRoundKeys(rk, 14, out);
+}
+
+// AES-128: the first 16 bytes of the 32-byte key.
+COHORT_AES_TARGET void ExpandKey128(const uint8_t* key, RoundKeys& out) {
+  __m128i rk[11];
+  rk[0] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(key));
+#define COHORT_EXPAND(i, rcon) \
+  rk[i] = ExpandStep1(rk[i - 1], _mm_aeskeygenassist_si128(rk[i - 1], rcon));
+  COHORT_EXPAND(1, 0x01)
+  COHORT_EXPAND(2, 0x02)
+  COHORT_EXPAND(3, 0x04)
+  COHORT_EXPAND(4, 0x08)
+  COHORT_EXPAND(5, 0x10)
+  COHORT_EXPAND(6, 0x20)
+  COHORT_EXPAND(7, 0x40)
+  COHORT_EXPAND(8, 0x80)
+  COHORT_EXPAND(9, 0x1b)
+  COHORT_EXPAND(10, 0x36)
+#undef COHORT_EXPAND
+  StoreRoundKeys(rk, 10, out);
 }
 
 COHORT_AES_TARGET __m128i RoundKey128(const RoundKeys& rk, int r) {
@@ -90,25 +116,27 @@ COHORT_VAES_TARGET __m256i RoundKey256(const RoundKeys& rk, int r) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rk.k[r]));
 }
 
-// One keystream block (counter `block`) into `out`.
+// One keystream block (counter `block`) into `out`; kRounds is 14 (AES-256)
+// or 10 (AES-128).
+template <int kRounds>
 COHORT_AES_TARGET void EncryptCounter(const RoundKeys& rk, uint64_t block, uint8_t out[16]) {
   const __m128i bswap = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   __m128i x = _mm_xor_si128(_mm_shuffle_epi8(_mm_set_epi64x(0, static_cast<int64_t>(block)), bswap),
                             RoundKey128(rk, 0));
-  for (int r = 1; r < 14; ++r) x = _mm_aesenc_si128(x, RoundKey128(rk, r));
-  x = _mm_aesenclast_si128(x, RoundKey128(rk, 14));
+  for (int r = 1; r < kRounds; ++r) x = _mm_aesenc_si128(x, RoundKey128(rk, r));
+  x = _mm_aesenclast_si128(x, RoundKey128(rk, kRounds));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), x);
 }
 
 // acc[w..words) +-= the keystream, a block at a time (the kernels' tail);
 // the last block may be partial. acc[0] is stream word 4 * first_block.
-template <bool kSubtract>
+template <int kRounds, bool kSubtract>
 COHORT_AES_TARGET void AddTailBlocks(const RoundKeys& rk, uint64_t first_block, uint32_t* acc,
                                      size_t w, size_t words) {
   uint64_t block = first_block + w / kWordsPerBlock;
   alignas(16) uint32_t stream[kWordsPerBlock];
   for (; w < words; w += kWordsPerBlock, ++block) {
-    EncryptCounter(rk, block, reinterpret_cast<uint8_t*>(stream));
+    EncryptCounter<kRounds>(rk, block, reinterpret_cast<uint8_t*>(stream));
     const size_t n = std::min(kWordsPerBlock, words - w);
     for (size_t i = 0; i < n; ++i) {
       acc[w + i] = kSubtract ? acc[w + i] - stream[i] : acc[w + i] + stream[i];
@@ -118,7 +146,7 @@ COHORT_AES_TARGET void AddTailBlocks(const RoundKeys& rk, uint64_t first_block, 
 }
 
 // acc[w] +-= keystream word (4 * first_block + w), w < words.
-template <bool kSubtract>
+template <int kRounds, bool kSubtract>
 COHORT_VAES_TARGET void CtrAddVaes(const RoundKeys& rk, uint64_t first_block, uint32_t* acc,
                                    size_t words) {
   constexpr int kLanes = 8;  // ymm registers in flight: 16 blocks, 64 words.
@@ -139,25 +167,25 @@ COHORT_VAES_TARGET void CtrAddVaes(const RoundKeys& rk, uint64_t first_block, ui
       counter = _mm256_add_epi64(counter, two);
     }
 #pragma GCC unroll 13
-    for (int r = 1; r < 14; ++r) {
+    for (int r = 1; r < kRounds; ++r) {
       const __m256i kr = RoundKey256(rk, r);
 #pragma GCC unroll 8
       for (int j = 0; j < kLanes; ++j) x[j] = _mm256_aesenc_epi128(x[j], kr);
     }
-    const __m256i k14 = RoundKey256(rk, 14);
+    const __m256i klast = RoundKey256(rk, kRounds);
 #pragma GCC unroll 8
     for (int j = 0; j < kLanes; ++j) {
-      x[j] = _mm256_aesenclast_epi128(x[j], k14);
+      x[j] = _mm256_aesenclast_epi128(x[j], klast);
       auto* p = reinterpret_cast<__m256i*>(acc + w + 8 * j);
       const __m256i v = _mm256_loadu_si256(p);
       _mm256_storeu_si256(p, kSubtract ? _mm256_sub_epi32(v, x[j]) : _mm256_add_epi32(v, x[j]));
     }
   }
-  AddTailBlocks<kSubtract>(rk, first_block, acc, w, words);
+  AddTailBlocks<kRounds, kSubtract>(rk, first_block, acc, w, words);
 }
 
 // The same with 128-bit AES-NI: 8 blocks (32 words) in flight.
-template <bool kSubtract>
+template <int kRounds, bool kSubtract>
 COHORT_AES_TARGET void CtrAddAesNi(const RoundKeys& rk, uint64_t first_block, uint32_t* acc,
                                    size_t words) {
   constexpr int kLanes = 8;
@@ -174,40 +202,52 @@ COHORT_AES_TARGET void CtrAddAesNi(const RoundKeys& rk, uint64_t first_block, ui
       counter = _mm_add_epi64(counter, one);
     }
 #pragma GCC unroll 13
-    for (int r = 1; r < 14; ++r) {
+    for (int r = 1; r < kRounds; ++r) {
       const __m128i kr = RoundKey128(rk, r);
 #pragma GCC unroll 8
       for (int j = 0; j < kLanes; ++j) x[j] = _mm_aesenc_si128(x[j], kr);
     }
-    const __m128i k14 = RoundKey128(rk, 14);
+    const __m128i klast = RoundKey128(rk, kRounds);
 #pragma GCC unroll 8
     for (int j = 0; j < kLanes; ++j) {
-      x[j] = _mm_aesenclast_si128(x[j], k14);
+      x[j] = _mm_aesenclast_si128(x[j], klast);
       auto* p = reinterpret_cast<__m128i*>(acc + w + 4 * j);
       const __m128i v = _mm_loadu_si128(p);
       _mm_storeu_si128(p, kSubtract ? _mm_sub_epi32(v, x[j]) : _mm_add_epi32(v, x[j]));
     }
   }
-  AddTailBlocks<kSubtract>(rk, first_block, acc, w, words);
+  AddTailBlocks<kRounds, kSubtract>(rk, first_block, acc, w, words);
+}
+
+// The kernel for one job: 256-bit (VAES) or 128-bit (AES-NI), adding or
+// subtracting.
+using CtrAddFn = void (*)(const RoundKeys&, uint64_t, uint32_t*, size_t);
+template <int kRounds>
+CtrAddFn PickKernel(bool vaes, bool subtract) {
+  if (vaes) return subtract ? &CtrAddVaes<kRounds, true> : &CtrAddVaes<kRounds, false>;
+  return subtract ? &CtrAddAesNi<kRounds, true> : &CtrAddAesNi<kRounds, false>;
 }
 
 // Every job over `acc` (stream words from 4 * first_block on), tile by tile:
 // each 8 KiB tile of acc stays in L1 while all the keys stream over it.
-// `vaes`: the 256-bit kernel, else the 128-bit AES-NI one.
+// `vaes`: the 256-bit kernel, else the 128-bit AES-NI one; `aes128`: 10
+// rounds under the key's first 16 bytes, else AES-256.
 Status AddMasksAesKernel(std::span<const MaskJob> jobs, std::span<uint32_t> acc,
-                         uint64_t first_block, bool vaes) {
+                         uint64_t first_block, bool vaes, bool aes128) {
   SecretBytes schedule(jobs.size() * sizeof(RoundKeys));
   auto* rk = reinterpret_cast<RoundKeys*>(schedule.bytes().data());
-  for (size_t j = 0; j < jobs.size(); ++j) ExpandKey(jobs[j].key->bytes().data(), rk[j]);
+  std::vector<CtrAddFn> kernels(jobs.size());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const uint8_t* key = jobs[j].key->bytes().data();
+    aes128 ? ExpandKey128(key, rk[j]) : ExpandKey256(key, rk[j]);
+    kernels[j] =
+        aes128 ? PickKernel<10>(vaes, jobs[j].subtract) : PickKernel<14>(vaes, jobs[j].subtract);
+  }
   constexpr size_t kTile = 2048;  // Words; a multiple of the kernels' 64.
   for (size_t w = 0; w < acc.size(); w += kTile) {
     const size_t n = std::min(kTile, acc.size() - w);
     const uint64_t block = first_block + w / kWordsPerBlock;
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      auto* kernel = vaes ? (jobs[j].subtract ? &CtrAddVaes<true> : &CtrAddVaes<false>)
-                          : (jobs[j].subtract ? &CtrAddAesNi<true> : &CtrAddAesNi<false>);
-      kernel(rk[j], block, acc.data() + w, n);
-    }
+    for (size_t j = 0; j < jobs.size(); ++j) kernels[j](rk[j], block, acc.data() + w, n);
   }
   return OkStatus();  // `schedule` wipes the round keys.
 }
@@ -225,15 +265,17 @@ void AddStream(const uint32_t* stream, uint32_t* acc, size_t n, bool subtract) {
 
 // ---- OpenSSL ---------------------------------------------------------------
 
+// AES-128-CTR (`aes128`, under the key's first 16 bytes) or AES-256-CTR.
 Status AddMaskOpenSsl(const SecretBytes& key, std::span<uint32_t> acc, uint64_t first_block,
-                      bool subtract) {
+                      bool subtract, bool aes128) {
   std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)> ctx(EVP_CIPHER_CTX_new(),
                                                                       &EVP_CIPHER_CTX_free);
   if (!ctx) return InternalError("mask PRG: EVP_CIPHER_CTX_new failed");
   uint8_t iv[16] = {};
   for (int i = 0; i < 8; ++i) iv[15 - i] = static_cast<uint8_t>(first_block >> (8 * i));
-  if (EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_ctr(), nullptr, key.bytes().data(), iv) != 1) {
-    return InternalError("mask PRG: AES-256-CTR init failed");
+  const EVP_CIPHER* cipher = aes128 ? EVP_aes_128_ctr() : EVP_aes_256_ctr();
+  if (EVP_EncryptInit_ex(ctx.get(), cipher, nullptr, key.bytes().data(), iv) != 1) {
+    return InternalError("mask PRG: AES-CTR init failed");
   }
   constexpr size_t kWords = 4096;  // 16 KiB.
   static const uint8_t kZeros[kWords * sizeof(uint32_t)] = {};
@@ -246,7 +288,7 @@ Status AddMaskOpenSsl(const SecretBytes& key, std::span<uint32_t> acc, uint64_t 
     if (EVP_EncryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(stream), &written, kZeros, bytes) !=
             1 ||
         written != bytes) {
-      status = InternalError("mask PRG: AES-256-CTR failed");
+      status = InternalError("mask PRG: AES-CTR failed");
       break;
     }
     AddStream(stream, acc.data() + begin, n, subtract);
@@ -295,25 +337,28 @@ Status AddMasksAt(std::span<const MaskJob> jobs, std::span<uint32_t> acc, uint64
     }
     return OkStatus();
   }
-  if (prg != MaskPrg::kAes256Ctr) return InvalidArgumentError("unknown mask PRG");
+  if (prg != MaskPrg::kAes256Ctr && prg != MaskPrg::kAes128Ctr) {
+    return InvalidArgumentError("unknown mask PRG");
+  }
+  const bool aes128 = prg == MaskPrg::kAes128Ctr;
   switch (impl == PrgImpl::kAuto ? BestPrgImpl() : impl) {
     case PrgImpl::kVaes:
       if (BestPrgImpl() != PrgImpl::kVaes) {
         return FailedPreconditionError("mask PRG: this CPU has no VAES/AVX2");
       }
 #if COHORT_HAVE_VAES_KERNEL
-      return AddMasksAesKernel(jobs, acc, first_block, /*vaes=*/true);
+      return AddMasksAesKernel(jobs, acc, first_block, /*vaes=*/true, aes128);
 #endif
     case PrgImpl::kAesNi:
       if (BestPrgImpl() == PrgImpl::kOpenSsl) {
         return FailedPreconditionError("mask PRG: this CPU has no AES-NI/SSE4.1");
       }
 #if COHORT_HAVE_VAES_KERNEL
-      return AddMasksAesKernel(jobs, acc, first_block, /*vaes=*/false);
+      return AddMasksAesKernel(jobs, acc, first_block, /*vaes=*/false, aes128);
 #endif
     default:
       for (const MaskJob& j : jobs) {
-        COHORT_RETURN_IF_ERROR(AddMaskOpenSsl(*j.key, acc, first_block, j.subtract));
+        COHORT_RETURN_IF_ERROR(AddMaskOpenSsl(*j.key, acc, first_block, j.subtract, aes128));
       }
       return OkStatus();
   }
@@ -343,16 +388,23 @@ PrgImpl BestPrgImpl() {
 const char* PrgImplName(PrgImpl impl) {
   switch (impl == PrgImpl::kAuto ? BestPrgImpl() : impl) {
     case PrgImpl::kVaes:
-      return "aes256-ctr (vaes)";
+      return "aes-ctr (vaes)";
     case PrgImpl::kAesNi:
-      return "aes256-ctr (aes-ni)";
+      return "aes-ctr (aes-ni)";
     default:
-      return "aes256-ctr (openssl)";
+      return "aes-ctr (openssl)";
   }
 }
 
 const char* MaskPrgName(MaskPrg prg) {
-  return prg == MaskPrg::kChaCha20 ? "chacha20" : "aes256-ctr";
+  switch (prg) {
+    case MaskPrg::kAes128Ctr:
+      return "aes128-ctr";
+    case MaskPrg::kChaCha20:
+      return "chacha20";
+    default:
+      return "aes256-ctr";
+  }
 }
 
 Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract, PrgImpl impl,

@@ -1,17 +1,25 @@
 // The mask generator: a keystream under a 32-byte key, read as
 // little-endian uint32 words and added to or subtracted from a vector
-// mod 2^32. Two algorithms (both parties of a session must use the same one;
-// it is part of the session context):
+// mod 2^32. Three algorithms (both parties of a session must use the same
+// one; it is part of the session context):
 //
-// - AES-256-CTR (the default), zero IV: keystream block i is AES_key(i as a
-//   128-bit big-endian integer). The PRG of Google's production secure
-//   aggregation (fcp/secagg AesCtrPrng); 4-8x faster than ChaCha20 on CPUs
-//   with AES instructions, and mask expansion is most of a secure round's
-//   cost (docs/architecture.md). Three implementations give the same
-//   stream: our VAES/AVX2 kernel (16 blocks in flight, the keystream added
-//   straight from registers), our 128-bit AES-NI kernel (8 blocks) for CPUs
-//   without VAES, and OpenSSL's EVP AES-256-CTR (its constant-time
-//   vector-permute AES on CPUs without AES instructions).
+// - AES-128-CTR (the default), zero IV, under the key's first 16 bytes:
+//   keystream block i is AES_key(i as a 128-bit big-endian integer). The
+//   mask keys come from X25519, so the masks are at the same ~128-bit level
+//   as the key exchange, the signatures (Ed25519) and the share encryption
+//   (ristretto255); TLS 1.3's mandatory suite pairs X25519 with AES-128 the
+//   same way. 10 rounds against AES-256's 14: mask expansion is most of a
+//   secure round's cost (docs/architecture.md).
+// - AES-256-CTR, the same under the whole key: the PRG of Google's
+//   production secure aggregation (fcp/secagg AesCtrPrng), for deployments
+//   that want its exact choice.
+//
+//   Both AES variants have three implementations that give the same stream:
+//   our VAES/AVX2 kernel (16 blocks in flight, the keystream added straight
+//   from registers), our 128-bit AES-NI kernel (8 blocks) for CPUs without
+//   VAES, and OpenSSL's EVP AES-CTR (its constant-time vector-permute AES on
+//   CPUs without AES instructions). 4-8x faster than ChaCha20 on CPUs with
+//   AES instructions.
 // - ChaCha20 (libsodium crypto_stream_chacha20, zero nonce): the faster one
 //   on CPUs without AES instructions.
 #ifndef COHORT_CRYPTO_PRG_H_
@@ -26,10 +34,10 @@
 
 namespace cohort::crypto {
 
-enum class MaskPrg : uint8_t { kAes256Ctr = 0, kChaCha20 = 1 };
+enum class MaskPrg : uint8_t { kAes256Ctr = 0, kChaCha20 = 1, kAes128Ctr = 2 };
 const char* MaskPrgName(MaskPrg prg);
 
-// The implementation of AES-256-CTR (ChaCha20 has one: libsodium's).
+// The implementation of AES-CTR (ChaCha20 has one: libsodium's).
 enum class PrgImpl { kAuto, kVaes, kAesNi, kOpenSsl };
 
 // What kAuto runs on this CPU: kVaes where it has VAES, AVX2 and AES-NI;
@@ -41,7 +49,7 @@ const char* PrgImplName(PrgImpl impl);
 // bytes. Streams in blocks, so memory stays constant whatever acc's size.
 // kVaes on a CPU without it is an error.
 [[nodiscard]] Status AddMask(const SecretBytes& key, std::span<uint32_t> acc, bool subtract,
-                             PrgImpl impl = PrgImpl::kAuto, MaskPrg prg = MaskPrg::kAes256Ctr);
+                             PrgImpl impl = PrgImpl::kAuto, MaskPrg prg = MaskPrg::kAes128Ctr);
 
 struct MaskJob {
   const SecretBytes* key;  // 32 bytes.
@@ -54,7 +62,7 @@ struct MaskJob {
 // over its own slice. Same result as calling AddMask for each job in turn.
 [[nodiscard]] Status AddMasks(std::span<const MaskJob> jobs, std::span<uint32_t> acc,
                               unsigned threads = 0, PrgImpl impl = PrgImpl::kAuto,
-                              MaskPrg prg = MaskPrg::kAes256Ctr, Env* env = nullptr);
+                              MaskPrg prg = MaskPrg::kAes128Ctr, Env* env = nullptr);
 
 }  // namespace cohort::crypto
 
