@@ -105,7 +105,7 @@ TEST(SecAggE2eTest, ClientsLeavingAtEachStageCostTheRoundNothing) {
   // Client k goes silent at stage k of round k + 2 (client 0 has not come
   // back yet in round 2, so cohorts have 6 or 7 clients: t = 4 of 5 or 6
   // neighbours, one of which may be corrupt).
-  // ChaCha20 masks here; the CURVE test above uses the default AES-256-CTR.
+  // ChaCha20 masks here; the CURVE test above uses the default AES-128-CTR.
   const std::vector<std::string> stages = {"advertise_keys", "share_keys",  "check_shares",
                                            "masked_input",   "consistency", "unmasking"};
   for (int k = 0; k < static_cast<int>(stages.size()); ++k) {
