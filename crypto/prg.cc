@@ -28,8 +28,9 @@ constexpr size_t kWordsPerBlock = 4;  // One 16-byte AES block.
 #if COHORT_HAVE_VAES_KERNEL
 
 // An AES key schedule (15 round keys for AES-256, the first 11 for
-// AES-128), each round key held twice (both 128-bit lanes of a ymm register). Wiped by its owner;
-// read with unaligned loads, so it may live anywhere (a SecretBytes).
+// AES-128), each round key held twice (both 128-bit lanes of a ymm
+// register). Wiped by its owner; read with unaligned loads, so it may live
+// anywhere (a SecretBytes).
 struct RoundKeys {
   uint8_t k[15][32];
 };
