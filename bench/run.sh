@@ -42,8 +42,10 @@
 #         processes on this machine, MLP 784-1024-192-10 (1.0M parameters),
 #         PLAIN vs SECAGG_PLUS (AGGS to pick), ROUNDS_E2E rounds each
 #         (default 4; the first, which warms up, is left out), run
-#         E2E_REPS times (default 3) in turn, plain then secure; the ratio
-#         is of the medians, and each pair's ratio is printed too.
+#         E2E_REPS times (default 3) in turn, plain first in odd runs and
+#         secure first in even ones; the ratio is of the medians, and each
+#         pair's ratio is printed too, with a 95 % interval for the median
+#         pair ratio from 6 pairs on.
 #         MASK_PRG=CHACHA20 for ChaCha20 masks.
 # sites : hierarchical mode: make demo's Fashion-MNIST split into 4 shards
 #         (SCHEME, default iid), 4 clients vs 2 sites of 2 (a client and a
@@ -335,7 +337,11 @@ if has secagg-round; then
   build/cli/cohort partition --format synthetic --samples 2000 --test-samples 1000 --features 784 \
     --classes 10 --clients 100 --seed 1 --out "$dir/shards" > /dev/null
   for rep in $(seq "${E2E_REPS:-3}"); do
-    for agg in ${AGGS:-PLAIN SECAGG_PLUS}; do
+    # Odd runs go plain first, even runs secure first: neither side of a
+    # pair always runs on the machine as the other left it.
+    order=(${AGGS:-PLAIN SECAGG_PLUS})
+    (( rep % 2 == 0 )) && order=($(printf '%s\n' "${order[@]}" | tac))
+    for agg in "${order[@]}"; do
       cat > "$dir/$agg.textproto" <<EOF
 seed: 1
 data { test_shard: "$dir/shards/test.shard" }
@@ -373,7 +379,7 @@ print(json.dumps({"bench": "secagg_round", "aggregation": rows[0]["aggregation"]
 fi
 
 $PY - "$OUT" "$WHAT" <<'PY'
-import json, os, statistics, sys
+import json, math, os, statistics, sys
 out, what = sys.argv[1], sys.argv[2].split(",")
 def load(name):
     path = os.path.join(out, name)
@@ -534,6 +540,19 @@ if "secagg-round" in what:
         each = [p["secagg+"] / p["plain"] for p in pairs.values() if len(p) == 2]
         print(f"\nratio secagg+/plain: {med['secagg+'] / med['plain']:.2f}x (of the medians); "
               f"run by run: {', '.join(f'{x:.2f}' for x in each)}")
+        # A distribution-free interval for the median pair ratio: the pairs
+        # are independent (each starts its own processes), so the number
+        # below the true median is Binomial(N, 1/2), and the order
+        # statistics x(j), x(N+1-j) cover it with probability >= 95 %.
+        xs, n = sorted(each), len(each)
+        cdf = lambda j: sum(math.comb(n, i) for i in range(j)) / 2**n  # P[B < j]
+        j = max((j for j in range(1, n // 2 + 1) if cdf(j) <= 0.025), default=0)
+        if j:
+            cover = 1 - 2 * cdf(j)
+            print(f"median pair ratio {statistics.median(xs):.2f}x, {100 * cover:.1f} % interval "
+                  f"[{xs[j - 1]:.2f}, {xs[n - j]:.2f}] ({n} pairs)")
+        else:
+            print(f"median pair ratio {statistics.median(xs):.2f}x ({n} pairs: 6 or more give a 95 % interval)")
 if "secagg" in what:
     print("\n### Secure aggregation compute (s)\n")
     print("| n | m | graph | dropout | k | t | client s | server s |")
