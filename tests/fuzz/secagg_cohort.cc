@@ -78,7 +78,8 @@ HonestRound Build(int config) {
     p.n = 5;
     p.k = 4;
     p.t = aggregation::SecureThreshold(5, 4, 0.1);  // 3
-    p.prg = crypto::MaskPrg::kAes256Ctr;
+    // The default PRG; AES-256 runs the same kernels with more rounds.
+    p.prg = crypto::MaskPrg::kAes128Ctr;
   } else {
     p.n = 6;
     p.k = 4;
