@@ -541,9 +541,10 @@ if "secagg-round" in what:
         print(f"\nratio secagg+/plain: {med['secagg+'] / med['plain']:.2f}x (of the medians); "
               f"run by run: {', '.join(f'{x:.2f}' for x in each)}")
         # A distribution-free interval for the median pair ratio: the pairs
-        # are independent (each starts its own processes), so the number
-        # below the true median is Binomial(N, 1/2), and the order
-        # statistics x(j), x(N+1-j) cover it with probability >= 95 %.
+        # are independent (each starts its own processes; the machine's
+        # drift over the invocation aside), so the number below the true
+        # median is Binomial(N, 1/2), and the order statistics x(j),
+        # x(N+1-j) cover it with probability >= 95 %.
         xs, n = sorted(each), len(each)
         cdf = lambda j: sum(math.comb(n, i) for i in range(j)) / 2**n  # P[B < j]
         j = max((j for j in range(1, n // 2 + 1) if cdf(j) <= 0.025), default=0)
