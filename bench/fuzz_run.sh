@@ -9,7 +9,7 @@
 # --runs     stop each harness after N executions (the long run: 10000000)
 # --out      where logs, new corpus entries and crash inputs go
 #            (default BUILD/fuzz-runs); the committed corpus is only read
-# NAME       harnesses to run (default: all seven)
+# NAME       harnesses to run (default: all eight)
 #
 # Each harness runs at `nice -n ${FUZZ_NICE:-19}` with one worker, on inputs
 # of at most ${FUZZ_MAX_LEN:-1024} bytes (every seed fits; longer inputs reach
@@ -35,7 +35,7 @@ while (($#)); do
     *) names+=("$1"); shift ;;
   esac
 done
-((${#names[@]})) || names=(envelope config shard idx csv secagg_server secagg_client)
+((${#names[@]})) || names=(envelope config shard idx csv secagg_server secagg_client secagg_wire)
 [[ -n $out ]] || out=$build/fuzz-runs
 [[ -n $seconds || -n $runs ]] || seconds=60
 
