@@ -150,7 +150,13 @@ void HandshakeAcceptor::Refuse(Pending& p, const std::string& why) {
 }
 
 Status HandshakeAcceptor::AcceptNew(TimeMs now) {
-  while (pending_.size() < options_.max_pending) {
+  // Everything that is waiting is accepted: a full set of pending handshakes
+  // makes room by evicting its oldest, so strangers that connect and say
+  // nothing, however many, cannot keep a real rank in the listen backlog.
+  // At most max_pending per call, so that each connection accepted here is
+  // read at least once (a real rank's hello is there by then) before a
+  // newer one can evict it.
+  for (size_t fresh = 0; fresh < options_.max_pending; ++fresh) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     const int fd =
@@ -165,6 +171,7 @@ Status HandshakeAcceptor::AcceptNew(TimeMs now) {
       }
       return UnavailableError(std::string("tcp transport: cannot accept: ") + std::strerror(errno));
     }
+    if (pending_.size() >= options_.max_pending) EvictOldest(pending_.size() - fresh);
     auto p = std::make_unique<Pending>();
     p->fd = fd;
     p->address = AddressOf(addr, len);
@@ -172,6 +179,22 @@ Status HandshakeAcceptor::AcceptNew(TimeMs now) {
     pending_.push_back(std::move(p));
   }
   return OkStatus();
+}
+
+void HandshakeAcceptor::EvictOldest(size_t among) {
+  // pending_ is in the order of arrival. The oldest that has not even sent
+  // a whole hello goes first (a real rank sends its hello at once); when
+  // every one has, the oldest of all.
+  auto victim = pending_.begin();
+  for (auto it = pending_.begin(); it != pending_.begin() + among; ++it) {
+    if ((*it)->stage == Pending::Stage::kHello) {
+      victim = it;
+      break;
+    }
+  }
+  Refuse(**victim, std::to_string(pending_.size()) +
+                       " handshakes were pending, it was the oldest: evicted for a newer one");
+  pending_.erase(victim);
 }
 
 // Moves one handshake on as far as its socket allows without waiting.
@@ -250,7 +273,7 @@ StatusOr<HandshakeAcceptor::Accepted> HandshakeAcceptor::Next(
     }
     std::erase_if(pending_, [](const auto& p) { return p->fd < 0; });
     if (now >= deadline) return DeadlineExceededError("no connection in time");
-    if (pending_.size() < options_.max_pending) fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
     const int n = poll(fds.data(), fds.size(), int(std::clamp<TimeMs>(wake - now, 0, 1000)));
     if (n < 0 && errno != EINTR)
       return UnavailableError(std::string("poll: ") + std::strerror(errno));

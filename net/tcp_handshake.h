@@ -31,9 +31,10 @@ Status ConnectorHandshake(int fd, int size, int from, int to, const SecretBytes&
 
 // The acceptor's side: every connection to one listening socket, their
 // handshakes run side by side in one poll loop, each with its own timeout
-// and at most `max_pending` at once, so a stranger that connects and says
-// nothing delays no one. A refused connection is closed, logged with its
-// address and counted.
+// and at most `max_pending` at once; a newer connection beyond that evicts
+// the oldest (first those that have not sent a whole hello), so strangers
+// that connect and say nothing, however many, delay no one. A refused or
+// evicted connection is closed, logged with its address and counted.
 class HandshakeAcceptor {
  public:
   struct Options {
@@ -63,6 +64,8 @@ class HandshakeAcceptor {
   enum class Step { kMore, kAccepted, kRefused };
   Step Advance(Pending& p, const std::function<bool(int)>& wanted, std::string* why);
   Status AcceptNew(TimeMs now);
+  // Refuses and drops one of the `among` oldest pending handshakes.
+  void EvictOldest(size_t among);
   void Refuse(Pending& p, const std::string& why);
 
   int listen_fd_;

@@ -108,7 +108,11 @@ StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Listen(int rank, int size,
   SetSocketOptions(fd, options.window_bytes);
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
-  if (fd < 0 || bind(fd, ai.list->ai_addr, ai.list->ai_addrlen) != 0 || listen(fd, 128) != 0 ||
+  // The longest backlog the kernel allows (net.core.somaxconn): the
+  // acceptor takes everything in it, and a full one would drop a real
+  // rank's SYN for a second.
+  if (fd < 0 || bind(fd, ai.list->ai_addr, ai.list->ai_addrlen) != 0 ||
+      listen(fd, SOMAXCONN) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     return UnavailableError("tcp transport: cannot listen on " + host + ": " +
                             std::strerror(errno));

@@ -7,12 +7,16 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "common/clock.h"
 #include "crypto/keys.h"
@@ -48,10 +52,11 @@ struct Pair {
     return k;
   }
   // Both ranks' Connect, concurrently.
-  std::array<Status, 2> Connect() {
+  std::array<Status, 2> Connect(TimeMs timeout_ms = 3000) {
     std::array<Status, 2> st;
-    std::thread other([&] { st[1] = t[1]->Connect(endpoints, Keys(1), SteadyNowMs() + 3000); });
-    st[0] = t[0]->Connect(endpoints, Keys(0), SteadyNowMs() + 3000);
+    std::thread other(
+        [&] { st[1] = t[1]->Connect(endpoints, Keys(1), SteadyNowMs() + timeout_ms); });
+    st[0] = t[0]->Connect(endpoints, Keys(0), SteadyNowMs() + timeout_ms);
     other.join();
     return st;
   }
@@ -152,10 +157,11 @@ TEST(TcpTransportTest, APeerThatGoesAwayIsNamedAtOnce) {
   EXPECT_LT(SteadyNowMs() - start, 5000);
 }
 
-// Speaks the connector's side of the handshake by hand as rank 0 of 2 to
-// rank 1 at `port`: the proof is keyed by `key` (none: unkeyed) or, with
-// `forge`, 32 random bytes. Returns the socket.
-int HandConnect(int port, const SecretBytes& key, bool forge) {
+// Speaks the connector's side of the handshake by hand as rank `from` of
+// `size` to rank `to` at `port`: the proof is keyed by `key` (none: unkeyed)
+// or, with `forge`, 32 random bytes. Returns the socket.
+int HandConnect(int port, const SecretBytes& key, bool forge, uint32_t size = 2, uint32_t from = 0,
+                uint32_t to = 1) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -164,7 +170,7 @@ int HandConnect(int port, const SecretBytes& key, bool forge) {
   EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   std::array<uint8_t, 56> hello{};
   std::memcpy(hello.data(), "cohort-t", 8);
-  const uint32_t fields[4] = {1, 2, 0, 1};  // version, size, from, to (little-endian host)
+  const uint32_t fields[4] = {1, size, from, to};  // version, size, from, to (little-endian host)
   std::memcpy(&hello[8], fields, sizeof(fields));
   EXPECT_EQ(write(fd, hello.data(), hello.size()), 56);
   std::array<uint8_t, 64> reply;
@@ -175,6 +181,14 @@ int HandConnect(int port, const SecretBytes& key, bool forge) {
   if (forge) std::memset(tag.data(), 0x5a, tag.size());
   EXPECT_EQ(write(fd, tag.data(), tag.size()), 32);
   return fd;
+}
+
+// True when the other end closes `fd` within `timeout_ms`.
+bool ClosedWithin(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, timeout_ms) != 1) return false;
+  uint8_t sink;
+  return recv(fd, &sink, 1, MSG_DONTWAIT) == 0;
 }
 
 // A stranger that ignores rank 1's answer and sends any proof at all: it is
@@ -214,6 +228,74 @@ TEST(TcpTransportTest, SilentConnectionsDelayNoOne) {
   EXPECT_TRUE(st[1].ok()) << st[1];
   EXPECT_LT(SteadyNowMs() - start, 4000);
   for (int fd : silent) close(fd);
+}
+
+// Finding 3 of security issue 29: strangers that open idle connections
+// by the hundred (far more than the handshakes the acceptor runs side by
+// side) cannot keep the real rank out. The oldest silent ones make room
+// for the newest, so the real rank's handshake runs as soon as it arrives,
+// long before any stranger's handshake timeout.
+TEST(TcpTransportTest, ThreeHundredIdleStrangersDoNotStopTheGroupForming) {
+  Pair p(5, 5);
+  std::vector<int> idle;
+  for (int i = 0; i < 300; ++i) {
+    // Non-blocking: the test does not wait for the handshake of TCP itself.
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(PortOf(p.endpoints[1]));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int rc = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    ASSERT_TRUE(rc == 0 || errno == EINPROGRESS) << std::strerror(errno);
+    idle.push_back(fd);
+  }
+  const TimeMs start = SteadyNowMs();
+  // Less than one stranger's handshake timeout (5 s): the real rank must
+  // not wait for any of them to time out.
+  auto st = p.Connect(/*timeout_ms=*/4000);
+  const TimeMs took = SteadyNowMs() - start;
+  EXPECT_TRUE(st[0].ok()) << st[0];
+  EXPECT_TRUE(st[1].ok()) << st[1];
+  std::printf("formed in %lld ms beside 300 idle strangers; %llu refused\n",
+              static_cast<long long>(took), static_cast<unsigned long long>(p.t[1]->refused()));
+  for (int fd : idle) close(fd);
+  ASSERT_TRUE(st[0].ok() && st[1].ok());
+  const uint8_t x[] = {7};
+  ASSERT_TRUE(p.t[0]->Send(1, x, {}).ok());
+  auto m = p.t[1]->Receive(0, SteadyNowMs() + 3000);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->bytes()[0], 7);
+}
+
+// One connection per rank: a second connection that claims a rank already
+// connected is refused and closed, and the first one keeps carrying that
+// rank's messages.
+TEST(TcpTransportTest, ASecondConnectionClaimingAConnectedRankIsRefused) {
+  auto t = std::move(TcpTransport::Listen(2, 3, "127.0.0.1")).value();
+  const std::string ep = t->endpoint();
+  const int port = PortOf(ep);
+  Status formed;
+  std::thread rank2([&] {
+    formed = t->Connect({"tcp://127.0.0.1:1", "tcp://127.0.0.1:1", ep}, {}, SteadyNowMs() + 5000);
+  });
+  // The real rank 1, then an impostor claiming rank 1 too, then rank 0.
+  const int real = HandConnect(port, SecretBytes(), /*forge=*/false, 3, 1, 2);
+  const int impostor = HandConnect(port, SecretBytes(), /*forge=*/false, 3, 1, 2);
+  EXPECT_TRUE(ClosedWithin(impostor, 3000)) << "the second rank 1 was not refused";
+  const int rank0 = HandConnect(port, SecretBytes(), /*forge=*/false, 3, 0, 2);
+  rank2.join();
+  ASSERT_TRUE(formed.ok()) << formed;
+  EXPECT_EQ(t->refused(), 1u);
+  // What the real rank 1 sends arrives as rank 1's.
+  const uint8_t framed[] = {1, 0, 0, 0, 99};
+  ASSERT_EQ(write(real, framed, sizeof(framed)), ssize_t(sizeof(framed)));
+  auto m = t->Receive(1, SteadyNowMs() + 3000);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->size(), 1u);
+  EXPECT_EQ(m->bytes()[0], 99);
+  t.reset();
+  for (int fd : {real, impostor, rank0}) close(fd);
 }
 
 // After an honest handshake (no keys), a length prefix beyond any
