@@ -33,6 +33,7 @@ std::vector<std::string_view> Split(std::string_view line) {
 }  // namespace
 
 StatusOr<Dataset> ReadCsv(const std::string& path, const CsvOptions& options) {
+  COHORT_RETURN_IF_ERROR(CheckRegularFile(path));
   std::ifstream in(path);
   if (!in) return NotFoundError(path + ": cannot open");
   Dataset data;

@@ -1,6 +1,7 @@
 #include "datasets/dataset.h"
 
 #include <algorithm>
+#include <filesystem>
 
 namespace cohort::datasets {
 
@@ -44,6 +45,37 @@ Status Validate(const Dataset& data, const std::string& source) {
     }
   }
   return OkStatus();
+}
+
+Status CheckRegularFile(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found) return NotFoundError(path + ": no such file");
+  if (ec) return UnavailableError(path + ": " + ec.message());
+  const char* what = nullptr;
+  switch (st.type()) {
+    case fs::file_type::regular:
+      return OkStatus();
+    case fs::file_type::directory:
+      what = "a directory";
+      break;
+    case fs::file_type::fifo:
+      what = "a FIFO (named pipe)";
+      break;
+    case fs::file_type::character:
+    case fs::file_type::block:
+      what = "a device";
+      break;
+    case fs::file_type::socket:
+      what = "a socket";
+      break;
+    default:
+      what = "a special file";
+      break;
+  }
+  return InvalidArgumentError(path + ": is " + std::string(what) +
+                              ", not a regular file; refused without reading it");
 }
 
 }  // namespace cohort::datasets

@@ -32,6 +32,13 @@ std::vector<uint64_t> LabelCounts(const Dataset& data);
 // Checks sizes and label range; names `source` in the error.
 Status Validate(const Dataset& data, const std::string& source);
 
+// OK when `path` is a regular file or a link to one; call it before opening
+// a data file for reading. A FIFO would block the open until some writer
+// came, and a device can stream without end, so such paths (and
+// directories) are kInvalidArgument, naming the path and what it is;
+// kNotFound when nothing is there.
+Status CheckRegularFile(const std::string& path);
+
 }  // namespace cohort::datasets
 
 #endif  // COHORT_DATASETS_DATASET_H_

@@ -1,4 +1,8 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -13,6 +17,7 @@
 #include "datasets/idx.h"
 #include "datasets/partition.h"
 #include "datasets/shard.h"
+#include "datasets/split.h"
 #include "datasets/synthetic.h"
 
 namespace cohort::datasets {
@@ -75,6 +80,75 @@ TEST_F(DatasetsTest, IdxErrorsNameTheFileAndProblem) {
   EXPECT_NE(data.status().message().find("promises 3 bytes"), std::string::npos) << data.status();
 }
 
+// A gzip bomb: the header states 12 bytes of pixels, the file inflates to
+// 32 MiB more. It is refused at the first byte past the stated 12, so the
+// reader never reaches the end of the stream, whose checksum this file
+// gets wrong on purpose: reading it whole would fail on that instead.
+TEST_F(DatasetsTest, IdxGzipBombIsRefusedAtTheFirstByteBeyondItsHeader) {
+  std::string images = Be32(0x803) + Be32(3) + Be32(2) + Be32(2) + std::string(12, 'x');
+  images.append(size_t{32} << 20, '\0');
+  WriteGz(Path("bomb.gz"), images);
+  std::string gz;
+  {
+    std::ifstream in(Path("bomb.gz"), std::ios::binary);
+    gz.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_LT(gz.size(), size_t{1} << 20);  // A bomb: far smaller than what it inflates to.
+  gz[gz.size() - 8] ^= 0x55;              // The gzip trailer's CRC-32.
+  { std::ofstream(Path("bomb.gz"), std::ios::binary | std::ios::trunc) << gz; }
+  WriteGz(Path("lab.gz"), Be32(0x801) + Be32(3) + std::string("\x01\x00\x01", 3));
+  auto data = ReadIdx(Path("bomb.gz"), Path("lab.gz"));
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(data.status().message().find("bomb.gz: more data than the 12 bytes its header states"),
+            std::string::npos)
+      << data.status();
+}
+
+TEST_F(DatasetsTest, IdxHeaderStatingTooMuchDataIsRefusedBeforeReading) {
+  // 65535^3 bytes (256 TiB) stated, none there: refused on the header.
+  WriteGz(Path("huge.gz"), Be32(0x803) + Be32(65535) + Be32(65535) + Be32(65535));
+  WriteGz(Path("lab.gz"), Be32(0x801) + Be32(1) + std::string("\x01", 1));
+  auto data = ReadIdx(Path("huge.gz"), Path("lab.gz"));
+  ASSERT_FALSE(data.ok());
+  EXPECT_EQ(data.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(data.status().message().find("huge.gz: header states more than 4 GiB of data"),
+            std::string::npos)
+      << data.status();
+  // No images: their size per image is no one's to know.
+  WriteGz(Path("none.gz"), Be32(0x803) + Be32(0) + Be32(65535) + Be32(65535));
+  WriteGz(Path("nolab.gz"), Be32(0x801) + Be32(0));
+  data = ReadIdx(Path("none.gz"), Path("nolab.gz"));
+  ASSERT_FALSE(data.ok());
+  EXPECT_NE(data.status().message().find("none.gz: holds no images"), std::string::npos)
+      << data.status();
+}
+
+// A FIFO named like a data file would block the open until a writer came.
+// The test holds a writer open (so that a reader that did open it would not
+// block either) and expects a refusal that names the file, before any read.
+TEST_F(DatasetsTest, AFifoIsRefusedAsADataFile) {
+  ASSERT_EQ(::mkfifo(Path("client-000.shard").c_str(), 0600), 0);
+  const int writer = ::open(Path("client-000.shard").c_str(), O_RDWR | O_NONBLOCK);
+  ASSERT_GE(writer, 0);
+  const std::string junk(64, 'j');
+  ASSERT_EQ(::write(writer, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+  const std::string expected =
+      Path("client-000.shard") + ": is a FIFO (named pipe), not a regular file";
+  auto shard = ReadShard(Path("client-000.shard"));
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(shard.status().message().find(expected), std::string::npos) << shard.status();
+  auto csv = ReadCsv(Path("client-000.shard"));
+  EXPECT_NE(csv.status().message().find(expected), std::string::npos) << csv.status();
+  auto idx = ReadIdx(Path("client-000.shard"), Path("client-000.shard"));
+  EXPECT_NE(idx.status().message().find(expected), std::string::npos) << idx.status();
+  ::close(writer);
+  auto dir = ReadShard(dir_.string());
+  EXPECT_NE(dir.status().message().find("is a directory, not a regular file"), std::string::npos)
+      << dir.status();
+}
+
 TEST_F(DatasetsTest, CsvReadsAndReportsLineOfBadValue) {
   {
     std::ofstream f(Path("ok.csv"));
@@ -124,20 +198,30 @@ TEST_F(DatasetsTest, CorruptShardsGiveClearErrors) {
   Dataset data = MakeSynthetic({.num_samples = 20, .num_features = 4, .num_classes = 2});
   ASSERT_TRUE(WriteShard(data, Path("s.shard")).ok());
   const auto size = std::filesystem::file_size(Path("s.shard"));
-  auto flip = [&](size_t offset, const std::string& name) {
+  auto flip = [&](size_t offset, const std::string& name, char mask = 0x40) {
     std::filesystem::copy_file(Path("s.shard"), Path(name));
     std::fstream f(Path(name), std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(offset);
     char c;
     f.get(c);
     f.seekp(offset);
-    f.put(static_cast<char>(c ^ 0x40));
+    f.put(static_cast<char>(c ^ mask));
   };
   flip(size - 3, "feat.shard");
   auto r = ReadShard(Path("feat.shard"));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("feat.shard"), std::string::npos);
   EXPECT_NE(r.status().message().find("feature section checksum"), std::string::npos);
+
+  // A label changed to another valid class (0 <-> 1): only the label
+  // section's checksum can tell.
+  flip(kShardHeaderBytes, "label.shard", 0x01);
+  r = ReadShard(Path("label.shard"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("label.shard: label section checksum mismatch"),
+            std::string::npos)
+      << r.status();
 
   flip(20, "head.shard");
   r = ReadShard(Path("head.shard"));
@@ -182,6 +266,78 @@ TEST_F(DatasetsTest, ShardWithNoSamplesIsAnError) {
   auto r = ReadShard(Path("zero.shard"));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("samples 0"), std::string::npos) << r.status();
+}
+
+// Sizes from the command line (cohort partition --format synthetic) are
+// bounded as data.partition's are: before, 2^32-1 samples plus one test
+// sample wrapped to 0 and crashed, and 2^32-1 features or classes aborted
+// on std::bad_alloc.
+TEST(SplitTest, SyntheticSizesFromTheCommandLineAreBounded) {
+  struct Case {
+    uint32_t samples, test_samples, features, classes;
+    std::string says;
+  } cases[] = {
+      {4294967295u, 1, 20, 4, "--samples 4294967295 is outside [1, 67108864]"},
+      {0, 1, 20, 4, "--samples 0 is outside [1, 67108864]"},
+      {100, 4294967295u, 20, 4, "--test-samples 4294967295 is outside [0, 67108864]"},
+      {100, 10, 4294967295u, 4, "--features 4294967295 is outside [1, 65536]"},
+      {100, 10, 20, 4294967295u, "--classes 4294967295 is outside [2, 65536]"},
+      {100, 10, 20, 1, "--classes 1 is outside [2, 65536]"},
+  };
+  for (const Case& c : cases) {
+    SplitOptions o;
+    o.format = "synthetic";
+    o.samples = c.samples;
+    o.test_samples = c.test_samples;
+    o.features = c.features;
+    o.classes = c.classes;
+    auto split = LoadAndSplit(o);
+    ASSERT_FALSE(split.ok()) << c.says;
+    EXPECT_EQ(split.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(split.status().message().find("format synthetic: " + c.says), std::string::npos)
+        << split.status();
+  }
+  SplitOptions o;  // The largest sizes still allowed split fine when small.
+  o.format = "synthetic";
+  o.samples = 200;
+  o.test_samples = 0;
+  o.features = 3;
+  o.classes = 65536;
+  o.clients = 2;
+  auto split = LoadAndSplit(o);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->train.size(), 200u);
+  EXPECT_FALSE(split->has_test);
+}
+
+// In a death test's child: splits 16 TiB of synthetic data with the
+// address space capped at 1 GiB; exits 0 on kResourceExhausted.
+void SplitUnderOneGiB() {
+  const rlimit cap = {size_t{1} << 30, size_t{1} << 30};
+  setrlimit(RLIMIT_AS, &cap);
+  SplitOptions o;
+  o.format = "synthetic";
+  o.samples = kMaxSyntheticSamples;
+  o.test_samples = 0;
+  o.features = kMaxSyntheticFeatures;
+  auto split = LoadAndSplit(o);
+  std::fprintf(stderr, "%s\n", split.status().ToString().c_str());
+  std::_Exit(split.status().code() == StatusCode::kResourceExhausted ? 0 : 1);
+}
+
+// Within the bounds a split can still be more than the machine has:
+// 2^26 samples of 65536 features are 16 TiB. Run in a child whose address
+// space is capped at 1 GiB, it is a kResourceExhausted that says so, not
+// an abort.
+TEST(SplitTest, ASplitTooLargeForMemoryIsAnErrorNotAnAbort) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the cap allows";
+#endif
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_EXIT(
+      SplitUnderOneGiB(), ::testing::ExitedWithCode(0),
+      "out of memory loading the data: format synthetic, 67108864 samples of 65536 features "
+      "\\(16777216 MiB\\): use fewer --samples or --features");
 }
 
 TEST_F(DatasetsTest, AssignmentFilesAreCheckedLineByLine) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/rng.h"
+#include "datasets/dataset.h"
 
 namespace cohort::datasets {
 namespace {
@@ -203,6 +204,7 @@ StatusOr<std::vector<std::vector<uint32_t>>> Partition(std::span<const int32_t> 
 
 StatusOr<std::vector<std::vector<uint32_t>>> ReadAssignment(const std::string& path,
                                                             size_t num_samples) {
+  COHORT_RETURN_IF_ERROR(CheckRegularFile(path));
   std::ifstream in(path);
   if (!in) return NotFoundError(path + ": cannot open assignment file");
   std::vector<std::vector<uint32_t>> parts;

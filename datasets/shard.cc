@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <vector>
 
 #include "common/bytes.h"
@@ -72,7 +73,9 @@ Status WriteShard(const Dataset& data, const std::string& path, FeatureEncoding 
   return OkStatus();
 }
 
-StatusOr<Dataset> ReadShard(const std::string& path) {
+namespace {
+
+StatusOr<Dataset> ReadShardOrThrow(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return NotFoundError(path + ": cannot open shard file");
   const auto file_size = static_cast<uint64_t>(in.tellg());
@@ -138,6 +141,20 @@ StatusOr<Dataset> ReadShard(const std::string& path) {
   }
   COHORT_RETURN_IF_ERROR(Validate(data, path));
   return data;
+}
+
+}  // namespace
+
+StatusOr<Dataset> ReadShard(const std::string& path) {
+  // Before the open: opening a FIFO (say one named client-000.shard) blocks.
+  COHORT_RETURN_IF_ERROR(CheckRegularFile(path));
+  // The sizes are the file's own (checked against it), yet a large file
+  // may still not fit in this process: an error, not an abort.
+  try {
+    return ReadShardOrThrow(path);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError(path + ": out of memory reading the shard");
+  }
 }
 
 }  // namespace cohort::datasets

@@ -1,5 +1,7 @@
 #include "datasets/split.h"
 
+#include <new>
+
 #include "datasets/csv.h"
 #include "datasets/idx.h"
 #include "datasets/partition.h"
@@ -7,7 +9,9 @@
 
 namespace cohort::datasets {
 
-StatusOr<Split> LoadAndSplit(const SplitOptions& o) {
+namespace {
+
+StatusOr<Split> LoadAndSplitOrThrow(const SplitOptions& o) {
   COHORT_ASSIGN_OR_RETURN(PartitionSpec spec, ParsePartitionSpec(o.scheme));
   Split split;
   Dataset& train = split.train;
@@ -33,15 +37,31 @@ StatusOr<Split> LoadAndSplit(const SplitOptions& o) {
       has_test = true;
     }
   } else if (o.format == "synthetic") {
+    // The bounds data.partition's validation applies (proto/config_io.cc),
+    // checked here for the command line: samples + test_samples then fits
+    // the uint32 row indices, and no size below overflows.
+    if (o.samples == 0 || o.samples > kMaxSyntheticSamples) {
+      return InvalidArgumentError("format synthetic: --samples " + std::to_string(o.samples) +
+                                  " is outside [1, " + std::to_string(kMaxSyntheticSamples) + "]");
+    }
+    if (o.test_samples > kMaxSyntheticSamples) {
+      return InvalidArgumentError("format synthetic: --test-samples " +
+                                  std::to_string(o.test_samples) + " is outside [0, " +
+                                  std::to_string(kMaxSyntheticSamples) + "]");
+    }
+    if (o.features == 0 || o.features > kMaxSyntheticFeatures) {
+      return InvalidArgumentError("format synthetic: --features " + std::to_string(o.features) +
+                                  " is outside [1, " + std::to_string(kMaxSyntheticFeatures) + "]");
+    }
+    if (o.classes < 2 || o.classes > kMaxSyntheticClasses) {
+      return InvalidArgumentError("format synthetic: --classes " + std::to_string(o.classes) +
+                                  " is outside [2, " + std::to_string(kMaxSyntheticClasses) + "]");
+    }
     SyntheticOptions s;
     s.num_samples = o.samples + o.test_samples;
     s.num_features = o.features;
     s.num_classes = o.classes;
     s.seed = o.seed;
-    if (o.features == 0 || o.classes < 2 || o.samples == 0) {
-      return InvalidArgumentError(
-          "format synthetic needs samples >= 1, features >= 1 and classes >= 2");
-    }
     Dataset all = MakeSynthetic(s);
     std::vector<uint32_t> tail(o.test_samples);
     for (uint32_t i = 0; i < o.test_samples; ++i) tail[i] = o.samples + i;
@@ -66,6 +86,29 @@ StatusOr<Split> LoadAndSplit(const SplitOptions& o) {
                             Partition(train.labels, train.num_classes, o.clients, spec, o.seed));
   }
   return split;
+}
+
+}  // namespace
+
+StatusOr<Split> LoadAndSplit(const SplitOptions& o) {
+  // Within every bound a request can still be more than this machine has
+  // (2^27 synthetic samples of 65536 features are 32 TiB; a large IDX or
+  // CSV file is read whole): an error that says so, not an abort.
+  try {
+    return LoadAndSplitOrThrow(o);
+  } catch (const std::bad_alloc&) {
+    std::string what = "format " + o.format;
+    if (o.format == "synthetic") {
+      const uint64_t values = (uint64_t{o.samples} + o.test_samples) * o.features;
+      what += ", " + std::to_string(uint64_t{o.samples} + o.test_samples) + " samples of " +
+              std::to_string(o.features) + " features (" +
+              std::to_string((values * sizeof(float)) >> 20) +
+              " MiB): use fewer --samples or --features";
+    } else {
+      what += ": the data set does not fit in this process's memory";
+    }
+    return ResourceExhaustedError("out of memory loading the data: " + what);
+  }
 }
 
 }  // namespace cohort::datasets

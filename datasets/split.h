@@ -13,6 +13,12 @@
 
 namespace cohort::datasets {
 
+// Bounds on format synthetic's sizes (as data.partition's validation has
+// them); LoadAndSplit refuses others with kInvalidArgument.
+inline constexpr uint32_t kMaxSyntheticSamples = 1u << 26;  // Each of samples, test_samples.
+inline constexpr uint32_t kMaxSyntheticFeatures = 1u << 16;
+inline constexpr uint32_t kMaxSyntheticClasses = 1u << 16;
+
 struct SplitOptions {
   std::string format = "idx";                                        // idx, csv, synthetic
   std::string train_images, train_labels, test_images, test_labels;  // idx
@@ -32,7 +38,9 @@ struct Split {
 };
 
 // Reads (or generates) the data and splits it; errors name the option or
-// file that was wrong.
+// file that was wrong. Sizes from outside (flags, file headers) are
+// bounded; a split this machine has not the memory for is
+// kResourceExhausted, never an abort.
 StatusOr<Split> LoadAndSplit(const SplitOptions& options);
 
 }  // namespace cohort::datasets
