@@ -4,12 +4,18 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <numeric>
 #include <optional>
+#include <thread>
 #include <vector>
 #include <zmq.hpp>
 
@@ -194,8 +200,35 @@ struct EpochState {
   train::DeviceArray<float> x, reduced;
   train::DeviceArray<int32_t> y;
   train::DeviceArray<double> stats;  // Summed loss and correct count.
-  std::vector<float> grads, micro;
+  // The weighted gradient, then one more value: how many ranks' gradients
+  // were not finite (each rank adds 1 when its own is not), summed with it.
+  std::vector<float> grads;
+  std::vector<float> micro;
+  bool local_not_finite = false;  // This rank's gradient, this step.
 };
+
+bool AllFinite(std::span<const float> values) {
+  for (float v : values) {
+    if (!std::isfinite(v)) return false;
+  }
+  return true;
+}
+
+// After a reduction whose extra value counted ranks with non-finite values
+// (the same count on every rank): every rank says whether it was one, and
+// all return the same error naming them. `what` says what was sent.
+Status NameNonFiniteRanks(Rank& r, bool mine, const std::string& what) {
+  std::vector<float> flags(r.world, 0.0f);
+  flags[r.rank] = mine ? 1.0f : 0.0f;
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(flags, r.collective));
+  std::string ranks;
+  for (int k = 0; k < r.world; ++k) {
+    if (flags[k] != 0.0f) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
+  }
+  return DataLossError("rank(s) " + ranks + " sent " + what +
+                       " that is not finite (NaN or infinity); the run stops before committing "
+                       "this epoch (the epochs committed before are kept)");
+}
 
 StatusOr<EpochState> PrepareEpoch(Rank& r, uint32_t epoch) {
   train::Backend* b = r.backend.get();
@@ -216,7 +249,7 @@ StatusOr<EpochState> PrepareEpoch(Rank& r, uint32_t epoch) {
   b->Upload(e.order.data(), order.data(), e.order.bytes());
   b->Zero(e.stats.data(), e.stats.bytes());
   COHORT_RETURN_IF_ERROR(r.model->Reserve(static_cast<int>(per_rank)));
-  e.grads.resize(np);
+  e.grads.resize(np + 1);
   return e;
 }
 
@@ -243,7 +276,7 @@ void AddShare(Rank& r, EpochState& e, size_t from, size_t to, float share, bool 
     for (size_t i = from; i < to; ++i) e.grads[i] *= share;
     return;
   }
-  e.micro.resize(e.grads.size());
+  e.micro.resize(e.grads.size() - 1);
   r.backend->Download(e.micro.data() + from, g, bytes);
   for (size_t i = from; i < to; ++i) e.grads[i] += e.micro[i] * share;
 }
@@ -255,12 +288,15 @@ void AddShare(Rank& r, EpochState& e, size_t from, size_t to, float share, bool 
 // backward pass has written it (every bucket, zeros too, on a rank whose
 // part is empty: all ranks reduce the same buckets).
 void LocalGradient(Rank& r, EpochState& e, size_t lo, size_t hi, size_t count) {
-  const size_t per_rank = r.config.train().batch_size(), np = e.grads.size();
+  const size_t per_rank = r.config.train().batch_size(), np = r.model->num_params();
   std::fill(e.grads.begin(), e.grads.end(), 0.0f);
+  e.local_not_finite = false;
   size_t sent = np;  // e.grads[sent, np) is with the reducer.
   size_t next = 0;   // The next of r.bucket_cuts.
   auto hand_over = [&](size_t from) {
-    r.reducer->Submit(std::span<float>(e.grads).subspan(from, sent - from));
+    const std::span<float> bucket = std::span<float>(e.grads).subspan(from, sent - from);
+    if (!AllFinite(bucket)) e.local_not_finite = true;
+    r.reducer->Submit(bucket);
     sent = from;
   };
   for (size_t m = lo; m < hi; m += per_rank) {
@@ -281,8 +317,15 @@ void LocalGradient(Rank& r, EpochState& e, size_t lo, size_t hi, size_t count) {
       }
     });
   }
-  if (r.reducer == nullptr) return;
+  if (r.reducer == nullptr) {
+    e.local_not_finite = !AllFinite(std::span<const float>(e.grads).first(np));
+    e.grads[np] = e.local_not_finite ? 1.0f : 0.0f;
+    return;
+  }
   for (; next < r.bucket_cuts.size(); ++next) hand_over(r.bucket_cuts[next]);  // Empty part.
+  // The count of ranks with a non-finite gradient travels last, on its own.
+  e.grads[np] = e.local_not_finite ? 1.0f : 0.0f;
+  r.reducer->Submit(std::span<float>(e.grads).subspan(np, 1));
 }
 
 // Where the gradient buckets end: a cut wherever the layers since the last
@@ -339,24 +382,38 @@ Status SyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begi
     COHORT_RETURN_IF_ERROR(r.comm->AllReduce(e.grads, r.gradients));
     saturated = r.comm->saturated();
   }
-  if (saturated > 0) {
-    spdlog::warn("exact all-reduce: {} gradient values were NaN or out of range at step {}",
-                 saturated, global_step);
+  const size_t np = r.model->num_params();
+  // Checked before the step: a NaN from one rank would be in every replica
+  // after it (in exact mode it would saturate, and be trained on, silently).
+  if (e.grads[np] != 0.0f) {
+    return NameNonFiniteRanks(r, e.local_not_finite,
+                              "a gradient at step " + std::to_string(global_step));
   }
-  const size_t np = e.grads.size();
+  if (saturated > 0) {
+    spdlog::warn("exact all-reduce: {} gradient values were out of range at step {}", saturated,
+                 global_step);
+  }
   r.backend->Upload(e.reduced.data(), e.grads.data(), np * sizeof(float));
   return optimizer.Step(r.model->params(), {e.reduced.data(), np});
 }
 
 // Local SGD: every rank's model, and with `with_state` its optimizer state
 // (momentum, or Adam's moments), replaced by the mean over the ranks.
-Status AverageModel(Rank& r, train::Optimizer& optimizer, bool with_state) {
-  std::vector<float> params(r.model->num_params());
-  COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
+Status AverageModel(Rank& r, train::Optimizer& optimizer, bool with_state, uint64_t step) {
+  const size_t np = r.model->num_params();
+  // The model, then the count of ranks whose model is not finite.
+  std::vector<float> params(np + 1);
+  const std::span<float> model = std::span<float>(params).first(np);
+  COHORT_RETURN_IF_ERROR(r.model->GetParams(model));
+  const bool not_finite = !AllFinite(model);
+  params[np] = not_finite ? 1.0f : 0.0f;
   COHORT_RETURN_IF_ERROR(r.comm->AllReduce(params, r.collective));
+  if (params[np] != 0.0f) {
+    return NameNonFiniteRanks(r, not_finite, "a model at step " + std::to_string(step));
+  }
   const float inv = 1.0f / float(r.world);
-  for (float& p : params) p *= inv;
-  COHORT_RETURN_IF_ERROR(r.model->SetParams(params));
+  for (float& p : model) p *= inv;
+  COHORT_RETURN_IF_ERROR(r.model->SetParams(model));
   if (!with_state) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(std::vector<float> buffer, optimizer.SaveState());
   if (buffer.empty()) return OkStatus();
@@ -436,7 +493,7 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
     const bool last = begin + count >= n;
     COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/true));
     if (last || (result.steps + 1) % dp.local_sgd_steps() == 0) {
-      COHORT_RETURN_IF_ERROR(AverageModel(r, optimizer, last));
+      COHORT_RETURN_IF_ERROR(AverageModel(r, optimizer, last, global_step));
       if (check > 0) COHORT_RETURN_IF_ERROR(CheckReplicas(r, global_step));
     }
   }
@@ -447,6 +504,13 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
   COHORT_RETURN_IF_ERROR(r.comm->AllReduce(totals, r.collective));
   result.loss = n > 0 ? totals[0] / n : 0;
   result.accuracy = n > 0 ? totals[1] / n : 0;
+  // The paths that check nothing per step (one rank, device collectives):
+  // the same sums on every rank, so every rank stops here, before a commit.
+  if (!std::isfinite(result.loss)) {
+    return DataLossError("epoch " + std::to_string(epoch) +
+                         ": the training loss is not finite (NaN or infinity); the run stops "
+                         "before committing it (the epochs committed before are kept)");
+  }
   result.seconds = WallSeconds() - start;
   return result;
 }
@@ -489,6 +553,108 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
   coordinator::Checkpoint cp{
       epoch, {params.begin(), params.end()}, std::move(state), optimizer.steps()};
   return r.store->CommitRound(rec, {}, cp, 3);
+}
+
+// Every rank trains rank 0's configuration. Rank 0's is checked against the
+// run's stored one (StartModel); here rank 0 sends its config's text and
+// every other rank compares its own with it as a resumed coordinator does
+// (config::CheckResumable, which names the fields that differ), and with its
+// epoch count. Every rank returns the same verdict: kFailedPrecondition
+// naming the ranks whose config differs (and, on those, the fields).
+Status AgreeOnConfig(Rank& r) {
+  if (r.world == 1) return OkStatus();
+  const std::string text = r.rank == 0 ? config::ToText(r.config) : "";
+  // Sums with the other ranks' zeros: an exact broadcast from rank 0.
+  std::vector<int64_t> header = {static_cast<int64_t>(text.size()),
+                                 static_cast<int64_t>(r.config.data_parallel().epochs())};
+  if (r.rank != 0) std::fill(header.begin(), header.end(), 0);
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(header, r.collective));
+  if (header[0] < 0 || header[0] > (int64_t{1} << 24)) {
+    return InvalidArgumentError("rank 0 sent a config of " + std::to_string(header[0]) + " bytes");
+  }
+  std::vector<int64_t> words((header[0] + 7) / 8, 0);
+  if (r.rank == 0 && !text.empty()) std::memcpy(words.data(), text.data(), text.size());
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(words, r.collective));
+  Status mine;
+  if (r.rank != 0) {
+    std::string theirs(static_cast<size_t>(header[0]), '\0');
+    if (!theirs.empty()) std::memcpy(theirs.data(), words.data(), theirs.size());
+    mine = config::CheckResumable(theirs, r.config);
+    if (mine.ok() && header[1] != int64_t(r.config.data_parallel().epochs())) {
+      mine = FailedPreconditionError(
+          "data_parallel.epochs: " + std::to_string(r.config.data_parallel().epochs()) + " here, " +
+          std::to_string(header[1]) + " on rank 0");
+    }
+  }
+  std::vector<float> differs(r.world, 0.0f);
+  differs[r.rank] = mine.ok() ? 0.0f : 1.0f;
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(differs, r.collective));
+  std::string ranks;
+  for (int k = 0; k < r.world; ++k) {
+    if (differs[k] != 0.0f) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
+  }
+  if (!mine.ok()) {
+    return mine.WithContext("rank " + std::to_string(r.rank) +
+                            ": this rank's config is not rank 0's (the run's)");
+  }
+  if (ranks.empty()) return OkStatus();
+  return FailedPreconditionError("rank(s) " + ranks +
+                                 " run with a config other than rank 0's (the run's); their logs "
+                                 "name the fields that differ");
+}
+
+// What the others hear from rank 0 while it commits an epoch.
+constexpr float kCommitting = 0.0f, kCommitted = 1.0f, kCommitFailed = 2.0f;
+
+// The epoch's end: rank 0 runs `commit` (evaluation and the store, which may
+// take longer than a collective's deadline) while the others wait. So that
+// no rank waits longer than data_parallel.timeout_s for a peer that is gone,
+// a thread of rank 0 all-reduces a beat with the others every quarter of
+// that deadline while it commits (kCommitting), then says how the commit
+// ended. A rank that does not arrive for a beat is an error naming it on
+// every other rank, within the deadline; a commit that finishes is kept.
+Status EpochBarrier(Rank& r, uint32_t epoch, const std::function<Status()>& commit) {
+  const std::string where = "epoch " + std::to_string(epoch);
+  if (r.world == 1) return commit();
+  if (r.rank != 0) {
+    for (;;) {
+      std::vector<float> beat = {kCommitting};
+      COHORT_RETURN_IF_ERROR(r.comm->AllReduce(beat, r.collective)
+                                 .WithContext(where + ": waiting for rank 0 to commit it"));
+      if (beat[0] == kCommitted) return OkStatus();
+      if (beat[0] != kCommitting) {
+        return UnavailableError(where + ": rank 0 could not commit it (its log says why)");
+      }
+    }
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status committed, beats;
+  // The communicator is this thread's alone until it is joined.
+  std::thread beater([&] {
+    const auto period = std::chrono::milliseconds(std::max<TimeMs>(r.collective.timeout_ms / 4, 1));
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait_for(lock, period, [&] { return done; });
+      const bool last = done;
+      std::vector<float> beat = {!last ? kCommitting : committed.ok() ? kCommitted : kCommitFailed};
+      lock.unlock();
+      beats = r.comm->AllReduce(beat, r.collective);
+      lock.lock();
+      if (last || !beats.ok()) return;
+    }
+  });
+  Status s = commit();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    committed = s;
+    done = true;
+  }
+  cv.notify_one();
+  beater.join();
+  COHORT_RETURN_IF_ERROR(s);
+  return beats.WithContext(where + ": committed, but a rank did not wait for it");
 }
 
 Status Load(Rank& r, const WorkerOptions& o) {
@@ -630,6 +796,7 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   COHORT_ASSIGN_OR_RETURN(auto transport, net::JoinGroup(context, group, r.collective));
   aggregation::Communicator comm(transport.get());
   r.comm = &comm;
+  COHORT_RETURN_IF_ERROR(AgreeOnConfig(r));
   COHORT_RETURN_IF_ERROR(SetUpDeviceCollectives(r, o.collectives));
   // After comm: joined before it goes.
   std::optional<aggregation::BucketReducer> reducer;
@@ -663,17 +830,16 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
   const uint32_t epochs = r.config.data_parallel().epochs();
   uint64_t global_step = 0;
   for (uint32_t epoch = done + 1; epoch <= epochs && !stop; ++epoch) {
-    COHORT_ASSIGN_OR_RETURN(EpochResult e, TrainEpoch(r, epoch, *optimizer, global_step));
+    StatusOr<EpochResult> e = TrainEpoch(r, epoch, *optimizer, global_step);
+    if (!e.ok()) return e.status().WithContext("epoch " + std::to_string(epoch));
     COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
-    if (r.rank == 0) {
-      COHORT_RETURN_IF_ERROR(CommitEpoch(r, epoch, e, params, *optimizer));
-    }
+    // A kill "before the next epoch's first step" comes before this commit.
+    COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/false));
     // The others wait here, not inside the next epoch's first all-reduce,
-    // while rank 0 evaluates and commits (which may take longer than a
-    // step's deadline).
-    aggregation::CollectiveOptions wait = r.collective;
-    wait.timeout_ms = std::max<TimeMs>(r.collective.timeout_ms * 20, 600000);
-    COHORT_RETURN_IF_ERROR(comm.Barrier(wait));
+    // while rank 0 evaluates and commits.
+    COHORT_RETURN_IF_ERROR(EpochBarrier(r, epoch, [&] {
+      return r.rank == 0 ? CommitEpoch(r, epoch, *e, params, *optimizer) : OkStatus();
+    }));
   }
   // Nobody leaves while a peer may still need a message from it.
   return comm.Barrier(r.collective);

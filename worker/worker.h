@@ -43,8 +43,9 @@ struct WorkerOptions {
   std::string identity, allow, master_key;
   bool encrypt = true;
   bool insecure = false;
-  // Testing: this rank kills itself (SIGKILL) before global step N, or
-  // changes one weight of its model after global step N.
+  // Testing: this rank kills itself (SIGKILL) before global step N (for
+  // the first step of an epoch: at the end of the epoch before, before rank
+  // 0 commits it), or changes one weight of its model after global step N.
   int64_t fault_kill_step = -1;
   int64_t fault_perturb_step = -1;
 };
@@ -73,7 +74,17 @@ void CastDeviceVote(std::span<float> vote, int rank, bool can, uint64_t device_k
 std::string DeviceVoteVerdict(std::span<const float> vote, int world);
 
 // Trains the whole run (resuming from rank 0's last checkpoint); returns
-// when it is done, or with an error naming the rank that failed.
+// when it is done, or with an error naming the rank that failed:
+//  - kFailedPrecondition on every rank when a rank's config is not rank 0's
+//    (config::CheckResumable: only data_parallel.epochs may differ from the
+//    run's stored config, and must be the same on every rank).
+//  - kDataLoss on every rank when a rank's gradient (or, with local SGD, its
+//    model) is not finite, naming it, before the step is taken: the epoch is
+//    not committed, the epochs before it are kept.
+//  - A gone or silent peer is an error naming it within
+//    data_parallel.timeout_s, at the epoch's end too: while rank 0 commits
+//    an epoch it exchanges a beat with the others every timeout_s / 4, so a
+//    slow commit keeps the group waiting and a dead rank 0 does not.
 Status RunWorker(const WorkerOptions& options, const std::atomic<bool>& stop);
 
 struct LaunchOptions {
