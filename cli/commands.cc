@@ -68,7 +68,8 @@ Status RunPartition(const PartitionOptions& o) {
 Status RunStatus(const std::string& run_dir, bool json) {
   const std::string path = run_dir + "/run.db";
   if (!std::filesystem::exists(path)) return NotFoundError(path + ": no run database here");
-  COHORT_ASSIGN_OR_RETURN(auto store, coordinator::OpenSqliteRunStore(path));
+  // Read-only: the file stays exactly as it was, whatever it holds.
+  COHORT_ASSIGN_OR_RETURN(auto store, coordinator::OpenSqliteRunStoreReadOnly(path));
   COHORT_ASSIGN_OR_RETURN(auto rounds, store->Rounds());
   if (!json) {
     // A data-parallel run commits one record per epoch, its workers as the

@@ -120,6 +120,16 @@ class RunStore {
 // other non-empty value makes the open fail with kInvalidArgument.
 StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path);
 
+// Opens an existing store for reading only (SQLITE_OPEN_READONLY), as
+// `cohort status` does: the file is left exactly as it was (no schema, no
+// journal mode), also when it is not a run store; a coordinator may be
+// committing meanwhile. A store from an older build reads with the
+// defaults of the columns it lacks. kNotFound when there is no file;
+// kInvalidArgument, naming the file, when it is not a Cohort run store (not
+// SQLite, or without the run's tables); CreateRun and CommitRound are
+// kFailedPrecondition.
+StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStoreReadOnly(const std::string& path);
+
 }  // namespace cohort::coordinator
 
 #endif  // COHORT_COORDINATOR_RUN_STORE_H_

@@ -328,6 +328,104 @@ TEST(RunStoreTest, KillInsideTheCommitLosesTheWholeRoundAndNothingElse) {
   EXPECT_EQ(store->LatestCheckpoint()->round, 2u);
 }
 
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// `cohort status` on a run.db that is empty, or not SQLite at all: a clear
+// error, and the file exactly as it was (the read-write open wrote a schema
+// into the empty one).
+TEST(RunStoreReadOnlyTest, AFileThatIsNoRunStoreIsNamedAndLeftAlone) {
+  ScratchDir dir("ro_empty");
+  { std::ofstream(dir.db(), std::ios::binary); }
+  auto store = OpenSqliteRunStoreReadOnly(dir.db());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.status().message(), dir.db() + ": not a Cohort run store (it has no runs table)");
+  EXPECT_EQ(std::filesystem::file_size(dir.db()), 0u);
+  EXPECT_FALSE(std::filesystem::exists(dir.db() + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(dir.db() + "-journal"));
+
+  const std::string text = "round,loss\n1,0.5\n";
+  { std::ofstream(dir.db(), std::ios::binary | std::ios::trunc) << text; }
+  store = OpenSqliteRunStoreReadOnly(dir.db());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(store.status().message().find(dir.db() + ": not a Cohort run store ("),
+            std::string::npos)
+      << store.status();
+  EXPECT_EQ(FileBytes(dir.db()), text);
+
+  std::filesystem::remove(dir.db());
+  store = OpenSqliteRunStoreReadOnly(dir.db());
+  EXPECT_EQ(store.status().code(), StatusCode::kNotFound) << store.status();
+  EXPECT_FALSE(std::filesystem::exists(dir.db()));  // Not created either.
+}
+
+TEST(RunStoreReadOnlyTest, ReadsARunAndRefusesToWriteIt) {
+  ScratchDir dir("ro_run");
+  const Checkpoint cp{1, Distinct(16, 3.0f), Distinct(16, -1.0f)};
+  WriteOneRound(dir.db(), cp);
+  const std::string before = FileBytes(dir.db());
+  {
+    auto store = OpenSqliteRunStoreReadOnly(dir.db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_EQ((*store)->Rounds()->size(), 1u);
+    EXPECT_EQ((*(*store)->LoadRun())->last_round, 1u);
+    auto loaded = (*store)->LatestCheckpoint();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->model, cp.model);
+    RoundRecord r;
+    r.round = 2;
+    const Status commit = (*store)->CommitRound(r, {}, Checkpoint{2, cp.model, {}}, 3);
+    EXPECT_EQ(commit.code(), StatusCode::kFailedPrecondition) << commit;
+    EXPECT_NE(commit.message().find("opened read-only"), std::string::npos) << commit;
+    EXPECT_EQ((*store)->CreateRun({"c", 1, "v", 0}, Cp(0, 0)).code(),
+              StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(FileBytes(dir.db()), before);
+}
+
+// A store from before the columns later builds add: read with their
+// defaults, not altered to add them.
+TEST(RunStoreReadOnlyTest, AnOlderStoreReadsWithTheMissingColumnsDefaults) {
+  ScratchDir dir("ro_old");
+  RawSql(dir.db(),
+         "CREATE TABLE runs (id INTEGER PRIMARY KEY, config TEXT NOT NULL, seed INTEGER NOT "
+         "NULL, code_version TEXT NOT NULL, created_unix_ms INTEGER NOT NULL, last_round "
+         "INTEGER NOT NULL)");
+  RawSql(dir.db(),
+         "CREATE TABLE rounds (round INTEGER PRIMARY KEY, participants INTEGER, selected "
+         "INTEGER, dropped INTEGER, train_loss REAL, test_accuracy REAL, test_loss REAL, seconds "
+         "REAL, coordinator_seconds REAL, committed_unix_ms INTEGER)");
+  RawSql(dir.db(),
+         "CREATE TABLE round_clients (round INTEGER, client TEXT, status TEXT, reason TEXT, "
+         "num_samples INTEGER, train_loss REAL, train_accuracy REAL, train_seconds REAL)");
+  RawSql(dir.db(),
+         "CREATE TABLE checkpoints (round INTEGER PRIMARY KEY, model BLOB, velocity BLOB, "
+         "model_crc32 INTEGER)");
+  RawSql(dir.db(), "INSERT INTO rounds VALUES (1, 3, 4, 1, 0.5, 0.75, 0.6, 2.0, 0.1, 0)");
+  RawSql(dir.db(), "INSERT INTO round_clients VALUES (1, 'a', 'ok', '', 10, 0.5, 0.8, 1.0)");
+  const std::string before = FileBytes(dir.db());
+  {
+    auto store = OpenSqliteRunStoreReadOnly(dir.db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto rounds = (*store)->Rounds();
+    ASSERT_TRUE(rounds.ok()) << rounds.status();
+    ASSERT_EQ(rounds->size(), 1u);
+    EXPECT_EQ((*rounds)[0].participants, 3u);
+    EXPECT_EQ((*rounds)[0].aggregation, "plain");
+    EXPECT_EQ((*rounds)[0].outcome, "committed");
+    EXPECT_EQ((*rounds)[0].clock_seconds, 0.0);
+    auto clients = (*store)->ClientRounds(1);
+    ASSERT_TRUE(clients.ok()) << clients.status();
+    ASSERT_EQ(clients->size(), 1u);
+    EXPECT_EQ((*clients)[0].stage, "");
+  }
+  EXPECT_EQ(FileBytes(dir.db()), before);
+}
+
 TEST(RunStoreTest, MalformedKillHookValueIsRefused) {
   setenv("COHORT_FAULT_KILL_IN_COMMIT", "soon", 1);
   auto store = OpenSqliteRunStore(":memory:");

@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
 
 #include "common/bytes.h"
 #include "coordinator/run_store.h"
@@ -105,8 +108,8 @@ class Statement {
 
 class SqliteRunStore final : public RunStore {
  public:
-  SqliteRunStore(sqlite3* db, uint32_t kill_in_commit_round)
-      : db_(db), kill_in_commit_round_(kill_in_commit_round) {}
+  SqliteRunStore(sqlite3* db, uint32_t kill_in_commit_round, bool read_only)
+      : db_(db), kill_in_commit_round_(kill_in_commit_round), read_only_(read_only) {}
   ~SqliteRunStore() override { sqlite3_close(db_); }
 
   Status Init() {
@@ -128,7 +131,26 @@ class SqliteRunStore final : public RunStore {
         AddColumnIfMissing("rounds", "clock_seconds", "REAL NOT NULL DEFAULT 0"));
     // Stores written before it have no velocity checksum (NULL: not checked).
     COHORT_RETURN_IF_ERROR(AddColumnIfMissing("checkpoints", "velocity_crc32", "INTEGER"));
-    return AddColumnIfMissing("checkpoints", "optimizer_steps", "INTEGER NOT NULL DEFAULT 0");
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("checkpoints", "optimizer_steps", "INTEGER NOT NULL DEFAULT 0"));
+    return ResolveColumns();
+  }
+
+  // For a read-only store: no pragma that writes, no schema. The tables
+  // must all be there (else this is not a run store, or not yet one: the
+  // coordinator creates them when it opens); columns that stores older than
+  // this build lack read as the defaults Init would add them with.
+  Status InitReadOnly() {
+    sqlite3_busy_timeout(db_, 5000);  // A coordinator may be committing.
+    for (const char* table : {"runs", "rounds", "round_clients", "checkpoints"}) {
+      Statement s(db_, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
+      if (!s.ok()) return NotARunStore(sqlite3_errmsg(db_));
+      sqlite3_bind_text(s.get(), 1, table, -1, SQLITE_STATIC);
+      const int rc = sqlite3_step(s.get());
+      if (rc == SQLITE_DONE) return NotARunStore(std::string("it has no ") + table + " table");
+      if (rc != SQLITE_ROW) return NotARunStore(sqlite3_errmsg(db_));
+    }
+    return ResolveColumns();
   }
 
   StatusOr<std::optional<RunInfo>> LoadRun() override {
@@ -146,6 +168,7 @@ class SqliteRunStore final : public RunStore {
   }
 
   Status CreateRun(const RunInfo& info, const Checkpoint& initial) override {
+    if (read_only_) return ReadOnlyError("create run");
     COHORT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     Status status = [&]() -> Status {
       Statement s(db_,
@@ -166,6 +189,7 @@ class SqliteRunStore final : public RunStore {
 
   Status CommitRound(const RoundRecord& r, const std::vector<ClientRoundRecord>& clients,
                      const Checkpoint& checkpoint, uint32_t keep) override {
+    if (read_only_) return ReadOnlyError("commit round");
     if (keep == 0) return InvalidArgumentError("run store: keep at least 1 checkpoint");
     COHORT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     Status status = [&]() -> Status {
@@ -235,10 +259,11 @@ class SqliteRunStore final : public RunStore {
   }
 
   StatusOr<Checkpoint> LatestCheckpoint() override {
-    Statement s(db_,
-                "SELECT round, model, velocity, model_crc32, velocity_crc32, optimizer_steps "
-                "FROM checkpoints "
-                "ORDER BY round DESC LIMIT 1");
+    const std::string sql = "SELECT round, model, velocity, model_crc32, " +
+                            columns_["checkpoints.velocity_crc32"] + ", " +
+                            columns_["checkpoints.optimizer_steps"] +
+                            " FROM checkpoints ORDER BY round DESC LIMIT 1";
+    Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("load checkpoint");
     const int rc = sqlite3_step(s.get());
     if (rc == SQLITE_DONE) return NotFoundError("run store has no checkpoint");
@@ -278,10 +303,13 @@ class SqliteRunStore final : public RunStore {
   }
 
   StatusOr<std::vector<RoundRecord>> Rounds() override {
-    Statement s(db_,
-                "SELECT round, participants, selected, dropped, train_loss, test_accuracy, "
-                "test_loss, seconds, coordinator_seconds, committed_unix_ms, aggregation, "
-                "outcome, outcome_reason, clock_seconds FROM rounds ORDER BY round");
+    const std::string sql =
+        "SELECT round, participants, selected, dropped, train_loss, test_accuracy, "
+        "test_loss, seconds, coordinator_seconds, committed_unix_ms, " +
+        columns_["rounds.aggregation"] + ", " + columns_["rounds.outcome"] + ", " +
+        columns_["rounds.outcome_reason"] + ", " + columns_["rounds.clock_seconds"] +
+        " FROM rounds ORDER BY round";
+    Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("read rounds");
     std::vector<RoundRecord> out;
     int rc;
@@ -308,9 +336,11 @@ class SqliteRunStore final : public RunStore {
   }
 
   StatusOr<std::vector<ClientRoundRecord>> ClientRounds(uint32_t round) override {
-    Statement s(db_,
-                "SELECT client, status, reason, num_samples, train_loss, train_accuracy, "
-                "train_seconds, stage FROM round_clients WHERE round = ? ORDER BY client");
+    const std::string sql =
+        "SELECT client, status, reason, num_samples, train_loss, train_accuracy, "
+        "train_seconds, " +
+        columns_["round_clients.stage"] + " FROM round_clients WHERE round = ? ORDER BY client";
+    Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("read round clients");
     sqlite3_bind_int64(s.get(), 1, round);
     std::vector<ClientRoundRecord> out;
@@ -332,6 +362,32 @@ class SqliteRunStore final : public RunStore {
   }
 
  private:
+  // Each column that older stores lack, as a query reads it: the column,
+  // or the default Init adds it with.
+  Status ResolveColumns() {
+    static constexpr const char* kOptional[][3] = {
+        {"rounds", "aggregation", "'plain'"},    {"rounds", "outcome", "'committed'"},
+        {"rounds", "outcome_reason", "''"},      {"rounds", "clock_seconds", "0"},
+        {"round_clients", "stage", "''"},        {"checkpoints", "velocity_crc32", "NULL"},
+        {"checkpoints", "optimizer_steps", "0"},
+    };
+    for (const auto& [table, column, fallback] : kOptional) {
+      Statement s(db_, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?");
+      if (!s.ok()) return Error("inspect schema");
+      sqlite3_bind_text(s.get(), 1, table, -1, SQLITE_STATIC);
+      sqlite3_bind_text(s.get(), 2, column, -1, SQLITE_STATIC);
+      const int rc = sqlite3_step(s.get());
+      if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("inspect schema");
+      columns_[std::string(table) + "." + column] = rc == SQLITE_ROW ? column : fallback;
+    }
+    return OkStatus();
+  }
+  Status NotARunStore(const std::string& why) {
+    return InvalidArgumentError("not a Cohort run store (" + why + ")");
+  }
+  static Status ReadOnlyError(const std::string& what) {
+    return FailedPreconditionError("run store: " + what + ": opened read-only");
+  }
   Status AddColumnIfMissing(const std::string& table, const std::string& column,
                             const std::string& type) {
     Statement s(db_, ("SELECT 1 FROM pragma_table_info('" + table + "') WHERE name = ?").c_str());
@@ -397,6 +453,8 @@ class SqliteRunStore final : public RunStore {
 
   sqlite3* db_;
   const uint32_t kill_in_commit_round_;
+  const bool read_only_;
+  std::map<std::string, std::string> columns_;  // "table.column": what a query reads.
 };
 
 }  // namespace
@@ -411,8 +469,28 @@ StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path) 
     sqlite3_close(db);
     return UnavailableError(path + ": cannot open run store: " + message);
   }
-  auto store = std::make_unique<SqliteRunStore>(db, kill_in_commit_round);
+  auto store = std::make_unique<SqliteRunStore>(db, kill_in_commit_round, /*read_only=*/false);
   COHORT_RETURN_IF_ERROR(store->Init().WithContext(path));
+  return std::unique_ptr<RunStore>(std::move(store));
+}
+
+StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStoreReadOnly(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return std::filesystem::exists(path, ec)
+               ? InvalidArgumentError(path + ": not a Cohort run store (not a regular file)")
+               : NotFoundError(path + ": no run store here");
+  }
+  sqlite3* db = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return UnavailableError(path + ": cannot open run store: " + message);
+  }
+  auto store = std::make_unique<SqliteRunStore>(db, 0, /*read_only=*/true);
+  COHORT_RETURN_IF_ERROR(store->InitReadOnly().WithContext(path));
   return std::unique_ptr<RunStore>(std::move(store));
 }
 
