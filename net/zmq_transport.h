@@ -3,6 +3,11 @@
 // and connects a PUSH socket to every peer's; a message is two frames, the
 // sender's rank and the bytes. Every frame is checked: a malformed one is
 // dropped and counted, never trusted.
+//
+// A peer that goes away is noticed, not waited for: a socket monitor sees
+// the connection to its inbox close (its process ended or was killed), and
+// ZeroMQ heartbeats close that connection when the peer stops answering
+// (its host froze, or the network between went down).
 #ifndef COHORT_NET_ZMQ_TRANSPORT_H_
 #define COHORT_NET_ZMQ_TRANSPORT_H_
 
@@ -25,6 +30,15 @@ struct ZmqTransportOptions {
   // Messages an inbox holds at most before senders wait (with the size cap:
   // about 1 GiB).
   int receive_queue = 4096;
+  // A heartbeat to each peer this often; a peer that answers nothing for
+  // heartbeat_timeout_ms has its connection closed (ZMQ_HEARTBEAT_IVL,
+  // ZMQ_HEARTBEAT_TIMEOUT; the peer closes ours after as long, TTL).
+  // Multiples of 100 ms.
+  int heartbeat_interval_ms = 1000;
+  int heartbeat_timeout_ms = 5000;
+  // Once a peer's connection has closed and nothing more has come from it
+  // for this long (what it sent just before arrives first), it is gone.
+  int gone_grace_ms = 500;
   // CURVE (authenticated and encrypted): this rank's keys. The inbox then
   // admits only clients its context's ZAP handler admits, and Connect needs
   // every peer's key and allowlist name. Null: plaintext, and the sender
@@ -57,13 +71,37 @@ class ZmqTransport final : public aggregation::Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  // kUnavailable "zmq transport: rank N is gone ..." once rank N is gone
+  // (see Receive).
   Status Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override;
+  // What rank `peer` sent, in order. kUnavailable "zmq transport: rank N is
+  // gone (...)" when the peer's connection, once up, closed (its process
+  // ended or was killed: within gone_grace_ms) or it answered no heartbeat
+  // (within heartbeat_timeout_ms + gone_grace_ms), and everything it sent
+  // before has been received; for good, every later call says the same.
+  // kDeadlineExceeded when the peer is there but sent nothing in time, or
+  // never connected.
   StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override;
   // Messages dropped because their frames were malformed.
   uint64_t dropped() const { return dropped_; }
 
  private:
   ZmqTransport(zmq::context_t& context, int rank, int size, const ZmqTransportOptions& options);
+  // Reads what the monitor of the connection to `peer` reported.
+  void ReadMonitor(int peer);
+  // The peer's error once it is gone (OK until then).
+  Status Gone(int peer);
+  // Takes one message from the inbox when one is there (true), without
+  // waiting.
+  StatusOr<bool> ReadInbox();
+
+  // What this rank knows of its connection to one peer's inbox.
+  struct Link {
+    bool up = false;         // The handshake succeeded and it has not closed since.
+    bool closed = false;     // It was up, then closed, and has not come back.
+    TimeMs quiet_since = 0;  // Closed, and nothing from the peer since.
+    Status gone;             // Not OK once the peer is gone, for good.
+  };
 
   std::shared_ptr<void> keep_alive_;  // First: destroyed after the sockets.
   zmq::context_t& context_;
@@ -72,6 +110,8 @@ class ZmqTransport final : public aggregation::Transport {
   zmq::socket_t inbox_;
   std::string endpoint_;
   std::vector<zmq::socket_t> out_;
+  std::vector<zmq::socket_t> monitors_;  // Events of out_[r] (ZMQ_PAIR), by peer.
+  std::vector<Link> links_;
   std::vector<std::deque<aggregation::Message>> pending_;  // Arrived early, by sender.
   std::vector<std::string> names_;  // CURVE: the User-Id of each rank's messages.
   uint64_t dropped_ = 0;
