@@ -368,6 +368,41 @@ TEST_F(RoundEngineTest, BadUpdatesAreRejectedAndTheRoundGoesOn) {
   EXPECT_NE(errors_["p3"][0].message().find("current round is 2"), std::string::npos);
 }
 
+// A plain update's metrics are the client's word: a train loss that is NaN
+// or infinite would make the round's mean loss (and `cohort status`)
+// meaningless, so such an update is rejected whole, however good its delta.
+TEST_F(RoundEngineTest, APlainUpdateWithANonFiniteTrainLossIsRejected) {
+  Start(TestConfig(4, 2));
+  Register(4);
+  const std::vector<float> good(kParams, 0.5f);
+  net::Envelope nan = UpdateFor(tasks_["p0"], good);
+  nan.header.mutable_update()->set_train_loss(std::numeric_limits<double>::quiet_NaN());
+  net::Envelope inf = UpdateFor(tasks_["p1"], good);
+  inf.header.mutable_update()->set_train_loss(-std::numeric_limits<double>::infinity());
+  Deliver("p0", nan);
+  Deliver("p1", inf);
+  for (const char* peer : {"p0", "p1"}) {
+    ASSERT_EQ(errors_[peer].size(), 1u) << peer;
+    EXPECT_EQ(errors_[peer][0].code(), wire::INVALID_UPDATE) << peer;
+    EXPECT_NE(errors_[peer][0].message().find("non-finite training metrics"), std::string::npos)
+        << errors_[peer][0].message();
+  }
+  Deliver("p2", UpdateFor(tasks_["p2"], good));
+  Deliver("p3", UpdateFor(tasks_["p3"], good));
+  ASSERT_EQ(engine_->last_committed_round(), 1u);
+  auto rounds = store_->Rounds();
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].participants, 2u);
+  EXPECT_EQ((*rounds)[0].dropped, 2u);
+  EXPECT_DOUBLE_EQ((*rounds)[0].train_loss, 0.5);  // The two honest clients' loss.
+  auto clients = store_->ClientRounds(1);
+  ASSERT_EQ(clients->size(), 4u);
+  EXPECT_EQ((*clients)[0].status, "rejected");
+  EXPECT_NE((*clients)[0].reason.find("non-finite training metrics"), std::string::npos);
+  EXPECT_EQ((*clients)[1].status, "rejected");
+  EXPECT_EQ((*clients)[2].status, "ok");
+}
+
 TEST_F(RoundEngineTest, NonClientMessagesAndMalformedFramesGetErrors) {
   Start(TestConfig(2, 2));
   net::Envelope welcome;

@@ -14,8 +14,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -160,20 +162,39 @@ class ExecutorPool {
                                                         const config::ModelConfig& model,
                                                         const std::vector<VirtualClient>* clients) {
     std::unique_ptr<ExecutorPool> pool(new ExecutorPool(clients));
+    // --executors is bounded, yet what a process may start depends on its
+    // limits (address space, threads): an executor that cannot be had is
+    // an error naming the flag, and the pool's destructor stops those
+    // already started.
+    const auto too_many = [n](int k, const char* what) {
+      return ResourceExhaustedError("simulate: --executors " + std::to_string(n) +
+                                    ": could not start executor " + std::to_string(k) + " (" +
+                                    what + "); use fewer executors");
+    };
     for (int k = 0; k < n; ++k) {
       // One BLAS thread on the CPU, as a client daemon uses by default.
       std::string note;
       const std::string& device = list[size_t(k) % list.size()];
-      auto backend = train::NewBackend({.device = device, .threads = 1}, &note);
-      if (!backend.ok()) return backend.status().WithContext("--devices " + device);
-      if (!note.empty()) spdlog::info("executor {}: {}", k, note);
-      COHORT_ASSIGN_OR_RETURN(auto m, train::BuildModel(model, backend->get()));
-      pool->backends_.push_back(std::move(*backend));
-      pool->models_.push_back(std::move(m));
+      try {
+        auto backend = train::NewBackend({.device = device, .threads = 1}, &note);
+        if (!backend.ok()) return backend.status().WithContext("--devices " + device);
+        if (!note.empty()) spdlog::info("executor {}: {}", k, note);
+        COHORT_ASSIGN_OR_RETURN(auto m, train::BuildModel(model, backend->get()));
+        pool->backends_.push_back(std::move(*backend));
+        pool->models_.push_back(std::move(m));
+      } catch (const std::bad_alloc&) {
+        return too_many(k, "out of memory for its model");
+      } catch (const std::system_error& e) {
+        return too_many(k, e.what());
+      }
     }
     pool->last_rows_.assign(n, 0);
     for (int k = 0; k < n; ++k) {
-      pool->threads_.emplace_back([p = pool.get(), k] { p->Loop(k); });
+      try {
+        pool->threads_.emplace_back([p = pool.get(), k] { p->Loop(k); });
+      } catch (const std::system_error& e) {
+        return too_many(k, (std::string("no thread: ") + e.what()).c_str());
+      }
     }
     return pool;
   }
@@ -671,6 +692,13 @@ StatusOr<std::vector<VirtualClient>> VirtualClients(const SimOptions& o, dataset
       "simulate: no clients: give --shards DIR, or a data.partition section in the config");
 }
 
+// A double as a person reads it: 1e-300, 0.25, 12.
+std::string Number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g", v);
+  return buf;
+}
+
 }  // namespace
 
 std::string Join(const std::vector<std::string>& list) {
@@ -731,13 +759,6 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
   bool in_memory_test = false;
   COHORT_ASSIGN_OR_RETURN(std::vector<VirtualClient> clients,
                           VirtualClients(o, &test, &in_memory_test));
-  COHORT_ASSIGN_OR_RETURN(
-      coordinator::OpenRun run,
-      coordinator::OpenFederatedRun(o.config, o.run_dir, 0, in_memory_test ? &test : nullptr));
-  if (run.engine->done()) {
-    spdlog::info("run already complete ({} rounds committed)", run.engine->last_committed_round());
-    return OkStatus();
-  }
   const uint32_t needed = std::max<uint32_t>(
       o.config.rounds().start_clients(),
       std::max<uint32_t>(o.config.rounds().min_clients(),
@@ -755,12 +776,50 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
     return InvalidArgumentError(
         "simulate: --availability must be in (0, 1] and --availability-period-s in [1, 1e7]");
   }
+  // Availability that cannot finish a run (--availability 1e-300 was
+  // accepted, and the simulation never ended): a round needs `needed`
+  // clients online at once, while on average clients x availability are;
+  // and online spells shorter than a second on average leave no time for
+  // a task's round trip.
+  if (o.availability < 1) {
+    const double online = o.availability * double(clients.size());
+    const double spell_s = o.availability * o.availability_period_s;
+    const double floor =
+        std::max(double(needed) / double(clients.size()), 1.0 / o.availability_period_s);
+    if (online < needed) {
+      return InvalidArgumentError(
+          "simulate: --availability " + Number(o.availability) + " cannot finish: on average " +
+          Number(online) + " of the " + std::to_string(clients.size()) +
+          " clients would be online, and a round needs " + std::to_string(needed) +
+          " at once (rounds.start_clients, min_clients); use at least " + Number(floor));
+    }
+    if (spell_s < 1) {
+      return InvalidArgumentError("simulate: --availability " + Number(o.availability) +
+                                  " cannot finish: online spells would average " + Number(spell_s) +
+                                  " s of --availability-period-s " +
+                                  Number(o.availability_period_s) +
+                                  ", under the 1 s a round trip needs; use at least " +
+                                  Number(floor) + " or a longer --availability-period-s");
+    }
+  }
   if (!(o.sample_ms >= 0 && o.sample_ms <= 3.6e6 && o.speed_sigma >= 0 && o.speed_sigma <= 10 &&
         o.latency_ms >= 0 && o.latency_ms <= 8.64e7 && o.latency_sigma >= 0 &&
         o.latency_sigma <= 10)) {
     return InvalidArgumentError(
         "simulate: --sample-ms must be in [0, 3600000], --latency-ms in [0, 86400000], "
         "--speed-sigma and --latency-sigma in [0, 10]");
+  }
+  if (!(o.dropout >= 0 && o.dropout <= 1)) {
+    return InvalidArgumentError("simulate: --dropout must be in [0, 1]");
+  }
+  // Every option checked before the run directory is touched: a refused
+  // simulation leaves no run behind.
+  COHORT_ASSIGN_OR_RETURN(
+      coordinator::OpenRun run,
+      coordinator::OpenFederatedRun(o.config, o.run_dir, 0, in_memory_test ? &test : nullptr));
+  if (run.engine->done()) {
+    spdlog::info("run already complete ({} rounds committed)", run.engine->last_committed_round());
+    return OkStatus();
   }
   for (auto& c : clients) {
     COHORT_RETURN_IF_ERROR(train::CheckCompatible(*run.model, *c.source).WithContext(c.name));
@@ -794,9 +853,6 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
                           ExecutorPool::Create(o.executors, devices, o.config.model(), &clients));
   spdlog::info("simulating {} clients ({} executors on {}), run {}, {} parameters", clients.size(),
                o.executors, Join(devices), o.config.name(), run.engine->num_params());
-  if (!(o.dropout >= 0 && o.dropout <= 1)) {
-    return InvalidArgumentError("simulate: --dropout must be in [0, 1]");
-  }
   Simulation simulation(o, run, clients, *pool);
   return simulation.Run(stop);
 }

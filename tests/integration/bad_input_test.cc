@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
 #include "common/rng.h"
@@ -172,6 +173,59 @@ TEST(BadInputTest, HostilePeerNeverStopsTheRun) {
                              "exceeds the limit", "expected ", "NaN", "current round is 3"}) {
     EXPECT_NE(log.find(reason), std::string::npos) << "not logged: " << reason;
   }
+}
+
+// Hostile command lines (issue 29): sizes that overflowed or could never be
+// allocated are refused before any work, naming the flag.
+TEST(BadCommandLineTest, PartitionSizesOutOfRangeAreNamed) {
+  TempDir dir("bad-partition");
+  struct Case {
+    std::vector<std::string> flags;
+    std::string says;
+  } cases[] = {
+      // Used to wrap to 0 samples in all and crash (SIGSEGV).
+      {{"--samples", "4294967295", "--test-samples", "1"},
+       "format synthetic: --samples 4294967295 is outside [1, 67108864]"},
+      // These two aborted on std::bad_alloc.
+      {{"--features", "4294967295"},
+       "format synthetic: --features 4294967295 is outside [1, 65536]"},
+      {{"--classes", "4294967295"}, "format synthetic: --classes 4294967295 is outside [2, 65536]"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"partition", "--format", "synthetic", "--out", dir / "out"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    const std::string log = dir / ("partition-" + std::to_string(n++) + ".log");
+    std::string out;
+    EXPECT_EQ(RunCohort(args, &out, log), 1) << ReadFile(log);
+    EXPECT_NE(ReadFile(log).find("partition: INVALID_ARGUMENT: " + c.says), std::string::npos)
+        << ReadFile(log);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/client-000.shard"));
+}
+
+// `cohort status` reads: on a run.db that is empty (or anything but a run
+// store) it says so and leaves the file as it was. It used to write a
+// schema into it.
+TEST(BadCommandLineTest, StatusOnAFileThatIsNoRunStoreLeavesItAlone) {
+  TempDir dir("bad-status");
+  WriteFile(dir / "run.db", "");
+  std::string out;
+  EXPECT_EQ(RunCohort({"status", "--run-dir", dir.path()}, &out, dir / "status.log"), 1);
+  EXPECT_NE(ReadFile(dir / "status.log")
+                .find("status: INVALID_ARGUMENT: " + (dir / "run.db") +
+                      ": not a Cohort run store (it has no runs table)"),
+            std::string::npos)
+      << ReadFile(dir / "status.log");
+  EXPECT_EQ(std::filesystem::file_size(dir / "run.db"), 0u);
+  EXPECT_FALSE(std::filesystem::exists(dir / "run.db-wal"));
+
+  WriteFile(dir / "run.db", "not a database, just text\n");
+  EXPECT_EQ(RunCohort({"status", "--run-dir", dir.path()}, &out, dir / "status2.log"), 1);
+  EXPECT_NE(ReadFile(dir / "status2.log").find("run.db: not a Cohort run store ("),
+            std::string::npos)
+      << ReadFile(dir / "status2.log");
+  EXPECT_EQ(ReadFile(dir / "run.db"), "not a database, just text\n");
 }
 
 }  // namespace

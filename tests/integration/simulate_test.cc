@@ -3,7 +3,9 @@
 // daemons give over loopback, bit for bit, with plain and with secure
 // aggregation; and the run store reads the same.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -373,6 +375,69 @@ TEST(SimulateBadInputTest, EachMistakeIsNamed) {
     EXPECT_NE(RunCohort(args, &out, log), 0) << k.says;
     EXPECT_NE((ReadFile(log) + out).find(k.says), std::string::npos) << ReadFile(log) << out;
   }
+}
+
+// Hostile input that used to hang or abort a simulation (issue 29): each
+// now ends it at once with an error naming the flag or file. Bounded waits:
+// before, these ran forever.
+class SimulateHostileInputTest : public ::testing::Test {
+ protected:
+  SimulateHostileInputTest() : c_("simulate-hostile", 3) {}
+  // Runs `cohort simulate ARGS` (after `prefix`, e.g. prlimit) with the
+  // cluster's shards; expects exit code 1 within a minute and `says` in
+  // its log.
+  void ExpectRefused(const std::vector<std::string>& args, const std::string& says,
+                     const std::vector<std::string>& prefix = {}) {
+    std::vector<std::string> argv = prefix;
+    const std::string run = "refused-" + std::to_string(runs_++);
+    argv.insert(argv.end(), {CohortBin(), "simulate", "--run-dir", c_.dir() / run, "--shards",
+                             c_.dir() / "shards"});
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string log = c_.dir() / (run + ".log");
+    Process sim(argv, log);
+    EXPECT_EQ(sim.Wait(std::chrono::seconds(60)), 1) << "still running, or not refused: " << says;
+    EXPECT_NE(ReadFile(log).find(says), std::string::npos) << ReadFile(log);
+  }
+  Cluster c_;
+  int runs_ = 0;
+};
+
+// A FIFO named like a shard blocked the simulator in its open for ever.
+TEST_F(SimulateHostileInputTest, AFifoAmongTheShardsIsNamed) {
+  const std::string config = c_.WriteConfig("run.textproto", 1, "min_clients: 3 start_clients: 3");
+  const std::string fifo = c_.dir() / "shards/client-003.shard";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ExpectRefused({"--config", config}, fifo + ": is a FIFO (named pipe), not a regular file");
+}
+
+// --availability 1e-300 was accepted and the run never ended: no round
+// ever found its clients online at once.
+TEST_F(SimulateHostileInputTest, AvailabilityThatCannotFinishIsRefused) {
+  const std::string config = c_.WriteConfig("run.textproto", 1, "min_clients: 3 start_clients: 3");
+  ExpectRefused({"--config", config, "--availability", "1e-300"},
+                "simulate: --availability 1e-300 cannot finish: on average 3e-300 of the 3 "
+                "clients would be online, and a round needs 3 at once (rounds.start_clients, "
+                "min_clients); use at least 1");
+  const std::string one = c_.WriteConfig("one.textproto", 1, "min_clients: 1 start_clients: 1");
+  ExpectRefused(
+      {"--config", one, "--availability", "0.5", "--availability-period-s", "1"},
+      "simulate: --availability 0.5 cannot finish: online spells would average 0.5 s "
+      "of --availability-period-s 1, under the 1 s a round trip needs; use at least 1 or a longer "
+      "--availability-period-s");
+}
+
+// 1024 executors under a 6 GiB address space (8 MiB thread stacks): the
+// threads do not fit, and the process aborted on std::system_error.
+TEST_F(SimulateHostileInputTest, ExecutorsBeyondTheProcessLimitsAreAnError) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the cap allows";
+#endif
+  if (!std::filesystem::exists("/usr/bin/prlimit")) GTEST_SKIP() << "no /usr/bin/prlimit";
+  const std::string config = c_.WriteConfig("run.textproto", 1, "min_clients: 3 start_clients: 3");
+  ExpectRefused({"--config", config, "--executors", "1024"},
+                "simulate: --executors 1024: could not start executor ",
+                {"/usr/bin/prlimit", "--as=" + std::to_string(uint64_t{6} << 30),
+                 "--stack=" + std::to_string(8 << 20)});
 }
 
 // Memory does not grow with the clients of a round: 300 clients of an
