@@ -38,12 +38,13 @@ std::span<const uint8_t> AsBytes(const std::string& s) {
 }
 
 std::string AdvertMessage(const std::array<uint8_t, 32>& context, const KeyAdvert& a) {
-  std::string m = "cohort-secagg-advert-v2";
+  std::string m = "cohort-secagg-advert-v3";
   PutBytes(m, context);
   PutU32(m, a.index);
   PutBytes(m, a.enc_key);
   PutBytes(m, a.mask_key);
   PutBytes(m, a.self_commitment);
+  PutBytes(m, a.seed);
   return m;
 }
 
@@ -201,17 +202,60 @@ std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context,
       {{reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}, context, advert_root});
 }
 
-// The graph is keyed by the session, so by the root over every advert: it is
-// not a setup field, so the server cannot name it. It can still try many
-// lists (docs/architecture.md, "try many graph seeds").
-HararyGraph SecAggGraph(const SecAggParams& params, const std::array<uint8_t, 32>& session) {
-  // v3: the ring of up to 2^16 clients is a shuffle (harary_graph.h).
-  static constexpr char kLabel[] = "cohort-secagg-graph-v3";
+Commitment SeedCommitment(const std::array<uint8_t, 32>& context, uint32_t index,
+                          const SeedContribution& contribution) {
+  std::string m = "cohort-secagg-seed-commitment";
+  PutBytes(m, context);
+  PutU32(m, index);
+  return crypto::Hash256({AsBytes(m), contribution});
+}
+
+crypto::Digest SeedLeaf(const std::array<uint8_t, 32>& context, uint32_t index,
+                        const std::optional<Commitment>& commitment) {
+  std::string m = "cohort-secagg-seed-leaf";
+  PutU32(m, index);
+  m.push_back(commitment ? 1 : 0);
+  if (commitment) PutBytes(m, *commitment);
+  return crypto::Hash256({AsBytes(m), context});
+}
+
+// Every contribution the commitment root holds, in roster order. The root
+// was fixed before any was revealed, and each honest contribution is 32
+// fresh random bytes hidden by its commitment, so the seed is uniform
+// whatever the server chose before: it can abort a round, never pick among
+// seeds (docs/architecture.md, "The graph seed").
+std::array<uint8_t, 32> GraphSeed(const std::array<uint8_t, 32>& context,
+                                  const crypto::Digest& seed_root,
+                                  std::span<const std::optional<SeedContribution>> seeds) {
+  std::string m = "cohort-secagg-graph-seed";
+  PutBytes(m, context);
+  PutBytes(m, seed_root);
+  PutU32(m, static_cast<uint32_t>(seeds.size()));
+  for (const auto& s : seeds) {
+    m.push_back(s ? 1 : 0);
+    if (s) PutBytes(m, *s);
+  }
+  return crypto::Hash256({AsBytes(m)});
+}
+
+HararyGraph SecAggGraph(const SecAggParams& params, const std::array<uint8_t, 32>& graph_seed) {
+  // v4: keyed by the committed contributions (GraphSeed), no longer by the
+  // advert root, which the server could grind by leaving adverts out.
+  static constexpr char kLabel[] = "cohort-secagg-graph-v4";
   const auto h =
-      crypto::Hash256({session, {reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}});
+      crypto::Hash256({graph_seed, {reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}});
   GraphKey key;
   std::memcpy(key.data(), h.data(), key.size());
   return HararyGraph(params.n, params.k, key);
+}
+
+std::vector<uint8_t> CheckedListMessage(const std::array<uint8_t, 32>& session,
+                                        std::span<const uint32_t> members) {
+  std::string m = "cohort-secagg-checked";
+  PutBytes(m, session);
+  PutU32(m, static_cast<uint32_t>(members.size()));
+  for (uint32_t u : members) PutU32(m, u);
+  return {m.begin(), m.end()};
 }
 
 std::vector<uint8_t> SurvivorListMessage(const std::array<uint8_t, 32>& session,
@@ -468,14 +512,33 @@ SecAggClient::SecAggClient(const SecAggParams& params, uint32_t index,
       identity_(identity),
       roster_proof_(std::move(roster_proof)) {}
 
-StatusOr<KeyAdvert> SecAggClient::AdvertiseKeys() {
-  if (stage_ != 0) return FailedPreconditionError("secagg client: keys already advertised");
+StatusOr<SeedCommit> SecAggClient::CommitSeed() {
+  if (stage_ != 0) return FailedPreconditionError("secagg client: seed already committed");
   if (!crypto::VerifyMerkleProof(params_.roster, params_.n, index_,
                                  RosterLeaf(index_, identity_->public_key), roster_proof_)) {
     return InvalidArgumentError(
         "secagg setup: the roster does not hold this client's identity at "
         "its index");
   }
+  randombytes_buf(seed_.data(), seed_.size());
+  stage_ = 1;
+  return SeedCommit{index_, SeedCommitment(params_.context, index_, seed_)};
+}
+
+StatusOr<KeyAdvert> SecAggClient::AdvertiseKeys(const SeedRoot& root) {
+  if (stage_ != 1) return FailedPreconditionError("secagg client: AdvertiseKeys out of order");
+  stage_ = -1;
+  // The root must hold this client's commitment before it reveals what the
+  // commitment hides: otherwise the server could fix the root after seeing
+  // the contribution.
+  if (!crypto::VerifyMerkleProof(
+          root.root, params_.n, index_,
+          SeedLeaf(params_.context, index_, SeedCommitment(params_.context, index_, seed_)),
+          root.proof)) {
+    return InvalidArgumentError(
+        "seed commitments: the root does not hold this client's commitment at its index");
+  }
+  seed_root_ = root.root;
   COHORT_ASSIGN_OR_RETURN(enc_, crypto::GenerateEncKey());
   mask_seed_ = crypto::RandomSecret(crypto::kX25519SecretBytes);
   COHORT_ASSIGN_OR_RETURN(mask_, crypto::X25519FromSeed(mask_seed_));
@@ -485,9 +548,10 @@ StatusOr<KeyAdvert> SecAggClient::AdvertiseKeys() {
   advert.enc_key = enc_.public_key;
   advert.mask_key = mask_.public_key;
   advert.self_commitment = SelfMaskCommitment(params_.context, index_, self_seed_.bytes());
+  advert.seed = seed_;
   COHORT_ASSIGN_OR_RETURN(
       advert.signature, crypto::Sign(*identity_, AsBytes(AdvertMessage(params_.context, advert))));
-  stage_ = 1;
+  stage_ = 2;
   return advert;
 }
 
@@ -569,12 +633,41 @@ Status SecAggClient::CheckKeyList(const KeyList& list) {
   return OkStatus();
 }
 
+StatusOr<std::array<uint8_t, 32>> SecAggClient::CheckSeeds(
+    std::span<const std::optional<SeedContribution>> seeds) const {
+  // The complete graph needs no seed: every client is every other's
+  // neighbour, so a committer that revealed nothing is a plain dropout.
+  if (params_.k + 1 >= params_.n) return std::array<uint8_t, 32>{};
+  if (seeds.size() != params_.n) {
+    return InvalidArgumentError("key list: " + Str(seeds.size()) +
+                                " seed contributions, expected " + Str(params_.n));
+  }
+  if (!seeds[index_] || *seeds[index_] != seed_) {
+    return InvalidArgumentError("key list: this client's seed contribution was replaced");
+  }
+  // Every committed contribution, and nothing else: the root this client
+  // checked before it revealed must come back from them.
+  std::vector<crypto::Digest> leaves(params_.n);
+  for (uint32_t i = 0; i < params_.n; ++i) {
+    leaves[i] = SeedLeaf(
+        params_.context, i,
+        seeds[i] ? std::optional(SeedCommitment(params_.context, i, *seeds[i])) : std::nullopt);
+  }
+  if (crypto::MerkleTree(std::move(leaves)).root() != seed_root_) {
+    return InvalidArgumentError(
+        "key list: the seed contributions do not rebuild the committed root (one was left out, "
+        "added or changed)");
+  }
+  return GraphSeed(params_.context, seed_root_, seeds);
+}
+
 StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
-  if (stage_ != 1) return FailedPreconditionError("secagg client: ShareKeys out of order");
+  if (stage_ != 2) return FailedPreconditionError("secagg client: ShareKeys out of order");
   stage_ = -1;  // Any early return leaves the round.
   session_ = SecAggSession(params_.context, list.advert_root);
+  COHORT_ASSIGN_OR_RETURN(const auto graph_seed, CheckSeeds(list.seeds));
   {
-    const HararyGraph graph = SecAggGraph(params_, session_);
+    const HararyGraph graph = SecAggGraph(params_, graph_seed);
     neighbours_ = graph.Neighbours(index_);
     complete_ = graph.complete();
     const uint32_t n = params_.n, pos = graph.Position(index_);
@@ -613,7 +706,7 @@ StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
     tag_keys_[recipients[i]->index] = SurvivorTagKey(keys[i]);
     pair_keys_[recipients[i]->index] = std::move(keys[i]);
   }
-  stage_ = 2;
+  stage_ = 3;
   return out;
 }
 
@@ -659,7 +752,7 @@ Status SecAggClient::OpenShares(uint32_t v, const std::string& sealed, Held& hel
 }
 
 StatusOr<ShareCheck> SecAggClient::CheckShares(const InboundShares& inbound) {
-  if (stage_ != 2) return FailedPreconditionError("secagg client: CheckShares out of order");
+  if (stage_ != 3) return FailedPreconditionError("secagg client: CheckShares out of order");
   stage_ = -1;
   std::vector<std::pair<uint32_t, const std::string*>> items;
   for (const auto& [v, sealed] : inbound.from) {
@@ -716,12 +809,12 @@ StatusOr<ShareCheck> SecAggClient::CheckShares(const InboundShares& inbound) {
     out.complaints.push_back(c);
   }
   pair_keys_.clear();  // Needed only to open what the neighbours sealed.
-  stage_ = 3;
+  stage_ = 4;
   return out;
 }
 
-Status SecAggClient::ReceiveChecked(const CheckedList& list) {
-  if (stage_ != 3) return FailedPreconditionError("secagg client: ReceiveChecked out of order");
+StatusOr<CheckedConfirmation> SecAggClient::ReceiveChecked(const CheckedList& list) {
+  if (stage_ != 4) return FailedPreconditionError("secagg client: ReceiveChecked out of order");
   stage_ = -1;
   if (!SortedUnique(list.members, params_.n)) {
     return InvalidArgumentError("checked list: not sorted, unique and < n");
@@ -747,12 +840,42 @@ Status SecAggClient::ReceiveChecked(const CheckedList& list) {
   // this client complained about (its point may be the server's) is either
   // outside U3 or was refused above: this client holds none of its shares.
   std::erase_if(tag_keys_, [&](const auto& e) { return !Contains(checked_, e.first); });
-  stage_ = 4;
+  CheckedConfirmation out;
+  out.from = index_;
+  const crypto::Digest list_hash = crypto::Hash256({CheckedListMessage(session_, checked_)});
+  for (const auto& [v, key] : tag_keys_) {
+    out.tags[v] = MakeSurvivorTag(key, index_, v, list_hash);
+  }
+  stage_ = 5;
+  return out;
+}
+
+Status SecAggClient::ReceiveConfirmations(const Confirmations& confirmations) {
+  if (stage_ != 5) return FailedPreconditionError("secagg client: confirmations out of order");
+  stage_ = -1;
+  // Only a neighbour's tag counts, and only over the U3 this client holds:
+  // t of them mean that at least t - c honest neighbours mask with this
+  // very list, so the server cannot make this client mask against a list
+  // of its own making (issue 29).
+  const crypto::Digest list_hash = crypto::Hash256({CheckedListMessage(session_, checked_)});
+  uint32_t confirmed = 0;
+  for (const auto& [v, tag] : confirmations.from) {
+    auto key = tag_keys_.find(v);
+    if (key == tag_keys_.end()) continue;  // Not a neighbour in U3.
+    const SurvivorTag expected = MakeSurvivorTag(key->second, v, index_, list_hash);
+    if (sodium_memcmp(expected.data(), tag.data(), tag.size()) == 0) ++confirmed;
+  }
+  if (confirmed < params_.t) {
+    return FailedPreconditionError("checked list: " + Str(confirmed) +
+                                   " neighbours confirmed it, below the threshold " +
+                                   Str(params_.t) + "; not masking against it");
+  }
+  stage_ = 6;
   return OkStatus();
 }
 
 StatusOr<MaskedInput> SecAggClient::MaskInput(std::vector<uint32_t> input) {
-  if (stage_ != 4) return FailedPreconditionError("secagg client: MaskInput out of order");
+  if (stage_ != 6) return FailedPreconditionError("secagg client: MaskInput out of order");
   stage_ = -1;
   if (input.size() != params_.length) {
     return InvalidArgumentError("input has " + std::to_string(input.size()) + " values, expected " +
@@ -780,12 +903,12 @@ StatusOr<MaskedInput> SecAggClient::MaskInput(std::vector<uint32_t> input) {
   COHORT_RETURN_IF_ERROR(
       crypto::AddMasks(jobs, out.values, 0, crypto::PrgImpl::kAuto, params_.prg, env_));
   self_seed_.Reset();
-  stage_ = 5;
+  stage_ = 7;
   return out;
 }
 
 StatusOr<SurvivorSignature> SecAggClient::SignSurvivors(const SurvivorList& list) {
-  if (stage_ != 5) return FailedPreconditionError("secagg client: SignSurvivors out of order");
+  if (stage_ != 7) return FailedPreconditionError("secagg client: SignSurvivors out of order");
   stage_ = -1;
   if (!SortedUnique(list.survivors, params_.n)) {
     return InvalidArgumentError("survivor list: not sorted, unique and < n");
@@ -814,7 +937,7 @@ StatusOr<SurvivorSignature> SecAggClient::SignSurvivors(const SurvivorList& list
   for (const auto& [v, key] : tag_keys_) {
     if (Contains(list.survivors, v)) out.tags[v] = MakeSurvivorTag(key, index_, v, list_hash);
   }
-  stage_ = 6;
+  stage_ = 8;
   return out;
 }
 
@@ -894,7 +1017,7 @@ Status SecAggClient::CheckSignatures(const UnmaskRequest& request) {
 }
 
 StatusOr<UnmaskResponse> SecAggClient::Unmask(const UnmaskRequest& request) {
-  if (stage_ != 6) return FailedPreconditionError("secagg client: Unmask out of order");
+  if (stage_ != 8) return FailedPreconditionError("secagg client: Unmask out of order");
   stage_ = -1;
   if (!SortedUnique(request.survivors, params_.n) || !SortedUnique(request.dropped, params_.n)) {
     return InvalidArgumentError("unmask request: lists not sorted, unique and < n");
@@ -941,7 +1064,7 @@ StatusOr<UnmaskResponse> SecAggClient::Unmask(const UnmaskRequest& request) {
   enc_.secret_key.Reset();
   mask_.secret_key.Reset();
   mask_seed_.Reset();
-  stage_ = 7;
+  stage_ = 9;
   return out;
 }
 
@@ -960,6 +1083,14 @@ std::vector<UnmaskShare> SecAggClient::HeldSharesForTesting(uint32_t dealer) con
     out.push_back(std::move(s));
   }
   return out;
+}
+
+std::optional<std::array<uint8_t, 32>> SecAggClient::ConfirmationForTesting(
+    uint32_t to, const CheckedList& list) const {
+  auto key = tag_keys_.find(to);
+  if (key == tag_keys_.end()) return std::nullopt;
+  return MakeSurvivorTag(key->second, index_, to,
+                         crypto::Hash256({CheckedListMessage(session_, list.members)}));
 }
 
 StatusOr<Complaint> SecAggClient::ComplaintForTesting(uint32_t dealer) const {
@@ -1002,39 +1133,107 @@ void SecAggServer::Blame(uint32_t client, std::string what) {
   misbehaviour_.push_back({client, std::move(what)});
 }
 
+Status SecAggServer::OnSeedCommit(const SeedCommit& c) {
+  if (aborted_ || stage_ != 0) {
+    return FailedPreconditionError("seed commitment outside the CommitSeed stage");
+  }
+  if (c.from >= params_.n) return InvalidArgumentError("seed commitment from unknown index");
+  if (!seed_commits_.emplace(c.from, c.commitment).second) {
+    return InvalidArgumentError("second seed commitment from client " + Str(c.from));
+  }
+  return OkStatus();
+}
+
+StatusOr<std::map<uint32_t, SeedRoot>> SecAggServer::CloseSeedCommit() {
+  if (aborted_ || stage_ != 0) return FailedPreconditionError("CloseSeedCommit out of order");
+  for (const auto& [i, c] : seed_commits_) u0_.push_back(i);
+  if (u0_.size() < params_.t) {
+    return Abort(Str(u0_.size()) + " clients committed to the graph seed, need " + Str(params_.t));
+  }
+  std::vector<crypto::Digest> leaves(params_.n);
+  for (uint32_t i = 0; i < params_.n; ++i) {
+    auto it = seed_commits_.find(i);
+    leaves[i] = SeedLeaf(params_.context, i,
+                         it == seed_commits_.end() ? std::nullopt : std::optional(it->second));
+  }
+  const crypto::MerkleTree tree(std::move(leaves));
+  std::map<uint32_t, SeedRoot> out;
+  for (uint32_t u : u0_) out.emplace(u, SeedRoot{tree.root(), tree.Proof(u)});
+  stage_ = 1;
+  return out;
+}
+
 Status SecAggServer::OnAdvertise(const KeyAdvert& a) {
   if (aborted_ || stage_ != 1) {
     return FailedPreconditionError("advert outside the AdvertiseKeys stage");
   }
   if (a.index >= params_.n) return InvalidArgumentError("advert from unknown index");
-  if (adverts_.count(a.index))
+  if (adverts_.count(a.index) || seeds_.count(a.index)) {
     return InvalidArgumentError("second advert from client " + Str(a.index));
+  }
+  auto commit = seed_commits_.find(a.index);
+  if (commit == seed_commits_.end()) {
+    return InvalidArgumentError("advert from client " + Str(a.index) +
+                                ", which committed to no graph seed");
+  }
+  // A contribution that opens its commitment counts toward the seed even
+  // when the rest of the advert is refused: the seed needs every one.
+  if (SeedCommitment(params_.context, a.index, a.seed) != commit->second) {
+    return Refuse(a.index, "advert's seed contribution does not open its commitment");
+  }
+  seeds_[a.index] = a.seed;
   // Checked here, before anyone else sees them: a bad key would make every
   // neighbour's key agreement fail, and the neighbours would take the blame.
+  // The advert came on the client's own connection and is signed: whatever
+  // is wrong with it is the client's doing, so it is named and excluded.
   if (!crypto::IsValidEncPublic(a.enc_key)) {
-    return InvalidArgumentError("advert's encryption key is not a valid ristretto255 point");
+    return Refuse(a.index, "advert's encryption key is not a valid ristretto255 point");
   }
   if (!crypto::IsContributoryX25519(a.mask_key)) {
-    return InvalidArgumentError("advert's mask key is a low-order X25519 point");
+    return Refuse(a.index, "advert's mask key is a low-order X25519 point");
   }
   auto enc = enc_owner_.find(a.enc_key);
   auto mask = mask_owner_.find(a.mask_key);
   if (enc != enc_owner_.end() || mask != mask_owner_.end()) {
     const uint32_t owner = enc != enc_owner_.end() ? enc->second : mask->second;
-    return InvalidArgumentError("advert repeats client " + Str(owner) + "'s public key");
+    return Refuse(a.index, "advert repeats client " + Str(owner) + "'s public key");
   }
   if (!crypto::Verify(identities_[a.index], AsBytes(AdvertMessage(params_.context, a)),
                       a.signature)) {
-    return InvalidArgumentError("advert signature does not match client " + Str(a.index) +
-                                "'s identity");
+    return Refuse(a.index,
+                  "advert signature does not match client " + Str(a.index) + "'s identity");
   }
   adverts_[a.index] = a;
   enc_owner_[a.enc_key] = mask_owner_[a.mask_key] = a.index;
   return OkStatus();
 }
 
+Status SecAggServer::Refuse(uint32_t client, std::string what) {
+  excluded_.insert(client);
+  Blame(client, what);
+  return InvalidArgumentError(what);
+}
+
 StatusOr<std::map<uint32_t, KeyList>> SecAggServer::CloseAdvertise() {
   if (aborted_ || stage_ != 1) return FailedPreconditionError("CloseAdvertise out of order");
+  // The seed needs every committed contribution: a server that could leave
+  // some out would again choose among seeds. A client that committed and
+  // then revealed nothing stops the round, and is named for it.
+  std::vector<uint32_t> silent;
+  const bool complete = params_.k + 1 >= params_.n;  // Needs no seed.
+  for (uint32_t u : u0_) {
+    if (!seeds_.count(u) && !complete) silent.push_back(u);
+  }
+  if (!silent.empty()) {
+    std::string names;
+    for (uint32_t u : silent) {
+      names += (names.empty() ? "" : ", ") + Str(u);
+      Blame(u, "committed to a graph-seed contribution and never revealed it");
+    }
+    return Abort("client(s) " + names +
+                 " committed to the graph seed and revealed nothing; a seed without them would "
+                 "be the coordinator's choice");
+  }
   for (const auto& [i, a] : adverts_) u1_.push_back(i);
   if (u1_.size() < params_.t) {
     return Abort(Str(u1_.size()) + " clients advertised keys, need " + Str(params_.t));
@@ -1047,7 +1246,17 @@ StatusOr<std::map<uint32_t, KeyList>> SecAggServer::CloseAdvertise() {
   }
   const crypto::MerkleTree tree(std::move(leaves));
   session_ = SecAggSession(params_.context, tree.root());
-  graph_ = SecAggGraph(params_, session_);
+  seeds_list_.assign(params_.n, std::nullopt);
+  for (const auto& [i, seed] : seeds_) seeds_list_[i] = seed;
+  std::vector<crypto::Digest> seed_leaves(params_.n);
+  for (uint32_t i = 0; i < params_.n; ++i) {
+    auto it = seed_commits_.find(i);
+    seed_leaves[i] = SeedLeaf(params_.context, i,
+                              it == seed_commits_.end() ? std::nullopt : std::optional(it->second));
+  }
+  const crypto::Digest seed_root = crypto::MerkleTree(std::move(seed_leaves)).root();
+  graph_ = SecAggGraph(params_, complete ? std::array<uint8_t, 32>{}
+                                         : GraphSeed(params_.context, seed_root, seeds_list_));
   neighbours_ = HararyNeighbours(*graph_);
   std::map<uint32_t, KeyList> out;
   for (uint32_t u : u1_) out.emplace(u, KeyListFor(u, tree));
@@ -1058,6 +1267,7 @@ StatusOr<std::map<uint32_t, KeyList>> SecAggServer::CloseAdvertise() {
 KeyList SecAggServer::KeyListFor(uint32_t client, const crypto::MerkleTree& adverts) const {
   KeyList list;
   list.advert_root = adverts.root();
+  list.seeds = seeds_list_;
   std::vector<uint32_t> members = neighbours_[client];
   members.insert(std::upper_bound(members.begin(), members.end(), client), client);
   for (uint32_t v : members) {
@@ -1191,13 +1401,48 @@ StatusOr<CheckedList> SecAggServer::CloseShareCheck() {
   return CheckedList{u3_};
 }
 
+Status SecAggServer::OnConfirmation(const CheckedConfirmation& c) {
+  if (aborted_ || stage_ != 4) {
+    return FailedPreconditionError("confirmation outside the ConfirmChecked stage");
+  }
+  if (!Contains(u3_, c.from)) return InvalidArgumentError("confirmation from a client not in U3");
+  if (confirmations_.count(c.from)) return InvalidArgumentError("second confirmation");
+  // The server cannot check a tag, only where it goes: to a neighbour in U3.
+  for (const auto& [to, tag] : c.tags) {
+    if (!Contains(neighbours_[c.from], to) || !Contains(u3_, to)) {
+      return InvalidArgumentError("confirmation for client " + Str(to) +
+                                  ", not a neighbour in the checked list");
+    }
+  }
+  confirmations_[c.from] = c;
+  return OkStatus();
+}
+
+StatusOr<std::map<uint32_t, Confirmations>> SecAggServer::CloseConfirmation() {
+  if (aborted_ || stage_ != 4) return FailedPreconditionError("CloseConfirmation out of order");
+  if (confirmations_.size() < params_.t) {
+    return Abort(Str(confirmations_.size()) + " clients confirmed the checked list, need " +
+                 Str(params_.t));
+  }
+  std::map<uint32_t, Confirmations> out;
+  for (const auto& [from, c] : confirmations_) out[from];
+  for (const auto& [from, c] : confirmations_) {
+    for (const auto& [to, tag] : c.tags) {
+      if (auto it = out.find(to); it != out.end()) it->second.from[from] = tag;
+    }
+  }
+  confirmations_.clear();
+  stage_ = 5;
+  return out;
+}
+
 Status SecAggServer::OnMaskedInput(const MaskedInput& in) {
   return OnMaskedInput(in.from, {reinterpret_cast<const uint8_t*>(in.values.data()),
                                  in.values.size() * sizeof(uint32_t)});
 }
 
 Status SecAggServer::OnMaskedInput(uint32_t from, std::span<const uint8_t> words) {
-  if (aborted_ || stage_ != 4) {
+  if (aborted_ || stage_ != 5) {
     return FailedPreconditionError("input outside the MaskedInput stage");
   }
   if (!Contains(u3_, from)) return InvalidArgumentError("masked input from a client not in U3");
@@ -1220,16 +1465,16 @@ Status SecAggServer::OnMaskedInput(uint32_t from, std::span<const uint8_t> words
 }
 
 StatusOr<SurvivorList> SecAggServer::CloseMaskedInput() {
-  if (aborted_ || stage_ != 4) return FailedPreconditionError("CloseMaskedInput out of order");
+  if (aborted_ || stage_ != 5) return FailedPreconditionError("CloseMaskedInput out of order");
   if (u4_.size() < params_.t) {
     return Abort(Str(u4_.size()) + " masked inputs, need " + Str(params_.t));
   }
-  stage_ = 5;
+  stage_ = 6;
   return SurvivorList{u4_};
 }
 
 Status SecAggServer::OnSignature(const SurvivorSignature& s) {
-  if (aborted_ || stage_ != 5) {
+  if (aborted_ || stage_ != 6) {
     return FailedPreconditionError("signature outside the consistency stage");
   }
   if (!Contains(u4_, s.from)) return InvalidArgumentError("signature from a client not in U4");
@@ -1252,7 +1497,7 @@ Status SecAggServer::OnSignature(const SurvivorSignature& s) {
 }
 
 StatusOr<std::map<uint32_t, UnmaskRequest>> SecAggServer::CloseConsistency() {
-  if (aborted_ || stage_ != 5) return FailedPreconditionError("CloseConsistency out of order");
+  if (aborted_ || stage_ != 6) return FailedPreconditionError("CloseConsistency out of order");
   if (signatures_.size() < params_.t) {
     return Abort(Str(signatures_.size()) + " survivor signatures, need " + Str(params_.t));
   }
@@ -1277,7 +1522,7 @@ StatusOr<std::map<uint32_t, UnmaskRequest>> SecAggServer::CloseConsistency() {
       if (auto tag = tags.find(u); tag != tags.end()) s.tag = tag->second;
     }
   }
-  stage_ = 6;
+  stage_ = 7;
   return out;
 }
 
@@ -1321,7 +1566,7 @@ std::vector<uint32_t> SecAggServer::SignersFor(uint32_t client) const {
 }
 
 Status SecAggServer::OnUnmask(UnmaskResponse r) {
-  if (aborted_ || stage_ != 6) return FailedPreconditionError("unmask outside the Unmasking stage");
+  if (aborted_ || stage_ != 7) return FailedPreconditionError("unmask outside the Unmasking stage");
   if (!Contains(u4_, r.from)) return InvalidArgumentError("unmask from a client not in U4");
   if (signatures_.count(r.from) == 0) {
     return InvalidArgumentError("unmask from a client that did not sign the survivor list");
@@ -1435,7 +1680,7 @@ StatusOr<SecretBytes> SecAggServer::Rebuild(uint32_t about, bool self_mask,
 }
 
 StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
-  if (aborted_ || stage_ != 6) return FailedPreconditionError("Finalize out of order");
+  if (aborted_ || stage_ != 7) return FailedPreconditionError("Finalize out of order");
   // Shares by (subject, kind), from the responders in index order.
   std::map<std::pair<uint32_t, bool>, std::vector<Share>> by_subject;
   for (const auto& [from, r] : unmasks_) {
@@ -1486,7 +1731,7 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
   unmasks_.clear();
   relayed_.clear();
   tags_.clear();
-  stage_ = 7;
+  stage_ = 8;
   return std::move(sum_);
 }
 

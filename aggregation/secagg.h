@@ -8,19 +8,28 @@
 // i uses Shamir x-coordinate i + 1.
 //
 // Stages:
-//   1 AdvertiseKeys   client -> server: a fresh ristretto255 encryption key,
+//   0 CommitSeed      client -> server: a commitment to a fresh 32-byte
+//                     contribution to the neighbour graph's seed.
+//     server -> each: the Merkle root over every commitment (one leaf per
+//                     roster position, empty where none came) and the
+//                     client's own proof. The server fixes the root before
+//                     it has seen any contribution, so it cannot choose
+//                     among graph seeds (docs/architecture.md).
+//   1 AdvertiseKeys   client -> server: its seed contribution, a fresh
+//                     ristretto255 encryption key,
 //                     an X25519 mask key (derived from a 32-byte seed) and a
 //                     commitment to a fresh self-mask seed b, signed with the
 //                     client's Ed25519 identity. The server checks every key.
 //     server -> each: the Merkle root over every advert (U1; one leaf per
-//                     roster position, empty where none came), and the
+//                     roster position, empty where none came), the
 //                     client's own and its neighbours' adverts with their
 //                     identity keys, each proven against that root and the
-//                     roster's. The neighbour graph is seeded by the root,
-//                     so no one party chooses it, and each party computes
-//                     its own neighbours in O(k) (harary_graph.h): no
-//                     message to a client grows with n but the survivor
-//                     lists (4 bytes a client).
+//                     roster's, and every committed contribution (32 bytes
+//                     a client). Each client rebuilds the commitment root
+//                     from them; the graph is seeded by all of them, and
+//                     each party computes its own neighbours in O(k)
+//                     (harary_graph.h). No message to a client grows with n
+//                     but the contributions and the survivor lists.
 //   2 ShareKeys       client -> server: for each neighbour in U1, its shares
 //                     of the mask seed and of b, sealed with
 //                     XChaCha20-Poly1305, beside salted commitments to both
@@ -33,6 +42,11 @@
 //                     whichever side lied. Only these shares' signatures
 //                     are verified: shares that open are the dealer's.
 //     server -> all:  U3, the clients of U2 that passed the check.
+//   3b ConfirmChecked client -> server: for each neighbour in U3, a tag over
+//                     U3 keyed by the pair's sealing key (as in stage 5).
+//     server -> each: the tags addressed to it. A client masks only when t
+//                     of its neighbours confirmed the very U3 it holds, so
+//                     the server cannot show it a checked list of its own.
 //   4 MaskedInput     client -> server: x + PRG(b) + sum over neighbours v
 //                     in U3 of +-PRG(k_uv) (mod 2^32; + when u < v).
 //     server -> all:  U4 (who sent a masked input).
@@ -133,6 +147,24 @@ crypto::MerkleTree RosterTree(std::span<const crypto::Ed25519Public> identities)
 // --- Messages ---------------------------------------------------------------
 
 using Commitment = std::array<uint8_t, 32>;
+using SeedContribution = std::array<uint8_t, 32>;
+
+// Stage 0: the commitment to client `index`'s contribution to the graph
+// seed, and the leaf of its roster position in the commitment tree (none:
+// it committed nothing, and contributes nothing).
+Commitment SeedCommitment(const std::array<uint8_t, 32>& context, uint32_t index,
+                          const SeedContribution& contribution);
+crypto::Digest SeedLeaf(const std::array<uint8_t, 32>& context, uint32_t index,
+                        const std::optional<Commitment>& commitment);
+struct SeedCommit {
+  uint32_t from = 0;
+  Commitment commitment{};
+};
+// What the server tells each committer when it closes stage 0.
+struct SeedRoot {
+  crypto::Digest root{};      // Over every roster position's SeedLeaf.
+  crypto::MerkleProof proof;  // The recipient's own leaf.
+};
 
 // The commitment to client `index`'s self-mask seed in its advert.
 Commitment SelfMaskCommitment(const std::array<uint8_t, 32>& context, uint32_t index,
@@ -143,6 +175,7 @@ struct KeyAdvert {
   crypto::EncPublic enc_key{};
   crypto::X25519Public mask_key{};
   Commitment self_commitment{};  // Binds the self-mask seed b.
+  SeedContribution seed{};       // Reveals what stage 0 committed to.
   crypto::Signature signature{};
 };
 // The leaf of roster position `index` in the advert tree: its advert, or
@@ -161,6 +194,9 @@ struct ListedAdvert {
 struct KeyList {
   crypto::Digest advert_root{};       // Over all n positions, U1's adverts.
   std::vector<ListedAdvert> entries;  // The client and its neighbours, by index.
+  // Every roster position's revealed seed contribution, none where nothing
+  // was committed: n entries, the same for every client.
+  std::vector<std::optional<SeedContribution>> seeds;
 };
 struct SealedShares {
   uint32_t from = 0;
@@ -183,6 +219,16 @@ struct ShareCheck {
 };
 struct CheckedList {
   std::vector<uint32_t> members;  // U3, sorted.
+};
+// A client's word to each of its neighbours in U3 that it holds that very
+// U3 (a tag keyed like SurvivorTag, over CheckedListMessage).
+struct CheckedConfirmation {
+  uint32_t from = 0;
+  std::map<uint32_t, std::array<uint8_t, 32>> tags;  // By recipient.
+};
+// The confirmations addressed to one client, by sender.
+struct Confirmations {
+  std::map<uint32_t, std::array<uint8_t, 32>> from;
 };
 struct MaskedInput {
   uint32_t from = 0;
@@ -244,11 +290,17 @@ struct Misbehaviour {
 };
 
 // The session id every party derives from the context and U1's root, the
-// neighbour graph it seeds, and the bytes a client signs for a survivor
-// list under it (tests play a malicious server with them).
+// graph seed (from the commitment root and every contribution it holds),
+// the neighbour graph that seeds, and the bytes a client signs for a
+// survivor list (tests play a malicious server with them).
 std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context,
                                       const crypto::Digest& advert_root);
-HararyGraph SecAggGraph(const SecAggParams& params, const std::array<uint8_t, 32>& session);
+std::array<uint8_t, 32> GraphSeed(const std::array<uint8_t, 32>& context,
+                                  const crypto::Digest& seed_root,
+                                  std::span<const std::optional<SeedContribution>> seeds);
+HararyGraph SecAggGraph(const SecAggParams& params, const std::array<uint8_t, 32>& graph_seed);
+std::vector<uint8_t> CheckedListMessage(const std::array<uint8_t, 32>& session,
+                                        std::span<const uint32_t> members);
 std::vector<uint8_t> SurvivorListMessage(const std::array<uint8_t, 32>& session,
                                          std::span<const uint32_t> survivors);
 // The salted commitment to one share `dealer` deals `holder`.
@@ -280,13 +332,23 @@ class SecAggClient {
   SecAggClient(const SecAggParams& params, uint32_t index, const crypto::Ed25519KeyPair* identity,
                crypto::MerkleProof roster_proof, Env* env = Env::Default());
 
-  StatusOr<KeyAdvert> AdvertiseKeys();
+  // Stage 0: draws this round's seed contribution and commits to it.
+  StatusOr<SeedCommit> CommitSeed();
+  // Checks that `root` holds this client's commitment at its index, then
+  // reveals the contribution in the advert.
+  StatusOr<KeyAdvert> AdvertiseKeys(const SeedRoot& root);
+  // Rebuilds the commitment root from the list's contributions (all n) and
+  // derives the graph from them before it checks the entries.
   StatusOr<SealedShares> ShareKeys(const KeyList& list);
   // Opens the shares neighbours sent; what cannot be opened becomes a
   // complaint (the client stays in the round).
   StatusOr<ShareCheck> CheckShares(const InboundShares& inbound);
-  // U3: the neighbours whose pair masks the input will carry.
-  Status ReceiveChecked(const CheckedList& list);
+  // U3: the neighbours whose pair masks the input will carry. Returns this
+  // client's confirmation of it for each of its neighbours in U3.
+  StatusOr<CheckedConfirmation> ReceiveChecked(const CheckedList& list);
+  // kFailedPrecondition unless t of this client's neighbours in U3 sent a
+  // valid confirmation of the U3 it holds: only then does it mask.
+  Status ReceiveConfirmations(const Confirmations& confirmations);
   // `input`: this client's fixed-point encoded, already weighted vector;
   // it is masked in place and returned as the MaskedInput's values.
   StatusOr<MaskedInput> MaskInput(std::vector<uint32_t> input);
@@ -299,6 +361,11 @@ class SecAggClient {
   // (mask seed, then self mask), i.e. what a corrupt client could hand the
   // server. Empty when it holds none.
   std::vector<UnmaskShare> HeldSharesForTesting(uint32_t dealer) const;
+  // Testing only: the confirmation tag this client would send neighbour
+  // `to` for `list` (what a corrupt client could hand the server for any
+  // list); none when it holds no tag key for `to`.
+  std::optional<std::array<uint8_t, 32>> ConfirmationForTesting(uint32_t to,
+                                                                const CheckedList& list) const;
   // Testing only: a complaint about `dealer` with the true shared point and
   // a valid proof, as a client that lies about good shares would send.
   StatusOr<Complaint> ComplaintForTesting(uint32_t dealer) const;
@@ -312,6 +379,10 @@ class SecAggClient {
   // adverts and identities.
   Status CheckKeyList(const KeyList& list);
   Status CheckListedAdvert(const crypto::Digest& root, const ListedAdvert& e) const;
+  // That `seeds` rebuild the commitment root this client checked, with its
+  // own contribution; returns the graph seed.
+  StatusOr<std::array<uint8_t, 32>> CheckSeeds(
+      std::span<const std::optional<SeedContribution>> seeds) const;
   // That a key the roster proves for client `index` is not another's too,
   // as far as this client sees (a key at two places would hold two shares;
   // a client with --peers checks the whole roster in its setup).
@@ -344,6 +415,8 @@ class SecAggClient {
   std::map<uint32_t, uint32_t> window_;
   bool complete_ = false;
   int stage_ = 0;
+  SeedContribution seed_{};
+  crypto::Digest seed_root_{};
   crypto::EncKeyPair enc_;
   SecretBytes mask_seed_;
   crypto::X25519KeyPair mask_;
@@ -377,8 +450,14 @@ class SecAggServer {
   // Client `index`'s proof that its key is in the roster (for its setup).
   crypto::MerkleProof RosterProof(uint32_t index) const { return roster_.Proof(index); }
 
+  Status OnSeedCommit(const SeedCommit& commit);
+  // Per committer (U0): the commitment root and its proof.
+  StatusOr<std::map<uint32_t, SeedRoot>> CloseSeedCommit();
+  // A refused advert (a bad key or signature, a contribution that does not
+  // open its commitment) also names its sender (TakeMisbehaviour).
   Status OnAdvertise(const KeyAdvert& advert);
-  // Per client in U1: its key list.
+  // Per client in U1: its key list. Aborts, naming them, when a committer
+  // revealed no contribution: the seed is every committer's.
   StatusOr<std::map<uint32_t, KeyList>> CloseAdvertise();
   Status OnShares(SealedShares shares);
   // Per client in U2: what to send it.
@@ -387,6 +466,11 @@ class SecAggServer {
   // puts the accused out (see TakeMisbehaviour).
   Status OnShareCheck(const ShareCheck& check);
   StatusOr<CheckedList> CloseShareCheck();
+  // Routes each tag to its recipient (only neighbours in U3).
+  Status OnConfirmation(const CheckedConfirmation& c);
+  // Per client in U3 that confirmed: the tags addressed to it. Aborts when
+  // fewer than t confirmed.
+  StatusOr<std::map<uint32_t, Confirmations>> CloseConfirmation();
   // Adds the masked vector to the running sum at once; nothing per client is
   // kept.
   Status OnMaskedInput(const MaskedInput& input);
@@ -408,6 +492,7 @@ class SecAggServer {
   // Clients out of the round because of another's complaint.
   bool excluded(uint32_t client) const { return excluded_.count(client) != 0; }
 
+  const std::vector<uint32_t>& u0() const { return u0_; }
   const std::vector<uint32_t>& u1() const { return u1_; }
   const std::vector<uint32_t>& u2() const { return u2_; }
   const std::vector<uint32_t>& u3() const { return u3_; }
@@ -417,6 +502,8 @@ class SecAggServer {
  private:
   Status Abort(const std::string& why);
   void Blame(uint32_t client, std::string what);
+  // Puts `client` out of the round and names it: kInvalidArgument(what).
+  Status Refuse(uint32_t client, std::string what);
   // Resolves one complaint: true when the accused is to blame.
   StatusOr<bool> ResolveComplaint(uint32_t from, const Complaint& c);
   struct Share {
@@ -440,8 +527,12 @@ class SecAggServer {
   crypto::MerkleTree roster_;
   std::optional<HararyGraph> graph_;
   std::vector<std::vector<uint32_t>> neighbours_;  // From CloseAdvertise on.
-  int stage_ = 1;
+  int stage_ = 0;
   bool aborted_ = false;
+  std::map<uint32_t, Commitment> seed_commits_;              // Stage 0, by client.
+  std::map<uint32_t, SeedContribution> seeds_;               // Revealed, by client.
+  std::vector<std::optional<SeedContribution>> seeds_list_;  // The same, by position.
+  std::map<uint32_t, CheckedConfirmation> confirmations_;    // Stage 3b, by sender.
   std::map<uint32_t, KeyAdvert> adverts_;
   // Whose advert holds a key.
   std::map<crypto::EncPublic, uint32_t> enc_owner_;
@@ -457,7 +548,7 @@ class SecAggServer {
   };
   std::vector<std::vector<Relayed>> relayed_;
   std::set<uint32_t> checked_, excluded_;
-  std::vector<uint32_t> u1_, u2_, u3_, u4_, u6_;
+  std::vector<uint32_t> u0_, u1_, u2_, u3_, u4_, u6_;
   std::vector<uint32_t> sum_;
   std::map<uint32_t, SurvivorSignature> signatures_;          // Their tags moved to tags_.
   std::map<uint32_t, std::map<uint32_t, SurvivorTag>> tags_;  // By signer, by recipient.

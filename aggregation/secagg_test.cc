@@ -15,8 +15,10 @@ namespace {
 
 // Where clients stop answering.
 struct Drops {
+  std::set<uint32_t> before_advertise;  // Committed to a seed; never reveals it.
   std::set<uint32_t> before_share_keys;
-  std::set<uint32_t> before_check;  // Shared keys; never checks what it received.
+  std::set<uint32_t> before_check;    // Shared keys; never checks what it received.
+  std::set<uint32_t> before_confirm;  // Never confirms the checked list.
   std::set<uint32_t> before_masked_input;
   std::set<uint32_t> before_consistency;  // Sent input; silent afterwards.
   std::set<uint32_t> before_unmask;       // Signed; no unmask response.
@@ -80,16 +82,23 @@ class Harness {
     for (uint32_t i = 0; i < params_.n; ++i) {
       clients.push_back(
           std::make_unique<SecAggClient>(params_, i, &keys_[i], RosterProof(i), env_));
-      auto advert = clients[i]->AdvertiseKeys();
+      EXPECT_TRUE(server.OnSeedCommit(*clients[i]->CommitSeed()).ok());
+    }
+    auto roots = server.CloseSeedCommit();
+    if (!roots.ok()) return {roots.status()};
+    for (uint32_t i = 0; i < params_.n; ++i) {
+      if (d.before_advertise.count(i)) continue;
+      auto advert = clients[i]->AdvertiseKeys(roots->at(i));
       EXPECT_TRUE(advert.ok());
       if (tamper.advert) tamper.advert(*advert);
       accept(i, server.OnAdvertise(*advert));
     }
     auto list = server.CloseAdvertise();
-    if (!list.ok()) return {list.status()};
+    blame();
+    if (!list.ok()) return {list.status(), {}, {}, {}, {}, o.blamed};
     std::set<uint32_t> alive;
     for (uint32_t i = 0; i < params_.n; ++i) {
-      if (d.before_share_keys.count(i) || out.count(i)) continue;
+      if (d.before_advertise.count(i) || d.before_share_keys.count(i) || out.count(i)) continue;
       auto shares = clients[i]->ShareKeys(list->at(i));
       if (!shares.ok()) continue;
       if (tamper.shares) {
@@ -110,10 +119,18 @@ class Harness {
     blame();
     if (!checked.ok()) return {checked.status(), {}, {}, {}, {}, o.blamed};
     o.u3 = checked->members;
-    std::set<uint32_t> sent_input;
+    std::set<uint32_t> confirmed;
     for (uint32_t i : o.u3) {
+      if (d.before_confirm.count(i)) continue;
+      auto c = clients[i]->ReceiveChecked(*checked);
+      if (c.ok() && server.OnConfirmation(*c).ok()) confirmed.insert(i);
+    }
+    auto confirmations = server.CloseConfirmation();
+    if (!confirmations.ok()) return {confirmations.status(), {}, {}, o.u3, {}, o.blamed};
+    std::set<uint32_t> sent_input;
+    for (uint32_t i : confirmed) {
       if (d.before_masked_input.count(i)) continue;
-      if (!clients[i]->ReceiveChecked(*checked).ok()) continue;
+      if (!clients[i]->ReceiveConfirmations(confirmations->at(i)).ok()) continue;
       auto masked = clients[i]->MaskInput(inputs_[i]);
       if (!masked.ok()) continue;
       EXPECT_TRUE(server.OnMaskedInput(*masked).ok());
@@ -331,18 +348,47 @@ struct Staged {
   std::vector<KeyAdvert> adverts;
   std::map<uint32_t, UnmaskRequest> requests;  // Per client.
   crypto::Digest advert_root{};
+  crypto::Digest seed_root{};
+  std::vector<std::optional<SeedContribution>> seeds;  // Every client's, revealed.
 };
 
-// Every client advertised; the server has not closed stage 1.
+// Every client committed to its seed and advertised; the server has not
+// closed stage 1.
 Staged StageAdverts(Harness& h) {
   Staged s;
   s.server = std::make_unique<SecAggServer>(h.params(), h.identities());
   for (uint32_t i = 0; i < h.params().n; ++i) {
     s.clients.push_back(
         std::make_unique<SecAggClient>(h.params(), i, &h.keys()[i], h.RosterProof(i)));
-    s.adverts.push_back(*s.clients[i]->AdvertiseKeys());
+    EXPECT_TRUE(s.server->OnSeedCommit(*s.clients[i]->CommitSeed()).ok());
+  }
+  auto roots = s.server->CloseSeedCommit();
+  EXPECT_TRUE(roots.ok()) << roots.status();
+  s.seed_root = roots->at(0).root;
+  for (uint32_t i = 0; i < h.params().n; ++i) {
+    s.adverts.push_back(*s.clients[i]->AdvertiseKeys(roots->at(i)));
+    s.seeds.push_back(s.adverts.back().seed);
   }
   return s;
+}
+
+// Stage 3b: the clients in `who` (every one in U3 when empty) confirm the
+// checked list, the server routes the tags, and each takes its own. Those
+// that may mask are left at MaskInput.
+void Confirm(SecAggServer& server, std::vector<std::unique_ptr<SecAggClient>>& clients,
+             const CheckedList& checked, std::set<uint32_t> who = {}) {
+  if (who.empty()) who.insert(checked.members.begin(), checked.members.end());
+  for (uint32_t i : who) {
+    auto c = clients[i]->ReceiveChecked(checked);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE(server.OnConfirmation(*c).ok());
+  }
+  auto confirmations = server.CloseConfirmation();
+  ASSERT_TRUE(confirmations.ok()) << confirmations.status();
+  for (uint32_t i : who) {
+    Status st = clients[i]->ReceiveConfirmations(confirmations->at(i));
+    ASSERT_TRUE(st.ok()) << st;
+  }
 }
 
 // A whole honest round up to the unmask request.
@@ -358,8 +404,8 @@ Staged StageToRequest(Harness& h) {
     EXPECT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());
   }
   auto checked = server.CloseShareCheck();
+  Confirm(server, s.clients, *checked);
   for (uint32_t i = 0; i < h.params().n; ++i) {
-    EXPECT_TRUE(s.clients[i]->ReceiveChecked(*checked).ok());
     EXPECT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
   }
   auto survivors = server.CloseMaskedInput();
@@ -384,12 +430,10 @@ struct SplitView {
 SplitView PlaySplitView(Harness& h, uint32_t corrupt, uint32_t group_a) {
   const SecAggParams& p = h.params();
   const uint32_t v = 0;
-  SecAggServer server(p, h.identities());
-  std::vector<std::unique_ptr<SecAggClient>> clients;
-  for (uint32_t i = 0; i < p.n; ++i) {
-    clients.push_back(std::make_unique<SecAggClient>(p, i, &h.keys()[i], h.RosterProof(i)));
-    EXPECT_TRUE(server.OnAdvertise(*clients[i]->AdvertiseKeys()).ok());
-  }
+  Staged staged = StageAdverts(h);
+  SecAggServer& server = *staged.server;
+  std::vector<std::unique_ptr<SecAggClient>>& clients = staged.clients;
+  for (auto& a : staged.adverts) EXPECT_TRUE(server.OnAdvertise(a).ok());
   auto list = server.CloseAdvertise();
   for (auto& c : clients) EXPECT_TRUE(server.OnShares(*c->ShareKeys(list->at(c->index()))).ok());
   auto inbound = server.CloseShares();
@@ -397,8 +441,8 @@ SplitView PlaySplitView(Harness& h, uint32_t corrupt, uint32_t group_a) {
     EXPECT_TRUE(server.OnShareCheck(*clients[i]->CheckShares((*inbound)[i])).ok());
   }
   auto checked = server.CloseShareCheck();
+  Confirm(server, clients, *checked);
   for (uint32_t i = 0; i < p.n; ++i) {
-    EXPECT_TRUE(clients[i]->ReceiveChecked(*checked).ok());
     EXPECT_TRUE(server.OnMaskedInput(*clients[i]->MaskInput(h.inputs()[i])).ok());
   }
   // The server's own bookkeeping ends here: it now plays malicious.
@@ -513,6 +557,251 @@ TEST(SecAggMaliciousServerTest, SplitViewRecoversNoInputAtAHundredClients) {
   }
 }
 
+// --- Issue 29: grinding the graph seed, and a checked list of the server's own
+
+// A whole honest round up to U3 (every client checked), stage 3b not run.
+struct ToChecked {
+  Staged staged;
+  std::map<uint32_t, KeyList> lists;
+  CheckedList checked;
+};
+ToChecked StageToChecked(Harness& h) {
+  ToChecked r{StageAdverts(h), {}, {}};
+  SecAggServer& server = *r.staged.server;
+  for (auto& a : r.staged.adverts) EXPECT_TRUE(server.OnAdvertise(a).ok());
+  r.lists = *server.CloseAdvertise();
+  for (auto& c : r.staged.clients) {
+    EXPECT_TRUE(server.OnShares(*c->ShareKeys(r.lists.at(c->index()))).ok());
+  }
+  auto inbound = server.CloseShares();
+  for (auto& c : r.staged.clients) {
+    EXPECT_TRUE(server.OnShareCheck(*c->CheckShares((*inbound)[c->index()])).ok());
+  }
+  r.checked = *server.CloseShareCheck();
+  return r;
+}
+
+KeyList ForgedKeyList(const Harness& h, const Staged& staged,
+                      const std::map<uint32_t, KeyAdvert>& adverts, uint32_t u);
+
+void FillRandom(Rng& rng, SeedContribution& x) {
+  for (auto& b : x) b = static_cast<uint8_t>(rng.Next());
+}
+
+uint32_t CountIn(const std::vector<uint32_t>& xs, const std::set<uint32_t>& in) {
+  return static_cast<uint32_t>(
+      std::count_if(xs.begin(), xs.end(), [&](uint32_t x) { return in.count(x) > 0; }));
+}
+
+// The second move: the server shows `target` a checked list of its own (its
+// colluding neighbours and just enough honest ones to reach t), and every
+// other client the real U3. The colluders confirm the forged list to the
+// target; the honest neighbours confirm what they hold. Returns the target's
+// answer to the confirmations: it must refuse, so its input never leaves.
+Status ShowForgedCheckedList(const SecAggParams& p, ToChecked& r, uint32_t target,
+                             const std::set<uint32_t>& colluders) {
+  auto& clients = r.staged.clients;
+  const std::vector<uint32_t>& nt = clients[target]->neighbours();
+  std::vector<uint32_t> forged = {target};
+  uint32_t honest_needed = p.t > CountIn(nt, colluders) ? p.t - CountIn(nt, colluders) : 0;
+  for (uint32_t u : nt) {
+    if (colluders.count(u)) {
+      forged.push_back(u);
+    } else if (honest_needed > 0) {
+      forged.push_back(u);
+      --honest_needed;
+    }
+  }
+  std::sort(forged.begin(), forged.end());
+  auto mine = clients[target]->ReceiveChecked({forged});
+  EXPECT_TRUE(mine.ok()) << mine.status();  // It has no way to tell yet.
+  Confirmations to_target;
+  for (uint32_t u : nt) {
+    // A colluder confirms whatever list the server names; an honest
+    // neighbour confirms the U3 it holds (what its ReceiveChecked sends).
+    auto tag = clients[u]->ConfirmationForTesting(
+        target, colluders.count(u) ? CheckedList{forged} : r.checked);
+    if (tag) to_target.from[u] = *tag;
+  }
+  return clients[target]->ReceiveConfirmations(to_target);
+}
+
+// The first move: after every contribution is revealed, the server searches
+// for a seed that puts more colluders around `target`: it leaves an honest
+// contribution out, changes a colluder's, or re-commits the colluders under
+// a new root. It sends the target the key list of the best seed it found.
+struct Grind {
+  uint32_t tries = 0, honest_count = 0, best_count = 0;
+  Status refusal;
+};
+Grind GrindTheSeed(const Harness& h, const Staged& s, uint32_t target,
+                   const std::set<uint32_t>& colluders, uint32_t tries) {
+  const SecAggParams& p = h.params();
+  Grind g;
+  auto around = [&](const crypto::Digest& root,
+                    const std::vector<std::optional<SeedContribution>>& seeds) {
+    return CountIn(SecAggGraph(p, GraphSeed(p.context, root, seeds)).Neighbours(target), colluders);
+  };
+  g.honest_count = g.best_count = around(s.seed_root, s.seeds);
+  std::vector<std::optional<SeedContribution>> best = s.seeds;
+  crypto::Digest best_root = s.seed_root;
+  Rng rng(tries);
+  std::vector<uint32_t> bad(colluders.begin(), colluders.end());
+  for (; g.tries < tries; ++g.tries) {
+    std::vector<std::optional<SeedContribution>> seeds = s.seeds;
+    crypto::Digest root = s.seed_root;
+    const uint32_t kind = g.tries % 3, u = static_cast<uint32_t>(rng.Next() % p.n);
+    if (kind == 0 && !colluders.count(u) && u != target) {
+      seeds[u].reset();  // An honest contribution left out.
+    } else if (kind == 1) {
+      FillRandom(rng, *seeds[bad[u % bad.size()]]);  // A colluder's changed.
+    } else {
+      // The colluders re-commit to new contributions under a new root.
+      std::vector<crypto::Digest> leaves(p.n);
+      for (uint32_t i = 0; i < p.n; ++i) {
+        if (colluders.count(i)) FillRandom(rng, *seeds[i]);
+        leaves[i] = SeedLeaf(p.context, i, SeedCommitment(p.context, i, *seeds[i]));
+      }
+      root = crypto::MerkleTree(std::move(leaves)).root();
+    }
+    if (const uint32_t c = around(root, seeds); c > g.best_count) {
+      g.best_count = c;
+      best = seeds;
+      best_root = root;
+    }
+  }
+  // The key list for the best seed: entries proven against the real advert
+  // root, the graph and the contributions the server's own.
+  std::map<uint32_t, KeyAdvert> adverts;
+  for (const auto& a : s.adverts) adverts[a.index] = a;
+  Staged forged_seeds;
+  forged_seeds.seed_root = best_root;
+  forged_seeds.seeds = best;
+  g.refusal =
+      s.clients[target]->ShareKeys(ForgedKeyList(h, forged_seeds, adverts, target)).status();
+  return g;
+}
+
+TEST(SecAggMaliciousServerTest, NeitherGrindingNorAForgedCheckedListRecoversAnInput) {
+  // Issue 29, at n = 300 and n = 1,000, with c + 2 and 2c colluders in the
+  // cohort (c: the tolerance per neighbourhood). Before the fix the server
+  // ground the seed until 2t - k + 1 colluders surrounded a target, then
+  // had it mask against a checked list of its own and unmasked it.
+  for (uint32_t n : {300u, 1000u}) {
+    Harness h(Params(n, 4, /*complete=*/false));
+    const SecAggParams& p = h.params();
+    const uint32_t c = MaxCorruptNeighbours(n, p.k, 0.1);
+    ToChecked r = StageToChecked(h);  // For move 2: one target per case.
+    Staged fresh = StageAdverts(h);   // For move 1: targets that have not shared keys.
+    std::set<uint32_t> targets;
+    for (uint32_t count : {c + 2, 2 * c}) {
+      std::set<uint32_t> colluders;  // Fixed before the round, spread out.
+      for (uint32_t i = 0; i < count; ++i) colluders.insert(i * (n / count));
+      const uint32_t v = count == c + 2 ? n - 1 : n - 2;
+      ASSERT_FALSE(colluders.count(v));
+      Grind g = GrindTheSeed(h, fresh, v, colluders, n == 300 ? 3000 : 1000);
+      EXPECT_NE(g.refusal.message().find("do not rebuild the committed root"), std::string::npos)
+          << g.refusal;
+      // The one seed the clients accept is the honest one: on it no honest
+      // client has more than c colluding neighbours (2^-20 bound).
+      uint32_t most = 0, w = 0;
+      for (uint32_t u = 0; u < n; ++u) {
+        if (colluders.count(u) || targets.count(u)) continue;
+        const uint32_t around = CountIn(r.staged.clients[u]->neighbours(), colluders);
+        if (around >= most) most = around, w = u;
+      }
+      EXPECT_LE(most, c);
+      // Move 2 on the honest client the colluders surround best.
+      targets.insert(w);
+      Status refused = ShowForgedCheckedList(p, r, w, colluders);
+      EXPECT_NE(refused.message().find(std::to_string(most) +
+                                       " neighbours confirmed it, below the threshold"),
+                std::string::npos)
+          << refused;
+      std::printf(
+          "n = %u, k = %u, t = %u, c = %u, %u colluders: %u tries, best seed %u around the "
+          "target (refused), honest seed %u; most around one client %u\n",
+          n, p.k, p.t, c, count, g.tries, g.best_count, g.honest_count, most);
+    }
+    // Had grinding succeeded: 2t - k + 1 colluders placed around a target
+    // after the fact (as close as it gets). The forged checked list still
+    // gets only their confirmations, below t, and the target keeps its input.
+    uint32_t target = 0;
+    while (targets.count(target)) ++target;
+    const uint32_t placed = 2 * p.t - p.k + 1;
+    const std::vector<uint32_t>& nt = r.staged.clients[target]->neighbours();
+    std::set<uint32_t> around(nt.begin(), nt.begin() + placed);
+    Status refused = ShowForgedCheckedList(p, r, target, around);
+    EXPECT_NE(refused.message().find(std::to_string(placed) +
+                                     " neighbours confirmed it, below the threshold"),
+              std::string::npos)
+        << refused;
+    std::string mask_status(
+        r.staged.clients[target]->MaskInput(h.inputs()[target]).status().message());
+    EXPECT_NE(mask_status.find("out of order"), std::string::npos) << mask_status;
+  }
+}
+
+TEST(SecAggMaliciousServerTest, ASeedContributionLeftOutOrChangedIsRefused) {
+  Harness h(Params(30, 8, /*complete=*/false));
+  std::map<uint32_t, KeyAdvert> adverts;
+  auto attempt = [&](const std::function<void(Staged&)>& change) {
+    Staged s = StageAdverts(h);
+    adverts.clear();
+    for (const auto& a : s.adverts) adverts[a.index] = a;
+    change(s);
+    return s.clients[0]->ShareKeys(ForgedKeyList(h, s, adverts, 0)).status();
+  };
+  EXPECT_TRUE(attempt([](Staged&) {}).ok());
+  Status left_out = attempt([](Staged& s) { s.seeds[7].reset(); });
+  EXPECT_NE(left_out.message().find("do not rebuild the committed root"), std::string::npos)
+      << left_out;
+  Status changed = attempt([](Staged& s) { (*s.seeds[7])[0] ^= 1; });
+  EXPECT_NE(changed.message().find("do not rebuild the committed root"), std::string::npos);
+  Status own = attempt([](Staged& s) { (*s.seeds[0])[0] ^= 1; });
+  EXPECT_NE(own.message().find("this client's seed contribution was replaced"), std::string::npos)
+      << own;
+  Status short_list = attempt([](Staged& s) { s.seeds.pop_back(); });
+  EXPECT_NE(short_list.message().find("29 seed contributions, expected 30"), std::string::npos);
+  // A root that does not hold the client's commitment: it reveals nothing.
+  SecAggClient client(h.params(), 3, &h.keys()[3], h.RosterProof(3));
+  ASSERT_TRUE(client.CommitSeed().ok());
+  auto advert = client.AdvertiseKeys(SeedRoot{});
+  EXPECT_NE(advert.status().message().find("does not hold this client's commitment"),
+            std::string::npos)
+      << advert.status();
+}
+
+TEST(SecAggMaliciousServerTest, ACommitterThatRevealsNothingStopsTheRoundAndIsNamed) {
+  // The seed needs every committed contribution: a server that could go on
+  // without one could choose among seeds again.
+  Harness h(Params(30, 16, /*complete=*/false));
+  ASSERT_LT(h.params().k + 1, h.params().n);
+  Outcome o = h.Run({.before_advertise = {4}});
+  EXPECT_NE(o.status.message().find("client(s) 4 committed to the graph seed and revealed nothing"),
+            std::string::npos)
+      << o.status;
+  EXPECT_TRUE(Blamed(o, 4, "never revealed it"));
+}
+
+TEST(SecAggTest, OnTheCompleteGraphACommitterThatRevealsNothingIsADropout) {
+  // Every client is every other's neighbour: no seed to grind.
+  Harness h(Params(10, 16));
+  Outcome o = h.Run({.before_advertise = {4}});
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_TRUE(o.blamed.empty());
+  EXPECT_EQ(std::count(o.u4.begin(), o.u4.end(), 4), 0);
+  EXPECT_EQ(o.sum, o.expected);
+}
+
+TEST(SecAggTest, AClientThatDoesNotConfirmIsADropoutAndTheSumStaysExact) {
+  Harness h(Params(30, 16, /*complete=*/false));
+  Outcome o = h.Run({.before_confirm = {5, 11}});
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(std::count(o.u4.begin(), o.u4.end(), 5), 0);
+  EXPECT_EQ(o.sum, o.expected);
+}
+
 TEST(SecAggMaliciousServerTest, SignaturesCountAmongTheSubjectsNeighbours) {
   // A sparse graph (k = 10 of 30): plenty of valid signatures in all, but
   // fewer than t from one neighbour's own neighbours (t - 2, and client 0's
@@ -571,9 +860,9 @@ TEST(SecAggTest, AnUnmaskRequestCarriesExactlyItsCheckedNeighboursNeighboursSign
     }
     auto checked = server.CloseShareCheck();
     ASSERT_TRUE(checked.ok()) << checked.status();
+    Confirm(server, s.clients, *checked);
     for (uint32_t i = 0; i < n; ++i) {
       if (!checks(i)) continue;
-      ASSERT_TRUE(s.clients[i]->ReceiveChecked(*checked).ok());
       ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
     }
     auto survivors = server.CloseMaskedInput();
@@ -969,8 +1258,8 @@ TEST(SecAggServerTest, RefusesBadSurvivorSignaturesAndMalformedUnmaskResponses) 
   }
   EXPECT_NE(server.OnShareCheck({0, {}}).message().find("second share check"), std::string::npos);
   auto checked = server.CloseShareCheck();
+  Confirm(server, s.clients, *checked);
   for (uint32_t i = 0; i < 6; ++i) {
-    ASSERT_TRUE(s.clients[i]->ReceiveChecked(*checked).ok());
     if (i == 5) continue;  // Client 5 drops: its mask key is needed.
     ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
   }
@@ -1021,7 +1310,8 @@ TEST(SecAggServerTest, RefusesBadSurvivorSignaturesAndMalformedUnmaskResponses) 
 
 // The key list a server that changed adverts would send client u: built as
 // the honest server builds it, over `adverts` (index -> advert).
-KeyList ForgedKeyList(const Harness& h, const std::map<uint32_t, KeyAdvert>& adverts, uint32_t u) {
+KeyList ForgedKeyList(const Harness& h, const Staged& staged,
+                      const std::map<uint32_t, KeyAdvert>& adverts, uint32_t u) {
   const SecAggParams& p = h.params();
   std::vector<crypto::Digest> leaves(p.n);
   for (uint32_t i = 0; i < p.n; ++i) {
@@ -1030,10 +1320,10 @@ KeyList ForgedKeyList(const Harness& h, const std::map<uint32_t, KeyAdvert>& adv
         AdvertLeaf(p.context, i, it == adverts.end() ? std::nullopt : std::optional(it->second));
   }
   const crypto::MerkleTree tree(leaves);
-  const HararyGraph graph = SecAggGraph(p, SecAggSession(p.context, tree.root()));
+  const HararyGraph graph = SecAggGraph(p, GraphSeed(p.context, staged.seed_root, staged.seeds));
   std::vector<uint32_t> members = graph.Neighbours(u);
   members.insert(std::upper_bound(members.begin(), members.end(), u), u);
-  KeyList list{tree.root(), {}};
+  KeyList list{tree.root(), {}, staged.seeds};
   for (uint32_t v : members) {
     ListedAdvert e;
     e.index = v;
@@ -1084,7 +1374,7 @@ TEST(SecAggClientTest, RefusesAKeyListWithANeighboursAdvertChanged) {
   int refused = 0;
   for (uint32_t c = 0; c < 30; ++c) {
     if (c == kVictim) continue;
-    auto r = fresh.clients[c]->ShareKeys(ForgedKeyList(h, adverts, c));
+    auto r = fresh.clients[c]->ShareKeys(ForgedKeyList(h, fresh, adverts, c));
     if (r.ok()) {
       // Only a client that does not use the changed advert goes on.
       EXPECT_FALSE(std::binary_search(fresh.clients[c]->neighbours().begin(),
@@ -1101,45 +1391,58 @@ TEST(SecAggClientTest, RefusesAKeyListWithANeighboursAdvertChanged) {
 
 TEST(SecAggClientTest, RefusesAKeyListThatHidesANeighbourOrSwapsAKey) {
   Harness h(Params(30, 8, /*complete=*/false));
-  Staged s = StageAdverts(h);
-  std::map<uint32_t, KeyAdvert> adverts;
-  for (auto& a : s.adverts) adverts[a.index] = a;
-  const KeyList honest = ForgedKeyList(h, adverts, 0);  // What the server would send.
-  ASSERT_EQ(honest.entries.size(), h.params().k + 1);
-  auto refusal = [&](uint32_t c, const KeyList& list) {
-    SecAggClient client(h.params(), c, &h.keys()[c], h.RosterProof(c));
-    (void)client.AdvertiseKeys();  // Fresh keys: only the checks before its own entry's run.
-    return client.ShareKeys(list).status();
+  // Each case on a fresh cohort (a client takes one key list): `change`
+  // turns the honest list for client 0 into the server's forgery, given
+  // the honest lists of client 0 and of a client that is not its neighbour.
+  auto refusal = [&](const std::function<void(KeyList&, const KeyList&, uint32_t)>& change) {
+    Staged s = StageAdverts(h);
+    std::map<uint32_t, KeyAdvert> adverts;
+    for (auto& a : s.adverts) adverts[a.index] = a;
+    KeyList list = ForgedKeyList(h, s, adverts, 0);  // What the server would send.
+    EXPECT_EQ(list.entries.size(), h.params().k + 1);
+    std::vector<bool> listed(h.params().n, false);
+    for (const auto& e : list.entries) listed[e.index] = true;
+    const uint32_t stranger =
+        static_cast<uint32_t>(std::find(listed.begin(), listed.end(), false) - listed.begin());
+    change(list, ForgedKeyList(h, s, adverts, stranger), stranger);
+    return s.clients[0]->ShareKeys(list).status();
+  };
+  auto stranger_entry = [](const KeyList& theirs, uint32_t stranger) {
+    return *std::find_if(theirs.entries.begin(), theirs.entries.end(),
+                         [&](const ListedAdvert& e) { return e.index == stranger; });
   };
   // One neighbour left out, or a stranger added.
-  KeyList hidden = honest;
-  hidden.entries.pop_back();
-  EXPECT_NE(refusal(0, hidden).message().find("entries, expected"), std::string::npos);
-  std::vector<bool> listed(h.params().n, false);
-  for (const auto& e : honest.entries) listed[e.index] = true;
-  const uint32_t stranger =
-      static_cast<uint32_t>(std::find(listed.begin(), listed.end(), false) - listed.begin());
-  const KeyList theirs = ForgedKeyList(h, adverts, stranger);  // Its entry, validly proven.
-  KeyList padded = honest;
-  padded.entries.push_back(
-      *std::find_if(theirs.entries.begin(), theirs.entries.end(),
-                    [&](const ListedAdvert& e) { return e.index == stranger; }));
-  EXPECT_NE(refusal(0, padded).message().find("entries, expected"), std::string::npos);
+  EXPECT_NE(refusal([](KeyList& l, const KeyList&, uint32_t) { l.entries.pop_back(); })
+                .message()
+                .find("entries, expected"),
+            std::string::npos);
+  EXPECT_NE(refusal([&](KeyList& l, const KeyList& theirs, uint32_t stranger) {
+              l.entries.push_back(stranger_entry(theirs, stranger));
+            })
+                .message()
+                .find("entries, expected"),
+            std::string::npos);
   // A neighbour's entry swapped for the stranger's (as many entries).
-  KeyList replaced = honest;
-  replaced.entries.back() = padded.entries.back();
-  std::sort(replaced.entries.begin(), replaced.entries.end(),
-            [](const ListedAdvert& a, const ListedAdvert& b) { return a.index < b.index; });
-  EXPECT_NE(refusal(0, replaced).message().find("was due"), std::string::npos);
+  EXPECT_NE(refusal([&](KeyList& l, const KeyList& theirs, uint32_t stranger) {
+              l.entries.back() = stranger_entry(theirs, stranger);
+              std::sort(
+                  l.entries.begin(), l.entries.end(),
+                  [](const ListedAdvert& a, const ListedAdvert& b) { return a.index < b.index; });
+            })
+                .message()
+                .find("was due"),
+            std::string::npos);
   // A neighbour claimed absent, under the same root.
-  KeyList absent = honest;
-  absent.entries.back().advert.reset();
-  EXPECT_NE(refusal(0, absent).message().find("entry is not under the list's root"),
+  EXPECT_NE(refusal([](KeyList& l, const KeyList&, uint32_t) { l.entries.back().advert.reset(); })
+                .message()
+                .find("entry is not under the list's root"),
             std::string::npos);
   // Another key in a neighbour's place, with the real proof.
-  KeyList swapped = honest;
-  swapped.entries.back().identity = h.identities()[swapped.entries.front().index];
-  EXPECT_NE(refusal(0, swapped).message().find("identity key is not the roster's"),
+  EXPECT_NE(refusal([&](KeyList& l, const KeyList&, uint32_t) {
+              l.entries.back().identity = h.identities()[l.entries.front().index];
+            })
+                .message()
+                .find("identity key is not the roster's"),
             std::string::npos);
 }
 
@@ -1153,14 +1456,19 @@ TEST(SecAggClientTest, RefusesARosterWithoutItsKeyOrWithAKeyTwice) {
   p.roster = roster.root();
   // A proof of another place: the roster does not hold this client's key.
   SecAggClient misplaced(p, 1, &keys[1], roster.Proof(4));
-  EXPECT_NE(misplaced.AdvertiseKeys().status().message().find("does not hold this client's"),
+  EXPECT_NE(misplaced.CommitSeed().status().message().find("does not hold this client's"),
             std::string::npos);
   // Client 2's key at places 2 and 3: a neighbour of both refuses.
   SecAggServer server(p, ids);
   std::vector<std::unique_ptr<SecAggClient>> clients;
   for (uint32_t i = 0; i < 6; ++i) {
     clients.push_back(std::make_unique<SecAggClient>(p, i, &keys[i == 3 ? 2 : i], roster.Proof(i)));
-    ASSERT_TRUE(server.OnAdvertise(*clients[i]->AdvertiseKeys()).ok());
+    ASSERT_TRUE(server.OnSeedCommit(*clients[i]->CommitSeed()).ok());
+  }
+  auto roots = server.CloseSeedCommit();
+  ASSERT_TRUE(roots.ok());
+  for (uint32_t i = 0; i < 6; ++i) {
+    ASSERT_TRUE(server.OnAdvertise(*clients[i]->AdvertiseKeys(roots->at(i))).ok());
   }
   auto lists = server.CloseAdvertise();
   ASSERT_TRUE(lists.ok());
@@ -1210,20 +1518,26 @@ TEST(SecAggClientTest, RefusesListsThatDoNotMatchWhatItHolds) {
   }
   // A checked list naming client 4, which never shared keys with anyone.
   CheckedList forged = {{0, 1, 2, 3, 4, 5}};
-  Status r = s.clients[0]->ReceiveChecked(forged);
+  Status r = s.clients[0]->ReceiveChecked(forged).status();
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.message().find("names client 4, whose shares this client does not hold"),
             std::string::npos)
       << r;
   // A list that leaves the client itself out.
-  EXPECT_NE(s.clients[1]->ReceiveChecked({{0, 2, 3, 5}}).message().find("omits this client"),
-            std::string::npos);
-  // The real one; then an unmask request whose dropped list hides a survivor.
+  EXPECT_NE(
+      s.clients[1]->ReceiveChecked({{0, 2, 3, 5}}).status().message().find("omits this client"),
+      std::string::npos);
+  // The real one: with clients 0 and 1 gone, only three of the t = 4 can
+  // confirm it, and the round stops before anyone masks.
   auto checked = server.CloseShareCheck();
+  ASSERT_TRUE(checked.ok());
   for (uint32_t i : {2u, 3u, 5u}) {
-    ASSERT_TRUE(s.clients[i]->ReceiveChecked(*checked).ok());
-    ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
+    ASSERT_TRUE(server.OnConfirmation(*s.clients[i]->ReceiveChecked(*checked)).ok());
   }
+  auto confirmations = server.CloseConfirmation();
+  EXPECT_NE(confirmations.status().message().find("3 clients confirmed the checked list, need 4"),
+            std::string::npos)
+      << confirmations.status();
 }
 
 TEST(SecAggClientTest, UnmaskRefusesBothSharesOfANeighbourAndForkedLists) {
@@ -1238,8 +1552,8 @@ TEST(SecAggClientTest, UnmaskRefusesBothSharesOfANeighbourAndForkedLists) {
     ASSERT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());
   }
   auto checked = server.CloseShareCheck();
+  Confirm(server, s.clients, *checked);
   for (uint32_t i = 0; i < 6; ++i) {
-    ASSERT_TRUE(s.clients[i]->ReceiveChecked(*checked).ok());
     if (i != 4) {
       ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
     }
@@ -1285,7 +1599,7 @@ TEST(SecAggTest, MaskedVectorLooksUniformAndUncorrelatedWithTheInput) {
     ASSERT_TRUE(server.OnShareCheck(*s.clients[i]->CheckShares((*inbound)[i])).ok());
   }
   auto checked = server.CloseShareCheck();
-  ASSERT_TRUE(s.clients[0]->ReceiveChecked(*checked).ok());
+  Confirm(server, s.clients, *checked);
   auto masked = s.clients[0]->MaskInput(h.inputs()[0]);
   ASSERT_TRUE(masked.ok());
   // Chi-square of the top byte over 256 bins (df 255: mean 255, sd 22.6).

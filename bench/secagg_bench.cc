@@ -105,8 +105,17 @@ int main(int argc, char** argv) {
   for (uint32_t i = 0; i < n; ++i) {
     clients.push_back(std::make_unique<SecAggClient>(i < timed ? *params : stand_in, i, &keys[i],
                                                      roster.Proof(i)));
+    auto c = timed_call(
+        client_s[i], [&] { return clients[i]->CommitSeed(); }, "CommitSeed");
+    must(c);
+    must(StatusOr<int>(
+        server_call("OnSeedCommit", [&] { return server.OnSeedCommit(*c); }).ok() ? 0 : -1));
+  }
+  auto roots = server_call("CloseSeedCommit", [&] { return server.CloseSeedCommit(); });
+  must(roots);
+  for (uint32_t i = 0; i < n; ++i) {
     auto a = timed_call(
-        client_s[i], [&] { return clients[i]->AdvertiseKeys(); }, "AdvertiseKeys");
+        client_s[i], [&] { return clients[i]->AdvertiseKeys(roots->at(i)); }, "AdvertiseKeys");
     must(a);
     must(StatusOr<int>(
         server_call("OnAdvertise", [&] { return server.OnAdvertise(*a); }).ok() ? 0 : -1));
@@ -133,8 +142,18 @@ int main(int argc, char** argv) {
   for (auto& v : input) v = static_cast<uint32_t>(rng.Next());
   for (uint32_t i = 0; i < n; ++i) {
     if (dropped[i]) continue;
-    Status rs = timed_call(
+    auto c = timed_call(
         client_s[i], [&] { return clients[i]->ReceiveChecked(*checked); }, "ReceiveChecked");
+    must(c);
+    (void)server_call("OnConfirmation", [&] { return server.OnConfirmation(*c); });
+  }
+  auto confirmed = server_call("CloseConfirmation", [&] { return server.CloseConfirmation(); });
+  must(confirmed);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (dropped[i]) continue;
+    Status rs = timed_call(
+        client_s[i], [&] { return clients[i]->ReceiveConfirmations(confirmed->at(i)); },
+        "ReceiveConfirmations");
     if (!rs.ok()) return 1;
     MaskedInput masked;
     if (i < timed) {

@@ -320,9 +320,11 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       StartSecureTask(st.round(), st.task_id(), st.setup(), now, a);
       break;
     }
+    case wire::Header::kSecaggSeed:
     case wire::Header::kSecaggKeys:
     case wire::Header::kSecaggShares:
     case wire::Header::kSecaggChecked:
+    case wire::Header::kSecaggConfirm:
     case wire::Header::kSecaggSurvivors:
     case wire::Header::kSecaggUnmaskRequest:
       OnSecAggMessage(h, now, a);
@@ -507,10 +509,9 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.client = std::make_unique<aggregation::SecAggClient>(params, s.index(), identity_,
                                                          std::move(roster_proof), env_);
   secagg_ = std::move(r);
-  if (Paused("advertise_keys", round, a)) return OkStatus();
-  COHORT_ASSIGN_OR_RETURN(aggregation::KeyAdvert advert, secagg_->client->AdvertiseKeys());
-  if (Misbehaves("low_order_key")) advert.mask_key = {};
-  Send(net::ToWire(round, task_id, advert), {}, now, a);
+  if (Paused("commit_seed", round, a)) return OkStatus();
+  COHORT_ASSIGN_OR_RETURN(aggregation::SeedCommit commit, secagg_->client->CommitSeed());
+  Send(net::ToWire(round, task_id, commit), {}, now, a);
   return OkStatus();
 }
 
@@ -532,8 +533,14 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
   uint32_t round = 0;
   uint64_t task_id = 0;
   switch (h.body_case()) {
+    case wire::Header::kSecaggSeed:
+      round = h.secagg_seed().round(), task_id = h.secagg_seed().task_id();
+      break;
     case wire::Header::kSecaggKeys:
       round = h.secagg_keys().round(), task_id = h.secagg_keys().task_id();
+      break;
+    case wire::Header::kSecaggConfirm:
+      round = h.secagg_confirm().round(), task_id = h.secagg_confirm().task_id();
       break;
     case wire::Header::kSecaggShares:
       round = h.secagg_shares().round(), task_id = h.secagg_shares().task_id();
@@ -556,6 +563,16 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
   }
   aggregation::SecAggClient& client = *secagg_->client;
   switch (h.body_case()) {
+    case wire::Header::kSecaggSeed: {
+      if (Paused("advertise_keys", round, a)) return;
+      auto root = net::FromWire(h.secagg_seed());
+      if (!root.ok()) return Refuse(root.status(), a);
+      auto advert = client.AdvertiseKeys(*root);
+      if (!advert.ok()) return Refuse(advert.status(), a);
+      if (Misbehaves("low_order_key")) advert->mask_key = {};
+      Send(net::ToWire(round, task_id, *advert), {}, now, a);
+      return;
+    }
     case wire::Header::kSecaggKeys: {
       if (Paused("share_keys", round, a)) return;
       auto list = net::FromWire(h.secagg_keys());
@@ -584,8 +601,17 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       return;
     }
     case wire::Header::kSecaggChecked: {
-      Status received = client.ReceiveChecked(net::FromWire(h.secagg_checked()));
-      if (!received.ok()) return Refuse(received, a);
+      if (Paused("confirm_checked", round, a)) return;
+      auto confirmation = client.ReceiveChecked(net::FromWire(h.secagg_checked()));
+      if (!confirmation.ok()) return Refuse(confirmation.status(), a);
+      Send(net::ToWire(round, task_id, *confirmation), {}, now, a);
+      return;
+    }
+    case wire::Header::kSecaggConfirm: {
+      auto confirmations = net::FromWire(h.secagg_confirm());
+      if (!confirmations.ok()) return Refuse(confirmations.status(), a);
+      Status confirmed = client.ReceiveConfirmations(*confirmations);
+      if (!confirmed.ok()) return Refuse(confirmed, a);
       secagg_->checked_in = true;
       if (secagg_->input) SendMaskedInput(now, a);
       return;

@@ -34,8 +34,9 @@ std::string JsonString(const std::string& text) {
 
 std::string RoundJson(const RoundRecord& r, const std::vector<ClientRoundRecord>& clients) {
   // Secure aggregation: who left at which stage.
-  static constexpr const char* kStages[] = {"advertise_keys", "share_keys",  "check_shares",
-                                            "masked_input",   "consistency", "unmasking"};
+  static constexpr const char* kStages[] = {"commit_seed",  "advertise_keys",  "share_keys",
+                                            "check_shares", "confirm_checked", "masked_input",
+                                            "consistency",  "unmasking"};
   std::map<std::string, std::string> by_stage;
   std::string dropped, misbehaving;
   for (const auto& c : clients) {

@@ -273,9 +273,11 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
     case wire::Header::kUpdate:
       OnUpdate(peer, envelope, now, out);
       break;
+    case wire::Header::kSecaggSeed:
     case wire::Header::kSecaggKeys:
     case wire::Header::kSecaggShares:
     case wire::Header::kSecaggShareCheck:
+    case wire::Header::kSecaggConfirm:
     case wire::Header::kSecaggSignature:
     case wire::Header::kSecaggUnmask:
       OnSecAggMessage(peer, envelope, now, out);

@@ -264,7 +264,7 @@ class RoundEngine {
 
   // Secure aggregation state of the round in progress (stage 0: none; see
   // round_engine_secagg.cc for the numbers).
-  static constexpr int kMaskedInputStage = 4;
+  static constexpr int kMaskedInputStage = 6;
   int stage_ = 0;
   TimeMs stage_deadline_ = 0;
   aggregation::SecAggParams secagg_params_;

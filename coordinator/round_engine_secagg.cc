@@ -1,11 +1,13 @@
 // The round engine's secure-aggregation half: binds aggregation::SecAggServer
 // to the round. Stage numbers are those of aggregation/secagg.h:
-//   1 advertise_keys  (runs while clients train; stage timeout)
-//   2 share_keys      (stage timeout)
-//   3 check_shares    (stage timeout)
-//   4 masked_input    (the round deadline)
-//   5 consistency     (stage timeout)
-//   6 unmasking       (stage timeout)
+//   1 commit_seed     (runs while clients train; stage timeout)
+//   2 advertise_keys  (stage timeout)
+//   3 share_keys      (stage timeout)
+//   4 check_shares    (stage timeout)
+//   5 confirm_checked (stage timeout)
+//   6 masked_input    (the round deadline)
+//   7 consistency     (stage timeout)
+//   8 unmasking       (stage timeout)
 // A stage closes when every client still in the round has answered, or at
 // its deadline; whoever has not answered then leaves the round at that stage.
 // A client the protocol proves misbehaving (a bad key, shares that do not
@@ -23,8 +25,15 @@
 namespace cohort::coordinator {
 namespace {
 
-constexpr const char* kStageNames[] = {
-    "", "advertise_keys", "share_keys", "check_shares", "masked_input", "consistency", "unmasking"};
+constexpr const char* kStageNames[] = {"",
+                                       "commit_seed",
+                                       "advertise_keys",
+                                       "share_keys",
+                                       "check_shares",
+                                       "confirm_checked",
+                                       "masked_input",
+                                       "consistency",
+                                       "unmasking"};
 
 TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} * 1000.0)); }
 
@@ -193,9 +202,17 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
     return static_cast<uint32_t>(q - participants_.data());
   };
   switch (h.body_case()) {
+    case wire::Header::kSecaggSeed: {
+      const auto& m = h.secagg_seed();
+      p = SecAggSender(peer, m.round(), m.task_id(), 1, "seed commitment", now, out);
+      if (p == nullptr) return;
+      auto commit = net::FromWire(m, index_of(p));
+      status = commit.ok() ? secagg()->OnSeedCommit(*commit) : commit.status();
+      break;
+    }
     case wire::Header::kSecaggKeys: {
       const auto& m = h.secagg_keys();
-      p = SecAggSender(peer, m.round(), m.task_id(), 1, "key advert", now, out);
+      p = SecAggSender(peer, m.round(), m.task_id(), 2, "key advert", now, out);
       if (p == nullptr) return;
       auto advert = net::FromWire(m, index_of(p));
       status = advert.ok() ? secagg()->OnAdvertise(*advert) : advert.status();
@@ -203,7 +220,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
     }
     case wire::Header::kSecaggShares: {
       const auto& m = h.secagg_shares();
-      p = SecAggSender(peer, m.round(), m.task_id(), 2, "shares", now, out);
+      p = SecAggSender(peer, m.round(), m.task_id(), 3, "shares", now, out);
       if (p == nullptr) return;
       auto shares = net::FromWire(m, index_of(p));
       status = shares.ok() ? secagg()->OnShares(std::move(*shares)) : shares.status();
@@ -211,15 +228,23 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
     }
     case wire::Header::kSecaggShareCheck: {
       const auto& m = h.secagg_share_check();
-      p = SecAggSender(peer, m.round(), m.task_id(), 3, "share check", now, out);
+      p = SecAggSender(peer, m.round(), m.task_id(), 4, "share check", now, out);
       if (p == nullptr) return;
       auto check = net::FromWire(m, index_of(p));
       status = check.ok() ? secagg()->OnShareCheck(*check) : check.status();
       break;
     }
+    case wire::Header::kSecaggConfirm: {
+      const auto& m = h.secagg_confirm();
+      p = SecAggSender(peer, m.round(), m.task_id(), 5, "checked-list confirmation", now, out);
+      if (p == nullptr) return;
+      auto c = net::FromWire(m, index_of(p));
+      status = c.ok() ? secagg()->OnConfirmation(*c) : c.status();
+      break;
+    }
     case wire::Header::kSecaggSignature: {
       const auto& m = h.secagg_signature();
-      p = SecAggSender(peer, m.round(), m.task_id(), 5, "survivor signature", now, out);
+      p = SecAggSender(peer, m.round(), m.task_id(), 7, "survivor signature", now, out);
       if (p == nullptr) return;
       auto sig = net::FromWire(m, index_of(p));
       status = sig.ok() ? secagg()->OnSignature(*sig) : sig.status();
@@ -227,7 +252,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
     }
     case wire::Header::kSecaggUnmask: {
       const auto& m = h.secagg_unmask();
-      p = SecAggSender(peer, m.round(), m.task_id(), 6, "unmasking shares", now, out);
+      p = SecAggSender(peer, m.round(), m.task_id(), 8, "unmasking shares", now, out);
       if (p == nullptr) return;
       auto r = net::FromWire(m, index_of(p));
       status = r.ok() ? secagg()->OnUnmask(std::move(*r)) : r.status();
@@ -286,19 +311,26 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
   const TimeMs stage_timeout = SecondsToMs(config_.secagg().stage_timeout_s());
   switch (stage_) {
     case 1: {
+      COHORT_ASSIGN_OR_RETURN(auto roots, secagg()->CloseSeedCommit());
+      for (const auto& [index, root] : roots) {
+        SendSecAgg(index, net::ToWire(round, task_id_, root), out);
+      }
+      break;
+    }
+    case 2: {
       COHORT_ASSIGN_OR_RETURN(auto lists, secagg()->CloseAdvertise());
       for (const auto& [index, list] : lists)
         SendSecAgg(index, net::ToWire(round, task_id_, list), out);
       break;
     }
-    case 2: {
+    case 3: {
       COHORT_ASSIGN_OR_RETURN(auto inbound, secagg()->CloseShares());
       for (const auto& [index, shares] : inbound) {
         SendSecAgg(index, net::ToWire(round, task_id_, shares), out);
       }
       break;
     }
-    case 3: {
+    case 4: {
       COHORT_ASSIGN_OR_RETURN(aggregation::CheckedList checked, secagg()->CloseShareCheck());
       wire::Header h = NewHeader();
       auto* m = h.mutable_secagg_checked();
@@ -306,12 +338,19 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
       m->set_task_id(task_id_);
       for (uint32_t u : checked.members) m->add_members(u);
       BroadcastSecAgg(h, out);
+      break;
+    }
+    case 5: {
+      COHORT_ASSIGN_OR_RETURN(auto confirmations, secagg()->CloseConfirmation());
+      for (const auto& [index, c] : confirmations) {
+        SendSecAgg(index, net::ToWire(round, task_id_, c), out);
+      }
       // Clients can mask only now: slow key-exchange stages must not eat the
       // whole masked-input stage.
       deadline_ = std::max(deadline_, now + stage_timeout);
       break;
     }
-    case 4: {
+    case 6: {
       const uint32_t needed = std::max(secagg_params_.t, MinClients());
       if (secagg()->u4().size() < needed) {
         return FailedPreconditionError(
@@ -327,7 +366,7 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
       BroadcastSecAgg(h, out);
       break;
     }
-    case 5: {
+    case 7: {
       COHORT_ASSIGN_OR_RETURN(auto requests, secagg()->CloseConsistency());
       for (const auto& [index, request] : requests) {
         SendSecAgg(index, net::ToWire(round, task_id_, request), out);
@@ -361,7 +400,7 @@ void RoundEngine::AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out) {
                       kStageNames[stage_], started - round_start_wall_,
                       std::count_if(participants_.begin(), participants_.end(),
                                     [](const Participant& p) { return !p.left; }));
-    if (stage_ == 6) {
+    if (stage_ == 8) {
       FinishRound(now, started, out);
       return;
     }

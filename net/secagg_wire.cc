@@ -39,6 +39,7 @@ StatusOr<aggregation::KeyAdvert> AdvertFromWire(const wire::KeyAdvert& w) {
   COHORT_RETURN_IF_ERROR(Copy(w.enc_key(), a.enc_key, "advert enc_key"));
   COHORT_RETURN_IF_ERROR(Copy(w.mask_key(), a.mask_key, "advert mask_key"));
   COHORT_RETURN_IF_ERROR(Copy(w.self_commitment(), a.self_commitment, "advert self_commitment"));
+  COHORT_RETURN_IF_ERROR(Copy(w.seed(), a.seed, "advert seed"));
   COHORT_RETURN_IF_ERROR(Copy(w.signature(), a.signature, "advert signature"));
   return a;
 }
@@ -48,6 +49,7 @@ void AdvertToWire(const aggregation::KeyAdvert& a, wire::KeyAdvert* w) {
   Put(w->mutable_enc_key(), a.enc_key);
   Put(w->mutable_mask_key(), a.mask_key);
   Put(w->mutable_self_commitment(), a.self_commitment);
+  Put(w->mutable_seed(), a.seed);
   Put(w->mutable_signature(), a.signature);
 }
 
@@ -89,7 +91,60 @@ void SharesToWire(const std::map<uint32_t, std::string>& shares, wire::SecAggSha
   }
 }
 
+// Tags by peer (recipient or sender); a peer named twice is an error.
+StatusOr<std::map<uint32_t, std::array<uint8_t, 32>>> TagsFromWire(const wire::SecAggConfirm& m) {
+  std::map<uint32_t, std::array<uint8_t, 32>> out;
+  for (const auto& w : m.tags()) {
+    std::array<uint8_t, 32> tag;
+    COHORT_RETURN_IF_ERROR(Copy(w.tag(), tag, "confirmation tag"));
+    if (!out.emplace(w.to(), tag).second) {
+      return InvalidArgumentError("two confirmation tags for client " + std::to_string(w.to()));
+    }
+  }
+  return out;
+}
+
+wire::Header TagsToWire(uint32_t round, uint64_t task_id,
+                        const std::map<uint32_t, std::array<uint8_t, 32>>& tags) {
+  wire::Header h = NewHeader();
+  auto* m = h.mutable_secagg_confirm();
+  Name(m, round, task_id);
+  for (const auto& [peer, tag] : tags) {
+    auto* w = m->add_tags();
+    w->set_to(peer);
+    Put(w->mutable_tag(), tag);
+  }
+  return h;
+}
+
 }  // namespace
+
+StatusOr<aggregation::SeedCommit> FromWire(const wire::SecAggSeed& m, uint32_t from) {
+  aggregation::SeedCommit c;
+  c.from = from;
+  COHORT_RETURN_IF_ERROR(Copy(m.commitment(), c.commitment, "seed commitment"));
+  return c;
+}
+
+StatusOr<aggregation::CheckedConfirmation> FromWire(const wire::SecAggConfirm& m, uint32_t from) {
+  aggregation::CheckedConfirmation c;
+  c.from = from;
+  COHORT_ASSIGN_OR_RETURN(c.tags, TagsFromWire(m));
+  return c;
+}
+
+StatusOr<aggregation::SeedRoot> FromWire(const wire::SecAggSeed& m) {
+  aggregation::SeedRoot r;
+  COHORT_RETURN_IF_ERROR(Copy(m.root(), r.root, "seed root"));
+  COHORT_ASSIGN_OR_RETURN(r.proof, ProofFromWire(m.proof(), "seed root proof"));
+  return r;
+}
+
+StatusOr<aggregation::Confirmations> FromWire(const wire::SecAggConfirm& m) {
+  aggregation::Confirmations c;
+  COHORT_ASSIGN_OR_RETURN(c.from, TagsFromWire(m));
+  return c;
+}
 
 StatusOr<aggregation::KeyAdvert> FromWire(const wire::SecAggKeys& m, uint32_t from) {
   if (m.adverts_size() != 1 || m.adverts(0).index() != from) {
@@ -173,6 +228,13 @@ StatusOr<aggregation::KeyList> FromWire(const wire::SecAggKeys& m) {
     COHORT_ASSIGN_OR_RETURN(e.advert_proof, ProofFromWire(w.advert_proof(), who + " advert proof"));
     list.entries.push_back(std::move(e));
   }
+  // One per roster position; the client checks the count against its n.
+  for (const auto& w : m.seeds()) {
+    auto& seed = list.seeds.emplace_back();
+    if (w.empty()) continue;
+    seed.emplace();
+    COHORT_RETURN_IF_ERROR(Copy(w, *seed, "seed contribution"));
+  }
   return list;
 }
 
@@ -210,6 +272,29 @@ StatusOr<aggregation::UnmaskRequest> FromWire(const wire::SecAggUnmaskRequest& m
   return r;
 }
 
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SeedCommit& commit) {
+  wire::Header h = NewHeader();
+  Name(h.mutable_secagg_seed(), round, task_id);
+  Put(h.mutable_secagg_seed()->mutable_commitment(), commit.commitment);
+  return h;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SeedRoot& root) {
+  wire::Header h = NewHeader();
+  Name(h.mutable_secagg_seed(), round, task_id);
+  Put(h.mutable_secagg_seed()->mutable_root(), root.root);
+  ProofToWire(root.proof, h.mutable_secagg_seed()->mutable_proof());
+  return h;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::CheckedConfirmation& c) {
+  return TagsToWire(round, task_id, c.tags);
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::Confirmations& c) {
+  return TagsToWire(round, task_id, c.from);
+}
+
 wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::KeyAdvert& advert) {
   wire::Header h = NewHeader();
   auto* m = h.mutable_secagg_keys();
@@ -232,6 +317,10 @@ wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::KeyList
       ProofToWire(e.identity_proof, w->mutable_identity_proof());
     }
     ProofToWire(e.advert_proof, w->mutable_advert_proof());
+  }
+  for (const auto& seed : list.seeds) {
+    std::string* w = m->add_seeds();
+    if (seed) Put(w, *seed);
   }
   return h;
 }

@@ -16,6 +16,8 @@
 namespace cohort::net {
 
 // Client -> coordinator.
+StatusOr<aggregation::SeedCommit> FromWire(const wire::SecAggSeed& m, uint32_t from);
+StatusOr<aggregation::CheckedConfirmation> FromWire(const wire::SecAggConfirm& m, uint32_t from);
 StatusOr<aggregation::KeyAdvert> FromWire(const wire::SecAggKeys& m, uint32_t from);
 StatusOr<aggregation::SealedShares> FromWire(const wire::SecAggShares& m, uint32_t from);
 StatusOr<aggregation::ShareCheck> FromWire(const wire::SecAggShareCheck& m, uint32_t from);
@@ -23,6 +25,8 @@ StatusOr<aggregation::SurvivorSignature> FromWire(const wire::SecAggSignature& m
 StatusOr<aggregation::UnmaskResponse> FromWire(const wire::SecAggUnmask& m, uint32_t from);
 
 // Coordinator -> client.
+StatusOr<aggregation::SeedRoot> FromWire(const wire::SecAggSeed& m);
+StatusOr<aggregation::Confirmations> FromWire(const wire::SecAggConfirm& m);
 StatusOr<aggregation::KeyList> FromWire(const wire::SecAggKeys& m);
 StatusOr<aggregation::InboundShares> FromWire(const wire::SecAggShares& m);
 aggregation::CheckedList FromWire(const wire::SecAggChecked& m);
@@ -32,6 +36,10 @@ StatusOr<aggregation::UnmaskRequest> FromWire(const wire::SecAggUnmaskRequest& m
 // Headers (version set) for each direction; `round` and `task_id` name the
 // session. SealedShares go to the coordinator keyed by recipient,
 // InboundShares to a client keyed by sender.
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SeedCommit& commit);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SeedRoot& root);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::CheckedConfirmation& c);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::Confirmations& c);
 wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::KeyAdvert& advert);
 wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::KeyList& list);
 wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SealedShares& shares);

@@ -310,6 +310,8 @@ std::string ServerProgram(int config, const ServerEdits& edits = {}) {
   step(ServerOp::kCloseShares, 0);
   for (uint32_t i = 0; i < h.params.n; ++i) step(ServerOp::kShareCheck, i);
   step(ServerOp::kCloseShareCheck, 0);
+  for (uint32_t i = 0; i < h.params.n; ++i) step(ServerOp::kConfirm, i);
+  step(ServerOp::kCloseConfirmation, 0);
   for (uint32_t i : h.survivors.survivors) step(ServerOp::kMasked, i);
   step(ServerOp::kCloseMaskedInput, 0);
   for (const auto& [i, s] : h.signatures) step(ServerOp::kSignature, i);
@@ -363,6 +365,10 @@ void SecAggServer() {
             c, {{{ServerOp::kMasked, 1},
                  ServerStep(ServerOp::kRawMasked, 0) + "\x01\x20" + std::string(32, '\x05')}}));
   }
+  // A confirmation with a flipped tag, and one from a stranger index.
+  Put("secagg_server", "config1_edited_confirm",
+      EditedServerProgram(1, ServerOp::kConfirm, ServerOp::kEditedConfirm, 1,
+                          std::string("\x01\x00\x00\x03", 4)));
   Put("secagg_server", "config0_edited_signature",
       EditedServerProgram(0, ServerOp::kSignature, ServerOp::kEditedSignature, 2,
                           std::string("\x00\x01\x00\x11", 4)));
@@ -399,6 +405,7 @@ std::string ClientProgram(int config, uint32_t index, ClientOp edit = ClientOp::
   call(ClientOp::kShareKeys, ClientOp::kEditedShareKeys);
   call(ClientOp::kCheckShares, ClientOp::kEditedCheckShares);
   call(ClientOp::kReceiveChecked, ClientOp::kEditedReceiveChecked);
+  call(ClientOp::kReceiveConfirmations, ClientOp::kEditedReceiveConfirmations);
   p += static_cast<char>(ClientOp::kMaskInput);
   p += '\x01';  // Input of the right length.
   call(ClientOp::kSignSurvivors, ClientOp::kEditedSignSurvivors);
@@ -422,6 +429,12 @@ void SecAggClient() {
     // Client 2 taken out of the checked list.
     Put("secagg_client", tag + "edited_checked",
         ClientProgram(c, 0, ClientOp::kEditedReceiveChecked, std::string("\x00\x01\x02", 3)));
+    // A confirmation tag flipped or dropped: below t, the client keeps its input.
+    Put("secagg_client", tag + "edited_confirmations",
+        ClientProgram(c, 0, ClientOp::kEditedReceiveConfirmations, std::string("\x00\x01\x00", 3)));
+    Put("secagg_client", tag + "edited_seed_root",
+        std::string{static_cast<char>(c), '\x00', static_cast<char>(ClientOp::kEditedAdvertise),
+                    '\x00', '\x01', '\x03'});
     Put("secagg_client", tag + "edited_request",
         ClientProgram(c, 0, ClientOp::kEditedUnmask, std::string("\x00\x02\x01\x00", 4)));
     std::string combined{static_cast<char>(c),
@@ -430,6 +443,7 @@ void SecAggClient() {
                          static_cast<char>(ClientOp::kShareKeys),
                          static_cast<char>(ClientOp::kCheckShares),
                          static_cast<char>(ClientOp::kReceiveChecked),
+                         static_cast<char>(ClientOp::kReceiveConfirmations),
                          static_cast<char>(ClientOp::kMaskInput),
                          '\x00',
                          '\x03'};

@@ -49,6 +49,7 @@ enum class Stage {
   kShared,
   kShareChecked,
   kReceivedChecked,
+  kConfirmed,
   kMasked,
   kSigned,
   kUnmasked,
@@ -95,15 +96,43 @@ class ClientRun {
 
   void Step(ClientOp op) {
     switch (op) {
-      case ClientOp::kAdvertise: {
-        SeedRandom(ClientSeed(config_, index_));  // The recorded round's keys.
-        auto advert = client_.AdvertiseKeys();
+      case ClientOp::kAdvertise:
+      case ClientOp::kEditedAdvertise: {
+        if (stage_ == Stage::kFresh) {
+          SeedRandom(ClientSeed(config_, index_));  // The recorded round's contribution.
+          auto commit = client_.CommitSeed();
+          FUZZ_CHECK(commit.ok() && commit->commitment == h_.commits[index_].commitment,
+                     "the seeded client committed to another seed than in the recorded round");
+        }
+        aggregation::SeedRoot root = h_.seed_roots.at(index_);
+        if (op == ClientOp::kEditedAdvertise) MutateSeedRoot(in_, h_, root);
+        const bool honest_root = root.root == h_.seed_roots.at(index_).root &&
+                                 root.proof == h_.seed_roots.at(index_).proof;
+        SeedRandom(ClientSeed(config_, index_) + kAdvertSeedOffset);  // And keys.
+        auto advert = client_.AdvertiseKeys(root);
         if (advert.ok()) {
           const auto& recorded = h_.adverts[index_];
           FUZZ_CHECK(advert->enc_key == recorded.enc_key && advert->mask_key == recorded.mask_key,
                      "the seeded client made other keys than in the recorded round");
         }
-        Outcome(advert.status(), Stage::kFresh, Stage::kAdvertised, true);
+        Outcome(advert.status(), Stage::kFresh, Stage::kAdvertised, honest_root);
+        break;
+      }
+      case ClientOp::kReceiveConfirmations:
+      case ClientOp::kEditedReceiveConfirmations: {
+        aggregation::Confirmations c = h_.confirmed.at(index_);
+        if (op == ClientOp::kEditedReceiveConfirmations) MutateTags(in_, h_, c.from);
+        const Status status = client_.ReceiveConfirmations(c);
+        if (status.ok() && stage_ == Stage::kReceivedChecked) {
+          // Accepted: t of its neighbours' tags are in it, and checked_.
+          uint32_t from_neighbours = 0;
+          for (const auto& [u, tag] : c.from) {
+            from_neighbours += Contains(h_.neighbours[index_], u) ? 1 : 0;
+          }
+          FUZZ_CHECK(from_neighbours >= h_.params.t, "masked on fewer than t confirmations");
+        }
+        Outcome(status, Stage::kReceivedChecked, Stage::kConfirmed,
+                op == ClientOp::kReceiveConfirmations);
         break;
       }
       case ClientOp::kShareKeys:
@@ -141,7 +170,7 @@ class ClientRun {
       case ClientOp::kEditedReceiveChecked: {
         aggregation::CheckedList list = h_.checked;
         if (op == ClientOp::kEditedReceiveChecked) MutateChecked(in_, h_, list);
-        const Status status = client_.ReceiveChecked(list);
+        const Status status = client_.ReceiveChecked(list).status();
         if (status.ok() && stage_ == Stage::kShareChecked) {
           FUZZ_CHECK(Contains(list.members, index_), "accepted a checked list without itself");
           checked_ = list.members;
@@ -163,7 +192,7 @@ class ClientRun {
                        "honest messages gave another masked input than recorded");
           }
         }
-        Outcome(masked.status(), Stage::kReceivedChecked, Stage::kMasked, honest_input);
+        Outcome(masked.status(), Stage::kConfirmed, Stage::kMasked, honest_input);
         break;
       }
       case ClientOp::kSignSurvivors:

@@ -110,7 +110,13 @@ HonestRound Build(int config) {
     clients.push_back(
         std::make_unique<SecAggClient>(p, i, &h.identity_keys[i], h.roster_proofs[i]));
     SeedRandom(ClientSeed(config, i));
-    h.adverts.push_back(Must(clients[i]->AdvertiseKeys(), "AdvertiseKeys"));
+    h.commits.push_back(Must(clients[i]->CommitSeed(), "CommitSeed"));
+    Must(server.OnSeedCommit(h.commits[i]), "OnSeedCommit");
+  }
+  h.seed_roots = Must(server.CloseSeedCommit(), "CloseSeedCommit");
+  for (uint32_t i = 0; i < p.n; ++i) {
+    SeedRandom(ClientSeed(config, i) + kAdvertSeedOffset);
+    h.adverts.push_back(Must(clients[i]->AdvertiseKeys(h.seed_roots.at(i)), "AdvertiseKeys"));
     Must(server.OnAdvertise(h.adverts[i]), "OnAdvertise");
   }
   h.key_lists = Must(server.CloseAdvertise(), "CloseAdvertise");
@@ -132,7 +138,12 @@ HonestRound Build(int config) {
     Fail("CloseShareCheck", InternalError("an honest client was blamed"));
   }
   for (uint32_t i = 0; i < p.n; ++i) {
-    Must(clients[i]->ReceiveChecked(h.checked), "ReceiveChecked");
+    h.confirmations.push_back(Must(clients[i]->ReceiveChecked(h.checked), "ReceiveChecked"));
+    Must(server.OnConfirmation(h.confirmations[i]), "OnConfirmation");
+  }
+  h.confirmed = Must(server.CloseConfirmation(), "CloseConfirmation");
+  for (uint32_t i = 0; i < p.n; ++i) {
+    Must(clients[i]->ReceiveConfirmations(h.confirmed.at(i)), "ReceiveConfirmations");
     h.masked.push_back(Must(clients[i]->MaskInput(h.inputs[i]), "MaskInput"));
     if (i != h.dropped) Must(server.OnMaskedInput(h.masked[i]), "OnMaskedInput");
   }
@@ -278,7 +289,11 @@ void MutateAdvert(FuzzInput& in, const HonestRound& h, KeyAdvert& a) {
     const KeyAdvert& other = h.adverts[in.Below(h.params.n)];
     switch (in.Byte() % 8) {
       case 7:
-        FlipArray(in, a.self_commitment);
+        if (in.Bool()) {
+          FlipArray(in, a.seed);  // No longer what its commitment hides.
+        } else {
+          FlipArray(in, a.self_commitment);
+        }
         break;
       case 0:
         a.index = AnyIndex(in, h);
@@ -306,6 +321,35 @@ void MutateAdvert(FuzzInput& in, const HonestRound& h, KeyAdvert& a) {
 }
 
 // Changes one byte of one digest of a proof, or its length.
+void MutateProof(FuzzInput& in, crypto::MerkleProof& proof);
+aggregation::SurvivorTag AnyTag(FuzzInput& in, const HonestRound& h);
+
+void MutateSeedRoot(FuzzInput& in, const HonestRound& h, aggregation::SeedRoot& r) {
+  for (int e = Edits(in); e > 0; --e) {
+    if (in.Bool()) {
+      FlipArray(in, r.root);
+    } else if (in.Bool()) {
+      MutateProof(in, r.proof);
+    } else {
+      r = Pick(in, h.seed_roots)->second;  // Another client's.
+    }
+  }
+}
+
+void MutateTags(FuzzInput& in, const HonestRound& h,
+                std::map<uint32_t, std::array<uint8_t, 32>>& tags) {
+  for (int e = Edits(in); e > 0; --e) {
+    const uint8_t op = in.Byte() % 3;
+    if (op == 0 && !tags.empty()) {
+      FlipArray(in, Pick(in, tags)->second);
+    } else if (op == 1 && !tags.empty()) {
+      tags.erase(Pick(in, tags));
+    } else {
+      tags[AnyIndex(in, h)] = AnyTag(in, h);
+    }
+  }
+}
+
 void MutateProof(FuzzInput& in, crypto::MerkleProof& proof) {
   if (proof.empty() || in.Bool()) {
     if (!proof.empty() && in.Bool()) {

@@ -38,13 +38,17 @@ struct HonestRound {
   // from the key list, so it holds whenever U1 is the recorded key list).
   std::vector<std::vector<uint32_t>> neighbours;
 
-  std::vector<aggregation::KeyAdvert> adverts;         // By index.
-  std::map<uint32_t, aggregation::KeyList> key_lists;  // By recipient.
-  std::vector<aggregation::SealedShares> sealed;       // By index.
+  std::vector<aggregation::SeedCommit> commits;          // By index.
+  std::map<uint32_t, aggregation::SeedRoot> seed_roots;  // By recipient.
+  std::vector<aggregation::KeyAdvert> adverts;           // By index.
+  std::map<uint32_t, aggregation::KeyList> key_lists;    // By recipient.
+  std::vector<aggregation::SealedShares> sealed;         // By index.
   std::map<uint32_t, aggregation::InboundShares> inbound;
-  std::vector<aggregation::ShareCheck> checks;   // By index (no complaints).
-  aggregation::CheckedList checked;              // U3.
-  std::vector<aggregation::MaskedInput> masked;  // By index, the dropped one's too.
+  std::vector<aggregation::ShareCheck> checks;                  // By index (no complaints).
+  aggregation::CheckedList checked;                             // U3.
+  std::vector<aggregation::CheckedConfirmation> confirmations;  // By index.
+  std::map<uint32_t, aggregation::Confirmations> confirmed;     // By recipient.
+  std::vector<aggregation::MaskedInput> masked;                 // By index, the dropped one's too.
   aggregation::SurvivorList survivors;
   std::map<uint32_t, aggregation::SurvivorSignature> signatures;  // By signer.
   std::map<uint32_t, aggregation::UnmaskRequest> requests;        // By recipient.
@@ -74,6 +78,9 @@ enum class ServerOp : uint8_t {
   kShareCheck,
   kEditedShareCheck,
   kCloseShareCheck,
+  kConfirm,
+  kEditedConfirm,
+  kCloseConfirmation,
   kNumOps,
 };
 enum class ClientOp : uint8_t {
@@ -89,6 +96,9 @@ enum class ClientOp : uint8_t {
   kEditedCheckShares,
   kReceiveChecked,
   kEditedReceiveChecked,
+  kEditedAdvertise,
+  kReceiveConfirmations,
+  kEditedReceiveConfirmations,
   kNumOps,
 };
 
@@ -100,15 +110,21 @@ inline constexpr int kNumConfigs = 2;
 // neighbours in U3, and each survivor's self mask t responders.)
 // Built on first use; aborts if the honest round itself fails.
 const HonestRound& GetHonestRound(int config);
-// Seed under which client `index` of `config` made its keys: SeedRandom it
-// before AdvertiseKeys to get the same keys again.
+// Seed under which client `index` of `config` made its seed contribution:
+// SeedRandom it before CommitSeed to get the same one again, and
+// ClientSeed + kAdvertSeedOffset before AdvertiseKeys for the same keys.
 uint64_t ClientSeed(int config, uint32_t index);
+inline constexpr uint64_t kAdvertSeedOffset = 0x100000;
 
 aggregation::UnmaskResponse CopyResponse(const aggregation::UnmaskResponse& r);
 
 // Edits: each applies one to three changes chosen by `in` to its argument.
 // Indices are drawn from [0, n + 2), so unknown clients come up too.
 void MutateAdvert(FuzzInput& in, const HonestRound& h, aggregation::KeyAdvert& a);
+void MutateSeedRoot(FuzzInput& in, const HonestRound& h, aggregation::SeedRoot& r);
+// Tags by peer: flipped, dropped, or added for any index.
+void MutateTags(FuzzInput& in, const HonestRound& h,
+                std::map<uint32_t, std::array<uint8_t, 32>>& tags);
 void MutateKeyList(FuzzInput& in, const HonestRound& h, aggregation::KeyList& list);
 void MutateSealed(FuzzInput& in, const HonestRound& h, aggregation::SealedShares& s);
 void MutateInbound(FuzzInput& in, const HonestRound& h, aggregation::InboundShares& s);

@@ -2,7 +2,8 @@
 // clients that may lie.
 //
 // Input: a configuration byte (see secagg_cohort.h), then up to kMaxSteps
-// steps, each an operation byte and a client byte: deliver client i's
+// steps, each an operation byte and a client byte (stage 0, every seed
+// commitment, is delivered before them): deliver client i's
 // honest message of a stage, deliver an edited copy (the edits read from
 // the input), or close a stage. Checks, after every step:
 //  - U5 ⊆ U3 ⊆ U2 ⊆ U1 ⊆ [0, n), each sorted and unique;
@@ -54,7 +55,11 @@ void CheckSets(const SecAggServer& s, uint32_t n) {
 class ServerRun {
  public:
   ServerRun(int config, FuzzInput& in)
-      : h_(GetHonestRound(config)), in_(in), server_(h_.params, h_.identities) {}
+      : h_(GetHonestRound(config)), in_(in), server_(h_.params, h_.identities) {
+    for (const auto& c : h_.commits) FUZZ_CHECK(server_.OnSeedCommit(c).ok(), "seed commitment");
+    auto roots = server_.CloseSeedCommit();
+    FUZZ_CHECK(roots.ok() && roots->size() == h_.params.n, "seed roots");
+  }
 
   void Run() {
     for (int step = 0; step < kMaxSteps && !in_.empty(); ++step) {
@@ -108,6 +113,17 @@ class ServerRun {
       }
       case ServerOp::kCloseShareCheck:
         return CloseShareCheck();
+      case ServerOp::kConfirm:
+        return server_.OnConfirmation(h_.confirmations[i]);
+      case ServerOp::kEditedConfirm: {
+        aggregation::CheckedConfirmation c = h_.confirmations[i];
+        if (in_.Byte() % 4 == 0) c.from = in_.Below(h_.params.n + 2);
+        MutateTags(in_, h_, c.tags);
+        tampered_ = true;
+        return server_.OnConfirmation(c);
+      }
+      case ServerOp::kCloseConfirmation:
+        return CloseConfirmation();
       case ServerOp::kMasked:
         return server_.OnMaskedInput(h_.masked[i]);
       case ServerOp::kEditedMasked: {
@@ -173,6 +189,12 @@ class ServerRun {
         FUZZ_CHECK(m.client == last_check_from_,
                    "a complaint about honest shares blamed the accused: " + m.what);
       }
+      // The seed needs every committed contribution: closing stage 1
+      // without one names the silent committer (sparse graphs).
+      if (op == ServerOp::kCloseAdvertise && m.what.find("never revealed") != std::string::npos) {
+        FUZZ_CHECK(!Contains(server_.u1(), m.client), "a client in U1 blamed for silence");
+        continue;
+      }
       FUZZ_CHECK(tampered_, "honest messages got a client blamed: " + m.what);
     }
   }
@@ -220,6 +242,22 @@ class ServerRun {
     if (!list.ok()) return list.status();
     FUZZ_CHECK(list->members == server_.u3(), "the checked list must be U3");
     FUZZ_CHECK(server_.u3().size() >= h_.params.t, "closed with fewer than t checked clients");
+    return OkStatus();
+  }
+
+  Status CloseConfirmation() {
+    auto confirmed = server_.CloseConfirmation();
+    if (!confirmed.ok()) return confirmed.status();
+    FUZZ_CHECK(confirmed->size() >= h_.params.t, "closed with fewer than t confirmations");
+    for (const auto& [v, c] : *confirmed) {
+      FUZZ_CHECK(Contains(server_.u3(), v), "confirmations sent outside U3");
+      for (const auto& [u, tag] : c.from) {
+        FUZZ_CHECK(Contains(server_.u3(), u), "a confirmation relayed from outside U3");
+        if (recorded_graph_) {
+          FUZZ_CHECK(Contains(h_.neighbours[u], v), "a confirmation relayed to a non-neighbour");
+        }
+      }
+    }
     return OkStatus();
   }
 
