@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
                      "Testing: withhold the update of this round");
   client->add_option("--fault-stop-before", fault,
                      "Testing: STAGE:ROUND; send nothing from that secure-aggregation stage of "
-                     "that round on (advertise_keys, share_keys, check_shares, masked_input, "
-                     "consistency, unmasking)");
+                     "that round on (commit_seed, advertise_keys, share_keys, check_shares, "
+                     "confirm_checked, masked_input, consistency, unmasking)");
   client->add_option("--fault-misbehave", copts.fault_misbehave,
                      "Testing: play a malicious client in every round (low_order_key, "
                      "garbage_shares, bad_unmask_share, rehello_weight, huge_update)");
@@ -396,8 +396,9 @@ int main(int argc, char** argv) {
       copts.fault_round = pause_round;
     }
     if (!fault.empty()) {
-      static const std::set<std::string> kStages = {"advertise_keys", "share_keys",  "check_shares",
-                                                    "masked_input",   "consistency", "unmasking"};
+      static const std::set<std::string> kStages = {
+          "commit_seed",     "advertise_keys", "share_keys",  "check_shares",
+          "confirm_checked", "masked_input",   "consistency", "unmasking"};
       const size_t colon = fault.find(':');
       char* end = nullptr;
       const std::string stage = fault.substr(0, colon);
@@ -407,8 +408,8 @@ int main(int argc, char** argv) {
           *end != '\0') {
         std::fprintf(stderr,
                      "client: --fault-stop-before: expected STAGE:ROUND with STAGE one of "
-                     "advertise_keys, share_keys, check_shares, masked_input, consistency, "
-                     "unmasking; got "
+                     "commit_seed, advertise_keys, share_keys, check_shares, confirm_checked, "
+                     "masked_input, consistency, unmasking; got "
                      "\"%s\"\n",
                      fault.c_str());
         return 2;

@@ -287,22 +287,27 @@ class ExecutorPool {
 
 // The stages a client can drop out at, in order, by the body of the message
 // that opens each (FaultPlan's names); -1 for other messages.
-constexpr const char* kStages[] = {"advertise_keys", "share_keys",  "check_shares",
-                                   "masked_input",   "consistency", "unmasking"};
+constexpr const char* kStages[] = {"commit_seed",  "advertise_keys",  "share_keys",
+                                   "check_shares", "confirm_checked", "masked_input",
+                                   "consistency",  "unmasking"};
 int StageOf(const wire::Header& h) {
   switch (h.body_case()) {
-    case wire::Header::kSecaggKeys:
+    case wire::Header::kSecaggSeed:
       return 0;
-    case wire::Header::kSecaggShares:
+    case wire::Header::kSecaggKeys:
       return 1;
-    case wire::Header::kSecaggShareCheck:
+    case wire::Header::kSecaggShares:
       return 2;
-    case wire::Header::kUpdate:
+    case wire::Header::kSecaggShareCheck:
       return 3;
-    case wire::Header::kSecaggSignature:
+    case wire::Header::kSecaggConfirm:
       return 4;
-    case wire::Header::kSecaggUnmask:
+    case wire::Header::kUpdate:
       return 5;
+    case wire::Header::kSecaggSignature:
+      return 6;
+    case wire::Header::kSecaggUnmask:
+      return 7;
     default:
       return -1;
   }
@@ -331,7 +336,9 @@ std::unique_ptr<Env> SessionsEnv() {
 bool IsSecAgg(const wire::Header& h) {
   switch (h.body_case()) {
     case wire::Header::kSecaggStart:
+    case wire::Header::kSecaggSeed:
     case wire::Header::kSecaggKeys:
+    case wire::Header::kSecaggConfirm:
     case wire::Header::kSecaggShares:
     case wire::Header::kSecaggShareCheck:
     case wire::Header::kSecaggChecked:
@@ -590,7 +597,8 @@ class Simulation {
     Rng rng(DeriveSeed(config_.seed(), 0xd209 + uint64_t(round), Fnv1a64(c.name)));
     if (rng.UniformDouble() >= dropout_) return;
     const bool secure = config_.secagg().aggregation() != config::PLAIN;
-    c.drop_stage = secure ? int(rng.UniformDouble() * 6) % 6 : 3;
+    constexpr int kCount = static_cast<int>(std::size(kStages));
+    c.drop_stage = secure ? int(rng.UniformDouble() * kCount) % kCount : 5;
     spdlog::info("round {}: {} drops out before {} (simulated)", round, c.name,
                  kStages[c.drop_stage]);
   }
