@@ -250,17 +250,21 @@ TEST(SecureSessionTest, AdvertisesKeysAndNeverSendsAPlaintextUpdate) {
   a = s.OnMessage(SecureTask(7, identity.public_key), 20);
   ASSERT_TRUE(a.train.has_value());
   ASSERT_EQ(a.send.size(), 1u);
-  ASSERT_TRUE(a.send[0].header.has_secagg_keys());
-  EXPECT_EQ(a.send[0].header.secagg_keys().adverts(0).index(), 0u);
-  EXPECT_EQ(a.send[0].header.secagg_keys().adverts(0).signature().size(), 64u);
-  // A key list without this client's own keys: it leaves the round...
-  wire::Header keys;
-  keys.mutable_secagg_keys()->set_round(1);
-  keys.mutable_secagg_keys()->set_task_id(7);
-  a = s.OnMessage(Env(keys), 30);
+  // First the commitment to its graph-seed contribution (stage 1).
+  ASSERT_TRUE(a.send[0].header.has_secagg_seed());
+  EXPECT_EQ(a.send[0].header.secagg_seed().commitment().size(), 32u);
+  // A commitment root without this client's commitment: it reveals nothing
+  // and leaves the round...
+  wire::Header seed;
+  seed.mutable_secagg_seed()->set_round(1);
+  seed.mutable_secagg_seed()->set_task_id(7);
+  seed.mutable_secagg_seed()->set_root(std::string(32, '\x07'));
+  a = s.OnMessage(Env(seed), 30);
   EXPECT_TRUE(a.send.empty());
   ASSERT_EQ(a.printed.size(), 1u);
   EXPECT_NE(a.printed[0].find("secagg refused"), std::string::npos);
+  EXPECT_NE(a.printed[0].find("does not hold this client's commitment"), std::string::npos)
+      << a.printed[0];
   // ...and its trained delta is never sent in the clear.
   std::vector<float> local(kParams, 1.0f);
   EXPECT_TRUE(s.OnTrainingDone(7, train::TrainResult{}, local, 40).send.empty());
@@ -274,19 +278,19 @@ net::Envelope SecAggStartFor(const net::Envelope& secure_task) {
   return Env(h);
 }
 
-TEST(SecureSessionTest, SecAggStartAdvertisesBeforeTheModelArrives) {
+TEST(SecureSessionTest, SecAggStartCommitsBeforeTheModelArrives) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
   Session s(
       "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
   s.Start(0);
   s.OnMessage(Welcome(), 10);
   net::Envelope task = SecureTask(7, identity.public_key);
-  // The key advert goes out on SecAggStart, with no model yet.
+  // The seed commitment goes out on SecAggStart, with no model yet.
   Actions a = s.OnMessage(SecAggStartFor(task), 20);
   EXPECT_FALSE(a.train.has_value());
   ASSERT_EQ(a.send.size(), 1u);
-  ASSERT_TRUE(a.send[0].header.has_secagg_keys());
-  // The task then trains without a second advert.
+  ASSERT_TRUE(a.send[0].header.has_secagg_seed());
+  // The task then trains without a second commitment.
   a = s.OnMessage(task, 30);
   EXPECT_TRUE(a.train.has_value());
   EXPECT_TRUE(a.send.empty());

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <csignal>
+#include <set>
 
 #include "coordinator/run_store.h"
 #include "tests/integration/cluster.h"
@@ -80,6 +81,50 @@ TEST_P(MaliciousClientTest, HonestRoundsCommitAndTheMaliciousClientIsNamed) {
   }
 }
 
+// Issue 29, finding 2: three clients of seven advertise a low-order key.
+// Round 1 cannot complete (each honest client keeps 3 neighbours, below
+// t = 4), but the three are named and excluded, so rounds 2 to 4 commit.
+TEST(LowOrderKeysTest, ThreeOfSevenAreNamedAndExcludedAndLaterRoundsCommit) {
+  constexpr int kClients = 7, kRounds = 4;
+  const std::set<int> bad = {1, 3, 5};
+  Cluster cluster("low-order", kClients);
+  const std::string config = cluster.WriteConfig(
+      "run.textproto", kRounds, "min_clients: 3 start_clients: 7 round_deadline_s: 20",
+      "secagg { aggregation: SECAGG_PLUS stage_timeout_s: 5 }");
+  const std::string run_dir = cluster.dir() / "run";
+  const std::string endpoint = cluster.StartCoordinator(config, run_dir);
+  for (int k = 0; k < kClients; ++k) {
+    cluster.StartClient(k, endpoint,
+                        bad.count(k)
+                            ? std::vector<std::string>{"--fault-misbehave", "low_order_key"}
+                            : std::vector<std::string>{});
+  }
+  ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
+  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto rounds = std::move(store->Rounds()).value();
+  ASSERT_EQ(rounds.size(), static_cast<size_t>(kRounds));
+  for (const auto& cr : std::move(store->ClientRounds(1)).value()) {
+    if (!bad.count(std::stoi(cr.client.substr(cr.client.size() - 3)))) continue;
+    EXPECT_EQ(cr.status, "rejected") << cr.client;
+    EXPECT_NE(cr.reason.find("misbehaved: advert's mask key is a low-order X25519 point"),
+              std::string::npos)
+        << cr.client << ": " << cr.reason;
+  }
+  for (size_t r = 1; r < rounds.size(); ++r) {
+    EXPECT_EQ(rounds[r].outcome, "committed")
+        << "round " << r + 1 << ": " << rounds[r].outcome_reason;
+    for (const auto& cr : std::move(store->ClientRounds(r + 1)).value()) {
+      EXPECT_EQ(cr.status, "ok") << "round " << r + 1 << ": " << cr.client << " " << cr.reason;
+    }
+  }
+  std::string out;
+  ASSERT_EQ(
+      RunCohort({"status", "--run-dir", run_dir, "--json"}, &out, cluster.dir() / "status.log"), 0);
+  for (int k : bad) {
+    EXPECT_NE(out.find("{\"client\":\"" + ClientName(k) + "\""), std::string::npos) << out;
+  }
+}
+
 // Item 7: a client restarted in the middle of a secure round has lost its
 // keys and shares; the coordinator lets it go at once instead of waiting
 // for its masked input until the round deadline (60 s here).
@@ -123,7 +168,9 @@ TEST(RestartedClientTest, LeavesTheSecureRoundAtOnce) {
 INSTANTIATE_TEST_SUITE_P(
     Kinds, MaliciousClientTest,
     ::testing::Values(
-        Case{"low_order_key", "SECAGG_PLUS", "rejected", "low-order X25519 point", false},
+        // A refused advert is misbehaviour (issue 29): named and excluded.
+        Case{"low_order_key", "SECAGG_PLUS", "rejected",
+             "misbehaved: advert's mask key is a low-order X25519 point", true},
         Case{"garbage_shares", "SECAGG_PLUS", "rejected", "misbehaved: sent client", true},
         // Its input is in the sum (it sent it), so it stays "ok"; the forged
         // shares are tolerated and named.
