@@ -120,6 +120,14 @@ Actions Session::Start(TimeMs now) {
 
 Actions Session::OnTick(TimeMs now) {
   Actions a;
+  if (secagg_ && secagg_->awaiting && now - secagg_->awaiting_since > secagg_->awaiting_limit) {
+    // A client-side deadline: whatever the coordinator does between two
+    // stages must fit in it (issue 29).
+    Refuse(DeadlineExceededError(std::string("the coordinator sent no ") + secagg_->awaiting +
+                                 " within " + std::to_string(secagg_->awaiting_limit / 1000) +
+                                 " s; leaving the round"),
+           a);
+  }
   if (finished_ || now - last_sent_ < Interval()) return a;
   // Until welcomed, or when the coordinator has gone quiet, say hello.
   if (!welcomed_ || now - last_heard_ > 3 * heartbeat_ms_) {
@@ -511,7 +519,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   secagg_ = std::move(r);
   if (Paused("commit_seed", round, a)) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(aggregation::SeedCommit commit, secagg_->client->CommitSeed());
-  Send(net::ToWire(round, task_id, commit), {}, now, a);
+  SendSecAgg(net::ToWire(round, task_id, commit), "commitment root", now, a);
   return OkStatus();
 }
 
@@ -527,6 +535,17 @@ void Session::SendMaskedInput(TimeMs now, Actions& a) {
   *h.mutable_update() = secagg_->update;
   last_sent_ = now;
   a.send.push_back({std::move(h), {}, std::move(masked->values)});
+  // The survivor list waits for the others' training too.
+  secagg_->awaiting = "survivor list";
+  secagg_->awaiting_since = now;
+  secagg_->awaiting_limit = 10 * secagg_stage_limit_ms_;
+}
+
+void Session::SendSecAgg(wire::Header header, const char* what, TimeMs now, Actions& a) {
+  Send(std::move(header), {}, now, a);
+  secagg_->awaiting = what;
+  secagg_->awaiting_since = now;
+  secagg_->awaiting_limit = secagg_stage_limit_ms_;
 }
 
 void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
@@ -562,6 +581,7 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
     return;
   }
   aggregation::SecAggClient& client = *secagg_->client;
+  secagg_->awaiting = nullptr;  // The wait is over; the next send starts another.
   switch (h.body_case()) {
     case wire::Header::kSecaggSeed: {
       if (Paused("advertise_keys", round, a)) return;
@@ -570,7 +590,7 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       auto advert = client.AdvertiseKeys(*root);
       if (!advert.ok()) return Refuse(advert.status(), a);
       if (Misbehaves("low_order_key")) advert->mask_key = {};
-      Send(net::ToWire(round, task_id, *advert), {}, now, a);
+      SendSecAgg(net::ToWire(round, task_id, *advert), "key list", now, a);
       return;
     }
     case wire::Header::kSecaggKeys: {
@@ -584,7 +604,7 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
           env_->RandomBytes({reinterpret_cast<uint8_t*>(ct.data()), ct.size()});
         }
       }
-      Send(net::ToWire(round, task_id, *sealed), {}, now, a);
+      SendSecAgg(net::ToWire(round, task_id, *sealed), "neighbours' shares", now, a);
       return;
     }
     case wire::Header::kSecaggShares: {
@@ -597,14 +617,14 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
         env_->Log().warn("round {}: cannot open the shares of client {}: complaining", round,
                          c.about);
       }
-      Send(net::ToWire(round, task_id, *check), {}, now, a);
+      SendSecAgg(net::ToWire(round, task_id, *check), "checked list", now, a);
       return;
     }
     case wire::Header::kSecaggChecked: {
       if (Paused("confirm_checked", round, a)) return;
       auto confirmation = client.ReceiveChecked(net::FromWire(h.secagg_checked()));
       if (!confirmation.ok()) return Refuse(confirmation.status(), a);
-      Send(net::ToWire(round, task_id, *confirmation), {}, now, a);
+      SendSecAgg(net::ToWire(round, task_id, *confirmation), "confirmations", now, a);
       return;
     }
     case wire::Header::kSecaggConfirm: {
@@ -620,7 +640,7 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       if (Paused("consistency", round, a)) return;
       auto sig = client.SignSurvivors(net::FromWire(h.secagg_survivors()));
       if (!sig.ok()) return Refuse(sig.status(), a);
-      Send(net::ToWire(round, task_id, *sig), {}, now, a);
+      SendSecAgg(net::ToWire(round, task_id, *sig), "unmask request", now, a);
       return;
     }
     case wire::Header::kSecaggUnmaskRequest: {

@@ -118,6 +118,12 @@ class Session {
   // collude with the coordinator (default 0.1): it refuses a secure-
   // aggregation setup whose threshold is weaker than this requires.
   void set_min_corrupt_fraction(double fraction) { min_corrupt_fraction_ = fraction; }
+  // The longest this client waits for the coordinator's next secure-
+  // aggregation message before it leaves the round (default 120 s; ten
+  // times that for the survivor list, which waits for the others'
+  // training). A coordinator cannot hold a round open to compute between
+  // two stages for longer than this.
+  void set_secagg_stage_limit_ms(TimeMs limit) { secagg_stage_limit_ms_ = limit; }
 
  private:
   void SendHello(TimeMs now, Actions& a);
@@ -131,7 +137,12 @@ class Session {
     aggregation::FixedPoint fixed_point;
     double weight = 0;  // num_samples / total_weight.
     std::unique_ptr<aggregation::SecAggClient> client;
-    bool checked_in = false;                     // U3 received: ready to mask.
+    bool checked_in = false;  // U3 confirmed: ready to mask.
+    // What this client waits for from the coordinator, and since when
+    // (-1: nothing; see set_secagg_stage_limit_ms).
+    const char* awaiting = nullptr;
+    TimeMs awaiting_since = -1;
+    TimeMs awaiting_limit = 0;
     std::optional<std::vector<uint32_t>> input;  // Encoded, awaiting U3.
     wire::Update update;                         // Its header.
   };
@@ -151,6 +162,9 @@ class Session {
   void SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
                        std::span<const float> local, TimeMs now, Actions& a);
   void SendMaskedInput(TimeMs now, Actions& a);
+  // Sends a stage message and starts the wait for the coordinator's next
+  // one (`what`), which must come within the stage limit.
+  void SendSecAgg(wire::Header header, const char* what, TimeMs now, Actions& a);
   // True (and prints the fault line) when the fault plan stops `stage`.
   bool Paused(const std::string& stage, uint32_t round, Actions& a);
   void Refuse(const Status& why, Actions& a);
@@ -166,6 +180,7 @@ class Session {
   InputObserver observer_;
   std::vector<crypto::Ed25519Public> peers_;  // Sorted; empty: no check.
   double min_corrupt_fraction_ = 0.1;
+  TimeMs secagg_stage_limit_ms_ = 120000;
   std::optional<SecAggRound> secagg_;
   uint64_t secure_task_ = 0;  // The current task, if securely aggregated.
   bool require_secure_ = false;

@@ -270,6 +270,33 @@ TEST(SecureSessionTest, AdvertisesKeysAndNeverSendsAPlaintextUpdate) {
   EXPECT_TRUE(s.OnTrainingDone(7, train::TrainResult{}, local, 40).send.empty());
 }
 
+net::Envelope SecAggStartFor(const net::Envelope& secure_task);
+
+TEST(SecureSessionTest, LeavesARoundWhoseNextStageDoesNotComeInTime) {
+  // A client-side deadline between stages (issue 29): a coordinator cannot
+  // keep a round open to search for something between two of them.
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.set_secagg_stage_limit_ms(5000);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  net::Envelope task = SecureTask(7, identity.public_key);
+  Actions a = s.OnMessage(SecAggStartFor(task), 20);
+  ASSERT_TRUE(a.send[0].header.has_secagg_seed());
+  EXPECT_TRUE(s.OnTick(5020).printed.empty());  // Within the limit: heartbeats only.
+  a = s.OnTick(5021);
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("the coordinator sent no commitment root within 5 s; leaving the "
+                              "round"),
+            std::string::npos)
+      << a.printed[0];
+  // Out of the round: the trained update is never sent.
+  a = s.OnMessage(task, 5030);
+  std::vector<float> local(kParams, 1.0f);
+  EXPECT_TRUE(s.OnTrainingDone(7, train::TrainResult{}, local, 5040).send.empty());
+}
+
 net::Envelope SecAggStartFor(const net::Envelope& secure_task) {
   wire::Header h;
   h.mutable_secagg_start()->set_round(secure_task.header.task().round());
