@@ -181,7 +181,7 @@ Status ZmqTransport::Send(int peer, std::span<const uint8_t> head, std::span<con
     return InvalidArgumentError("send to rank " + std::to_string(peer) + " from rank " +
                                 std::to_string(rank_) + " of " + std::to_string(size_));
   }
-  COHORT_RETURN_IF_ERROR(Gone(peer));
+  COHORT_RETURN_IF_ERROR(Gone(peer));  // Nothing more reaches it.
   const uint32_t from = static_cast<uint32_t>(rank_);
   // One copy, into the message ZeroMQ will own.
   zmq::message_t m(head.size() + body.size());
@@ -212,7 +212,7 @@ StatusOr<aggregation::Message> ZmqTransport::Receive(int peer, TimeMs deadline) 
       pending_[peer].pop_front();
       return m;
     }
-    COHORT_RETURN_IF_ERROR(Gone(peer));
+    COHORT_RETURN_IF_ERROR(Gone(peer));  // Once what it sent has been taken.
     const TimeMs now = SteadyNowMs();
     if (now >= deadline) {
       return DeadlineExceededError("nothing from rank " + std::to_string(peer) + " in time");

@@ -205,13 +205,13 @@ TEST(ZmqTransportTest, AKilledOrFrozenCurvePeerIsNamedWellWithinTheDeadline) {
 
   group.Signal(0, SIGKILL);
   TimeMs start = SteadyNowMs();
-  auto m = group.transport().Receive(0, start + 20000);
+  auto m = group.transport().Receive(0, start + 10000);
   const TimeMs killed_ms = SteadyNowMs() - start;
   EXPECT_EQ(m.status().code(), StatusCode::kUnavailable) << m.status();
   EXPECT_NE(m.status().message().find("rank 0 is gone"), std::string::npos) << m.status();
   EXPECT_LT(killed_ms, 5000);
   // For good, and Send says the same.
-  EXPECT_EQ(group.transport().Receive(0, SteadyNowMs() + 20000).status().ToString(),
+  EXPECT_EQ(group.transport().Receive(0, SteadyNowMs() + 10000).status().ToString(),
             m.status().ToString());
   const uint8_t x[] = {1};
   EXPECT_EQ(group.transport().Send(0, x, {}).ToString(), m.status().ToString());
@@ -222,7 +222,7 @@ TEST(ZmqTransportTest, AKilledOrFrozenCurvePeerIsNamedWellWithinTheDeadline) {
 
   group.Signal(2, SIGSTOP);
   start = SteadyNowMs();
-  m = group.transport().Receive(2, start + 20000);
+  m = group.transport().Receive(2, start + 10000);
   const TimeMs frozen_ms = SteadyNowMs() - start;
   EXPECT_EQ(m.status().code(), StatusCode::kUnavailable) << m.status();
   EXPECT_NE(m.status().message().find("rank 2 is gone"), std::string::npos) << m.status();
@@ -243,7 +243,7 @@ TEST(ZmqTransportTest, ALastWordBeforeExitIsReceivedThenThePeerIsGone) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(std::string(m->bytes().begin(), m->bytes().end()), "last");
   const TimeMs start = SteadyNowMs();
-  m = group.transport().Receive(0, start + 20000);
+  m = group.transport().Receive(0, start + 10000);
   EXPECT_EQ(m.status().code(), StatusCode::kUnavailable) << m.status();
   EXPECT_LT(SteadyNowMs() - start, 5000);
 }
