@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -38,6 +39,28 @@ enum Word : size_t {
 };
 constexpr int64_t kTrain = 1, kFinish = 2;
 constexpr int64_t kMaxConfigBytes = 1 << 20;
+// The most samples a client may report (the coordinator refuses a Hello
+// with more, or with none): the bound on a rank's count and the site's.
+constexpr int64_t kMaxSiteSamples = int64_t{1} << 40;
+
+// Each rank's sample count, as summed from their own slots: kInvalidArgument
+// naming the first rank whose count is out of [0, 2^40], or the site's
+// total when it is out of [1, 2^40] (a client the coordinator would refuse).
+StatusOr<uint64_t> SiteSamples(std::span<const int64_t> counts) {
+  int64_t total = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    if (counts[k] < 0 || counts[k] > kMaxSiteSamples) {
+      return InvalidArgumentError("site: rank " + std::to_string(k) + " claims " +
+                                  std::to_string(counts[k]) + " samples; a rank holds 0 to 2^40");
+    }
+    total += counts[k];  // At most 2^40 times the ranks: no overflow.
+  }
+  if (total < 1 || total > kMaxSiteSamples) {
+    return InvalidArgumentError("site: the ranks hold " + std::to_string(total) +
+                                " samples together; a client reports 1 to 2^40");
+  }
+  return static_cast<uint64_t>(total);
+}
 
 int64_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
 float Float(int64_t w) { return std::bit_cast<float>(static_cast<uint32_t>(w)); }
@@ -117,9 +140,13 @@ StatusOr<std::unique_ptr<Site>> Site::Join(zmq::context_t& context, const net::G
   s->idle_.timeout_ms = 24 * 3600 * 1000;
   COHORT_ASSIGN_OR_RETURN(s->transport_, net::JoinGroup(context, group, s->step_));
   s->comm_ = std::make_unique<aggregation::Communicator>(s->transport_.get());
-  std::vector<int64_t> samples = {static_cast<int64_t>(data->size())};
+  // Every rank's count in its own slot, so a bad one is named (and every
+  // rank refuses it alike) rather than summed into a weight the coordinator
+  // refuses, Hello after Hello.
+  std::vector<int64_t> samples(s->size_, 0);
+  samples[s->rank_] = static_cast<int64_t>(data->size());
   COHORT_RETURN_IF_ERROR(s->comm_->AllReduce(samples, s->step_));
-  s->total_samples_ = static_cast<uint64_t>(samples[0]);
+  COHORT_ASSIGN_OR_RETURN(s->total_samples_, SiteSamples(samples));
   return s;
 }
 
@@ -215,7 +242,9 @@ StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<fl
   b->Zero(stats.data(), stats.bytes());
   std::vector<uint32_t> order(n);
   Rng rng(DeriveSeed(options.seed, 0x5173, static_cast<uint64_t>(rank_)));
-  std::vector<float> grads(np + 2);  // The gradient sum, then [samples, cancel].
+  // The gradient sum, then [samples, cancel, ranks whose gradient is not
+  // finite].
+  std::vector<float> grads(np + 3);
   const auto& in = model.spec().input;
   for (uint32_t epoch = 0; epoch < options.epochs; ++epoch) {
     std::iota(order.begin(), order.end(), 0);
@@ -231,9 +260,17 @@ StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<fl
         b->Download(grads.data(), model.grads().data(), np * sizeof(float));
         for (size_t i = 0; i < np; ++i) grads[i] *= float(hi - lo);  // Mean to sum.
       }
+      bool not_finite = false;
+      for (size_t i = 0; i < np && !not_finite; ++i) not_finite = !std::isfinite(grads[i]);
       grads[np] = float(hi - lo);
       grads[np + 1] = cancel != nullptr && cancel->load(std::memory_order_relaxed) ? 1.0f : 0.0f;
+      grads[np + 2] = not_finite ? 1.0f : 0.0f;
       COHORT_RETURN_IF_ERROR(comm_->AllReduce(grads, step_));
+      if (grads[np + 2] > 0) {
+        return NameNonFinite(not_finite, "epoch " + std::to_string(epoch + 1) + ", step " +
+                                             std::to_string(k + 1) + " of " +
+                                             std::to_string(steps));
+      }
       if (grads[np + 1] > 0) return CancelledError("training cancelled");
       if (grads[np] == 0) continue;
       const float inverse = 1.0f / grads[np];
@@ -256,6 +293,19 @@ StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<fl
   }
   result.seconds = WallSeconds() - start;
   return result;
+}
+
+Status Site::NameNonFinite(bool mine, const std::string& where) {
+  std::vector<float> flags(size_, 0.0f);
+  flags[rank_] = mine ? 1.0f : 0.0f;
+  COHORT_RETURN_IF_ERROR(comm_->AllReduce(flags, step_));
+  std::string ranks;
+  for (int k = 0; k < size_; ++k) {
+    if (flags[k] != 0.0f) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
+  }
+  return DataLossError("site: rank(s) " + ranks +
+                       " sent a gradient that is not finite (NaN or infinity) at " + where +
+                       "; the task stops before the step (nothing of it is sent)");
 }
 
 Status RunSiteWorker(const SiteWorkerOptions& o) {

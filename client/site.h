@@ -36,7 +36,9 @@ class Site {
  public:
   // Meets the site's other ranks at `group.master` and learns the site's
   // sample count. `data` is this rank's shard, in `backend` memory; both
-  // outlive the Site.
+  // outlive the Site. kInvalidArgument on every rank, naming the rank and its
+  // count, when a rank claims fewer than 0 or more than 2^40 samples, or the
+  // site's total is not in [1, 2^40] (what the coordinator accepts).
   static StatusOr<std::unique_ptr<Site>> Join(zmq::context_t& context,
                                               const net::GroupOptions& group,
                                               train::Backend* backend,
@@ -49,7 +51,9 @@ class Site {
   // Rank 0: trains one task across the site, starting from `params` (the
   // global model) and leaving the result there. `model` is rank 0's model
   // for `config`. kCancelled when `cancel` is set (every rank stops at the
-  // same step); an error naming the rank when a worker is gone.
+  // same step); an error naming the rank when a worker is gone; kDataLoss
+  // naming the ranks whose gradient is not finite, before that step (on
+  // every rank: the workers' Serve returns it too).
   StatusOr<train::TrainResult> Train(const config::ModelConfig& config, train::Model& model,
                                      std::span<float> params, const train::TrainOptions& options,
                                      const std::atomic<bool>* cancel);
@@ -64,6 +68,10 @@ class Site {
   StatusOr<train::TrainResult> TrainEpochs(train::Model& model, std::span<float> params,
                                            const train::TrainOptions& options,
                                            const std::atomic<bool>* cancel);
+  // After a step whose all-reduce counted ranks with a non-finite gradient:
+  // every rank says whether it was one (`mine`), and all return the same
+  // kDataLoss naming them at `where`.
+  Status NameNonFinite(bool mine, const std::string& where);
 
   int rank_ = 0, size_ = 1;
   uint64_t total_samples_ = 0;

@@ -131,5 +131,87 @@ TEST(SiteTest, ACancelStopsEveryRankAndTheWorkerServesTheNextTask) {
   EXPECT_TRUE(served.ok()) << served.ToString();
 }
 
+// A rank whose shard holds a NaN feature sends a NaN gradient at the first
+// step: every rank names it and stops before the step, so the site's model
+// (what rank 0 would send the coordinator) is still the global one.
+TEST(SiteTest, ANonFiniteGradientIsNamedOnEveryRankBeforeTheStep) {
+  const datasets::Dataset all = datasets::MakeSynthetic({.num_samples = 64, .seed = 5});
+  std::vector<uint32_t> half(32), rest(32);
+  std::iota(half.begin(), half.end(), 0);
+  std::iota(rest.begin(), rest.end(), 32);
+  datasets::Dataset poisoned = datasets::Subset(all, rest);
+  std::fill(poisoned.features.begin(), poisoned.features.end(), std::nanf(""));
+  Rank r0(datasets::Subset(all, half)), r1(poisoned);
+  zmq::context_t context(1);
+  JoinBoth(r0, r1, context, "nan");
+  const config::ModelConfig config = Mlp();
+  auto model = std::move(train::BuildModel(config, r0.backend.get())).value();
+  std::vector<float> params(model->num_params());
+  model->Init(params, 2);
+  const std::vector<float> global = params;
+  Status served;
+  std::thread worker([&] { served = r1.site->Serve(); });
+  auto result = r0.site->Train(config, *model, params, Options(2), nullptr);
+  worker.join();
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kDataLoss);
+  for (const Status& s : {result.status(), served}) {
+    EXPECT_NE(s.message().find("site: rank(s) 1 sent a gradient that is not finite (NaN or "
+                               "infinity) at epoch 1, step 1 of "),
+              std::string::npos)
+        << s;
+  }
+  EXPECT_EQ(params, global);
+}
+
+// A worker that claims an impossible sample count (a negative one, or more
+// than the coordinator accepts from a client) is named by the site's rank 0
+// when it joins, instead of a site weight the coordinator refuses forever.
+// The worker here speaks the group protocol itself, as a modified one would.
+TEST(SiteTest, AnImpossibleSampleCountIsNamedWhenTheSiteJoins) {
+  const datasets::Dataset data = datasets::MakeSynthetic({.num_samples = 30, .seed = 6});
+  int tag = 0;
+  struct Claim {
+    int64_t samples;
+    std::string says;
+  };
+  for (const Claim& c : {Claim{-(int64_t{1} << 62),
+                               "site: rank 1 claims -4611686018427387904 samples; a rank "
+                               "holds 0 to 2^40"},
+                         Claim{int64_t{1} << 50,
+                               "site: rank 1 claims 1125899906842624 samples; a rank holds 0 to "
+                               "2^40"},
+                         // Each count possible, the site's more than a client may report.
+                         Claim{int64_t{1} << 40,
+                               "site: the ranks hold 1099511627806 samples together; a client "
+                               "reports 1 to 2^40"}}) {
+    const int64_t claim = c.samples;
+    Rank r0(data);
+    zmq::context_t context(1);
+    const std::string master = "ipc:///tmp/cohort-site-test-" + std::to_string(getpid()) +
+                               "-claim" + std::to_string(tag++);
+    Status sent;
+    std::thread liar([&] {
+      auto transport = net::JoinGroup(context, {.rank = 1, .size = 2, .master = master}, {});
+      if (!transport.ok()) {
+        sent = transport.status();
+        return;
+      }
+      aggregation::Communicator comm(transport->get());
+      std::vector<int64_t> samples = {0, claim};
+      aggregation::CollectiveOptions quick;
+      quick.timeout_ms = 10000;
+      sent = comm.AllReduce(samples, quick);
+    });
+    auto site = Site::Join(context, {.rank = 0, .size = 2, .master = master}, r0.backend.get(),
+                           r0.data.get());
+    liar.join();
+    EXPECT_TRUE(sent.ok()) << sent;
+    ASSERT_FALSE(site.ok());
+    EXPECT_EQ(site.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(site.status().message().find(c.says), std::string::npos) << site.status();
+  }
+}
+
 }  // namespace
 }  // namespace cohort::client
