@@ -386,8 +386,7 @@ Status SyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begi
   // Checked before the step: a NaN from one rank would be in every replica
   // after it (in exact mode it would saturate, and be trained on, silently).
   if (e.grads[np] != 0.0f) {
-    return NameNonFiniteRanks(r, e.local_not_finite,
-                              "a gradient at step " + std::to_string(global_step));
+    return NameNonFiniteRanks(r, e.local_not_finite, "a gradient");
   }
   if (saturated > 0) {
     spdlog::warn("exact all-reduce: {} gradient values were out of range at step {}", saturated,
@@ -399,7 +398,7 @@ Status SyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begi
 
 // Local SGD: every rank's model, and with `with_state` its optimizer state
 // (momentum, or Adam's moments), replaced by the mean over the ranks.
-Status AverageModel(Rank& r, train::Optimizer& optimizer, bool with_state, uint64_t step) {
+Status AverageModel(Rank& r, train::Optimizer& optimizer, bool with_state) {
   const size_t np = r.model->num_params();
   // The model, then the count of ranks whose model is not finite.
   std::vector<float> params(np + 1);
@@ -409,7 +408,7 @@ Status AverageModel(Rank& r, train::Optimizer& optimizer, bool with_state, uint6
   params[np] = not_finite ? 1.0f : 0.0f;
   COHORT_RETURN_IF_ERROR(r.comm->AllReduce(params, r.collective));
   if (params[np] != 0.0f) {
-    return NameNonFiniteRanks(r, not_finite, "a model at step " + std::to_string(step));
+    return NameNonFiniteRanks(r, not_finite, "a model");
   }
   const float inv = 1.0f / float(r.world);
   for (float& p : model) p *= inv;
@@ -465,6 +464,12 @@ Status InjectFaults(Rank& r, uint64_t step, bool after) {
   return OkStatus();
 }
 
+// "step 3 of 126": the step that starts at sample `begin` of the epoch's n.
+std::string StepOfEpoch(size_t begin, size_t global_batch, size_t n) {
+  return "step " + std::to_string(begin / global_batch + 1) + " of " +
+         std::to_string((n + global_batch - 1) / global_batch);
+}
+
 StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& optimizer,
                                  uint64_t& global_step) {
   const double start = WallSeconds();
@@ -478,7 +483,9 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
     const size_t count = std::min(global_batch, n - begin);
     const uint32_t check = dp.check_replicas_every();
     if (dp.local_sgd_steps() == 0) {
-      COHORT_RETURN_IF_ERROR(SyncStep(r, e, optimizer, begin, count, global_step));
+      if (Status s = SyncStep(r, e, optimizer, begin, count, global_step); !s.ok()) {
+        return s.WithContext(StepOfEpoch(begin, global_batch, n));
+      }
       COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/true));
       if (check > 0 && (global_step + 1) % check == 0) {
         COHORT_RETURN_IF_ERROR(CheckReplicas(r, global_step));
@@ -493,7 +500,9 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
     const bool last = begin + count >= n;
     COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/true));
     if (last || (result.steps + 1) % dp.local_sgd_steps() == 0) {
-      COHORT_RETURN_IF_ERROR(AverageModel(r, optimizer, last, global_step));
+      if (Status s = AverageModel(r, optimizer, last); !s.ok()) {
+        return s.WithContext(StepOfEpoch(begin, global_batch, n));
+      }
       if (check > 0) COHORT_RETURN_IF_ERROR(CheckReplicas(r, global_step));
     }
   }
@@ -516,9 +525,10 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
 }
 
 // Rank 0: evaluates, prints the epoch and commits it with the model and the
-// optimizer's state (the checkpoint's velocity) and step count.
+// optimizer's state (the checkpoint's velocity) and step count. `next_step`
+// is the next epoch's first step (a kill before it comes before the store).
 Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<const float> params,
-                   const train::Optimizer& optimizer) {
+                   const train::Optimizer& optimizer, uint64_t next_step) {
   coordinator::RoundRecord rec;
   rec.round = epoch;
   rec.participants = rec.selected = static_cast<uint32_t>(r.world);
@@ -552,6 +562,7 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
   COHORT_ASSIGN_OR_RETURN(std::vector<float> state, optimizer.SaveState());
   coordinator::Checkpoint cp{
       epoch, {params.begin(), params.end()}, std::move(state), optimizer.steps()};
+  COHORT_RETURN_IF_ERROR(InjectFaults(r, next_step, /*after=*/false));
   return r.store->CommitRound(rec, {}, cp, 3);
 }
 
@@ -833,12 +844,13 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
     StatusOr<EpochResult> e = TrainEpoch(r, epoch, *optimizer, global_step);
     if (!e.ok()) return e.status().WithContext("epoch " + std::to_string(epoch));
     COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
-    // A kill "before the next epoch's first step" comes before this commit.
-    COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/false));
+    // A kill "before the next epoch's first step" comes before this commit
+    // (on rank 0 while it commits, the others waiting for it).
+    if (r.rank != 0) COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/false));
     // The others wait here, not inside the next epoch's first all-reduce,
     // while rank 0 evaluates and commits.
     COHORT_RETURN_IF_ERROR(EpochBarrier(r, epoch, [&] {
-      return r.rank == 0 ? CommitEpoch(r, epoch, *e, params, *optimizer) : OkStatus();
+      return r.rank == 0 ? CommitEpoch(r, epoch, *e, params, *optimizer, global_step) : OkStatus();
     }));
   }
   // Nobody leaves while a peer may still need a message from it.

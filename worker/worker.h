@@ -44,8 +44,9 @@ struct WorkerOptions {
   bool encrypt = true;
   bool insecure = false;
   // Testing: this rank kills itself (SIGKILL) before global step N (for
-  // the first step of an epoch: at the end of the epoch before, before rank
-  // 0 commits it), or changes one weight of its model after global step N.
+  // the first step of an epoch: at the end of the epoch before; on rank 0
+  // while it commits that epoch, after evaluating it and before the store),
+  // or changes one weight of its model after global step N.
   int64_t fault_kill_step = -1;
   int64_t fault_perturb_step = -1;
 };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <memory>
 
 #include "coordinator/run_store.h"
+#include "datasets/shard.h"
 #include "tests/integration/harness.h"
 
 namespace cohort::testing {
@@ -56,6 +58,21 @@ class DataParallelTest : public ::testing::Test {
   std::vector<coordinator::RoundRecord> Epochs(const std::string& run) {
     auto store = std::move(coordinator::OpenSqliteRunStore(dir_ / (run + "/run.db"))).value();
     return std::move(store->Rounds()).value();
+  }
+  // `cohort worker` rank `rank` of `world` started by hand, its stderr in
+  // `log`; with `cwd`, in that directory (as on a host of its own, where a
+  // config's relative paths lead to that host's files).
+  std::unique_ptr<Process> Worker(const std::string& config, const std::string& run, int rank,
+                                  int world, const std::string& master, const std::string& log,
+                                  std::vector<std::string> extra = {},
+                                  const std::string& cwd = "") {
+    std::vector<std::string> argv;
+    if (!cwd.empty()) argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", cwd};
+    argv.insert(argv.end(),
+                {CohortBin(), "worker", "--config", config, "--run-dir", dir_ / run, "--rank",
+                 std::to_string(rank), "--world-size", std::to_string(world), "--master", master});
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<Process>(argv, log);
   }
   TempDir dir_;
 };
@@ -448,6 +465,186 @@ TEST_F(DataParallelTest, ARunDirectoryResumesOnlyWithItsOwnConfig) {
   const std::string log = ReadFile(dir_ / "resume.log");
   EXPECT_NE(log.find("train.batch_size"), std::string::npos) << log;
   EXPECT_EQ(Epochs("resume").size(), 3u);
+}
+
+// A rank whose copy of the training data holds huge features (each host
+// reads its own copy at the config's path) sends a non-finite gradient at
+// the first step of epoch 2: every rank stops with an error naming it, before
+// the step is taken, and the store keeps epoch 1 as committed.
+TEST_F(DataParallelTest, ANonFiniteGradientIsNamedAndTheEpochsBeforeAreKept) {
+  for (const std::string host : {"host0", "host1"}) {
+    std::filesystem::create_directories(dir_ / host);
+    std::filesystem::copy_file(dir_ / "shards/client-000.shard", dir_ / (host + "/train.shard"));
+  }
+  auto config = [&](int epochs, const std::string& data_parallel = "") {
+    const std::string path =
+        dir_ / ("nan-" + std::to_string(epochs) + data_parallel.substr(0, 5) + ".textproto");
+    WriteFile(path,
+              "seed: 7\nmode: DATA_PARALLEL\n"
+              "data { train_shard: \"train.shard\" test_shard: \"" +
+                  (dir_ / "shards/test.shard") +
+                  "\" }\n"
+                  "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: 16 }\n"
+                  "train { batch_size: 8 learning_rate: 0.05 momentum: 0.5 }\n"
+                  "data_parallel { epochs: " +
+                  std::to_string(epochs) + " timeout_s: 5 " + data_parallel + " }\n");
+    return path;
+  };
+  auto run = [&](int epochs, const std::string& tag) {
+    std::vector<std::unique_ptr<Process>> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.push_back(Worker(config(epochs), "nan", r, 2, "ipc://" + (dir_ / ("nan-meet-" + tag)),
+                             dir_ / ("nan-" + tag + std::to_string(r) + ".log"), {},
+                             dir_ / ("host" + std::to_string(r))));
+    }
+    std::vector<int> codes;
+    for (auto& p : ranks) codes.push_back(p->Wait(std::chrono::seconds(120)));
+    return codes;
+  };
+  EXPECT_EQ(run(1, "clean"), std::vector<int>({0, 0})) << ReadFile(dir_ / "nan-clean0.log");
+  ASSERT_EQ(Epochs("nan").size(), 1u);
+  datasets::Dataset poisoned = OrThrow(datasets::ReadShard(dir_ / "host1/train.shard"), "shard");
+  // Finite (the shard reader refuses NaN and infinities), and enough to
+  // overflow the forward pass.
+  std::fill(poisoned.features.begin(), poisoned.features.end(), 3e38f);
+  ASSERT_TRUE(datasets::WriteShard(poisoned, dir_ / "host1/train.shard").ok());
+
+  const std::vector<int> codes = run(3, "poisoned");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(codes[r], 0) << "rank " << r;
+    const std::string log = ReadFile(dir_ / ("nan-poisoned" + std::to_string(r) + ".log"));
+    EXPECT_NE(log.find("epoch 2: step 1 of 126: rank(s) 1 sent a gradient that is not finite (NaN "
+                       "or infinity); the run stops before committing this epoch"),
+              std::string::npos)
+        << "rank " << r << ": " << log;
+    if (log.rfind("worker: ") != std::string::npos) {
+      std::printf("rank %d: %s\n", r, log.substr(log.rfind("worker: ")).c_str());
+    }
+  }
+  const auto epochs = Epochs("nan");
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0].round, 1u);
+  EXPECT_TRUE(std::isfinite(epochs[0].train_loss));
+
+  // Local SGD: rank 1's model after its own step is what is not finite.
+  std::vector<std::unique_ptr<Process>> local;
+  for (int r = 0; r < 2; ++r) {
+    local.push_back(Worker(config(1, "local_sgd_steps: 1"), "nan-local", r, 2,
+                           "ipc://" + (dir_ / "nan-meet-local"),
+                           dir_ / ("nan-local" + std::to_string(r) + ".log"), {},
+                           dir_ / ("host" + std::to_string(r))));
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(local[r]->Wait(std::chrono::seconds(120)), 0);
+    const std::string log = ReadFile(dir_ / ("nan-local" + std::to_string(r) + ".log"));
+    EXPECT_NE(log.find("epoch 1: step 1 of 126: rank(s) 1 sent a model that is not finite"),
+              std::string::npos)
+        << log;
+  }
+  EXPECT_TRUE(Epochs("nan-local").empty());
+  // One rank alone (nobody to name): its epoch's loss stops it, uncommitted.
+  auto alone = Worker(config(1), "nan-alone", 0, 1, "ipc://" + (dir_ / "nan-meet-alone"),
+                      dir_ / "nan-alone.log", {}, dir_ / "host1");
+  EXPECT_NE(alone->Wait(std::chrono::seconds(120)), 0);
+  const std::string log = ReadFile(dir_ / "nan-alone.log");
+  EXPECT_NE(log.find("epoch 1: the training loss is not finite (NaN or infinity); the run stops "
+                     "before committing it"),
+            std::string::npos)
+      << log;
+  EXPECT_TRUE(Epochs("nan-alone").empty());
+}
+
+// A worker resumed with a config other than the run's (rank 0's, checked
+// against the stored one) is refused on every rank, naming the field, and
+// the run's epochs stay as they were.
+TEST_F(DataParallelTest, AResumedRankWithAnotherConfigIsRefusedNamingTheField) {
+  ASSERT_EQ(Launch(Config("cfg1.textproto", 8, false, 1), "cfg", 2), 0)
+      << ReadFile(dir_ / "cfg.log");
+  const std::string same = Config("cfg2.textproto", 8, false, 2);
+  struct Case {
+    std::string config, says;
+  };
+  for (const Case& c :
+       {Case{Config("batch.textproto", 16, false, 2), "modified: train.batch_size: 8 -> 16"},
+        Case{Config("epochs.textproto", 8, false, 3),
+             "data_parallel.epochs: 3 here, 2 on rank 0"}}) {
+    const std::string master = "ipc://" + (dir_ / "cfg-meet");
+    auto r0 = Worker(same, "cfg", 0, 2, master, dir_ / "cfg-0.log");
+    auto r1 = Worker(c.config, "cfg", 1, 2, master, dir_ / "cfg-1.log");
+    EXPECT_NE(r0->Wait(), 0);
+    EXPECT_NE(r1->Wait(), 0);
+    const std::string log0 = ReadFile(dir_ / "cfg-0.log"), log1 = ReadFile(dir_ / "cfg-1.log");
+    EXPECT_NE(log1.find("rank 1: this rank's config is not rank 0's (the run's)"),
+              std::string::npos)
+        << log1;
+    EXPECT_NE(log1.find(c.says), std::string::npos) << log1;
+    EXPECT_NE(log0.find("rank(s) 1 run with a config other than rank 0's (the run's)"),
+              std::string::npos)
+        << log0;
+    EXPECT_EQ(Epochs("cfg").size(), 1u);
+    std::filesystem::remove(dir_ / "cfg-0.log");
+    std::filesystem::remove(dir_ / "cfg-1.log");
+  }
+}
+
+// Rank 0 SIGKILLed at an epoch boundary (before it commits the epoch) with
+// the group on ZeroMQ CURVE: every survivor exits with an error naming rank
+// 0 within the deadline, data_parallel.timeout_s (5 s here) and the
+// collectives' grace to agree on who is missing (a quarter of it), not
+// after the 600 s the epoch's end used to wait.
+TEST_F(DataParallelTest, AKilledRankZeroUnderEncryptionIsAnErrorOnEverySurvivorInTime) {
+  constexpr int kWorld = 3;
+  std::string out;
+  std::filesystem::create_directories(dir_ / "allow");
+  for (int r = 0; r < kWorld; ++r) {
+    const std::string name = "rank-" + std::to_string(r);
+    ASSERT_EQ(
+        RunCohort({"keygen", "--out", dir_ / "keys", "--name", name}, &out, dir_ / "keygen.log"),
+        0);
+    std::filesystem::copy_file(dir_ / ("keys/" + name + ".pub"), dir_ / ("allow/" + name + ".pub"));
+  }
+  // 2002 samples, global batch 24: 84 steps an epoch, so step 84 is epoch
+  // 2's first and rank 0 dies where it would commit epoch 1.
+  const std::string config = Config("gone.textproto", 8, false, 3);
+  const std::string master = "ipc://" + (dir_ / "gone-meet");
+  auto log_of = [&](int r) { return dir_ / ("gone-" + std::to_string(r) + ".log"); };
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < kWorld; ++r) {
+    std::vector<std::string> extra = {
+        "--transport",  "tcp",
+        "--identity",   dir_ / ("keys/rank-" + std::to_string(r) + ".key"),
+        "--allow",      dir_ / "allow",
+        "--master-key", dir_ / "keys/rank-0.pub"};
+    if (r == 0) extra.insert(extra.end(), {"--fault-kill-at-step", "84"});
+    workers.push_back(Worker(config, "gone", r, kWorld, master, log_of(r), extra));
+  }
+  ASSERT_EQ(workers[0]->Wait(std::chrono::seconds(120)), 128 + SIGKILL) << ReadFile(log_of(0));
+  const auto killed = std::chrono::steady_clock::now();
+  EXPECT_NE(ReadFile(log_of(0)).find("ZeroMQ CURVE: authenticated and encrypted"),
+            std::string::npos)
+      << ReadFile(log_of(0));
+  for (int r = 1; r < kWorld; ++r) {
+    EXPECT_NE(workers[r]->Wait(std::chrono::seconds(60)), 0) << "rank " << r;
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    std::printf("rank %d exited %.2f s after rank 0 was killed\n", r, took);
+    // The deadline is 6.25 s; the rest is slack for a loaded host (measured:
+    // 7.3 s without the transport's own dead-peer detection, 0.6 to 1.5 s
+    // with it; the epoch's end used to wait 600 s).
+    EXPECT_LT(took, 15.0) << "rank " << r;
+    const std::string log = ReadFile(log_of(r));
+    if (log.rfind("worker: ") != std::string::npos) {
+      std::printf("rank %d: %s\n", r, log.substr(log.rfind("worker: ")).c_str());
+    }
+    // Waiting at the epoch's end, or for the result of the epoch's last
+    // all-reduce, which rank 0 had queued but not sent when it died.
+    EXPECT_NE(log.find("epoch 1: "), std::string::npos) << log;
+    EXPECT_TRUE(log.find("rank 0 did not arrive") != std::string::npos ||
+                log.find("rank 0 closed its connection") != std::string::npos ||
+                log.find("rank 0 is gone") != std::string::npos)
+        << log;
+  }
+  EXPECT_TRUE(Epochs("gone").empty());
 }
 
 TEST_F(DataParallelTest, AWorkerWithoutARankSaysWhatIsMissing) {
