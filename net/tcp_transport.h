@@ -51,7 +51,9 @@ class TcpTransport final : public aggregation::Transport {
   // `deadline`; endpoints[r] is rank r's endpoint(). pair_keys[r] is the
   // 32-byte key this rank shares with rank r (empty: no authentication). A
   // connection that fails its handshake (a stranger, a wrong key, a rank
-  // already connected) is closed, logged and counted, and the wait goes on.
+  // already connected) is closed, logged and counted, and the wait goes on;
+  // idle ones make room for newer ones, so no number of strangers keeps a
+  // rank out.
   // kDeadlineExceeded names the lower ranks that never connected;
   // kUnavailable names a higher rank that could not be reached or could not
   // prove the pair's key.
@@ -64,8 +66,9 @@ class TcpTransport final : public aggregation::Transport {
   StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override;
   Status Flush(TimeMs deadline) override;
   size_t window_bytes() const override { return options_.window_bytes; }
-  // Connections closed during Connect because their handshake failed (the
-  // handshake: net/tcp_handshake.h).
+  // Connections closed during Connect because their handshake failed or
+  // timed out, or were evicted for newer ones while the most handshakes ran
+  // (the handshake: net/tcp_handshake.h).
   uint64_t refused() const { return refused_; }
 
   struct Peer;  // One connection (tcp_transport.cc).
