@@ -1040,6 +1040,10 @@ TEST(SecAggMaliciousClientTest, LowOrderAndInvalidKeysAreRefusedAtTheAdvert) {
   ASSERT_TRUE(o.status.ok()) << o.status;
   EXPECT_NE(o.refused[3].message().find("low-order"), std::string::npos) << o.refused[3];
   EXPECT_NE(o.refused[5].message().find("not a valid ristretto255 point"), std::string::npos);
+  // A refused advert is misbehaviour (issue 29): named, like garbage shares.
+  EXPECT_TRUE(Blamed(o, 3, "low-order X25519 point"));
+  EXPECT_TRUE(Blamed(o, 5, "not a valid ristretto255 point"));
+  EXPECT_EQ(o.blamed.size(), 2u);
   EXPECT_EQ(o.u4, (std::vector<uint32_t>{0, 1, 2, 4, 6, 7, 8, 9}));
   EXPECT_EQ(o.sum, o.expected);
 }
@@ -1246,7 +1250,27 @@ TEST(SecAggServerTest, RefusesRepeatedKeysAndBadAdvertSignatures) {
   EXPECT_NE(s.server->OnAdvertise(forged).message().find("advert signature"), std::string::npos);
   KeyAdvert swapped = s.adverts[3];
   swapped.index = 4;  // Client 3's advert claimed for client 4.
-  EXPECT_FALSE(s.server->OnAdvertise(swapped).ok());
+  EXPECT_NE(s.server->OnAdvertise(swapped).message().find("does not open its commitment"),
+            std::string::npos);
+  // Each refusal names its sender (issue 29): 1 (a repeated key), 2 (a bad
+  // signature) and 4 (a contribution it never committed to).
+  std::set<uint32_t> blamed;
+  for (const auto& m : s.server->TakeMisbehaviour()) blamed.insert(m.client);
+  EXPECT_EQ(blamed, (std::set<uint32_t>{1, 2, 4}));
+}
+
+TEST(SecAggClientTest, RefusesAKeyListWithFewerThanTNeighbours) {
+  // The complete graph of 6 (t = 4): clients 1 and 2 commit and then say
+  // nothing, a plain dropout there, so client 0 holds 3 neighbours' adverts.
+  Harness h(Params(6, 8));
+  ASSERT_EQ(h.params().t, 4u);
+  Staged s = StageAdverts(h);
+  for (uint32_t i : {0u, 3u, 4u, 5u}) ASSERT_TRUE(s.server->OnAdvertise(s.adverts[i]).ok());
+  auto lists = s.server->CloseAdvertise();
+  ASSERT_TRUE(lists.ok()) << lists.status();
+  Status r = s.clients[0]->ShareKeys(lists->at(0)).status();
+  EXPECT_NE(r.message().find("key list: 3 neighbours, below the threshold 4"), std::string::npos)
+      << r;
 }
 
 TEST(SecAggServerTest, RefusesBadSurvivorSignaturesAndMalformedUnmaskResponses) {

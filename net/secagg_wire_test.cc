@@ -39,6 +39,50 @@ TEST(SecAggWireTest, SurvivorTagsRoundTripAndBadOnesAreRefused) {
       << r.status();
 }
 
+// Issue 29's messages: the seed commitment and its root, the contributions
+// in a key list (none where nothing was committed), and the confirmations,
+// each refused by name when a field has the wrong size or repeats.
+TEST(SecAggWireTest, SeedAndConfirmationMessagesRoundTripAndBadOnesAreRefused) {
+  aggregation::SeedCommit commit{4, TagOf(9)};
+  wire::Header h = ToWire(2, 9, commit);
+  auto c = FromWire(h.secagg_seed(), 4);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->commitment, commit.commitment);
+  h.mutable_secagg_seed()->mutable_commitment()->resize(31);
+  EXPECT_NE(FromWire(h.secagg_seed(), 4).status().message().find("seed commitment has 31 bytes"),
+            std::string::npos);
+
+  aggregation::SeedRoot root{TagOf(2), {TagOf(3), TagOf(4)}};
+  auto r = FromWire(ToWire(2, 9, root).secagg_seed());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->root, root.root);
+  EXPECT_EQ(r->proof, root.proof);
+
+  aggregation::KeyList list;
+  list.advert_root = TagOf(1);
+  list.seeds = {TagOf(5), std::nullopt, TagOf(6)};
+  auto l = FromWire(ToWire(2, 9, list).secagg_keys());
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->seeds, list.seeds);
+  wire::Header bad_seed = ToWire(2, 9, list);
+  bad_seed.mutable_secagg_keys()->mutable_seeds(2)->resize(5);
+  EXPECT_NE(FromWire(bad_seed.secagg_keys()).status().message().find("seed contribution has 5"),
+            std::string::npos);
+
+  aggregation::CheckedConfirmation confirmation{3, {{1, TagOf(1)}, {4, TagOf(4)}}};
+  wire::Header ch = ToWire(2, 9, confirmation);
+  auto back = FromWire(ch.secagg_confirm(), 3);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->tags, confirmation.tags);
+  wire::SecAggConfirm twice = ch.secagg_confirm();
+  *twice.add_tags() = twice.tags(0);
+  EXPECT_NE(FromWire(twice, 3).status().message().find("two confirmation tags for client 1"),
+            std::string::npos);
+  auto inbound = FromWire(ch.secagg_confirm());
+  ASSERT_TRUE(inbound.ok());
+  EXPECT_EQ(inbound->from, confirmation.tags);
+}
+
 // In an unmask request, each signature carries its signer's tag for the
 // recipient, or none.
 TEST(SecAggWireTest, AnUnmaskRequestCarriesEachSignersTagOrNone) {

@@ -479,6 +479,10 @@ void SecAggWire() {
     const auto& [signer, signature] = *h.signatures.begin();
     const auto& [responder, response] = *h.responses.begin();
     const auto& [recipient, request] = *h.requests.begin();
+    put(tag + "seed_commit", 1, net::ToWire(1, 2, h.commits[1]));
+    put(tag + "seed_root", 0, net::ToWire(1, 2, h.seed_roots.begin()->second));
+    put(tag + "confirmation", 1, net::ToWire(1, 2, h.confirmations[1]));
+    put(tag + "confirmations", 0, net::ToWire(1, 2, h.confirmed.begin()->second));
     put(tag + "advert", 1, net::ToWire(1, 2, h.adverts[1]));
     put(tag + "key_list", 0, net::ToWire(1, 2, h.key_lists.begin()->second));
     put(tag + "sealed", 1, net::ToWire(1, 2, h.sealed[1]));

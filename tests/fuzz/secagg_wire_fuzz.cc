@@ -90,7 +90,26 @@ void KeptResponse(const aggregation::UnmaskResponse& r, const wire::Header& h, u
   }
 }
 
+void KeptCommit(const aggregation::SeedCommit& c, const wire::Header&, uint32_t from) {
+  FUZZ_CHECK(c.from == from, "a seed commitment is its sender's");
+}
+
+void KeptConfirmation(const aggregation::CheckedConfirmation& c, const wire::Header& h,
+                      uint32_t from) {
+  FUZZ_CHECK(c.from == from, "a confirmation is its sender's");
+  FUZZ_CHECK(c.tags.size() == Count(h.secagg_confirm().tags()), "every tag is kept, none twice");
+}
+
+void KeptRoot(const aggregation::SeedRoot& r, const wire::Header& h) {
+  FUZZ_CHECK(r.proof.size() == Count(h.secagg_seed().proof()), "every proof sibling is kept");
+}
+
+void KeptConfirmations(const aggregation::Confirmations& c, const wire::Header& h) {
+  FUZZ_CHECK(c.from.size() == Count(h.secagg_confirm().tags()), "every tag is kept, none twice");
+}
+
 void KeptList(const aggregation::KeyList& l, const wire::Header& h) {
+  FUZZ_CHECK(l.seeds.size() == Count(h.secagg_keys().seeds()), "every seed contribution is kept");
   const auto& w = h.secagg_keys().listed();
   FUZZ_CHECK(l.entries.size() == Count(w), "every entry is kept");
   for (int i = 0; i < w.size(); ++i) {
@@ -123,6 +142,18 @@ void FromClient(const wire::Header& h, uint32_t from) {
     return [from, kept](const auto& x, const wire::Header& w) { kept(x, w, from); };
   };
   switch (h.body_case()) {
+    case wire::Header::kSecaggSeed:
+      RoundTrip(
+          net::FromWire(h.secagg_seed(), from), h,
+          [&](const wire::Header& w) { return net::FromWire(w.secagg_seed(), from); },
+          with_from(KeptCommit));
+      return;
+    case wire::Header::kSecaggConfirm:
+      RoundTrip(
+          net::FromWire(h.secagg_confirm(), from), h,
+          [&](const wire::Header& w) { return net::FromWire(w.secagg_confirm(), from); },
+          with_from(KeptConfirmation));
+      return;
     case wire::Header::kSecaggKeys:
       RoundTrip(
           net::FromWire(h.secagg_keys(), from), h,
@@ -161,6 +192,17 @@ void FromClient(const wire::Header& h, uint32_t from) {
 // What a client translates.
 void FromCoordinator(const wire::Header& h) {
   switch (h.body_case()) {
+    case wire::Header::kSecaggSeed:
+      RoundTrip(
+          net::FromWire(h.secagg_seed()), h,
+          [](const wire::Header& w) { return net::FromWire(w.secagg_seed()); }, KeptRoot);
+      return;
+    case wire::Header::kSecaggConfirm:
+      RoundTrip(
+          net::FromWire(h.secagg_confirm()), h,
+          [](const wire::Header& w) { return net::FromWire(w.secagg_confirm()); },
+          KeptConfirmations);
+      return;
     case wire::Header::kSecaggKeys:
       RoundTrip(
           net::FromWire(h.secagg_keys()), h,
