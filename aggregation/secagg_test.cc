@@ -1259,6 +1259,26 @@ TEST(SecAggServerTest, RefusesRepeatedKeysAndBadAdvertSignatures) {
   EXPECT_EQ(blamed, (std::set<uint32_t>{1, 2, 4}));
 }
 
+TEST(SecAggServerTest, RoutesConfirmationsOnlyToNeighboursInTheCheckedList) {
+  Harness h(Params(30, 8, /*complete=*/false));
+  ToChecked r = StageToChecked(h);
+  SecAggServer& server = *r.staged.server;
+  auto c = r.staged.clients[0]->ReceiveChecked(r.checked);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tags.size(), h.params().k);  // Every neighbour is in U3.
+  const std::vector<uint32_t>& mine = r.staged.clients[0]->neighbours();
+  uint32_t stranger = 1;
+  while (std::binary_search(mine.begin(), mine.end(), stranger)) ++stranger;
+  CheckedConfirmation bad = *c;
+  bad.tags[stranger] = bad.tags.begin()->second;
+  EXPECT_NE(server.OnConfirmation(bad).message().find("confirmation for client " +
+                                                      std::to_string(stranger) +
+                                                      ", not a neighbour in the checked list"),
+            std::string::npos);
+  EXPECT_TRUE(server.OnConfirmation(*c).ok());
+  EXPECT_NE(server.OnConfirmation(*c).message().find("second confirmation"), std::string::npos);
+}
+
 TEST(SecAggClientTest, RefusesAKeyListWithFewerThanTNeighbours) {
   // The complete graph of 6 (t = 4): clients 1 and 2 commit and then say
   // nothing, a plain dropout there, so client 0 holds 3 neighbours' adverts.
