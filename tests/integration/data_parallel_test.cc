@@ -526,22 +526,29 @@ TEST_F(DataParallelTest, ANonFiniteGradientIsNamedAndTheEpochsBeforeAreKept) {
   EXPECT_EQ(epochs[0].round, 1u);
   EXPECT_TRUE(std::isfinite(epochs[0].train_loss));
 
-  // Local SGD: rank 1's model after its own step is what is not finite.
-  std::vector<std::unique_ptr<Process>> local;
-  for (int r = 0; r < 2; ++r) {
-    local.push_back(Worker(config(1, "local_sgd_steps: 1"), "nan-local", r, 2,
-                           "ipc://" + (dir_ / "nan-meet-local"),
-                           dir_ / ("nan-local" + std::to_string(r) + ".log"), {},
-                           dir_ / ("host" + std::to_string(r))));
+  // The other host paths: gradient buckets all-reduced during the backward
+  // pass, exact mode (where a NaN would saturate to 0 unseen), and local SGD
+  // (rank 1's model after its own step is what is not finite).
+  for (const auto& [variant, sent] :
+       std::vector<std::pair<std::string, std::string>>{{"bucket_mb: 0.0001", "a gradient"},
+                                                        {"exact: true", "a gradient"},
+                                                        {"local_sgd_steps: 1", "a model"}}) {
+    const std::string tag = "nan-" + variant.substr(0, 5);
+    std::vector<std::unique_ptr<Process>> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.push_back(Worker(config(1, variant), tag, r, 2, "ipc://" + (dir_ / (tag + "-meet")),
+                             dir_ / (tag + std::to_string(r) + ".log"), {},
+                             dir_ / ("host" + std::to_string(r))));
+    }
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_NE(ranks[r]->Wait(std::chrono::seconds(120)), 0) << variant;
+      const std::string log = ReadFile(dir_ / (tag + std::to_string(r) + ".log"));
+      EXPECT_NE(log.find("epoch 1: step 1 of 126: rank(s) 1 sent " + sent + " that is not finite"),
+                std::string::npos)
+          << variant << ": " << log;
+    }
+    EXPECT_TRUE(Epochs(tag).empty()) << variant;
   }
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(local[r]->Wait(std::chrono::seconds(120)), 0);
-    const std::string log = ReadFile(dir_ / ("nan-local" + std::to_string(r) + ".log"));
-    EXPECT_NE(log.find("epoch 1: step 1 of 126: rank(s) 1 sent a model that is not finite"),
-              std::string::npos)
-        << log;
-  }
-  EXPECT_TRUE(Epochs("nan-local").empty());
   // One rank alone (nobody to name): its epoch's loss stops it, uncommitted.
   auto alone = Worker(config(1), "nan-alone", 0, 1, "ipc://" + (dir_ / "nan-meet-alone"),
                       dir_ / "nan-alone.log", {}, dir_ / "host1");
