@@ -415,8 +415,11 @@ class SecAggClient {
   std::map<uint32_t, uint32_t> window_;
   bool complete_ = false;
   int stage_ = 0;
+  // This round's graph-seed contribution: hidden only until stage 1
+  // reveals it to everyone, and it protects nothing after that, so it is
+  // not a SecretBytes.
   SeedContribution seed_{};
-  crypto::Digest seed_root_{};
+  crypto::Digest seed_root_{};  // The commitment root it was revealed against.
   crypto::EncKeyPair enc_;
   SecretBytes mask_seed_;
   crypto::X25519KeyPair mask_;
