@@ -124,6 +124,31 @@ TEST_F(DatasetsTest, IdxHeaderStatingTooMuchDataIsRefusedBeforeReading) {
       << data.status();
 }
 
+// A header that states 1 GiB of pixels over a file of 12: the truncation is
+// named, and the reader's memory grows with the data that arrives, not with
+// what the header claims (checked under a 512 MiB address-space cap, in a
+// death test's child).
+void ReadLyingIdxUnderHalfAGiB(const std::string& images, const std::string& labels) {
+  const rlimit cap = {size_t{512} << 20, size_t{512} << 20};
+  setrlimit(RLIMIT_AS, &cap);
+  auto data = ReadIdx(images, labels);
+  std::fprintf(stderr, "%s\n", data.status().ToString().c_str());
+  std::_Exit(data.status().code() == StatusCode::kDataLoss ? 0 : 1);
+}
+
+TEST_F(DatasetsTest, IdxHeaderThatOverstatesItsDataCostsOnlyTheDataThere) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the cap allows";
+#endif
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  WriteGz(Path("liar.gz"),
+          Be32(0x803) + Be32(1024) + Be32(1024) + Be32(1024) + std::string(12, 'x'));
+  WriteGz(Path("lab.gz"), Be32(0x801) + Be32(1024) + std::string(1024, '\x01'));
+  EXPECT_EXIT(ReadLyingIdxUnderHalfAGiB(Path("liar.gz"), Path("lab.gz")),
+              ::testing::ExitedWithCode(0),
+              "liar.gz: header promises 1073741824 bytes of data, file has 12");
+}
+
 // A FIFO named like a data file would block the open until a writer came.
 // The test holds a writer open (so that a reader that did open it would not
 // block either) and expects a refusal that names the file, before any read.

@@ -70,13 +70,21 @@ StatusOr<IdxArray> ReadIdxFile(const std::string& path, uint32_t expect_magic) {
                                   " GiB of data (dimensions too large)");
     }
   }
-  try {
-    out.data.resize(total);
-  } catch (const std::bad_alloc&) {
-    return ResourceExhaustedError(path + ": out of memory for the " + std::to_string(total) +
-                                  " bytes of data its header states");
+  // The buffer grows with the data that arrives, so a header that states
+  // more than the file holds costs no more than what it does hold.
+  got = 0;
+  while (got < total) {
+    const size_t want = std::min<uint64_t>(total - got, size_t{1} << 24);
+    try {
+      out.data.resize(got + want);
+    } catch (const std::bad_alloc&) {
+      return ResourceExhaustedError(path + ": out of memory for the " + std::to_string(total) +
+                                    " bytes of data its header states");
+    }
+    COHORT_ASSIGN_OR_RETURN(const size_t n, ReadUpTo(file, path, out.data.data() + got, want));
+    got += n;
+    if (n < want) break;
   }
-  COHORT_ASSIGN_OR_RETURN(got, ReadUpTo(file, path, out.data.data(), total));
   if (got != total) {
     return DataLossError(path + ": header promises " + std::to_string(total) +
                          " bytes of data, file has " + std::to_string(got));
