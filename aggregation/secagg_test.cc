@@ -1279,6 +1279,27 @@ TEST(SecAggServerTest, RoutesConfirmationsOnlyToNeighboursInTheCheckedList) {
   EXPECT_NE(server.OnConfirmation(*c).message().find("second confirmation"), std::string::npos);
 }
 
+TEST(SecAggClientTest, MasksOnlyWhenTNeighboursConfirmedTheCheckedList) {
+  // Complete graph of 6, t = 4: clients 4 and 5 never confirm, so each of
+  // 0 to 3 holds t - 1 neighbours' confirmations and keeps its input.
+  Harness h(Params(6, 8));
+  ASSERT_EQ(h.params().t, 4u);
+  ToChecked r = StageToChecked(h);
+  SecAggServer& server = *r.staged.server;
+  for (uint32_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(server.OnConfirmation(*r.staged.clients[i]->ReceiveChecked(r.checked)).ok());
+  }
+  auto confirmations = server.CloseConfirmation();
+  ASSERT_TRUE(confirmations.ok()) << confirmations.status();
+  for (uint32_t i = 0; i < 4; ++i) {
+    Status st = r.staged.clients[i]->ReceiveConfirmations(confirmations->at(i));
+    EXPECT_NE(st.message().find("checked list: 3 neighbours confirmed it, below the threshold 4"),
+              std::string::npos)
+        << st;
+  }
+  EXPECT_FALSE(r.staged.clients[0]->MaskInput(h.inputs()[0]).ok());
+}
+
 TEST(SecAggClientTest, RefusesAKeyListWithFewerThanTNeighbours) {
   // The complete graph of 6 (t = 4): clients 1 and 2 commit and then say
   // nothing, a plain dropout there, so client 0 holds 3 neighbours' adverts.
