@@ -152,6 +152,7 @@ TEST(SiteTest, ANonFiniteGradientIsNamedOnEveryRankBeforeTheStep) {
   Status served;
   std::thread worker([&] { served = r1.site->Serve(); });
   auto result = r0.site->Train(config, *model, params, Options(2), nullptr);
+  if (result.ok()) r0.site->Finish();  // The worker would wait for a task.
   worker.join();
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), StatusCode::kDataLoss);
