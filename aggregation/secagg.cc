@@ -1127,9 +1127,9 @@ Status SecAggServer::Abort(const std::string& why) {
 }
 
 void SecAggServer::Blame(uint32_t client, std::string what) {
-  for (const auto& m : misbehaviour_) {
-    if (m.client == client) return;
-  }
+  // Once a round: a client refused at its advert also revealed no seed,
+  // and is not named again for that at CloseAdvertise.
+  if (!blamed_.insert(client).second) return;
   misbehaviour_.push_back({client, std::move(what)});
 }
 
@@ -1170,6 +1170,9 @@ Status SecAggServer::OnAdvertise(const KeyAdvert& a) {
   if (a.index >= params_.n) return InvalidArgumentError("advert from unknown index");
   if (adverts_.count(a.index) || seeds_.count(a.index)) {
     return InvalidArgumentError("second advert from client " + Str(a.index));
+  }
+  if (excluded_.count(a.index)) {
+    return FailedPreconditionError("client " + Str(a.index) + " is out of the round already");
   }
   auto commit = seed_commits_.find(a.index);
   if (commit == seed_commits_.end()) {

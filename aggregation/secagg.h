@@ -550,7 +550,7 @@ class SecAggServer {
     std::array<Commitment, 2> commitments;
   };
   std::vector<std::vector<Relayed>> relayed_;
-  std::set<uint32_t> checked_, excluded_;
+  std::set<uint32_t> checked_, excluded_, blamed_;
   std::vector<uint32_t> u0_, u1_, u2_, u3_, u4_, u6_;
   std::vector<uint32_t> sum_;
   std::map<uint32_t, SurvivorSignature> signatures_;          // Their tags moved to tags_.
