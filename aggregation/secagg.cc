@@ -37,17 +37,6 @@ std::span<const uint8_t> AsBytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-std::string AdvertMessage(const std::array<uint8_t, 32>& context, const KeyAdvert& a) {
-  std::string m = "cohort-secagg-advert-v3";
-  PutBytes(m, context);
-  PutU32(m, a.index);
-  PutBytes(m, a.enc_key);
-  PutBytes(m, a.mask_key);
-  PutBytes(m, a.self_commitment);
-  PutBytes(m, a.seed);
-  return m;
-}
-
 std::string ShareAd(const std::array<uint8_t, 32>& session, uint32_t from, uint32_t to) {
   std::string ad(reinterpret_cast<const char*>(session.data()), session.size());
   ad += "sharekeys";
@@ -174,6 +163,17 @@ std::string Str(uint32_t v) { return std::to_string(v); }
 
 }  // namespace
 
+std::string AdvertMessage(const std::array<uint8_t, 32>& context, const KeyAdvert& a) {
+  std::string m = "cohort-secagg-advert-v3";
+  PutBytes(m, context);
+  PutU32(m, a.index);
+  PutBytes(m, a.enc_key);
+  PutBytes(m, a.mask_key);
+  PutBytes(m, a.self_commitment);
+  PutBytes(m, a.seed);
+  return m;
+}
+
 Commitment SelfMaskCommitment(const std::array<uint8_t, 32>& context, uint32_t index,
                               std::span<const uint8_t> seed) {
   std::string m = "cohort-secagg-self-commitment";
@@ -195,11 +195,17 @@ crypto::Digest AdvertLeaf(const std::array<uint8_t, 32>& context, uint32_t index
   return crypto::Hash256({AsBytes(m), AsBytes(AdvertMessage(context, *advert))});
 }
 
+// The graph seed is in the session, so clients shown different commitment
+// roots (or contributions) hold different sessions, and nothing they sign,
+// seal or tag for each other checks (a review of issue 29's change).
 std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context,
-                                      const crypto::Digest& advert_root) {
-  static constexpr char kLabel[] = "cohort-secagg-session-v2";
-  return crypto::Hash256(
-      {{reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)}, context, advert_root});
+                                      const crypto::Digest& advert_root,
+                                      const std::array<uint8_t, 32>& graph_seed) {
+  static constexpr char kLabel[] = "cohort-secagg-session-v3";
+  return crypto::Hash256({{reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)},
+                          context,
+                          advert_root,
+                          graph_seed});
 }
 
 Commitment SeedCommitment(const std::array<uint8_t, 32>& context, uint32_t index,
@@ -236,6 +242,12 @@ std::array<uint8_t, 32> GraphSeed(const std::array<uint8_t, 32>& context,
     if (s) PutBytes(m, *s);
   }
   return crypto::Hash256({AsBytes(m)});
+}
+
+std::array<uint8_t, 32> SecAggGraphSeed(const SecAggParams& params, const crypto::Digest& seed_root,
+                                        std::span<const std::optional<SeedContribution>> seeds) {
+  if (params.k + 1 >= params.n) return {};
+  return GraphSeed(params.context, seed_root, seeds);
 }
 
 HararyGraph SecAggGraph(const SecAggParams& params, const std::array<uint8_t, 32>& graph_seed) {
@@ -615,6 +627,12 @@ Status SecAggClient::CheckKeyList(const KeyList& list) {
       continue;
     }
     const KeyAdvert& a = *e.advert;
+    // The advert must reveal the contribution the list seeds the graph with
+    // (the server checked it against the commitment).
+    if (!complete_ && (e.index >= list.seeds.size() || list.seeds[e.index] != a.seed)) {
+      return InvalidArgumentError("key list: client " + Str(e.index) +
+                                  "'s advert reveals another seed contribution than the list");
+    }
     if (!enc_keys.insert(a.enc_key).second || !mask_keys.insert(a.mask_key).second) {
       return InvalidArgumentError("key list: repeated public key (client " + Str(a.index) + ")");
     }
@@ -658,14 +676,14 @@ StatusOr<std::array<uint8_t, 32>> SecAggClient::CheckSeeds(
         "key list: the seed contributions do not rebuild the committed root (one was left out, "
         "added or changed)");
   }
-  return GraphSeed(params_.context, seed_root_, seeds);
+  return SecAggGraphSeed(params_, seed_root_, seeds);
 }
 
 StatusOr<SealedShares> SecAggClient::ShareKeys(const KeyList& list) {
   if (stage_ != 2) return FailedPreconditionError("secagg client: ShareKeys out of order");
   stage_ = -1;  // Any early return leaves the round.
-  session_ = SecAggSession(params_.context, list.advert_root);
   COHORT_ASSIGN_OR_RETURN(const auto graph_seed, CheckSeeds(list.seeds));
+  session_ = SecAggSession(params_.context, list.advert_root, graph_seed);
   {
     const HararyGraph graph = SecAggGraph(params_, graph_seed);
     neighbours_ = graph.Neighbours(index_);
@@ -1221,7 +1239,9 @@ StatusOr<std::map<uint32_t, KeyList>> SecAggServer::CloseAdvertise() {
   if (aborted_ || stage_ != 1) return FailedPreconditionError("CloseAdvertise out of order");
   // The seed needs every committed contribution: a server that could leave
   // some out would again choose among seeds. A client that committed and
-  // then revealed nothing stops the round, and is named for it.
+  // then revealed nothing stops the round. It is not blamed: a crash, a
+  // reconnect or the engine's own timeout look the same from here, and
+  // without CURVE anyone can cause those (review of issue 29's change).
   std::vector<uint32_t> silent;
   const bool complete = params_.k + 1 >= params_.n;  // Needs no seed.
   for (uint32_t u : u0_) {
@@ -1229,10 +1249,7 @@ StatusOr<std::map<uint32_t, KeyList>> SecAggServer::CloseAdvertise() {
   }
   if (!silent.empty()) {
     std::string names;
-    for (uint32_t u : silent) {
-      names += (names.empty() ? "" : ", ") + Str(u);
-      Blame(u, "committed to a graph-seed contribution and never revealed it");
-    }
+    for (uint32_t u : silent) names += (names.empty() ? "" : ", ") + Str(u);
     return Abort("client(s) " + names +
                  " committed to the graph seed and revealed nothing; a seed without them would "
                  "be the coordinator's choice");
@@ -1248,7 +1265,6 @@ StatusOr<std::map<uint32_t, KeyList>> SecAggServer::CloseAdvertise() {
                            it == adverts_.end() ? std::nullopt : std::optional(it->second));
   }
   const crypto::MerkleTree tree(std::move(leaves));
-  session_ = SecAggSession(params_.context, tree.root());
   seeds_list_.assign(params_.n, std::nullopt);
   for (const auto& [i, seed] : seeds_) seeds_list_[i] = seed;
   std::vector<crypto::Digest> seed_leaves(params_.n);
@@ -1258,8 +1274,9 @@ StatusOr<std::map<uint32_t, KeyList>> SecAggServer::CloseAdvertise() {
                               it == seed_commits_.end() ? std::nullopt : std::optional(it->second));
   }
   const crypto::Digest seed_root = crypto::MerkleTree(std::move(seed_leaves)).root();
-  graph_ = SecAggGraph(params_, complete ? std::array<uint8_t, 32>{}
-                                         : GraphSeed(params_.context, seed_root, seeds_list_));
+  const auto graph_seed = SecAggGraphSeed(params_, seed_root, seeds_list_);
+  session_ = SecAggSession(params_.context, tree.root(), graph_seed);
+  graph_ = SecAggGraph(params_, graph_seed);
   neighbours_ = HararyNeighbours(*graph_);
   std::map<uint32_t, KeyList> out;
   for (uint32_t u : u1_) out.emplace(u, KeyListFor(u, tree));

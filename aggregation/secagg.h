@@ -178,6 +178,8 @@ struct KeyAdvert {
   SeedContribution seed{};       // Reveals what stage 0 committed to.
   crypto::Signature signature{};
 };
+// What an advert's signature covers (tests play corrupt clients with it).
+std::string AdvertMessage(const std::array<uint8_t, 32>& context, const KeyAdvert& a);
 // The leaf of roster position `index` in the advert tree: its advert, or
 // none when that client did not advertise.
 crypto::Digest AdvertLeaf(const std::array<uint8_t, 32>& context, uint32_t index,
@@ -294,10 +296,15 @@ struct Misbehaviour {
 // the neighbour graph that seeds, and the bytes a client signs for a
 // survivor list (tests play a malicious server with them).
 std::array<uint8_t, 32> SecAggSession(const std::array<uint8_t, 32>& context,
-                                      const crypto::Digest& advert_root);
+                                      const crypto::Digest& advert_root,
+                                      const std::array<uint8_t, 32>& graph_seed);
 std::array<uint8_t, 32> GraphSeed(const std::array<uint8_t, 32>& context,
                                   const crypto::Digest& seed_root,
                                   std::span<const std::optional<SeedContribution>> seeds);
+// GraphSeed on a sparse graph; zeros on the complete graph, which needs no
+// seed (a committer that revealed nothing is a plain dropout there).
+std::array<uint8_t, 32> SecAggGraphSeed(const SecAggParams& params, const crypto::Digest& seed_root,
+                                        std::span<const std::optional<SeedContribution>> seeds);
 HararyGraph SecAggGraph(const SecAggParams& params, const std::array<uint8_t, 32>& graph_seed);
 std::vector<uint8_t> CheckedListMessage(const std::array<uint8_t, 32>& session,
                                         std::span<const uint32_t> members);

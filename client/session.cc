@@ -514,6 +514,10 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.setup = s.SerializeAsString();
   r.fixed_point = {s.clip(), s.scale()};
   r.weight = static_cast<double>(num_samples_) / s.total_weight();
+  r.stage_limit =
+      std::min<TimeMs>(secagg_stage_limit_ms_, 2 * TimeMs{s.stage_timeout_ms()} + 30000);
+  r.survivors_limit =
+      std::min<TimeMs>(10 * secagg_stage_limit_ms_, 2 * TimeMs{s.round_deadline_ms()} + 30000);
   r.client = std::make_unique<aggregation::SecAggClient>(params, s.index(), identity_,
                                                          std::move(roster_proof), env_);
   secagg_ = std::move(r);
@@ -538,14 +542,14 @@ void Session::SendMaskedInput(TimeMs now, Actions& a) {
   // The survivor list waits for the others' training too.
   secagg_->awaiting = "survivor list";
   secagg_->awaiting_since = now;
-  secagg_->awaiting_limit = 10 * secagg_stage_limit_ms_;
+  secagg_->awaiting_limit = secagg_->survivors_limit;
 }
 
 void Session::SendSecAgg(wire::Header header, const char* what, TimeMs now, Actions& a) {
   Send(std::move(header), {}, now, a);
   secagg_->awaiting = what;
   secagg_->awaiting_since = now;
-  secagg_->awaiting_limit = secagg_stage_limit_ms_;
+  secagg_->awaiting_limit = secagg_->stage_limit;
 }
 
 void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {

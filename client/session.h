@@ -119,10 +119,12 @@ class Session {
   // aggregation setup whose threshold is weaker than this requires.
   void set_min_corrupt_fraction(double fraction) { min_corrupt_fraction_ = fraction; }
   // The longest this client waits for the coordinator's next secure-
-  // aggregation message before it leaves the round (default 120 s; ten
+  // aggregation message before it leaves the round (default 600 s; ten
   // times that for the survivor list, which waits for the others'
-  // training). A coordinator cannot hold a round open to compute between
-  // two stages for longer than this.
+  // training). Within it, the wait is twice the coordinator's stated stage
+  // timeout (round deadline for the survivor list) plus 30 s. A
+  // coordinator cannot hold a round open to compute between two stages for
+  // longer than this.
   void set_secagg_stage_limit_ms(TimeMs limit) { secagg_stage_limit_ms_ = limit; }
 
  private:
@@ -143,8 +145,9 @@ class Session {
     const char* awaiting = nullptr;
     TimeMs awaiting_since = -1;
     TimeMs awaiting_limit = 0;
-    std::optional<std::vector<uint32_t>> input;  // Encoded, awaiting U3.
-    wire::Update update;                         // Its header.
+    TimeMs stage_limit = 0, survivors_limit = 0;  // From the setup, within the client's.
+    std::optional<std::vector<uint32_t>> input;   // Encoded, awaiting U3.
+    wire::Update update;                          // Its header.
   };
   // Starts the session of a secure task (from SecAggStart or the task);
   // on a refusal it prints why and leaves no session.
@@ -180,7 +183,7 @@ class Session {
   InputObserver observer_;
   std::vector<crypto::Ed25519Public> peers_;  // Sorted; empty: no check.
   double min_corrupt_fraction_ = 0.1;
-  TimeMs secagg_stage_limit_ms_ = 120000;
+  TimeMs secagg_stage_limit_ms_ = 600000;
   std::optional<SecAggRound> secagg_;
   uint64_t secure_task_ = 0;  // The current task, if securely aggregated.
   bool require_secure_ = false;

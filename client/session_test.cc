@@ -295,6 +295,21 @@ TEST(SecureSessionTest, LeavesARoundWhoseNextStageDoesNotComeInTime) {
   a = s.OnMessage(task, 5030);
   std::vector<float> local(kParams, 1.0f);
   EXPECT_TRUE(s.OnTrainingDone(7, train::TrainResult{}, local, 5040).send.empty());
+
+  // With its default limit (600 s), a client waits twice the coordinator's
+  // stated stage timeout plus 30 s: 50 s for a 10 s stage timeout.
+  Session d(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  d.Start(0);
+  d.OnMessage(Welcome(), 10);
+  net::Envelope stated = SecureTask(7, identity.public_key);
+  stated.header.mutable_task()->mutable_secagg()->set_stage_timeout_ms(10000);
+  ASSERT_TRUE(d.OnMessage(SecAggStartFor(stated), 20).send[0].header.has_secagg_seed());
+  EXPECT_TRUE(d.OnTick(50020).printed.empty());
+  a = d.OnTick(50021);
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("sent no commitment root within 50 s"), std::string::npos)
+      << a.printed[0];
 }
 
 net::Envelope SecAggStartFor(const net::Envelope& secure_task) {

@@ -162,6 +162,11 @@ void RoundEngine::FillSecAggSetup(const std::string& name, wire::SecAggSetup* sa
   sa->set_scale(fixed_point_.scale);
   sa->set_total_weight(cohort_weight_);
   sa->set_corrupt_fraction(config_.secagg().corrupt_fraction());
+  auto ms = [](float s) {
+    return static_cast<uint32_t>(std::min<double>(double{s} * 1000.0, double{UINT32_MAX}));
+  };
+  sa->set_stage_timeout_ms(ms(config_.secagg().stage_timeout_s()));
+  sa->set_round_deadline_ms(ms(config_.rounds().round_deadline_s()));
 }
 
 Outgoing RoundEngine::MakeSecAggStart(const std::string& peer, const std::string& name) const {
