@@ -1175,8 +1175,9 @@ StatusOr<std::map<uint32_t, SeedRoot>> SecAggServer::CloseSeedCommit() {
                          it == seed_commits_.end() ? std::nullopt : std::optional(it->second));
   }
   const crypto::MerkleTree tree(std::move(leaves));
+  seed_root_ = tree.root();
   std::map<uint32_t, SeedRoot> out;
-  for (uint32_t u : u0_) out.emplace(u, SeedRoot{tree.root(), tree.Proof(u)});
+  for (uint32_t u : u0_) out.emplace(u, SeedRoot{seed_root_, tree.Proof(u)});
   stage_ = 1;
   return out;
 }
@@ -1267,14 +1268,7 @@ StatusOr<std::map<uint32_t, KeyList>> SecAggServer::CloseAdvertise() {
   const crypto::MerkleTree tree(std::move(leaves));
   seeds_list_.assign(params_.n, std::nullopt);
   for (const auto& [i, seed] : seeds_) seeds_list_[i] = seed;
-  std::vector<crypto::Digest> seed_leaves(params_.n);
-  for (uint32_t i = 0; i < params_.n; ++i) {
-    auto it = seed_commits_.find(i);
-    seed_leaves[i] = SeedLeaf(params_.context, i,
-                              it == seed_commits_.end() ? std::nullopt : std::optional(it->second));
-  }
-  const crypto::Digest seed_root = crypto::MerkleTree(std::move(seed_leaves)).root();
-  const auto graph_seed = SecAggGraphSeed(params_, seed_root, seeds_list_);
+  const auto graph_seed = SecAggGraphSeed(params_, seed_root_, seeds_list_);
   session_ = SecAggSession(params_.context, tree.root(), graph_seed);
   graph_ = SecAggGraph(params_, graph_seed);
   neighbours_ = HararyNeighbours(*graph_);

@@ -542,7 +542,8 @@ class SecAggServer {
   std::map<uint32_t, Commitment> seed_commits_;              // Stage 0, by client.
   std::map<uint32_t, SeedContribution> seeds_;               // Revealed, by client.
   std::vector<std::optional<SeedContribution>> seeds_list_;  // The same, by position.
-  std::map<uint32_t, CheckedConfirmation> confirmations_;    // Stage 3b, by sender.
+  crypto::Digest seed_root_{};  // Over seed_commits_, from CloseSeedCommit on.
+  std::map<uint32_t, CheckedConfirmation> confirmations_;  // Stage 3b, by sender.
   std::map<uint32_t, KeyAdvert> adverts_;
   // Whose advert holds a key.
   std::map<crypto::EncPublic, uint32_t> enc_owner_;
