@@ -58,7 +58,7 @@ Status ZmqTransport::Connect(const std::vector<std::string>& endpoints,
   }
   names_.clear();
   for (const CurvePeer& p : peers) names_.push_back(p.name);
-  monitors_.clear();
+  StopMonitors();
   out_.clear();
   links_.assign(size_, Link{});
   for (int r = 0; r < size_; ++r) {
@@ -90,6 +90,20 @@ Status ZmqTransport::Connect(const std::vector<std::string>& endpoints,
     }
   }
   return OkStatus();
+}
+
+void ZmqTransport::StopMonitors() {
+  for (size_t r = 0; r < out_.size() && r < monitors_.size(); ++r) {
+    if (static_cast<int>(r) == rank_ || !out_[r] || !monitors_[r]) continue;
+    zmq_socket_monitor(out_[r].handle(), nullptr, 0);
+    ReadMonitor(static_cast<int>(r));  // What it queued before it stopped.
+  }
+  for (auto& m : monitors_) {
+    if (!m) continue;
+    m.set(zmq::sockopt::linger, 0);
+    m.close();
+  }
+  monitors_.clear();
 }
 
 void ZmqTransport::ReadMonitor(int peer) {
