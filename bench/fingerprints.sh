@@ -101,7 +101,7 @@ resume() {
       2> "$dir/logs/$name.log" &
     pids+=("$!")
   done
-  wait "$coordinator" || true
+  wait "$coordinator" 2> /dev/null || true
   grep -q "SIGKILL before the commit of round 3" "$dir/logs/coordinator-1.log" \
     || { echo "resume: the coordinator was not killed in round 3" >&2; return 1; }
   "$COHORT" coordinator --config "$dir/run.textproto" --run-dir "$dir" --insecure \
