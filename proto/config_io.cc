@@ -51,7 +51,6 @@ constexpr double kMaxHeartbeatS = 60;
 // A client is gone after this many heartbeat periods without a message (the
 // client's own rule for a quiet coordinator).
 constexpr double kTimeoutHeartbeats = 3;
-// Floats one training step holds: 1 GiB of float32.
 // A config file is a few hundred bytes; this stops `--config /dev/zero`.
 constexpr size_t kMaxConfigBytes = size_t{1} << 20;
 
@@ -375,35 +374,26 @@ Status CheckPartition(const PartitionConfig& p) {
   return OkStatus();
 }
 
-}  // namespace
-
-Status ValidateRunConfig(const RunConfig& c) {
-  if (c.mode() != FEDERATED && c.mode() != DATA_PARALLEL) {
-    return InvalidArgumentError("mode: must be FEDERATED or DATA_PARALLEL");
-  }
-  if (c.data().has_partition()) COHORT_RETURN_IF_ERROR(CheckPartition(c.data().partition()));
-  if (c.mode() == DATA_PARALLEL) COHORT_RETURN_IF_ERROR(CheckDataParallel(c));
-  const ModelConfig& m = c.model();
-  COHORT_ASSIGN_OR_RETURN(NetPlan plan, CheckModel(m));
-  const TrainConfig& t = c.train();
-  if (t.local_epochs() == 0 || t.local_epochs() > 1000) {
-    return InvalidArgumentError("train.local_epochs: must be in [1, 1000]");
-  }
+// The batch size, and the floats one step of it holds (PlanNet bounds every
+// activation, so the product cannot overflow).
+Status CheckBatch(const TrainConfig& t, const NetPlan& plan, const ModelConfig& m) {
   if (t.batch_size() == 0 || t.batch_size() > 65536) {
     return InvalidArgumentError("train.batch_size: must be in [1, 65536]");
   }
-  {
-    // PlanNet bounds every activation, so this cannot overflow.
-    const uint64_t per_sample = plan.step_floats_per_sample;
-    const uint64_t floats = per_sample * t.batch_size();
-    if (floats > kMaxStepFloats) {
-      return InvalidArgumentError(
-          "train.batch_size: " + std::to_string(t.batch_size()) + " samples x " +
-          std::to_string(per_sample) + " floats each (inputs, activations, gradients of " +
-          DescribeModel(m) + ") = " + std::to_string(floats) + " floats per step; at most " +
-          std::to_string(kMaxStepFloats) + " (2^28, 1 GiB)");
-    }
+  const uint64_t per_sample = plan.step_floats_per_sample;
+  const uint64_t floats = per_sample * t.batch_size();
+  if (floats > kMaxStepFloats) {
+    return InvalidArgumentError(
+        "train.batch_size: " + std::to_string(t.batch_size()) + " samples x " +
+        std::to_string(per_sample) + " floats each (inputs, activations, gradients of " +
+        DescribeModel(m) + ") = " + std::to_string(floats) + " floats per step; at most " +
+        std::to_string(kMaxStepFloats) + " (2^28, 1 GiB)");
   }
+  return OkStatus();
+}
+
+// The local optimizer's settings: SGD's and Adam's, and which belong to which.
+Status CheckOptimizer(const TrainConfig& t) {
   if (!IsFinitePositive(t.learning_rate())) {
     return InvalidArgumentError("train.learning_rate: must be > 0");
   }
@@ -435,7 +425,10 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!IsFinitePositive(t.eps())) {
     return InvalidArgumentError("train.eps: must be > 0");
   }
-  const RoundsConfig& r = c.rounds();
+  return OkStatus();
+}
+
+Status CheckRounds(const RoundsConfig& r) {
   if (r.num_rounds() == 0 || r.num_rounds() > 1000000) {
     return InvalidArgumentError("rounds.num_rounds: must be in [1, 1000000]");
   }
@@ -456,6 +449,71 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (r.keep_checkpoints() == 0) {
     return InvalidArgumentError("rounds.keep_checkpoints: must be >= 1");
   }
+  return OkStatus();
+}
+
+// The heartbeat, the client timeout it bounds, and the header cap.
+Status CheckNet(const NetConfig& n, const RoundsConfig& r) {
+  COHORT_RETURN_IF_ERROR(
+      CheckRange("net.heartbeat_s", n.heartbeat_s(), kMinHeartbeatS, kMaxHeartbeatS, " seconds"));
+  // A live client says something every heartbeat; a shorter timeout marks it
+  // gone between two of them.
+  if (double{r.client_timeout_s()} < kTimeoutHeartbeats * n.heartbeat_s()) {
+    return InvalidArgumentError("rounds.client_timeout_s: must be at least 3 x net.heartbeat_s (" +
+                                Number(kTimeoutHeartbeats * n.heartbeat_s()) + " seconds), got " +
+                                Number(r.client_timeout_s()));
+  }
+  if (n.max_header_bytes() < 1024) {
+    return InvalidArgumentError("net.max_header_bytes: must be >= 1024");
+  }
+  return OkStatus();
+}
+
+// Checked only when the aggregation is secure (SECAGG, SECAGG_PLUS).
+Status CheckSecAgg(const SecAggConfig& sa, const RoundsConfig& r) {
+  if (r.max_clients_per_round() != 0 && r.max_clients_per_round() < 3) {
+    return InvalidArgumentError(
+        "rounds.max_clients_per_round: secure aggregation needs cohorts of >= 3 clients");
+  }
+  if (!IsFinitePositive(sa.clip()) || sa.clip() > 1e6f) {
+    return InvalidArgumentError("secagg.clip: must be in (0, 1e6]");
+  }
+  // The threshold is above half of each client's neighbours, so a round
+  // in which half the cohort drops aborts whatever the graph.
+  if (!std::isfinite(sa.expected_dropout()) || sa.expected_dropout() < 0 ||
+      sa.expected_dropout() >= 0.5f) {
+    return InvalidArgumentError("secagg.expected_dropout: must be in [0, 0.5)");
+  }
+  if (!sa.consistency_check()) {
+    return InvalidArgumentError(
+        "secagg.consistency_check: must be true: clients refuse to unmask without the "
+        "survivors' signatures");
+  }
+  if (!std::isfinite(sa.corrupt_fraction()) || sa.corrupt_fraction() < 0 ||
+      sa.corrupt_fraction() >= 0.5f) {
+    return InvalidArgumentError("secagg.corrupt_fraction: must be in [0, 0.5)");
+  }
+  return CheckSeconds("secagg.stage_timeout_s", sa.stage_timeout_s());
+}
+
+}  // namespace
+
+// The sections in a fixed order (a config with several errors reports the
+// first of them).
+Status ValidateRunConfig(const RunConfig& c) {
+  if (c.mode() != FEDERATED && c.mode() != DATA_PARALLEL) {
+    return InvalidArgumentError("mode: must be FEDERATED or DATA_PARALLEL");
+  }
+  if (c.data().has_partition()) COHORT_RETURN_IF_ERROR(CheckPartition(c.data().partition()));
+  if (c.mode() == DATA_PARALLEL) COHORT_RETURN_IF_ERROR(CheckDataParallel(c));
+  COHORT_ASSIGN_OR_RETURN(NetPlan plan, CheckModel(c.model()));
+  const TrainConfig& t = c.train();
+  if (t.local_epochs() == 0 || t.local_epochs() > 1000) {
+    return InvalidArgumentError("train.local_epochs: must be in [1, 1000]");
+  }
+  COHORT_RETURN_IF_ERROR(CheckBatch(t, plan, c.model()));
+  COHORT_RETURN_IF_ERROR(CheckOptimizer(t));
+  COHORT_RETURN_IF_ERROR(CheckRounds(c.rounds()));
   const ServerConfig& s = c.server();
   if (!IsFinitePositive(s.learning_rate())) {
     return InvalidArgumentError("server.learning_rate: must be > 0");
@@ -463,20 +521,8 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!std::isfinite(s.momentum()) || s.momentum() < 0 || s.momentum() >= 1) {
     return InvalidArgumentError("server.momentum: must be in [0, 1)");
   }
-  COHORT_RETURN_IF_ERROR(CheckRange("net.heartbeat_s", c.net().heartbeat_s(), kMinHeartbeatS,
-                                    kMaxHeartbeatS, " seconds"));
-  // A live client says something every heartbeat; a shorter timeout marks it
-  // gone between two of them.
-  if (double{r.client_timeout_s()} < kTimeoutHeartbeats * c.net().heartbeat_s()) {
-    return InvalidArgumentError("rounds.client_timeout_s: must be at least 3 x net.heartbeat_s (" +
-                                Number(kTimeoutHeartbeats * c.net().heartbeat_s()) +
-                                " seconds), got " + Number(r.client_timeout_s()));
-  }
-  if (c.net().max_header_bytes() < 1024) {
-    return InvalidArgumentError("net.max_header_bytes: must be >= 1024");
-  }
-  const float norm = c.server().max_update_norm();
-  if (!std::isfinite(norm) || norm < 0) {
+  COHORT_RETURN_IF_ERROR(CheckNet(c.net(), c.rounds()));
+  if (!std::isfinite(s.max_update_norm()) || s.max_update_norm() < 0) {
     return InvalidArgumentError(
         "server.max_update_norm: must be a finite value >= 0 (0: no bound)");
   }
@@ -484,31 +530,7 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (sa.aggregation() == AGGREGATION_UNSPECIFIED) {
     return InvalidArgumentError("secagg.aggregation: must be PLAIN, SECAGG or SECAGG_PLUS");
   }
-  if (sa.aggregation() != PLAIN) {
-    if (r.max_clients_per_round() != 0 && r.max_clients_per_round() < 3) {
-      return InvalidArgumentError(
-          "rounds.max_clients_per_round: secure aggregation needs cohorts of >= 3 clients");
-    }
-    if (!IsFinitePositive(sa.clip()) || sa.clip() > 1e6f) {
-      return InvalidArgumentError("secagg.clip: must be in (0, 1e6]");
-    }
-    // The threshold is above half of each client's neighbours, so a round
-    // in which half the cohort drops aborts whatever the graph.
-    if (!std::isfinite(sa.expected_dropout()) || sa.expected_dropout() < 0 ||
-        sa.expected_dropout() >= 0.5f) {
-      return InvalidArgumentError("secagg.expected_dropout: must be in [0, 0.5)");
-    }
-    if (!sa.consistency_check()) {
-      return InvalidArgumentError(
-          "secagg.consistency_check: must be true: clients refuse to unmask without the "
-          "survivors' signatures");
-    }
-    if (!std::isfinite(sa.corrupt_fraction()) || sa.corrupt_fraction() < 0 ||
-        sa.corrupt_fraction() >= 0.5f) {
-      return InvalidArgumentError("secagg.corrupt_fraction: must be in [0, 0.5)");
-    }
-    COHORT_RETURN_IF_ERROR(CheckSeconds("secagg.stage_timeout_s", sa.stage_timeout_s()));
-  }
+  if (sa.aggregation() != PLAIN) COHORT_RETURN_IF_ERROR(CheckSecAgg(sa, c.rounds()));
   return OkStatus();
 }
 
