@@ -60,6 +60,104 @@ size_t MinSize(const std::vector<std::vector<uint32_t>>& parts) {
   return m;
 }
 
+// iid: a permutation cut into equal parts; the first n % K parts get one
+// extra (numpy array_split).
+void SplitIid(size_t n, Rng& rng, std::vector<std::vector<uint32_t>>& parts) {
+  const size_t num_clients = parts.size();
+  std::vector<uint32_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  rng.Shuffle(std::span<uint32_t>(perm));
+  size_t begin = 0;
+  for (size_t j = 0; j < num_clients; ++j) {
+    const size_t size = n / num_clients + (j < n % num_clients ? 1 : 0);
+    parts[j].assign(perm.begin() + begin, perm.begin() + begin + size);
+    begin += size;
+  }
+}
+
+// dirichlet: per class, proportions ~ Dir(alpha) over the clients not yet
+// holding N/K samples; redrawn until each client has kMinPerClient.
+Status SplitDirichlet(std::span<const int32_t> labels, uint32_t num_classes, double alpha, Rng& rng,
+                      std::vector<std::vector<uint32_t>>& parts) {
+  const auto num_clients = static_cast<uint32_t>(parts.size());
+  auto by_class = ByClass(labels, num_classes);
+  const double cap = static_cast<double>(labels.size()) / num_clients;
+  int draws = 0;
+  do {
+    if (++draws > kMaxDraws) {
+      return InvalidArgumentError(
+          "partition dirichlet: no split with >= 10 samples per "
+          "client after 1000 draws; use fewer clients or a larger "
+          "alpha");
+    }
+    for (auto& p : parts) p.clear();
+    for (auto& items : by_class) {
+      rng.Shuffle(std::span<uint32_t>(items));
+      std::vector<double> p = Dirichlet(rng, alpha, num_clients);
+      double sum = 0;
+      for (uint32_t j = 0; j < num_clients; ++j) {
+        if (parts[j].size() >= cap) p[j] = 0;
+        sum += p[j];
+      }
+      if (sum <= 0) continue;
+      for (double& v : p) v /= sum;
+      SplitByProportions(items, p, parts);
+    }
+  } while (MinSize(parts) < kMinPerClient);
+  return OkStatus();
+}
+
+// shards:K: client j holds class j mod C and K - 1 random others; each
+// class is split evenly among its holders.
+Status SplitShards(std::span<const int32_t> labels, uint32_t num_classes, uint32_t k, Rng& rng,
+                   std::vector<std::vector<uint32_t>>& parts) {
+  if (k > num_classes) {
+    return InvalidArgumentError("partition shards:" + std::to_string(k) + ": only " +
+                                std::to_string(num_classes) + " classes");
+  }
+  const auto num_clients = static_cast<uint32_t>(parts.size());
+  std::vector<std::vector<uint32_t>> holders(num_classes);
+  for (uint32_t j = 0; j < num_clients; ++j) {
+    std::vector<uint32_t> mine = {j % num_classes};
+    while (mine.size() < k) {
+      const auto c = static_cast<uint32_t>(rng.UniformInt(num_classes));
+      if (std::find(mine.begin(), mine.end(), c) == mine.end()) mine.push_back(c);
+    }
+    for (uint32_t c : mine) holders[c].push_back(j);
+  }
+  auto by_class = ByClass(labels, num_classes);
+  for (uint32_t c = 0; c < num_classes; ++c) {
+    if (holders[c].empty()) continue;
+    rng.Shuffle(std::span<uint32_t>(by_class[c]));
+    std::vector<std::vector<uint32_t>> split(holders[c].size());
+    std::vector<double> equal(holders[c].size(), 1.0 / holders[c].size());
+    SplitByProportions(by_class[c], equal, split);
+    for (size_t h = 0; h < holders[c].size(); ++h) {
+      auto& dst = parts[holders[c][h]];
+      dst.insert(dst.end(), split[h].begin(), split[h].end());
+    }
+  }
+  return OkStatus();
+}
+
+// quantity: sizes ~ Dir(alpha), redrawn until each client has kMinPerClient.
+Status SplitQuantity(size_t n, double alpha, Rng& rng, std::vector<std::vector<uint32_t>>& parts) {
+  std::vector<uint32_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  int draws = 0;
+  do {
+    if (++draws > kMaxDraws) {
+      return InvalidArgumentError(
+          "partition quantity: no split with >= 10 samples per "
+          "client after 1000 draws");
+    }
+    for (auto& p : parts) p.clear();
+    rng.Shuffle(std::span<uint32_t>(perm));
+    SplitByProportions(perm, Dirichlet(rng, alpha, parts.size()), parts);
+  } while (MinSize(parts) < kMinPerClient);
+  return OkStatus();
+}
+
 }  // namespace
 
 StatusOr<PartitionSpec> ParsePartitionSpec(std::string_view text) {
@@ -113,90 +211,18 @@ StatusOr<std::vector<std::vector<uint32_t>>> Partition(std::span<const int32_t> 
   Rng rng(DeriveSeed(seed, 0x9a27));
   std::vector<std::vector<uint32_t>> parts(num_clients);
   switch (spec.kind) {
-    case PartitionSpec::Kind::kIid: {
-      std::vector<uint32_t> perm(n);
-      std::iota(perm.begin(), perm.end(), 0);
-      rng.Shuffle(std::span<uint32_t>(perm));
-      // Equal parts; the first n % K parts get one extra (numpy array_split).
-      size_t begin = 0;
-      for (uint32_t j = 0; j < num_clients; ++j) {
-        const size_t size = n / num_clients + (j < n % num_clients ? 1 : 0);
-        parts[j].assign(perm.begin() + begin, perm.begin() + begin + size);
-        begin += size;
-      }
+    case PartitionSpec::Kind::kIid:
+      SplitIid(n, rng, parts);
       break;
-    }
-    case PartitionSpec::Kind::kDirichlet: {
-      auto by_class = ByClass(labels, num_classes);
-      const double cap = static_cast<double>(n) / num_clients;
-      int draws = 0;
-      do {
-        if (++draws > kMaxDraws) {
-          return InvalidArgumentError(
-              "partition dirichlet: no split with >= 10 samples per "
-              "client after 1000 draws; use fewer clients or a larger "
-              "alpha");
-        }
-        for (auto& p : parts) p.clear();
-        for (auto& items : by_class) {
-          rng.Shuffle(std::span<uint32_t>(items));
-          std::vector<double> p = Dirichlet(rng, spec.alpha, num_clients);
-          double sum = 0;
-          for (uint32_t j = 0; j < num_clients; ++j) {
-            if (parts[j].size() >= cap) p[j] = 0;
-            sum += p[j];
-          }
-          if (sum <= 0) continue;
-          for (double& v : p) v /= sum;
-          SplitByProportions(items, p, parts);
-        }
-      } while (MinSize(parts) < kMinPerClient);
+    case PartitionSpec::Kind::kDirichlet:
+      COHORT_RETURN_IF_ERROR(SplitDirichlet(labels, num_classes, spec.alpha, rng, parts));
       break;
-    }
-    case PartitionSpec::Kind::kShards: {
-      if (spec.classes > num_classes) {
-        return InvalidArgumentError("partition shards:" + std::to_string(spec.classes) + ": only " +
-                                    std::to_string(num_classes) + " classes");
-      }
-      std::vector<std::vector<uint32_t>> holders(num_classes);
-      for (uint32_t j = 0; j < num_clients; ++j) {
-        std::vector<uint32_t> mine = {j % num_classes};
-        while (mine.size() < spec.classes) {
-          const auto c = static_cast<uint32_t>(rng.UniformInt(num_classes));
-          if (std::find(mine.begin(), mine.end(), c) == mine.end()) mine.push_back(c);
-        }
-        for (uint32_t c : mine) holders[c].push_back(j);
-      }
-      auto by_class = ByClass(labels, num_classes);
-      for (uint32_t c = 0; c < num_classes; ++c) {
-        if (holders[c].empty()) continue;
-        rng.Shuffle(std::span<uint32_t>(by_class[c]));
-        std::vector<std::vector<uint32_t>> split(holders[c].size());
-        std::vector<double> equal(holders[c].size(), 1.0 / holders[c].size());
-        SplitByProportions(by_class[c], equal, split);
-        for (size_t h = 0; h < holders[c].size(); ++h) {
-          auto& dst = parts[holders[c][h]];
-          dst.insert(dst.end(), split[h].begin(), split[h].end());
-        }
-      }
+    case PartitionSpec::Kind::kShards:
+      COHORT_RETURN_IF_ERROR(SplitShards(labels, num_classes, spec.classes, rng, parts));
       break;
-    }
-    case PartitionSpec::Kind::kQuantity: {
-      std::vector<uint32_t> perm(n);
-      std::iota(perm.begin(), perm.end(), 0);
-      int draws = 0;
-      do {
-        if (++draws > kMaxDraws) {
-          return InvalidArgumentError(
-              "partition quantity: no split with >= 10 samples per "
-              "client after 1000 draws");
-        }
-        for (auto& p : parts) p.clear();
-        rng.Shuffle(std::span<uint32_t>(perm));
-        SplitByProportions(perm, Dirichlet(rng, spec.alpha, num_clients), parts);
-      } while (MinSize(parts) < kMinPerClient);
+    case PartitionSpec::Kind::kQuantity:
+      COHORT_RETURN_IF_ERROR(SplitQuantity(n, spec.alpha, rng, parts));
       break;
-    }
   }
   for (auto& p : parts) std::sort(p.begin(), p.end());
   return parts;
