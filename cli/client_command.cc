@@ -1,0 +1,154 @@
+// `cohort client`: the client daemon (client/daemon.h), and the checks of
+// its testing flags.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <set>
+
+#include "cli/command.h"
+#include "client/daemon.h"
+#include "client/session.h"
+#include "common/logging.h"
+
+namespace cohort::cli {
+namespace {
+
+struct ClientFlags {
+  client::ClientOptions options;
+  uint32_t pause_round = 0;  // --fault-pause-before-update-round
+  std::string fault;         // --fault-stop-before STAGE:ROUND
+};
+
+// Where, with whom and on what this client trains.
+void AddConnectionFlags(CLI::App* client, client::ClientOptions& o) {
+  client->add_option("--coordinator", o.coordinator, "Coordinator endpoint")->required();
+  client->add_option("--data", o.data, "This client's shard file")->required();
+  client->add_option("--name", o.name, "Client name (default: shard file name)");
+  client->add_option("--threads", o.threads, "BLAS threads for training")
+      ->check(CLI::Range(1, 256));
+  client
+      ->add_option("--device", o.device,
+                   "Where to train: cpu, cuda, cuda:N or auto (a GPU where one is usable, "
+                   "else the CPU)")
+      ->capture_default_str();
+}
+
+void AddFaultFlags(CLI::App* client, ClientFlags& f) {
+  client->add_option("--fault-pause-before-update-round", f.pause_round,
+                     "Testing: withhold the update of this round");
+  client->add_option("--fault-stop-before", f.fault,
+                     "Testing: STAGE:ROUND; send nothing from that secure-aggregation stage of "
+                     "that round on (commit_seed, advertise_keys, share_keys, check_shares, "
+                     "confirm_checked, masked_input, consistency, unmasking)");
+  client->add_option("--fault-misbehave", f.options.fault_misbehave,
+                     "Testing: play a malicious client in every round (low_order_key, "
+                     "garbage_shares, bad_unmask_share, rehello_weight, huge_update)");
+  client->add_option("--dump-inputs", f.options.dump_inputs,
+                     "Debugging: write each secure round's encoded input to this directory");
+}
+
+void AddSecurityFlags(CLI::App* client, client::ClientOptions& o) {
+  client->add_option("--identity", o.identity, "This client's key file (cohort keygen)");
+  client->add_option("--peers", o.peers,
+                     "Directory of .pub files: the only identity keys accepted in a "
+                     "secure-aggregation cohort (default: trust the coordinator's list)");
+  client->add_flag("--require-secure", o.require_secure,
+                   "Refuse any task that is not securely aggregated (implied by --peers)");
+  client
+      ->add_option("--corrupt-fraction", o.corrupt_fraction,
+                   "The fraction of a secure cohort this client assumes may collude with the "
+                   "coordinator: it refuses any threshold weaker than that implies. 0 admits "
+                   "cohorts of two, which hide each input from the coordinator only: the other "
+                   "client learns it from the sum (and without --peers could be the "
+                   "coordinator's own; with --peers cohorts under 3 are refused)")
+      ->check(CLI::Range(0.0, 0.49))
+      ->capture_default_str();
+  client->add_option("--coordinator-key", o.coordinator_key,
+                     "The coordinator's .pub file (pinned)");
+  client->add_flag("--insecure", o.insecure, "No CURVE: plaintext (local development only)");
+}
+
+// A site that is data-parallel inside (client/site.h).
+void AddSiteFlags(CLI::App* client, client::ClientOptions& o) {
+  client->add_option("--site-master", o.site_master,
+                     "A site that is data-parallel inside: where its workers meet this client "
+                     "(ipc://PATH on one host, tcp://HOST:PORT)");
+  client->add_option("--site-size", o.site_size, "Ranks of the site, this client included")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  client
+      ->add_option("--site-transport", o.site_transport,
+                   "shm, tcp, or auto (shm with an ipc:// site master)")
+      ->check(CLI::IsMember({"auto", "shm", "tcp"}))
+      ->capture_default_str();
+  client->add_option("--site-host", o.site_host, "Where the site's workers reach this client (tcp)")
+      ->capture_default_str();
+  client->add_option("--site-allow", o.site_allow,
+                     "Over tcp: directory of the site's .pub files (its workers' and this "
+                     "client's --identity); the workers pin this client's key");
+  client->add_flag("!--site-no-encryption", o.site_encrypt,
+                   "Over tcp: the site's ranks authenticate but send plaintext (trusted fabrics)");
+  client->add_flag("--site-insecure", o.site_insecure,
+                   "Over tcp: the site's ranks do not authenticate (trusted networks only)");
+}
+
+// --fault-stop-before STAGE:ROUND into `o`; false (the error printed) when
+// it is not one.
+bool ParseFaultStopBefore(const std::string& fault, client::ClientOptions& o) {
+  static const std::set<std::string> kStages = {"commit_seed",  "advertise_keys",  "share_keys",
+                                                "check_shares", "confirm_checked", "masked_input",
+                                                "consistency",  "unmasking"};
+  const size_t colon = fault.find(':');
+  char* end = nullptr;
+  const std::string stage = fault.substr(0, colon);
+  const unsigned long round =
+      colon == std::string::npos ? 0 : std::strtoul(fault.c_str() + colon + 1, &end, 10);
+  if (kStages.count(stage) == 0 || round == 0 || round > 1000000 || end == nullptr ||
+      *end != '\0') {
+    std::fprintf(stderr,
+                 "client: --fault-stop-before: expected STAGE:ROUND with STAGE one of "
+                 "commit_seed, advertise_keys, share_keys, check_shares, confirm_checked, "
+                 "masked_input, consistency, unmasking; got "
+                 "\"%s\"\n",
+                 fault.c_str());
+    return false;
+  }
+  o.fault_stage = stage;
+  o.fault_round = static_cast<uint32_t>(round);
+  return true;
+}
+
+int RunClientCommand(ClientFlags& f, const std::string& log_level) {
+  client::ClientOptions& o = f.options;
+  if (o.name.empty()) o.name = std::filesystem::path(o.data).stem().string();
+  if (f.pause_round != 0) {
+    o.fault_stage = "masked_input";
+    o.fault_round = f.pause_round;
+  }
+  if (!f.fault.empty() && !ParseFaultStopBefore(f.fault, o)) return 2;
+  if (!o.fault_misbehave.empty() &&
+      std::find(std::begin(client::kMisbehaviours), std::end(client::kMisbehaviours),
+                o.fault_misbehave) == std::end(client::kMisbehaviours)) {
+    std::fprintf(stderr, "client: --fault-misbehave: unknown behaviour \"%s\"\n",
+                 o.fault_misbehave.c_str());
+    return 2;
+  }
+  InitLogging("client", o.name, log_level);
+  return Report(client::RunClient(o, StopFlag()), "client");
+}
+
+}  // namespace
+
+Command AddClientCommand(CLI::App& app, const std::string& log_level) {
+  auto* client = app.add_subcommand("client", "Run a client daemon");
+  auto f = std::make_shared<ClientFlags>();
+  AddConnectionFlags(client, f->options);
+  AddFaultFlags(client, *f);
+  AddSecurityFlags(client, f->options);
+  AddSiteFlags(client, f->options);
+  return {client, [f, &log_level] { return RunClientCommand(*f, log_level); }};
+}
+
+}  // namespace cohort::cli

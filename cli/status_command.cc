@@ -1,0 +1,68 @@
+// `cohort status`: the rounds of a run, read from its store.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "cli/command.h"
+#include "common/logging.h"
+#include "coordinator/report.h"
+#include "coordinator/run_store.h"
+
+namespace cohort::cli {
+namespace {
+
+struct StatusFlags {
+  std::string run_dir;
+  bool json = false;
+};
+
+// Prints the rounds of the run in `run_dir` as a table, or with `json` one
+// JSON object per round.
+Status RunStatus(const std::string& run_dir, bool json) {
+  const std::string path = run_dir + "/run.db";
+  if (!std::filesystem::exists(path)) return NotFoundError(path + ": no run database here");
+  // Read-only: the file stays exactly as it was, whatever it holds.
+  COHORT_ASSIGN_OR_RETURN(auto store, coordinator::OpenSqliteRunStoreReadOnly(path));
+  COHORT_ASSIGN_OR_RETURN(auto rounds, store->Rounds());
+  if (!json) {
+    // A data-parallel run commits one record per epoch, its workers as the
+    // participants.
+    const bool epochs = !rounds.empty() && rounds[0].aggregation.rfind("all-reduce", 0) == 0;
+    std::printf("%5s %-8s %12s %7s %10s %8s %9s %8s\n", epochs ? "epoch" : "round", "agg",
+                epochs ? "workers" : "participants", "dropped", "train_loss", "test_acc",
+                "test_loss", "seconds");
+  }
+  for (const auto& r : rounds) {
+    COHORT_ASSIGN_OR_RETURN(auto clients, store->ClientRounds(r.round));
+    if (json) {
+      std::printf("%s\n", coordinator::RoundJson(r, clients).c_str());
+      continue;
+    }
+    std::printf(
+        "%5u %-8s %8u/%-3u %7u %10.4f %8.4f %9.4f %8.2f%s\n", r.round, r.aggregation.c_str(),
+        r.participants, r.selected, r.dropped, r.train_loss, r.test_accuracy, r.test_loss,
+        r.seconds,
+        r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
+    for (const auto& c : clients) {
+      if (coordinator::ProvedMisbehaving(c))
+        std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Command AddStatusCommand(CLI::App& app, const std::string& log_level) {
+  auto* status = app.add_subcommand("status", "Print the rounds of a run");
+  auto f = std::make_shared<StatusFlags>();
+  status->add_option("--run-dir", f->run_dir, "Run directory")->required();
+  status->add_flag("--json", f->json, "One JSON object per round");
+  return {status, [f, &log_level] {
+            InitLogging("status", "", log_level);
+            return Report(RunStatus(f->run_dir, f->json), "status");
+          }};
+}
+
+}  // namespace cohort::cli
