@@ -23,25 +23,12 @@
 #include "train/model_config.h"
 #include "train/trainer.h"
 
-#ifndef COHORT_VERSION
-#define COHORT_VERSION "unknown"
-#endif
-
 namespace cohort::client {
 namespace {
 
 // Secure-aggregation messages from the coordinator grow with the cohort (keys,
 // shares and signatures of up to a million clients).
 constexpr size_t kMaxHeaderBytes = size_t{64} << 20;
-
-// One local training job, run on a worker thread so the main loop keeps
-// heartbeating and can hear a replacement task.
-struct Job {
-  TrainTask task;
-  std::vector<float> local;
-  std::atomic<bool> cancel{false};
-  StatusOr<train::TrainResult> result = CancelledError("not run");
-};
 
 // Every round allocates and frees buffers the size of the model (the task,
 // the trained copy, the update). By default glibc maps each one afresh and
@@ -56,23 +43,31 @@ void KeepLargeBuffers() {
 #endif
 }
 
-}  // namespace
+// This client's shard, in host memory and (for the whole run) in backend
+// memory.
+struct LocalData {
+  datasets::Dataset data;
+  std::unique_ptr<train::Backend> backend;
+  std::unique_ptr<train::DeviceDataset> device_data;
+};
 
-Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
-  KeepLargeBuffers();
-  COHORT_ASSIGN_OR_RETURN(datasets::Dataset data, datasets::ReadShard(options.data));
-  spdlog::info("loaded {} samples from {}", data.size(), options.data);
+StatusOr<LocalData> LoadLocalData(const ClientOptions& options) {
+  LocalData local;
+  COHORT_ASSIGN_OR_RETURN(local.data, datasets::ReadShard(options.data));
+  spdlog::info("loaded {} samples from {}", local.data.size(), options.data);
   std::string device_note;
   COHORT_ASSIGN_OR_RETURN(
-      auto backend,
+      local.backend,
       train::NewBackend({.device = options.device, .threads = options.threads}, &device_note));
   if (!device_note.empty()) spdlog::info("{}", device_note);
-  spdlog::info("training on {}", backend->Name());
-  // The shard stays in backend memory for the whole run.
-  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<train::DeviceDataset> device_data,
-                          train::DeviceDataset::Upload(backend.get(), data));
+  spdlog::info("training on {}", local.backend->Name());
+  COHORT_ASSIGN_OR_RETURN(local.device_data,
+                          train::DeviceDataset::Upload(local.backend.get(), local.data));
+  return local;
+}
 
-  zmq::context_t context(1);
+// The DEALER socket to the coordinator, not yet connected.
+zmq::socket_t CoordinatorSocket(zmq::context_t& context) {
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   // No queueing to a coordinator that is not connected: what would queue is
   // stale by the time it reconnects. The session re-sends Hello until a
@@ -83,45 +78,46 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
   // What a peer may make ZeroMQ buffer in one frame, also before CURVE has
   // authenticated the coordinator.
   socket.set(zmq::sockopt::maxmsgsize, net::MaxFrameBytes(kMaxHeaderBytes));
-  zmq::socket_t done_rx(context, zmq::socket_type::pair);
-  zmq::socket_t done_tx(context, zmq::socket_type::pair);
-  done_rx.bind("inproc://training-done");
-  done_tx.connect("inproc://training-done");
-  crypto::Ed25519KeyPair identity;
-  if (!options.identity.empty()) {
-    COHORT_ASSIGN_OR_RETURN(identity, crypto::LoadIdentity(options.identity));
-  } else {
-    COHORT_ASSIGN_OR_RETURN(identity, crypto::GenerateEd25519());
-  }
-  // The site's group, on a context of its own (its ZAP handler, when the
-  // site runs over tcp).
-  zmq::context_t site_context(1);
-  std::unique_ptr<Site> site;
-  uint64_t samples = data.size();
-  if (options.site_size > 1) {
-    net::GroupOptions group{.rank = 0,
-                            .size = options.site_size,
-                            .master = options.site_master,
-                            .transport = options.site_transport,
-                            .host = options.site_host,
-                            .encrypt = options.site_encrypt,
-                            .insecure = options.site_insecure};
-    if (!options.site_allow.empty()) {
-      if (options.identity.empty()) {
-        return InvalidArgumentError(
-            "client: --site-allow needs --identity (the key the site's workers pin)");
-      }
-      // This client is rank 0: its own key is the one the workers pin.
-      COHORT_ASSIGN_OR_RETURN(group.allowlist, crypto::LoadAllowlist(options.site_allow));
-      group.identity = &identity;
-      group.master_key = identity.public_key;
+  return socket;
+}
+
+// --identity, or a fresh key for this process.
+StatusOr<crypto::Ed25519KeyPair> LoadOrGenerateIdentity(const ClientOptions& options) {
+  if (!options.identity.empty()) return crypto::LoadIdentity(options.identity);
+  return crypto::GenerateEd25519();
+}
+
+// Rank 0 of the site's group (options.site_size > 1), on `site_context`.
+StatusOr<std::unique_ptr<Site>> JoinSite(const ClientOptions& options, zmq::context_t& site_context,
+                                         const crypto::Ed25519KeyPair& identity, LocalData& local) {
+  net::GroupOptions group{.rank = 0,
+                          .size = options.site_size,
+                          .master = options.site_master,
+                          .transport = options.site_transport,
+                          .host = options.site_host,
+                          .encrypt = options.site_encrypt,
+                          .insecure = options.site_insecure};
+  if (!options.site_allow.empty()) {
+    if (options.identity.empty()) {
+      return InvalidArgumentError(
+          "client: --site-allow needs --identity (the key the site's workers pin)");
     }
-    COHORT_ASSIGN_OR_RETURN(site,
-                            Site::Join(site_context, group, backend.get(), device_data.get()));
-    samples = site->total_samples();
-    spdlog::info("site of {} ranks ({}): {} samples, {} of them here", site->size(),
-                 net::Describe(group), samples, data.size());
+    // This client is rank 0: its own key is the one the workers pin.
+    COHORT_ASSIGN_OR_RETURN(group.allowlist, crypto::LoadAllowlist(options.site_allow));
+    group.identity = &identity;
+    group.master_key = identity.public_key;
   }
+  COHORT_ASSIGN_OR_RETURN(
+      std::unique_ptr<Site> site,
+      Site::Join(site_context, group, local.backend.get(), local.device_data.get()));
+  spdlog::info("site of {} ranks ({}): {} samples, {} of them here", site->size(),
+               net::Describe(group), site->total_samples(), local.data.size());
+  return site;
+}
+
+// CURVE with the pinned coordinator key (unless --insecure), then connect.
+Status ConnectToCoordinator(const ClientOptions& options, const crypto::Ed25519KeyPair& identity,
+                            zmq::socket_t& socket) {
   if (options.insecure) {
     spdlog::warn("CURVE is off (--insecure): traffic to the coordinator is plaintext");
   } else {
@@ -141,60 +137,110 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
   } catch (const zmq::error_t& e) {
     return InvalidArgumentError("cannot connect to " + options.coordinator + ": " + e.what());
   }
+  return OkStatus();
+}
 
+// The identity keys of --peers (none without it).
+StatusOr<std::vector<crypto::Ed25519Public>> LoadPeers(const ClientOptions& options) {
   std::vector<crypto::Ed25519Public> peers;
-  if (!options.peers.empty()) {
-    COHORT_ASSIGN_OR_RETURN(auto allowed, crypto::LoadAllowlist(options.peers));
-    if (allowed.empty())
-      return InvalidArgumentError("--peers " + options.peers + " has no .pub files");
-    for (const auto& a : allowed) peers.push_back(a.key);
+  if (options.peers.empty()) return peers;
+  COHORT_ASSIGN_OR_RETURN(auto allowed, crypto::LoadAllowlist(options.peers));
+  if (allowed.empty())
+    return InvalidArgumentError("--peers " + options.peers + " has no .pub files");
+  for (const auto& a : allowed) peers.push_back(a.key);
+  return peers;
+}
+
+// --dump-inputs: each secure round's encoded input to DIR/NAME.round-N.u32.
+InputObserver DumpInputs(const ClientOptions& options) {
+  if (options.dump_inputs.empty()) return InputObserver();
+  return [&options](uint32_t round, std::span<const uint32_t> input) {
+    const std::string path =
+        options.dump_inputs + "/" + options.name + ".round-" + std::to_string(round) + ".u32";
+    if (FILE* f = std::fopen(path.c_str(), "wb")) {
+      std::fwrite(input.data(), sizeof(uint32_t), input.size(), f);
+      std::fclose(f);
+    } else {
+      spdlog::error("cannot write {}", path);
+    }
+  };
+}
+
+// One local training job, run on a worker thread so the main loop keeps
+// heartbeating and can hear a replacement task.
+struct Job {
+  TrainTask task;
+  std::vector<float> local;
+  std::atomic<bool> cancel{false};
+  StatusOr<train::TrainResult> result = CancelledError("not run");
+};
+
+// The daemon's I/O loop: the session's messages to and from the coordinator
+// and the one training job, whose thread signals its end on an inproc pair.
+class EventLoop {
+ public:
+  EventLoop(const ClientOptions& options, LocalData& local, Site* site,
+            const crypto::Ed25519KeyPair* identity, zmq::context_t& context, zmq::socket_t& socket)
+      : options_(options),
+        local_(local),
+        site_(site),
+        socket_(socket),
+        done_rx_(context, zmq::socket_type::pair),
+        done_tx_(context, zmq::socket_type::pair),
+        session_(
+            options.name, site != nullptr ? site->total_samples() : local.data.size(),
+            [this](const config::ModelConfig& config) { return BuildModel(config); }, identity,
+            FaultPlan{options.fault_stage, options.fault_round, options.fault_misbehave},
+            DumpInputs(options)) {
+    done_rx_.bind("inproc://training-done");
+    done_tx_.connect("inproc://training-done");
+  }
+  ~EventLoop() { StopJob(); }
+
+  Session& session() { return session_; }
+
+  // Until the session exits or `stop` becomes true (kCancelled); then tells
+  // the site's workers the run is over.
+  Status Run(const std::atomic<bool>& stop) {
+    Apply(session_.Start(SteadyNowMs()));
+    while (!exit_ && !stop.load()) {
+      const TimeMs wait = std::clamp<TimeMs>(session_.NextWakeup() - SteadyNowMs(), 0, 200);
+      zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {done_rx_.handle(), 0, ZMQ_POLLIN, 0}};
+      try {
+        zmq::poll(items, 2, std::chrono::milliseconds(wait));
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;
+        return UnavailableError(std::string("poll: ") + e.what());
+      }
+      if (items[1].revents & ZMQ_POLLIN) OnJobSignal();
+      ReceiveMessages();
+      if (!exit_) Apply(session_.OnTick(SteadyNowMs()));
+    }
+    StopJob();
+    if (site_ != nullptr) site_->Finish();
+    return exit_.value_or(CancelledError("stopped"));
   }
 
-  std::unique_ptr<train::Model> model;
-  config::ModelConfig model_config;  // What `model` was built from (the site's workers need it).
-  Session session(
-      options.name, samples,
-      [&](const config::ModelConfig& config) -> StatusOr<size_t> {
-        // The coordinator's model is untrusted: the same caps as a config
-        // file's, before anything is allocated for it.
-        config::RunConfig check;
-        *check.mutable_model() = config;
-        COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(check).WithContext("coordinator's model"));
-        COHORT_ASSIGN_OR_RETURN(model, train::BuildModel(config, backend.get()));
-        COHORT_RETURN_IF_ERROR(train::CheckCompatible(*model, data).WithContext(options.data));
-        model_config = config;
-        return model->num_params();
-      },
-      &identity, FaultPlan{options.fault_stage, options.fault_round, options.fault_misbehave},
-      options.dump_inputs.empty()
-          ? InputObserver()
-          : [&options](uint32_t round, std::span<const uint32_t> input) {
-              const std::string path = options.dump_inputs + "/" + options.name + ".round-" +
-                                       std::to_string(round) + ".u32";
-              if (FILE* f = std::fopen(path.c_str(), "wb")) {
-                std::fwrite(input.data(), sizeof(uint32_t), input.size(), f);
-                std::fclose(f);
-              } else {
-                spdlog::error("cannot write {}", path);
-              }
-            });
-  if (!peers.empty()) session.set_peers(std::move(peers));
-  if (options.require_secure) session.set_require_secure(true);
-  session.set_min_corrupt_fraction(options.corrupt_fraction);
+ private:
+  // The session's ModelBuilder.
+  StatusOr<size_t> BuildModel(const config::ModelConfig& config) {
+    // The coordinator's model is untrusted: the same caps as a config
+    // file's, before anything is allocated for it.
+    config::RunConfig check;
+    *check.mutable_model() = config;
+    COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(check).WithContext("coordinator's model"));
+    COHORT_ASSIGN_OR_RETURN(model_, train::BuildModel(config, local_.backend.get()));
+    COHORT_RETURN_IF_ERROR(train::CheckCompatible(*model_, local_.data).WithContext(options_.data));
+    model_config_ = config;
+    return model_->num_params();
+  }
 
-  std::unique_ptr<Job> job;
-  std::thread worker;
-  auto stop_job = [&]() {
-    if (job) job->cancel = true;
-    if (worker.joinable()) worker.join();
-    job.reset();
-  };
-  std::optional<Status> exit;
-  auto apply = [&](Actions a) {
+  void Apply(Actions a) {
     for (auto& o : a.send) {
       // A failed send (not connected) is retried by the session's timers.
       (void)net::SendFrames(
-          socket, "",
+          socket_, "",
           o.words.empty() ? net::EncodeEnvelope(o.header, std::span<const float>(o.payload))
                           : net::EncodeEnvelope(o.header, std::span<const uint32_t>(o.words)));
     }
@@ -202,66 +248,100 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
     }
-    if (a.cancel_training) stop_job();
-    if (a.train) {
-      stop_job();
-      job = std::make_unique<Job>();
-      job->task = std::move(*a.train);
-      job->local = job->task.global;
-      Job* j = job.get();
-      worker = std::thread([j, &model, &model_config, &site, &device_data, &done_tx]() {
-        j->result =
-            site ? site->Train(model_config, *model, j->local, j->task.options, &j->cancel)
-                 : train::TrainLocal(*model, j->local, *device_data, j->task.options, &j->cancel);
-        // The signal names its task: a cancelled job's signal is recognised
-        // as stale. This PAIR end is used only by the one live worker.
-        const uint64_t id = j->task.task_id;
-        done_tx.send(zmq::buffer(&id, sizeof(id)), zmq::send_flags::none);
-      });
-    }
-    if (a.exit) exit = std::move(a.exit);
-  };
+    if (a.cancel_training) StopJob();
+    if (a.train) StartJob(std::move(*a.train));
+    if (a.exit) exit_ = std::move(a.exit);
+  }
 
-  apply(session.Start(SteadyNowMs()));
-  net::RawMessage raw;
-  while (!exit && !stop.load()) {
-    const TimeMs wait = std::clamp<TimeMs>(session.NextWakeup() - SteadyNowMs(), 0, 200);
-    zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
-                               {done_rx.handle(), 0, ZMQ_POLLIN, 0}};
-    try {
-      zmq::poll(items, 2, std::chrono::milliseconds(wait));
-    } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) continue;
-      return UnavailableError(std::string("poll: ") + e.what());
-    }
-    if (items[1].revents & ZMQ_POLLIN) {
-      zmq::message_t signal;
-      (void)done_rx.recv(signal);
-      uint64_t id = 0;
-      if (signal.size() == sizeof(id)) std::memcpy(&id, signal.data(), sizeof(id));
-      if (job && job->task.task_id == id) {
-        if (worker.joinable()) worker.join();
-        std::unique_ptr<Job> done = std::move(job);
-        apply(session.OnTrainingDone(id, done->result, done->local, SteadyNowMs()));
-      }
-    }
-    for (int budget = 0; budget < 1000 && !exit && net::TryReceive(socket, false, raw); ++budget) {
+  void StartJob(TrainTask task) {
+    StopJob();
+    job_ = std::make_unique<Job>();
+    job_->task = std::move(task);
+    job_->local = job_->task.global;
+    worker_ = std::thread([this, j = job_.get()]() {
+      j->result = site_ != nullptr
+                      ? site_->Train(model_config_, *model_, j->local, j->task.options, &j->cancel)
+                      : train::TrainLocal(*model_, j->local, *local_.device_data, j->task.options,
+                                          &j->cancel);
+      // The signal names its task: a cancelled job's signal is recognised
+      // as stale. This PAIR end is used only by the one live worker.
+      const uint64_t id = j->task.task_id;
+      done_tx_.send(zmq::buffer(&id, sizeof(id)), zmq::send_flags::none);
+    });
+  }
+
+  void StopJob() {
+    if (job_) job_->cancel = true;
+    if (worker_.joinable()) worker_.join();
+    job_.reset();
+  }
+
+  // A job's end: handed to the session unless the job was replaced since.
+  void OnJobSignal() {
+    zmq::message_t signal;
+    (void)done_rx_.recv(signal);
+    uint64_t id = 0;
+    if (signal.size() == sizeof(id)) std::memcpy(&id, signal.data(), sizeof(id));
+    if (!job_ || job_->task.task_id != id) return;
+    if (worker_.joinable()) worker_.join();
+    std::unique_ptr<Job> done = std::move(job_);
+    Apply(session_.OnTrainingDone(id, done->result, done->local, SteadyNowMs()));
+  }
+
+  // What the coordinator sent, up to 1000 messages before the next tick.
+  void ReceiveMessages() {
+    for (int budget = 0; budget < 1000 && !exit_ && net::TryReceive(socket_, false, raw_);
+         ++budget) {
       net::Limits limits;
       limits.max_header_bytes = kMaxHeaderBytes;
-      limits.max_payload_floats = std::max<size_t>(session.num_params(), 1);
-      auto env = net::DecodeEnvelope(raw.frames, limits);
+      limits.max_payload_floats = std::max<size_t>(session_.num_params(), 1);
+      auto env = net::DecodeEnvelope(raw_.frames, limits);
       if (!env.ok()) {
         spdlog::warn("ignored a malformed message from the coordinator: {}",
                      env.status().message());
         continue;
       }
-      apply(session.OnMessage(*env, SteadyNowMs()));
+      Apply(session_.OnMessage(*env, SteadyNowMs()));
     }
-    if (!exit) apply(session.OnTick(SteadyNowMs()));
   }
-  stop_job();
-  if (site) site->Finish();
-  return exit.value_or(CancelledError("stopped"));
+
+  const ClientOptions& options_;
+  LocalData& local_;
+  Site* site_;
+  zmq::socket_t& socket_;
+  zmq::socket_t done_rx_, done_tx_;
+  std::unique_ptr<train::Model> model_;
+  config::ModelConfig model_config_;  // What `model_` was built from (the site's workers need it).
+  Session session_;
+  std::unique_ptr<Job> job_;
+  std::thread worker_;
+  std::optional<Status> exit_;
+  net::RawMessage raw_;
+};
+
+}  // namespace
+
+Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
+  KeepLargeBuffers();
+  COHORT_ASSIGN_OR_RETURN(LocalData local, LoadLocalData(options));
+  zmq::context_t context(1);
+  zmq::socket_t socket = CoordinatorSocket(context);
+  COHORT_ASSIGN_OR_RETURN(const crypto::Ed25519KeyPair identity, LoadOrGenerateIdentity(options));
+  // The site's group, on a context of its own (its ZAP handler, when the
+  // site runs over tcp).
+  zmq::context_t site_context(1);
+  std::unique_ptr<Site> site;
+  if (options.site_size > 1) {
+    COHORT_ASSIGN_OR_RETURN(site, JoinSite(options, site_context, identity, local));
+  }
+  COHORT_RETURN_IF_ERROR(ConnectToCoordinator(options, identity, socket));
+  COHORT_ASSIGN_OR_RETURN(std::vector<crypto::Ed25519Public> peers, LoadPeers(options));
+
+  EventLoop loop(options, local, site.get(), &identity, context, socket);
+  if (!peers.empty()) loop.session().set_peers(std::move(peers));
+  if (options.require_secure) loop.session().set_require_secure(true);
+  loop.session().set_min_corrupt_fraction(options.corrupt_fraction);
+  return loop.Run(stop);
 }
 
 }  // namespace cohort::client
