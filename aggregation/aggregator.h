@@ -9,7 +9,9 @@
 // A hub sum is an `Aggregator`: the round engine hands it each selected
 // client's update frame with the client's registered sample count, and
 // asks it for the weighted mean when the round closes. Which one a round
-// uses is the config's choice (NewRoundAggregator); the engine does not ask.
+// uses is the config's choice (secagg.aggregation): the round engine makes
+// NewStreamingFedAvg for PLAIN and NewSecureAggregator otherwise, and then
+// drives either through this interface only.
 // The peer collectives sum in place on every rank instead (collective.h).
 #ifndef COHORT_AGGREGATION_AGGREGATOR_H_
 #define COHORT_AGGREGATION_AGGREGATOR_H_
