@@ -23,6 +23,7 @@
 
 #include "client/session.h"
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/rng.h"
 #include "coordinator/open_run.h"
 #include "coordinator/report.h"
@@ -612,7 +613,7 @@ class Simulation {
   // this round, the time spent and what is left at that pace.
   void ShowProgress(bool force = false) {
     if (!tty_ || json_ || selected_ == 0) return;
-    const double now = WallSeconds();
+    const double now = display_env_->MonotonicSeconds();
     if (!force && now - last_shown_ < 0.25) return;
     last_shown_ = now;
     const double spent = now - round_wall_start_;
@@ -627,7 +628,7 @@ class Simulation {
       round_ = h.task().round();
       selected_ = trained_ = 0;
       counted_.clear();
-      round_wall_start_ = WallSeconds();
+      round_wall_start_ = display_env_->MonotonicSeconds();
     }
     if (counted_.insert(i).second) ++selected_;
   }
@@ -663,6 +664,9 @@ class Simulation {
   size_t selected_ = 0, trained_ = 0;
   std::set<int> counted_;
   double round_wall_start_ = 0, last_shown_ = 0;
+  // The live line's clock: real time, since it tells a person how long a
+  // round takes on this machine; nothing it reads is stored or decides.
+  Env* display_env_ = Env::Default();
   coordinator::RoundEngine* engine_;
   std::vector<VirtualClient>& clients_;
   std::vector<coordinator::RoundEngine::AuthenticatedPeer> senders_;  // By client.
@@ -712,13 +716,114 @@ std::string Number(double v) {
   return buf;
 }
 
-}  // namespace
+// The clients a round needs at once: rounds.start_clients and min_clients,
+// and 3 for secure aggregation.
+uint32_t NeededClients(const config::RunConfig& c) {
+  return std::max<uint32_t>(c.rounds().start_clients(),
+                            std::max<uint32_t>(c.rounds().min_clients(),
+                                               c.secagg().aggregation() != config::PLAIN ? 3 : 1));
+}
 
+// Availability that cannot finish a run (--availability 1e-300 was
+// accepted, and the simulation never ended): a round needs `needed`
+// clients online at once, while on average clients x availability are;
+// and online spells shorter than a second on average leave no time for
+// a task's round trip.
+Status CheckAvailability(const SimOptions& o, size_t clients, uint32_t needed) {
+  // Finite and bounded, so no virtual time overflows.
+  if (!(o.availability > 0 && o.availability <= 1 && o.availability_period_s >= 1 &&
+        o.availability_period_s <= 1e7)) {
+    return InvalidArgumentError(
+        "simulate: --availability must be in (0, 1] and --availability-period-s in [1, 1e7]");
+  }
+  if (o.availability >= 1) return OkStatus();
+  const double online = o.availability * double(clients);
+  const double spell_s = o.availability * o.availability_period_s;
+  const double floor = std::max(double(needed) / double(clients), 1.0 / o.availability_period_s);
+  if (online < needed) {
+    return InvalidArgumentError(
+        "simulate: --availability " + Number(o.availability) + " cannot finish: on average " +
+        Number(online) + " of the " + std::to_string(clients) +
+        " clients would be online, and a round needs " + std::to_string(needed) +
+        " at once (rounds.start_clients, min_clients); use at least " + Number(floor));
+  }
+  if (spell_s < 1) {
+    return InvalidArgumentError("simulate: --availability " + Number(o.availability) +
+                                " cannot finish: online spells would average " + Number(spell_s) +
+                                " s of --availability-period-s " + Number(o.availability_period_s) +
+                                ", under the 1 s a round trip needs; use at least " +
+                                Number(floor) + " or a longer --availability-period-s");
+  }
+  return OkStatus();
+}
+
+// Every option that depends on the clients, checked before the run
+// directory is touched: a refused simulation leaves no run behind.
+Status CheckSimOptions(const SimOptions& o, size_t clients) {
+  const uint32_t needed = NeededClients(o.config);
+  if (needed > clients) {
+    return InvalidArgumentError("simulate: the config needs " + std::to_string(needed) +
+                                " clients to start a round (rounds.start_clients, min_clients), " +
+                                (o.shards.empty() ? std::string("the split") : o.shards) + " has " +
+                                std::to_string(clients));
+  }
+  COHORT_RETURN_IF_ERROR(CheckAvailability(o, clients, needed));
+  // Finite and bounded, so no virtual time overflows: an hour a sample, a
+  // day a link, and spreads up to 10 (e^(10 x 5) is already absurd).
+  if (!(o.sample_ms >= 0 && o.sample_ms <= 3.6e6 && o.speed_sigma >= 0 && o.speed_sigma <= 10 &&
+        o.latency_ms >= 0 && o.latency_ms <= 8.64e7 && o.latency_sigma >= 0 &&
+        o.latency_sigma <= 10)) {
+    return InvalidArgumentError(
+        "simulate: --sample-ms must be in [0, 3600000], --latency-ms in [0, 86400000], "
+        "--speed-sigma and --latency-sigma in [0, 10]");
+  }
+  if (!(o.dropout >= 0 && o.dropout <= 1)) {
+    return InvalidArgumentError("simulate: --dropout must be in [0, 1]");
+  }
+  return OkStatus();
+}
+
+// Client c's draws from the seed (slowness, availability spells, link
+// latency) and its session, which trains the run's own `model`.
+Status SetUpClient(VirtualClient& c, const SimOptions& o, const train::Model& model,
+                   Env* sessions_env) {
+  COHORT_RETURN_IF_ERROR(train::CheckCompatible(model, *c.source).WithContext(c.name));
+  Rng rng(DeriveSeed(o.config.seed(), 0x5eed, Fnv1a64(c.name)));
+  c.slowness = std::exp(o.speed_sigma * rng.Normal());
+  if (o.availability < 1) {
+    c.spells = Rng(DeriveSeed(o.config.seed(), 0xa7a1, Fnv1a64(c.name)));
+    c.online = c.spells.UniformDouble() < o.availability;
+    c.toggle_at = SpellLength(c, o.availability, o.availability_period_s * 1000);
+  }
+  Rng link(DeriveSeed(o.config.seed(), 0x1a7e, Fnv1a64(c.name)));
+  // A client's link is at most a day, however far its draw.
+  c.latency_ms = std::min(8.64e7, o.latency_ms * std::exp(o.latency_sigma * link.Normal()));
+  if (o.sample_ms > 0 || o.latency_ms > 0) {
+    const double ms =
+        double(c.size()) * o.config.train().local_epochs() * o.sample_ms * c.slowness +
+        2 * std::llround(c.latency_ms);
+    spdlog::debug(
+        "{}: slowness {:.3f}, latency {:.0f} ms, a task's round trip takes {:.0f} virtual ms",
+        c.name, c.slowness, c.latency_ms, ms);
+  }
+  const uint64_t samples = c.size();
+  c.session = std::make_unique<client::Session>(
+      c.name, samples,
+      [params = model.num_params()](const config::ModelConfig&) -> StatusOr<size_t> {
+        return params;  // The run's own model: built and checked by the caller.
+      },
+      &c.identity, client::FaultPlan{}, client::InputObserver{}, sessions_env);
+  return OkStatus();
+}
+
+// "cpu,cuda:0": a device list as the log shows it.
 std::string Join(const std::vector<std::string>& list) {
   std::string out;
   for (const auto& d : list) out += (out.empty() ? "" : ",") + d;
   return out;
 }
+
+}  // namespace
 
 StatusOr<std::vector<std::string>> ExpandDevices(const std::string& devices, std::string* note) {
   std::vector<std::string> list;
@@ -772,61 +877,7 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
   bool in_memory_test = false;
   COHORT_ASSIGN_OR_RETURN(std::vector<VirtualClient> clients,
                           VirtualClients(o, &test, &in_memory_test));
-  const uint32_t needed = std::max<uint32_t>(
-      o.config.rounds().start_clients(),
-      std::max<uint32_t>(o.config.rounds().min_clients(),
-                         o.config.secagg().aggregation() != config::PLAIN ? 3 : 1));
-  if (needed > clients.size()) {
-    return InvalidArgumentError("simulate: the config needs " + std::to_string(needed) +
-                                " clients to start a round (rounds.start_clients, min_clients), " +
-                                (o.shards.empty() ? std::string("the split") : o.shards) + " has " +
-                                std::to_string(clients.size()));
-  }
-  // Finite and bounded, so no virtual time overflows: an hour a sample, a
-  // day a link, and spreads up to 10 (e^(10 x 5) is already absurd).
-  if (!(o.availability > 0 && o.availability <= 1 && o.availability_period_s >= 1 &&
-        o.availability_period_s <= 1e7)) {
-    return InvalidArgumentError(
-        "simulate: --availability must be in (0, 1] and --availability-period-s in [1, 1e7]");
-  }
-  // Availability that cannot finish a run (--availability 1e-300 was
-  // accepted, and the simulation never ended): a round needs `needed`
-  // clients online at once, while on average clients x availability are;
-  // and online spells shorter than a second on average leave no time for
-  // a task's round trip.
-  if (o.availability < 1) {
-    const double online = o.availability * double(clients.size());
-    const double spell_s = o.availability * o.availability_period_s;
-    const double floor =
-        std::max(double(needed) / double(clients.size()), 1.0 / o.availability_period_s);
-    if (online < needed) {
-      return InvalidArgumentError(
-          "simulate: --availability " + Number(o.availability) + " cannot finish: on average " +
-          Number(online) + " of the " + std::to_string(clients.size()) +
-          " clients would be online, and a round needs " + std::to_string(needed) +
-          " at once (rounds.start_clients, min_clients); use at least " + Number(floor));
-    }
-    if (spell_s < 1) {
-      return InvalidArgumentError("simulate: --availability " + Number(o.availability) +
-                                  " cannot finish: online spells would average " + Number(spell_s) +
-                                  " s of --availability-period-s " +
-                                  Number(o.availability_period_s) +
-                                  ", under the 1 s a round trip needs; use at least " +
-                                  Number(floor) + " or a longer --availability-period-s");
-    }
-  }
-  if (!(o.sample_ms >= 0 && o.sample_ms <= 3.6e6 && o.speed_sigma >= 0 && o.speed_sigma <= 10 &&
-        o.latency_ms >= 0 && o.latency_ms <= 8.64e7 && o.latency_sigma >= 0 &&
-        o.latency_sigma <= 10)) {
-    return InvalidArgumentError(
-        "simulate: --sample-ms must be in [0, 3600000], --latency-ms in [0, 86400000], "
-        "--speed-sigma and --latency-sigma in [0, 10]");
-  }
-  if (!(o.dropout >= 0 && o.dropout <= 1)) {
-    return InvalidArgumentError("simulate: --dropout must be in [0, 1]");
-  }
-  // Every option checked before the run directory is touched: a refused
-  // simulation leaves no run behind.
+  COHORT_RETURN_IF_ERROR(CheckSimOptions(o, clients.size()));
   COHORT_ASSIGN_OR_RETURN(
       coordinator::OpenRun run,
       coordinator::OpenFederatedRun(o.config, o.run_dir, 0, in_memory_test ? &test : nullptr));
@@ -835,32 +886,7 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
     return OkStatus();
   }
   for (auto& c : clients) {
-    COHORT_RETURN_IF_ERROR(train::CheckCompatible(*run.model, *c.source).WithContext(c.name));
-    Rng rng(DeriveSeed(o.config.seed(), 0x5eed, Fnv1a64(c.name)));
-    c.slowness = std::exp(o.speed_sigma * rng.Normal());
-    if (o.availability < 1) {
-      c.spells = Rng(DeriveSeed(o.config.seed(), 0xa7a1, Fnv1a64(c.name)));
-      c.online = c.spells.UniformDouble() < o.availability;
-      c.toggle_at = SpellLength(c, o.availability, o.availability_period_s * 1000);
-    }
-    Rng link(DeriveSeed(o.config.seed(), 0x1a7e, Fnv1a64(c.name)));
-    // A client's link is at most a day, however far its draw.
-    c.latency_ms = std::min(8.64e7, o.latency_ms * std::exp(o.latency_sigma * link.Normal()));
-    if (o.sample_ms > 0 || o.latency_ms > 0) {
-      const double ms =
-          double(c.size()) * o.config.train().local_epochs() * o.sample_ms * c.slowness +
-          2 * std::llround(c.latency_ms);
-      spdlog::debug(
-          "{}: slowness {:.3f}, latency {:.0f} ms, a task's round trip takes {:.0f} virtual ms",
-          c.name, c.slowness, c.latency_ms, ms);
-    }
-    const uint64_t samples = c.size();
-    c.session = std::make_unique<client::Session>(
-        c.name, samples,
-        [params = run.model->num_params()](const config::ModelConfig&) -> StatusOr<size_t> {
-          return params;  // The run's own model: built and checked above.
-        },
-        &c.identity, client::FaultPlan{}, client::InputObserver{}, sessions_env.get());
+    COHORT_RETURN_IF_ERROR(SetUpClient(c, o, *run.model, sessions_env.get()));
   }
   COHORT_ASSIGN_OR_RETURN(auto pool,
                           ExecutorPool::Create(o.executors, devices, o.config.model(), &clients));

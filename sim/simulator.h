@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "proto/config.pb.h"
@@ -71,12 +72,12 @@ struct SimOptions {
   double latency_sigma = 0;
 };
 
-// Runs until the configured rounds are committed (OK) or `stop` becomes
-// true (kCancelled). Prints the coordinator's line per committed round.
 // The device list of SimOptions::devices, each entry cpu, auto or cuda:N;
 // "all" becomes the usable GPUs (probed), or cpu with `note` saying why.
 StatusOr<std::vector<std::string>> ExpandDevices(const std::string& devices, std::string* note);
 
+// Runs until the configured rounds are committed (OK) or `stop` becomes
+// true (kCancelled). Prints the coordinator's line per committed round.
 Status RunSimulation(const SimOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace cohort::sim
