@@ -75,17 +75,16 @@ Status WriteShard(const Dataset& data, const std::string& path, FeatureEncoding 
 
 namespace {
 
-StatusOr<Dataset> ReadShardOrThrow(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return NotFoundError(path + ": cannot open shard file");
-  const auto file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
-  if (file_size < kShardHeaderBytes) {
-    return DataLossError(path + ": " + std::to_string(file_size) +
-                         " bytes, too short for a shard header (48 bytes)");
-  }
-  uint8_t h[kShardHeaderBytes];
-  in.read(reinterpret_cast<char*>(h), kShardHeaderBytes);
+// What a shard's 48-byte header says, checked against the file's size.
+struct ShardHeader {
+  uint32_t encoding = 0;  // 0: float32, 1: uint8.
+  uint64_t n = 0;         // Samples.
+  uint32_t nf = 0, nc = 0;
+  uint32_t labels_crc = 0, features_crc = 0;
+  uint64_t width() const { return encoding == 1 ? 1 : 4; }
+};
+
+StatusOr<ShardHeader> ParseHeader(const std::string& path, const uint8_t* h, uint64_t file_size) {
   if (std::memcmp(h, kMagic, 8) != 0) {
     return InvalidArgumentError(path + ": not a Cohort shard file (bad magic)");
   }
@@ -97,41 +96,59 @@ StatusOr<Dataset> ReadShardOrThrow(const std::string& path) {
     return InvalidArgumentError(path + ": shard version " + std::to_string(version) +
                                 ", this build reads version 1");
   }
-  const uint32_t encoding = GetU32(h + 12);
-  if (encoding > 1) {
-    return InvalidArgumentError(path + ": unknown feature encoding " + std::to_string(encoding));
+  ShardHeader hd;
+  hd.encoding = GetU32(h + 12);
+  if (hd.encoding > 1) {
+    return InvalidArgumentError(path + ": unknown feature encoding " + std::to_string(hd.encoding));
   }
-  const uint64_t n = GetU64(h + 16);
-  const uint32_t nf = GetU32(h + 24);
-  const uint32_t nc = GetU32(h + 28);
-  const uint64_t width = encoding == 1 ? 1 : 4;
-  if (n == 0 || nf == 0 || nc < 2 || n > (uint64_t{1} << 34) || nf > (1u << 24)) {
-    return InvalidArgumentError(path + ": implausible header (samples " + std::to_string(n) +
-                                ", features " + std::to_string(nf) + ", classes " +
-                                std::to_string(nc) + ")");
+  hd.n = GetU64(h + 16);
+  hd.nf = GetU32(h + 24);
+  hd.nc = GetU32(h + 28);
+  if (hd.n == 0 || hd.nf == 0 || hd.nc < 2 || hd.n > (uint64_t{1} << 34) || hd.nf > (1u << 24)) {
+    return InvalidArgumentError(path + ": implausible header (samples " + std::to_string(hd.n) +
+                                ", features " + std::to_string(hd.nf) + ", classes " +
+                                std::to_string(hd.nc) + ")");
   }
-  const uint64_t expected = kShardHeaderBytes + n * 4 + n * nf * width;
+  const uint64_t expected = kShardHeaderBytes + hd.n * 4 + hd.n * hd.nf * hd.width();
   if (file_size != expected) {
     return DataLossError(path + ": file has " + std::to_string(file_size) +
                          " bytes, header promises " + std::to_string(expected) +
                          " (truncated or padded)");
   }
+  hd.labels_crc = GetU32(h + 32);
+  hd.features_crc = GetU32(h + 36);
+  return hd;
+}
+
+StatusOr<Dataset> ReadShardOrThrow(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return NotFoundError(path + ": cannot open shard file");
+  const auto file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  if (file_size < kShardHeaderBytes) {
+    return DataLossError(path + ": " + std::to_string(file_size) +
+                         " bytes, too short for a shard header (48 bytes)");
+  }
+  uint8_t h[kShardHeaderBytes];
+  in.read(reinterpret_cast<char*>(h), kShardHeaderBytes);
+  COHORT_ASSIGN_OR_RETURN(const ShardHeader hd, ParseHeader(path, h, file_size));
+  const uint64_t n = hd.n, nf = hd.nf;
   Dataset data;
-  data.num_features = nf;
-  data.num_classes = nc;
+  data.num_features = hd.nf;
+  data.num_classes = hd.nc;
   data.labels.resize(n);
   in.read(reinterpret_cast<char*>(data.labels.data()), n * 4);
-  if (Crc32({reinterpret_cast<const uint8_t*>(data.labels.data()), n * 4}) != GetU32(h + 32)) {
+  if (Crc32({reinterpret_cast<const uint8_t*>(data.labels.data()), n * 4}) != hd.labels_crc) {
     return DataLossError(path + ": label section checksum mismatch");
   }
-  std::vector<uint8_t> raw(n * nf * width);
+  std::vector<uint8_t> raw(n * nf * hd.width());
   in.read(reinterpret_cast<char*>(raw.data()), raw.size());
   if (!in) return DataLossError(path + ": read failed");
-  if (Crc32(raw) != GetU32(h + 36)) {
+  if (Crc32(raw) != hd.features_crc) {
     return DataLossError(path + ": feature section checksum mismatch");
   }
   data.features.resize(n * nf);
-  if (encoding == 1) {
+  if (hd.encoding == 1) {
     for (size_t i = 0; i < raw.size(); ++i) data.features[i] = raw[i] / 255.0f;
   } else {
     std::memcpy(data.features.data(), raw.data(), raw.size());

@@ -11,72 +11,91 @@ namespace cohort::datasets {
 
 namespace {
 
+Status LoadIdx(const SplitOptions& o, Split& split) {
+  if (o.train_images.empty() || o.train_labels.empty()) {
+    return InvalidArgumentError("format idx needs the training images and labels");
+  }
+  COHORT_ASSIGN_OR_RETURN(split.train, ReadIdx(o.train_images, o.train_labels));
+  if (!o.test_images.empty() || !o.test_labels.empty()) {
+    COHORT_ASSIGN_OR_RETURN(split.test, ReadIdx(o.test_images, o.test_labels));
+    split.has_test = true;
+  }
+  return OkStatus();
+}
+
+Status LoadCsv(const SplitOptions& o, Split& split) {
+  if (o.train_csv.empty()) return InvalidArgumentError("format csv needs the training file");
+  CsvOptions csv;
+  csv.label_column = o.label_column;
+  COHORT_ASSIGN_OR_RETURN(split.train, ReadCsv(o.train_csv, csv));
+  if (!o.test_csv.empty()) {
+    csv.num_classes = split.train.num_classes;
+    COHORT_ASSIGN_OR_RETURN(split.test, ReadCsv(o.test_csv, csv));
+    split.has_test = true;
+  }
+  return OkStatus();
+}
+
+// The bounds data.partition's validation applies (proto/config_io.cc),
+// checked here for the command line: samples + test_samples then fits the
+// uint32 row indices, and no size below overflows.
+Status CheckSyntheticSizes(const SplitOptions& o) {
+  if (o.samples == 0 || o.samples > kMaxSyntheticSamples) {
+    return InvalidArgumentError("format synthetic: --samples " + std::to_string(o.samples) +
+                                " is outside [1, " + std::to_string(kMaxSyntheticSamples) + "]");
+  }
+  if (o.test_samples > kMaxSyntheticSamples) {
+    return InvalidArgumentError("format synthetic: --test-samples " +
+                                std::to_string(o.test_samples) + " is outside [0, " +
+                                std::to_string(kMaxSyntheticSamples) + "]");
+  }
+  if (o.features == 0 || o.features > kMaxSyntheticFeatures) {
+    return InvalidArgumentError("format synthetic: --features " + std::to_string(o.features) +
+                                " is outside [1, " + std::to_string(kMaxSyntheticFeatures) + "]");
+  }
+  if (o.classes < 2 || o.classes > kMaxSyntheticClasses) {
+    return InvalidArgumentError("format synthetic: --classes " + std::to_string(o.classes) +
+                                " is outside [2, " + std::to_string(kMaxSyntheticClasses) + "]");
+  }
+  return OkStatus();
+}
+
+// One generated set: its first `samples` rows train, the rest test.
+Status LoadSynthetic(const SplitOptions& o, Split& split) {
+  COHORT_RETURN_IF_ERROR(CheckSyntheticSizes(o));
+  SyntheticOptions s;
+  s.num_samples = o.samples + o.test_samples;
+  s.num_features = o.features;
+  s.num_classes = o.classes;
+  s.seed = o.seed;
+  Dataset all = MakeSynthetic(s);
+  std::vector<uint32_t> tail(o.test_samples);
+  for (uint32_t i = 0; i < o.test_samples; ++i) tail[i] = o.samples + i;
+  split.test = Subset(all, tail);
+  // The head is the training set: cut in place, not copied (at 100,000
+  // clients the copy doubled the simulator's peak memory).
+  all.features.resize(size_t{o.samples} * o.features);
+  all.labels.resize(o.samples);
+  split.train = std::move(all);
+  split.has_test = o.test_samples > 0;
+  return OkStatus();
+}
+
 StatusOr<Split> LoadAndSplitOrThrow(const SplitOptions& o) {
   COHORT_ASSIGN_OR_RETURN(PartitionSpec spec, ParsePartitionSpec(o.scheme));
   Split split;
-  Dataset& train = split.train;
-  Dataset& test = split.test;
-  bool& has_test = split.has_test;
   if (o.format == "idx") {
-    if (o.train_images.empty() || o.train_labels.empty()) {
-      return InvalidArgumentError("format idx needs the training images and labels");
-    }
-    COHORT_ASSIGN_OR_RETURN(train, ReadIdx(o.train_images, o.train_labels));
-    if (!o.test_images.empty() || !o.test_labels.empty()) {
-      COHORT_ASSIGN_OR_RETURN(test, ReadIdx(o.test_images, o.test_labels));
-      has_test = true;
-    }
+    COHORT_RETURN_IF_ERROR(LoadIdx(o, split));
   } else if (o.format == "csv") {
-    if (o.train_csv.empty()) return InvalidArgumentError("format csv needs the training file");
-    CsvOptions csv;
-    csv.label_column = o.label_column;
-    COHORT_ASSIGN_OR_RETURN(train, ReadCsv(o.train_csv, csv));
-    if (!o.test_csv.empty()) {
-      csv.num_classes = train.num_classes;
-      COHORT_ASSIGN_OR_RETURN(test, ReadCsv(o.test_csv, csv));
-      has_test = true;
-    }
+    COHORT_RETURN_IF_ERROR(LoadCsv(o, split));
   } else if (o.format == "synthetic") {
-    // The bounds data.partition's validation applies (proto/config_io.cc),
-    // checked here for the command line: samples + test_samples then fits
-    // the uint32 row indices, and no size below overflows.
-    if (o.samples == 0 || o.samples > kMaxSyntheticSamples) {
-      return InvalidArgumentError("format synthetic: --samples " + std::to_string(o.samples) +
-                                  " is outside [1, " + std::to_string(kMaxSyntheticSamples) + "]");
-    }
-    if (o.test_samples > kMaxSyntheticSamples) {
-      return InvalidArgumentError("format synthetic: --test-samples " +
-                                  std::to_string(o.test_samples) + " is outside [0, " +
-                                  std::to_string(kMaxSyntheticSamples) + "]");
-    }
-    if (o.features == 0 || o.features > kMaxSyntheticFeatures) {
-      return InvalidArgumentError("format synthetic: --features " + std::to_string(o.features) +
-                                  " is outside [1, " + std::to_string(kMaxSyntheticFeatures) + "]");
-    }
-    if (o.classes < 2 || o.classes > kMaxSyntheticClasses) {
-      return InvalidArgumentError("format synthetic: --classes " + std::to_string(o.classes) +
-                                  " is outside [2, " + std::to_string(kMaxSyntheticClasses) + "]");
-    }
-    SyntheticOptions s;
-    s.num_samples = o.samples + o.test_samples;
-    s.num_features = o.features;
-    s.num_classes = o.classes;
-    s.seed = o.seed;
-    Dataset all = MakeSynthetic(s);
-    std::vector<uint32_t> tail(o.test_samples);
-    for (uint32_t i = 0; i < o.test_samples; ++i) tail[i] = o.samples + i;
-    test = Subset(all, tail);
-    // The head is the training set: cut in place, not copied (at 100,000
-    // clients the copy doubled the simulator's peak memory).
-    all.features.resize(size_t{o.samples} * o.features);
-    all.labels.resize(o.samples);
-    train = std::move(all);
-    has_test = o.test_samples > 0;
+    COHORT_RETURN_IF_ERROR(LoadSynthetic(o, split));
   } else {
     return InvalidArgumentError("format \"" + o.format + "\" is not idx, csv or synthetic");
   }
-  if (has_test && test.num_features != train.num_features) {
-    return InvalidArgumentError("test set has " + std::to_string(test.num_features) +
+  const Dataset& train = split.train;
+  if (split.has_test && split.test.num_features != train.num_features) {
+    return InvalidArgumentError("test set has " + std::to_string(split.test.num_features) +
                                 " features, training set " + std::to_string(train.num_features));
   }
   if (!o.assignment.empty()) {
