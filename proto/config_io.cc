@@ -175,11 +175,6 @@ StatusOr<NetPlan> PlanModel(const ModelConfig& m) {
   return plan;
 }
 
-uint64_t NumModelParams(const ModelConfig& model) {
-  StatusOr<NetPlan> plan = PlanModel(model);
-  return plan.ok() ? plan->params : UINT64_MAX;
-}
-
 namespace {
 
 // The path of the first field below `m` that the schema does not know (JSON

@@ -36,10 +36,6 @@ StatusOr<NetSpec> NetFromConfig(const ModelConfig& model);
 // the field under "model.".
 StatusOr<NetPlan> PlanModel(const ModelConfig& model);
 
-// Parameters of the model `model` describes (weights and biases of every
-// layer, as train::Model lays them out); UINT64_MAX when it is not valid.
-uint64_t NumModelParams(const ModelConfig& model);
-
 // A training step holds at most this many floats (1 GiB).
 inline constexpr uint64_t kMaxStepFloats = uint64_t{1} << 28;
 

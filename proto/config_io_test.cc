@@ -219,19 +219,19 @@ TEST(ConfigTest, ModelOverTheParameterCapIsAnErrorNamingTheCap) {
                        "hidden [8192, 8192, 8192]"));
 }
 
-TEST(ConfigTest, ParameterCountMatchesTheModelAndSaturates) {
+TEST(ConfigTest, ParameterCountMatchesTheModelAndOverflowIsRefused) {
   ModelConfig m;
   m.set_input_dim(784);
   m.add_hidden(200);
   m.set_num_classes(10);
-  EXPECT_EQ(NumModelParams(m), 784u * 200 + 200 + 200u * 10 + 10);  // PyTorch's count.
+  EXPECT_EQ(PlanModel(m)->params, 784u * 200 + 200 + 200u * 10 + 10);  // PyTorch's count.
   m.clear_hidden();
-  EXPECT_EQ(NumModelParams(m), 7850u);
-  // Beyond anything the validator lets through: the count saturates rather
-  // than wrapping round to a small number.
+  EXPECT_EQ(PlanModel(m)->params, 7850u);
+  // Beyond anything the validator lets through: an error, never a count
+  // that wrapped round to a small number.
   m.set_input_dim(UINT32_MAX);
   for (int i = 0; i < 3; ++i) m.add_hidden(UINT32_MAX);
-  EXPECT_EQ(NumModelParams(m), UINT64_MAX);
+  EXPECT_FALSE(PlanModel(m).ok());
 }
 
 TEST(ConfigTest, ZeroWidthLayerNamesTheLayer) {
@@ -385,7 +385,7 @@ TEST(ConfigTest, LayerListsAndPresetsExpandToOneNet) {
   ModelConfig mlp;
   mlp.add_hidden(200);
   mlp.add_hidden(200);
-  EXPECT_EQ(NumModelParams(mlp), 199210u);
+  EXPECT_EQ(PlanModel(mlp)->params, 199210u);
 }
 
 TEST(ConfigTest, BadLayerListsAreErrorsNamingTheLayer) {
