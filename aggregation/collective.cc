@@ -102,10 +102,12 @@ template <>
 constexpr uint32_t kDType<Bf16> = 3;
 template <>
 constexpr uint32_t kDType<Fp16> = 4;
+template <>
+constexpr uint32_t kDType<uint8_t> = 5;
 
 std::string DTypeName(uint32_t dtype) {
-  static const char* const kNames[] = {"?", "float32", "int64", "bfloat16", "float16"};
-  return dtype < 5 ? kNames[dtype] : "type " + std::to_string(dtype);
+  static const char* const kNames[] = {"?", "float32", "int64", "bfloat16", "float16", "byte"};
+  return dtype < 6 ? kNames[dtype] : "type " + std::to_string(dtype);
 }
 
 struct MessageHeader {
@@ -430,14 +432,40 @@ Status Communicator::ReduceExact(std::span<float> data, const CollectiveOptions&
   return OkStatus();
 }
 
-Status Communicator::Broadcast(std::span<float> data, int root, const CollectiveOptions& options) {
+template <typename T>
+Status Communicator::BroadcastAs(std::span<T> data, int root, const CollectiveOptions& options) {
   if (root < 0 || root >= size()) {
     return InvalidArgumentError("broadcast from rank " + std::to_string(root) + " of " +
                                 std::to_string(size()));
   }
   timeout_ms_ = options.timeout_ms;
-  return Run<float>(BroadcastSchedule(rank(), size(), data.size(), root), data,
-                    SteadyNowMs() + options.timeout_ms, "broadcast");
+  return Run<T>(BroadcastSchedule(rank(), size(), data.size(), root), data,
+                SteadyNowMs() + options.timeout_ms, "broadcast");
+}
+
+Status Communicator::Broadcast(std::span<float> data, int root, const CollectiveOptions& options) {
+  return BroadcastAs<float>(data, root, options);
+}
+
+Status Communicator::Broadcast(std::span<uint8_t> data, int root,
+                               const CollectiveOptions& options) {
+  return BroadcastAs<uint8_t>(data, root, options);
+}
+
+Status Communicator::BroadcastSized(std::vector<uint8_t>& bytes, int root, size_t max_bytes,
+                                    const CollectiveOptions& options) {
+  // The root sends even a length over the limit, so that every rank fails
+  // this call at once instead of waiting for bytes that never come.
+  uint64_t length = bytes.size();
+  COHORT_RETURN_IF_ERROR(BroadcastBytesOf(std::span<uint64_t>(&length, 1), root, options));
+  if (length > max_bytes) {
+    const std::string what =
+        std::to_string(length) + " bytes (at most " + std::to_string(max_bytes) + ")";
+    if (rank() == root) return InvalidArgumentError("broadcast of " + what);
+    return DataLossError("rank " + std::to_string(root) + " broadcast a length of " + what);
+  }
+  if (rank() != root) bytes.assign(length, 0);
+  return Broadcast(std::span<uint8_t>(bytes), root, options);
 }
 
 Status Communicator::Barrier(const CollectiveOptions& options) {

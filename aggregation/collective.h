@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "aggregation/transport.h"
@@ -107,7 +108,25 @@ class Communicator {
   Status AllReduce(std::span<int64_t> data, const CollectiveOptions& options = {});
   Status AllReduce(std::span<Bf16> data, const CollectiveOptions& options = {});
   Status AllReduce(std::span<Fp16> data, const CollectiveOptions& options = {});
+  // Rank `root`'s values to every rank; every rank passes the same length.
   Status Broadcast(std::span<float> data, int root, const CollectiveOptions& options = {});
+  // Bytes as they are: integers, ids, serialized messages travel exactly.
+  Status Broadcast(std::span<uint8_t> data, int root, const CollectiveOptions& options = {});
+  // Any trivially copyable values (integers, structs of them), as their
+  // bytes: the root's bit patterns arrive unchanged.
+  template <typename T>
+  requires std::is_trivially_copyable_v<T> Status
+  BroadcastBytesOf(std::span<T> values, int root, const CollectiveOptions& options = {}) {
+    return Broadcast(
+        std::span<uint8_t>(reinterpret_cast<uint8_t*>(values.data()), values.size_bytes()), root,
+        options);
+  }
+  // A byte string whose length only the root knows: its length travels
+  // first, then `bytes` is resized and filled on every other rank. A length
+  // over `max_bytes` fails on every rank (kInvalidArgument on the root,
+  // kDataLoss elsewhere) before any byte moves.
+  Status BroadcastSized(std::vector<uint8_t>& bytes, int root, size_t max_bytes,
+                        const CollectiveOptions& options = {});
   Status Barrier(const CollectiveOptions& options = {});
   // Values that saturated in the last exact AllReduce on this rank.
   uint64_t saturated() const { return saturated_; }
@@ -131,6 +150,8 @@ class Communicator {
                         uint64_t index, TimeMs deadline, const Where& at, int& waiting_for);
   void SendNotice(const std::string& text);
   Status FindMissing(const Status& failure, int waiting_for, TimeMs deadline);
+  template <typename T>
+  Status BroadcastAs(std::span<T> data, int root, const CollectiveOptions& options);
   template <typename T>
   Status ReduceWith(std::span<T> data, const CollectiveOptions& options, const char* what);
   Status ReduceExact(std::span<float> data, const CollectiveOptions& options);

@@ -363,6 +363,40 @@ TEST_P(CollectiveTest, BroadcastAndBarrier) {
   }
 }
 
+TEST_P(CollectiveTest, BroadcastsBytesExactly) {
+  // Bytes, 64-bit integers past float precision, and a length only the root
+  // knows arrive bit for bit (a byte run longer than a segment, too).
+  const int size = 3, root = 1;
+  std::vector<std::vector<uint8_t>> bytes(size, std::vector<uint8_t>(300000, 0));
+  for (size_t i = 0; i < bytes[root].size(); ++i) bytes[root][i] = uint8_t(i * 131 + 7);
+  std::vector<std::vector<int64_t>> words(size, std::vector<int64_t>(3, 0));
+  words[root] = {(int64_t{1} << 53) + 1, -1, INT64_MIN};
+  std::vector<std::vector<uint8_t>> id(size);
+  id[root] = {1, 2, 3, 250};
+  auto st = RunRanks(
+      size,
+      [&](int r, Communicator& c) {
+        COHORT_RETURN_IF_ERROR(c.Broadcast(std::span<uint8_t>(bytes[r]), root));
+        COHORT_RETURN_IF_ERROR(c.BroadcastBytesOf(std::span<int64_t>(words[r]), root));
+        return c.BroadcastSized(id[r], root, 128);
+      },
+      GetParam());
+  for (int r = 0; r < size; ++r) {
+    ASSERT_TRUE(st[r].ok()) << st[r];
+    EXPECT_EQ(bytes[r], bytes[root]) << "rank " << r;
+    EXPECT_EQ(words[r], words[root]) << "rank " << r;
+    EXPECT_EQ(id[r], id[root]) << "rank " << r;
+  }
+  // A length over the limit fails on every rank, none waits for the bytes.
+  id[root].assign(200, 9);
+  st = RunRanks(
+      size, [&](int r, Communicator& c) { return c.BroadcastSized(id[r], root, 128); }, GetParam());
+  for (int r = 0; r < size; ++r) {
+    EXPECT_EQ(st[r].code(), r == root ? StatusCode::kInvalidArgument : StatusCode::kDataLoss)
+        << st[r];
+  }
+}
+
 TEST_P(CollectiveTest, AMissingRankIsNamedWithinTheDeadline) {
   // Rank 2 of 4 never joins: every other rank's all-reduce fails in time,
   // and the ring neighbour that waits for it names it.
