@@ -8,7 +8,6 @@
 #include <cstring>
 #include <numeric>
 
-#include "common/clock.h"
 #include "common/rng.h"
 #include "datasets/shard.h"
 #include "proto/config_io.h"
@@ -124,7 +123,7 @@ std::vector<int64_t> Pack(const std::string& bytes) {
 
 StatusOr<std::unique_ptr<Site>> Site::Join(zmq::context_t& context, const net::GroupOptions& group,
                                            train::Backend* backend,
-                                           const train::DeviceDataset* data) {
+                                           const train::DeviceDataset* data, Env* env) {
   if (group.size < 1 || group.rank < 0 || group.rank >= group.size) {
     return InvalidArgumentError("site: rank " + std::to_string(group.rank) + " of " +
                                 std::to_string(group.size));
@@ -134,6 +133,7 @@ StatusOr<std::unique_ptr<Site>> Site::Join(zmq::context_t& context, const net::G
   s->size_ = group.size;
   s->backend_ = backend;
   s->data_ = data;
+  s->env_ = env;
   s->step_.timeout_ms = 60000;
   // Between tasks a worker waits as long as a round may take; a dead rank 0
   // is still noticed at once over shared memory.
@@ -222,7 +222,7 @@ Status Site::Serve() {
 StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<float> params,
                                                const train::TrainOptions& options,
                                                const std::atomic<bool>* cancel) {
-  const double start = WallSeconds();
+  const double start = env_->MonotonicSeconds();
   train::Backend* b = backend_;
   const size_t n = data_->size(), np = model.num_params();
   // The task's batch size is per rank, as in data-parallel training: the
@@ -291,7 +291,7 @@ StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<fl
     result.mean_loss = totals[0] / double(result.samples);
     result.accuracy = totals[1] / double(result.samples);
   }
-  result.seconds = WallSeconds() - start;
+  result.seconds = env_->MonotonicSeconds() - start;
   return result;
 }
 

@@ -22,6 +22,7 @@
 
 #include "aggregation/collective.h"
 #include "aggregation/transport.h"
+#include "common/env.h"
 #include "common/status.h"
 #include "net/group.h"
 #include "proto/config.pb.h"
@@ -77,6 +78,7 @@ class Site {
   uint64_t total_samples_ = 0;
   train::Backend* backend_ = nullptr;
   const train::DeviceDataset* data_ = nullptr;
+  Env* env_ = nullptr;
   std::unique_ptr<aggregation::Transport> transport_;
   std::unique_ptr<aggregation::Communicator> comm_;
   aggregation::CollectiveOptions step_;  // Each training step's deadline.

@@ -4,7 +4,6 @@
 #include <numeric>
 #include <vector>
 
-#include "common/clock.h"
 #include "common/rng.h"
 
 namespace cohort::train {
@@ -81,11 +80,12 @@ struct BatchBuffers {
 }  // namespace
 
 StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params, const DeviceDataset& data,
-                                 const TrainOptions& options, const std::atomic<bool>* cancel) {
+                                 const TrainOptions& options, const std::atomic<bool>* cancel,
+                                 Env* env) {
   COHORT_RETURN_IF_ERROR(CheckCompatible(model, data.num_features(), data.num_classes()));
   COHORT_RETURN_IF_ERROR(CheckParams(model, params.size()));
   if (options.batch_size == 0) return InvalidArgumentError("batch_size must be >= 1");
-  const double start = WallSeconds();
+  const double start = env->MonotonicSeconds();
   const size_t n = data.size();
   const size_t bs = std::min<size_t>(options.batch_size, std::max<size_t>(n, 1));
   Backend* backend = model.backend();
@@ -117,7 +117,7 @@ StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params, const De
     result.mean_loss = stats.first / result.samples;
     result.accuracy = stats.second / result.samples;
   }
-  result.seconds = WallSeconds() - start;
+  result.seconds = env->MonotonicSeconds() - start;
   return result;
 }
 

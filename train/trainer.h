@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 
+#include "common/env.h"
 #include "common/status.h"
 #include "datasets/dataset.h"
 #include "train/model.h"
@@ -42,7 +43,7 @@ struct TrainResult {
   double mean_loss = 0;  // Over every sample seen in every epoch.
   double accuracy = 0;   // Of the predictions made while training.
   uint64_t samples = 0;  // Samples seen (epochs x dataset size).
-  double seconds = 0;
+  double seconds = 0;    // On the caller's Env clock (virtual in the simulator).
 };
 
 struct EvalResult {
@@ -57,10 +58,12 @@ struct EvalResult {
 // kInvalidArgument when the data does not fit the model or an optimizer
 // option is out of range; kResourceExhausted when the backend runs out of
 // memory; kCancelled when `cancel` becomes true (checked between batches),
-// and params are then as they were.
+// and params are then as they were. The result's seconds are read from
+// `env`'s monotonic clock (the simulator passes a virtual one).
 StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params, const DeviceDataset& data,
                                  const TrainOptions& options,
-                                 const std::atomic<bool>* cancel = nullptr);
+                                 const std::atomic<bool>* cancel = nullptr,
+                                 Env* env = Env::Default());
 
 // Mean loss and accuracy of `params` (host memory) over `data`.
 StatusOr<EvalResult> Evaluate(Model& model, std::span<const float> params,

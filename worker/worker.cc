@@ -112,6 +112,7 @@ namespace {
 struct Rank {
   config::RunConfig config;
   int rank = 0, world = 1;
+  Env* env = nullptr;  // Its clock times the epochs.
   std::unique_ptr<train::Backend> backend;
   std::unique_ptr<train::Model> model;
   std::unique_ptr<train::DeviceDataset> train_data, test_data;
@@ -472,7 +473,7 @@ std::string StepOfEpoch(size_t begin, size_t global_batch, size_t n) {
 
 StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& optimizer,
                                  uint64_t& global_step) {
-  const double start = WallSeconds();
+  const double start = r.env->MonotonicSeconds();
   COHORT_ASSIGN_OR_RETURN(EpochState e, PrepareEpoch(r, epoch));
   const config::DataParallelConfig& dp = r.config.data_parallel();
   const size_t n = r.train_data->size();
@@ -520,7 +521,7 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
                          ": the training loss is not finite (NaN or infinity); the run stops "
                          "before committing it (the epochs committed before are kept)");
   }
-  result.seconds = WallSeconds() - start;
+  result.seconds = r.env->MonotonicSeconds() - start;
   return result;
 }
 
@@ -545,9 +546,6 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
   if (dp.accumulation_steps() > 1) {
     rec.aggregation += ", " + std::to_string(dp.accumulation_steps()) + " micro-batches a step";
   }
-  rec.committed_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
   if (r.test_data) {
     COHORT_ASSIGN_OR_RETURN(train::EvalResult t, train::Evaluate(*r.model, params, *r.test_data));
     rec.test_accuracy = t.accuracy;
@@ -788,8 +786,9 @@ Status SetUpDeviceCollectives(Rank& r, const std::string& want) {
 
 }  // namespace
 
-Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop) {
+Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop, Env* env) {
   Rank r;
+  r.env = env;
   r.rank = o.rank;
   r.world = o.world_size;
   COHORT_RETURN_IF_ERROR(Load(r, o));

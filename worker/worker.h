@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 
+#include "common/env.h"
 #include "common/status.h"
 
 namespace cohort::worker {
@@ -86,7 +87,10 @@ std::string DeviceVoteVerdict(std::span<const float> vote, int world);
 //    data_parallel.timeout_s, at the epoch's end too: while rank 0 commits
 //    an epoch it exchanges a beat with the others every timeout_s / 4, so a
 //    slow commit keeps the group waiting and a dead rank 0 does not.
-Status RunWorker(const WorkerOptions& options, const std::atomic<bool>& stop);
+// An epoch's training seconds (printed and stored) are read from `env`'s
+// monotonic clock.
+Status RunWorker(const WorkerOptions& options, const std::atomic<bool>& stop,
+                 Env* env = Env::Default());
 
 struct LaunchOptions {
   int nproc = 1;
