@@ -39,11 +39,13 @@ class Site {
   // sample count. `data` is this rank's shard, in `backend` memory; both
   // outlive the Site. kInvalidArgument on every rank, naming the rank and its
   // count, when a rank claims fewer than 0 or more than 2^40 samples, or the
-  // site's total is not in [1, 2^40] (what the coordinator accepts).
+  // site's total is not in [1, 2^40] (what the coordinator accepts). The
+  // training seconds a rank reports are measured on `env`'s clock.
   static StatusOr<std::unique_ptr<Site>> Join(zmq::context_t& context,
                                               const net::GroupOptions& group,
                                               train::Backend* backend,
-                                              const train::DeviceDataset* data);
+                                              const train::DeviceDataset* data,
+                                              Env* env = Env::Default());
   int rank() const { return rank_; }
   int size() const { return size_; }
   // Samples over every rank's shard: the weight the site reports.
