@@ -18,7 +18,7 @@
 #include "common/clock.h"
 #include "common/rng.h"
 #include "coordinator/round_engine.h"
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "datasets/idx.h"
 #include "net/envelope.h"
 #include "train/backend.h"
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   const std::string run_dir =
       std::filesystem::temp_directory_path() / ("cohort_round_bench_" + std::to_string(getpid()));
   std::filesystem::create_directories(run_dir);
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   coordinator::Evaluator eval =
       [&](std::span<const float> p) -> StatusOr<coordinator::EvalMetrics> {
     COHORT_ASSIGN_OR_RETURN(train::EvalResult r, train::Evaluate(*model, p, *test));

@@ -7,7 +7,7 @@
 #include "cli/command.h"
 #include "common/logging.h"
 #include "coordinator/report.h"
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 
 namespace cohort::cli {
 namespace {
@@ -23,7 +23,7 @@ Status RunStatus(const std::string& run_dir, bool json) {
   const std::string path = run_dir + "/run.db";
   if (!std::filesystem::exists(path)) return NotFoundError(path + ": no run database here");
   // Read-only: the file stays exactly as it was, whatever it holds.
-  COHORT_ASSIGN_OR_RETURN(auto store, coordinator::OpenSqliteRunStoreReadOnly(path));
+  COHORT_ASSIGN_OR_RETURN(auto store, store::OpenSqliteRunStoreReadOnly(path));
   COHORT_ASSIGN_OR_RETURN(auto rounds, store->Rounds());
   if (!json) {
     // A data-parallel run commits one record per epoch, its workers as the
@@ -45,7 +45,7 @@ Status RunStatus(const std::string& run_dir, bool json) {
         r.seconds,
         r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
     for (const auto& c : clients) {
-      if (coordinator::ProvedMisbehaving(c))
+      if (store::ProvedMisbehaving(c))
         std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());
     }
   }

@@ -13,13 +13,13 @@
 #include "coordinator/open_run.h"
 #include "coordinator/report.h"
 #include "coordinator/round_engine.h"
-#include "coordinator/run_store.h"
 #include "crypto/key_files.h"
 #include "datasets/shard.h"
 #include "net/connection_guard.h"
 #include "net/curve.h"
 #include "net/envelope.h"
 #include "proto/config_io.h"
+#include "store/run_store.h"
 #include "train/backend.h"
 #include "train/model_config.h"
 #include "train/trainer.h"
@@ -164,7 +164,7 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
         spdlog::debug("could not send {} to a peer that is gone", net::BodyName(o.header));
       }
     }
-    for (const RoundRecord& r : engine->TakeCommitted())
+    for (const store::RoundRecord& r : engine->TakeCommitted())
       PrintRound(r, config.rounds().num_rounds());
   };
 

@@ -49,7 +49,7 @@ StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::s
       return EvalMetrics{r.loss, r.accuracy};
     };
   }
-  COHORT_ASSIGN_OR_RETURN(run.store, OpenSqliteRunStore(run_dir + "/run.db"));
+  COHORT_ASSIGN_OR_RETURN(run.store, store::OpenSqliteRunStore(run_dir + "/run.db"));
   COHORT_ASSIGN_OR_RETURN(run.engine, RoundEngine::Create(config, std::move(init), run.store.get(),
                                                           evaluator, COHORT_VERSION, now));
   return run;

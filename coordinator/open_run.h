@@ -9,8 +9,8 @@
 #include <string>
 
 #include "coordinator/round_engine.h"
-#include "coordinator/run_store.h"
 #include "datasets/dataset.h"
+#include "store/run_store.h"
 #include "train/backend.h"
 #include "train/trainer.h"
 
@@ -22,7 +22,7 @@ struct OpenRun {
   std::unique_ptr<train::Backend> backend;
   std::unique_ptr<train::Model> model;
   std::shared_ptr<train::DeviceDataset> test;
-  std::unique_ptr<RunStore> store;
+  std::unique_ptr<store::RunStore> store;
   std::unique_ptr<RoundEngine> engine;
 };
 

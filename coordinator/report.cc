@@ -32,7 +32,8 @@ std::string JsonString(const std::string& text) {
 
 }  // namespace
 
-std::string RoundJson(const RoundRecord& r, const std::vector<ClientRoundRecord>& clients) {
+std::string RoundJson(const store::RoundRecord& r,
+                      const std::vector<store::ClientRoundRecord>& clients) {
   // Secure aggregation: who left at which stage.
   static constexpr const char* kStages[] = {"commit_seed",  "advertise_keys",  "share_keys",
                                             "check_shares", "confirm_checked", "masked_input",
@@ -74,7 +75,7 @@ std::string RoundJson(const RoundRecord& r, const std::vector<ClientRoundRecord>
          ",\"clock_seconds\":" + JsonNumber(r.clock_seconds) + "}";
 }
 
-void PrintRound(const RoundRecord& r, uint32_t total) {
+void PrintRound(const store::RoundRecord& r, uint32_t total) {
   std::printf("round %3u/%u  clients %u/%u  dropped %u  train_loss %.4f", r.round, total,
               r.participants, r.selected, r.dropped, r.train_loss);
   if (r.test_accuracy >= 0) {

@@ -7,16 +7,17 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 
 namespace cohort::coordinator {
 
 // "round   3/10  clients 10/10  dropped 0  train_loss ...", on stdout.
-void PrintRound(const RoundRecord& r, uint32_t total);
+void PrintRound(const store::RoundRecord& r, uint32_t total);
 
 // One JSON object: the record, and from its clients' records who dropped,
 // at which secure-aggregation stage, and who was caught misbehaving.
-std::string RoundJson(const RoundRecord& r, const std::vector<ClientRoundRecord>& clients);
+std::string RoundJson(const store::RoundRecord& r,
+                      const std::vector<store::ClientRoundRecord>& clients);
 
 }  // namespace cohort::coordinator
 

@@ -29,25 +29,23 @@ TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} 
 
 }  // namespace
 
-StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConfig& config,
-                                                           std::vector<float> init_model,
-                                                           RunStore* store, Evaluator evaluator,
-                                                           std::string code_version, TimeMs now,
-                                                           Env* env) {
+StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(
+    const config::RunConfig& config, std::vector<float> init_model, store::RunStore* store,
+    Evaluator evaluator, std::string code_version, TimeMs now, Env* env) {
   COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(config));
   std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, std::move(evaluator), env));
   const std::string config_text = config::ToText(config);
-  COHORT_ASSIGN_OR_RETURN(std::optional<RunInfo> existing, store->LoadRun());
+  COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> existing, store->LoadRun());
   if (!existing.has_value()) {
     if (init_model.empty()) return InvalidArgumentError("initial model is empty");
-    RunInfo info{config_text, config.seed(), std::move(code_version), 0};
-    Checkpoint initial{0, init_model, {}};
+    store::RunInfo info{config_text, config.seed(), std::move(code_version), 0};
+    store::Checkpoint initial{0, init_model, {}};
     COHORT_RETURN_IF_ERROR(store->CreateRun(info, initial));
     engine->global_ = std::move(init_model);
   } else {
     // Everything but the number of rounds must match: a run may be extended.
     COHORT_RETURN_IF_ERROR(config::CheckResumable(existing->config_text, config));
-    COHORT_ASSIGN_OR_RETURN(Checkpoint cp, store->LatestCheckpoint());
+    COHORT_ASSIGN_OR_RETURN(store::Checkpoint cp, store->LatestCheckpoint());
     if (cp.round != existing->last_round) {
       return DataLossError("newest checkpoint is of round " + std::to_string(cp.round) +
                            " but round " + std::to_string(existing->last_round) + " was committed");
@@ -76,8 +74,8 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
   return engine;
 }
 
-RoundEngine::RoundEngine(const config::RunConfig& config, RunStore* store, Evaluator evaluator,
-                         Env* env)
+RoundEngine::RoundEngine(const config::RunConfig& config, store::RunStore* store,
+                         Evaluator evaluator, Env* env)
     : config_(config), store_(store), evaluator_(std::move(evaluator)), env_(env) {}
 
 net::Limits RoundEngine::limits() const {
@@ -208,8 +206,8 @@ std::vector<Outgoing> RoundEngine::OnMalformed(const std::string& peer, const St
 
 Status RoundEngine::LoadBans() {
   for (uint32_t r = 1; r <= round_; ++r) {
-    COHORT_ASSIGN_OR_RETURN(std::vector<ClientRoundRecord> records, store_->ClientRounds(r));
-    for (const ClientRoundRecord& c : records) {
+    COHORT_ASSIGN_OR_RETURN(std::vector<store::ClientRoundRecord> records, store_->ClientRounds(r));
+    for (const store::ClientRoundRecord& c : records) {
       if (ProvedMisbehaving(c) && banned_.emplace(c.client, c.reason).second) {
         env_->Log().warn("client {} stays excluded (round {}): {}", c.client, r, c.reason);
       }
@@ -730,11 +728,11 @@ Status RoundEngine::StepModel(std::span<const float> mean, EvalMetrics& metrics)
   return OkStatus();
 }
 
-std::vector<ClientRoundRecord> RoundEngine::ClientRecords(double& loss_sum,
-                                                          double& weight_sum) const {
-  std::vector<ClientRoundRecord> clients;
+std::vector<store::ClientRoundRecord> RoundEngine::ClientRecords(double& loss_sum,
+                                                                 double& weight_sum) const {
+  std::vector<store::ClientRoundRecord> clients;
   for (const auto& p : participants_) {
-    ClientRoundRecord cr;
+    store::ClientRoundRecord cr;
     cr.client = p.name;
     switch (p.state) {
       case Participant::State::kOk:
@@ -784,7 +782,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
     auto unchanged = evaluator_(global_);
     if (unchanged.ok() && std::isfinite(unchanged->loss)) metrics = *unchanged;
   }
-  RoundRecord record;
+  store::RoundRecord record;
   record.round = round;
   record.aggregation = !secure()                                               ? "plain"
                        : config_.secagg().aggregation() == config::SECAGG_PLUS ? "secagg+"
@@ -794,7 +792,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   record.test_accuracy = metrics.accuracy;
   record.test_loss = metrics.loss;
   double loss_sum = 0, weight_sum = 0;
-  std::vector<ClientRoundRecord> clients = ClientRecords(loss_sum, weight_sum);
+  std::vector<store::ClientRoundRecord> clients = ClientRecords(loss_sum, weight_sum);
   size_t ok = 0;
   for (const auto& c : clients) ok += c.status == "ok" ? 1 : 0;
   record.selected = static_cast<uint32_t>(participants_.size());
@@ -804,7 +802,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   record.train_loss = mean != nullptr && mean->metrics    ? mean->metrics->loss
                       : mean != nullptr && weight_sum > 0 ? loss_sum / weight_sum
                                                           : 0;
-  Checkpoint cp{round, global_, velocity_};
+  store::Checkpoint cp{round, global_, velocity_};
   record.coordinator_seconds = env_->MonotonicSeconds() - close_start;
   record.seconds = env_->MonotonicSeconds() - round_start_wall_;
   record.clock_seconds = double(now - round_started_) / 1000.0;

@@ -30,11 +30,11 @@
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/status.h"
-#include "coordinator/run_store.h"
 #include "crypto/keys.h"
 #include "net/envelope.h"
 #include "proto/config.pb.h"
 #include "proto/wire.pb.h"
+#include "store/run_store.h"
 
 namespace cohort::coordinator {
 
@@ -64,7 +64,7 @@ class RoundEngine {
   // ids and nonces, and takes the log lines.
   static StatusOr<std::unique_ptr<RoundEngine>> Create(const config::RunConfig& config,
                                                        std::vector<float> init_model,
-                                                       RunStore* store, Evaluator evaluator,
+                                                       store::RunStore* store, Evaluator evaluator,
                                                        std::string code_version, TimeMs now,
                                                        Env* env = Env::Default());
 
@@ -98,7 +98,7 @@ class RoundEngine {
   std::span<const float> global_model() const { return global_; }
   size_t num_params() const { return global_.size(); }
   // Rounds committed since the last call (for the daemon's per-round line).
-  std::vector<RoundRecord> TakeCommitted() { return std::exchange(committed_, {}); }
+  std::vector<store::RoundRecord> TakeCommitted() { return std::exchange(committed_, {}); }
   // Limits for decoding a message from a client.
   net::Limits limits() const;
   // The first error the store returned, if any (the daemon stops on it).
@@ -135,7 +135,8 @@ class RoundEngine {
     std::string stage;
   };
 
-  RoundEngine(const config::RunConfig& config, RunStore* store, Evaluator evaluator, Env* env);
+  RoundEngine(const config::RunConfig& config, store::RunStore* store, Evaluator evaluator,
+              Env* env);
 
   // The reply refusing a Hello (a bad name or sample count, a name or key
   // other than the authenticated sender's, no identity key in a secure run,
@@ -167,7 +168,7 @@ class RoundEngine {
   Status StepModel(std::span<const float> mean, EvalMetrics& metrics);
   // The round's per-client records; sums the weighted training loss of the
   // clients whose updates count.
-  std::vector<ClientRoundRecord> ClientRecords(double& loss_sum, double& weight_sum) const;
+  std::vector<store::ClientRoundRecord> ClientRecords(double& loss_sum, double& weight_sum) const;
 
   // Whether the round still waits on `p`.
   bool Waiting(const Participant& p) const;
@@ -229,7 +230,7 @@ class RoundEngine {
   const std::string* NameOf(const std::string& peer) const;
 
   config::RunConfig config_;
-  RunStore* store_;
+  store::RunStore* store_;
   Evaluator evaluator_;
   std::vector<float> global_;
   std::vector<float> velocity_;
@@ -259,7 +260,7 @@ class RoundEngine {
   // The round's sum (aggregation/aggregator.h): plain or secure, as the
   // config says; the engine hands it updates and asks for the mean.
   std::unique_ptr<aggregation::Aggregator> aggregator_;
-  std::vector<RoundRecord> committed_;
+  std::vector<store::RoundRecord> committed_;
   Status store_error_;
 
   // Secure aggregation state of the round in progress (stage 0: none; see

@@ -85,7 +85,7 @@ class RoundEngineTest : public ::testing::Test {
  protected:
   void Start(const config::RunConfig& config, Env* env = Env::Default()) {
     config_ = config;
-    if (!store_) store_ = std::move(OpenSqliteRunStore(":memory:")).value();
+    if (!store_) store_ = std::move(store::OpenSqliteRunStore(":memory:")).value();
     auto e = RoundEngine::Create(config, std::vector<float>(kParams, 1.0f), store_.get(), {},
                                  "test", now_, env);
     ASSERT_TRUE(e.ok()) << e.status();
@@ -119,7 +119,7 @@ class RoundEngineTest : public ::testing::Test {
   bool store_error_ok() const { return engine_->store_error().ok(); }
 
   config::RunConfig config_;
-  std::unique_ptr<RunStore> store_;
+  std::unique_ptr<store::RunStore> store_;
   std::unique_ptr<RoundEngine> engine_;
   TimeMs now_ = 1000;
   std::map<std::string, wire::RoundTask> tasks_;

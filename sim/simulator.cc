@@ -549,7 +549,7 @@ class Simulation {
       }
       Apply(it->second, clients_[it->second].session->OnMessage(e, now_));
     }
-    for (const coordinator::RoundRecord& r : engine_->TakeCommitted()) ShowRound(r);
+    for (const store::RoundRecord& r : engine_->TakeCommitted()) ShowRound(r);
   }
 
   // Called after every call into session i (all go through Apply): its
@@ -632,7 +632,7 @@ class Simulation {
     }
     if (counted_.insert(i).second) ++selected_;
   }
-  void ShowRound(const coordinator::RoundRecord& r) {
+  void ShowRound(const store::RoundRecord& r) {
     if (tty_ && !json_) std::fprintf(stderr, "\r%70s\r", "");
     if (!json_) {
       coordinator::PrintRound(r, config_.rounds().num_rounds());
@@ -646,7 +646,7 @@ class Simulation {
     // clock_seconds: the round on the virtual clock, beside the wall time.
     std::printf("%s\n",
                 coordinator::RoundJson(
-                    r, clients.ok() ? *clients : std::vector<coordinator::ClientRoundRecord>{})
+                    r, clients.ok() ? *clients : std::vector<store::ClientRoundRecord>{})
                     .c_str());
     std::fflush(stdout);
   }
@@ -658,7 +658,7 @@ class Simulation {
   double sample_ms_, latency_ms_;
   // Training finished in wall time, waiting for its due virtual time.
   std::multimap<TimeMs, Finished> finished_;
-  coordinator::RunStore* store_;
+  store::RunStore* store_;
   bool tty_ = isatty(STDERR_FILENO) != 0;
   uint32_t round_ = 0;
   size_t selected_ = 0, trained_ = 0;

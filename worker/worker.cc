@@ -23,10 +23,10 @@
 #include "aggregation/collective.h"
 #include "common/clock.h"
 #include "common/rng.h"
-#include "coordinator/run_store.h"
 #include "datasets/shard.h"
 #include "net/group.h"
 #include "proto/config_io.h"
+#include "store/run_store.h"
 #include "train/device.h"
 #include "train/model_config.h"
 #include "train/trainer.h"
@@ -116,7 +116,7 @@ struct Rank {
   std::unique_ptr<train::Backend> backend;
   std::unique_ptr<train::Model> model;
   std::unique_ptr<train::DeviceDataset> train_data, test_data;
-  std::unique_ptr<coordinator::RunStore> store;  // Rank 0 only.
+  std::unique_ptr<store::RunStore> store;  // Rank 0 only.
   aggregation::Communicator* comm = nullptr;
   aggregation::CollectiveOptions collective;
   // The gradients' all-reduce: `collective`, travelling as
@@ -149,14 +149,14 @@ StatusOr<Start> StartModel(Rank& r, const std::string& run_dir, std::vector<floa
   std::vector<float> start(6, 0.0f);
   if (r.rank == 0) {
     std::filesystem::create_directories(run_dir);
-    COHORT_ASSIGN_OR_RETURN(r.store, coordinator::OpenSqliteRunStore(run_dir + "/run.db"));
-    COHORT_ASSIGN_OR_RETURN(std::optional<coordinator::RunInfo> info, r.store->LoadRun());
+    COHORT_ASSIGN_OR_RETURN(r.store, store::OpenSqliteRunStore(run_dir + "/run.db"));
+    COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> info, r.store->LoadRun());
     if (info) {
       // A restarted group, or a longer run (more epochs): never another model,
       // optimizer, data or seed on top of this run's checkpoints.
       COHORT_RETURN_IF_ERROR(
           config::CheckResumable(info->config_text, r.config).WithContext(run_dir));
-      COHORT_ASSIGN_OR_RETURN(coordinator::Checkpoint cp, r.store->LatestCheckpoint());
+      COHORT_ASSIGN_OR_RETURN(store::Checkpoint cp, r.store->LatestCheckpoint());
       if (cp.model.size() != params.size()) {
         return FailedPreconditionError(
             run_dir + ": the stored model has " + std::to_string(cp.model.size()) +
@@ -172,7 +172,7 @@ StatusOr<Start> StartModel(Rank& r, const std::string& run_dir, std::vector<floa
       spdlog::info("resuming after epoch {}", cp.round);
     } else {
       r.model->Init(params, r.config.seed());
-      coordinator::RunInfo created{config::ToText(r.config), r.config.seed(), COHORT_VERSION, 0};
+      store::RunInfo created{config::ToText(r.config), r.config.seed(), COHORT_VERSION, 0};
       COHORT_RETURN_IF_ERROR(r.store->CreateRun(created, {0, params, {}}));
     }
   }
@@ -530,7 +530,7 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
 // is the next epoch's first step (a kill before it comes before the store).
 Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<const float> params,
                    const train::Optimizer& optimizer, uint64_t next_step) {
-  coordinator::RoundRecord rec;
+  store::RoundRecord rec;
   rec.round = epoch;
   rec.participants = rec.selected = static_cast<uint32_t>(r.world);
   rec.train_loss = e.loss;
@@ -558,8 +558,7 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
       e.loss, e.accuracy, rec.test_accuracy, e.seconds);
   std::fflush(stdout);
   COHORT_ASSIGN_OR_RETURN(std::vector<float> state, optimizer.SaveState());
-  coordinator::Checkpoint cp{
-      epoch, {params.begin(), params.end()}, std::move(state), optimizer.steps()};
+  store::Checkpoint cp{epoch, {params.begin(), params.end()}, std::move(state), optimizer.steps()};
   COHORT_RETURN_IF_ERROR(InjectFaults(r, next_step, /*after=*/false));
   return r.store->CommitRound(rec, {}, cp, 3);
 }

@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/run_store.h"
 #include "datasets/shard.h"
 #include "datasets/synthetic.h"
+#include "store/run_store.h"
 #include "train/device.h"
 
 namespace cohort::worker {
@@ -183,7 +183,7 @@ class GroupRun {
     return results;
   }
   std::vector<float> FinalModel(const std::string& run) {
-    auto store = coordinator::OpenSqliteRunStore(dir_ / run / "run.db");
+    auto store = store::OpenSqliteRunStore(dir_ / run / "run.db");
     if (!store.ok()) return {};
     auto cp = (*store)->LatestCheckpoint();
     return cp.ok() ? cp->model : std::vector<float>{};

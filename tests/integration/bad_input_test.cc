@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "common/rng.h"
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "net/envelope.h"
 #include "tests/integration/cluster.h"
 
@@ -159,7 +159,7 @@ TEST(BadInputTest, HostilePeerNeverStopsTheRun) {
 
   ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
   for (int k = 0; k < 2; ++k) EXPECT_EQ(cluster.client(k).Wait(), 0);
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), 4u);
   EXPECT_EQ(rounds[0].participants, 2u);

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "tests/integration/cluster.h"
 
 namespace cohort::testing {
@@ -57,7 +57,7 @@ TEST(CommitKillTest, KillInsideTheCommitReplaysTheRoundToTheBitIdenticalModel) {
   EXPECT_FALSE(printed_3) << "round 3 was reported although its commit never finished";
   {
     // What survived the kill: rounds 1 and 2, nothing of round 3.
-    auto store = OrThrow(coordinator::OpenSqliteRunStore(run_dir + "/run.db"),
+    auto store = OrThrow(store::OpenSqliteRunStore(run_dir + "/run.db"),
                          "open " + run_dir + "/run.db");
     EXPECT_EQ((*store->LoadRun())->last_round, kKilledRound - 1);
     EXPECT_EQ(store->Rounds()->size(), kKilledRound - 1);
@@ -75,9 +75,9 @@ TEST(CommitKillTest, KillInsideTheCommitReplaysTheRoundToTheBitIdenticalModel) {
             std::string::npos);
 
   auto ref_store =
-      OrThrow(coordinator::OpenSqliteRunStore(ref_dir + "/run.db"), "open " + ref_dir + "/run.db");
+      OrThrow(store::OpenSqliteRunStore(ref_dir + "/run.db"), "open " + ref_dir + "/run.db");
   auto store =
-      OrThrow(coordinator::OpenSqliteRunStore(run_dir + "/run.db"), "open " + run_dir + "/run.db");
+      OrThrow(store::OpenSqliteRunStore(run_dir + "/run.db"), "open " + run_dir + "/run.db");
   const auto reference = OrThrow(ref_store->LatestCheckpoint(), "ref_store LatestCheckpoint");
   const auto resumed = OrThrow(store->LatestCheckpoint(), "store LatestCheckpoint");
   EXPECT_EQ(reference.round, kRounds);

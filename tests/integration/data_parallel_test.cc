@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "datasets/shard.h"
 #include "tests/integration/harness.h"
 
@@ -52,11 +52,11 @@ class DataParallelTest : public ::testing::Test {
     return RunCohort(args, &out, dir_ / (run + ".log"));
   }
   std::vector<float> FinalModel(const std::string& run) {
-    auto store = std::move(coordinator::OpenSqliteRunStore(dir_ / (run + "/run.db"))).value();
+    auto store = std::move(store::OpenSqliteRunStore(dir_ / (run + "/run.db"))).value();
     return std::move(store->LatestCheckpoint()).value().model;
   }
-  std::vector<coordinator::RoundRecord> Epochs(const std::string& run) {
-    auto store = std::move(coordinator::OpenSqliteRunStore(dir_ / (run + "/run.db"))).value();
+  std::vector<store::RoundRecord> Epochs(const std::string& run) {
+    auto store = std::move(store::OpenSqliteRunStore(dir_ / (run + "/run.db"))).value();
     return std::move(store->Rounds()).value();
   }
   // `cohort worker` rank `rank` of `world` started by hand, its stderr in
@@ -445,8 +445,8 @@ TEST_F(DataParallelTest, AdamResumesFromItsCheckpointBitForBit) {
   ASSERT_EQ(Launch(config, "adam-straight", 2), 0) << ReadFile(dir_ / "adam-straight.log");
   const std::vector<float> restarted = FinalModel("adam-restart");
   EXPECT_EQ(restarted, FinalModel("adam-straight"));
-  auto store = std::move(coordinator::OpenSqliteRunStore(dir_ / "adam-restart/run.db")).value();
-  const coordinator::Checkpoint cp = std::move(store->LatestCheckpoint()).value();
+  auto store = std::move(store::OpenSqliteRunStore(dir_ / "adam-restart/run.db")).value();
+  const store::Checkpoint cp = std::move(store->LatestCheckpoint()).value();
   EXPECT_EQ(cp.velocity.size(), 2 * cp.model.size());  // exp_avg, exp_avg_sq.
   EXPECT_EQ(cp.optimizer_steps, 3u * 126u);            // 2002 samples, global batch 16.
 }

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "tests/integration/cluster.h"
 
 namespace cohort::testing {
@@ -75,7 +75,7 @@ TEST(FederatedRunTest, AClientThatRequiresSecureAggregationSitsOutPlainRounds) {
   std::string said;
   for (const auto& l : cluster.client(2).lines()) said += l + "\n";
   EXPECT_NE(said.find("requires secure aggregation"), std::string::npos) << said;
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), 2u);
   for (const auto& r : rounds) {

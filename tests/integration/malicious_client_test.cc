@@ -8,7 +8,7 @@
 #include <csignal>
 #include <set>
 
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "tests/integration/cluster.h"
 
 namespace cohort::testing {
@@ -44,7 +44,7 @@ TEST_P(MaliciousClientTest, HonestRoundsCommitAndTheMaliciousClientIsNamed) {
   ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
   for (int k = 0; k < kClients; ++k) EXPECT_EQ(cluster.client(k).Wait(), 0) << "client " << k;
 
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), static_cast<size_t>(kRounds));
   for (const auto& r : rounds) {
@@ -100,7 +100,7 @@ TEST(LowOrderKeysTest, ThreeOfSevenAreNamedAndExcludedAndLaterRoundsCommit) {
                             : std::vector<std::string>{});
   }
   ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), static_cast<size_t>(kRounds));
   for (const auto& cr : std::move(store->ClientRounds(1)).value()) {
@@ -148,7 +148,7 @@ TEST(RestartedClientTest, LeavesTheSecureRoundAtOnce) {
   cluster.StartClient(kRestarted, endpoint);
   ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
 
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), 3u);
   EXPECT_EQ(rounds[1].outcome, "committed");

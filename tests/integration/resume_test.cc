@@ -10,19 +10,19 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "tests/integration/cluster.h"
 
 namespace cohort::testing {
 namespace {
 
-coordinator::Checkpoint FinalCheckpoint(const std::string& run_dir) {
-  auto store = coordinator::OpenSqliteRunStore(run_dir + "/run.db");
+store::Checkpoint FinalCheckpoint(const std::string& run_dir) {
+  auto store = store::OpenSqliteRunStore(run_dir + "/run.db");
   EXPECT_TRUE(store.ok()) << store.status();
   if (!store.ok()) return {};
   auto cp = (*store)->LatestCheckpoint();
   EXPECT_TRUE(cp.ok()) << cp.status();
-  return cp.ok() ? *std::move(cp) : coordinator::Checkpoint{};
+  return cp.ok() ? *std::move(cp) : store::Checkpoint{};
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -76,8 +76,8 @@ TEST_P(ResumeTest, KilledCoordinatorResumesToTheBitIdenticalModel) {
   EXPECT_GE(committed, 3) << log;
   EXPECT_LT(committed, 6) << log;
 
-  const coordinator::Checkpoint reference = FinalCheckpoint(ref_dir);
-  const coordinator::Checkpoint resumed = FinalCheckpoint(run_dir);
+  const store::Checkpoint reference = FinalCheckpoint(ref_dir);
+  const store::Checkpoint resumed = FinalCheckpoint(run_dir);
   EXPECT_EQ(reference.round, 6u);
   EXPECT_EQ(resumed.round, 6u);
   ASSERT_FALSE(reference.model.empty());
@@ -88,7 +88,7 @@ TEST_P(ResumeTest, KilledCoordinatorResumesToTheBitIdenticalModel) {
   EXPECT_EQ(reference.velocity.empty(), v.momentum == 0.0f);
   EXPECT_TRUE(SameBits(reference.velocity, resumed.velocity))
       << "resumed server velocity differs from the uninterrupted one";
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   const auto rounds = std::move(store->Rounds()).value();
   EXPECT_EQ(rounds.size(), 6u);
   EXPECT_EQ(rounds.back().aggregation, v.aggregation == "PLAIN" ? "plain" : "secagg+");

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "tests/integration/cluster.h"
 
 namespace cohort::testing {
@@ -81,9 +81,9 @@ TEST_P(SecAggCrashTest, KilledDuringAStageWithADropoutResumesToTheBitIdenticalMo
   const std::string run_dir = RunToTheEnd(cluster, config, c, "crash", true);
 
   auto ref_store =
-      OrThrow(coordinator::OpenSqliteRunStore(ref_dir + "/run.db"), "open " + ref_dir + "/run.db");
+      OrThrow(store::OpenSqliteRunStore(ref_dir + "/run.db"), "open " + ref_dir + "/run.db");
   auto store =
-      OrThrow(coordinator::OpenSqliteRunStore(run_dir + "/run.db"), "open " + run_dir + "/run.db");
+      OrThrow(store::OpenSqliteRunStore(run_dir + "/run.db"), "open " + run_dir + "/run.db");
   const auto reference = OrThrow(ref_store->LatestCheckpoint(), "ref_store LatestCheckpoint");
   const auto resumed = OrThrow(store->LatestCheckpoint(), "store LatestCheckpoint");
   EXPECT_EQ(resumed.round, kRounds);

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "tests/integration/cluster.h"
 
 namespace cohort::testing {
@@ -77,7 +77,7 @@ TEST(SecAggE2eTest, UnmaskedSumIsExactOverCurveAndTheModelLearns) {
   ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
   for (int k = 0; k < kClients; ++k) EXPECT_EQ(cluster.client(k).Wait(), 0) << "client " << k;
 
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), 3u);
   for (const auto& r : rounds) {
@@ -121,7 +121,7 @@ TEST(SecAggE2eTest, ClientsLeavingAtEachStageCostTheRoundNothing) {
         << "client " << k;
   }
 
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), 8u);
   for (int k = 0; k < static_cast<int>(stages.size()); ++k) {
@@ -168,7 +168,7 @@ TEST(SecAggE2eTest, BelowThresholdTheRoundAbortsRevealsNothingAndTheRunGoesOn) {
   ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
   for (int k = 0; k < kClients; ++k) EXPECT_EQ(cluster.client(k).Wait(), 0) << "client " << k;
 
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), 3u);
   EXPECT_EQ(rounds[0].outcome, "committed");

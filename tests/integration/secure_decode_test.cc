@@ -14,7 +14,7 @@
 
 #include "client/session.h"
 #include "coordinator/round_engine.h"
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "crypto/keys.h"
 
 namespace cohort::testing {
@@ -46,7 +46,7 @@ class InProcessRun {
   InProcessRun(const config::RunConfig& config, std::vector<uint64_t> samples,
                std::vector<std::vector<float>> deltas, std::map<int, std::string> faults)
       : deltas_(std::move(deltas)) {
-    store_ = std::move(coordinator::OpenSqliteRunStore(":memory:")).value();
+    store_ = std::move(store::OpenSqliteRunStore(":memory:")).value();
     engine_ = std::move(coordinator::RoundEngine::Create(config, std::vector<float>(kParams, 0.0f),
                                                          store_.get(), {}, "test", now_))
                   .value();
@@ -77,7 +77,7 @@ class InProcessRun {
     ASSERT_TRUE(engine_->done());
   }
 
-  coordinator::RunStore& store() { return *store_; }
+  store::RunStore& store() { return *store_; }
   // Called on each client message before the engine sees it.
   void set_tamper(std::function<void(int client, net::Envelope&)> tamper) {
     tamper_ = std::move(tamper);
@@ -145,7 +145,7 @@ class InProcessRun {
     train::TrainResult result;
   };
   TimeMs now_ = 1000;
-  std::unique_ptr<coordinator::RunStore> store_;
+  std::unique_ptr<store::RunStore> store_;
   std::unique_ptr<coordinator::RoundEngine> engine_;
   std::vector<crypto::Ed25519KeyPair> keys_;
   std::vector<std::unique_ptr<client::Session>> sessions_;

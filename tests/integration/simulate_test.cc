@@ -10,19 +10,19 @@
 #include <memory>
 #include <set>
 
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "tests/integration/cluster.h"
 
 namespace cohort::testing {
 namespace {
 
 struct StoredRun {
-  std::vector<coordinator::RoundRecord> rounds;
+  std::vector<store::RoundRecord> rounds;
   std::vector<float> model;
 };
 
 StoredRun Load(const std::string& run_dir) {
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   return {std::move(store->Rounds()).value(), std::move(store->LatestCheckpoint()).value().model};
 }
 
@@ -94,7 +94,7 @@ TEST(SimulateDropoutTest, SecureRoundsCommitAndTheStoreNamesEachDropoutsStage) {
     plan[round][log.substr(name, log.find(' ', name) - name)] =
         log.substr(stage, log.find(' ', stage) - stage);
   }
-  auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / "run/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(c.dir() / "run/run.db")).value();
   const auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), size_t{kRounds});
   // --json: `cohort status --json`'s object per round, as each commits.
@@ -149,7 +149,7 @@ TEST(SimulateStragglersTest, TheDeadlineCutsExactlyTheClientsTooSlowForIt) {
   ASSERT_EQ(planned, kClients);
   ASSERT_FALSE(too_slow.empty()) << "the seed gave no straggler: the test shows nothing";
   ASSERT_LT(too_slow.size(), size_t{kClients - 4});
-  auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / "run/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(c.dir() / "run/run.db")).value();
   const auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), size_t{kRounds});
   for (const auto& r : rounds) {
@@ -189,7 +189,7 @@ TEST(SimulateLatencyTest, ASecureRoundPaysARoundTripPerStage) {
               0)
         << ReadFile(c.dir() / (agg + ".log"));
     auto store =
-        std::move(coordinator::OpenSqliteRunStore(c.dir() / ("run-" + agg + "/run.db"))).value();
+        std::move(store::OpenSqliteRunStore(c.dir() / ("run-" + agg + "/run.db"))).value();
     const auto rounds = std::move(store->Rounds()).value();
     ASSERT_EQ(rounds.size(), 1u);
     EXPECT_LT(rounds[0].seconds, 5.0);  // Wall time.
@@ -209,7 +209,7 @@ TEST(SimulateLatencyTest, ASecureRoundPaysARoundTripPerStage) {
             0)
       << ReadFile(c.dir() / "four.log");
   {
-    auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / "run-4/run.db")).value();
+    auto store = std::move(store::OpenSqliteRunStore(c.dir() / "run-4/run.db")).value();
     EXPECT_DOUBLE_EQ(std::move(store->Rounds()).value().at(0).clock_seconds,
                      round_seconds["SECAGG_PLUS"]);
   }
@@ -228,7 +228,7 @@ TEST(SimulateLatencyTest, ASecureRoundPaysARoundTripPerStage) {
     latencies.insert(std::stol(log.substr(at + 10)));
   }
   ASSERT_EQ(latencies.size(), size_t{kClients}) << log;  // All different.
-  auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / "run-spread/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(c.dir() / "run-spread/run.db")).value();
   const auto rounds = std::move(store->Rounds()).value();
   ASSERT_EQ(rounds.size(), 1u);
   // At least four stages wait for the slowest link both ways (the last ones
@@ -255,7 +255,7 @@ TEST(SimulateAvailabilityTest, RoundsGoOnWithWhoeverIsOnline) {
                         nullptr, c.dir() / (name + ".log")),
               0)
         << ReadFile(c.dir() / (name + ".log"));
-    auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / (name + "/run.db"))).value();
+    auto store = std::move(store::OpenSqliteRunStore(c.dir() / (name + "/run.db"))).value();
     std::vector<std::pair<uint32_t, uint32_t>> rounds;  // Selected, participants.
     for (const auto& r : std::move(store->Rounds()).value()) {
       rounds.emplace_back(r.selected, r.participants);
@@ -462,7 +462,7 @@ TEST(SimulateMemoryTest, ARoundHoldsAFewModelsNotOnePerClient) {
   ASSERT_TRUE(sim.peak_rss_bytes().has_value());
   std::printf("peak RSS of a 300-client round: %zu MB\n", *sim.peak_rss_bytes() >> 20);
   EXPECT_LT(*sim.peak_rss_bytes(), size_t{120} << 20);
-  auto store = std::move(coordinator::OpenSqliteRunStore(c.dir() / "run/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(c.dir() / "run/run.db")).value();
   EXPECT_EQ(std::move(store->Rounds()).value().back().participants, uint32_t{kClients});
 }
 

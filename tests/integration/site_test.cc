@@ -8,14 +8,14 @@
 #include <filesystem>
 #include <memory>
 
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "tests/integration/cluster.h"
 
 namespace cohort::testing {
 namespace {
 
-std::vector<coordinator::RoundRecord> Rounds(const std::string& run_dir) {
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+std::vector<store::RoundRecord> Rounds(const std::string& run_dir) {
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   return std::move(store->Rounds()).value();
 }
 

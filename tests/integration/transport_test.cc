@@ -15,7 +15,7 @@
 #include <mutex>
 #include <thread>
 
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "crypto/key_files.h"
 #include "net/envelope.h"
 #include "tests/integration/cluster.h"
@@ -161,7 +161,7 @@ TEST(TransportTest, ClientOutsideTheAllowlistCannotJoin) {
   const std::string log = ReadFile(cluster.coordinator_log());
   EXPECT_NE(log.find("is not in the allowlist"), std::string::npos) << log;
   EXPECT_EQ(log.find("client client-002 registered"), std::string::npos);
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   for (uint32_t r = 1; r <= 2; ++r) {
     // Held in a variable: a range-for over *temporary would outlive it.
     auto clients = store->ClientRounds(r);

@@ -23,7 +23,7 @@
 #include <thread>
 
 #include "coordinator/daemon.h"
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 #include "proto/config_io.h"
 #include "tests/integration/cluster.h"
 
@@ -184,7 +184,7 @@ TEST(UnauthenticatedFloodTest, CostsBoundedMemoryAndAnHonestRunFinishes) {
   ASSERT_EQ(cluster.coordinator().Wait(std::chrono::seconds(120)), 0)
       << ReadFile(cluster.coordinator_log());
   for (int k = 0; k < 3; ++k) EXPECT_EQ(cluster.client(k).Wait(), 0) << "client " << k;
-  auto store = std::move(coordinator::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
   auto rounds = std::move(store->Rounds()).value();
   EXPECT_EQ(rounds.size(), 3u);
   for (const auto& r : rounds) EXPECT_EQ(r.participants, 3u) << "round " << r.round;

@@ -1,4 +1,4 @@
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -12,7 +12,7 @@
 #include <fstream>
 #include <iterator>
 
-namespace cohort::coordinator {
+namespace cohort::store {
 namespace {
 
 Checkpoint Cp(uint32_t round, float v) { return {round, std::vector<float>(5, v), {}}; }
@@ -436,4 +436,4 @@ TEST(RunStoreTest, MalformedKillHookValueIsRefused) {
 }
 
 }  // namespace
-}  // namespace cohort::coordinator
+}  // namespace cohort::store

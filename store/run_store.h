@@ -1,8 +1,8 @@
 // RunStore: the coordinator's durable state. A round commits in one
 // transaction (metrics, per-client records, checkpoint), so a coordinator
 // killed at any instant restarts from the last committed round.
-#ifndef COHORT_COORDINATOR_RUN_STORE_H_
-#define COHORT_COORDINATOR_RUN_STORE_H_
+#ifndef COHORT_STORE_RUN_STORE_H_
+#define COHORT_STORE_RUN_STORE_H_
 
 #include <cstdint>
 #include <memory>
@@ -12,7 +12,7 @@
 
 #include "common/status.h"
 
-namespace cohort::coordinator {
+namespace cohort::store {
 
 struct RunInfo {
   std::string config_text;  // Text-format RunConfig.
@@ -130,6 +130,6 @@ StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path);
 // kFailedPrecondition.
 StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStoreReadOnly(const std::string& path);
 
-}  // namespace cohort::coordinator
+}  // namespace cohort::store
 
-#endif  // COHORT_COORDINATOR_RUN_STORE_H_
+#endif  // COHORT_STORE_RUN_STORE_H_

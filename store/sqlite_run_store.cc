@@ -10,9 +10,9 @@
 #include <string>
 
 #include "common/bytes.h"
-#include "coordinator/run_store.h"
+#include "store/run_store.h"
 
-namespace cohort::coordinator {
+namespace cohort::store {
 namespace {
 
 constexpr const char* kSchema = R"sql(
@@ -494,4 +494,4 @@ StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStoreReadOnly(const std::string
   return std::unique_ptr<RunStore>(std::move(store));
 }
 
-}  // namespace cohort::coordinator
+}  // namespace cohort::store
