@@ -4,7 +4,8 @@
 //   implementation                  who holds the sum    used by
 //   NewStreamingFedAvg (fedavg.cc)  the hub              federated rounds, PLAIN
 //   NewSecureAggregator (secagg.h)  the hub, masked      federated rounds, SECAGG(_PLUS)
-//   Communicator (collective.h)     every rank           data-parallel steps
+//   collective::Communicator        every rank           data-parallel steps
+//     (collective/collective.h, a library of its own below net/)
 //
 // A hub sum is an `Aggregator`: the round engine hands it each selected
 // client's update frame with the client's registered sample count, and
@@ -12,7 +13,8 @@
 // uses is the config's choice (secagg.aggregation): the round engine makes
 // NewStreamingFedAvg for PLAIN and NewSecureAggregator otherwise, and then
 // drives either through this interface only.
-// The peer collectives sum in place on every rank instead (collective.h).
+// The peer collectives sum in place on every rank instead
+// (collective/collective.h).
 #ifndef COHORT_AGGREGATION_AGGREGATOR_H_
 #define COHORT_AGGREGATION_AGGREGATOR_H_
 

@@ -22,7 +22,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "aggregation/collective.h"
+#include "collective/collective.h"
 #include "common/clock.h"
 #include "crypto/key_files.h"
 #include "net/group.h"
@@ -46,9 +46,9 @@ bool g_pin = false;
 // --pin-all: also when the ranks outnumber the cores, rank r on core
 // r % cores (mpirun --bind-to core:overload-allowed).
 bool g_pin_all = false;
-aggregation::Algorithm g_algorithm =
-    aggregation::Algorithm::kAuto;  // --algorithm  // --pin: rank r on CPU r, when there are enough
-                                    // CPUs.
+collective::Algorithm g_algorithm =
+    collective::Algorithm::kAuto;  // --algorithm  // --pin: rank r on CPU r, when there are enough
+                                   // CPUs.
 
 std::vector<crypto::Ed25519KeyPair> g_identities;  // --transport curve|tcp-auth.
 std::vector<crypto::AllowedKey> g_allowlist;
@@ -56,9 +56,9 @@ std::vector<crypto::AllowedKey> g_allowlist;
 // This rank's transport: shm, ZeroMQ ipc:// or tcp:// (plaintext), raw tcp
 // (plaintext), or through net::JoinGroup with keys: tcp-auth (raw tcp,
 // authenticated connections) and curve (ZeroMQ CURVE, encrypted).
-StatusOr<std::unique_ptr<aggregation::Transport>> Join(zmq::context_t& context, int rank, int world,
-                                                       const std::string& dir,
-                                                       const std::string& transport) {
+StatusOr<std::unique_ptr<collective::Transport>> Join(zmq::context_t& context, int rank, int world,
+                                                      const std::string& dir,
+                                                      const std::string& transport) {
   const std::string master = "ipc://" + dir + "/rendezvous";
   const TimeMs deadline = SteadyNowMs() + 30000;
   if (transport == "curve" || transport == "tcp-auth" || transport == "shm" || transport == "tcp") {
@@ -81,7 +81,7 @@ StatusOr<std::unique_ptr<aggregation::Transport>> Join(zmq::context_t& context, 
   COHORT_ASSIGN_OR_RETURN(auto endpoints,
                           net::Rendezvous(context, rank, world, master, z->endpoint(), deadline));
   COHORT_RETURN_IF_ERROR(z->Connect(endpoints));
-  return std::unique_ptr<aggregation::Transport>(std::move(z));
+  return std::unique_ptr<collective::Transport>(std::move(z));
 }
 
 int Rank(int rank, int world, const std::string& dir, const std::string& transport, bool exact) {
@@ -91,9 +91,9 @@ int Rank(int rank, int world, const std::string& dir, const std::string& transpo
     std::fprintf(stderr, "rank %d: %s\n", rank, joined.status().ToString().c_str());
     return 1;
   }
-  std::unique_ptr<aggregation::Transport> t = std::move(*joined);
-  aggregation::Communicator comm(t.get());
-  aggregation::CollectiveOptions options{
+  std::unique_ptr<collective::Transport> t = std::move(*joined);
+  collective::Communicator comm(t.get());
+  collective::CollectiveOptions options{
       .algorithm = g_algorithm, .timeout_ms = 60000, .exact = exact};
   for (Size s : kSizes) {
     if (g_only_bytes != 0) {
@@ -152,9 +152,9 @@ int main(int argc, char** argv) {
       exact = true;
     } else if (!std::strcmp(argv[i], "--algorithm") && i + 1 < argc) {
       const std::string a = argv[++i];
-      g_algorithm = a == "ring" ? aggregation::Algorithm::kRing
-                    : a == "rd" ? aggregation::Algorithm::kRecursiveDoubling
-                                : aggregation::Algorithm::kAuto;
+      g_algorithm = a == "ring" ? collective::Algorithm::kRing
+                    : a == "rd" ? collective::Algorithm::kRecursiveDoubling
+                                : collective::Algorithm::kAuto;
     } else if (!std::strcmp(argv[i], "--pin")) {
       g_pin = true;
     } else if (!std::strcmp(argv[i], "--pin-all")) {

@@ -16,7 +16,7 @@
 #include "crypto/key_files.h"
 #include "datasets/shard.h"
 #include "net/curve.h"
-#include "net/envelope.h"
+#include "net/zmq_codec.h"
 #include "proto/config_io.h"
 #include "train/backend.h"
 #include "train/device.h"

@@ -10,7 +10,7 @@
 
 #include "common/bytes.h"
 #include "common/rng.h"
-#include "net/secagg_wire.h"
+#include "aggregation/secagg_wire.h"
 #include "train/model_config.h"
 
 #ifndef COHORT_VERSION
@@ -523,7 +523,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   secagg_ = std::move(r);
   if (Paused("commit_seed", round, a)) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(aggregation::SeedCommit commit, secagg_->client->CommitSeed());
-  SendSecAgg(net::ToWire(round, task_id, commit), "commitment root", now, a);
+  SendSecAgg(aggregation::ToWire(round, task_id, commit), "commitment root", now, a);
   return OkStatus();
 }
 
@@ -589,17 +589,17 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
   switch (h.body_case()) {
     case wire::Header::kSecaggSeed: {
       if (Paused("advertise_keys", round, a)) return;
-      auto root = net::FromWire(h.secagg_seed());
+      auto root = aggregation::FromWire(h.secagg_seed());
       if (!root.ok()) return Refuse(root.status(), a);
       auto advert = client.AdvertiseKeys(*root);
       if (!advert.ok()) return Refuse(advert.status(), a);
       if (Misbehaves("low_order_key")) advert->mask_key = {};
-      SendSecAgg(net::ToWire(round, task_id, *advert), "key list", now, a);
+      SendSecAgg(aggregation::ToWire(round, task_id, *advert), "key list", now, a);
       return;
     }
     case wire::Header::kSecaggKeys: {
       if (Paused("share_keys", round, a)) return;
-      auto list = net::FromWire(h.secagg_keys());
+      auto list = aggregation::FromWire(h.secagg_keys());
       if (!list.ok()) return Refuse(list.status(), a);
       auto sealed = client.ShareKeys(*list);
       if (!sealed.ok()) return Refuse(sealed.status(), a);
@@ -608,12 +608,12 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
           env_->RandomBytes({reinterpret_cast<uint8_t*>(ct.data()), ct.size()});
         }
       }
-      SendSecAgg(net::ToWire(round, task_id, *sealed), "neighbours' shares", now, a);
+      SendSecAgg(aggregation::ToWire(round, task_id, *sealed), "neighbours' shares", now, a);
       return;
     }
     case wire::Header::kSecaggShares: {
       if (Paused("check_shares", round, a)) return;
-      auto inbound = net::FromWire(h.secagg_shares());
+      auto inbound = aggregation::FromWire(h.secagg_shares());
       if (!inbound.ok()) return Refuse(inbound.status(), a);
       auto check = client.CheckShares(*inbound);
       if (!check.ok()) return Refuse(check.status(), a);
@@ -621,18 +621,18 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
         env_->Log().warn("round {}: cannot open the shares of client {}: complaining", round,
                          c.about);
       }
-      SendSecAgg(net::ToWire(round, task_id, *check), "checked list", now, a);
+      SendSecAgg(aggregation::ToWire(round, task_id, *check), "checked list", now, a);
       return;
     }
     case wire::Header::kSecaggChecked: {
       if (Paused("confirm_checked", round, a)) return;
-      auto confirmation = client.ReceiveChecked(net::FromWire(h.secagg_checked()));
+      auto confirmation = client.ReceiveChecked(aggregation::FromWire(h.secagg_checked()));
       if (!confirmation.ok()) return Refuse(confirmation.status(), a);
-      SendSecAgg(net::ToWire(round, task_id, *confirmation), "confirmations", now, a);
+      SendSecAgg(aggregation::ToWire(round, task_id, *confirmation), "confirmations", now, a);
       return;
     }
     case wire::Header::kSecaggConfirm: {
-      auto confirmations = net::FromWire(h.secagg_confirm());
+      auto confirmations = aggregation::FromWire(h.secagg_confirm());
       if (!confirmations.ok()) return Refuse(confirmations.status(), a);
       Status confirmed = client.ReceiveConfirmations(*confirmations);
       if (!confirmed.ok()) return Refuse(confirmed, a);
@@ -642,21 +642,21 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
     }
     case wire::Header::kSecaggSurvivors: {
       if (Paused("consistency", round, a)) return;
-      auto sig = client.SignSurvivors(net::FromWire(h.secagg_survivors()));
+      auto sig = client.SignSurvivors(aggregation::FromWire(h.secagg_survivors()));
       if (!sig.ok()) return Refuse(sig.status(), a);
-      SendSecAgg(net::ToWire(round, task_id, *sig), "unmask request", now, a);
+      SendSecAgg(aggregation::ToWire(round, task_id, *sig), "unmask request", now, a);
       return;
     }
     case wire::Header::kSecaggUnmaskRequest: {
       if (Paused("unmasking", round, a)) return;
-      auto request = net::FromWire(h.secagg_unmask_request());
+      auto request = aggregation::FromWire(h.secagg_unmask_request());
       if (!request.ok()) return Refuse(request.status(), a);
       auto response = client.Unmask(*request);
       if (!response.ok()) return Refuse(response.status(), a);
       if (Misbehaves("bad_unmask_share")) {
         for (auto& sh : response->shares) env_->RandomBytes(sh.share.bytes().subspan(4, 8));
       }
-      Send(net::ToWire(round, task_id, *response), {}, now, a);
+      Send(aggregation::ToWire(round, task_id, *response), {}, now, a);
       secagg_.reset();  // Done: its secrets are wiped.
       return;
     }

@@ -6,7 +6,7 @@
 #include <limits>
 #include <sstream>
 
-#include "net/secagg_wire.h"
+#include "aggregation/secagg_wire.h"
 
 namespace cohort::client {
 namespace {

@@ -139,7 +139,7 @@ StatusOr<std::unique_ptr<Site>> Site::Join(zmq::context_t& context, const net::G
   // is still noticed at once over shared memory.
   s->idle_.timeout_ms = 24 * 3600 * 1000;
   COHORT_ASSIGN_OR_RETURN(s->transport_, net::JoinGroup(context, group, s->step_));
-  s->comm_ = std::make_unique<aggregation::Communicator>(s->transport_.get());
+  s->comm_ = std::make_unique<collective::Communicator>(s->transport_.get());
   // Every rank's count in its own slot, so a bad one is named (and every
   // rank refuses it alike) rather than summed into a weight the coordinator
   // refuses, Hello after Hello.
@@ -168,7 +168,7 @@ void Site::Finish() {
   if (rank_ != 0) return;
   std::vector<int64_t> header(kHeaderWords, 0);
   header[kKind] = kFinish;
-  aggregation::CollectiveOptions quick = step_;
+  collective::CollectiveOptions quick = step_;
   quick.timeout_ms = 2000;
   if (Status s = comm_->AllReduce(header, quick); !s.ok()) {
     spdlog::warn("site: could not tell the workers the run is over: {}", s.message());

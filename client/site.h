@@ -20,8 +20,8 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "aggregation/collective.h"
-#include "aggregation/transport.h"
+#include "collective/collective.h"
+#include "collective/transport.h"
 #include "common/env.h"
 #include "common/status.h"
 #include "net/group.h"
@@ -81,10 +81,10 @@ class Site {
   train::Backend* backend_ = nullptr;
   const train::DeviceDataset* data_ = nullptr;
   Env* env_ = nullptr;
-  std::unique_ptr<aggregation::Transport> transport_;
-  std::unique_ptr<aggregation::Communicator> comm_;
-  aggregation::CollectiveOptions step_;  // Each training step's deadline.
-  aggregation::CollectiveOptions idle_;  // Waiting for the next task.
+  std::unique_ptr<collective::Transport> transport_;
+  std::unique_ptr<collective::Communicator> comm_;
+  collective::CollectiveOptions step_;  // Each training step's deadline.
+  collective::CollectiveOptions idle_;  // Waiting for the next task.
   // A worker's model, rebuilt when the task's config changes.
   std::string model_config_;
   std::unique_ptr<train::Model> model_;

@@ -198,9 +198,9 @@ TEST(SiteTest, AnImpossibleSampleCountIsNamedWhenTheSiteJoins) {
         sent = transport.status();
         return;
       }
-      aggregation::Communicator comm(transport->get());
+      collective::Communicator comm(transport->get());
       std::vector<int64_t> samples = {0, claim};
-      aggregation::CollectiveOptions quick;
+      collective::CollectiveOptions quick;
       quick.timeout_ms = 10000;
       sent = comm.AllReduce(samples, quick);
     });

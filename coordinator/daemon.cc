@@ -17,7 +17,7 @@
 #include "datasets/shard.h"
 #include "net/connection_guard.h"
 #include "net/curve.h"
-#include "net/envelope.h"
+#include "net/zmq_codec.h"
 #include "proto/config_io.h"
 #include "store/run_store.h"
 #include "train/backend.h"

@@ -20,7 +20,7 @@
 
 #include "coordinator/round_engine.h"
 #include "crypto/keys.h"
-#include "net/secagg_wire.h"
+#include "aggregation/secagg_wire.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -206,7 +206,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       const auto& m = h.secagg_seed();
       p = SecAggSender(peer, m.round(), m.task_id(), 1, "seed commitment", now, out);
       if (p == nullptr) return;
-      auto commit = net::FromWire(m, index_of(p));
+      auto commit = aggregation::FromWire(m, index_of(p));
       status = commit.ok() ? secagg()->OnSeedCommit(*commit) : commit.status();
       break;
     }
@@ -214,7 +214,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       const auto& m = h.secagg_keys();
       p = SecAggSender(peer, m.round(), m.task_id(), 2, "key advert", now, out);
       if (p == nullptr) return;
-      auto advert = net::FromWire(m, index_of(p));
+      auto advert = aggregation::FromWire(m, index_of(p));
       status = advert.ok() ? secagg()->OnAdvertise(*advert) : advert.status();
       break;
     }
@@ -222,7 +222,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       const auto& m = h.secagg_shares();
       p = SecAggSender(peer, m.round(), m.task_id(), 3, "shares", now, out);
       if (p == nullptr) return;
-      auto shares = net::FromWire(m, index_of(p));
+      auto shares = aggregation::FromWire(m, index_of(p));
       status = shares.ok() ? secagg()->OnShares(std::move(*shares)) : shares.status();
       break;
     }
@@ -230,7 +230,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       const auto& m = h.secagg_share_check();
       p = SecAggSender(peer, m.round(), m.task_id(), 4, "share check", now, out);
       if (p == nullptr) return;
-      auto check = net::FromWire(m, index_of(p));
+      auto check = aggregation::FromWire(m, index_of(p));
       status = check.ok() ? secagg()->OnShareCheck(*check) : check.status();
       break;
     }
@@ -238,7 +238,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       const auto& m = h.secagg_confirm();
       p = SecAggSender(peer, m.round(), m.task_id(), 5, "checked-list confirmation", now, out);
       if (p == nullptr) return;
-      auto c = net::FromWire(m, index_of(p));
+      auto c = aggregation::FromWire(m, index_of(p));
       status = c.ok() ? secagg()->OnConfirmation(*c) : c.status();
       break;
     }
@@ -246,7 +246,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       const auto& m = h.secagg_signature();
       p = SecAggSender(peer, m.round(), m.task_id(), 7, "survivor signature", now, out);
       if (p == nullptr) return;
-      auto sig = net::FromWire(m, index_of(p));
+      auto sig = aggregation::FromWire(m, index_of(p));
       status = sig.ok() ? secagg()->OnSignature(*sig) : sig.status();
       break;
     }
@@ -254,7 +254,7 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
       const auto& m = h.secagg_unmask();
       p = SecAggSender(peer, m.round(), m.task_id(), 8, "unmasking shares", now, out);
       if (p == nullptr) return;
-      auto r = net::FromWire(m, index_of(p));
+      auto r = aggregation::FromWire(m, index_of(p));
       status = r.ok() ? secagg()->OnUnmask(std::move(*r)) : r.status();
       break;
     }
@@ -313,20 +313,20 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
     case 1: {
       COHORT_ASSIGN_OR_RETURN(auto roots, secagg()->CloseSeedCommit());
       for (const auto& [index, root] : roots) {
-        SendSecAgg(index, net::ToWire(round, task_id_, root), out);
+        SendSecAgg(index, aggregation::ToWire(round, task_id_, root), out);
       }
       break;
     }
     case 2: {
       COHORT_ASSIGN_OR_RETURN(auto lists, secagg()->CloseAdvertise());
       for (const auto& [index, list] : lists)
-        SendSecAgg(index, net::ToWire(round, task_id_, list), out);
+        SendSecAgg(index, aggregation::ToWire(round, task_id_, list), out);
       break;
     }
     case 3: {
       COHORT_ASSIGN_OR_RETURN(auto inbound, secagg()->CloseShares());
       for (const auto& [index, shares] : inbound) {
-        SendSecAgg(index, net::ToWire(round, task_id_, shares), out);
+        SendSecAgg(index, aggregation::ToWire(round, task_id_, shares), out);
       }
       break;
     }
@@ -343,7 +343,7 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
     case 5: {
       COHORT_ASSIGN_OR_RETURN(auto confirmations, secagg()->CloseConfirmation());
       for (const auto& [index, c] : confirmations) {
-        SendSecAgg(index, net::ToWire(round, task_id_, c), out);
+        SendSecAgg(index, aggregation::ToWire(round, task_id_, c), out);
       }
       // Clients can mask only now: slow key-exchange stages must not eat the
       // whole masked-input stage.
@@ -369,7 +369,7 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
     case 7: {
       COHORT_ASSIGN_OR_RETURN(auto requests, secagg()->CloseConsistency());
       for (const auto& [index, request] : requests) {
-        SendSecAgg(index, net::ToWire(round, task_id_, request), out);
+        SendSecAgg(index, aggregation::ToWire(round, task_id_, request), out);
       }
       break;
     }

@@ -11,7 +11,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "aggregation/collective.h"
+#include "collective/collective.h"
 #include "net/group.h"
 
 namespace cohort::net {
@@ -27,7 +27,7 @@ int64_t IntInput(int rank, size_t i) { return (rank + 1) * (int64_t(i) - 5) * 10
 int Rank(int rank, int world, const std::string& master, const std::string& transport,
          const std::vector<size_t>& lengths) {
   zmq::context_t context(1);
-  const aggregation::CollectiveOptions options{.timeout_ms = 60000};
+  const collective::CollectiveOptions options{.timeout_ms = 60000};
   auto joined = JoinGroup(
       context,
       {.rank = rank, .size = world, .master = master, .transport = transport, .insecure = true},
@@ -36,7 +36,7 @@ int Rank(int rank, int world, const std::string& master, const std::string& tran
     std::fprintf(stderr, "rank %d: %s\n", rank, joined.status().ToString().c_str());
     return 1;
   }
-  aggregation::Communicator comm(joined->get());
+  collective::Communicator comm(joined->get());
   const int64_t ranks_sum = int64_t(world) * (world + 1) / 2;
   for (size_t n : lengths) {
     std::vector<float> x(n);

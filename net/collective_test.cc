@@ -1,6 +1,6 @@
-// The collectives (aggregation/collective.h) with N ranks as threads, over
+// The collectives (collective/collective.h) with N ranks as threads, over
 // each transport of net/.
-#include "aggregation/collective.h"
+#include "collective/collective.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "aggregation/bucket_reducer.h"
+#include "collective/bucket_reducer.h"
 #include "common/rng.h"
 #include "net/inprocess_transport.h"
 #include "net/rendezvous.h"
@@ -22,8 +22,8 @@
 namespace cohort::net {
 namespace {
 
-using aggregation::Algorithm;
-using aggregation::Communicator;
+using collective::Algorithm;
+using collective::Communicator;
 
 enum class Kind { kInProcess, kZmqTcp, kZmqIpc, kShm, kTcp };
 const char* Name(Kind k) {
@@ -91,7 +91,7 @@ struct Group {
   }
   InProcessHub hub;
   zmq::context_t context;
-  std::vector<std::unique_ptr<aggregation::Transport>> transports;
+  std::vector<std::unique_ptr<collective::Transport>> transports;
 };
 
 // Runs body(rank, communicator) on `size` threads; returns each rank's status.
@@ -151,7 +151,7 @@ TEST_P(CollectiveTest, AllReduceEqualsTheSerialSumForEveryWorldSizeAndLength) {
 // rounding of size - 1 adds at the type's precision of the serial sum of
 // the rounded inputs.
 TEST_P(CollectiveTest, SixteenBitFloatsSumWithinTheirRoundingForEveryWorldSize) {
-  using aggregation::WireType;
+  using collective::WireType;
   for (WireType wire : {WireType::kBf16, WireType::kFp16}) {
     const double unit = wire == WireType::kBf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
     auto round = [&](float x) {
@@ -212,7 +212,7 @@ TEST_P(CollectiveTest, SixteenBitVectorsAndMismatchedTypesAreNamed) {
             r == 0 ? std::span<float>(v) : std::span<float>(w),
             {.algorithm = Algorithm::kRecursiveDoubling,
              .timeout_ms = 1000,
-             .wire = r == 0 ? aggregation::WireType::kBf16 : aggregation::WireType::kFp16});
+             .wire = r == 0 ? collective::WireType::kBf16 : collective::WireType::kFp16});
       },
       GetParam());
   EXPECT_EQ(st[0].code(), StatusCode::kInvalidArgument) << st[0];
@@ -221,7 +221,7 @@ TEST_P(CollectiveTest, SixteenBitVectorsAndMismatchedTypesAreNamed) {
       << st[0];
   // Exact mode sums fixed point made from float32, nothing narrower.
   Status exact = RunRanks(1, [&](int, Communicator& c) {
-    return c.AllReduce(v, {.exact = true, .wire = aggregation::WireType::kBf16});
+    return c.AllReduce(v, {.exact = true, .wire = collective::WireType::kBf16});
   })[0];
   EXPECT_EQ(exact.code(), StatusCode::kInvalidArgument) << exact;
 }
@@ -280,7 +280,7 @@ TEST_P(CollectiveTest, IntegersAndExactModeAreBitIdenticalWhateverTheAlgorithm) 
   EXPECT_EQ(results[0], results[1]);
 }
 
-// Gradient buckets (aggregation/bucket_reducer.h): reduced on a thread of
+// Gradient buckets (collective/bucket_reducer.h): reduced on a thread of
 // their own, last first as a backward pass writes them, while the caller
 // goes on; in exact mode the same bits as one all-reduce of the whole.
 TEST_P(CollectiveTest, BucketsReducedOnTheirOwnThreadEqualOneAllReduce) {
@@ -297,7 +297,7 @@ TEST_P(CollectiveTest, BucketsReducedOnTheirOwnThreadEqualOneAllReduce) {
     st = RunRanks(
         size,
         [&](int r, Communicator& c) {
-          aggregation::BucketReducer reducer(&c, {.exact = exact});
+          collective::BucketReducer reducer(&c, {.exact = exact});
           for (size_t b = 0; b + 1 < std::size(cuts); ++b) {
             reducer.Submit(
                 std::span<float>(bucketed[r]).subspan(cuts[b + 1], cuts[b] - cuts[b + 1]));
@@ -431,9 +431,9 @@ TEST(InProcessTest, ADeadPeerFailsAtOnceNamingIt) {
 }
 
 // Forwards to a transport, holding each copy receive until `go` is set.
-class HeldTransport final : public aggregation::Transport {
+class HeldTransport final : public collective::Transport {
  public:
-  HeldTransport(aggregation::Transport* t, std::atomic<bool>* go) : t_(t), go_(go) {}
+  HeldTransport(collective::Transport* t, std::atomic<bool>* go) : t_(t), go_(go) {}
   int rank() const override { return t_->rank(); }
   int size() const override { return t_->size(); }
   Status Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override {
@@ -446,17 +446,17 @@ class HeldTransport final : public aggregation::Transport {
   size_t window_bytes() const override { return t_->window_bytes(); }
   Status Flush(TimeMs deadline) override { return t_->Flush(deadline); }
   void Revoke() override { t_->Revoke(); }
-  StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override {
+  StatusOr<collective::Message> Receive(int peer, TimeMs deadline) override {
     return t_->Receive(peer, deadline);
   }
-  StatusOr<aggregation::Message> ReceiveInto(int peer, TimeMs deadline, size_t head_bytes,
-                                             std::span<uint8_t> body, bool* landed) override {
+  StatusOr<collective::Message> ReceiveInto(int peer, TimeMs deadline, size_t head_bytes,
+                                            std::span<uint8_t> body, bool* landed) override {
     while (!go_->load()) std::this_thread::yield();
     return t_->ReceiveInto(peer, deadline, head_bytes, body, landed);
   }
 
  private:
-  aggregation::Transport* t_;
+  collective::Transport* t_;
   std::atomic<bool>* go_;
 };
 
@@ -489,8 +489,8 @@ TEST(ShmCollectiveTest, AFailedRankWithdrawsWhatItsPeerHasNotRead) {
 
 TEST_P(CollectiveTest, AWrongSizedOrStaleMessageIsAnErrorNotACrash) {
   Group group(GetParam(), 2);
-  aggregation::Transport* t0 = group.transports[0].get();
-  aggregation::Transport* t1 = group.transports[1].get();
+  collective::Transport* t0 = group.transports[0].get();
+  collective::Transport* t1 = group.transports[1].get();
   Communicator c0(t0);
   // Rank 1 sends garbage instead of its chunk.
   const std::vector<uint8_t> junk(20, 0xab);

@@ -10,7 +10,7 @@
 #include <chrono>
 #include <vector>
 
-#include "net/envelope.h"
+#include "net/zmq_codec.h"
 
 namespace cohort::net {
 namespace {

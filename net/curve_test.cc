@@ -6,7 +6,7 @@
 #include <cstring>
 #include <optional>
 
-#include "net/envelope.h"
+#include "net/zmq_codec.h"
 
 namespace cohort::net {
 namespace {

@@ -1,8 +1,8 @@
-#include "net/envelope.h"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
+
+#include "net/zmq_codec.h"
 
 namespace cohort::net {
 namespace {

@@ -61,11 +61,11 @@ StatusOr<crypto::X25519Public> KeyOf(const GroupOptions& o, const std::string& n
 
 // The data over ZeroMQ CURVE: every inbox admits only the allowlist, and a
 // message counts only under the key of the rank it claims.
-StatusOr<std::unique_ptr<aggregation::Transport>> JoinEncrypted(zmq::context_t& context,
-                                                                const GroupOptions& o,
-                                                                std::shared_ptr<Security> security,
-                                                                RendezvousSecurity rs,
-                                                                TimeMs deadline) {
+StatusOr<std::unique_ptr<collective::Transport>> JoinEncrypted(zmq::context_t& context,
+                                                               const GroupOptions& o,
+                                                               std::shared_ptr<Security> security,
+                                                               RendezvousSecurity rs,
+                                                               TimeMs deadline) {
   ZmqTransportOptions options;
   options.curve = &security->keys;
   COHORT_ASSIGN_OR_RETURN(
@@ -80,15 +80,15 @@ StatusOr<std::unique_ptr<aggregation::Transport>> JoinEncrypted(zmq::context_t& 
   }
   COHORT_RETURN_IF_ERROR(zmq->Connect(endpoints, peers));
   zmq->KeepAlive(std::move(security));
-  return std::unique_ptr<aggregation::Transport>(std::move(zmq));
+  return std::unique_ptr<collective::Transport>(std::move(zmq));
 }
 
 // The data over plain TCP: each connection proves the key the two ranks
 // agree from their identities (X25519), nothing more.
-StatusOr<std::unique_ptr<aggregation::Transport>> JoinAuthenticatedTcp(zmq::context_t& context,
-                                                                       const GroupOptions& o,
-                                                                       const RendezvousSecurity& rs,
-                                                                       TimeMs deadline) {
+StatusOr<std::unique_ptr<collective::Transport>> JoinAuthenticatedTcp(zmq::context_t& context,
+                                                                      const GroupOptions& o,
+                                                                      const RendezvousSecurity& rs,
+                                                                      TimeMs deadline) {
   COHORT_ASSIGN_OR_RETURN(auto tcp, TcpTransport::Listen(o.rank, o.size, o.host));
   COHORT_ASSIGN_OR_RETURN(
       std::vector<std::string> endpoints,
@@ -108,12 +108,12 @@ StatusOr<std::unique_ptr<aggregation::Transport>> JoinAuthenticatedTcp(zmq::cont
     sodium_memzero(key.data(), key.size());
   }
   COHORT_RETURN_IF_ERROR(tcp->Connect(endpoints, std::move(pair_keys), deadline));
-  return std::unique_ptr<aggregation::Transport>(std::move(tcp));
+  return std::unique_ptr<collective::Transport>(std::move(tcp));
 }
 
-StatusOr<std::unique_ptr<aggregation::Transport>> JoinAuthenticated(zmq::context_t& context,
-                                                                    const GroupOptions& o,
-                                                                    TimeMs deadline) {
+StatusOr<std::unique_ptr<collective::Transport>> JoinAuthenticated(zmq::context_t& context,
+                                                                   const GroupOptions& o,
+                                                                   TimeMs deadline) {
   std::string my_name;
   for (const crypto::AllowedKey& a : o.allowlist) {
     if (a.key == o.identity->public_key) my_name = a.name;
@@ -140,7 +140,7 @@ namespace {
 
 // MPI started the ranks: no rendezvous, and MPI's rank and size must be
 // the ones this rank was given (or read from the environment).
-StatusOr<std::unique_ptr<aggregation::Transport>> JoinMpi(const GroupOptions& o) {
+StatusOr<std::unique_ptr<collective::Transport>> JoinMpi(const GroupOptions& o) {
 #ifdef COHORT_HAVE_MPI
   COHORT_ASSIGN_OR_RETURN(auto mpi, MpiTransport::Create());
   if (mpi->rank() != o.rank || mpi->size() != o.size) {
@@ -148,7 +148,7 @@ StatusOr<std::unique_ptr<aggregation::Transport>> JoinMpi(const GroupOptions& o)
                                 std::to_string(mpi->size()) + ", this worker was told rank " +
                                 std::to_string(o.rank) + " of " + std::to_string(o.size));
   }
-  return std::unique_ptr<aggregation::Transport>(std::move(mpi));
+  return std::unique_ptr<collective::Transport>(std::move(mpi));
 #else
   (void)o;
   return UnimplementedError(
@@ -181,8 +181,9 @@ std::string Describe(const GroupOptions& o) {
                    : "tcp: authenticated, not encrypted";
 }
 
-StatusOr<std::unique_ptr<aggregation::Transport>> JoinGroup(
-    zmq::context_t& context, const GroupOptions& o, const aggregation::CollectiveOptions& c) {
+StatusOr<std::unique_ptr<collective::Transport>> JoinGroup(zmq::context_t& context,
+                                                           const GroupOptions& o,
+                                                           const collective::CollectiveOptions& c) {
   if (o.transport != "auto" && o.transport != "shm" && o.transport != "tcp" &&
       o.transport != "mpi") {
     return InvalidArgumentError("transport \"" + o.transport +
@@ -203,9 +204,9 @@ StatusOr<std::unique_ptr<aggregation::Transport>> JoinGroup(
     COHORT_RETURN_IF_ERROR(shm->Connect(endpoints));
     // Once every rank has mapped every inbox, the names can go: nothing is
     // left in /dev/shm however the group ends.
-    COHORT_RETURN_IF_ERROR(aggregation::Communicator(shm.get()).Barrier(c));
+    COHORT_RETURN_IF_ERROR(collective::Communicator(shm.get()).Barrier(c));
     shm->Unlink();
-    return std::unique_ptr<aggregation::Transport>(std::move(shm));
+    return std::unique_ptr<collective::Transport>(std::move(shm));
   }
   if (o.identity != nullptr) return JoinAuthenticated(context, o, deadline);
   if (!o.insecure) {
@@ -218,7 +219,7 @@ StatusOr<std::unique_ptr<aggregation::Transport>> JoinGroup(
   COHORT_ASSIGN_OR_RETURN(std::vector<std::string> endpoints,
                           Rendezvous(context, o.rank, o.size, o.master, tcp->endpoint(), deadline));
   COHORT_RETURN_IF_ERROR(tcp->Connect(endpoints, {}, deadline));
-  return std::unique_ptr<aggregation::Transport>(std::move(tcp));
+  return std::unique_ptr<collective::Transport>(std::move(tcp));
 }
 
 }  // namespace cohort::net

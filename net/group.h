@@ -8,8 +8,8 @@
 #include <string>
 #include <zmq.hpp>
 
-#include "aggregation/collective.h"
-#include "aggregation/transport.h"
+#include "collective/collective.h"
+#include "collective/transport.h"
 #include "common/status.h"
 #include "crypto/key_files.h"
 #include "crypto/keys.h"
@@ -56,9 +56,9 @@ std::string Describe(const GroupOptions& options);
 
 // This rank's transport, connected to every peer once all have met at the
 // master (waiting up to `collective.timeout_ms`).
-StatusOr<std::unique_ptr<aggregation::Transport>> JoinGroup(
+StatusOr<std::unique_ptr<collective::Transport>> JoinGroup(
     zmq::context_t& context, const GroupOptions& options,
-    const aggregation::CollectiveOptions& collective);
+    const collective::CollectiveOptions& collective);
 
 }  // namespace cohort::net
 

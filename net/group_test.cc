@@ -22,7 +22,7 @@ namespace {
 struct Member {
   crypto::Ed25519KeyPair identity = std::move(crypto::GenerateEd25519()).value();
   zmq::context_t context{1};
-  StatusOr<std::unique_ptr<aggregation::Transport>> transport = UnavailableError("not joined");
+  StatusOr<std::unique_ptr<collective::Transport>> transport = UnavailableError("not joined");
 };
 
 std::string Master(const std::string& tag) {
@@ -70,7 +70,7 @@ TEST_P(GroupSumTest, AuthenticatedRanksMeetAndSum) {
   std::vector<Status> results(3);
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
-      aggregation::Communicator comm(members[r].transport->get());
+      collective::Communicator comm(members[r].transport->get());
       results[r] = comm.AllReduce(data[r], {.timeout_ms = 10000});
     });
   }

@@ -5,7 +5,7 @@
 
 namespace cohort::net {
 
-using aggregation::Transport;
+using collective::Transport;
 
 class InProcessTransport final : public Transport {
  public:
@@ -28,7 +28,7 @@ class InProcessTransport final : public Transport {
     return OkStatus();
   }
 
-  StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override {
+  StatusOr<collective::Message> Receive(int peer, TimeMs deadline) override {
     if (peer < 0 || peer >= hub_->size_) {
       return InvalidArgumentError("receive from rank " + std::to_string(peer) + " of " +
                                   std::to_string(hub_->size_));
@@ -38,7 +38,7 @@ class InProcessTransport final : public Transport {
     auto& queue = box.from[peer];
     for (;;) {
       if (!queue.empty()) {
-        aggregation::Message m(std::move(queue.front()));
+        collective::Message m(std::move(queue.front()));
         queue.pop_front();
         return m;
       }

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <vector>
 
-#include "aggregation/transport.h"
+#include "collective/transport.h"
 
 namespace cohort::net {
 
@@ -18,7 +18,7 @@ class InProcessHub {
  public:
   explicit InProcessHub(int size);
   // Rank `rank`'s end; the hub must outlive it.
-  std::unique_ptr<aggregation::Transport> Connect(int rank);
+  std::unique_ptr<collective::Transport> Connect(int rank);
   // Rank `rank` dies: what it sent stays readable, then its peers' receives
   // from it fail at once with kUnavailable.
   void Kill(int rank);

@@ -81,7 +81,7 @@ Status MpiTransport::Progress() {
 }
 
 Status MpiTransport::Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) {
-  if (head.size() + body.size() > aggregation::kMaxCollectiveMessageBytes) {
+  if (head.size() + body.size() > collective::kMaxCollectiveMessageBytes) {
     return InvalidArgumentError("MPI: a message of " + std::to_string(head.size() + body.size()) +
                                 " bytes");
   }
@@ -104,7 +104,7 @@ Status MpiTransport::Send(int peer, std::span<const uint8_t> head, std::span<con
   return Progress();
 }
 
-StatusOr<aggregation::Message> MpiTransport::Receive(int peer, TimeMs deadline) {
+StatusOr<collective::Message> MpiTransport::Receive(int peer, TimeMs deadline) {
   if (peer < 0 || peer >= size_ || peer == rank_) {
     return InvalidArgumentError("receive from rank " + std::to_string(peer) + " on rank " +
                                 std::to_string(rank_) + " of " + std::to_string(size_));
@@ -120,7 +120,7 @@ StatusOr<aggregation::Message> MpiTransport::Receive(int peer, TimeMs deadline) 
     if (found) {
       int count = 0;
       MPI_Get_count(&status, MPI_BYTE, &count);
-      if (count < 0 || size_t(count) > aggregation::kMaxCollectiveMessageBytes) {
+      if (count < 0 || size_t(count) > collective::kMaxCollectiveMessageBytes) {
         return DataLossError("MPI: rank " + std::to_string(peer) + " sent a message of " +
                              std::to_string(count) + " bytes");
       }
@@ -130,7 +130,7 @@ StatusOr<aggregation::Message> MpiTransport::Receive(int peer, TimeMs deadline) 
         return UnavailableError("MPI receive from rank " + std::to_string(peer) + ": " +
                                 MpiError(rc));
       }
-      return aggregation::Message(std::move(bytes));
+      return collective::Message(std::move(bytes));
     }
     if ((turn & 63) == 0 && SteadyNowMs() >= deadline) {
       return DeadlineExceededError("nothing from rank " + std::to_string(peer) + " in time");

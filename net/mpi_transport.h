@@ -11,12 +11,12 @@
 #include <memory>
 #include <vector>
 
-#include "aggregation/collective.h"
-#include "aggregation/transport.h"
+#include "collective/collective.h"
+#include "collective/transport.h"
 
 namespace cohort::net {
 
-class MpiTransport final : public aggregation::Transport {
+class MpiTransport final : public collective::Transport {
  public:
   // Initialises MPI (once per process; finalised when the transport that
   // did it goes) and takes this process's rank and size in a duplicate of
@@ -31,7 +31,7 @@ class MpiTransport final : public aggregation::Transport {
   Status Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override;
   // Polls for the peer's next message until `deadline`; a message above
   // one collective message is kDataLoss naming the peer.
-  StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override;
+  StatusOr<collective::Message> Receive(int peer, TimeMs deadline) override;
   Status Flush(TimeMs deadline) override;
   size_t window_bytes() const override { return size_t{4} << 20; }
 

@@ -584,15 +584,15 @@ Status ShmTransport::ReadDirect(int peer, const Record& rec, std::span<uint8_t> 
   return read;
 }
 
-StatusOr<aggregation::Message> ShmTransport::Receive(int peer, TimeMs deadline) {
+StatusOr<collective::Message> ShmTransport::Receive(int peer, TimeMs deadline) {
   COHORT_ASSIGN_OR_RETURN(Record rec, Next(peer, deadline));
   return Materialize(peer, std::move(rec));
 }
 
 // A record as a whole message: in place in the ring, or for a reference its
 // head and the body read out of the sender's memory.
-StatusOr<aggregation::Message> ShmTransport::Materialize(int peer, Record rec) {
-  if (!rec.direct) return aggregation::Message(std::move(rec.ticket), {rec.bytes, rec.length});
+StatusOr<collective::Message> ShmTransport::Materialize(int peer, Record rec) {
+  if (!rec.direct) return collective::Message(std::move(rec.ticket), {rec.bytes, rec.length});
   // A reference: the message is its head and the body read in place.
   const size_t head = rec.length - sizeof(DirectRef);
   DirectRef ref;
@@ -606,12 +606,12 @@ StatusOr<aggregation::Message> ShmTransport::Materialize(int peer, Record rec) {
   std::vector<uint8_t> all(head + ref.length);
   std::memcpy(all.data(), rec.bytes, head);
   COHORT_RETURN_IF_ERROR(ReadDirect(peer, rec, std::span<uint8_t>(all).subspan(head)));
-  return aggregation::Message(std::move(all));
+  return collective::Message(std::move(all));
 }
 
-StatusOr<aggregation::Message> ShmTransport::ReceiveInto(int peer, TimeMs deadline,
-                                                         size_t head_bytes, std::span<uint8_t> body,
-                                                         bool* landed) {
+StatusOr<collective::Message> ShmTransport::ReceiveInto(int peer, TimeMs deadline,
+                                                        size_t head_bytes, std::span<uint8_t> body,
+                                                        bool* landed) {
   *landed = false;
   COHORT_ASSIGN_OR_RETURN(Record rec, Next(peer, deadline));
   if (!rec.direct) {
@@ -619,7 +619,7 @@ StatusOr<aggregation::Message> ShmTransport::ReceiveInto(int peer, TimeMs deadli
       std::memcpy(body.data(), rec.bytes + head_bytes, body.size());
       *landed = true;
     }
-    return aggregation::Message(std::move(rec.ticket), {rec.bytes, rec.length});
+    return collective::Message(std::move(rec.ticket), {rec.bytes, rec.length});
   }
   DirectRef ref;
   std::memcpy(&ref, rec.bytes + rec.length - sizeof(ref), sizeof(ref));
@@ -628,7 +628,7 @@ StatusOr<aggregation::Message> ShmTransport::ReceiveInto(int peer, TimeMs deadli
   }
   COHORT_RETURN_IF_ERROR(ReadDirect(peer, rec, body));
   *landed = true;
-  return aggregation::Message(std::vector<uint8_t>(rec.bytes, rec.bytes + head_bytes));
+  return collective::Message(std::vector<uint8_t>(rec.bytes, rec.bytes + head_bytes));
 }
 
 }  // namespace cohort::net

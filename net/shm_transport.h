@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "aggregation/transport.h"
+#include "collective/transport.h"
 
 namespace cohort::net {
 
@@ -28,7 +28,7 @@ struct ShmTransportOptions {
   size_t ring_bytes = size_t{2} << 20;
 };
 
-class ShmTransport final : public aggregation::Transport {
+class ShmTransport final : public collective::Transport {
  public:
   // Creates this rank's inbox; endpoint() ("shm://NAME") is where peers
   // find it.
@@ -48,14 +48,14 @@ class ShmTransport final : public aggregation::Transport {
   // Writes into the peer's ring, or, when it is full, queues a copy that a
   // later Send, Receive or Flush writes.
   Status Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override;
-  StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override;
+  StatusOr<collective::Message> Receive(int peer, TimeMs deadline) override;
   // Bodies of 64 KiB and more go by reference when the peer may read this
   // process's memory (probed at Connect: process_vm_readv, which ptrace
   // rules such as Yama's may forbid); the peer then reads them in place,
   // one copy instead of two, and Flush waits until it has.
   Status SendFinal(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override;
-  StatusOr<aggregation::Message> ReceiveInto(int peer, TimeMs deadline, size_t head_bytes,
-                                             std::span<uint8_t> body, bool* landed) override;
+  StatusOr<collective::Message> ReceiveInto(int peer, TimeMs deadline, size_t head_bytes,
+                                            std::span<uint8_t> body, bool* landed) override;
   Status Flush(TimeMs deadline) override;
   // Bumps the epoch of every ring whose peer has not read all it was sent
   // by reference: those records are no longer read (an error there).
@@ -81,7 +81,7 @@ class ShmTransport final : public aggregation::Transport {
                           bool direct);
   // The next record from `peer`, waiting until `deadline`.
   StatusOr<Record> Next(int peer, TimeMs deadline);
-  StatusOr<aggregation::Message> Materialize(int peer, Record rec);
+  StatusOr<collective::Message> Materialize(int peer, Record rec);
   // A direct record's body into `out` (its size checked), counted as read.
   Status ReadDirect(int peer, const Record& rec, std::span<uint8_t> out);
   // Whether a peer has not yet read every body sent it by reference.

@@ -339,7 +339,7 @@ Status TcpTransport::Wait(int peer, TimeMs deadline) {
   return OkStatus();
 }
 
-StatusOr<aggregation::Message> TcpTransport::Receive(int peer, TimeMs deadline) {
+StatusOr<collective::Message> TcpTransport::Receive(int peer, TimeMs deadline) {
   if (peer >= 0 && peer < size_ && !peers_[peer]->error.ok()) return peers_[peer]->error;
   if (peer < 0 || peer >= size_ || peer == rank_ || peers_[peer]->fd < 0) {
     return InvalidArgumentError("receive from rank " + std::to_string(peer) + " on rank " +
@@ -398,7 +398,7 @@ StatusOr<aggregation::Message> TcpTransport::Receive(int peer, TimeMs deadline) 
     }
     p.got += size_t(n);
     if (p.got < p.want) continue;
-    aggregation::Message m(p.buffer, {p.buffer->data(), p.want});
+    collective::Message m(p.buffer, {p.buffer->data(), p.want});
     p.buffer.reset();
     p.prefix_got = 0;
     return m;

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "aggregation/collective.h"
-#include "aggregation/transport.h"
+#include "collective/collective.h"
+#include "collective/transport.h"
 #include "common/secret_bytes.h"
 
 namespace cohort::net {
@@ -33,12 +33,12 @@ struct TcpTransportOptions {
   // buffers, which Listen and Connect size to this.
   size_t window_bytes = size_t{1} << 20;
   // A longer message is a broken stream (kDataLoss naming the peer).
-  size_t max_message_bytes = aggregation::kMaxCollectiveMessageBytes;
+  size_t max_message_bytes = collective::kMaxCollectiveMessageBytes;
   // A connection that has not finished its handshake in this time is closed.
   int handshake_timeout_ms = 5000;
 };
 
-class TcpTransport final : public aggregation::Transport {
+class TcpTransport final : public collective::Transport {
  public:
   // Listens on `host`, port 0; endpoint() ("tcp://HOST:PORT") is where
   // peers reach this rank.
@@ -63,7 +63,7 @@ class TcpTransport final : public aggregation::Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status Send(int peer, std::span<const uint8_t> head, std::span<const uint8_t> body) override;
-  StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override;
+  StatusOr<collective::Message> Receive(int peer, TimeMs deadline) override;
   Status Flush(TimeMs deadline) override;
   size_t window_bytes() const override { return options_.window_bytes; }
   // Connections closed during Connect because their handshake failed or

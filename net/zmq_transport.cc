@@ -215,14 +215,14 @@ Status ZmqTransport::Send(int peer, std::span<const uint8_t> head, std::span<con
   return OkStatus();
 }
 
-StatusOr<aggregation::Message> ZmqTransport::Receive(int peer, TimeMs deadline) {
+StatusOr<collective::Message> ZmqTransport::Receive(int peer, TimeMs deadline) {
   if (peer < 0 || peer >= size_ || peer == rank_) {
     return InvalidArgumentError("receive from rank " + std::to_string(peer) + " on rank " +
                                 std::to_string(rank_) + " of " + std::to_string(size_));
   }
   for (;;) {
     if (!pending_[peer].empty()) {
-      aggregation::Message m = std::move(pending_[peer].front());
+      collective::Message m = std::move(pending_[peer].front());
       pending_[peer].pop_front();
       return m;
     }

@@ -17,8 +17,8 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "aggregation/collective.h"
-#include "aggregation/transport.h"
+#include "collective/collective.h"
+#include "collective/transport.h"
 #include "crypto/key_files.h"
 
 namespace cohort::net {
@@ -26,7 +26,7 @@ namespace cohort::net {
 struct ZmqTransportOptions {
   int send_timeout_ms = 30000;  // A peer that takes nothing for this long fails Send.
   // Larger frames are refused by ZeroMQ before they are buffered.
-  int64_t max_message_bytes = aggregation::kMaxCollectiveMessageBytes;
+  int64_t max_message_bytes = collective::kMaxCollectiveMessageBytes;
   // Messages an inbox holds at most before senders wait (with the size cap:
   // about 1 GiB).
   int receive_queue = 4096;
@@ -53,7 +53,7 @@ struct CurvePeer {
   std::string name;
 };
 
-class ZmqTransport final : public aggregation::Transport {
+class ZmqTransport final : public collective::Transport {
  public:
   // Binds this rank's inbox at `bind` (e.g. "tcp://127.0.0.1:0",
   // "ipc:///tmp/cohort-rank-3"); endpoint() is then where peers reach it.
@@ -81,7 +81,7 @@ class ZmqTransport final : public aggregation::Transport {
   // before has been received; for good, every later call says the same.
   // kDeadlineExceeded when the peer is there but sent nothing in time, or
   // never connected.
-  StatusOr<aggregation::Message> Receive(int peer, TimeMs deadline) override;
+  StatusOr<collective::Message> Receive(int peer, TimeMs deadline) override;
   // Messages dropped because their frames were malformed.
   uint64_t dropped() const { return dropped_; }
   ~ZmqTransport() override { StopMonitors(); }
@@ -117,7 +117,7 @@ class ZmqTransport final : public aggregation::Transport {
   std::vector<zmq::socket_t> out_;
   std::vector<zmq::socket_t> monitors_;  // Events of out_[r] (ZMQ_PAIR), by peer.
   std::vector<Link> links_;
-  std::vector<std::deque<aggregation::Message>> pending_;  // Arrived early, by sender.
+  std::vector<std::deque<collective::Message>> pending_;  // Arrived early, by sender.
   std::vector<std::string> names_;  // CURVE: the User-Id of each rank's messages.
   uint64_t dropped_ = 0;
 };

@@ -142,7 +142,7 @@ class Backend {
   // NCCL on the CUDA backend (where the plugin was built with it); the CPU
   // backend holds groups of one rank (nothing to sum: the data-parallel
   // step's device path, tested without a GPU); otherwise kUnimplemented,
-  // and the ranks sum host buffers with aggregation/collective.h instead.
+  // and the ranks sum host buffers with collective/collective.h instead.
   // A group: rank 0 makes an id (NewGroupId), hands it to every rank out of
   // band, and each calls JoinGroup at once; then every rank calls
   // AllReduceSum with the same n, in the same order. Both wait at most

@@ -19,8 +19,8 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "aggregation/bucket_reducer.h"
-#include "aggregation/collective.h"
+#include "collective/bucket_reducer.h"
+#include "collective/collective.h"
 #include "common/clock.h"
 #include "common/rng.h"
 #include "datasets/shard.h"
@@ -117,16 +117,16 @@ struct Rank {
   std::unique_ptr<train::Model> model;
   std::unique_ptr<train::DeviceDataset> train_data, test_data;
   std::unique_ptr<store::RunStore> store;  // Rank 0 only.
-  aggregation::Communicator* comm = nullptr;
-  aggregation::CollectiveOptions collective;
+  collective::Communicator* comm = nullptr;
+  collective::CollectiveOptions collective;
   // The gradients' all-reduce: `collective`, travelling as
   // data_parallel.gradient_dtype (models, metrics and checks stay float32).
-  aggregation::CollectiveOptions gradients;
+  collective::CollectiveOptions gradients;
   // Synchronous SGD with data_parallel.bucket_mb > 0 and more than one rank:
   // the gradient buckets' all-reduce, and where the buckets end (offsets
   // into the flat gradient, in the order the backward pass reaches them;
   // the same on every rank).
-  aggregation::BucketReducer* reducer = nullptr;
+  collective::BucketReducer* reducer = nullptr;
   std::vector<size_t> bucket_cuts;
   // The backend sums the gradients on the device (NCCL): DeviceSyncStep.
   bool device_collectives = false;
@@ -541,8 +541,8 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
                                              : "all-reduce";
   if (r.collective.exact) rec.aggregation += " (exact)";
   if (r.device_collectives) rec.aggregation += " on the device";
-  if (r.gradients.wire == aggregation::WireType::kBf16) rec.aggregation += " (bfloat16)";
-  if (r.gradients.wire == aggregation::WireType::kFp16) rec.aggregation += " (float16)";
+  if (r.gradients.wire == collective::WireType::kBf16) rec.aggregation += " (bfloat16)";
+  if (r.gradients.wire == collective::WireType::kFp16) rec.aggregation += " (float16)";
   if (dp.accumulation_steps() > 1) {
     rec.aggregation += ", " + std::to_string(dp.accumulation_steps()) + " micro-batches a step";
   }
@@ -692,10 +692,10 @@ Status Load(Rank& r, const WorkerOptions& o) {
   r.gradients = r.collective;
   switch (r.config.data_parallel().gradient_dtype()) {
     case config::BFLOAT16:
-      r.gradients.wire = aggregation::WireType::kBf16;
+      r.gradients.wire = collective::WireType::kBf16;
       break;
     case config::FLOAT16:
-      r.gradients.wire = aggregation::WireType::kFp16;
+      r.gradients.wire = collective::WireType::kFp16;
       break;
     default:
       break;
@@ -803,12 +803,12 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop, Env* env
   COHORT_RETURN_IF_ERROR(
       net::LoadGroupKeys(o.identity, o.allow, o.master_key, "worker", &identity, &group));
   COHORT_ASSIGN_OR_RETURN(auto transport, net::JoinGroup(context, group, r.collective));
-  aggregation::Communicator comm(transport.get());
+  collective::Communicator comm(transport.get());
   r.comm = &comm;
   COHORT_RETURN_IF_ERROR(AgreeOnConfig(r));
   COHORT_RETURN_IF_ERROR(SetUpDeviceCollectives(r, o.collectives));
   // After comm: joined before it goes.
-  std::optional<aggregation::BucketReducer> reducer;
+  std::optional<collective::BucketReducer> reducer;
   const config::DataParallelConfig& dp = r.config.data_parallel();
   std::vector<size_t> cuts;
   if (dp.bucket_mb() > 0) cuts = BucketCuts(*r.model, size_t(dp.bucket_mb() * (1 << 20)));

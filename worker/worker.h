@@ -1,6 +1,6 @@
 // Data-parallel training (mode: DATA_PARALLEL): one `cohort worker` process
 // per rank, synchronous SGD with the gradients all-reduced every step over
-// the peer collectives (aggregation/collective.h), and `cohort launch`,
+// the peer collectives (collective/collective.h), and `cohort launch`,
 // which starts N local workers like torchrun --standalone.
 #ifndef COHORT_WORKER_WORKER_H_
 #define COHORT_WORKER_WORKER_H_

@@ -15,7 +15,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "net/envelope.h"
+#include "net/zmq_codec.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace cohort::fuzz {

@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "aggregation/secagg_wire.h"
 #include "datasets/shard.h"
 #include "net/envelope.h"
-#include "net/secagg_wire.h"
 #include "tests/fuzz/secagg_cohort.h"
 
 namespace cohort::fuzz {
@@ -479,18 +479,18 @@ void SecAggWire() {
     const auto& [signer, signature] = *h.signatures.begin();
     const auto& [responder, response] = *h.responses.begin();
     const auto& [recipient, request] = *h.requests.begin();
-    put(tag + "seed_commit", 1, net::ToWire(1, 2, h.commits[1]));
-    put(tag + "seed_root", 0, net::ToWire(1, 2, h.seed_roots.begin()->second));
-    put(tag + "confirmation", 1, net::ToWire(1, 2, h.confirmations[1]));
-    put(tag + "confirmations", 0, net::ToWire(1, 2, h.confirmed.begin()->second));
-    put(tag + "advert", 1, net::ToWire(1, 2, h.adverts[1]));
-    put(tag + "key_list", 0, net::ToWire(1, 2, h.key_lists.begin()->second));
-    put(tag + "sealed", 1, net::ToWire(1, 2, h.sealed[1]));
-    put(tag + "inbound", 0, net::ToWire(1, 2, h.inbound.begin()->second));
-    put(tag + "share_check", 2, net::ToWire(1, 2, h.checks[2]));
-    put(tag + "signature", signer, net::ToWire(1, 2, signature));
-    put(tag + "request", recipient, net::ToWire(1, 2, request));
-    put(tag + "response", responder, net::ToWire(1, 2, response));
+    put(tag + "seed_commit", 1, aggregation::ToWire(1, 2, h.commits[1]));
+    put(tag + "seed_root", 0, aggregation::ToWire(1, 2, h.seed_roots.begin()->second));
+    put(tag + "confirmation", 1, aggregation::ToWire(1, 2, h.confirmations[1]));
+    put(tag + "confirmations", 0, aggregation::ToWire(1, 2, h.confirmed.begin()->second));
+    put(tag + "advert", 1, aggregation::ToWire(1, 2, h.adverts[1]));
+    put(tag + "key_list", 0, aggregation::ToWire(1, 2, h.key_lists.begin()->second));
+    put(tag + "sealed", 1, aggregation::ToWire(1, 2, h.sealed[1]));
+    put(tag + "inbound", 0, aggregation::ToWire(1, 2, h.inbound.begin()->second));
+    put(tag + "share_check", 2, aggregation::ToWire(1, 2, h.checks[2]));
+    put(tag + "signature", signer, aggregation::ToWire(1, 2, signature));
+    put(tag + "request", recipient, aggregation::ToWire(1, 2, request));
+    put(tag + "response", responder, aggregation::ToWire(1, 2, response));
     wire::Header checked, survivors;
     checked.set_version(wire::VERSION_1);
     for (uint32_t m : h.checked.members) checked.mutable_secagg_checked()->add_members(m);
@@ -501,7 +501,7 @@ void SecAggWire() {
   }
   // A complaint with a point and a proof, of the sizes a true one has.
   aggregation::ShareCheck complaint{3, {{1, std::array<uint8_t, crypto::kEncPointBytes>{}, {}}}};
-  put("complaint_with_point", 3, net::ToWire(1, 2, complaint));
+  put("complaint_with_point", 3, aggregation::ToWire(1, 2, complaint));
 }
 
 }  // namespace

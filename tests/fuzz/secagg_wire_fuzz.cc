@@ -1,4 +1,4 @@
-// net/secagg_wire.h's translations of every secure-aggregation message a
+// aggregation/secagg_wire.h's translations of every secure-aggregation message a
 // peer can send, from untrusted bytes to the structs the state machines
 // take: what the coordinator and the client run before secagg_server_fuzz
 // and secagg_client_fuzz's handlers see anything.
@@ -17,7 +17,7 @@
 #include <string>
 #include <utility>
 
-#include "net/secagg_wire.h"
+#include "aggregation/secagg_wire.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace cohort::fuzz {
@@ -41,12 +41,13 @@ void RoundTrip(const StatusOr<T>& x, const wire::Header& h, Translate translate,
     return;
   }
   kept(*x, h);
-  const wire::Header once = net::ToWire(kRound, kTask, *x);
+  const wire::Header once = aggregation::ToWire(kRound, kTask, *x);
   kept(*x, once);
   const StatusOr<T> again = translate(once);
   FUZZ_CHECK(again.ok(), "ToWire's output must translate: " + again.status().ToString());
-  FUZZ_CHECK(net::ToWire(kRound, kTask, *again).SerializeAsString() == once.SerializeAsString(),
-             "the struct changed in a ToWire + FromWire round trip");
+  FUZZ_CHECK(
+      aggregation::ToWire(kRound, kTask, *again).SerializeAsString() == once.SerializeAsString(),
+      "the struct changed in a ToWire + FromWire round trip");
 }
 
 void KeptAdvert(const aggregation::KeyAdvert& a, const wire::Header& h, uint32_t from) {
@@ -144,44 +145,46 @@ void FromClient(const wire::Header& h, uint32_t from) {
   switch (h.body_case()) {
     case wire::Header::kSecaggSeed:
       RoundTrip(
-          net::FromWire(h.secagg_seed(), from), h,
-          [&](const wire::Header& w) { return net::FromWire(w.secagg_seed(), from); },
+          aggregation::FromWire(h.secagg_seed(), from), h,
+          [&](const wire::Header& w) { return aggregation::FromWire(w.secagg_seed(), from); },
           with_from(KeptCommit));
       return;
     case wire::Header::kSecaggConfirm:
       RoundTrip(
-          net::FromWire(h.secagg_confirm(), from), h,
-          [&](const wire::Header& w) { return net::FromWire(w.secagg_confirm(), from); },
+          aggregation::FromWire(h.secagg_confirm(), from), h,
+          [&](const wire::Header& w) { return aggregation::FromWire(w.secagg_confirm(), from); },
           with_from(KeptConfirmation));
       return;
     case wire::Header::kSecaggKeys:
       RoundTrip(
-          net::FromWire(h.secagg_keys(), from), h,
-          [&](const wire::Header& w) { return net::FromWire(w.secagg_keys(), from); },
+          aggregation::FromWire(h.secagg_keys(), from), h,
+          [&](const wire::Header& w) { return aggregation::FromWire(w.secagg_keys(), from); },
           with_from(KeptAdvert));
       return;
     case wire::Header::kSecaggShares:
       RoundTrip(
-          net::FromWire(h.secagg_shares(), from), h,
-          [&](const wire::Header& w) { return net::FromWire(w.secagg_shares(), from); },
+          aggregation::FromWire(h.secagg_shares(), from), h,
+          [&](const wire::Header& w) { return aggregation::FromWire(w.secagg_shares(), from); },
           with_from(KeptSealed));
       return;
     case wire::Header::kSecaggShareCheck:
       RoundTrip(
-          net::FromWire(h.secagg_share_check(), from), h,
-          [&](const wire::Header& w) { return net::FromWire(w.secagg_share_check(), from); },
+          aggregation::FromWire(h.secagg_share_check(), from), h,
+          [&](const wire::Header& w) {
+            return aggregation::FromWire(w.secagg_share_check(), from);
+          },
           with_from(KeptCheck));
       return;
     case wire::Header::kSecaggSignature:
       RoundTrip(
-          net::FromWire(h.secagg_signature(), from), h,
-          [&](const wire::Header& w) { return net::FromWire(w.secagg_signature(), from); },
+          aggregation::FromWire(h.secagg_signature(), from), h,
+          [&](const wire::Header& w) { return aggregation::FromWire(w.secagg_signature(), from); },
           with_from(KeptSignature));
       return;
     case wire::Header::kSecaggUnmask:
       RoundTrip(
-          net::FromWire(h.secagg_unmask(), from), h,
-          [&](const wire::Header& w) { return net::FromWire(w.secagg_unmask(), from); },
+          aggregation::FromWire(h.secagg_unmask(), from), h,
+          [&](const wire::Header& w) { return aggregation::FromWire(w.secagg_unmask(), from); },
           with_from(KeptResponse));
       return;
     default:
@@ -194,38 +197,39 @@ void FromCoordinator(const wire::Header& h) {
   switch (h.body_case()) {
     case wire::Header::kSecaggSeed:
       RoundTrip(
-          net::FromWire(h.secagg_seed()), h,
-          [](const wire::Header& w) { return net::FromWire(w.secagg_seed()); }, KeptRoot);
+          aggregation::FromWire(h.secagg_seed()), h,
+          [](const wire::Header& w) { return aggregation::FromWire(w.secagg_seed()); }, KeptRoot);
       return;
     case wire::Header::kSecaggConfirm:
       RoundTrip(
-          net::FromWire(h.secagg_confirm()), h,
-          [](const wire::Header& w) { return net::FromWire(w.secagg_confirm()); },
+          aggregation::FromWire(h.secagg_confirm()), h,
+          [](const wire::Header& w) { return aggregation::FromWire(w.secagg_confirm()); },
           KeptConfirmations);
       return;
     case wire::Header::kSecaggKeys:
       RoundTrip(
-          net::FromWire(h.secagg_keys()), h,
-          [](const wire::Header& w) { return net::FromWire(w.secagg_keys()); }, KeptList);
+          aggregation::FromWire(h.secagg_keys()), h,
+          [](const wire::Header& w) { return aggregation::FromWire(w.secagg_keys()); }, KeptList);
       return;
     case wire::Header::kSecaggShares:
       RoundTrip(
-          net::FromWire(h.secagg_shares()), h,
-          [](const wire::Header& w) { return net::FromWire(w.secagg_shares()); }, KeptInbound);
+          aggregation::FromWire(h.secagg_shares()), h,
+          [](const wire::Header& w) { return aggregation::FromWire(w.secagg_shares()); },
+          KeptInbound);
       return;
     case wire::Header::kSecaggUnmaskRequest:
       RoundTrip(
-          net::FromWire(h.secagg_unmask_request()), h,
-          [](const wire::Header& w) { return net::FromWire(w.secagg_unmask_request()); },
+          aggregation::FromWire(h.secagg_unmask_request()), h,
+          [](const wire::Header& w) { return aggregation::FromWire(w.secagg_unmask_request()); },
           KeptRequest);
       return;
     case wire::Header::kSecaggChecked:
-      FUZZ_CHECK(
-          net::FromWire(h.secagg_checked()).members.size() == Count(h.secagg_checked().members()),
-          "every member is kept");
+      FUZZ_CHECK(aggregation::FromWire(h.secagg_checked()).members.size() ==
+                     Count(h.secagg_checked().members()),
+                 "every member is kept");
       return;
     case wire::Header::kSecaggSurvivors:
-      FUZZ_CHECK(net::FromWire(h.secagg_survivors()).survivors.size() ==
+      FUZZ_CHECK(aggregation::FromWire(h.secagg_survivors()).survivors.size() ==
                      Count(h.secagg_survivors().survivors()),
                  "every survivor is kept");
       return;

@@ -10,8 +10,8 @@
 #include <limits>
 
 #include "common/rng.h"
+#include "net/zmq_codec.h"
 #include "store/run_store.h"
-#include "net/envelope.h"
 #include "tests/integration/cluster.h"
 
 namespace cohort::testing {

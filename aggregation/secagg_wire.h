@@ -4,8 +4,8 @@
 // bytes: a field of the wrong size is kInvalidArgument naming it. The sender
 // of a client message is the index of its authenticated connection, never a
 // field of the message.
-#ifndef COHORT_NET_SECAGG_WIRE_H_
-#define COHORT_NET_SECAGG_WIRE_H_
+#ifndef COHORT_AGGREGATION_SECAGG_WIRE_H_
+#define COHORT_AGGREGATION_SECAGG_WIRE_H_
 
 #include <cstdint>
 
@@ -13,7 +13,7 @@
 #include "common/status.h"
 #include "proto/wire.pb.h"
 
-namespace cohort::net {
+namespace cohort::aggregation {
 
 // Client -> coordinator.
 StatusOr<aggregation::SeedCommit> FromWire(const wire::SecAggSeed& m, uint32_t from);
@@ -49,6 +49,6 @@ wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::Survivo
 wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskRequest& request);
 wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskResponse& response);
 
-}  // namespace cohort::net
+}  // namespace cohort::aggregation
 
-#endif  // COHORT_NET_SECAGG_WIRE_H_
+#endif  // COHORT_AGGREGATION_SECAGG_WIRE_H_

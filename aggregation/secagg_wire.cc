@@ -1,9 +1,9 @@
-#include "net/secagg_wire.h"
+#include "aggregation/secagg_wire.h"
 
 #include <cstring>
 #include <string>
 
-namespace cohort::net {
+namespace cohort::aggregation {
 namespace {
 
 template <size_t N>
@@ -400,4 +400,4 @@ wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskR
   return h;
 }
 
-}  // namespace cohort::net
+}  // namespace cohort::aggregation

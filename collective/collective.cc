@@ -1,11 +1,11 @@
-#include "aggregation/collective.h"
+#include "collective/collective.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
-namespace cohort::aggregation {
+namespace cohort::collective {
 
 Range RingChunk(size_t n, int size, int c) {
   const size_t base = n / size, extra = n % size;
@@ -475,4 +475,4 @@ Status Communicator::Barrier(const CollectiveOptions& options) {
                       SteadyNowMs() + options.timeout_ms, "barrier");
 }
 
-}  // namespace cohort::aggregation
+}  // namespace cohort::collective

@@ -16,8 +16,8 @@
 //  - Exact mode: floats become int64 fixed point (value * 2^scale_bits,
 //    rounded to nearest), summed as integers mod 2^64, decoded: the result is
 //    the same bits whatever the algorithm, transport or order of arrival.
-#ifndef COHORT_AGGREGATION_COLLECTIVE_H_
-#define COHORT_AGGREGATION_COLLECTIVE_H_
+#ifndef COHORT_COLLECTIVE_COLLECTIVE_H_
+#define COHORT_COLLECTIVE_COLLECTIVE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -26,11 +26,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "aggregation/transport.h"
+#include "collective/transport.h"
 #include "common/half.h"
 #include "common/status.h"
 
-namespace cohort::aggregation {
+namespace cohort::collective {
 
 // Large ranges travel as segments of this many bytes, so that the receiver
 // adds one segment while the next is on the wire.
@@ -164,6 +164,6 @@ class Communicator {
   TimeMs timeout_ms_ = 30000;  // The running collective's.
 };
 
-}  // namespace cohort::aggregation
+}  // namespace cohort::collective
 
-#endif  // COHORT_AGGREGATION_COLLECTIVE_H_
+#endif  // COHORT_COLLECTIVE_COLLECTIVE_H_

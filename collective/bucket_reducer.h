@@ -5,8 +5,8 @@
 // of the first (PyTorch DDP's gradient buckets). Every rank must submit the
 // same buckets in the same order; the communicator is used by this thread
 // alone between a first Submit and Wait.
-#ifndef COHORT_AGGREGATION_BUCKET_REDUCER_H_
-#define COHORT_AGGREGATION_BUCKET_REDUCER_H_
+#ifndef COHORT_COLLECTIVE_BUCKET_REDUCER_H_
+#define COHORT_COLLECTIVE_BUCKET_REDUCER_H_
 
 #include <condition_variable>
 #include <cstdint>
@@ -15,10 +15,10 @@
 #include <span>
 #include <thread>
 
-#include "aggregation/collective.h"
+#include "collective/collective.h"
 #include "common/status.h"
 
-namespace cohort::aggregation {
+namespace cohort::collective {
 
 class BucketReducer {
  public:
@@ -50,6 +50,6 @@ class BucketReducer {
   std::thread thread_;
 };
 
-}  // namespace cohort::aggregation
+}  // namespace cohort::collective
 
-#endif  // COHORT_AGGREGATION_BUCKET_REDUCER_H_
+#endif  // COHORT_COLLECTIVE_BUCKET_REDUCER_H_

@@ -1,8 +1,8 @@
-#include "aggregation/bucket_reducer.h"
+#include "collective/bucket_reducer.h"
 
 #include <utility>
 
-namespace cohort::aggregation {
+namespace cohort::collective {
 
 BucketReducer::BucketReducer(Communicator* comm, const CollectiveOptions& options)
     : comm_(comm), options_(options), thread_([this] { Loop(); }) {}
@@ -53,4 +53,4 @@ void BucketReducer::Loop() {
   }
 }
 
-}  // namespace cohort::aggregation
+}  // namespace cohort::collective

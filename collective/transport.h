@@ -1,9 +1,10 @@
 // Bytes between the ranks of a group, for the peer collectives
-// (aggregation/collective.h). Gloo's shape: one small interface here, with
-// same-named backends in net/: in-process (N ranks as threads: tests, the
-// simulator) and ZeroMQ (processes, hosts).
-#ifndef COHORT_AGGREGATION_TRANSPORT_H_
-#define COHORT_AGGREGATION_TRANSPORT_H_
+// (collective/collective.h). Gloo's shape: one small interface here, with
+// the backends in net/: in-process (N ranks as threads: tests, a site's
+// simulated ranks), shared memory (ranks on one host), TCP (a connection per
+// pair, proving the pair's key), ZeroMQ (CURVE between hosts) and MPI.
+#ifndef COHORT_COLLECTIVE_TRANSPORT_H_
+#define COHORT_COLLECTIVE_TRANSPORT_H_
 
 #include <cstdint>
 #include <cstring>
@@ -15,7 +16,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 
-namespace cohort::aggregation {
+namespace cohort::collective {
 
 // A received message. Its bytes stay valid while it lives; no copy is made
 // to hand them over (the owner is the transport's own buffer).
@@ -91,6 +92,6 @@ class Transport {
   }
 };
 
-}  // namespace cohort::aggregation
+}  // namespace cohort::collective
 
-#endif  // COHORT_AGGREGATION_TRANSPORT_H_
+#endif  // COHORT_COLLECTIVE_TRANSPORT_H_

@@ -1,8 +1,8 @@
-#include "net/secagg_wire.h"
+#include "aggregation/secagg_wire.h"
 
 #include <gtest/gtest.h>
 
-namespace cohort::net {
+namespace cohort::aggregation {
 namespace {
 
 aggregation::SurvivorTag TagOf(uint8_t b) {
@@ -110,4 +110,4 @@ TEST(SecAggWireTest, AnUnmaskRequestCarriesEachSignersTagOrNone) {
 }
 
 }  // namespace
-}  // namespace cohort::net
+}  // namespace cohort::aggregation
