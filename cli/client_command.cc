@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 
+#include "aggregation/secagg_stage.h"
 #include "cli/command.h"
 #include "client/daemon.h"
 #include "client/session.h"
@@ -97,25 +98,23 @@ void AddSiteFlags(CLI::App* client, client::ClientOptions& o) {
 // --fault-stop-before STAGE:ROUND into `o`; false (the error printed) when
 // it is not one.
 bool ParseFaultStopBefore(const std::string& fault, client::ClientOptions& o) {
-  static const std::set<std::string> kStages = {"commit_seed",  "advertise_keys",  "share_keys",
-                                                "check_shares", "confirm_checked", "masked_input",
-                                                "consistency",  "unmasking"};
   const size_t colon = fault.find(':');
   char* end = nullptr;
-  const std::string stage = fault.substr(0, colon);
+  const auto stage = aggregation::ParseSecAggStage(fault.substr(0, colon));
   const unsigned long round =
       colon == std::string::npos ? 0 : std::strtoul(fault.c_str() + colon + 1, &end, 10);
-  if (kStages.count(stage) == 0 || round == 0 || round > 1000000 || end == nullptr ||
-      *end != '\0') {
+  if (!stage || round == 0 || round > 1000000 || end == nullptr || *end != '\0') {
+    std::string names;
+    for (aggregation::SecAggStage s : aggregation::kSecAggStages) {
+      names += std::string(names.empty() ? "" : ", ") + aggregation::StageName(s);
+    }
     std::fprintf(stderr,
-                 "client: --fault-stop-before: expected STAGE:ROUND with STAGE one of "
-                 "commit_seed, advertise_keys, share_keys, check_shares, confirm_checked, "
-                 "masked_input, consistency, unmasking; got "
+                 "client: --fault-stop-before: expected STAGE:ROUND with STAGE one of %s; got "
                  "\"%s\"\n",
-                 fault.c_str());
+                 names.c_str(), fault.c_str());
     return false;
   }
-  o.fault_stage = stage;
+  o.fault_stage = *stage;
   o.fault_round = static_cast<uint32_t>(round);
   return true;
 }
@@ -124,7 +123,7 @@ int RunClientCommand(ClientFlags& f, const std::string& log_level) {
   client::ClientOptions& o = f.options;
   if (o.name.empty()) o.name = std::filesystem::path(o.data).stem().string();
   if (f.pause_round != 0) {
-    o.fault_stage = "masked_input";
+    o.fault_stage = aggregation::SecAggStage::kMaskedInput;
     o.fault_round = f.pause_round;
   }
   if (!f.fault.empty() && !ParseFaultStopBefore(f.fault, o)) return 2;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "aggregation/secagg_stage.h"
 #include "common/status.h"
 
 namespace cohort::client {
@@ -22,7 +23,7 @@ struct ClientOptions {
   std::string device = "auto";
   // Fault injection for tests (see client::FaultPlan): in round
   // `fault_round`, send nothing from stage `fault_stage` on. 0: off.
-  std::string fault_stage;
+  aggregation::SecAggStage fault_stage = aggregation::SecAggStage::kNone;
   uint32_t fault_round = 0;
   std::string fault_misbehave;  // Testing: see client::kMisbehaviours.
   // Debugging: write each securely aggregated round's encoded input (before

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <limits>
 
+#include "aggregation/secagg_wire.h"
 #include "common/bytes.h"
 #include "common/rng.h"
-#include "aggregation/secagg_wire.h"
 #include "train/model_config.h"
 
 #ifndef COHORT_VERSION
@@ -73,10 +73,11 @@ Session::Session(std::string name, uint64_t num_samples, ModelBuilder build_mode
       fault_(std::move(fault)),
       observer_(std::move(observer)) {}
 
-bool Session::Paused(const std::string& stage, uint32_t round, Actions& a) {
+bool Session::Paused(aggregation::SecAggStage stage, uint32_t round, Actions& a) {
   if (fault_.round != round || fault_.stage != stage) return false;
-  a.printed.push_back("paused before " + stage + " of round " + std::to_string(round));
-  env_->Log().warn("fault injection: sending nothing from {} of round {} on", stage, round);
+  const char* name = aggregation::StageName(stage);
+  a.printed.push_back(std::string("paused before ") + name + " of round " + std::to_string(round));
+  env_->Log().warn("fault injection: sending nothing from {} of round {} on", name, round);
   return true;
 }
 
@@ -166,7 +167,7 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   // A securely aggregated task never sends a plaintext update: when the
   // session was refused or abandoned, nothing is sent at all.
   if (!secagg_ || secagg_->task_id != task.task_id) return;
-  if (Paused("masked_input", task.round, a)) return;
+  if (Paused(aggregation::SecAggStage::kMaskedInput, task.round, a)) return;
   // The metrics ride in the masked vector, after the delta: the
   // coordinator learns only their weighted means.
   float slots[aggregation::kSecureMetricSlots];
@@ -200,7 +201,7 @@ void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& r
   std::vector<float> delta(local.begin(), local.end());
   for (size_t i = 0; i < delta.size(); ++i) delta[i] -= task.global[i];
   if (Misbehaves("huge_update")) delta.assign(delta.size(), std::numeric_limits<float>::max());
-  if (fault_.stage == "masked_input" && fault_.round == task.round) {
+  if (fault_.stage == aggregation::SecAggStage::kMaskedInput && fault_.round == task.round) {
     a.printed.push_back("paused before update of round " + std::to_string(task.round));
     env_->Log().warn("fault injection: withholding the update of round {}", task.round);
     return;
@@ -216,118 +217,155 @@ void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& r
   Send(std::move(h), std::move(delta), now, a);
 }
 
+void Session::OnWelcome(const wire::Welcome& w, Actions& a) {
+  if (num_params_ == 0) {
+    auto built = build_model_(w.model());
+    if (!built.ok()) {
+      a.exit = built.status();
+      return;
+    }
+    num_params_ = *built;
+  }
+  if (w.num_params() != num_params_) {
+    a.exit =
+        FailedPreconditionError("coordinator's model has " + std::to_string(w.num_params()) +
+                                " parameters, the local build has " + std::to_string(num_params_));
+    return;
+  }
+  if (std::isfinite(w.heartbeat_s()) && w.heartbeat_s() > 0) {
+    heartbeat_ms_ = std::clamp<TimeMs>(static_cast<TimeMs>(w.heartbeat_s() * 1000), 50, 60000);
+  }
+  if (!welcomed_) env_->Log().info("registered with run {}", w.run_name());
+  welcomed_ = true;
+}
+
+// Whether this client takes task `t` (checked, and not one it already has).
+bool Session::AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Actions& a) {
+  if (num_params_ == 0) {
+    env_->Log().warn("task before welcome; ignored");
+    return false;
+  }
+  if ((running_ && running_->task_id == t.task_id()) || last_completed_task_ == t.task_id()) {
+    return false;  // A re-sent task we already have.
+  }
+  Status ok = CheckTask(t, env, num_params_);
+  if (!ok.ok()) {
+    env_->Log().warn("round {}: bad task ignored: {}", t.round(), ok.message());
+    return false;
+  }
+  if (!t.has_secagg() && (require_secure_ || !peers_.empty())) {
+    env_->Log().warn("round {}: refused a task without secure aggregation", t.round());
+    a.printed.push_back("refused round " + std::to_string(t.round()) +
+                        ": its update would travel in the clear, and this client requires "
+                        "secure aggregation (--require-secure or --peers)");
+    return false;
+  }
+  return true;
+}
+
+// A secure task joins (or starts) its secure-aggregation session; false when
+// the session was refused or left, so training would be for nothing.
+bool Session::BindSecureTask(const wire::RoundTask& t, TimeMs now, Actions& a) {
+  // Usually the key exchange began with SecAggStart; else start it now.
+  const bool started_early = secure_task_ == t.task_id();
+  if (!started_early) StartSecureTask(t.round(), t.task_id(), t.secagg(), now, a);
+  if (!secagg_ || secagg_->task_id != t.task_id()) return false;
+  if (started_early && t.secagg().SerializeAsString() != secagg_->setup) {
+    Refuse(InvalidArgumentError("the task's secagg setup differs from SecAggStart's"), a);
+    return false;
+  }
+  secagg_->train_seed = t.train_seed();
+  return true;
+}
+
+void Session::OnTask(const wire::RoundTask& t, const net::Envelope& env, TimeMs now, Actions& a) {
+  if (!AcceptTask(t, env, a)) return;
+  TrainTask task;
+  task.round = t.round();
+  task.task_id = t.task_id();
+  task.global = env.payloads[0];
+  task.options.epochs = t.train().local_epochs();
+  task.options.batch_size = t.train().batch_size();
+  task.options.optimizer = train::OptimizerFromConfig(t.train());
+  task.options.seed = t.train_seed();
+  env_->Log().info("round {}: task received", t.round());
+  if (Misbehaves("rehello_weight")) {
+    wire::Header hello = Header();
+    hello.mutable_hello()->set_client_name(name_);
+    hello.mutable_hello()->set_num_samples(kHugeSamples);
+    if (identity_ != nullptr) {
+      hello.mutable_hello()->set_identity_key(identity_->public_key.data(),
+                                              identity_->public_key.size());
+    }
+    Send(std::move(hello), {}, now, a);
+  }
+  if (t.has_secagg()) {
+    if (!BindSecureTask(t, now, a)) return;
+  } else {
+    secagg_.reset();
+    secure_task_ = 0;
+  }
+  task.secure = t.has_secagg();
+  a.cancel_training = running_.has_value();
+  running_ = task;
+  a.train = std::move(task);
+}
+
+void Session::OnSecAggStart(const wire::SecAggStart& st, TimeMs now, Actions& a) {
+  if (num_params_ == 0) {
+    env_->Log().warn("secagg start before welcome; ignored");
+    return;
+  }
+  if (st.round() == 0 || secure_task_ == st.task_id() ||
+      (running_ && running_->task_id == st.task_id()) || last_completed_task_ == st.task_id()) {
+    return;  // Bad, or a session this client already has.
+  }
+  env_->Log().info("round {}: secure aggregation starts ({} clients, index {})", st.round(),
+                   st.setup().n(), st.setup().index());
+  // A new round: whatever was still training is obsolete.
+  a.cancel_training = running_.has_value();
+  running_.reset();
+  StartSecureTask(st.round(), st.task_id(), st.setup(), now, a);
+}
+
+void Session::OnError(const wire::Error& e, TimeMs now, Actions& a) {
+  if (e.code() == wire::UNKNOWN_CLIENT) {
+    env_->Log().info("coordinator does not know this client (restarted?); registering again");
+    welcomed_ = false;
+    SendHello(now, a);
+  } else {
+    env_->Log().warn("coordinator error (round {}): {}", e.round(), e.message());
+  }
+}
+
+void Session::OnFinished(const wire::Finished& f, TimeMs now, Actions& a) {
+  env_->Log().info("run finished after {} rounds", f.rounds());
+  // Acknowledge, so the coordinator can close without waiting.
+  wire::Header ack = Header();
+  ack.mutable_heartbeat()->set_finished(true);
+  Send(std::move(ack), {}, now, a);
+  a.cancel_training = running_.has_value();
+  running_.reset();
+  finished_ = true;
+  a.exit = OkStatus();
+}
+
 Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
   Actions a;
   last_heard_ = now;
   const wire::Header& h = env.header;
   switch (h.body_case()) {
-    case wire::Header::kWelcome: {
-      const auto& w = h.welcome();
-      if (num_params_ == 0) {
-        auto built = build_model_(w.model());
-        if (!built.ok()) {
-          a.exit = built.status();
-          return a;
-        }
-        num_params_ = *built;
-      }
-      if (w.num_params() != num_params_) {
-        a.exit = FailedPreconditionError(
-            "coordinator's model has " + std::to_string(w.num_params()) +
-            " parameters, the local build has " + std::to_string(num_params_));
-        return a;
-      }
-      if (std::isfinite(w.heartbeat_s()) && w.heartbeat_s() > 0) {
-        heartbeat_ms_ = std::clamp<TimeMs>(static_cast<TimeMs>(w.heartbeat_s() * 1000), 50, 60000);
-      }
-      if (!welcomed_) env_->Log().info("registered with run {}", w.run_name());
-      welcomed_ = true;
+    case wire::Header::kWelcome:
+      OnWelcome(h.welcome(), a);
       break;
-    }
-    case wire::Header::kTask: {
-      const auto& t = h.task();
-      if (num_params_ == 0) {
-        env_->Log().warn("task before welcome; ignored");
-        break;
-      }
-      if ((running_ && running_->task_id == t.task_id()) || last_completed_task_ == t.task_id()) {
-        break;  // A re-sent task we already have.
-      }
-      Status ok = CheckTask(t, env, num_params_);
-      if (!ok.ok()) {
-        env_->Log().warn("round {}: bad task ignored: {}", t.round(), ok.message());
-        break;
-      }
-      if (!t.has_secagg() && (require_secure_ || !peers_.empty())) {
-        env_->Log().warn("round {}: refused a task without secure aggregation", t.round());
-        a.printed.push_back("refused round " + std::to_string(t.round()) +
-                            ": its update would travel in the clear, and this client requires "
-                            "secure aggregation (--require-secure or --peers)");
-        break;
-      }
-      TrainTask task;
-      task.round = t.round();
-      task.task_id = t.task_id();
-      task.global = env.payloads[0];
-      task.options.epochs = t.train().local_epochs();
-      task.options.batch_size = t.train().batch_size();
-      task.options.optimizer = train::OptimizerFromConfig(t.train());
-      task.options.seed = t.train_seed();
-      env_->Log().info("round {}: task received", t.round());
-      if (Misbehaves("rehello_weight")) {
-        wire::Header hello = Header();
-        hello.mutable_hello()->set_client_name(name_);
-        hello.mutable_hello()->set_num_samples(kHugeSamples);
-        if (identity_ != nullptr) {
-          hello.mutable_hello()->set_identity_key(identity_->public_key.data(),
-                                                  identity_->public_key.size());
-        }
-        Send(std::move(hello), {}, now, a);
-      }
-      if (t.has_secagg()) {
-        // Usually the key exchange began with SecAggStart; else start it now.
-        const bool started_early = secure_task_ == t.task_id();
-        if (!started_early) StartSecureTask(t.round(), t.task_id(), t.secagg(), now, a);
-        if (!secagg_ || secagg_->task_id != t.task_id()) {
-          // Refused (or left) the session: the update could not be sent,
-          // so do not train for nothing.
-          break;
-        }
-        if (started_early && t.secagg().SerializeAsString() != secagg_->setup) {
-          Refuse(InvalidArgumentError("the task's secagg setup differs from SecAggStart's"), a);
-          break;
-        }
-        secagg_->train_seed = t.train_seed();
-      } else {
-        secagg_.reset();
-        secure_task_ = 0;
-      }
-      task.secure = t.has_secagg();
-      a.cancel_training = running_.has_value();
-      running_ = task;
-      a.train = std::move(task);
+    case wire::Header::kTask:
+      OnTask(h.task(), env, now, a);
       break;
-    }
     case wire::Header::kHeartbeatAck:
       break;
-    case wire::Header::kSecaggStart: {
-      const auto& st = h.secagg_start();
-      if (num_params_ == 0) {
-        env_->Log().warn("secagg start before welcome; ignored");
-        break;
-      }
-      if (st.round() == 0 || secure_task_ == st.task_id() ||
-          (running_ && running_->task_id == st.task_id()) || last_completed_task_ == st.task_id()) {
-        break;  // Bad, or a session this client already has.
-      }
-      env_->Log().info("round {}: secure aggregation starts ({} clients, index {})", st.round(),
-                       st.setup().n(), st.setup().index());
-      // A new round: whatever was still training is obsolete.
-      a.cancel_training = running_.has_value();
-      running_.reset();
-      StartSecureTask(st.round(), st.task_id(), st.setup(), now, a);
+    case wire::Header::kSecaggStart:
+      OnSecAggStart(h.secagg_start(), now, a);
       break;
-    }
     case wire::Header::kSecaggSeed:
     case wire::Header::kSecaggKeys:
     case wire::Header::kSecaggShares:
@@ -337,34 +375,17 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
     case wire::Header::kSecaggUnmaskRequest:
       OnSecAggMessage(h, now, a);
       break;
-    case wire::Header::kError: {
-      const auto& e = h.error();
-      if (e.code() == wire::UNKNOWN_CLIENT) {
-        env_->Log().info("coordinator does not know this client (restarted?); registering again");
-        welcomed_ = false;
-        SendHello(now, a);
-      } else {
-        env_->Log().warn("coordinator error (round {}): {}", e.round(), e.message());
-      }
+    case wire::Header::kError:
+      OnError(h.error(), now, a);
       break;
-    }
     case wire::Header::kReject:
       a.cancel_training = running_.has_value();
       running_.reset();
       a.exit = FailedPreconditionError("coordinator rejected this client: " + h.reject().reason());
       break;
-    case wire::Header::kFinished: {
-      env_->Log().info("run finished after {} rounds", h.finished().rounds());
-      // Acknowledge, so the coordinator can close without waiting.
-      wire::Header ack = Header();
-      ack.mutable_heartbeat()->set_finished(true);
-      Send(std::move(ack), {}, now, a);
-      a.cancel_training = running_.has_value();
-      running_.reset();
-      finished_ = true;
-      a.exit = OkStatus();
+    case wire::Header::kFinished:
+      OnFinished(h.finished(), now, a);
       break;
-    }
     default:
       env_->Log().warn("ignored unexpected {} message from the coordinator", net::BodyName(h));
       break;
@@ -436,9 +457,7 @@ Status Session::CheckRoster(const wire::SecAggSetup& s, const crypto::Digest& ro
   return OkStatus();
 }
 
-Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& s,
-                            TimeMs now, Actions& a) {
-  if (identity_ == nullptr) return FailedPreconditionError("no identity key to sign with");
+StatusOr<double> Session::CorruptBound(const wire::SecAggSetup& s) const {
   if (s.n() < 2 || s.n() > kMaxCohort || s.index() >= s.n()) {
     return InvalidArgumentError("secagg setup: inconsistent n or index");
   }
@@ -467,7 +486,10 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
                                      " is too small for the colluders --peers allows");
     }
   }
-  COHORT_RETURN_IF_ERROR(aggregation::CheckSecAggParams(s.n(), s.k(), s.t(), corrupt));
+  return corrupt;
+}
+
+StatusOr<crypto::MerkleProof> Session::CheckSetupSums(const wire::SecAggSetup& s) const {
   if (!std::isfinite(s.clip()) || s.clip() <= 0 || !std::isfinite(s.scale()) || s.scale() < 1 ||
       !std::isfinite(s.total_weight()) || s.total_weight() < static_cast<double>(num_samples_)) {
     return InvalidArgumentError("secagg setup: bad clip, scale or total weight");
@@ -491,6 +513,15 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
       return InvalidArgumentError("secagg setup: a roster proof sibling is not 32 bytes");
     }
   }
+  return roster_proof;
+}
+
+Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& s,
+                            TimeMs now, Actions& a) {
+  if (identity_ == nullptr) return FailedPreconditionError("no identity key to sign with");
+  COHORT_ASSIGN_OR_RETURN(const double corrupt, CorruptBound(s));
+  COHORT_RETURN_IF_ERROR(aggregation::CheckSecAggParams(s.n(), s.k(), s.t(), corrupt));
+  COHORT_ASSIGN_OR_RETURN(crypto::MerkleProof roster_proof, CheckSetupSums(s));
   aggregation::SecAggParams params;
   params.n = s.n();
   params.k = s.k();
@@ -521,7 +552,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.client = std::make_unique<aggregation::SecAggClient>(params, s.index(), identity_,
                                                          std::move(roster_proof), env_);
   secagg_ = std::move(r);
-  if (Paused("commit_seed", round, a)) return OkStatus();
+  if (Paused(aggregation::SecAggStage::kCommitSeed, round, a)) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(aggregation::SeedCommit commit, secagg_->client->CommitSeed());
   SendSecAgg(aggregation::ToWire(round, task_id, commit), "commitment root", now, a);
   return OkStatus();
@@ -545,6 +576,35 @@ void Session::SendMaskedInput(TimeMs now, Actions& a) {
   secagg_->awaiting_limit = secagg_->survivors_limit;
 }
 
+void Session::AnswerKeyList(const wire::SecAggKeys& m, TimeMs now, Actions& a) {
+  const uint32_t round = secagg_->round;
+  if (Paused(aggregation::SecAggStage::kShareKeys, round, a)) return;
+  auto list = aggregation::FromWire(m);
+  if (!list.ok()) return Refuse(list.status(), a);
+  auto sealed = secagg_->client->ShareKeys(*list);
+  if (!sealed.ok()) return Refuse(sealed.status(), a);
+  if (Misbehaves("garbage_shares")) {
+    for (auto& [to, ct] : sealed->to) {
+      env_->RandomBytes({reinterpret_cast<uint8_t*>(ct.data()), ct.size()});
+    }
+  }
+  SendSecAgg(aggregation::ToWire(round, secagg_->task_id, *sealed), "neighbours' shares", now, a);
+}
+
+void Session::AnswerUnmaskRequest(const wire::SecAggUnmaskRequest& m, TimeMs now, Actions& a) {
+  const uint32_t round = secagg_->round;
+  if (Paused(aggregation::SecAggStage::kUnmasking, round, a)) return;
+  auto request = aggregation::FromWire(m);
+  if (!request.ok()) return Refuse(request.status(), a);
+  auto response = secagg_->client->Unmask(*request);
+  if (!response.ok()) return Refuse(response.status(), a);
+  if (Misbehaves("bad_unmask_share")) {
+    for (auto& sh : response->shares) env_->RandomBytes(sh.share.bytes().subspan(4, 8));
+  }
+  Send(aggregation::ToWire(round, secagg_->task_id, *response), {}, now, a);
+  secagg_.reset();  // Done: its secrets are wiped.
+}
+
 void Session::SendSecAgg(wire::Header header, const char* what, TimeMs now, Actions& a) {
   Send(std::move(header), {}, now, a);
   secagg_->awaiting = what;
@@ -552,9 +612,11 @@ void Session::SendSecAgg(wire::Header header, const char* what, TimeMs now, Acti
   secagg_->awaiting_limit = secagg_->stage_limit;
 }
 
-void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
-  uint32_t round = 0;
-  uint64_t task_id = 0;
+namespace {
+
+// The round and task a secure-aggregation message names; false for any
+// other message.
+bool SessionOf(const wire::Header& h, uint32_t& round, uint64_t& task_id) {
   switch (h.body_case()) {
     case wire::Header::kSecaggSeed:
       round = h.secagg_seed().round(), task_id = h.secagg_seed().task_id();
@@ -578,8 +640,17 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       round = h.secagg_unmask_request().round(), task_id = h.secagg_unmask_request().task_id();
       break;
     default:
-      return;
+      return false;
   }
+  return true;
+}
+
+}  // namespace
+
+void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
+  uint32_t round = 0;
+  uint64_t task_id = 0;
+  if (!SessionOf(h, round, task_id)) return;
   if (!secagg_ || secagg_->task_id != task_id || secagg_->round != round) {
     env_->Log().debug("ignored a {} message for a round this client is not in", net::BodyName(h));
     return;
@@ -588,7 +659,7 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
   secagg_->awaiting = nullptr;  // The wait is over; the next send starts another.
   switch (h.body_case()) {
     case wire::Header::kSecaggSeed: {
-      if (Paused("advertise_keys", round, a)) return;
+      if (Paused(aggregation::SecAggStage::kAdvertiseKeys, round, a)) return;
       auto root = aggregation::FromWire(h.secagg_seed());
       if (!root.ok()) return Refuse(root.status(), a);
       auto advert = client.AdvertiseKeys(*root);
@@ -597,22 +668,10 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       SendSecAgg(aggregation::ToWire(round, task_id, *advert), "key list", now, a);
       return;
     }
-    case wire::Header::kSecaggKeys: {
-      if (Paused("share_keys", round, a)) return;
-      auto list = aggregation::FromWire(h.secagg_keys());
-      if (!list.ok()) return Refuse(list.status(), a);
-      auto sealed = client.ShareKeys(*list);
-      if (!sealed.ok()) return Refuse(sealed.status(), a);
-      if (Misbehaves("garbage_shares")) {
-        for (auto& [to, ct] : sealed->to) {
-          env_->RandomBytes({reinterpret_cast<uint8_t*>(ct.data()), ct.size()});
-        }
-      }
-      SendSecAgg(aggregation::ToWire(round, task_id, *sealed), "neighbours' shares", now, a);
-      return;
-    }
+    case wire::Header::kSecaggKeys:
+      return AnswerKeyList(h.secagg_keys(), now, a);
     case wire::Header::kSecaggShares: {
-      if (Paused("check_shares", round, a)) return;
+      if (Paused(aggregation::SecAggStage::kCheckShares, round, a)) return;
       auto inbound = aggregation::FromWire(h.secagg_shares());
       if (!inbound.ok()) return Refuse(inbound.status(), a);
       auto check = client.CheckShares(*inbound);
@@ -625,7 +684,7 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       return;
     }
     case wire::Header::kSecaggChecked: {
-      if (Paused("confirm_checked", round, a)) return;
+      if (Paused(aggregation::SecAggStage::kConfirmChecked, round, a)) return;
       auto confirmation = client.ReceiveChecked(aggregation::FromWire(h.secagg_checked()));
       if (!confirmation.ok()) return Refuse(confirmation.status(), a);
       SendSecAgg(aggregation::ToWire(round, task_id, *confirmation), "confirmations", now, a);
@@ -641,25 +700,14 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       return;
     }
     case wire::Header::kSecaggSurvivors: {
-      if (Paused("consistency", round, a)) return;
+      if (Paused(aggregation::SecAggStage::kConsistency, round, a)) return;
       auto sig = client.SignSurvivors(aggregation::FromWire(h.secagg_survivors()));
       if (!sig.ok()) return Refuse(sig.status(), a);
       SendSecAgg(aggregation::ToWire(round, task_id, *sig), "unmask request", now, a);
       return;
     }
-    case wire::Header::kSecaggUnmaskRequest: {
-      if (Paused("unmasking", round, a)) return;
-      auto request = aggregation::FromWire(h.secagg_unmask_request());
-      if (!request.ok()) return Refuse(request.status(), a);
-      auto response = client.Unmask(*request);
-      if (!response.ok()) return Refuse(response.status(), a);
-      if (Misbehaves("bad_unmask_share")) {
-        for (auto& sh : response->shares) env_->RandomBytes(sh.share.bytes().subspan(4, 8));
-      }
-      Send(aggregation::ToWire(round, task_id, *response), {}, now, a);
-      secagg_.reset();  // Done: its secrets are wiped.
-      return;
-    }
+    case wire::Header::kSecaggUnmaskRequest:
+      return AnswerUnmaskRequest(h.secagg_unmask_request(), now, a);
     default:
       return;
   }

@@ -15,10 +15,12 @@
 
 #include "aggregation/fixed_point.h"
 #include "aggregation/secagg.h"
+#include "aggregation/secagg_stage.h"
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/status.h"
 #include "crypto/keys.h"
+#include "crypto/merkle.h"
 #include "net/envelope.h"
 #include "proto/config.pb.h"
 #include "proto/wire.pb.h"
@@ -53,12 +55,10 @@ struct Actions {
 };
 
 // Fault injection for tests: in round `round`, send nothing from `stage` on
-// ("advertise_keys", "share_keys", "check_shares", "masked_input",
-// "consistency", "unmasking"; "masked_input" also withholds a plain
-// update), printing
+// (kMaskedInput also withholds a plain update), printing
 // "paused before STAGE of round N" on stdout. The client keeps heartbeating.
 struct FaultPlan {
-  std::string stage;
+  aggregation::SecAggStage stage = aggregation::SecAggStage::kNone;
   uint32_t round = 0;  // 0: off.
   // Testing: play a malicious client in every round (kMisbehaviours).
   std::string misbehave;
@@ -158,6 +158,22 @@ class Session {
   Status StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
                      Actions& a);
   void OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a);
+  // The stages whose answers a misbehaving client (FaultPlan) tampers with.
+  void AnswerKeyList(const wire::SecAggKeys& m, TimeMs now, Actions& a);
+  void AnswerUnmaskRequest(const wire::SecAggUnmaskRequest& m, TimeMs now, Actions& a);
+  // StartSecAgg's checks of a setup: how many of the cohort may collude
+  // (the coordinator's bound, this client's and --peers'), and the encoding
+  // bounds and roster proof (returned).
+  StatusOr<double> CorruptBound(const wire::SecAggSetup& s) const;
+  StatusOr<crypto::MerkleProof> CheckSetupSums(const wire::SecAggSetup& s) const;
+  // OnMessage's handlers, one per body.
+  void OnWelcome(const wire::Welcome& w, Actions& a);
+  bool AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Actions& a);
+  bool BindSecureTask(const wire::RoundTask& t, TimeMs now, Actions& a);
+  void OnTask(const wire::RoundTask& t, const net::Envelope& env, TimeMs now, Actions& a);
+  void OnSecAggStart(const wire::SecAggStart& st, TimeMs now, Actions& a);
+  void OnError(const wire::Error& e, TimeMs now, Actions& a);
+  void OnFinished(const wire::Finished& f, TimeMs now, Actions& a);
   // The update of a finished task: masked (the secure session sends it
   // once its shares are checked) or plain.
   void SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
@@ -169,7 +185,7 @@ class Session {
   // one (`what`), which must come within the stage limit.
   void SendSecAgg(wire::Header header, const char* what, TimeMs now, Actions& a);
   // True (and prints the fault line) when the fault plan stops `stage`.
-  bool Paused(const std::string& stage, uint32_t round, Actions& a);
+  bool Paused(aggregation::SecAggStage stage, uint32_t round, Actions& a);
   void Refuse(const Status& why, Actions& a);
   void Send(wire::Header header, std::vector<float> payload, TimeMs now, Actions& a);
   TimeMs Interval() const;

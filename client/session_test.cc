@@ -48,7 +48,7 @@ class SessionTest : public ::testing::Test {
           ++builds_;
           return kParams;
         },
-        nullptr, FaultPlan{"masked_input", pause, ""});
+        nullptr, FaultPlan{aggregation::SecAggStage::kMaskedInput, pause, ""});
   }
   int builds_ = 0;
 };

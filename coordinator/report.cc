@@ -4,6 +4,8 @@
 #include <iterator>
 #include <map>
 
+#include "aggregation/secagg_stage.h"
+
 namespace cohort::coordinator {
 namespace {
 
@@ -35,9 +37,6 @@ std::string JsonString(const std::string& text) {
 std::string RoundJson(const store::RoundRecord& r,
                       const std::vector<store::ClientRoundRecord>& clients) {
   // Secure aggregation: who left at which stage.
-  static constexpr const char* kStages[] = {"commit_seed",  "advertise_keys",  "share_keys",
-                                            "check_shares", "confirm_checked", "masked_input",
-                                            "consistency",  "unmasking"};
   std::map<std::string, std::string> by_stage;
   std::string dropped, misbehaving;
   for (const auto& c : clients) {
@@ -55,8 +54,10 @@ std::string RoundJson(const store::RoundRecord& r,
   std::string stages;
   if (r.aggregation != "plain") {
     stages = ",\"dropped_by_stage\":{";
-    for (size_t i = 0; i < std::size(kStages); ++i) {
-      stages += std::string(i ? "," : "") + "\"" + kStages[i] + "\":[" + by_stage[kStages[i]] + "]";
+    for (aggregation::SecAggStage stage : aggregation::kSecAggStages) {
+      const char* name = aggregation::StageName(stage);
+      stages += std::string(stages.back() == '{' ? "" : ",") + "\"" + name + "\":[" +
+                by_stage[name] + "]";
     }
     stages += "}";
   }

@@ -87,7 +87,8 @@ net::Limits RoundEngine::limits() const {
       aggregator_ ? aggregator_->frame_floats() : global_.size() + aggregation::kSecureMetricSlots;
   l.max_payload_frames = 1;
   // Secure-aggregation messages carry a few hundred bytes per cohort member.
-  if (stage_ != 0) l.max_header_bytes += size_t{256} * participants_.size();
+  if (stage_ != aggregation::SecAggStage::kNone)
+    l.max_header_bytes += size_t{256} * participants_.size();
   return l;
 }
 
@@ -504,7 +505,8 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     out.push_back(MakeError(peer, wire::STALE, why));
     return;
   }
-  if (secagg() && (p->left || stage_ != kMaskedInputStage || p->answered != stage_ - 1)) {
+  if (secagg() && (p->left || stage_ != aggregation::SecAggStage::kMaskedInput ||
+                   p->answered != aggregation::PreviousStage(stage_))) {
     // The protocol's earlier stages come first.
     const std::string why = "masked update " + std::string(p->left ? "after leaving" : "during") +
                             " stage " + SecAggStageName() + " of round " + std::to_string(current);
@@ -529,7 +531,7 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     return;
   }
   p->state = Participant::State::kOk;
-  p->answered = kMaskedInputStage;
+  p->answered = aggregation::SecAggStage::kMaskedInput;
   if (!aggregator_->masked()) {
     // A masked update's metrics travel inside it, and only their sum counts.
     p->train_loss = u.train_loss();
@@ -748,7 +750,7 @@ std::vector<store::ClientRoundRecord> RoundEngine::ClientRecords(double& loss_su
         break;
     }
     cr.reason = p.reason;
-    cr.stage = p.stage;
+    cr.stage = aggregation::StageName(p.stage);
     cr.num_samples = p.num_samples;
     cr.train_loss = p.train_loss;
     cr.train_accuracy = p.train_accuracy;
@@ -818,7 +820,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   committed_.push_back(record);
   participants_.clear();
   aggregator_.reset();
-  stage_ = 0;
+  stage_ = aggregation::SecAggStage::kNone;
   if (round_ >= config_.rounds().num_rounds()) {
     phase_ = Phase::kDone;
     env_->Log().info("run finished after {} rounds", round_);
@@ -877,7 +879,10 @@ std::optional<TimeMs> RoundEngine::NextWakeup() const {
   if (phase_ == Phase::kTraining) {
     // A secure round waits on its stage's deadline; only the masked inputs
     // (like a plain round's updates) wait for the round deadline.
-    const TimeMs due = stage_ == 0 || stage_ == kMaskedInputStage ? deadline_ : stage_deadline_;
+    const TimeMs due = stage_ == aggregation::SecAggStage::kNone ||
+                               stage_ == aggregation::SecAggStage::kMaskedInput
+                           ? deadline_
+                           : stage_deadline_;
     if (!next || due < *next) next = due;
   }
   return next;

@@ -27,6 +27,7 @@
 #include "aggregation/aggregator.h"
 #include "aggregation/fixed_point.h"
 #include "aggregation/secagg.h"
+#include "aggregation/secagg_stage.h"
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/status.h"
@@ -130,9 +131,9 @@ class RoundEngine {
     double train_loss = 0, train_accuracy = 0, train_seconds = 0;
     // Secure aggregation: the last stage this client completed, and whether
     // (and at which stage) it left the round.
-    int answered = 0;
+    aggregation::SecAggStage answered = aggregation::SecAggStage::kNone;
     bool left = false;
-    std::string stage;
+    aggregation::SecAggStage stage = aggregation::SecAggStage::kNone;  // Where it left.
   };
 
   RoundEngine(const config::RunConfig& config, store::RunStore* store, Evaluator evaluator,
@@ -209,8 +210,9 @@ class RoundEngine {
   Status LoadBans();
   void AbortRound(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
   void LeaveSecAgg(Participant& p, Participant::State state, std::string reason);
-  Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id, int stage,
-                            const std::string& what, TimeMs now, std::vector<Outgoing>& out);
+  Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id,
+                            aggregation::SecAggStage stage, const std::string& what, TimeMs now,
+                            std::vector<Outgoing>& out);
   int LiveWaiting() const;
   // The checks every update passes, plain or masked.
   Status CheckUpdate(const wire::Update& u, const net::Envelope& envelope, const Participant& p,
@@ -263,10 +265,8 @@ class RoundEngine {
   std::vector<store::RoundRecord> committed_;
   Status store_error_;
 
-  // Secure aggregation state of the round in progress (stage 0: none; see
-  // round_engine_secagg.cc for the numbers).
-  static constexpr int kMaskedInputStage = 6;
-  int stage_ = 0;
+  // Secure aggregation state of the round in progress (kNone: none).
+  aggregation::SecAggStage stage_ = aggregation::SecAggStage::kNone;
   TimeMs stage_deadline_ = 0;
   aggregation::SecAggParams secagg_params_;
   aggregation::FixedPoint fixed_point_;

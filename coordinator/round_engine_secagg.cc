@@ -17,23 +17,89 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
+#include "aggregation/secagg_wire.h"
 #include "coordinator/round_engine.h"
 #include "crypto/keys.h"
-#include "aggregation/secagg_wire.h"
 
 namespace cohort::coordinator {
 namespace {
 
-constexpr const char* kStageNames[] = {"",
-                                       "commit_seed",
-                                       "advertise_keys",
-                                       "share_keys",
-                                       "check_shares",
-                                       "confirm_checked",
-                                       "masked_input",
-                                       "consistency",
-                                       "unmasking"};
+using aggregation::SecAggStage;
+using aggregation::StageName;
+
+// What a client's secure-aggregation message is: its session, the stage it
+// answers and what to call it in a log line; nullopt for other messages.
+struct SecAggIn {
+  uint32_t round;
+  uint64_t task_id;
+  SecAggStage stage;
+  const char* what;
+};
+
+template <typename M>
+SecAggIn In(const M& m, SecAggStage stage, const char* what) {
+  return {m.round(), m.task_id(), stage, what};
+}
+
+std::optional<SecAggIn> DescribeSecAgg(const wire::Header& h) {
+  switch (h.body_case()) {
+    case wire::Header::kSecaggSeed:
+      return In(h.secagg_seed(), SecAggStage::kCommitSeed, "seed commitment");
+    case wire::Header::kSecaggKeys:
+      return In(h.secagg_keys(), SecAggStage::kAdvertiseKeys, "key advert");
+    case wire::Header::kSecaggShares:
+      return In(h.secagg_shares(), SecAggStage::kShareKeys, "shares");
+    case wire::Header::kSecaggShareCheck:
+      return In(h.secagg_share_check(), SecAggStage::kCheckShares, "share check");
+    case wire::Header::kSecaggConfirm:
+      return In(h.secagg_confirm(), SecAggStage::kConfirmChecked, "checked-list confirmation");
+    case wire::Header::kSecaggSignature:
+      return In(h.secagg_signature(), SecAggStage::kConsistency, "survivor signature");
+    case wire::Header::kSecaggUnmask:
+      return In(h.secagg_unmask(), SecAggStage::kUnmasking, "unmasking shares");
+    default:
+      return std::nullopt;
+  }
+}
+
+// Hands the protocol server a message from cohort member `index` (the
+// sender, as its connection authenticated it), translated from the wire.
+Status ApplyToServer(aggregation::SecAggServer& server, const wire::Header& h, uint32_t index) {
+  switch (h.body_case()) {
+    case wire::Header::kSecaggSeed: {
+      auto commit = aggregation::FromWire(h.secagg_seed(), index);
+      return commit.ok() ? server.OnSeedCommit(*commit) : commit.status();
+    }
+    case wire::Header::kSecaggKeys: {
+      auto advert = aggregation::FromWire(h.secagg_keys(), index);
+      return advert.ok() ? server.OnAdvertise(*advert) : advert.status();
+    }
+    case wire::Header::kSecaggShares: {
+      auto shares = aggregation::FromWire(h.secagg_shares(), index);
+      return shares.ok() ? server.OnShares(std::move(*shares)) : shares.status();
+    }
+    case wire::Header::kSecaggShareCheck: {
+      auto check = aggregation::FromWire(h.secagg_share_check(), index);
+      return check.ok() ? server.OnShareCheck(*check) : check.status();
+    }
+    case wire::Header::kSecaggConfirm: {
+      auto c = aggregation::FromWire(h.secagg_confirm(), index);
+      return c.ok() ? server.OnConfirmation(*c) : c.status();
+    }
+    case wire::Header::kSecaggSignature: {
+      auto sig = aggregation::FromWire(h.secagg_signature(), index);
+      return sig.ok() ? server.OnSignature(*sig) : sig.status();
+    }
+    case wire::Header::kSecaggUnmask: {
+      auto r = aggregation::FromWire(h.secagg_unmask(), index);
+      return r.ok() ? server.OnUnmask(std::move(*r)) : r.status();
+    }
+    default:
+      return InternalError("not a secure-aggregation message: " + net::BodyName(h));
+  }
+}
 
 TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} * 1000.0)); }
 
@@ -56,7 +122,7 @@ wire::Header NewHeader() {
 
 }  // namespace
 
-const char* RoundEngine::SecAggStageName() const { return kStageNames[stage_]; }
+const char* RoundEngine::SecAggStageName() const { return StageName(stage_); }
 
 bool RoundEngine::secure() const { return config_.secagg().aggregation() != config::PLAIN; }
 
@@ -110,7 +176,7 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
                                            secagg_params_, cohort_identities_, fixed_point_,
                                            cohort_weight_, global_.size(), env_));
   aggregation_seconds_ = 0;
-  stage_ = 1;
+  stage_ = SecAggStage::kCommitSeed;
   stage_deadline_ = round_started_ + SecondsToMs(sc.stage_timeout_s());
   return OkStatus();
 }
@@ -125,14 +191,14 @@ int RoundEngine::LiveWaiting() const {
 
 void RoundEngine::LeaveSecAgg(Participant& p, Participant::State state, std::string reason) {
   p.left = true;
-  p.stage = kStageNames[stage_];
+  p.stage = stage_;
   // After its masked input a client's update is in the sum whatever happens
   // next: it stays "ok".
   if (p.state != Participant::State::kOk) {
     p.state = state;
     p.reason = std::move(reason);
   } else {
-    p.reason = "left during " + p.stage + ": " + reason;
+    p.reason = std::string("left during ") + StageName(p.stage) + ": " + reason;
   }
 }
 
@@ -140,7 +206,7 @@ void RoundEngine::TakeSecAggBlame() {
   for (auto& m : secagg()->TakeMisbehaviour()) {
     Participant& p = participants_[m.client];
     env_->Log().warn("client {} misbehaved in round {} ({}): {}", p.name, round_ + 1,
-                     kStageNames[stage_], m.what);
+                     StageName(stage_), m.what);
     const std::string reason = "misbehaved: " + m.what;
     Ban(p, reason);
     if (p.state == Participant::State::kOk) {
@@ -161,7 +227,7 @@ void RoundEngine::Ban(Participant& p, const std::string& why) {
 }
 
 RoundEngine::Participant* RoundEngine::SecAggSender(const std::string& peer, uint32_t round,
-                                                    uint64_t task_id, int stage,
+                                                    uint64_t task_id, SecAggStage stage,
                                                     const std::string& what, TimeMs now,
                                                     std::vector<Outgoing>& out) {
   const std::string* name = NameOf(peer);
@@ -181,8 +247,8 @@ RoundEngine::Participant* RoundEngine::SecAggSender(const std::string& peer, uin
     return nullptr;
   } else if (p->left) {
     why = what + " after leaving round " + std::to_string(current) + " (" + p->reason + ")";
-  } else if (stage_ != stage || p->answered != stage - 1) {
-    why = what + " during stage " + kStageNames[stage_] + " of round " + std::to_string(current);
+  } else if (stage_ != stage || p->answered != aggregation::PreviousStage(stage)) {
+    why = what + " during stage " + StageName(stage_) + " of round " + std::to_string(current);
   }
   if (!why.empty()) {
     env_->Log().warn("client {}: rejected {}", *name, why);
@@ -196,76 +262,17 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
                                   TimeMs now, std::vector<Outgoing>& out) {
   const wire::Header& h = envelope.header;
   const double started = env_->MonotonicSeconds();
-  Participant* p = nullptr;
-  Status status;
-  auto index_of = [this](const Participant* q) {
-    return static_cast<uint32_t>(q - participants_.data());
-  };
-  switch (h.body_case()) {
-    case wire::Header::kSecaggSeed: {
-      const auto& m = h.secagg_seed();
-      p = SecAggSender(peer, m.round(), m.task_id(), 1, "seed commitment", now, out);
-      if (p == nullptr) return;
-      auto commit = aggregation::FromWire(m, index_of(p));
-      status = commit.ok() ? secagg()->OnSeedCommit(*commit) : commit.status();
-      break;
-    }
-    case wire::Header::kSecaggKeys: {
-      const auto& m = h.secagg_keys();
-      p = SecAggSender(peer, m.round(), m.task_id(), 2, "key advert", now, out);
-      if (p == nullptr) return;
-      auto advert = aggregation::FromWire(m, index_of(p));
-      status = advert.ok() ? secagg()->OnAdvertise(*advert) : advert.status();
-      break;
-    }
-    case wire::Header::kSecaggShares: {
-      const auto& m = h.secagg_shares();
-      p = SecAggSender(peer, m.round(), m.task_id(), 3, "shares", now, out);
-      if (p == nullptr) return;
-      auto shares = aggregation::FromWire(m, index_of(p));
-      status = shares.ok() ? secagg()->OnShares(std::move(*shares)) : shares.status();
-      break;
-    }
-    case wire::Header::kSecaggShareCheck: {
-      const auto& m = h.secagg_share_check();
-      p = SecAggSender(peer, m.round(), m.task_id(), 4, "share check", now, out);
-      if (p == nullptr) return;
-      auto check = aggregation::FromWire(m, index_of(p));
-      status = check.ok() ? secagg()->OnShareCheck(*check) : check.status();
-      break;
-    }
-    case wire::Header::kSecaggConfirm: {
-      const auto& m = h.secagg_confirm();
-      p = SecAggSender(peer, m.round(), m.task_id(), 5, "checked-list confirmation", now, out);
-      if (p == nullptr) return;
-      auto c = aggregation::FromWire(m, index_of(p));
-      status = c.ok() ? secagg()->OnConfirmation(*c) : c.status();
-      break;
-    }
-    case wire::Header::kSecaggSignature: {
-      const auto& m = h.secagg_signature();
-      p = SecAggSender(peer, m.round(), m.task_id(), 7, "survivor signature", now, out);
-      if (p == nullptr) return;
-      auto sig = aggregation::FromWire(m, index_of(p));
-      status = sig.ok() ? secagg()->OnSignature(*sig) : sig.status();
-      break;
-    }
-    case wire::Header::kSecaggUnmask: {
-      const auto& m = h.secagg_unmask();
-      p = SecAggSender(peer, m.round(), m.task_id(), 8, "unmasking shares", now, out);
-      if (p == nullptr) return;
-      auto r = aggregation::FromWire(m, index_of(p));
-      status = r.ok() ? secagg()->OnUnmask(std::move(*r)) : r.status();
-      break;
-    }
-    default:
-      return;
-  }
+  const std::optional<SecAggIn> in = DescribeSecAgg(h);
+  if (!in) return;
+  Participant* p = SecAggSender(peer, in->round, in->task_id, in->stage, in->what, now, out);
+  if (p == nullptr) return;
+  const Status status =
+      ApplyToServer(*secagg(), h, static_cast<uint32_t>(p - participants_.data()));
   aggregation_seconds_ += env_->MonotonicSeconds() - started;
   TakeSecAggBlame();
   if (!status.ok()) {
     const std::string why = "client " + p->name + ", round " + std::to_string(round_ + 1) + ", " +
-                            kStageNames[stage_] + ": " + status.message();
+                            StageName(stage_) + ": " + status.message();
     env_->Log().warn("rejected secure-aggregation message: {}", why);
     if (!p->left) LeaveSecAgg(*p, Participant::State::kRejected, status.message());
     out.push_back(MakeError(peer, wire::SECAGG_REFUSED, why));
@@ -310,27 +317,27 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
   const uint32_t round = round_ + 1;
   const TimeMs stage_timeout = SecondsToMs(config_.secagg().stage_timeout_s());
   switch (stage_) {
-    case 1: {
+    case SecAggStage::kCommitSeed: {
       COHORT_ASSIGN_OR_RETURN(auto roots, secagg()->CloseSeedCommit());
       for (const auto& [index, root] : roots) {
         SendSecAgg(index, aggregation::ToWire(round, task_id_, root), out);
       }
       break;
     }
-    case 2: {
+    case SecAggStage::kAdvertiseKeys: {
       COHORT_ASSIGN_OR_RETURN(auto lists, secagg()->CloseAdvertise());
       for (const auto& [index, list] : lists)
         SendSecAgg(index, aggregation::ToWire(round, task_id_, list), out);
       break;
     }
-    case 3: {
+    case SecAggStage::kShareKeys: {
       COHORT_ASSIGN_OR_RETURN(auto inbound, secagg()->CloseShares());
       for (const auto& [index, shares] : inbound) {
         SendSecAgg(index, aggregation::ToWire(round, task_id_, shares), out);
       }
       break;
     }
-    case 4: {
+    case SecAggStage::kCheckShares: {
       COHORT_ASSIGN_OR_RETURN(aggregation::CheckedList checked, secagg()->CloseShareCheck());
       wire::Header h = NewHeader();
       auto* m = h.mutable_secagg_checked();
@@ -340,7 +347,7 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
       BroadcastSecAgg(h, out);
       break;
     }
-    case 5: {
+    case SecAggStage::kConfirmChecked: {
       COHORT_ASSIGN_OR_RETURN(auto confirmations, secagg()->CloseConfirmation());
       for (const auto& [index, c] : confirmations) {
         SendSecAgg(index, aggregation::ToWire(round, task_id_, c), out);
@@ -350,7 +357,7 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
       deadline_ = std::max(deadline_, now + stage_timeout);
       break;
     }
-    case 6: {
+    case SecAggStage::kMaskedInput: {
       const uint32_t needed = std::max(secagg_params_.t, MinClients());
       if (secagg()->u4().size() < needed) {
         return FailedPreconditionError(
@@ -366,7 +373,7 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
       BroadcastSecAgg(h, out);
       break;
     }
-    case 7: {
+    case SecAggStage::kConsistency: {
       COHORT_ASSIGN_OR_RETURN(auto requests, secagg()->CloseConsistency());
       for (const auto& [index, request] : requests) {
         SendSecAgg(index, aggregation::ToWire(round, task_id_, request), out);
@@ -374,33 +381,33 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
       break;
     }
     default:
-      return InternalError("no secure-aggregation stage " + std::to_string(stage_));
+      return InternalError(std::string("no secure-aggregation stage ") + StageName(stage_));
   }
-  ++stage_;
+  stage_ = aggregation::NextStage(stage_);
   stage_deadline_ = now + stage_timeout;
   return OkStatus();
 }
 
 void RoundEngine::AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out) {
   while (phase_ == Phase::kTraining && secagg()) {
-    const TimeMs deadline = stage_ == kMaskedInputStage ? deadline_ : stage_deadline_;
+    const TimeMs deadline = stage_ == SecAggStage::kMaskedInput ? deadline_ : stage_deadline_;
     if (LiveWaiting() > 0 && now < deadline) return;
     const uint32_t round = round_ + 1;
     for (auto& p : participants_) {
       if (!p.left && p.answered < stage_) {
         LeaveSecAgg(p, Participant::State::kDropped,
-                    std::string("no ") + kStageNames[stage_] + " message before the deadline");
-        if (stage_ <= kMaskedInputStage) SetInactive(p.name, clients_[p.name]);  // Until it speaks.
-        env_->Log().warn("client {}: left round {} at stage {}", p.name, round,
-                         kStageNames[stage_]);
+                    std::string("no ") + StageName(stage_) + " message before the deadline");
+        if (stage_ <= SecAggStage::kMaskedInput)
+          SetInactive(p.name, clients_[p.name]);  // Until it speaks.
+        env_->Log().warn("client {}: left round {} at stage {}", p.name, round, StageName(stage_));
       }
     }
     const double started = env_->MonotonicSeconds();
     env_->Log().debug("round {}: stage {} closes {:.3f} s into the round, {} clients in", round,
-                      kStageNames[stage_], started - round_start_wall_,
+                      StageName(stage_), started - round_start_wall_,
                       std::count_if(participants_.begin(), participants_.end(),
                                     [](const Participant& p) { return !p.left; }));
-    if (stage_ == 8) {
+    if (stage_ == SecAggStage::kUnmasking) {
       FinishRound(now, started, out);
       return;
     }

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "aggregation/secagg_stage.h"
 #include "client/session.h"
 #include "common/clock.h"
 #include "common/env.h"
@@ -38,12 +39,14 @@
 namespace cohort::sim {
 namespace {
 
+using aggregation::SecAggStage;
+
 struct VirtualClient {
   std::string name;
   // Simulated dropout: the round it is planned for and the first stage it
-  // never sends (-1: none).
+  // never sends (kNone: none).
   uint32_t drop_round = 0;
-  int drop_stage = -1;
+  aggregation::SecAggStage drop_stage = aggregation::SecAggStage::kNone;
   double slowness = 1;    // Its training's virtual time is scaled by this.
   double latency_ms = 0;  // Its link's, each way.
   // Availability: online until `toggle_at` (virtual ms), then the other
@@ -143,7 +146,8 @@ struct Job {
   int client = 0;
   client::TrainTask task;
   std::shared_ptr<std::atomic<bool>> cancel;
-  TimeMs due = 0;  // When, in virtual time, its update reaches the engine's side.
+  TimeMs due = 0;            // When, in virtual time, its update reaches the engine's side.
+  double train_seconds = 0;  // Its training's virtual duration.
 };
 struct Finished {
   int client = 0;
@@ -151,6 +155,28 @@ struct Finished {
   uint64_t task_id = 0;
   StatusOr<train::TrainResult> result = CancelledError("not run");
   std::vector<float> local;
+};
+
+// The Env a simulated client trains under: its clock reads 0 at the start
+// of training and the job's virtual duration at every later read, so the
+// training seconds a client reports (a masked metric) are virtual time, not
+// how long the executor took. All else goes to `base`.
+class VirtualTrainingEnv final : public Env {
+ public:
+  VirtualTrainingEnv(Env* base, double seconds) : base_(base), seconds_(seconds) {}
+  double MonotonicSeconds() override { return reads_++ == 0 ? 0 : seconds_; }
+  int64_t UnixMillis() override { return base_->UnixMillis(); }
+  uint64_t Random64() override { return base_->Random64(); }
+  void RandomBytes(std::span<uint8_t> out) override { base_->RandomBytes(out); }
+  spdlog::logger& Log() override { return base_->Log(); }
+  Status ParallelFor(size_t n, const std::function<Status(size_t)>& fn) override {
+    return base_->ParallelFor(n, fn);
+  }
+
+ private:
+  Env* base_;
+  double seconds_;
+  int reads_ = 0;
 };
 
 // Trains jobs on its threads, one backend and one model each: each job
@@ -260,8 +286,9 @@ class ExecutorPool {
       if (!data.ok()) {
         f.result = data.status();
       } else {
-        f.result =
-            train::TrainLocal(*models_[k], f.local, **data, job.task.options, job.cancel.get());
+        VirtualTrainingEnv env(Env::Default(), job.train_seconds);
+        f.result = train::TrainLocal(*models_[k], f.local, **data, job.task.options,
+                                     job.cancel.get(), &env);
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -286,31 +313,28 @@ class ExecutorPool {
   std::multiset<TimeMs> dues_;
 };
 
-// The stages a client can drop out at, in order, by the body of the message
-// that opens each (FaultPlan's names); -1 for other messages.
-constexpr const char* kStages[] = {"commit_seed",  "advertise_keys",  "share_keys",
-                                   "check_shares", "confirm_checked", "masked_input",
-                                   "consistency",  "unmasking"};
-int StageOf(const wire::Header& h) {
+// The stage a client message belongs to, by its body (kNone for messages
+// outside the protocol's stages).
+SecAggStage StageOf(const wire::Header& h) {
   switch (h.body_case()) {
     case wire::Header::kSecaggSeed:
-      return 0;
+      return SecAggStage::kCommitSeed;
     case wire::Header::kSecaggKeys:
-      return 1;
+      return SecAggStage::kAdvertiseKeys;
     case wire::Header::kSecaggShares:
-      return 2;
+      return SecAggStage::kShareKeys;
     case wire::Header::kSecaggShareCheck:
-      return 3;
+      return SecAggStage::kCheckShares;
     case wire::Header::kSecaggConfirm:
-      return 4;
+      return SecAggStage::kConfirmChecked;
     case wire::Header::kUpdate:
-      return 5;
+      return SecAggStage::kMaskedInput;
     case wire::Header::kSecaggSignature:
-      return 6;
+      return SecAggStage::kConsistency;
     case wire::Header::kSecaggUnmask:
-      return 7;
+      return SecAggStage::kUnmasking;
     default:
-      return -1;
+      return SecAggStage::kNone;
   }
 }
 
@@ -516,8 +540,11 @@ class Simulation {
   // Virtual milliseconds from a task's sending to its update's arrival:
   // down, train, up.
   TimeMs JobTime(int i, uint32_t epochs) const {
-    const double compute = double(clients_[i].size()) * epochs * sample_ms_ * clients_[i].slowness;
-    return TimeMs(std::llround(compute + 2 * clients_[i].latency_ms));
+    return TimeMs(std::llround(ComputeMs(i, epochs) + 2 * clients_[i].latency_ms));
+  }
+  // Virtual milliseconds of client i's training.
+  double ComputeMs(int i, uint32_t epochs) const {
+    return double(clients_[i].size()) * epochs * sample_ms_ * clients_[i].slowness;
   }
 
   // `released`: a held task, now handed out (the front of the line).
@@ -566,8 +593,8 @@ class Simulation {
     VirtualClient& c = clients_[i];
     for (auto& out : a.send) {
       // A client that dropped out sends nothing from its stage on.
-      const int stage = StageOf(out.header);
-      if (c.drop_stage >= 0 && stage >= c.drop_stage) continue;
+      const SecAggStage stage = StageOf(out.header);
+      if (c.drop_stage != SecAggStage::kNone && stage >= c.drop_stage) continue;
       if (!Online(i, now_)) continue;  // Switched off: nothing leaves.
       const bool delayed = latency_ms_ > 0 && IsSecAgg(out.header);
       net::Envelope e = client::AsEnvelope(std::move(out));
@@ -582,7 +609,8 @@ class Simulation {
     if (a.train) {
       c.cancel = std::make_shared<std::atomic<bool>>(false);
       const TimeMs due = task_sent_.value_or(now_) + JobTime(i, a.train->options.epochs);
-      pool_.Submit({i, std::move(*a.train), c.cancel, due});
+      const double train_seconds = ComputeMs(i, a.train->options.epochs) / 1000.0;
+      pool_.Submit({i, std::move(*a.train), c.cancel, due, train_seconds});
     }
     if (a.exit && !a.exit->ok()) spdlog::warn("{}: {}", c.name, a.exit->ToString());
   }
@@ -594,7 +622,7 @@ class Simulation {
     VirtualClient& c = clients_[i];
     if (dropout_ <= 0 || c.drop_round == round) return;
     c.drop_round = round;
-    c.drop_stage = -1;
+    c.drop_stage = SecAggStage::kNone;
     Rng rng(DeriveSeed(config_.seed(), 0xd209 + uint64_t(round), Fnv1a64(c.name)));
     if (rng.UniformDouble() >= dropout_) return;
     const bool secure = config_.secagg().aggregation() != config::PLAIN;
@@ -602,11 +630,12 @@ class Simulation {
     // follows its commitment by one round trip, so a crash between them is
     // rare, and on a sparse graph it stops the whole round (the seed needs
     // every committed contribution; docs/architecture.md).
-    constexpr int kStagesBut1 = static_cast<int>(std::size(kStages)) - 1;
+    constexpr int kStagesBut1 = static_cast<int>(aggregation::kSecAggStages.size()) - 1;
     const int pick = int(rng.UniformDouble() * kStagesBut1) % kStagesBut1;
-    c.drop_stage = secure ? (pick == 0 ? 0 : pick + 1) : 5;
+    c.drop_stage =
+        secure ? aggregation::kSecAggStages[pick == 0 ? 0 : pick + 1] : SecAggStage::kMaskedInput;
     spdlog::info("round {}: {} drops out before {} (simulated)", round, c.name,
-                 kStages[c.drop_stage]);
+                 aggregation::StageName(c.drop_stage));
   }
 
   // The live line (a terminal only): clients trained of those sent a task
@@ -644,10 +673,9 @@ class Simulation {
     }
     auto clients = store_->ClientRounds(r.round);
     // clock_seconds: the round on the virtual clock, beside the wall time.
-    std::printf("%s\n",
-                coordinator::RoundJson(
-                    r, clients.ok() ? *clients : std::vector<store::ClientRoundRecord>{})
-                    .c_str());
+    std::printf("%s\n", coordinator::RoundJson(
+                            r, clients.ok() ? *clients : std::vector<store::ClientRoundRecord>{})
+                            .c_str());
     std::fflush(stdout);
   }
 

@@ -44,7 +44,7 @@ config::RunConfig Config(int clients, config::Aggregation aggregation) {
 class InProcessRun {
  public:
   InProcessRun(const config::RunConfig& config, std::vector<uint64_t> samples,
-               std::vector<std::vector<float>> deltas, std::map<int, std::string> faults)
+               std::vector<std::vector<float>> deltas, std::map<int, aggregation::SecAggStage> faults)
       : deltas_(std::move(deltas)) {
     store_ = std::move(store::OpenSqliteRunStore(":memory:")).value();
     engine_ = std::move(coordinator::RoundEngine::Create(config, std::vector<float>(kParams, 0.0f),
@@ -169,8 +169,10 @@ TEST(SecureDecodeTest, EqualsPlainFedAvgOnUnequalShardsWithDropouts) {
   }
   // Client 6 (the largest shard) drops before its masked input, client 1
   // before the key exchange; client 8 leaves after its input (it counts).
-  const std::map<int, std::string> faults = {
-      {6, "masked_input"}, {1, "share_keys"}, {8, "consistency"}};
+  const std::map<int, aggregation::SecAggStage> faults = {
+      {6, aggregation::SecAggStage::kMaskedInput},
+      {1, aggregation::SecAggStage::kShareKeys},
+      {8, aggregation::SecAggStage::kConsistency}};
   InProcessRun run(Config(kClients, config::SECAGG_PLUS), samples, deltas, faults);
   run.Run();
   auto rounds = std::move(run.store().Rounds()).value();
