@@ -33,6 +33,12 @@ class RealEnv final : public Env {
 
 }  // namespace
 
+int64_t Env::UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 Env* Env::Default() {
   static RealEnv* env = new RealEnv();  // Never destroyed: used until exit.
   return env;

@@ -28,6 +28,10 @@ class Env {
 
   // Seconds on a monotonic clock: the durations a record reports.
   virtual double MonotonicSeconds() = 0;
+  // Milliseconds since the Unix epoch (the system clock): when a record was
+  // made, as the store stamps it. Never drives a decision. By default the
+  // real system clock.
+  virtual int64_t UnixMillis();
   // Uniform random bits that need not be secret (task ids).
   virtual uint64_t Random64() = 0;
   // Random bytes fit for what goes into a key derivation or a signed
@@ -39,7 +43,7 @@ class Env {
   // error, the rest skipped). The daemons': the process's thread pool.
   virtual Status ParallelFor(size_t n, const std::function<Status(size_t)>& fn) = 0;
 
-  // The daemons': steady_clock, libsodium's randombytes, and spdlog's
+  // The daemons': steady_clock and system_clock, libsodium's randombytes, and spdlog's
   // default logger as it is when a line is written (InitLogging replaces
   // it). Lives for the whole process.
   static Env* Default();
@@ -53,6 +57,7 @@ class LogRedirectEnv : public Env {
   LogRedirectEnv(Env* base, std::shared_ptr<spdlog::logger> log)
       : base_(base), log_(std::move(log)) {}
   double MonotonicSeconds() override { return base_->MonotonicSeconds(); }
+  int64_t UnixMillis() override { return base_->UnixMillis(); }
   uint64_t Random64() override { return base_->Random64(); }
   void RandomBytes(std::span<uint8_t> out) override { base_->RandomBytes(out); }
   spdlog::logger& Log() override { return *log_; }

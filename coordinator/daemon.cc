@@ -63,12 +63,9 @@ size_t MaxClientHeaderBytes(const config::RunConfig& config) {
   return bytes;
 }
 
-}  // namespace
-
-Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop) {
-  const config::RunConfig& config = options.config;
-  // Without a handshake timeout a connection could stay unauthenticated, and
-  // hold its frame, for as long as its peer likes.
+// Without a handshake timeout a connection could stay unauthenticated, and
+// hold its frame, for as long as its peer likes.
+Status CheckDaemonOptions(const DaemonOptions& options) {
   if (options.handshake_timeout_ms < 100 || options.handshake_timeout_ms > 600000) {
     return InvalidArgumentError("handshake timeout of " +
                                 std::to_string(options.handshake_timeout_ms) +
@@ -77,68 +74,74 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   if (options.max_unauthenticated == 0) {
     return InvalidArgumentError("at most 0 connections waiting to authenticate: must be >= 1");
   }
-  COHORT_ASSIGN_OR_RETURN(OpenRun run, OpenFederatedRun(config, options.run_dir, SteadyNowMs()));
-  RoundEngine* engine = run.engine.get();
-  if (!options.dump_sums.empty()) {
-    engine->set_sum_observer([dir = options.dump_sums](uint32_t round,
-                                                       std::span<const uint32_t> sum,
-                                                       const std::vector<std::string>& names) {
-      const std::string base = dir + "/round-" + std::to_string(round);
-      std::string list;
-      for (const auto& n : names) list += n + "\n";
-      std::string bytes(reinterpret_cast<const char*>(sum.data()), sum.size_bytes());
-      Status st = WriteFileAtomically(base + ".u32", bytes);
-      if (st.ok()) st = WriteFileAtomically(base + ".names", list);
-      if (!st.ok()) spdlog::error("--dump-sums: {}", st.message());
-    });
-  }
-  if (engine->done()) {
-    spdlog::info("run already complete ({} rounds committed)", engine->last_committed_round());
-    return OkStatus();
-  }
+  return OkStatus();
+}
 
-  zmq::context_t context(1);
-  // ZAP: ZeroMQ asks this handler whether a CURVE client key may connect. It
-  // must be bound before the ROUTER accepts anything.
-  std::unique_ptr<net::ZapHandler> zap;
-  std::map<std::string, crypto::Ed25519Public> identities;  // Name -> identity key.
-  std::optional<crypto::CurveKeys> curve;
+// --dump-sums DIR: each securely aggregated round's unmasked sum and the
+// names whose inputs it holds, as DIR/round-N.u32 and DIR/round-N.names.
+RoundEngine::SumObserver DumpSumsTo(const std::string& dir) {
+  return
+      [dir](uint32_t round, std::span<const uint32_t> sum, const std::vector<std::string>& names) {
+        const std::string base = dir + "/round-" + std::to_string(round);
+        std::string list;
+        for (const auto& n : names) list += n + "\n";
+        std::string bytes(reinterpret_cast<const char*>(sum.data()), sum.size_bytes());
+        Status st = WriteFileAtomically(base + ".u32", bytes);
+        if (st.ok()) st = WriteFileAtomically(base + ".names", list);
+        if (!st.ok()) spdlog::error("--dump-sums: {}", st.message());
+      };
+}
+
+// Who may connect: under CURVE the ZAP handler (bound before the ROUTER
+// accepts anything) and each allowlisted name's identity key.
+struct Security {
+  std::unique_ptr<net::ZapHandler> zap;  // Null: --insecure.
+  std::map<std::string, crypto::Ed25519Public> identities;
+};
+
+StatusOr<Security> SetUpSecurity(const DaemonOptions& options, zmq::context_t& context,
+                                 zmq::socket_t& socket) {
+  Security security;
   if (options.insecure) {
     spdlog::warn("CURVE is off (--insecure): traffic is plaintext and any client may join");
-  } else {
-    if (options.identity.empty() || options.allowlist.empty()) {
-      return InvalidArgumentError(
-          "the coordinator needs --identity and --allow (or --insecure for local development)");
-    }
-    COHORT_ASSIGN_OR_RETURN(crypto::Ed25519KeyPair identity,
-                            crypto::LoadIdentity(options.identity));
-    COHORT_ASSIGN_OR_RETURN(curve, crypto::CurveKeysFor(identity));
-    COHORT_ASSIGN_OR_RETURN(auto list, crypto::LoadAllowlist(options.allowlist));
-    for (const auto& entry : list) identities[entry.name] = entry.key;
-    COHORT_ASSIGN_OR_RETURN(zap, net::ZapHandler::Create(context, list));
-    spdlog::info("CURVE on; {} client keys in the allowlist {}", zap->size(), options.allowlist);
+    return security;
   }
-  zmq::socket_t socket(context, zmq::socket_type::router);
-  if (curve) {
-    COHORT_RETURN_IF_ERROR(net::SetUpCurveServer(socket, *curve));
-    curve.reset();  // libzmq has its copy; ours is wiped now.
+  if (options.identity.empty() || options.allowlist.empty()) {
+    return InvalidArgumentError(
+        "the coordinator needs --identity and --allow (or --insecure for local development)");
   }
+  COHORT_ASSIGN_OR_RETURN(crypto::Ed25519KeyPair identity, crypto::LoadIdentity(options.identity));
+  COHORT_ASSIGN_OR_RETURN(std::optional<crypto::CurveKeys> curve, crypto::CurveKeysFor(identity));
+  COHORT_ASSIGN_OR_RETURN(auto list, crypto::LoadAllowlist(options.allowlist));
+  for (const auto& entry : list) security.identities[entry.name] = entry.key;
+  COHORT_ASSIGN_OR_RETURN(security.zap, net::ZapHandler::Create(context, list));
+  spdlog::info("CURVE on; {} client keys in the allowlist {}", security.zap->size(),
+               options.allowlist);
+  COHORT_RETURN_IF_ERROR(net::SetUpCurveServer(socket, *curve));
+  curve.reset();  // libzmq has its copy; ours is wiped now.
+  return security;
+}
+
+// The ROUTER's limits. Frames beyond the largest one an envelope may have
+// drop the connection inside ZeroMQ before they are buffered; smaller
+// oversize frames are rejected by DecodeEnvelope with a logged reason.
+// Payloads travel in chunks, so the limit does not grow with the model: it
+// is what one connection may make ZeroMQ buffer before its handshake, and
+// the guard caps how many such connections there are. Returns the limit.
+int64_t ConfigureRouter(const DaemonOptions& options, zmq::socket_t& socket) {
   // An unroutable reply (peer gone) fails fast instead of vanishing.
   socket.set(zmq::sockopt::router_mandatory, 1);
-  // Frames beyond this size drop the connection inside ZeroMQ before they are
-  // buffered; smaller oversize frames are rejected by DecodeEnvelope with a
-  // logged reason. Payloads travel in chunks, so the limit does not grow with
-  // the model: it is what one connection may make ZeroMQ buffer before its
-  // handshake, and the guard caps how many such connections there are.
-  const int64_t max_frame = net::MaxFrameBytes(MaxClientHeaderBytes(config));
+  const int64_t max_frame = net::MaxFrameBytes(MaxClientHeaderBytes(options.config));
   socket.set(zmq::sockopt::maxmsgsize, max_frame);
   socket.set(zmq::sockopt::handshake_ivl, options.handshake_timeout_ms);
   socket.set(zmq::sockopt::linger, 2000);
   socket.set(zmq::sockopt::sndhwm, 100000);
-  net::GuardOptions guard_options;
-  guard_options.max_unauthenticated = options.max_unauthenticated;
-  guard_options.handshake_timeout_ms = options.handshake_timeout_ms;
-  COHORT_ASSIGN_OR_RETURN(auto guard, net::ConnectionGuard::Watch(context, socket, guard_options));
+  return max_frame;
+}
+
+// Binds, then says where: the log, --endpoint-file and stdout.
+Status BindAndAnnounce(const DaemonOptions& options, int64_t max_frame, const RoundEngine& engine,
+                       zmq::socket_t& socket) {
   try {
     socket.bind(options.bind);
   } catch (const zmq::error_t& e) {
@@ -151,68 +154,130 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
       (static_cast<uint64_t>(max_frame) * options.max_unauthenticated) >> 20);
   const std::string endpoint = net::LastEndpoint(socket);
   spdlog::info("listening on {} (run {}, {} parameters, resuming after round {})", endpoint,
-               config.name(), engine->num_params(), engine->last_committed_round());
+               options.config.name(), engine.num_params(), engine.last_committed_round());
   if (!options.endpoint_file.empty()) {
     COHORT_RETURN_IF_ERROR(WriteFileAtomically(options.endpoint_file, endpoint + "\n"));
   }
   std::printf("coordinator listening on %s\n", endpoint.c_str());
   std::fflush(stdout);
+  return OkStatus();
+}
 
-  auto send_all = [&](std::vector<Outgoing> out) {
-    for (auto& o : out) {
-      if (!net::SendFrames(socket, o.peer, net::EncodeEnvelope(o.header, o.payload))) {
-        spdlog::debug("could not send {} to a peer that is gone", net::BodyName(o.header));
+// The daemon's I/O loop: the one place the engine meets the socket and the
+// real clock. Polls the ROUTER (and ZAP), hands the engine every decoded
+// message and the time, and sends what it returns.
+class IoLoop {
+ public:
+  IoLoop(const config::RunConfig& config, RoundEngine& engine, zmq::socket_t& socket,
+         Security& security, net::ConnectionGuard& guard)
+      : config_(config), engine_(engine), socket_(socket), security_(security), guard_(guard) {}
+
+  // Until `stop`, a store error, or the run is done and every client has
+  // acknowledged Finished (or the grace period ran out).
+  Status Run(const std::atomic<bool>& stop) {
+    // After the last round, serve a little longer so every client hears
+    // Finished and acknowledges it; closing with unread client messages would
+    // make the kernel reset connections and lose the Finished still in flight.
+    const TimeMs grace_ms = static_cast<TimeMs>(3000 * config_.net().heartbeat_s()) + 500;
+    std::optional<TimeMs> done_at;
+    while (!stop.load()) {
+      if (engine_.done()) {
+        if (!done_at) done_at = SteadyNowMs();
+        const TimeMs now = SteadyNowMs();
+        if (engine_.all_acknowledged_finish(now) || now - *done_at > grace_ms) break;
       }
+      if (!engine_.store_error().ok()) return engine_.store_error();
+      StatusOr<bool> polled = Poll();
+      if (!polled.ok()) return polled.status();
+      if (!*polled) continue;
+      Drain();
+      SendAll(engine_.OnTick(SteadyNowMs()));
     }
-    for (const store::RoundRecord& r : engine->TakeCommitted())
-      PrintRound(r, config.rounds().num_rounds());
-  };
+    return OkStatus();
+  }
 
-  net::RawMessage raw;
-  // After the last round, serve a little longer so every client hears
-  // Finished and acknowledges it; closing with unread client messages would
-  // make the kernel reset connections and lose the Finished still in flight.
-  const TimeMs grace_ms = static_cast<TimeMs>(3000 * config.net().heartbeat_s()) + 500;
-  std::optional<TimeMs> done_at;
-  while (!stop.load()) {
-    if (engine->done()) {
-      if (!done_at) done_at = SteadyNowMs();
-      const TimeMs now = SteadyNowMs();
-      if (engine->all_acknowledged_finish(now) || now - *done_at > grace_ms) break;
-    }
-    if (!engine->store_error().ok()) return engine->store_error();
-    TimeMs now = SteadyNowMs();
-    // Wake for the engine's next deadline, and at least every 200 ms to see
-    // `stop` (signals do not interrupt zmq_poll reliably across versions).
+ private:
+  // Waits for a message, the engine's next deadline, or at most 200 ms (to
+  // see `stop`: signals do not interrupt zmq_poll reliably across
+  // versions). False when interrupted.
+  StatusOr<bool> Poll() {
+    const TimeMs now = SteadyNowMs();
     TimeMs wait = 200;
-    if (auto next = engine->NextWakeup()) wait = std::clamp<TimeMs>(*next - now, 0, 200);
-    zmq::pollitem_t items[] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
+    if (auto next = engine_.NextWakeup()) wait = std::clamp<TimeMs>(*next - now, 0, 200);
+    net::ZapHandler* zap = security_.zap.get();
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                {zap ? zap->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     try {
       zmq::poll(items, zap ? 2 : 1, std::chrono::milliseconds(wait));
     } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) continue;
+      if (e.num() == EINTR) return false;
       return UnavailableError(std::string("poll: ") + e.what());
     }
     if (zap && (items[1].revents & ZMQ_POLLIN)) zap->AnswerReady();
-    // Drain everything that is ready, then let time advance.
-    for (int budget = 0; budget < 10000 && net::TryReceive(socket, true, raw); ++budget) {
-      now = SteadyNowMs();
-      guard->Authenticated(raw.source_fd);
-      auto envelope = net::DecodeEnvelope(raw.frames, engine->limits());
+    return true;
+  }
+
+  // Hands the engine everything that is ready, then lets time advance.
+  void Drain() {
+    for (int budget = 0; budget < 10000 && net::TryReceive(socket_, true, raw_); ++budget) {
+      const TimeMs now = SteadyNowMs();
+      guard_.Authenticated(raw_.source_fd);
+      auto envelope = net::DecodeEnvelope(raw_.frames, engine_.limits());
       if (!envelope.ok()) {
-        send_all(engine->OnMalformed(raw.peer, envelope.status()));
-      } else if (zap) {
+        SendAll(engine_.OnMalformed(raw_.peer, envelope.status()));
+      } else if (security_.zap) {
         // Under CURVE a client's name and its signing identity are its
         // allowlist entry; the engine holds a Hello to them.
-        const RoundEngine::AuthenticatedPeer sender{raw.user_id, identities[raw.user_id]};
-        send_all(engine->OnMessage(raw.peer, *envelope, now, &sender));
+        const RoundEngine::AuthenticatedPeer sender{raw_.user_id,
+                                                    security_.identities[raw_.user_id]};
+        SendAll(engine_.OnMessage(raw_.peer, *envelope, now, &sender));
       } else {
-        send_all(engine->OnMessage(raw.peer, *envelope, now));
+        SendAll(engine_.OnMessage(raw_.peer, *envelope, now));
       }
     }
-    send_all(engine->OnTick(SteadyNowMs()));
   }
+
+  void SendAll(std::vector<Outgoing> out) {
+    for (auto& o : out) {
+      if (!net::SendFrames(socket_, o.peer, net::EncodeEnvelope(o.header, o.payload))) {
+        spdlog::debug("could not send {} to a peer that is gone", net::BodyName(o.header));
+      }
+    }
+    for (const store::RoundRecord& r : engine_.TakeCommitted())
+      PrintRound(r, config_.rounds().num_rounds());
+  }
+
+  const config::RunConfig& config_;
+  RoundEngine& engine_;
+  zmq::socket_t& socket_;
+  Security& security_;
+  net::ConnectionGuard& guard_;
+  net::RawMessage raw_;
+};
+
+}  // namespace
+
+Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop) {
+  COHORT_RETURN_IF_ERROR(CheckDaemonOptions(options));
+  COHORT_ASSIGN_OR_RETURN(OpenRun run,
+                          OpenFederatedRun(options.config, options.run_dir, SteadyNowMs()));
+  RoundEngine* engine = run.engine.get();
+  if (!options.dump_sums.empty()) engine->set_sum_observer(DumpSumsTo(options.dump_sums));
+  if (engine->done()) {
+    spdlog::info("run already complete ({} rounds committed)", engine->last_committed_round());
+    return OkStatus();
+  }
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::router);
+  COHORT_ASSIGN_OR_RETURN(Security security, SetUpSecurity(options, context, socket));
+  const int64_t max_frame = ConfigureRouter(options, socket);
+  net::GuardOptions guard_options;
+  guard_options.max_unauthenticated = options.max_unauthenticated;
+  guard_options.handshake_timeout_ms = options.handshake_timeout_ms;
+  COHORT_ASSIGN_OR_RETURN(auto guard, net::ConnectionGuard::Watch(context, socket, guard_options));
+  COHORT_RETURN_IF_ERROR(BindAndAnnounce(options, max_frame, *engine, socket));
+  IoLoop loop(options.config, *engine, socket, security, *guard);
+  COHORT_RETURN_IF_ERROR(loop.Run(stop));
   if (!engine->store_error().ok()) return engine->store_error();
   if (!engine->done())
     return CancelledError("stopped after round " + std::to_string(engine->last_committed_round()));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
 #include "common/status.h"
 
 namespace cohort::store {
@@ -118,7 +119,10 @@ class RunStore {
 // is written and flushed to the WAL, and before COMMIT. A restarted
 // coordinator must then find round N - 1 as the last committed round. Any
 // other non-empty value makes the open fail with kInvalidArgument.
-StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path);
+// `env` (not owned; outlives the store) stamps the run's and each round's
+// creation and commit times.
+StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path,
+                                                       Env* env = Env::Default());
 
 // Opens an existing store for reading only (SQLITE_OPEN_READONLY), as
 // `cohort status` does: the file is left exactly as it was (no schema, no

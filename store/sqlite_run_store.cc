@@ -62,12 +62,6 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 )sql";
 
-int64_t UnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 uint32_t FloatsCrc(const std::vector<float>& v) {
   return Crc32({reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
 }
@@ -108,8 +102,8 @@ class Statement {
 
 class SqliteRunStore final : public RunStore {
  public:
-  SqliteRunStore(sqlite3* db, uint32_t kill_in_commit_round, bool read_only)
-      : db_(db), kill_in_commit_round_(kill_in_commit_round), read_only_(read_only) {}
+  SqliteRunStore(sqlite3* db, uint32_t kill_in_commit_round, bool read_only, Env* env)
+      : db_(db), kill_in_commit_round_(kill_in_commit_round), read_only_(read_only), env_(env) {}
   ~SqliteRunStore() override { sqlite3_close(db_); }
 
   Status Init() {
@@ -178,7 +172,7 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_text(s.get(), 1, info.config_text.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_int64(s.get(), 2, static_cast<int64_t>(info.seed));
       sqlite3_bind_text(s.get(), 3, info.code_version.c_str(), -1, SQLITE_TRANSIENT);
-      sqlite3_bind_int64(s.get(), 4, UnixMs());
+      sqlite3_bind_int64(s.get(), 4, env_->UnixMillis());
       const int rc = sqlite3_step(s.get());
       if (rc == SQLITE_CONSTRAINT) return AlreadyExistsError("run store already holds a run");
       if (rc != SQLITE_DONE) return Error("create run");
@@ -215,7 +209,8 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_double(s.get(), 7, r.test_loss);
       sqlite3_bind_double(s.get(), 8, r.seconds);
       sqlite3_bind_double(s.get(), 9, r.coordinator_seconds);
-      sqlite3_bind_int64(s.get(), 10, r.committed_unix_ms != 0 ? r.committed_unix_ms : UnixMs());
+      sqlite3_bind_int64(s.get(), 10,
+                         r.committed_unix_ms != 0 ? r.committed_unix_ms : env_->UnixMillis());
       sqlite3_bind_text(s.get(), 11, r.aggregation.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_text(s.get(), 12, r.outcome.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_text(s.get(), 13, r.outcome_reason.c_str(), -1, SQLITE_TRANSIENT);
@@ -454,12 +449,13 @@ class SqliteRunStore final : public RunStore {
   sqlite3* db_;
   const uint32_t kill_in_commit_round_;
   const bool read_only_;
+  Env* const env_;                              // Stamps records with the time they were made.
   std::map<std::string, std::string> columns_;  // "table.column": what a query reads.
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path) {
+StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path, Env* env) {
   COHORT_ASSIGN_OR_RETURN(const uint32_t kill_in_commit_round, KillInCommitRound());
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
@@ -469,7 +465,7 @@ StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path) 
     sqlite3_close(db);
     return UnavailableError(path + ": cannot open run store: " + message);
   }
-  auto store = std::make_unique<SqliteRunStore>(db, kill_in_commit_round, /*read_only=*/false);
+  auto store = std::make_unique<SqliteRunStore>(db, kill_in_commit_round, /*read_only=*/false, env);
   COHORT_RETURN_IF_ERROR(store->Init().WithContext(path));
   return std::unique_ptr<RunStore>(std::move(store));
 }
@@ -489,7 +485,7 @@ StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStoreReadOnly(const std::string
     sqlite3_close(db);
     return UnavailableError(path + ": cannot open run store: " + message);
   }
-  auto store = std::make_unique<SqliteRunStore>(db, 0, /*read_only=*/true);
+  auto store = std::make_unique<SqliteRunStore>(db, 0, /*read_only=*/true, Env::Default());
   COHORT_RETURN_IF_ERROR(store->InitReadOnly().WithContext(path));
   return std::unique_ptr<RunStore>(std::move(store));
 }

@@ -170,6 +170,30 @@ TEST(SimulateStragglersTest, TheDeadlineCutsExactlyTheClientsTooSlowForIt) {
   EXPECT_NE(out.find("simulated round time 20.00s"), std::string::npos) << out;
 }
 
+// The training seconds a simulated client reports are virtual time (issue
+// 30): its samples x epochs x --sample-ms, whatever the executor took. With
+// a slowness spread and real training on two threads, wall time would give
+// every client a different, machine-dependent figure.
+TEST(SimulateVirtualTimeTest, TrainingSecondsAreTheClockModelsNotTheExecutors) {
+  constexpr int kClients = 4;
+  Cluster c("simulate-virtual-time", kClients);
+  const std::string config = c.WriteConfig("run.textproto", 1, "min_clients: 4 start_clients: 4");
+  std::string out;
+  ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", c.dir() / "run", "--shards",
+                       c.dir() / "shards", "--sample-ms", "10"},
+                      &out, c.dir() / "simulate.log"),
+            0)
+      << ReadFile(c.dir() / "simulate.log");
+  auto store = std::move(store::OpenSqliteRunStore(c.dir() / "run/run.db")).value();
+  const auto clients = std::move(store->ClientRounds(1)).value();
+  ASSERT_EQ(clients.size(), size_t{kClients});
+  for (const auto& cr : clients) {
+    ASSERT_EQ(cr.status, "ok") << cr.client << ": " << cr.reason;
+    // One local epoch (the default), 10 virtual ms a sample.
+    EXPECT_NEAR(cr.train_seconds, cr.num_samples * 0.010, 1e-4) << cr.client;
+  }
+}
+
 // Link latency on the virtual clock applies to the secure stages' messages
 // too, not only to the task and the update: a plain round takes one round
 // trip, a secure one a round trip per stage (advertise, share, check, mask,
@@ -188,8 +212,7 @@ TEST(SimulateLatencyTest, ASecureRoundPaysARoundTripPerStage) {
                         &out, c.dir() / (agg + ".log")),
               0)
         << ReadFile(c.dir() / (agg + ".log"));
-    auto store =
-        std::move(store::OpenSqliteRunStore(c.dir() / ("run-" + agg + "/run.db"))).value();
+    auto store = std::move(store::OpenSqliteRunStore(c.dir() / ("run-" + agg + "/run.db"))).value();
     const auto rounds = std::move(store->Rounds()).value();
     ASSERT_EQ(rounds.size(), 1u);
     EXPECT_LT(rounds[0].seconds, 5.0);  // Wall time.
