@@ -6,7 +6,8 @@
 Prints one figure per rule and fails (exit 1) when a rule is broken:
 
 1. functions: no hand-written function over --max-lines lines outside tests/,
-   bench/ and *_test.cc files (the longest ones are printed either way);
+   bench/ and *_test.cc files (the longest ones are printed either way),
+   besides those in KNOWN_LONG (a ratchet: an entry that is fixed must go);
 2. layers: no `#include "aggregation/..."` in net/, and no <zmq.hpp> reached
    from coordinator/round_engine.h or client/session.h through the
    project's own headers;
@@ -42,6 +43,12 @@ CLOCK_ALLOWED = {
     "coordinator/daemon.cc",  # the coordinator's poll loop: deadlines as `now`
     "client/daemon.cc",  # the client's poll loop
     "worker/launch.cc",  # `cohort launch`: waits on its child processes
+}
+# The functions still over the limit, by file and name: a ratchet. The rule
+# fails on any other function over the limit, and on an entry here that is
+# no longer over it (delete the entry when you split the function).
+KNOWN_LONG = {
+    "coordinator/round_engine.cc RoundEngine::OnMessage",
 }
 CLOCK_RE = re.compile(r"\b(steady_clock|system_clock|high_resolution_clock)::now\b|"
                       r"\bSteadyNowMs\s*\(|\bWallSeconds\s*\(|\bgettimeofday\s*\(|"
@@ -204,11 +211,19 @@ def check_functions(root, max_lines):
             long.append((length, f"{path}:{start}", name))
     long.sort(reverse=True)
     over = [x for x in long if x[0] > max_lines]
+    key = lambda x: f"{x[1].split(':')[0]} {x[2]}"
+    new = [x for x in over if key(x) not in KNOWN_LONG]
+    stale = sorted(KNOWN_LONG - {key(x) for x in over})
     print(f"functions: {len(over)} over {max_lines} lines outside tests/ and bench/ "
-          f"(longest {long[0][0] if long else 0}); the ten longest:")
+          f"(longest {long[0][0] if long else 0}; {len(over) - len(new)} of them known, "
+          f"in KNOWN_LONG); the ten longest:")
     for length, where, name in long[:10]:
         print(f"  {length:5d}  {where}  {name}")
-    return not over
+    for length, where, name in new:
+        print(f"  new over {max_lines}: {where} {name} ({length} lines): split it")
+    for k in stale:
+        print(f"  KNOWN_LONG lists {k}, now within {max_lines} lines (or gone): delete the entry")
+    return not new and not stale
 
 
 def project_includes(root, path):
