@@ -14,8 +14,8 @@
 
 #include "client/session.h"
 #include "coordinator/round_engine.h"
-#include "store/run_store.h"
 #include "crypto/keys.h"
+#include "store/run_store.h"
 
 namespace cohort::testing {
 namespace {
@@ -44,7 +44,8 @@ config::RunConfig Config(int clients, config::Aggregation aggregation) {
 class InProcessRun {
  public:
   InProcessRun(const config::RunConfig& config, std::vector<uint64_t> samples,
-               std::vector<std::vector<float>> deltas, std::map<int, aggregation::SecAggStage> faults)
+               std::vector<std::vector<float>> deltas,
+               std::map<int, aggregation::SecAggStage> faults)
       : deltas_(std::move(deltas)) {
     store_ = std::move(store::OpenSqliteRunStore(":memory:")).value();
     engine_ = std::move(coordinator::RoundEngine::Create(config, std::vector<float>(kParams, 0.0f),
