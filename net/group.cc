@@ -7,11 +7,8 @@
 #include <thread>
 
 #include "net/curve.h"
+#include "net/join.h"
 #include "net/rendezvous.h"
-#include "net/shm_transport.h"
-#ifdef COHORT_HAVE_MPI
-#include "net/mpi_transport.h"
-#endif
 #include "net/tcp_transport.h"
 #include "net/zmq_transport.h"
 
@@ -136,29 +133,6 @@ bool UsesSharedMemory(const GroupOptions& o) {
   return o.transport == "shm" || (o.transport == "auto" && o.master.rfind("ipc://", 0) == 0);
 }
 
-namespace {
-
-// MPI started the ranks: no rendezvous, and MPI's rank and size must be
-// the ones this rank was given (or read from the environment).
-StatusOr<std::unique_ptr<collective::Transport>> JoinMpi(const GroupOptions& o) {
-#ifdef COHORT_HAVE_MPI
-  COHORT_ASSIGN_OR_RETURN(auto mpi, MpiTransport::Create());
-  if (mpi->rank() != o.rank || mpi->size() != o.size) {
-    return InvalidArgumentError("MPI says rank " + std::to_string(mpi->rank()) + " of " +
-                                std::to_string(mpi->size()) + ", this worker was told rank " +
-                                std::to_string(o.rank) + " of " + std::to_string(o.size));
-  }
-  return std::unique_ptr<collective::Transport>(std::move(mpi));
-#else
-  (void)o;
-  return UnimplementedError(
-      "this cohort was built without MPI (install Debian's libopenmpi-dev and build with "
-      "-Dmpi=enabled)");
-#endif
-}
-
-}  // namespace
-
 Status LoadGroupKeys(const std::string& identity_file, const std::string& allow_dir,
                      const std::string& master_key_file, const std::string& who,
                      crypto::Ed25519KeyPair* identity, GroupOptions* options) {
@@ -181,34 +155,25 @@ std::string Describe(const GroupOptions& o) {
                    : "tcp: authenticated, not encrypted";
 }
 
-StatusOr<std::unique_ptr<collective::Transport>> JoinGroup(zmq::context_t& context,
-                                                           const GroupOptions& o,
-                                                           const collective::CollectiveOptions& c) {
-  if (o.transport != "auto" && o.transport != "shm" && o.transport != "tcp" &&
-      o.transport != "mpi") {
-    return InvalidArgumentError("transport \"" + o.transport +
-                                "\": expected auto, shm, tcp or mpi");
-  }
-  if (o.transport == "mpi") return JoinMpi(o);
-  const TimeMs deadline = SteadyNowMs() + c.timeout_ms;
-  if (UsesSharedMemory(o) && o.master.rfind("ipc://", 0) != 0 && !o.insecure) {
-    // The ranks would meet over the network without authenticating.
-    return FailedPreconditionError("shared memory with a rendezvous at " + o.master +
-                                   ": meet at an ipc:// address (one host), or say it is insecure");
-  }
-  if (UsesSharedMemory(o)) {
-    COHORT_ASSIGN_OR_RETURN(auto shm, ShmTransport::Create(o.rank, o.size));
-    COHORT_ASSIGN_OR_RETURN(
-        std::vector<std::string> endpoints,
-        Rendezvous(context, o.rank, o.size, o.master, shm->endpoint(), deadline));
-    COHORT_RETURN_IF_ERROR(shm->Connect(endpoints));
-    // Once every rank has mapped every inbox, the names can go: nothing is
-    // left in /dev/shm however the group ends.
-    COHORT_RETURN_IF_ERROR(collective::Communicator(shm.get()).Barrier(c));
-    shm->Unlink();
-    return std::unique_ptr<collective::Transport>(std::move(shm));
-  }
-  if (o.identity != nullptr) return JoinAuthenticated(context, o, deadline);
+namespace {
+
+// Every backend a group can join over, by the name GroupOptions::transport
+// gives ("auto" picks shm or tcp).
+struct TransportEntry {
+  const char* name;
+  JoinFunction join;
+};
+constexpr TransportEntry kTransports[] = {
+    {"shm", JoinSharedMemory},
+    {"tcp", JoinNetwork},
+    {"mpi", JoinMpi},
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<collective::Transport>> JoinNetwork(const JoinRequest& r) {
+  const GroupOptions& o = r.options;
+  if (o.identity != nullptr) return JoinAuthenticated(r.context, o, r.deadline);
   if (!o.insecure) {
     return FailedPreconditionError(
         "ranks over tcp authenticate each other: give this rank an identity key, the allowlist "
@@ -216,10 +181,25 @@ StatusOr<std::unique_ptr<collective::Transport>> JoinGroup(zmq::context_t& conte
         "network only)");
   }
   COHORT_ASSIGN_OR_RETURN(auto tcp, TcpTransport::Listen(o.rank, o.size, o.host));
-  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> endpoints,
-                          Rendezvous(context, o.rank, o.size, o.master, tcp->endpoint(), deadline));
-  COHORT_RETURN_IF_ERROR(tcp->Connect(endpoints, {}, deadline));
+  COHORT_ASSIGN_OR_RETURN(
+      std::vector<std::string> endpoints,
+      Rendezvous(r.context, o.rank, o.size, o.master, tcp->endpoint(), r.deadline));
+  COHORT_RETURN_IF_ERROR(tcp->Connect(endpoints, {}, r.deadline));
   return std::unique_ptr<collective::Transport>(std::move(tcp));
+}
+
+StatusOr<std::unique_ptr<collective::Transport>> JoinGroup(zmq::context_t& context,
+                                                           const GroupOptions& o,
+                                                           const collective::CollectiveOptions& c) {
+  const std::string name =
+      o.transport == "auto" ? (UsesSharedMemory(o) ? "shm" : "tcp") : o.transport;
+  std::string names = "auto";
+  for (size_t i = 0; i < std::size(kTransports); ++i) {
+    const TransportEntry& t = kTransports[i];
+    if (name == t.name) return t.join({context, o, c, SteadyNowMs() + c.timeout_ms});
+    names += (i + 1 == std::size(kTransports) ? " or " : ", ") + std::string(t.name);
+  }
+  return InvalidArgumentError("transport \"" + o.transport + "\": expected " + names);
 }
 
 }  // namespace cohort::net

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "crypto/key_files.h"
 #include "crypto/keys.h"
+#include "net/join.h"
 
 namespace cohort::net {
 
@@ -55,7 +56,9 @@ Status LoadGroupKeys(const std::string& identity_file, const std::string& allow_
 std::string Describe(const GroupOptions& options);
 
 // This rank's transport, connected to every peer once all have met at the
-// master (waiting up to `collective.timeout_ms`).
+// master (waiting up to `collective.timeout_ms`): the join registered under
+// options.transport (net/join.h; "auto": shm with an ipc:// master, tcp
+// otherwise).
 StatusOr<std::unique_ptr<collective::Transport>> JoinGroup(
     zmq::context_t& context, const GroupOptions& options,
     const collective::CollectiveOptions& collective);

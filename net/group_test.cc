@@ -103,6 +103,22 @@ TEST(GroupTest, PlaintextOverTcpIsRefusedUnlessInsecure) {
   EXPECT_NE(t.status().message().find("authenticate"), std::string::npos);
 }
 
+// Every backend comes from one table (net/join.h): a name outside it is
+// refused, naming the ones there are; shared memory meeting over the
+// network is refused unless insecure.
+TEST(GroupTest, AnUnknownTransportIsRefusedNamingTheRegisteredOnes) {
+  zmq::context_t context(1);
+  auto t = JoinGroup(context, {.rank = 0, .size = 2, .master = Master("x"), .transport = "rdma"},
+                     {.timeout_ms = 100});
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.status().message(), "transport \"rdma\": expected auto, shm, tcp or mpi");
+  auto shm =
+      JoinGroup(context, {.rank = 0, .size = 2, .master = "tcp://127.0.0.1:1", .transport = "shm"},
+                {.timeout_ms = 100});
+  EXPECT_EQ(shm.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(shm.status().message().find("meet at an ipc:// address"), std::string::npos);
+}
+
 // Without encryption the data connections still prove the key each pair of
 // ranks agrees from its identities: a rank that knows rank 0 under another
 // key (here: rank 1, holding the right key to meet rank 0 but an allowlist

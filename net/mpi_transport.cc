@@ -10,6 +10,9 @@
 #include <deque>
 #include <string>
 
+#include "net/group.h"
+#include "net/join.h"
+
 namespace cohort::net {
 namespace {
 
@@ -146,6 +149,19 @@ Status MpiTransport::Flush(TimeMs deadline) {
     if (turn > 1000) sched_yield();
   }
   return OkStatus();
+}
+
+// MPI started the ranks: no rendezvous, and MPI's rank and size must be
+// the ones this rank was given (or read from the environment).
+StatusOr<std::unique_ptr<collective::Transport>> JoinMpi(const JoinRequest& r) {
+  const GroupOptions& o = r.options;
+  COHORT_ASSIGN_OR_RETURN(auto mpi, MpiTransport::Create());
+  if (mpi->rank() != o.rank || mpi->size() != o.size) {
+    return InvalidArgumentError("MPI says rank " + std::to_string(mpi->rank()) + " of " +
+                                std::to_string(mpi->size()) + ", this worker was told rank " +
+                                std::to_string(o.rank) + " of " + std::to_string(o.size));
+  }
+  return std::unique_ptr<collective::Transport>(std::move(mpi));
 }
 
 }  // namespace cohort::net

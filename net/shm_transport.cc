@@ -17,6 +17,10 @@
 #include <mutex>
 #include <random>
 
+#include "net/group.h"
+#include "net/join.h"
+#include "net/rendezvous.h"
+
 namespace cohort::net {
 namespace {
 
@@ -629,6 +633,25 @@ StatusOr<collective::Message> ShmTransport::ReceiveInto(int peer, TimeMs deadlin
   COHORT_RETURN_IF_ERROR(ReadDirect(peer, rec, body));
   *landed = true;
   return collective::Message(std::vector<uint8_t>(rec.bytes, rec.bytes + head_bytes));
+}
+
+StatusOr<std::unique_ptr<collective::Transport>> JoinSharedMemory(const JoinRequest& r) {
+  const GroupOptions& o = r.options;
+  if (o.master.rfind("ipc://", 0) != 0 && !o.insecure) {
+    // The ranks would meet over the network without authenticating.
+    return FailedPreconditionError("shared memory with a rendezvous at " + o.master +
+                                   ": meet at an ipc:// address (one host), or say it is insecure");
+  }
+  COHORT_ASSIGN_OR_RETURN(auto shm, ShmTransport::Create(o.rank, o.size));
+  COHORT_ASSIGN_OR_RETURN(
+      std::vector<std::string> endpoints,
+      Rendezvous(r.context, o.rank, o.size, o.master, shm->endpoint(), r.deadline));
+  COHORT_RETURN_IF_ERROR(shm->Connect(endpoints));
+  // Once every rank has mapped every inbox, the names can go: nothing is
+  // left in /dev/shm however the group ends.
+  COHORT_RETURN_IF_ERROR(collective::Communicator(shm.get()).Barrier(r.collective));
+  shm->Unlink();
+  return std::unique_ptr<collective::Transport>(std::move(shm));
 }
 
 }  // namespace cohort::net
