@@ -33,13 +33,15 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(
     const config::RunConfig& config, std::vector<float> init_model, store::RunStore* store,
     Evaluator evaluator, std::string code_version, TimeMs now, Env* env) {
   COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(config));
-  std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, std::move(evaluator), env));
+  std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, env));
+  COHORT_ASSIGN_OR_RETURN(engine->strategy_, MakeStrategy(config, std::move(evaluator)));
   const std::string config_text = config::ToText(config);
   COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> existing, store->LoadRun());
   if (!existing.has_value()) {
     if (init_model.empty()) return InvalidArgumentError("initial model is empty");
     store::RunInfo info{config_text, config.seed(), std::move(code_version), 0};
     store::Checkpoint initial{0, init_model, {}};
+    engine->strategy_->SaveState(initial);
     COHORT_RETURN_IF_ERROR(store->CreateRun(info, initial));
     engine->global_ = std::move(init_model);
   } else {
@@ -55,13 +57,8 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(
                                      " parameters, the model has " +
                                      std::to_string(init_model.size()));
     }
-    if (!cp.velocity.empty() && cp.velocity.size() != cp.model.size()) {
-      return DataLossError("checkpoint of round " + std::to_string(cp.round) + ": a server " +
-                           "velocity of " + std::to_string(cp.velocity.size()) + " values for " +
-                           std::to_string(cp.model.size()) + " parameters");
-    }
+    COHORT_RETURN_IF_ERROR(engine->strategy_->LoadState(cp));
     engine->global_ = std::move(cp.model);
-    engine->velocity_ = std::move(cp.velocity);
     engine->round_ = cp.round;
     COHORT_RETURN_IF_ERROR(engine->LoadBans());
     env->Log().info("resuming run after committed round {}", cp.round);
@@ -74,9 +71,8 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(
   return engine;
 }
 
-RoundEngine::RoundEngine(const config::RunConfig& config, store::RunStore* store,
-                         Evaluator evaluator, Env* env)
-    : config_(config), store_(store), evaluator_(std::move(evaluator)), env_(env) {}
+RoundEngine::RoundEngine(const config::RunConfig& config, store::RunStore* store, Env* env)
+    : config_(config), store_(store), env_(env) {}
 
 net::Limits RoundEngine::limits() const {
   net::Limits l;
@@ -186,8 +182,7 @@ Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name)
   auto* t = o.header.mutable_task();
   t->set_round(round_ + 1);
   t->set_task_id(task_id_);
-  t->set_train_seed(DeriveSeed(config_.seed(), round_ + 1, Fnv1a64(name)));
-  *t->mutable_train() = config_.train();
+  strategy_->ConfigureTask(round_ + 1, name, *t);
   t->set_deadline_s(config_.rounds().round_deadline_s());
   if (secagg()) FillSecAggSetup(name, t->mutable_secagg());
   o.payload = task_model_;
@@ -606,39 +601,40 @@ void RoundEngine::Progress(TimeMs now, std::vector<Outgoing>& out) {
   }
 }
 
-void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
-  if (phase_ != Phase::kWaiting || !store_error_.ok()) return;
+uint32_t RoundEngine::ClientsNeeded() const {
   const auto& rc = config_.rounds();
-  const uint32_t min_clients = MinClients();
-  uint32_t needed = min_clients;
+  const uint32_t needed = MinClients();
   // Excluded clients never count: waiting for them would stall a resumed run.
   const uint32_t start = rc.start_clients() > banned_.size()
                              ? rc.start_clients() - static_cast<uint32_t>(banned_.size())
                              : 0;
-  if (first_round_ && start > needed) needed = start;
+  return first_round_ && start > needed ? start : needed;
+}
+
+void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
+  if (phase_ != Phase::kWaiting || !store_error_.ok()) return;
+  CohortRequest request;
+  request.needed = ClientsNeeded();
   // Every Hello lands here while the run waits: too few registered at all
   // must cost O(1), or registering n clients costs O(n^2).
-  if (clients_.size() < needed) return;
-  std::vector<std::string> available;
+  if (clients_.size() < request.needed) return;
+  request.round = round_ + 1;
+  request.min_clients = MinClients();
   for (const auto& [name, c] : clients_) {
-    if (c.active && banned_.count(name) == 0) available.push_back(name);
+    if (c.active) request.active.push_back(name);
   }
-  if (available.size() < needed) return;
+  request.banned = &banned_;
+  std::vector<std::string> cohort = strategy_->SelectCohort(request);
+  if (cohort.empty()) return;
   first_round_ = false;
-  const uint32_t round = round_ + 1;
-  // Seeded by (seed, round) over the sorted names: a replayed round with the
-  // same clients available selects the same cohort.
-  Rng rng(DeriveSeed(config_.seed(), round, 0x5e1ec7));
-  rng.Shuffle(std::span<std::string>(available));
-  size_t k = static_cast<size_t>(std::ceil(rc.fraction() * available.size()));
-  k = std::max<size_t>(k, min_clients);
-  if (rc.max_clients_per_round() != 0) k = std::min<size_t>(k, rc.max_clients_per_round());
-  k = std::min(k, available.size());
-  available.resize(k);
-  std::sort(available.begin(), available.end());
+  StartRound(cohort, now, out);
+}
 
+void RoundEngine::StartRound(const std::vector<std::string>& cohort, TimeMs now,
+                             std::vector<Outgoing>& out) {
+  const uint32_t round = round_ + 1;
   participants_.clear();
-  for (const auto& name : available) {
+  for (const auto& name : cohort) {
     Participant p;
     p.name = name;
     p.num_samples = clients_.at(name).num_samples;
@@ -646,7 +642,7 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   }
   task_id_ = ++task_counter_;
   round_started_ = now;
-  Status started = secure() ? StartSecAgg(available) : StartPlain();
+  Status started = secure() ? StartSecAgg(cohort) : StartPlain();
   if (!started.ok()) {
     // Only a configuration the validator let through can get here.
     env_->Log().error("round {}: cannot set up aggregation: {}", round, started.message());
@@ -656,12 +652,12 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   }
   round_started_ = now;
   round_start_wall_ = env_->MonotonicSeconds();
-  deadline_ = now + SecondsToMs(rc.round_deadline_s());
+  deadline_ = now + SecondsToMs(config_.rounds().round_deadline_s());
   phase_ = Phase::kTraining;
   // One copy per round, however many clients receive it.
   task_model_ = std::make_shared<const std::vector<float>>(global_);
   env_->Log().info(
-      "round {}: selected {} of {} available clients{}", round, k, clients_.size(),
+      "round {}: selected {} of {} available clients{}", round, cohort.size(), clients_.size(),
       secagg() ? fmt::format(" (secure aggregation, k={} t={})", secagg_params_.k, secagg_params_.t)
                : "");
   if (secagg()) {
@@ -709,24 +705,22 @@ void RoundEngine::FinishRound(TimeMs now, double started, std::vector<Outgoing>&
 }
 
 Status RoundEngine::StepModel(std::span<const float> mean, EvalMetrics& metrics) {
-  std::vector<float> model = global_, velocity = velocity_;
-  aggregation::ApplyServerUpdate({config_.server().learning_rate(), config_.server().momentum()},
-                                 mean, model, velocity);
-  if (!AllFinite(model) || !AllFinite(velocity)) {
-    return FailedPreconditionError("the aggregated model is not finite");
+  std::vector<float> model = global_;
+  COHORT_RETURN_IF_ERROR(strategy_->Aggregate(mean, model));
+  if (!AllFinite(model)) return FailedPreconditionError("the aggregated model is not finite");
+  auto evaluated = strategy_->Evaluate(model);
+  if (!evaluated.ok()) {
+    return FailedPreconditionError("evaluation failed: " + evaluated.status().message());
   }
-  if (evaluator_) {
-    auto evaluated = evaluator_(model);
-    if (!evaluated.ok()) {
-      return FailedPreconditionError("evaluation failed: " + evaluated.status().message());
-    }
-    if (!std::isfinite(evaluated->loss) || !std::isfinite(evaluated->accuracy)) {
+  if (evaluated->has_value()) {
+    const EvalMetrics& m = **evaluated;
+    if (!std::isfinite(m.loss) || !std::isfinite(m.accuracy)) {
       return FailedPreconditionError("the new model's test loss is not finite");
     }
-    metrics = *evaluated;
+    metrics = m;
   }
   global_ = std::move(model);
-  velocity_ = std::move(velocity);
+  strategy_->CommitAggregate();
   return OkStatus();
 }
 
@@ -780,9 +774,11 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
       mean = nullptr;
     }
   }
-  if (mean == nullptr && evaluator_) {
-    auto unchanged = evaluator_(global_);
-    if (unchanged.ok() && std::isfinite(unchanged->loss)) metrics = *unchanged;
+  if (mean == nullptr) {
+    auto unchanged = strategy_->Evaluate(global_);
+    if (unchanged.ok() && unchanged->has_value() && std::isfinite((*unchanged)->loss)) {
+      metrics = **unchanged;
+    }
   }
   store::RoundRecord record;
   record.round = round;
@@ -804,7 +800,8 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   record.train_loss = mean != nullptr && mean->metrics    ? mean->metrics->loss
                       : mean != nullptr && weight_sum > 0 ? loss_sum / weight_sum
                                                           : 0;
-  store::Checkpoint cp{round, global_, velocity_};
+  store::Checkpoint cp{round, global_, {}};
+  strategy_->SaveState(cp);
   record.coordinator_seconds = env_->MonotonicSeconds() - close_start;
   record.seconds = env_->MonotonicSeconds() - round_start_wall_;
   record.clock_seconds = double(now - round_started_) / 1000.0;

@@ -2,10 +2,11 @@
 // Events go in (a decoded message from a peer, the passage of time); messages
 // to send come out. The daemon binds it to ZeroMQ; tests drive it directly.
 //
-// A round: wait until enough clients are available, select a seeded cohort,
-// send each the global model, collect updates until all selected clients
-// answered or the deadline passed, aggregate (FedAvg + server optimizer),
-// evaluate on the test set, commit to the RunStore in one transaction.
+// A round: wait until enough clients are available, let the strategy
+// (coordinator/strategy.h) select a cohort, send each the global model,
+// collect updates until all selected clients answered or the deadline
+// passed, average them, let the strategy step the model and evaluate it,
+// commit to the RunStore in one transaction.
 //
 // With secure aggregation (secagg.aggregation SECAGG or SECAGG_PLUS) the
 // collection step is the five-stage protocol of aggregation/secagg.h: the
@@ -31,6 +32,7 @@
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/status.h"
+#include "coordinator/strategy.h"
 #include "crypto/keys.h"
 #include "net/envelope.h"
 #include "proto/config.pb.h"
@@ -47,13 +49,6 @@ struct Outgoing {
   wire::Header header;
   std::shared_ptr<const std::vector<float>> payload;
 };
-
-struct EvalMetrics {
-  double loss = 0;
-  double accuracy = 0;
-};
-// Evaluates a global model; empty function: no central evaluation.
-using Evaluator = std::function<StatusOr<EvalMetrics>(std::span<const float> params)>;
 
 // Not thread-safe. Never aborts on anything a peer sends.
 class RoundEngine {
@@ -136,8 +131,7 @@ class RoundEngine {
     aggregation::SecAggStage stage = aggregation::SecAggStage::kNone;  // Where it left.
   };
 
-  RoundEngine(const config::RunConfig& config, store::RunStore* store, Evaluator evaluator,
-              Env* env);
+  RoundEngine(const config::RunConfig& config, store::RunStore* store, Env* env);
 
   // The reply refusing a Hello (a bad name or sample count, a name or key
   // other than the authenticated sender's, no identity key in a secure run,
@@ -155,7 +149,13 @@ class RoundEngine {
                     bool reconnected, TimeMs now, std::vector<Outgoing>& out);
   void OnUpdate(const std::string& peer, const net::Envelope& envelope, TimeMs now,
                 std::vector<Outgoing>& out);
+  // Starts a round when the strategy selects a cohort from the clients
+  // available.
   void MaybeStartRound(TimeMs now, std::vector<Outgoing>& out);
+  // The clients a round needs before it starts, bans discounted.
+  uint32_t ClientsNeeded() const;
+  // Sets up the aggregation of a round of `cohort` and sends its tasks.
+  void StartRound(const std::vector<std::string>& cohort, TimeMs now, std::vector<Outgoing>& out);
   void CloseRound(TimeMs now, std::vector<Outgoing>& out);
   // Applies `mean` (null: an aborted round, model unchanged), evaluates and
   // commits the round, then starts the next one or finishes the run.
@@ -164,8 +164,9 @@ class RoundEngine {
   // not finite is never committed: such a round is aborted instead.
   void CommitRound(TimeMs now, const aggregation::RoundMean* mean, double spent_seconds,
                    const std::string& abort_reason, std::vector<Outgoing>& out);
-  // Applies `mean` and evaluates the result; on an error (a value or metric
-  // that is not finite) the model and server state stay as they were.
+  // The strategy's server step on `mean`, then its evaluation of the result;
+  // on an error (a value or metric that is not finite) the model and the
+  // strategy's state stay as they were.
   Status StepModel(std::span<const float> mean, EvalMetrics& metrics);
   // The round's per-client records; sums the weighted training loss of the
   // clients whose updates count.
@@ -233,9 +234,9 @@ class RoundEngine {
 
   config::RunConfig config_;
   store::RunStore* store_;
-  Evaluator evaluator_;
+  // Selection, the task's config, the server step and its state, evaluation.
+  std::unique_ptr<Strategy> strategy_;
   std::vector<float> global_;
-  std::vector<float> velocity_;
   uint32_t round_ = 0;  // Last committed.
   Phase phase_ = Phase::kWaiting;
   bool first_round_ = true;

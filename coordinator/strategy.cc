@@ -1,0 +1,35 @@
+#include "coordinator/strategy.h"
+
+namespace cohort::coordinator {
+
+// Each strategy's factory, defined in its own file (strategy_<name>.cc).
+using StrategyFactory = StatusOr<std::unique_ptr<Strategy>> (*)(const config::RunConfig&,
+                                                                Evaluator);
+StatusOr<std::unique_ptr<Strategy>> NewFedAvg(const config::RunConfig&, Evaluator);
+StatusOr<std::unique_ptr<Strategy>> NewFedAvgM(const config::RunConfig&, Evaluator);
+
+namespace {
+
+struct Registration {
+  bool (*wanted)(const config::RunConfig& config);
+  StrategyFactory make;
+};
+
+// One line per strategy. The first whose `wanted` holds is made, so the more
+// specific come first; the config format says which (server.momentum).
+constexpr Registration kStrategies[] = {
+    {[](const config::RunConfig& c) { return c.server().momentum() != 0; }, NewFedAvgM},
+    {[](const config::RunConfig&) { return true; }, NewFedAvg},
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const config::RunConfig& config,
+                                                 Evaluator evaluator) {
+  for (const Registration& r : kStrategies) {
+    if (r.wanted(config)) return r.make(config, std::move(evaluator));
+  }
+  return InvalidArgumentError("no strategy takes this config");
+}
+
+}  // namespace cohort::coordinator
