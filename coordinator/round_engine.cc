@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <random>
 
 #include "common/bytes.h"
 #include "common/rng.h"
@@ -13,17 +11,6 @@
 
 namespace cohort::coordinator {
 namespace {
-
-constexpr size_t kMaxNameLength = 64;
-constexpr uint64_t kMaxSamples = uint64_t{1} << 40;
-
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > kMaxNameLength) return false;
-  for (unsigned char c : name) {
-    if (!(std::isalnum(c) || c == '-' || c == '_' || c == '.')) return false;
-  }
-  return true;
-}
 
 TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} * 1000.0)); }
 
@@ -72,7 +59,10 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(
 }
 
 RoundEngine::RoundEngine(const config::RunConfig& config, store::RunStore* store, Env* env)
-    : config_(config), store_(store), env_(env) {}
+    : config_(config),
+      store_(store),
+      clients_(SecondsToMs(config.rounds().client_timeout_s()), env),
+      env_(env) {}
 
 net::Limits RoundEngine::limits() const {
   net::Limits l;
@@ -88,11 +78,6 @@ net::Limits RoundEngine::limits() const {
   return l;
 }
 
-const std::string* RoundEngine::NameOf(const std::string& peer) const {
-  auto it = peer_to_name_.find(peer);
-  return it == peer_to_name_.end() ? nullptr : &it->second;
-}
-
 namespace {
 
 // participants_ is sorted by name (StartRound): O(log n) a lookup.
@@ -104,22 +89,6 @@ auto FindByName(Vector& participants, const std::string& name) -> decltype(parti
 }
 
 }  // namespace
-
-TimeMs RoundEngine::TimeoutOf(const Client& c) const {
-  return c.last_seen + SecondsToMs(config_.rounds().client_timeout_s()) + 1;
-}
-
-void RoundEngine::Seen(const std::string& name, Client& c, TimeMs now) {
-  timeouts_.erase({TimeoutOf(c), name});
-  c.last_seen = now;
-  c.active = true;
-  timeouts_.emplace(TimeoutOf(c), name);
-}
-
-void RoundEngine::SetInactive(const std::string& name, Client& c) {
-  c.active = false;
-  timeouts_.erase({TimeoutOf(c), name});
-}
 
 RoundEngine::Participant* RoundEngine::FindParticipant(const std::string& name) {
   return FindByName(participants_, name);
@@ -137,6 +106,14 @@ Outgoing RoundEngine::MakeError(const std::string& peer, wire::ErrorCode code,
   return o;
 }
 
+Outgoing RoundEngine::MakeFinished(const std::string& peer) const {
+  Outgoing f;
+  f.peer = peer;
+  f.header.set_version(wire::VERSION_1);
+  f.header.mutable_finished()->set_rounds(round_);
+  return f;
+}
+
 void RoundEngine::FillSecAggSetup(const std::string& name, wire::SecAggSetup* sa) const {
   const auto& p = secagg_params_;
   sa->set_sparse(config_.secagg().aggregation() == config::SECAGG_PLUS);
@@ -150,7 +127,7 @@ void RoundEngine::FillSecAggSetup(const std::string& name, wire::SecAggSetup* sa
   sa->set_context(secagg_nonce_.data(), secagg_nonce_.size());
   sa->set_roster_root(p.roster.data(), p.roster.size());
   for (const auto& d : secagg()->RosterProof(index)) sa->add_roster_proof(d.data(), d.size());
-  if (auto it = clients_.find(name); it != clients_.end() && it->second.wants_roster) {
+  if (const Client* c = clients_.Find(name); c != nullptr && c->wants_roster) {
     for (const auto& id : cohort_identities_) sa->add_roster(id.data(), id.size());
   }
   sa->set_clip(fixed_point_.clip);
@@ -190,7 +167,7 @@ Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name)
 }
 
 std::vector<Outgoing> RoundEngine::OnMalformed(const std::string& peer, const Status& why) {
-  const std::string* name = NameOf(peer);
+  const std::string* name = clients_.NameOf(peer);
   env_->Log().warn("rejected message from {}: {}", name ? *name : "unregistered peer",
                    why.message());
   std::vector<Outgoing> out;
@@ -212,27 +189,13 @@ Status RoundEngine::LoadBans() {
   return OkStatus();
 }
 
-bool RoundEngine::all_acknowledged_finish(TimeMs now) const {
-  // A client dropped from the last round is marked unavailable but may well
-  // be alive; wait for every client heard from within the client timeout
-  // (the daemon bounds the wait by its grace period), excluded ones too:
-  // they hear Finished only by speaking, and a daemon gone before that
-  // leaves them waiting for it.
-  const TimeMs timeout = SecondsToMs(config_.rounds().client_timeout_s());
-  for (const auto& [name, c] : clients_) {
-    if (acknowledged_finish_.count(name) != 0) continue;
-    if (c.active || now - c.last_seen <= timeout) return false;
-  }
-  return true;
-}
-
 std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net::Envelope& envelope,
                                              TimeMs now, const AuthenticatedPeer* sender) {
   std::vector<Outgoing> out;
   const wire::Header& h = envelope.header;
   if (sender != nullptr && h.body_case() != wire::Header::kHello) {
     // Whatever registered on this connection, the transport says who speaks.
-    const std::string* name = NameOf(peer);
+    const std::string* name = clients_.NameOf(peer);
     if (name != nullptr && *name != sender->name) {
       env_->Log().warn("rejected {} message: the connection of {} is registered as {}",
                        net::BodyName(h), sender->name, *name);
@@ -247,16 +210,12 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
     // marked `finished` acknowledges it: another message may have crossed
     // Finished in flight, and closing on it could reset the connection
     // before Finished arrives.
-    if (const std::string* name = NameOf(peer)) {
+    if (const std::string* name = clients_.NameOf(peer)) {
       if (h.has_heartbeat() && h.heartbeat().finished()) {
-        acknowledged_finish_.insert(*name);
+        clients_.AcknowledgeFinish(*name);
         return out;
       }
-      Outgoing f;
-      f.peer = peer;
-      f.header.set_version(wire::VERSION_1);
-      f.header.mutable_finished()->set_rounds(round_);
-      out.push_back(std::move(f));
+      out.push_back(MakeFinished(peer));
       return out;
     }
   }
@@ -282,12 +241,12 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
       OnSecAggMessage(peer, envelope, now, out);
       break;
     case wire::Header::kHeartbeat: {
-      const std::string* name = NameOf(peer);
+      const std::string* name = clients_.NameOf(peer);
       if (name == nullptr) {
         out.push_back(MakeError(peer, wire::UNKNOWN_CLIENT, "unknown client; send hello"));
         break;
       }
-      Seen(*name, clients_[*name], now);
+      clients_.Seen(*name, now);
       Outgoing ack;
       ack.peer = peer;
       ack.header.set_version(wire::VERSION_1);
@@ -296,7 +255,7 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
       break;
     }
     default: {
-      const std::string* name = NameOf(peer);
+      const std::string* name = clients_.NameOf(peer);
       env_->Log().warn("rejected {} message from {}: not a client message", net::BodyName(h),
                        name ? *name : "unregistered peer");
       out.push_back(MakeError(peer, wire::MALFORMED,
@@ -311,44 +270,16 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
 std::optional<Outgoing> RoundEngine::RefuseHello(
     const std::string& peer, const wire::Hello& hello, const AuthenticatedPeer* sender,
     std::optional<crypto::Ed25519Public>& identity) const {
-  auto reject = [&](const std::string& reason) {
-    env_->Log().warn("rejected hello from \"{}\": {}", hello.client_name().substr(0, 80), reason);
-    Outgoing o;
-    o.peer = peer;
-    o.header.set_version(wire::VERSION_1);
-    o.header.mutable_reject()->set_reason(reason);
-    return o;
-  };
-  if (!ValidName(hello.client_name())) {
-    return reject("invalid client name: 1-64 characters of [A-Za-z0-9._-]");
-  }
-  if (sender != nullptr && hello.client_name() != sender->name) {
-    return reject("client name \"" + hello.client_name() +
-                  "\" does not match this key's allowlist name \"" + sender->name + "\"");
-  }
-  if (sender != nullptr &&
-      hello.identity_key() != std::string(reinterpret_cast<const char*>(sender->identity.data()),
-                                          sender->identity.size())) {
-    return reject("identity key in hello is not the allowlisted key of \"" + sender->name + "\"");
-  }
-  if (hello.num_samples() == 0 || hello.num_samples() > kMaxSamples) {
-    return MakeError(peer, wire::MALFORMED, "hello: num_samples must be in [1, 2^40]");
-  }
-  if (hello.identity_key().size() == crypto::kEd25519PublicBytes) {
-    identity.emplace();
-    std::memcpy(identity->data(), hello.identity_key().data(), identity->size());
-    // One key, one client: the same key under two names would count one
-    // participant twice in a cohort (and make --peers clients refuse it).
-    auto owner = identity_owner_.find(*identity);
-    if (owner != identity_owner_.end() && owner->second != hello.client_name()) {
-      return reject("identity key already registered by client \"" + owner->second + "\"");
-    }
-  } else if (!hello.identity_key().empty() || secure()) {
-    return reject(
-        "this run uses secure aggregation: hello must carry the client's 32-byte Ed25519 "
-        "identity key");
-  }
-  return std::nullopt;
+  auto refusal = clients_.CheckHello(hello, sender, secure(), identity);
+  if (!refusal) return std::nullopt;
+  if (refusal->malformed) return MakeError(peer, wire::MALFORMED, refusal->reason);
+  env_->Log().warn("rejected hello from \"{}\": {}", hello.client_name().substr(0, 80),
+                   refusal->reason);
+  Outgoing o;
+  o.peer = peer;
+  o.header.set_version(wire::VERSION_1);
+  o.header.mutable_reject()->set_reason(refusal->reason);
+  return o;
 }
 
 void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
@@ -359,54 +290,13 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
     return;
   }
   const std::string& name = hello.client_name();
-  Client& c = clients_[name];
-  const bool is_new = c.peer.empty();
-  const bool reconnected = !c.peer.empty() && c.peer != peer;
-  if (reconnected) {
-    // Either a reconnect or a second process using the same name; names are
-    // not authenticated until CURVE keys are (a later issue).
-    env_->Log().warn("client {}: now on a new connection", name);
-    peer_to_name_.erase(c.peer);
-  }
-  // The previous owner of this routing id (if another name) loses it.
-  if (auto it = peer_to_name_.find(peer); it != peer_to_name_.end() && it->second != name) {
-    Client& previous = clients_[it->second];
-    SetInactive(it->second, previous);
-    if (previous.identity) identity_owner_.erase(*previous.identity);
-    clients_.erase(it->second);
-  }
-  // A shard does not change under a running process: a Hello on the same
-  // connection that claims another sample count is refused (the count
-  // stays), and a selected client that tries it leaves the round. A new
-  // connection (a restarted process) may bring a new count.
-  const bool recount = !is_new && !reconnected && c.num_samples != hello.num_samples();
-  if (recount) {
-    env_->Log().warn(
-        "client {}: hello claims {} samples on the same connection, registered with {}; "
-        "kept {}",
-        name, hello.num_samples(), c.num_samples, c.num_samples);
-  } else {
-    c.num_samples = hello.num_samples();
-  }
-  c.peer = peer;
-  Seen(name, c, now);
-  if (c.identity && c.identity != identity) identity_owner_.erase(*c.identity);
-  if (identity) identity_owner_[*identity] = name;
-  c.identity = identity;
-  c.wants_roster = hello.wants_roster();
-  peer_to_name_[peer] = name;
-  env_->Log().info("client {} {} ({} samples, {} registered)", name,
-                   is_new ? "registered" : "re-registered", c.num_samples, clients_.size());
+  const ClientRegistry::Registration r = clients_.Register(peer, hello, identity, now);
   out.push_back(MakeWelcome(peer, name));
   if (phase_ == Phase::kDone) {
-    Outgoing f;
-    f.peer = peer;
-    f.header.set_version(wire::VERSION_1);
-    f.header.mutable_finished()->set_rounds(round_);
-    out.push_back(std::move(f));
+    out.push_back(MakeFinished(peer));
     return;
   }
-  if (phase_ == Phase::kTraining) HelloInRound(peer, hello, recount, reconnected, now, out);
+  if (phase_ == Phase::kTraining) HelloInRound(peer, hello, r.recount, r.reconnected, now, out);
 }
 
 Outgoing RoundEngine::MakeWelcome(const std::string& peer, const std::string& name) const {
@@ -463,14 +353,14 @@ void RoundEngine::HelloInRound(const std::string& peer, const wire::Hello& hello
 void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelope, TimeMs now,
                            std::vector<Outgoing>& out) {
   const wire::Update& u = envelope.header.update();
-  const std::string* name_ptr = NameOf(peer);
+  const std::string* name_ptr = clients_.NameOf(peer);
   if (name_ptr == nullptr) {
     env_->Log().warn("rejected update from an unregistered peer");
     out.push_back(MakeError(peer, wire::UNKNOWN_CLIENT, "unknown client; send hello"));
     return;
   }
   const std::string name = *name_ptr;
-  Seen(name, clients_[name], now);
+  clients_.Seen(name, now);
   const uint32_t current = round_ + 1;
   if (phase_ != Phase::kTraining || u.round() != current || u.task_id() != task_id_) {
     const std::string why =
@@ -620,9 +510,7 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   if (clients_.size() < request.needed) return;
   request.round = round_ + 1;
   request.min_clients = MinClients();
-  for (const auto& [name, c] : clients_) {
-    if (c.active) request.active.push_back(name);
-  }
+  request.active = clients_.ActiveNames();
   request.banned = &banned_;
   std::vector<std::string> cohort = strategy_->SelectCohort(request);
   if (cohort.empty()) return;
@@ -664,10 +552,10 @@ void RoundEngine::StartRound(const std::vector<std::string>& cohort, TimeMs now,
     // Every key exchange first: the small SecAggStart messages are queued
     // ahead of the models, so stages 1 and 2 overlap the downloads.
     for (const auto& p : participants_) {
-      out.push_back(MakeSecAggStart(clients_[p.name].peer, p.name));
+      out.push_back(MakeSecAggStart(clients_.PeerOf(p.name), p.name));
     }
   }
-  for (const auto& p : participants_) out.push_back(MakeTask(clients_[p.name].peer, p.name));
+  for (const auto& p : participants_) out.push_back(MakeTask(clients_.PeerOf(p.name), p.name));
 }
 
 void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
@@ -821,13 +709,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   if (round_ >= config_.rounds().num_rounds()) {
     phase_ = Phase::kDone;
     env_->Log().info("run finished after {} rounds", round_);
-    for (const auto& [name, c] : clients_) {
-      Outgoing f;
-      f.peer = c.peer;
-      f.header.set_version(wire::VERSION_1);
-      f.header.mutable_finished()->set_rounds(round_);
-      out.push_back(std::move(f));
-    }
+    for (const auto& [name, c] : clients_.clients()) out.push_back(MakeFinished(c.peer));
     return;
   }
   MaybeStartRound(now, out);
@@ -835,19 +717,9 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
 
 std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
   std::vector<Outgoing> out;
-  // The clients silent past the timeout, in name order.
-  std::vector<std::string> silent;
-  for (auto it = timeouts_.begin(); it != timeouts_.end() && it->first <= now; ++it) {
-    silent.push_back(it->second);
-  }
-  std::sort(silent.begin(), silent.end());
-  for (const std::string& name : silent) {
-    auto it = clients_.find(name);
-    if (it == clients_.end() || !it->second.active || TimeoutOf(it->second) > now) continue;
-    Client& c = it->second;
-    SetInactive(name, c);
+  for (const std::string& name : clients_.ExpireSilent(now)) {
     env_->Log().warn("client {}: no message for {:.1f} s, marked unavailable", name,
-                     (now - c.last_seen) / 1000.0);
+                     (now - clients_.at(name).last_seen) / 1000.0);
     if (phase_ == Phase::kTraining) {
       Participant* p = FindParticipant(name);
       if (p != nullptr && Waiting(*p)) Exclude(*p, Participant::State::kDropped, "timed out");
@@ -859,7 +731,7 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
       if (p.state == Participant::State::kPending) {
         Drop(p, Participant::State::kDropped, "missed the round deadline");
         // Not picked again until it speaks up.
-        SetInactive(p.name, clients_[p.name]);
+        clients_.SetInactive(p.name);
         env_->Log().warn("client {}: dropped from round {}: missed the deadline", p.name,
                          round_ + 1);
       }
@@ -871,8 +743,7 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
 }
 
 std::optional<TimeMs> RoundEngine::NextWakeup() const {
-  std::optional<TimeMs> next;
-  if (!timeouts_.empty()) next = timeouts_.begin()->first;
+  std::optional<TimeMs> next = clients_.NextTimeout();
   if (phase_ == Phase::kTraining) {
     // A secure round waits on its stage's deadline; only the masked inputs
     // (like a plain round's updates) wait for the round deadline.

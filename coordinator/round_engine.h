@@ -20,7 +20,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,6 +31,7 @@
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/status.h"
+#include "coordinator/client_registry.h"
 #include "coordinator/strategy.h"
 #include "crypto/keys.h"
 #include "net/envelope.h"
@@ -64,14 +64,8 @@ class RoundEngine {
                                                        std::string code_version, TimeMs now,
                                                        Env* env = Env::Default());
 
-  // Who the transport says sent a message: under CURVE, the allowlist entry
-  // of the key that authenticated the connection (the simulator: the
-  // virtual client). A Hello must then claim this name and identity key, so
-  // no client may speak or sign for another, whoever drives the engine.
-  struct AuthenticatedPeer {
-    std::string name;
-    crypto::Ed25519Public identity{};
-  };
+  // Who the transport says sent a message (client_registry.h).
+  using AuthenticatedPeer = coordinator::AuthenticatedPeer;
   // A decoded message from `peer`, authenticated as `sender` (null: the
   // transport authenticates no one). Untrusted: a bad message gets an Error
   // reply naming the problem, and the sender (if selected) is dropped from
@@ -89,7 +83,7 @@ class RoundEngine {
   // After done(): every client heard from within the client timeout, dropped
   // from a round or not, has acknowledged Finished, so the daemon can close
   // without cutting anyone off.
-  bool all_acknowledged_finish(TimeMs now) const;
+  bool all_acknowledged_finish(TimeMs now) const { return clients_.AllAcknowledgedFinish(now); }
   uint32_t last_committed_round() const { return round_; }
   std::span<const float> global_model() const { return global_; }
   size_t num_params() const { return global_.size(); }
@@ -108,14 +102,7 @@ class RoundEngine {
 
  private:
   enum class Phase { kWaiting, kTraining, kDone };
-  struct Client {
-    std::string peer;
-    TimeMs last_seen = 0;
-    bool active = false;  // Set by Seen.
-    uint64_t num_samples = 0;
-    std::optional<crypto::Ed25519Public> identity;  // From Hello.
-    bool wants_roster = false;                      // From Hello.
-  };
+  using Client = ClientRegistry::Client;
   struct Participant {
     std::string name;
     enum class State { kPending, kOk, kDropped, kRejected } state = State::kPending;
@@ -133,9 +120,8 @@ class RoundEngine {
 
   RoundEngine(const config::RunConfig& config, store::RunStore* store, Env* env);
 
-  // The reply refusing a Hello (a bad name or sample count, a name or key
-  // other than the authenticated sender's, no identity key in a secure run,
-  // a key another client holds), or nothing; `identity` gets its key.
+  // The reply refusing a Hello (ClientRegistry::CheckHello), or nothing;
+  // `identity` gets its key.
   std::optional<Outgoing> RefuseHello(const std::string& peer, const wire::Hello& hello,
                                       const AuthenticatedPeer* sender,
                                       std::optional<crypto::Ed25519Public>& identity) const;
@@ -224,13 +210,8 @@ class RoundEngine {
   Outgoing MakeSecAggStart(const std::string& peer, const std::string& name) const;
   Outgoing MakeTask(const std::string& peer, const std::string& name) const;
   Outgoing MakeError(const std::string& peer, wire::ErrorCode code, std::string message) const;
+  Outgoing MakeFinished(const std::string& peer) const;
   Participant* FindParticipant(const std::string& name);
-  // Every change of a client's last_seen or active goes through these, so
-  // that timeouts_ holds exactly the active clients.
-  TimeMs TimeoutOf(const Client& c) const;  // When it times out: last_seen + timeout + 1.
-  void Seen(const std::string& name, Client& c, TimeMs now);
-  void SetInactive(const std::string& name, Client& c);
-  const std::string* NameOf(const std::string& peer) const;
 
   config::RunConfig config_;
   store::RunStore* store_;
@@ -240,16 +221,10 @@ class RoundEngine {
   uint32_t round_ = 0;  // Last committed.
   Phase phase_ = Phase::kWaiting;
   bool first_round_ = true;
-  std::map<std::string, Client> clients_;  // By name.
-  // The active clients by the time they time out: the next wakeup and the
-  // timeout scan cost O(log n), not a pass over every registered client.
-  std::set<std::pair<TimeMs, std::string>> timeouts_;
-  std::map<crypto::Ed25519Public, std::string> identity_owner_;  // Key -> its client's name.
+  ClientRegistry clients_;
   // Clients the protocol proved misbehaving, with the reason: never selected
   // again in this run. Rebuilt from the store's client records on resume.
   std::map<std::string, std::string> banned_;
-  std::map<std::string, std::string> peer_to_name_;
-  std::set<std::string> acknowledged_finish_;  // Names, after done().
 
   // The round in progress.
   uint64_t task_id_ = 0;

@@ -230,12 +230,12 @@ RoundEngine::Participant* RoundEngine::SecAggSender(const std::string& peer, uin
                                                     uint64_t task_id, SecAggStage stage,
                                                     const std::string& what, TimeMs now,
                                                     std::vector<Outgoing>& out) {
-  const std::string* name = NameOf(peer);
+  const std::string* name = clients_.NameOf(peer);
   if (name == nullptr) {
     out.push_back(MakeError(peer, wire::UNKNOWN_CLIENT, "unknown client; send hello"));
     return nullptr;
   }
-  Seen(*name, clients_[*name], now);
+  clients_.Seen(*name, now);
   const uint32_t current = round_ + 1;
   std::string why;
   Participant* p = nullptr;
@@ -298,7 +298,7 @@ void RoundEngine::BroadcastSecAgg(const wire::Header& h, std::vector<Outgoing>& 
   for (const auto& p : participants_) {
     if (p.left) continue;
     Outgoing o;
-    o.peer = clients_[p.name].peer;
+    o.peer = clients_.PeerOf(p.name);
     o.header = h;
     out.push_back(std::move(o));
   }
@@ -308,7 +308,7 @@ void RoundEngine::SendSecAgg(uint32_t index, wire::Header h, std::vector<Outgoin
   const Participant& p = participants_[index];
   if (p.left) return;
   Outgoing o;
-  o.peer = clients_[p.name].peer;
+  o.peer = clients_.PeerOf(p.name);
   o.header = std::move(h);
   out.push_back(std::move(o));
 }
@@ -397,8 +397,7 @@ void RoundEngine::AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out) {
       if (!p.left && p.answered < stage_) {
         LeaveSecAgg(p, Participant::State::kDropped,
                     std::string("no ") + StageName(stage_) + " message before the deadline");
-        if (stage_ <= SecAggStage::kMaskedInput)
-          SetInactive(p.name, clients_[p.name]);  // Until it speaks.
+        if (stage_ <= SecAggStage::kMaskedInput) clients_.SetInactive(p.name);  // Until it speaks.
         env_->Log().warn("client {}: left round {} at stage {}", p.name, round, StageName(stage_));
       }
     }
