@@ -69,9 +69,8 @@ int main(int argc, char** argv) {
     COHORT_ASSIGN_OR_RETURN(train::EvalResult r, train::Evaluate(*model, p, *test));
     return coordinator::EvalMetrics{r.loss, r.accuracy};
   };
-  auto engine = std::move(coordinator::RoundEngine::Create(cfg, init, store.get(), eval, "bench",
-                                                           SteadyNowMs()))
-                    .value();
+  auto engine =
+      std::move(coordinator::RoundEngine::Create(cfg, init, store.get(), eval, "bench")).value();
   // Pre-made client deltas (small random steps).
   Rng rng(1);
   std::vector<std::vector<float>> deltas(clients, std::vector<float>(init.size()));

@@ -14,7 +14,7 @@
 namespace cohort::coordinator {
 
 StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::string& run_dir,
-                                   TimeMs now, const datasets::Dataset* test_set) {
+                                   const datasets::Dataset* test_set) {
   if (config.mode() == config::DATA_PARALLEL) {
     return InvalidArgumentError(
         "mode: DATA_PARALLEL runs under `cohort launch` or `cohort worker`");
@@ -51,7 +51,7 @@ StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::s
   }
   COHORT_ASSIGN_OR_RETURN(run.store, store::OpenSqliteRunStore(run_dir + "/run.db"));
   COHORT_ASSIGN_OR_RETURN(run.engine, RoundEngine::Create(config, std::move(init), run.store.get(),
-                                                          evaluator, COHORT_VERSION, now));
+                                                          evaluator, COHORT_VERSION));
   return run;
 }
 

@@ -30,7 +30,7 @@ struct OpenRun {
 // shard's errors name the file. `test_set`, when given, is evaluated on
 // instead of data.test_shard.
 StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::string& run_dir,
-                                   TimeMs now, const datasets::Dataset* test_set = nullptr);
+                                   const datasets::Dataset* test_set = nullptr);
 
 }  // namespace cohort::coordinator
 

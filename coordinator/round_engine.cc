@@ -16,9 +16,11 @@ TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} 
 
 }  // namespace
 
-StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(
-    const config::RunConfig& config, std::vector<float> init_model, store::RunStore* store,
-    Evaluator evaluator, std::string code_version, TimeMs now, Env* env) {
+StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConfig& config,
+                                                           std::vector<float> init_model,
+                                                           store::RunStore* store,
+                                                           Evaluator evaluator,
+                                                           std::string code_version, Env* env) {
   COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(config));
   std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, env));
   COHORT_ASSIGN_OR_RETURN(engine->strategy_, MakeStrategy(config, std::move(evaluator)));
@@ -54,7 +56,6 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(
   // Task ids only need to differ between coordinator lifetimes, so stale
   // updates from before a restart are recognised; they never touch the model.
   engine->task_counter_ = env->Random64();
-  (void)now;
   return engine;
 }
 

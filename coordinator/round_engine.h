@@ -61,7 +61,7 @@ class RoundEngine {
   static StatusOr<std::unique_ptr<RoundEngine>> Create(const config::RunConfig& config,
                                                        std::vector<float> init_model,
                                                        store::RunStore* store, Evaluator evaluator,
-                                                       std::string code_version, TimeMs now,
+                                                       std::string code_version,
                                                        Env* env = Env::Default());
 
   // Who the transport says sent a message (client_registry.h).

@@ -87,7 +87,7 @@ class RoundEngineTest : public ::testing::Test {
     config_ = config;
     if (!store_) store_ = std::move(store::OpenSqliteRunStore(":memory:")).value();
     auto e = RoundEngine::Create(config, std::vector<float>(kParams, 1.0f), store_.get(), {},
-                                 "test", now_, env);
+                                 "test", env);
     ASSERT_TRUE(e.ok()) << e.status();
     engine_ = std::move(e).value();
   }
@@ -500,8 +500,7 @@ TEST_F(RoundEngineTest, RunFinishesAndResumesFromTheStore) {
   // More rounds on the same store extend the run.
   config::RunConfig longer = config_;
   longer.mutable_rounds()->set_num_rounds(4);
-  auto extended =
-      RoundEngine::Create(longer, std::vector<float>(kParams), store_.get(), {}, "t", 0);
+  auto extended = RoundEngine::Create(longer, std::vector<float>(kParams), store_.get(), {}, "t");
   ASSERT_TRUE(extended.ok()) << extended.status();
   EXPECT_FALSE((*extended)->done());
   EXPECT_EQ((*extended)->last_committed_round(), 3u);
@@ -509,7 +508,7 @@ TEST_F(RoundEngineTest, RunFinishesAndResumesFromTheStore) {
   config::RunConfig other = config_;
   other.set_seed(12);
   const Status refused =
-      RoundEngine::Create(other, std::vector<float>(kParams), store_.get(), {}, "t", 0).status();
+      RoundEngine::Create(other, std::vector<float>(kParams), store_.get(), {}, "t").status();
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.message().find("seed"), std::string::npos) << refused;
 }

@@ -49,7 +49,7 @@ class InProcessRun {
       : deltas_(std::move(deltas)) {
     store_ = std::move(store::OpenSqliteRunStore(":memory:")).value();
     engine_ = std::move(coordinator::RoundEngine::Create(config, std::vector<float>(kParams, 0.0f),
-                                                         store_.get(), {}, "test", now_))
+                                                         store_.get(), {}, "test"))
                   .value();
     for (size_t i = 0; i < samples.size(); ++i) {
       keys_.push_back(std::move(crypto::GenerateEd25519()).value());
