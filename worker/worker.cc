@@ -144,9 +144,12 @@ struct Start {
 // gets it by broadcast: the model into `params`.
 StatusOr<Start> StartModel(Rank& r, const std::string& run_dir, std::vector<float>& params) {
   Start out;
-  // Epoch, the state's length in model sizes (0, 1 or 2), and the step count
-  // in 16-bit parts (floats hold them exactly).
-  std::vector<float> start(6, 0.0f);
+  // What rank 0 found in the store, sent to every rank as its bytes.
+  struct Header {
+    uint64_t epoch = 0;
+    uint64_t state_models = 0;  // The optimizer state's length in model sizes (0, 1 or 2).
+    uint64_t optimizer_steps = 0;
+  } start;
   if (r.rank == 0) {
     std::filesystem::create_directories(run_dir);
     COHORT_ASSIGN_OR_RETURN(r.store, store::OpenSqliteRunStore(run_dir + "/run.db"));
@@ -164,11 +167,9 @@ StatusOr<Start> StartModel(Rank& r, const std::string& run_dir, std::vector<floa
       }
       params = cp.model;
       out.state = std::move(cp.velocity);
-      start[0] = static_cast<float>(cp.round);
-      start[1] = static_cast<float>(out.state.size() / params.size());
-      for (int i = 0; i < 4; ++i) {
-        start[2 + i] = static_cast<float>((cp.optimizer_steps >> (16 * i)) & 0xffff);
-      }
+      start.epoch = cp.round;
+      start.state_models = out.state.size() / params.size();
+      start.optimizer_steps = cp.optimizer_steps;
       spdlog::info("resuming after epoch {}", cp.round);
     } else {
       r.model->Init(params, r.config.seed());
@@ -177,13 +178,11 @@ StatusOr<Start> StartModel(Rank& r, const std::string& run_dir, std::vector<floa
     }
   }
   COHORT_RETURN_IF_ERROR(r.comm->Broadcast(params, 0, r.collective));
-  COHORT_RETURN_IF_ERROR(r.comm->Broadcast(start, 0, r.collective));
-  out.epoch = static_cast<uint32_t>(start[0]);
-  for (int i = 0; i < 4; ++i) {
-    out.optimizer_steps |= static_cast<uint64_t>(start[2 + i]) << (16 * i);
-  }
-  if (start[1] != 0.0f) {
-    out.state.resize(static_cast<size_t>(start[1]) * params.size());
+  COHORT_RETURN_IF_ERROR(r.comm->BroadcastBytesOf(std::span<Header>(&start, 1), 0, r.collective));
+  out.epoch = static_cast<uint32_t>(start.epoch);
+  out.optimizer_steps = start.optimizer_steps;
+  if (start.state_models != 0) {
+    out.state.resize(start.state_models * params.size());
     COHORT_RETURN_IF_ERROR(r.comm->Broadcast(out.state, 0, r.collective));
   }
   return out;
