@@ -103,6 +103,23 @@ TEST(FederatedRunTest, SigtermStopsDaemonsCleanlyAndKeepsCommittedRounds) {
   EXPECT_NE(json.find("\"round\":2,"), std::string::npos) << json;
 }
 
+// A --fault-stop-before that names no stage is refused with every stage's
+// name (aggregation/secagg_stage.h's list), before anything connects.
+TEST(FederatedRunTest, AnUnknownFaultStageIsRefusedNamingTheStages) {
+  Cluster cluster("fault-stage", 1);
+  const std::string log = cluster.dir() / "client.log";
+  EXPECT_EQ(RunCohort({"client", "--coordinator", "tcp://127.0.0.1:9", "--data", cluster.Shard(0),
+                       "--fault-stop-before", "masked_inputs:2"},
+                      nullptr, log),
+            2);
+  const std::string err = ReadFile(log);
+  EXPECT_NE(err.find("client: --fault-stop-before: expected STAGE:ROUND with STAGE one of "
+                     "commit_seed, advertise_keys, share_keys, check_shares, confirm_checked, "
+                     "masked_input, consistency, unmasking; got \"masked_inputs:2\""),
+            std::string::npos)
+      << err;
+}
+
 TEST(FederatedRunTest, CorruptShardAndConfigFilesGiveClearErrors) {
   Cluster cluster("corrupt", 2);
   // A shard with one flipped byte in its feature section.
