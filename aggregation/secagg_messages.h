@@ -1,0 +1,150 @@
+// The messages of secure aggregation's stages, as plain structs (secagg.h
+// has the protocol; secagg_wire.h their wire form).
+#ifndef COHORT_AGGREGATION_SECAGG_MESSAGES_H_
+#define COHORT_AGGREGATION_SECAGG_MESSAGES_H_
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/secret_bytes.h"
+#include "crypto/enc_keys.h"
+#include "crypto/keys.h"
+#include "crypto/merkle.h"
+
+namespace cohort::aggregation {
+
+using Commitment = std::array<uint8_t, 32>;
+using SeedContribution = std::array<uint8_t, 32>;
+
+struct SeedCommit {
+  uint32_t from = 0;
+  Commitment commitment{};
+};
+// What the server tells each committer when it closes stage 0.
+struct SeedRoot {
+  crypto::Digest root{};      // Over every roster position's SeedLeaf.
+  crypto::MerkleProof proof;  // The recipient's own leaf.
+};
+
+struct KeyAdvert {
+  uint32_t index = 0;
+  crypto::EncPublic enc_key{};
+  crypto::X25519Public mask_key{};
+  Commitment self_commitment{};  // Binds the self-mask seed b.
+  SeedContribution seed{};       // Reveals what stage 0 committed to.
+  crypto::Signature signature{};
+};
+// One roster position as a key list shows it to one client.
+struct ListedAdvert {
+  uint32_t index = 0;
+  std::optional<KeyAdvert> advert;     // None: this client did not advertise.
+  crypto::Ed25519Public identity{};    // With an advert: the key that signed it,
+  crypto::MerkleProof identity_proof;  // proven against the roster root.
+  crypto::MerkleProof advert_proof;    // AdvertLeaf's, against advert_root.
+};
+// What a server tells one client of U1 (CloseAdvertise).
+struct KeyList {
+  crypto::Digest advert_root{};       // Over all n positions, U1's adverts.
+  std::vector<ListedAdvert> entries;  // The client and its neighbours, by index.
+  // Every roster position's revealed seed contribution, none where nothing
+  // was committed: n entries, the same for every client.
+  std::vector<std::optional<SeedContribution>> seeds;
+};
+struct SealedShares {
+  uint32_t from = 0;
+  std::map<uint32_t, std::string> to;  // Recipient -> sealed shares (opaque to the server).
+};
+struct InboundShares {
+  std::map<uint32_t, std::string> from;  // Sender -> sealed shares, senders in U2.
+};
+struct Complaint {
+  uint32_t about = 0;
+  // Empty: the sealed shares carry a bad signature. Otherwise the shared
+  // point of the two encryption keys and its proof: the server opens the
+  // shares itself.
+  std::optional<std::array<uint8_t, crypto::kEncPointBytes>> point;
+  crypto::DleqProof proof{};
+};
+struct ShareCheck {
+  uint32_t from = 0;
+  std::vector<Complaint> complaints;
+};
+struct CheckedList {
+  std::vector<uint32_t> members;  // U3, sorted.
+};
+// A client's word to each of its neighbours in U3 that it holds that very
+// U3 (a tag keyed like SurvivorTag, over CheckedListMessage).
+struct CheckedConfirmation {
+  uint32_t from = 0;
+  std::map<uint32_t, std::array<uint8_t, 32>> tags;  // By recipient.
+};
+// The confirmations addressed to one client, by sender.
+struct Confirmations {
+  std::map<uint32_t, std::array<uint8_t, 32>> from;
+};
+struct MaskedInput {
+  uint32_t from = 0;
+  std::vector<uint32_t> values;
+};
+struct SurvivorList {
+  std::vector<uint32_t> survivors;  // U4, sorted.
+};
+// A survivor's MAC over the survivor list for one neighbour (SurvivorTag in
+// secagg_client.cc): keyed by what only the pair shares, so it convinces that
+// neighbour alone, for a hash instead of a signature check.
+using SurvivorTag = std::array<uint8_t, 32>;
+struct SurvivorSignature {
+  uint32_t from = 0;
+  crypto::Signature signature{};
+  // From the signer: a tag for each of its neighbours in the list.
+  std::map<uint32_t, SurvivorTag> tags;
+  // Set by the server in an UnmaskRequest: the signer's key, proven against
+  // the roster root (clients hold only their neighbours' keys), and the
+  // signer's tag for the request's recipient, when it made one.
+  crypto::Ed25519Public identity{};
+  crypto::MerkleProof identity_proof;
+  std::optional<SurvivorTag> tag;
+};
+struct UnmaskRequest {
+  std::vector<uint32_t> survivors;  // U4, sorted.
+  std::vector<uint32_t> dropped;    // U3 \ U4, sorted.
+  // The survivors' signatures over U4 that count for the recipient's
+  // neighbours: those of the neighbours' neighbours.
+  std::vector<SurvivorSignature> signatures;
+};
+// What lets anyone check one revealed share against the dealer's single
+// signature over what it dealt the holder (DealMessage): the signature
+// binds both shares through salted commitments, and the proof carries the
+// salt of this one and the commitment to the other. The holder does not
+// verify the signature on shares that open, so it may be bad; the server
+// then checks the share against the commitment it relayed from the dealer.
+struct DealProof {
+  std::array<uint8_t, 32> salt{};       // Of this share's commitment.
+  Commitment other{};                   // The commitment to the other share.
+  std::array<uint8_t, 32> blob_hash{};  // Hash256 of the sealed blob.
+  crypto::Signature signature{};        // By the dealer, over DealMessage.
+};
+struct UnmaskShare {
+  uint32_t about = 0;
+  bool is_self_mask = false;  // b share (survivor) vs mask-seed share (dropped).
+  SecretBytes share;
+  DealProof proof;  // That `about` dealt this share to the sender.
+};
+struct UnmaskResponse {
+  uint32_t from = 0;
+  std::vector<UnmaskShare> shares;
+};
+
+// Who broke the protocol, and how (for the run store and the logs).
+struct Misbehaviour {
+  uint32_t client = 0;
+  std::string what;
+};
+
+}  // namespace cohort::aggregation
+
+#endif  // COHORT_AGGREGATION_SECAGG_MESSAGES_H_
