@@ -14,6 +14,7 @@
 #include "crypto/enc_keys.h"
 #include "crypto/keys.h"
 #include "crypto/merkle.h"
+#include "crypto/prg.h"
 
 namespace cohort::aggregation {
 
@@ -137,6 +138,34 @@ struct UnmaskShare {
 struct UnmaskResponse {
   uint32_t from = 0;
   std::vector<UnmaskShare> shares;
+};
+
+// What a coordinator tells each client of a securely aggregated round before
+// stage 0 (wire.SecAggSetup): the parameters, this client's place in the
+// roster, and what its input is encoded with. Untrusted: the client checks
+// every number before it takes part (client/session.cc).
+struct SecAggSetup {
+  bool sparse = false;  // SecAgg+ graph (else complete).
+  uint32_t n = 0;       // Cohort size.
+  uint32_t k = 0;       // Neighbours per client.
+  uint32_t t = 0;       // Shamir threshold.
+  uint32_t index = 0;   // The recipient's index in the cohort.
+  // The round's nonce; each client hashes it with the rest into
+  // SecAggParams::context (SecAggContext).
+  std::array<uint8_t, 32> nonce{};
+  crypto::Digest roster_root{};      // SecAggParams::roster.
+  crypto::MerkleProof roster_proof;  // The recipient's own leaf.
+  // All n identity keys, by index, only to a client that asked for them
+  // (one with --peers); empty otherwise.
+  std::vector<crypto::Ed25519Public> roster;
+  float clip = 0;
+  double scale = 0;         // Fixed-point scale.
+  double total_weight = 0;  // The cohort's registered sample counts, summed.
+  crypto::MaskPrg prg = crypto::MaskPrg::kAes256Ctr;
+  float corrupt_fraction = 0;  // The coordinator's planning figure.
+  // The coordinator's stage timeout and round deadline, in ms.
+  uint32_t stage_timeout_ms = 0;
+  uint32_t round_deadline_ms = 0;
 };
 
 // Who broke the protocol, and how (for the run store and the logs).

@@ -117,7 +117,68 @@ wire::Header TagsToWire(uint32_t round, uint64_t task_id,
   return h;
 }
 
+template <size_t N>
+Status CopySetupBytes(const std::string& bytes, std::array<uint8_t, N>& out,
+                      const std::string& what) {
+  if (bytes.size() != N) return InvalidArgumentError("secagg setup: " + what + " 32 bytes");
+  std::memcpy(out.data(), bytes.data(), N);
+  return OkStatus();
+}
+
 }  // namespace
+
+StatusOr<aggregation::SecAggSetup> FromWire(const wire::SecAggSetup& m) {
+  aggregation::SecAggSetup s;
+  s.sparse = m.sparse();
+  s.n = m.n();
+  s.k = m.k();
+  s.t = m.t();
+  s.index = m.index();
+  COHORT_RETURN_IF_ERROR(CopySetupBytes(m.context(), s.nonce, "context is not"));
+  COHORT_RETURN_IF_ERROR(CopySetupBytes(m.roster_root(), s.roster_root, "the roster root is not"));
+  s.roster_proof.resize(static_cast<size_t>(m.roster_proof_size()));
+  for (size_t i = 0; i < s.roster_proof.size(); ++i) {
+    COHORT_RETURN_IF_ERROR(CopySetupBytes(m.roster_proof(static_cast<int>(i)), s.roster_proof[i],
+                                          "a roster proof sibling is not"));
+  }
+  s.roster.resize(static_cast<size_t>(m.roster_size()));
+  for (size_t i = 0; i < s.roster.size(); ++i) {
+    COHORT_RETURN_IF_ERROR(CopySetupBytes(m.roster(static_cast<int>(i)), s.roster[i],
+                                          "roster key " + std::to_string(i) + " is not"));
+  }
+  s.clip = m.clip();
+  s.scale = m.scale();
+  s.total_weight = m.total_weight();
+  if (m.mask_prg() > static_cast<uint32_t>(crypto::MaskPrg::kAes128Ctr)) {
+    return InvalidArgumentError("secagg setup: unknown mask PRG " + std::to_string(m.mask_prg()));
+  }
+  s.prg = static_cast<crypto::MaskPrg>(m.mask_prg());
+  s.corrupt_fraction = m.corrupt_fraction();
+  s.stage_timeout_ms = m.stage_timeout_ms();
+  s.round_deadline_ms = m.round_deadline_ms();
+  return s;
+}
+
+wire::SecAggSetup ToWire(const aggregation::SecAggSetup& s) {
+  wire::SecAggSetup m;
+  m.set_sparse(s.sparse);
+  m.set_n(s.n);
+  m.set_k(s.k);
+  m.set_t(s.t);
+  m.set_index(s.index);
+  m.set_mask_prg(static_cast<uint32_t>(s.prg));
+  Put(m.mutable_context(), s.nonce);
+  Put(m.mutable_roster_root(), s.roster_root);
+  ProofToWire(s.roster_proof, m.mutable_roster_proof());
+  for (const auto& id : s.roster) Put(m.add_roster(), id);
+  m.set_clip(s.clip);
+  m.set_scale(s.scale);
+  m.set_total_weight(s.total_weight);
+  m.set_corrupt_fraction(s.corrupt_fraction);
+  m.set_stage_timeout_ms(s.stage_timeout_ms);
+  m.set_round_deadline_ms(s.round_deadline_ms);
+  return m;
+}
 
 StatusOr<aggregation::SeedCommit> FromWire(const wire::SecAggSeed& m, uint32_t from) {
   aggregation::SeedCommit c;

@@ -15,6 +15,12 @@
 
 namespace cohort::aggregation {
 
+// The round's setup, coordinator -> client. FromWire checks only sizes and
+// the mask generator's range ("secagg setup: ..."); whether the numbers are
+// safe to take part with is the client's own check.
+StatusOr<aggregation::SecAggSetup> FromWire(const wire::SecAggSetup& m);
+wire::SecAggSetup ToWire(const aggregation::SecAggSetup& setup);
+
 // Client -> coordinator.
 StatusOr<aggregation::SeedCommit> FromWire(const wire::SecAggSeed& m, uint32_t from);
 StatusOr<aggregation::CheckedConfirmation> FromWire(const wire::SecAggConfirm& m, uint32_t from);

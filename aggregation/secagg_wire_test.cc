@@ -11,6 +11,68 @@ aggregation::SurvivorTag TagOf(uint8_t b) {
   return t;
 }
 
+// A setup survives the trip coordinator -> client field for field, and a
+// wire setup with a field of the wrong size or an unknown mask generator is
+// refused by name.
+TEST(SecAggWireTest, SetupRoundTripsAndBadFieldsAreRefused) {
+  SecAggSetup s;
+  s.sparse = true;
+  s.n = 5;
+  s.k = 4;
+  s.t = 3;
+  s.index = 2;
+  s.nonce.fill(9);
+  s.roster_root.fill(8);
+  s.roster_proof = {crypto::Digest{}, crypto::Digest{}, crypto::Digest{}};
+  s.roster_proof[1].fill(6);
+  s.roster.resize(5);
+  for (uint8_t i = 0; i < 5; ++i) s.roster[i].fill(i);
+  s.clip = 4.5f;
+  s.scale = 1e6;
+  s.total_weight = 150;
+  s.prg = crypto::MaskPrg::kChaCha20;
+  s.corrupt_fraction = 0.25f;
+  s.stage_timeout_ms = 3000;
+  s.round_deadline_ms = 60000;
+  const wire::SecAggSetup w = ToWire(s);
+  EXPECT_EQ(w.mask_prg(), 1u);  // wire.SecAggSetup.mask_prg: 1 is ChaCha20.
+  auto back = FromWire(w);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->sparse, s.sparse);
+  EXPECT_EQ(back->n, s.n);
+  EXPECT_EQ(back->k, s.k);
+  EXPECT_EQ(back->t, s.t);
+  EXPECT_EQ(back->index, s.index);
+  EXPECT_EQ(back->nonce, s.nonce);
+  EXPECT_EQ(back->roster_root, s.roster_root);
+  EXPECT_EQ(back->roster_proof, s.roster_proof);
+  EXPECT_EQ(back->roster, s.roster);
+  EXPECT_EQ(back->clip, s.clip);
+  EXPECT_EQ(back->scale, s.scale);
+  EXPECT_EQ(back->total_weight, s.total_weight);
+  EXPECT_EQ(back->prg, s.prg);
+  EXPECT_EQ(back->corrupt_fraction, s.corrupt_fraction);
+  EXPECT_EQ(back->stage_timeout_ms, s.stage_timeout_ms);
+  EXPECT_EQ(back->round_deadline_ms, s.round_deadline_ms);
+  EXPECT_EQ(ToWire(*back).SerializeAsString(), w.SerializeAsString());
+
+  auto refused = [&](auto&& spoil, const std::string& words) {
+    wire::SecAggSetup bad = w;
+    spoil(bad);
+    auto r = FromWire(bad);
+    ASSERT_FALSE(r.ok()) << words;
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status();
+  };
+  refused([](wire::SecAggSetup& m) { m.mutable_context()->resize(31); }, "context is not 32 bytes");
+  refused([](wire::SecAggSetup& m) { m.mutable_roster_root()->clear(); },
+          "the roster root is not 32 bytes");
+  refused([](wire::SecAggSetup& m) { m.mutable_roster_proof(1)->push_back('x'); },
+          "a roster proof sibling is not 32 bytes");
+  refused([](wire::SecAggSetup& m) { m.mutable_roster(3)->resize(5); },
+          "roster key 3 is not 32 bytes");
+  refused([](wire::SecAggSetup& m) { m.set_mask_prg(3); }, "unknown mask PRG 3");
+}
+
 // A survivor's tags reach the coordinator intact; a repeated recipient or a
 // tag of the wrong size is refused by name.
 TEST(SecAggWireTest, SurvivorTagsRoundTripAndBadOnesAreRefused) {

@@ -398,13 +398,6 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
 namespace cohort::client {
 namespace {
 
-template <size_t N>
-bool CopyBytes(const std::string& bytes, std::array<uint8_t, N>& out) {
-  if (bytes.size() != N) return false;
-  std::memcpy(out.data(), bytes.data(), N);
-  return true;
-}
-
 constexpr uint32_t kMaxCohort = 1u << 20;
 // With --peers, a cohort must keep this many honest clients besides this
 // one even if every colluder of the allowlist is in it: the sum then mixes
@@ -427,29 +420,25 @@ void Session::StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecA
   }
 }
 
-Status Session::CheckRoster(const wire::SecAggSetup& s, const crypto::Digest& root) const {
+Status Session::CheckRoster(const aggregation::SecAggSetup& s) const {
   // A key at two indices, or outside --peers, would let the coordinator fill
   // this client's neighbourhood with copies of its colluders: with --peers
   // every key is checked, not only the ones this client will meet.
-  if (static_cast<uint32_t>(s.roster_size()) != s.n()) {
-    return InvalidArgumentError("secagg setup: " + std::to_string(s.roster_size()) +
-                                " roster keys for a cohort of " + std::to_string(s.n()) +
+  if (s.roster.size() != s.n) {
+    return InvalidArgumentError("secagg setup: " + std::to_string(s.roster.size()) +
+                                " roster keys for a cohort of " + std::to_string(s.n) +
                                 " (--peers needs them all)");
   }
-  std::vector<crypto::Ed25519Public> keys(s.n());
-  for (uint32_t i = 0; i < s.n(); ++i) {
-    if (!CopyBytes(s.roster(static_cast<int>(i)), keys[i])) {
-      return InvalidArgumentError("secagg setup: roster key " + std::to_string(i) +
-                                  " is not 32 bytes");
-    }
-    if (!std::binary_search(peers_.begin(), peers_.end(), keys[i])) {
+  for (uint32_t i = 0; i < s.n; ++i) {
+    if (!std::binary_search(peers_.begin(), peers_.end(), s.roster[i])) {
       return InvalidArgumentError("secagg setup: identity " + std::to_string(i) +
                                   " is not one of this client's --peers");
     }
   }
-  if (aggregation::RosterTree(keys).root() != root) {
+  if (aggregation::RosterTree(s.roster).root() != s.roster_root) {
     return InvalidArgumentError("secagg setup: the roster keys do not match the roster root");
   }
+  std::vector<crypto::Ed25519Public> keys = s.roster;
   std::sort(keys.begin(), keys.end());
   if (std::adjacent_find(keys.begin(), keys.end()) != keys.end()) {
     return InvalidArgumentError("secagg setup: an identity key appears twice in the cohort");
@@ -457,100 +446,85 @@ Status Session::CheckRoster(const wire::SecAggSetup& s, const crypto::Digest& ro
   return OkStatus();
 }
 
-StatusOr<double> Session::CorruptBound(const wire::SecAggSetup& s) const {
-  if (s.n() < 2 || s.n() > kMaxCohort || s.index() >= s.n()) {
+StatusOr<double> Session::CorruptBound(const aggregation::SecAggSetup& s) const {
+  if (s.n < 2 || s.n > kMaxCohort || s.index >= s.n) {
     return InvalidArgumentError("secagg setup: inconsistent n or index");
   }
-  if (s.context().size() != 32)
-    return InvalidArgumentError("secagg setup: context is not 32 bytes");
-  if (!(s.corrupt_fraction() >= 0 && s.corrupt_fraction() < 0.5)) {
+  if (!(s.corrupt_fraction >= 0 && s.corrupt_fraction < 0.5)) {
     return InvalidArgumentError("secagg setup: corrupt fraction outside [0, 0.5)");
   }
   // The threshold must hold against this client's own idea of how many may
   // collude with the coordinator, not only the coordinator's. With --peers
   // that is a number of clients: the coordinator picks the cohort, and could
   // fill it with every corrupt one of the allowlist.
-  double corrupt = std::max<double>(s.corrupt_fraction(), min_corrupt_fraction_);
+  double corrupt = std::max<double>(s.corrupt_fraction, min_corrupt_fraction_);
   if (!peers_.empty()) {
     const double in_allowlist = std::ceil(corrupt * static_cast<double>(peers_.size()) - 1e-9);
-    if (static_cast<double>(s.n()) - 1 - in_allowlist < kMinHonestOthers) {
+    if (static_cast<double>(s.n) - 1 - in_allowlist < kMinHonestOthers) {
       return FailedPreconditionError(
-          "secagg setup: a cohort of " + std::to_string(s.n()) + " could hold " +
+          "secagg setup: a cohort of " + std::to_string(s.n) + " could hold " +
           std::to_string(static_cast<int>(in_allowlist)) + " colluding clients of the " +
           std::to_string(peers_.size()) + " in --peers and fewer than " +
           std::to_string(kMinHonestOthers) + " honest ones besides this client");
     }
-    corrupt = std::max(corrupt, in_allowlist / s.n());
+    corrupt = std::max(corrupt, in_allowlist / s.n);
     if (corrupt >= 0.5) {
-      return FailedPreconditionError("secagg setup: a cohort of " + std::to_string(s.n()) +
+      return FailedPreconditionError("secagg setup: a cohort of " + std::to_string(s.n) +
                                      " is too small for the colluders --peers allows");
     }
   }
   return corrupt;
 }
 
-StatusOr<crypto::MerkleProof> Session::CheckSetupSums(const wire::SecAggSetup& s) const {
-  if (!std::isfinite(s.clip()) || s.clip() <= 0 || !std::isfinite(s.scale()) || s.scale() < 1 ||
-      !std::isfinite(s.total_weight()) || s.total_weight() < static_cast<double>(num_samples_)) {
+Status Session::CheckSetupSums(const aggregation::SecAggSetup& s) const {
+  if (!std::isfinite(s.clip) || s.clip <= 0 || !std::isfinite(s.scale) || s.scale < 1 ||
+      !std::isfinite(s.total_weight) || s.total_weight < static_cast<double>(num_samples_)) {
     return InvalidArgumentError("secagg setup: bad clip, scale or total weight");
   }
   // The whole cohort's encodings must fit 31 bits, or the sum wraps.
-  if (s.scale() * s.clip() + s.n() > 2147483647.0) {
+  if (s.scale * s.clip + s.n > 2147483647.0) {
     return InvalidArgumentError("secagg setup: scale x clip overflows 32 bits");
   }
   // The roster arrives as a root and this client's proof (checked by
   // AdvertiseKeys); the keys it relies on arrive with their proofs later,
   // and the secure-aggregation client checks each against --peers and for
   // repeats.
-  crypto::MerkleProof roster_proof(static_cast<size_t>(s.roster_proof_size()));
-  if (roster_proof.size() != crypto::MerkleDepth(s.n())) {
+  if (s.roster_proof.size() != crypto::MerkleDepth(s.n)) {
     return InvalidArgumentError("secagg setup: the roster proof has " +
-                                std::to_string(roster_proof.size()) + " siblings, expected " +
-                                std::to_string(crypto::MerkleDepth(s.n())));
+                                std::to_string(s.roster_proof.size()) + " siblings, expected " +
+                                std::to_string(crypto::MerkleDepth(s.n)));
   }
-  for (size_t i = 0; i < roster_proof.size(); ++i) {
-    if (!CopyBytes(s.roster_proof(static_cast<int>(i)), roster_proof[i])) {
-      return InvalidArgumentError("secagg setup: a roster proof sibling is not 32 bytes");
-    }
-  }
-  return roster_proof;
+  return OkStatus();
 }
 
-Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& s,
+Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& w,
                             TimeMs now, Actions& a) {
   if (identity_ == nullptr) return FailedPreconditionError("no identity key to sign with");
+  COHORT_ASSIGN_OR_RETURN(aggregation::SecAggSetup s, aggregation::FromWire(w));
   COHORT_ASSIGN_OR_RETURN(const double corrupt, CorruptBound(s));
-  COHORT_RETURN_IF_ERROR(aggregation::CheckSecAggParams(s.n(), s.k(), s.t(), corrupt));
-  COHORT_ASSIGN_OR_RETURN(crypto::MerkleProof roster_proof, CheckSetupSums(s));
+  COHORT_RETURN_IF_ERROR(aggregation::CheckSecAggParams(s.n, s.k, s.t, corrupt));
+  COHORT_RETURN_IF_ERROR(CheckSetupSums(s));
+  if (!peers_.empty()) COHORT_RETURN_IF_ERROR(CheckRoster(s));
   aggregation::SecAggParams params;
-  params.n = s.n();
-  params.k = s.k();
-  params.t = s.t();
+  params.n = s.n;
+  params.k = s.k;
+  params.t = s.t;
   params.length = num_params_ + aggregation::kSecureMetricSlots;
-  if (s.mask_prg() > static_cast<uint32_t>(crypto::MaskPrg::kAes128Ctr)) {
-    return InvalidArgumentError("secagg setup: unknown mask PRG " + std::to_string(s.mask_prg()));
-  }
-  params.prg = static_cast<crypto::MaskPrg>(s.mask_prg());
-  if (!CopyBytes(s.roster_root(), params.roster)) {
-    return InvalidArgumentError("secagg setup: the roster root is not 32 bytes");
-  }
-  if (!peers_.empty()) COHORT_RETURN_IF_ERROR(CheckRoster(s, params.roster));
-  std::array<uint8_t, 32> nonce{};
-  std::memcpy(nonce.data(), s.context().data(), nonce.size());
-  params.context = aggregation::SecAggContext(nonce, round, task_id, params, s.clip(), s.scale(),
-                                              s.total_weight());
+  params.prg = s.prg;
+  params.roster = s.roster_root;
+  params.context =
+      aggregation::SecAggContext(s.nonce, round, task_id, params, s.clip, s.scale, s.total_weight);
   SecAggRound r;
   r.round = round;
   r.task_id = task_id;
-  r.setup = s.SerializeAsString();
-  r.fixed_point = {s.clip(), s.scale()};
-  r.weight = static_cast<double>(num_samples_) / s.total_weight();
-  r.stage_limit =
-      std::min<TimeMs>(secagg_stage_limit_ms_, 2 * TimeMs{s.stage_timeout_ms()} + 30000);
+  r.setup = w.SerializeAsString();
+  r.fixed_point = {s.clip, s.scale};
+  r.weight = static_cast<double>(num_samples_) / s.total_weight;
+  r.stage_limit = std::min<TimeMs>(secagg_stage_limit_ms_, 2 * TimeMs{s.stage_timeout_ms} + 30000);
   r.survivors_limit =
-      std::min<TimeMs>(10 * secagg_stage_limit_ms_, 2 * TimeMs{s.round_deadline_ms()} + 30000);
-  r.client = std::make_unique<aggregation::SecAggClient>(params, s.index(), identity_,
-                                                         std::move(roster_proof), env_);
+      std::min<TimeMs>(10 * secagg_stage_limit_ms_, 2 * TimeMs{s.round_deadline_ms} + 30000);
+  r.client = std::make_unique<aggregation::SecAggClient>(params, s.index, identity_,
+                                                         std::move(s.roster_proof), env_);
   secagg_ = std::move(r);
   if (Paused(aggregation::SecAggStage::kCommitSeed, round, a)) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(aggregation::SeedCommit commit, secagg_->client->CommitSeed());

@@ -154,7 +154,7 @@ class Session {
   void StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
                        Actions& a);
   // With --peers: the setup's whole roster, against its root and --peers.
-  Status CheckRoster(const wire::SecAggSetup& setup, const crypto::Digest& root) const;
+  Status CheckRoster(const aggregation::SecAggSetup& setup) const;
   Status StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
                      Actions& a);
   void OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a);
@@ -163,9 +163,9 @@ class Session {
   void AnswerUnmaskRequest(const wire::SecAggUnmaskRequest& m, TimeMs now, Actions& a);
   // StartSecAgg's checks of a setup: how many of the cohort may collude
   // (the coordinator's bound, this client's and --peers'), and the encoding
-  // bounds and roster proof (returned).
-  StatusOr<double> CorruptBound(const wire::SecAggSetup& s) const;
-  StatusOr<crypto::MerkleProof> CheckSetupSums(const wire::SecAggSetup& s) const;
+  // bounds and the roster proof's depth.
+  StatusOr<double> CorruptBound(const aggregation::SecAggSetup& s) const;
+  Status CheckSetupSums(const aggregation::SecAggSetup& s) const;
   // OnMessage's handlers, one per body.
   void OnWelcome(const wire::Welcome& w, Actions& a);
   bool AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Actions& a);

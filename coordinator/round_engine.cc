@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "aggregation/secagg_wire.h"
 #include "common/bytes.h"
 #include "common/rng.h"
 #include "proto/config_io.h"
@@ -117,29 +118,30 @@ Outgoing RoundEngine::MakeFinished(const std::string& peer) const {
 
 void RoundEngine::FillSecAggSetup(const std::string& name, wire::SecAggSetup* sa) const {
   const auto& p = secagg_params_;
-  sa->set_sparse(config_.secagg().aggregation() == config::SECAGG_PLUS);
-  sa->set_n(p.n);
-  sa->set_k(p.k);
-  sa->set_t(p.t);
+  aggregation::SecAggSetup s;
+  s.sparse = config_.secagg().aggregation() == config::SECAGG_PLUS;
+  s.n = p.n;
+  s.k = p.k;
+  s.t = p.t;
   const Participant* me = FindByName(participants_, name);
-  const uint32_t index = me ? static_cast<uint32_t>(me - participants_.data()) : 0;
-  sa->set_index(index);
-  sa->set_mask_prg(static_cast<uint32_t>(p.prg));
-  sa->set_context(secagg_nonce_.data(), secagg_nonce_.size());
-  sa->set_roster_root(p.roster.data(), p.roster.size());
-  for (const auto& d : secagg()->RosterProof(index)) sa->add_roster_proof(d.data(), d.size());
+  s.index = me ? static_cast<uint32_t>(me - participants_.data()) : 0;
+  s.prg = p.prg;
+  s.nonce = secagg_nonce_;
+  s.roster_root = p.roster;
+  s.roster_proof = secagg()->RosterProof(s.index);
   if (const Client* c = clients_.Find(name); c != nullptr && c->wants_roster) {
-    for (const auto& id : cohort_identities_) sa->add_roster(id.data(), id.size());
+    s.roster = cohort_identities_;
   }
-  sa->set_clip(fixed_point_.clip);
-  sa->set_scale(fixed_point_.scale);
-  sa->set_total_weight(cohort_weight_);
-  sa->set_corrupt_fraction(config_.secagg().corrupt_fraction());
-  auto ms = [](float s) {
-    return static_cast<uint32_t>(std::min<double>(double{s} * 1000.0, double{UINT32_MAX}));
+  s.clip = fixed_point_.clip;
+  s.scale = fixed_point_.scale;
+  s.total_weight = cohort_weight_;
+  s.corrupt_fraction = config_.secagg().corrupt_fraction();
+  auto ms = [](float v) {
+    return static_cast<uint32_t>(std::min<double>(double{v} * 1000.0, double{UINT32_MAX}));
   };
-  sa->set_stage_timeout_ms(ms(config_.secagg().stage_timeout_s()));
-  sa->set_round_deadline_ms(ms(config_.rounds().round_deadline_s()));
+  s.stage_timeout_ms = ms(config_.secagg().stage_timeout_s());
+  s.round_deadline_ms = ms(config_.rounds().round_deadline_s());
+  *sa = aggregation::ToWire(s);
 }
 
 Outgoing RoundEngine::MakeSecAggStart(const std::string& peer, const std::string& name) const {
