@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "aggregation/secagg_wire.h"
 #include "common/bytes.h"
@@ -58,8 +57,6 @@ wire::Header Header() {
   return h;
 }
 
-constexpr uint64_t kHugeSamples = uint64_t{1} << 40;  // Fault injection only.
-
 }  // namespace
 
 Session::Session(std::string name, uint64_t num_samples, ModelBuilder build_model,
@@ -70,16 +67,8 @@ Session::Session(std::string name, uint64_t num_samples, ModelBuilder build_mode
       num_samples_(num_samples),
       build_model_(std::move(build_model)),
       identity_(identity),
-      fault_(std::move(fault)),
+      outgoing_(std::move(fault), name_, identity, env),
       observer_(std::move(observer)) {}
-
-bool Session::Paused(aggregation::SecAggStage stage, uint32_t round, Actions& a) {
-  if (fault_.round != round || fault_.stage != stage) return false;
-  const char* name = aggregation::StageName(stage);
-  a.printed.push_back(std::string("paused before ") + name + " of round " + std::to_string(round));
-  env_->Log().warn("fault injection: sending nothing from {} of round {} on", name, round);
-  return true;
-}
 
 void Session::Refuse(const Status& why, Actions& a) {
   const uint32_t round = secagg_ ? secagg_->round : 0;
@@ -96,7 +85,7 @@ void Session::Send(wire::Header header, std::vector<float> payload, TimeMs now, 
 void Session::SendHello(TimeMs now, Actions& a) {
   wire::Header h = Header();
   h.mutable_hello()->set_client_name(name_);
-  h.mutable_hello()->set_num_samples(Misbehaves("huge_update") ? kHugeSamples : num_samples_);
+  h.mutable_hello()->set_num_samples(num_samples_);
   h.mutable_hello()->set_code_version(COHORT_VERSION);
   if (identity_ != nullptr) {
     h.mutable_hello()->set_identity_key(identity_->public_key.data(), identity_->public_key.size());
@@ -116,6 +105,7 @@ Actions Session::Start(TimeMs now) {
   Actions a;
   last_heard_ = now;
   SendHello(now, a);
+  outgoing_.Apply(a);
   return a;
 }
 
@@ -138,6 +128,7 @@ Actions Session::OnTick(TimeMs now) {
     h.mutable_heartbeat();
     Send(std::move(h), {}, now, a);
   }
+  outgoing_.Apply(a);
   return a;
 }
 
@@ -159,6 +150,7 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
   } else {
     SendPlainUpdate(task, *result, local, now, a);
   }
+  outgoing_.Apply(a);
   return a;
 }
 
@@ -167,7 +159,6 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   // A securely aggregated task never sends a plaintext update: when the
   // session was refused or abandoned, nothing is sent at all.
   if (!secagg_ || secagg_->task_id != task.task_id) return;
-  if (Paused(aggregation::SecAggStage::kMaskedInput, task.round, a)) return;
   // The metrics ride in the masked vector, after the delta: the
   // coordinator learns only their weighted means.
   float slots[aggregation::kSecureMetricSlots];
@@ -200,17 +191,11 @@ void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& r
                               std::span<const float> local, TimeMs now, Actions& a) {
   std::vector<float> delta(local.begin(), local.end());
   for (size_t i = 0; i < delta.size(); ++i) delta[i] -= task.global[i];
-  if (Misbehaves("huge_update")) delta.assign(delta.size(), std::numeric_limits<float>::max());
-  if (fault_.stage == aggregation::SecAggStage::kMaskedInput && fault_.round == task.round) {
-    a.printed.push_back("paused before update of round " + std::to_string(task.round));
-    env_->Log().warn("fault injection: withholding the update of round {}", task.round);
-    return;
-  }
   wire::Header h = Header();
   wire::Update& update = *h.mutable_update();
   update.set_round(task.round);
   update.set_task_id(task.task_id);
-  update.set_num_samples(Misbehaves("huge_update") ? kHugeSamples : num_samples_);
+  update.set_num_samples(num_samples_);
   update.set_train_loss(result.mean_loss);
   update.set_train_accuracy(result.accuracy);
   update.set_train_seconds(result.seconds);
@@ -289,16 +274,6 @@ void Session::OnTask(const wire::RoundTask& t, const net::Envelope& env, TimeMs 
   task.options.optimizer = train::OptimizerFromConfig(t.train());
   task.options.seed = t.train_seed();
   env_->Log().info("round {}: task received", t.round());
-  if (Misbehaves("rehello_weight")) {
-    wire::Header hello = Header();
-    hello.mutable_hello()->set_client_name(name_);
-    hello.mutable_hello()->set_num_samples(kHugeSamples);
-    if (identity_ != nullptr) {
-      hello.mutable_hello()->set_identity_key(identity_->public_key.data(),
-                                              identity_->public_key.size());
-    }
-    Send(std::move(hello), {}, now, a);
-  }
   if (t.has_secagg()) {
     if (!BindSecureTask(t, now, a)) return;
   } else {
@@ -390,6 +365,7 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
       env_->Log().warn("ignored unexpected {} message from the coordinator", net::BodyName(h));
       break;
   }
+  outgoing_.Apply(a);
   return a;
 }
 
@@ -526,7 +502,6 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.client = std::make_unique<aggregation::SecAggClient>(params, s.index, identity_,
                                                          std::move(s.roster_proof), env_);
   secagg_ = std::move(r);
-  if (Paused(aggregation::SecAggStage::kCommitSeed, round, a)) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(aggregation::SeedCommit commit, secagg_->client->CommitSeed());
   SendSecAgg(aggregation::ToWire(round, task_id, commit), "commitment root", now, a);
   return OkStatus();
@@ -552,29 +527,19 @@ void Session::SendMaskedInput(TimeMs now, Actions& a) {
 
 void Session::AnswerKeyList(const wire::SecAggKeys& m, TimeMs now, Actions& a) {
   const uint32_t round = secagg_->round;
-  if (Paused(aggregation::SecAggStage::kShareKeys, round, a)) return;
   auto list = aggregation::FromWire(m);
   if (!list.ok()) return Refuse(list.status(), a);
   auto sealed = secagg_->client->ShareKeys(*list);
   if (!sealed.ok()) return Refuse(sealed.status(), a);
-  if (Misbehaves("garbage_shares")) {
-    for (auto& [to, ct] : sealed->to) {
-      env_->RandomBytes({reinterpret_cast<uint8_t*>(ct.data()), ct.size()});
-    }
-  }
   SendSecAgg(aggregation::ToWire(round, secagg_->task_id, *sealed), "neighbours' shares", now, a);
 }
 
 void Session::AnswerUnmaskRequest(const wire::SecAggUnmaskRequest& m, TimeMs now, Actions& a) {
   const uint32_t round = secagg_->round;
-  if (Paused(aggregation::SecAggStage::kUnmasking, round, a)) return;
   auto request = aggregation::FromWire(m);
   if (!request.ok()) return Refuse(request.status(), a);
   auto response = secagg_->client->Unmask(*request);
   if (!response.ok()) return Refuse(response.status(), a);
-  if (Misbehaves("bad_unmask_share")) {
-    for (auto& sh : response->shares) env_->RandomBytes(sh.share.bytes().subspan(4, 8));
-  }
   Send(aggregation::ToWire(round, secagg_->task_id, *response), {}, now, a);
   secagg_.reset();  // Done: its secrets are wiped.
 }
@@ -633,19 +598,16 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
   secagg_->awaiting = nullptr;  // The wait is over; the next send starts another.
   switch (h.body_case()) {
     case wire::Header::kSecaggSeed: {
-      if (Paused(aggregation::SecAggStage::kAdvertiseKeys, round, a)) return;
       auto root = aggregation::FromWire(h.secagg_seed());
       if (!root.ok()) return Refuse(root.status(), a);
       auto advert = client.AdvertiseKeys(*root);
       if (!advert.ok()) return Refuse(advert.status(), a);
-      if (Misbehaves("low_order_key")) advert->mask_key = {};
       SendSecAgg(aggregation::ToWire(round, task_id, *advert), "key list", now, a);
       return;
     }
     case wire::Header::kSecaggKeys:
       return AnswerKeyList(h.secagg_keys(), now, a);
     case wire::Header::kSecaggShares: {
-      if (Paused(aggregation::SecAggStage::kCheckShares, round, a)) return;
       auto inbound = aggregation::FromWire(h.secagg_shares());
       if (!inbound.ok()) return Refuse(inbound.status(), a);
       auto check = client.CheckShares(*inbound);
@@ -658,7 +620,6 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       return;
     }
     case wire::Header::kSecaggChecked: {
-      if (Paused(aggregation::SecAggStage::kConfirmChecked, round, a)) return;
       auto confirmation = client.ReceiveChecked(aggregation::FromWire(h.secagg_checked()));
       if (!confirmation.ok()) return Refuse(confirmation.status(), a);
       SendSecAgg(aggregation::ToWire(round, task_id, *confirmation), "confirmations", now, a);
@@ -674,7 +635,6 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
       return;
     }
     case wire::Header::kSecaggSurvivors: {
-      if (Paused(aggregation::SecAggStage::kConsistency, round, a)) return;
       auto sig = client.SignSurvivors(aggregation::FromWire(h.secagg_survivors()));
       if (!sig.ok()) return Refuse(sig.status(), a);
       SendSecAgg(aggregation::ToWire(round, task_id, *sig), "unmask request", now, a);

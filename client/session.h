@@ -16,6 +16,8 @@
 #include "aggregation/fixed_point.h"
 #include "aggregation/secagg.h"
 #include "aggregation/secagg_stage.h"
+#include "client/actions.h"
+#include "client/fault_filter.h"
 #include "common/clock.h"
 #include "common/env.h"
 #include "common/status.h"
@@ -27,51 +29,6 @@
 #include "train/trainer.h"
 
 namespace cohort::client {
-
-struct Outbound {
-  wire::Header header;
-  std::vector<float> payload;   // Empty: none.
-  std::vector<uint32_t> words;  // A masked update's payload instead (secure aggregation).
-};
-
-// `out` as the coordinator decodes it from the wire (a masked update's
-// words as the payload's bits): how an in-process engine receives it.
-net::Envelope AsEnvelope(Outbound&& out);
-
-struct TrainTask {
-  uint32_t round = 0;
-  uint64_t task_id = 0;
-  std::vector<float> global;
-  train::TrainOptions options;
-  bool secure = false;  // Securely aggregated: never send a plaintext update.
-};
-
-struct Actions {
-  std::vector<Outbound> send;
-  bool cancel_training = false;      // Stop the running job (if any) first.
-  std::optional<TrainTask> train;    // Then start this one.
-  std::optional<Status> exit;        // Stop with this status.
-  std::vector<std::string> printed;  // Lines for stdout (fault injection).
-};
-
-// Fault injection for tests: in round `round`, send nothing from `stage` on
-// (kMaskedInput also withholds a plain update), printing
-// "paused before STAGE of round N" on stdout. The client keeps heartbeating.
-struct FaultPlan {
-  aggregation::SecAggStage stage = aggregation::SecAggStage::kNone;
-  uint32_t round = 0;  // 0: off.
-  // Testing: play a malicious client in every round (kMisbehaviours).
-  std::string misbehave;
-};
-
-// What a malicious client does under FaultPlan::misbehave:
-//   low_order_key     advertise the all-zero (low-order) X25519 mask key;
-//   garbage_shares    send random bytes as its sealed shares;
-//   bad_unmask_share  reveal random values as its unmasking shares;
-//   rehello_weight    say Hello again with 2^40 samples when a task arrives;
-//   huge_update       claim 2^40 samples and send an all-FLT_MAX plain update.
-inline constexpr const char* kMisbehaviours[] = {
-    "low_order_key", "garbage_shares", "bad_unmask_share", "rehello_weight", "huge_update"};
 
 // Called with this client's fixed-point encoded, weighted input of a
 // securely aggregated round, before masking (debugging and tests).
@@ -85,7 +42,8 @@ using ModelBuilder = std::function<StatusOr<size_t>(const config::ModelConfig&)>
 class Session {
  public:
   // `identity` (not owned, must outlive the session) signs the secure-
-  // aggregation stages; its public key goes in Hello. `env` (not owned)
+  // aggregation stages; its public key goes in Hello. `fault` (testing)
+  // passes every Actions returned through a FaultFilter. `env` (not owned)
   // takes the session's log lines and supplies its randomness.
   Session(std::string name, uint64_t num_samples, ModelBuilder build_model,
           const crypto::Ed25519KeyPair* identity, FaultPlan fault = {}, InputObserver observer = {},
@@ -129,7 +87,6 @@ class Session {
 
  private:
   void SendHello(TimeMs now, Actions& a);
-  bool Misbehaves(const char* how) const { return fault_.misbehave == how; }
   // Secure aggregation of the current task.
   struct SecAggRound {
     uint32_t round = 0;
@@ -158,7 +115,7 @@ class Session {
   Status StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
                      Actions& a);
   void OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a);
-  // The stages whose answers a misbehaving client (FaultPlan) tampers with.
+  // Two of OnSecAggMessage's stages, apart to keep it short.
   void AnswerKeyList(const wire::SecAggKeys& m, TimeMs now, Actions& a);
   void AnswerUnmaskRequest(const wire::SecAggUnmaskRequest& m, TimeMs now, Actions& a);
   // StartSecAgg's checks of a setup: how many of the cohort may collude
@@ -184,8 +141,6 @@ class Session {
   // Sends a stage message and starts the wait for the coordinator's next
   // one (`what`), which must come within the stage limit.
   void SendSecAgg(wire::Header header, const char* what, TimeMs now, Actions& a);
-  // True (and prints the fault line) when the fault plan stops `stage`.
-  bool Paused(aggregation::SecAggStage stage, uint32_t round, Actions& a);
   void Refuse(const Status& why, Actions& a);
   void Send(wire::Header header, std::vector<float> payload, TimeMs now, Actions& a);
   TimeMs Interval() const;
@@ -195,7 +150,7 @@ class Session {
   uint64_t num_samples_;
   ModelBuilder build_model_;
   const crypto::Ed25519KeyPair* identity_;
-  FaultPlan fault_;
+  FaultFilter outgoing_;  // Every Actions returned passes through it.
   InputObserver observer_;
   std::vector<crypto::Ed25519Public> peers_;  // Sorted; empty: no check.
   double min_corrupt_fraction_ = 0.1;

@@ -596,5 +596,53 @@ TEST_F(SessionTest, UnknownClientReRegistersFinishedAcknowledgesAndRejectStops) 
   EXPECT_NE(a.exit->message().find("name taken"), std::string::npos);
 }
 
+// The fault filter withholds exactly the planned stage of the planned round
+// and says so; other rounds, stages and heartbeats pass untouched.
+TEST(FaultFilterTest, WithholdsOnlyThePlannedStageOfThePlannedRound) {
+  FaultFilter filter({aggregation::SecAggStage::kAdvertiseKeys, 2, ""}, "c1", nullptr,
+                     Env::Default());
+  Actions a;
+  for (uint32_t round : {2u, 3u}) {
+    wire::Header h;
+    h.mutable_secagg_keys()->set_round(round);
+    a.send.push_back({h, {}, {}});
+  }
+  wire::Header beat;
+  beat.mutable_heartbeat();
+  a.send.push_back({beat, {}, {}});
+  filter.Apply(a);
+  ASSERT_EQ(a.send.size(), 2u);
+  EXPECT_EQ(a.send[0].header.secagg_keys().round(), 3u);
+  EXPECT_TRUE(a.send[1].header.has_heartbeat());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0], "paused before advertise_keys of round 2");
+}
+
+// A malicious client's tampering needs none of the protocol's secrets: it
+// rewrites what the session made (the advert's mask key, a second Hello).
+TEST(FaultFilterTest, MisbehavioursTamperWithOutgoingMessages) {
+  FaultFilter low({aggregation::SecAggStage::kNone, 0, "low_order_key"}, "c1", nullptr,
+                  Env::Default());
+  Actions a;
+  wire::Header keys;
+  keys.mutable_secagg_keys()->add_adverts()->set_mask_key(std::string(32, 'k'));
+  a.send.push_back({keys, {}, {}});
+  low.Apply(a);
+  ASSERT_EQ(a.send.size(), 1u);
+  EXPECT_EQ(a.send[0].header.secagg_keys().adverts(0).mask_key(), std::string(32, '\0'));
+
+  FaultFilter rehello({aggregation::SecAggStage::kNone, 0, "rehello_weight"}, "c1", nullptr,
+                      Env::Default());
+  Actions task;
+  task.train = TrainTask{};
+  rehello.Apply(task);
+  ASSERT_EQ(task.send.size(), 1u);
+  EXPECT_EQ(task.send[0].header.hello().client_name(), "c1");
+  EXPECT_EQ(task.send[0].header.hello().num_samples(), uint64_t{1} << 40);
+  Actions idle;
+  rehello.Apply(idle);
+  EXPECT_TRUE(idle.send.empty());
+}
+
 }  // namespace
 }  // namespace cohort::client
