@@ -4,20 +4,20 @@
 
 #include <algorithm>
 #include <bit>
-#include <cmath>
-#include <cstring>
 #include <numeric>
 
 #include "common/rng.h"
 #include "datasets/shard.h"
 #include "proto/config_io.h"
+#include "train/dp_step.h"
 #include "train/model_config.h"
 
 namespace cohort::client {
 namespace {
 
-// What rank 0 hands the workers before each task, as int64 words summed
-// with the workers' zeros (an exact broadcast).
+// What rank 0 hands the workers before each task: these int64 words, sent
+// as their bytes (Communicator::BroadcastBytesOf), then the serialized
+// ModelConfig (BroadcastSized) and the global model.
 enum Word : size_t {
   kKind,  // kTrain or kFinish.
   kEpochs,
@@ -33,11 +33,10 @@ enum Word : size_t {
   kBeta2,
   kEps,
   kNumParams,
-  kConfigBytes,  // The serialized ModelConfig follows in words of 8 bytes.
   kHeaderWords
 };
 constexpr int64_t kTrain = 1, kFinish = 2;
-constexpr int64_t kMaxConfigBytes = 1 << 20;
+constexpr size_t kMaxConfigBytes = 1 << 20;
 // The most samples a client may report (the coordinator refuses a Hello
 // with more, or with none): the bound on a rank's count and the site's.
 constexpr int64_t kMaxSiteSamples = int64_t{1} << 40;
@@ -64,8 +63,7 @@ StatusOr<uint64_t> SiteSamples(std::span<const int64_t> counts) {
 int64_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
 float Float(int64_t w) { return std::bit_cast<float>(static_cast<uint32_t>(w)); }
 
-std::vector<int64_t> EncodeTask(const train::TrainOptions& o, size_t num_params,
-                                const std::string& config) {
+std::vector<int64_t> EncodeTask(const train::TrainOptions& o, size_t num_params) {
   std::vector<int64_t> h(kHeaderWords, 0);
   const train::OptimizerOptions& p = o.optimizer;
   h[kKind] = kTrain;
@@ -82,7 +80,6 @@ std::vector<int64_t> EncodeTask(const train::TrainOptions& o, size_t num_params,
   h[kBeta2] = Bits(p.beta2);
   h[kEps] = Bits(p.eps);
   h[kNumParams] = static_cast<int64_t>(num_params);
-  h[kConfigBytes] = static_cast<int64_t>(config.size());
   return h;
 }
 
@@ -111,12 +108,6 @@ StatusOr<train::TrainOptions> DecodeTask(std::span<const int64_t> h) {
   p.eps = Float(h[kEps]);
   COHORT_RETURN_IF_ERROR(train::CheckOptimizerOptions(p).WithContext("site task"));
   return o;
-}
-
-std::vector<int64_t> Pack(const std::string& bytes) {
-  std::vector<int64_t> words((bytes.size() + 7) / 8, 0);
-  if (!bytes.empty()) std::memcpy(words.data(), bytes.data(), bytes.size());
-  return words;
 }
 
 }  // namespace
@@ -155,11 +146,13 @@ StatusOr<train::TrainResult> Site::Train(const config::ModelConfig& config, trai
                                          const train::TrainOptions& options,
                                          const std::atomic<bool>* cancel) {
   if (rank_ != 0) return FailedPreconditionError("site: only rank 0 hands out tasks");
-  const std::string bytes = config.SerializeAsString();
-  std::vector<int64_t> header = EncodeTask(options, params.size(), bytes);
-  std::vector<int64_t> words = Pack(bytes);
-  COHORT_RETURN_IF_ERROR(comm_->AllReduce(header, step_).WithContext("site: handing out a task"));
-  COHORT_RETURN_IF_ERROR(comm_->AllReduce(words, step_).WithContext("site: handing out a task"));
+  const std::string serialized = config.SerializeAsString();
+  std::vector<uint8_t> bytes(serialized.begin(), serialized.end());
+  std::vector<int64_t> header = EncodeTask(options, params.size());
+  COHORT_RETURN_IF_ERROR(
+      comm_->BroadcastBytesOf(std::span(header), 0, step_).WithContext("site: handing out a task"));
+  COHORT_RETURN_IF_ERROR(comm_->BroadcastSized(bytes, 0, kMaxConfigBytes, step_)
+                             .WithContext("site: handing out a task"));
   COHORT_RETURN_IF_ERROR(comm_->Broadcast(params, 0, step_));
   return TrainEpochs(model, params, options, cancel);
 }
@@ -170,7 +163,7 @@ void Site::Finish() {
   header[kKind] = kFinish;
   collective::CollectiveOptions quick = step_;
   quick.timeout_ms = 2000;
-  if (Status s = comm_->AllReduce(header, quick); !s.ok()) {
+  if (Status s = comm_->BroadcastBytesOf(std::span(header), 0, quick); !s.ok()) {
     spdlog::warn("site: could not tell the workers the run is over: {}", s.message());
   }
 }
@@ -178,19 +171,19 @@ void Site::Finish() {
 Status Site::Serve() {
   for (;;) {
     std::vector<int64_t> header(kHeaderWords, 0);
-    COHORT_RETURN_IF_ERROR(comm_->AllReduce(header, idle_).WithContext("site: waiting for a task"));
+    COHORT_RETURN_IF_ERROR(comm_->BroadcastBytesOf(std::span(header), 0, idle_)
+                               .WithContext("site: waiting for a task"));
     if (header[kKind] == kFinish) return OkStatus();
-    if (header[kKind] != kTrain || header[kConfigBytes] < 0 ||
-        header[kConfigBytes] > kMaxConfigBytes || header[kNumParams] < 1) {
+    if (header[kKind] != kTrain || header[kNumParams] < 1) {
       return InvalidArgumentError("site: rank 0 sent a task header that is not one (kind " +
-                                  std::to_string(header[kKind]) + ", config of " +
-                                  std::to_string(header[kConfigBytes]) + " bytes)");
+                                  std::to_string(header[kKind]) + ", " +
+                                  std::to_string(header[kNumParams]) + " parameters)");
     }
-    std::vector<int64_t> words((header[kConfigBytes] + 7) / 8, 0);
-    COHORT_RETURN_IF_ERROR(comm_->AllReduce(words, step_));
+    std::vector<uint8_t> config;
+    COHORT_RETURN_IF_ERROR(comm_->BroadcastSized(config, 0, kMaxConfigBytes, step_)
+                               .WithContext("site: rank 0's model config"));
     COHORT_ASSIGN_OR_RETURN(train::TrainOptions options, DecodeTask(header));
-    std::string bytes(static_cast<size_t>(header[kConfigBytes]), '\0');
-    if (!bytes.empty()) std::memcpy(bytes.data(), words.data(), bytes.size());
+    const std::string bytes(config.begin(), config.end());
     if (!model_ || bytes != model_config_) {
       config::RunConfig check;
       if (!check.mutable_model()->ParseFromString(bytes)) {
@@ -218,7 +211,9 @@ Status Site::Serve() {
 // Every rank: `epochs` passes over its own shard in the same number of
 // steps as the others; a step's gradient is the mean over the samples all
 // ranks took, so the site trains like one client holding all of them with
-// a batch W times the task's.
+// a batch W times the task's. Each rank's gradient is a sum before the
+// all-reduce and the total is divided after it (GradientWeighting's
+// kSumThenDivide): no rank knows the others' parts.
 StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<float> params,
                                                const train::TrainOptions& options,
                                                const std::atomic<bool>* cancel) {
@@ -232,57 +227,47 @@ StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<fl
   const size_t most = (n + steps - 1) / steps;  // The largest part this rank takes.
   COHORT_ASSIGN_OR_RETURN(auto optimizer, train::Optimizer::Create(options.optimizer, np, b));
   COHORT_ASSIGN_OR_RETURN(auto order_dev, train::DeviceArray<uint32_t>::Create(b, n));
-  COHORT_ASSIGN_OR_RETURN(auto x,
-                          train::DeviceArray<float>::Create(b, most * model.input_features()));
-  COHORT_ASSIGN_OR_RETURN(auto y, train::DeviceArray<int32_t>::Create(b, most));
   COHORT_ASSIGN_OR_RETURN(auto stats, train::DeviceArray<double>::Create(b, 2));
-  COHORT_ASSIGN_OR_RETURN(auto reduced, train::DeviceArray<float>::Create(b, np));
-  COHORT_RETURN_IF_ERROR(model.Reserve(static_cast<int>(std::max<size_t>(most, 1))));
+  train::DataParallelStepOptions step_options;
+  step_options.weighting = train::GradientWeighting::kSumThenDivide;
+  step_options.micro_batch = std::max<size_t>(most, 1);  // A rank's part in one batch.
+  step_options.collective = step_;
+  step_options.cancellable = true;
+  COHORT_ASSIGN_OR_RETURN(
+      auto step, train::DataParallelStep::Create(&model, data_, comm_.get(), step_options));
   COHORT_RETURN_IF_ERROR(model.SetParams(params));
   b->Zero(stats.data(), stats.bytes());
   std::vector<uint32_t> order(n);
   Rng rng(DeriveSeed(options.seed, 0x5173, static_cast<uint64_t>(rank_)));
-  // The gradient sum, then [samples, cancel, ranks whose gradient is not
-  // finite].
-  std::vector<float> grads(np + 3);
-  const auto& in = model.spec().input;
   for (uint32_t epoch = 0; epoch < options.epochs; ++epoch) {
     std::iota(order.begin(), order.end(), 0);
     rng.Shuffle(std::span<uint32_t>(order));
     if (n > 0) b->Upload(order_dev.data(), order.data(), order_dev.bytes());
     for (size_t k = 0; k < steps; ++k) {
       const size_t lo = n * k / steps, hi = n * (k + 1) / steps;
-      std::fill(grads.begin(), grads.end(), 0.0f);
-      if (hi > lo) {
-        b->Gather(data_->features(), data_->labels(), order_dev.data() + lo, int(hi - lo),
-                  int(in.c), int(in.h), int(in.w), x.data(), y.data());
-        model.Backward(x.data(), y.data(), int(hi - lo), stats.data());
-        b->Download(grads.data(), model.grads().data(), np * sizeof(float));
-        for (size_t i = 0; i < np; ++i) grads[i] *= float(hi - lo);  // Mean to sum.
+      COHORT_ASSIGN_OR_RETURN(
+          train::StepReport report,
+          step->Step(order_dev.data(), lo, hi, 0, *optimizer, stats.data(), cancel));
+      if (!report.non_finite_ranks.empty()) {
+        return DataLossError("site: rank(s) " + report.non_finite_ranks +
+                             " sent a gradient that is not finite (NaN or infinity) at epoch " +
+                             std::to_string(epoch + 1) + ", step " + std::to_string(k + 1) +
+                             " of " + std::to_string(steps) +
+                             "; the task stops before the step (nothing of it is sent)");
       }
-      bool not_finite = false;
-      for (size_t i = 0; i < np && !not_finite; ++i) not_finite = !std::isfinite(grads[i]);
-      grads[np] = float(hi - lo);
-      grads[np + 1] = cancel != nullptr && cancel->load(std::memory_order_relaxed) ? 1.0f : 0.0f;
-      grads[np + 2] = not_finite ? 1.0f : 0.0f;
-      COHORT_RETURN_IF_ERROR(comm_->AllReduce(grads, step_));
-      if (grads[np + 2] > 0) {
-        return NameNonFinite(not_finite, "epoch " + std::to_string(epoch + 1) + ", step " +
-                                             std::to_string(k + 1) + " of " +
-                                             std::to_string(steps));
-      }
-      if (grads[np + 1] > 0) return CancelledError("training cancelled");
-      if (grads[np] == 0) continue;
-      const float inverse = 1.0f / grads[np];
-      for (size_t i = 0; i < np; ++i) grads[i] *= inverse;
-      b->Upload(reduced.data(), grads.data(), np * sizeof(float));
-      COHORT_RETURN_IF_ERROR(optimizer->Step(model.params(), {reduced.data(), np}));
+      if (report.cancelled) return CancelledError("training cancelled");
     }
   }
+  return Summarize(model, params, options, stats.data(), start);
+}
+
+StatusOr<train::TrainResult> Site::Summarize(train::Model& model, std::span<float> params,
+                                             const train::TrainOptions& options, double* stats,
+                                             double start) {
   COHORT_RETURN_IF_ERROR(model.GetParams(params));
   double local[2];
-  b->Download(local, stats.data(), sizeof(local));
-  COHORT_RETURN_IF_ERROR(b->Sync());
+  backend_->Download(local, stats, sizeof(local));
+  COHORT_RETURN_IF_ERROR(backend_->Sync());
   std::vector<float> totals = {float(local[0]), float(local[1])};
   COHORT_RETURN_IF_ERROR(comm_->AllReduce(totals, step_));
   train::TrainResult result;
@@ -293,19 +278,6 @@ StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<fl
   }
   result.seconds = env_->MonotonicSeconds() - start;
   return result;
-}
-
-Status Site::NameNonFinite(bool mine, const std::string& where) {
-  std::vector<float> flags(size_, 0.0f);
-  flags[rank_] = mine ? 1.0f : 0.0f;
-  COHORT_RETURN_IF_ERROR(comm_->AllReduce(flags, step_));
-  std::string ranks;
-  for (int k = 0; k < size_; ++k) {
-    if (flags[k] != 0.0f) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
-  }
-  return DataLossError("site: rank(s) " + ranks +
-                       " sent a gradient that is not finite (NaN or infinity) at " + where +
-                       "; the task stops before the step (nothing of it is sent)");
 }
 
 Status RunSiteWorker(const SiteWorkerOptions& o) {

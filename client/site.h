@@ -71,10 +71,12 @@ class Site {
   StatusOr<train::TrainResult> TrainEpochs(train::Model& model, std::span<float> params,
                                            const train::TrainOptions& options,
                                            const std::atomic<bool>* cancel);
-  // After a step whose all-reduce counted ranks with a non-finite gradient:
-  // every rank says whether it was one (`mine`), and all return the same
-  // kDataLoss naming them at `where`.
-  Status NameNonFinite(bool mine, const std::string& where);
+  // After the last step: the trained model into `params`, and the site's
+  // mean loss and accuracy from every rank's summed `stats` (backend
+  // memory), timed from `start`.
+  StatusOr<train::TrainResult> Summarize(train::Model& model, std::span<float> params,
+                                         const train::TrainOptions& options, double* stats,
+                                         double start);
 
   int rank_ = 0, size_ = 1;
   uint64_t total_samples_ = 0;

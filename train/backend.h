@@ -65,6 +65,10 @@ class Backend {
   Backend& operator=(const Backend&) = delete;
 
   virtual std::string Name() const = 0;
+  // Whether backend memory is host memory that the caller may read and write
+  // directly between ops, every op being done when its call returns (the
+  // CPU backend): then a host copy (Download, Upload) is only a memcpy.
+  virtual bool HostMemory() const { return false; }
 
   // ---- Memory ----------------------------------------------------------
   // `bytes` of device memory, from the backend's pool (freed blocks are

@@ -24,6 +24,7 @@ class CpuBackend final : public Backend {
     pool_.Drain([](void* p, size_t) { std::free(p); });
   }
   std::string Name() const override { return "cpu (OpenBLAS)"; }
+  bool HostMemory() const override { return true; }  // Every op runs as it is called.
 
   StatusOr<void*> Allocate(size_t bytes) override {
     if (void* p = pool_.Take(bytes)) return p;

@@ -19,7 +19,6 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "collective/bucket_reducer.h"
 #include "collective/collective.h"
 #include "common/clock.h"
 #include "common/rng.h"
@@ -28,6 +27,7 @@
 #include "proto/config_io.h"
 #include "store/run_store.h"
 #include "train/device.h"
+#include "train/dp_step.h"
 #include "train/model_config.h"
 #include "train/trainer.h"
 
@@ -122,14 +122,10 @@ struct Rank {
   // The gradients' all-reduce: `collective`, travelling as
   // data_parallel.gradient_dtype (models, metrics and checks stay float32).
   collective::CollectiveOptions gradients;
-  // Synchronous SGD with data_parallel.bucket_mb > 0 and more than one rank:
-  // the gradient buckets' all-reduce, and where the buckets end (offsets
-  // into the flat gradient, in the order the backward pass reaches them;
-  // the same on every rank).
-  collective::BucketReducer* reducer = nullptr;
-  std::vector<size_t> bucket_cuts;
-  // The backend sums the gradients on the device (NCCL): DeviceSyncStep.
+  // The backend sums the gradients on the device (NCCL).
   bool device_collectives = false;
+  // Synchronous SGD's step (and local SGD's local steps); owned by RunWorker.
+  train::DataParallelStep* step = nullptr;
   int64_t fault_kill_step = -1, fault_perturb_step = -1;  // Testing.
 };
 
@@ -193,18 +189,11 @@ struct EpochResult {
   uint64_t steps = 0;
 };
 
-// What an epoch's steps use: the epoch's sample order and the batch
-// buffers on the backend, and the host buffers of the all-reduce.
+// What an epoch's steps use: the epoch's sample order and the summed loss
+// and correct count, on the backend.
 struct EpochState {
   train::DeviceArray<uint32_t> order;
-  train::DeviceArray<float> x, reduced;
-  train::DeviceArray<int32_t> y;
-  train::DeviceArray<double> stats;  // Summed loss and correct count.
-  // The weighted gradient, then one more value: how many ranks' gradients
-  // were not finite (each rank adds 1 when its own is not), summed with it.
-  std::vector<float> grads;
-  std::vector<float> micro;
-  bool local_not_finite = false;  // This rank's gradient, this step.
+  train::DeviceArray<double> stats;
 };
 
 bool AllFinite(std::span<const float> values) {
@@ -214,17 +203,9 @@ bool AllFinite(std::span<const float> values) {
   return true;
 }
 
-// After a reduction whose extra value counted ranks with non-finite values
-// (the same count on every rank): every rank says whether it was one, and
-// all return the same error naming them. `what` says what was sent.
-Status NameNonFiniteRanks(Rank& r, bool mine, const std::string& what) {
-  std::vector<float> flags(r.world, 0.0f);
-  flags[r.rank] = mine ? 1.0f : 0.0f;
-  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(flags, r.collective));
-  std::string ranks;
-  for (int k = 0; k < r.world; ++k) {
-    if (flags[k] != 0.0f) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
-  }
+// What every rank returns when `ranks` (train::FlaggedRanks) sent `what`
+// with a value that is not finite.
+Status NonFiniteError(const std::string& ranks, const std::string& what) {
   return DataLossError("rank(s) " + ranks + " sent " + what +
                        " that is not finite (NaN or infinity); the run stops before committing "
                        "this epoch (the epochs committed before are kept)");
@@ -232,8 +213,7 @@ Status NameNonFiniteRanks(Rank& r, bool mine, const std::string& what) {
 
 StatusOr<EpochState> PrepareEpoch(Rank& r, uint32_t epoch) {
   train::Backend* b = r.backend.get();
-  const size_t n = r.train_data->size(), per_rank = r.config.train().batch_size();
-  const size_t np = r.model->num_params();
+  const size_t n = r.train_data->size();
   // The same permutation on every rank, from the seed.
   std::vector<uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -241,23 +221,10 @@ StatusOr<EpochState> PrepareEpoch(Rank& r, uint32_t epoch) {
   rng.Shuffle(std::span<uint32_t>(order));
   EpochState e;
   COHORT_ASSIGN_OR_RETURN(e.order, train::DeviceArray<uint32_t>::Create(b, n));
-  COHORT_ASSIGN_OR_RETURN(
-      e.x, train::DeviceArray<float>::Create(b, per_rank * r.model->input_features()));
-  COHORT_ASSIGN_OR_RETURN(e.y, train::DeviceArray<int32_t>::Create(b, per_rank));
   COHORT_ASSIGN_OR_RETURN(e.stats, train::DeviceArray<double>::Create(b, 2));
-  COHORT_ASSIGN_OR_RETURN(e.reduced, train::DeviceArray<float>::Create(b, np));
   b->Upload(e.order.data(), order.data(), e.order.bytes());
   b->Zero(e.stats.data(), e.stats.bytes());
-  COHORT_RETURN_IF_ERROR(r.model->Reserve(static_cast<int>(per_rank)));
-  e.grads.resize(np + 1);
   return e;
-}
-
-// Samples order[begin, begin + k) as the batch in e.x and e.y.
-void Gather(Rank& r, EpochState& e, size_t begin, size_t k) {
-  const Shape& s = r.model->spec().input;
-  r.backend->Gather(r.train_data->features(), r.train_data->labels(), e.order.data() + begin,
-                    int(k), int(s.c), int(s.h), int(s.w), e.x.data(), e.y.data());
 }
 
 // This rank's part [lo, hi) of a global batch of `count` samples: rank r
@@ -266,134 +233,21 @@ std::pair<size_t, size_t> Part(const Rank& r, size_t begin, size_t count) {
   return {begin + count * r.rank / r.world, begin + count * (r.rank + 1) / r.world};
 }
 
-// grads()[from, to) weighed by `share` into e.grads: the first micro-batch
-// sets, later ones add.
-void AddShare(Rank& r, EpochState& e, size_t from, size_t to, float share, bool first) {
-  const float* g = r.model->grads().data() + from;
-  const size_t bytes = (to - from) * sizeof(float);
-  if (first) {
-    r.backend->Download(e.grads.data() + from, g, bytes);
-    for (size_t i = from; i < to; ++i) e.grads[i] *= share;
-    return;
-  }
-  e.micro.resize(e.grads.size() - 1);
-  r.backend->Download(e.micro.data() + from, g, bytes);
-  for (size_t i = from; i < to; ++i) e.grads[i] += e.micro[i] * share;
-}
-
-// The mean gradient over order[lo, hi) weighted by its share (hi - lo) /
-// count of the global batch, into e.grads: micro-batches of at most
-// batch_size samples, added up (gradient accumulation). With a reducer, each
-// bucket of the last micro-batch goes to the all-reduce as soon as the
-// backward pass has written it (every bucket, zeros too, on a rank whose
-// part is empty: all ranks reduce the same buckets).
-void LocalGradient(Rank& r, EpochState& e, size_t lo, size_t hi, size_t count) {
-  const size_t per_rank = r.config.train().batch_size(), np = r.model->num_params();
-  std::fill(e.grads.begin(), e.grads.end(), 0.0f);
-  e.local_not_finite = false;
-  size_t sent = np;  // e.grads[sent, np) is with the reducer.
-  size_t next = 0;   // The next of r.bucket_cuts.
-  auto hand_over = [&](size_t from) {
-    const std::span<float> bucket = std::span<float>(e.grads).subspan(from, sent - from);
-    if (!AllFinite(bucket)) e.local_not_finite = true;
-    r.reducer->Submit(bucket);
-    sent = from;
-  };
-  for (size_t m = lo; m < hi; m += per_rank) {
-    const size_t k = std::min(per_rank, hi - m);
-    Gather(r, e, m, k);
-    const float share = float(k) / float(count);
-    const bool first = m == lo;
-    if (r.reducer == nullptr || m + k < hi) {
-      r.model->Backward(e.x.data(), e.y.data(), int(k), e.stats.data());
-      AddShare(r, e, 0, np, share, first);
-      continue;
-    }
-    r.model->Backward(e.x.data(), e.y.data(), int(k), e.stats.data(), [&](size_t offset) {
-      if (next < r.bucket_cuts.size() && offset == r.bucket_cuts[next]) {
-        ++next;
-        AddShare(r, e, offset, sent, share, first);
-        hand_over(offset);
-      }
-    });
-  }
-  if (r.reducer == nullptr) {
-    e.local_not_finite = !AllFinite(std::span<const float>(e.grads).first(np));
-    e.grads[np] = e.local_not_finite ? 1.0f : 0.0f;
-    return;
-  }
-  for (; next < r.bucket_cuts.size(); ++next) hand_over(r.bucket_cuts[next]);  // Empty part.
-  // The count of ranks with a non-finite gradient travels last, on its own.
-  e.grads[np] = e.local_not_finite ? 1.0f : 0.0f;
-  r.reducer->Submit(std::span<float>(e.grads).subspan(np, 1));
-}
-
-// Where the gradient buckets end: a cut wherever the layers since the last
-// cut hold at least `bucket_bytes`, and at 0.
-std::vector<size_t> BucketCuts(const train::Model& model, size_t bucket_bytes) {
-  std::vector<size_t> cuts;
-  size_t last = model.num_params();
-  for (size_t offset : model.GradientReadyOffsets()) {
-    if (offset == 0 || (last - offset) * sizeof(float) >= bucket_bytes) {
-      cuts.push_back(offset);
-      last = offset;
-    }
-  }
-  if (cuts.empty() || cuts.back() != 0) cuts.push_back(0);
-  return cuts;
-}
-
-// Synchronous SGD with the gradients left on the device: each
-// micro-batch's gradient weighed into e.reduced there, summed across the
-// ranks by the backend (NCCL), and the step taken from it. Nothing crosses
-// to the host.
-Status DeviceSyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begin,
-                      size_t count) {
-  const auto [lo, hi] = Part(r, begin, count);
-  const size_t per_rank = r.config.train().batch_size(), np = r.model->num_params();
-  r.backend->Zero(e.reduced.data(), e.reduced.bytes());
-  for (size_t m = lo; m < hi; m += per_rank) {
-    const size_t k = std::min(per_rank, hi - m);
-    Gather(r, e, m, k);
-    r.model->Backward(e.x.data(), e.y.data(), int(k), e.stats.data());
-    r.backend->Axpy(float(k) / float(count), r.model->grads().data(), e.reduced.data(), np);
-  }
-  COHORT_RETURN_IF_ERROR(r.backend->AllReduceSum(e.reduced.data(), np, r.collective.timeout_ms));
-  return optimizer.Step(r.model->params(), {e.reduced.data(), np});
-}
-
-// One synchronous SGD step: every rank's weighted gradient, all-reduced;
-// every rank applies the same step, so the replicas stay identical.
+// One synchronous SGD step (train::DataParallelStep): every rank's
+// gradient, weighted by its share of the global batch before the sum,
+// all-reduced; every rank applies the same step, so the replicas stay
+// identical.
 Status SyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begin, size_t count,
                 uint64_t global_step) {
-  if (r.device_collectives) return DeviceSyncStep(r, e, optimizer, begin, count);
-  if (r.world == 1 && r.config.data_parallel().accumulation_steps() == 1) {
-    // Nothing to reduce or add up: the local step (fused where it can be).
-    Gather(r, e, begin, count);
-    r.model->TrainStep(e.x.data(), e.y.data(), int(count), optimizer, e.stats.data());
-    return OkStatus();
-  }
   const auto [lo, hi] = Part(r, begin, count);
-  LocalGradient(r, e, lo, hi, count);
-  uint64_t saturated = 0;
-  if (r.reducer != nullptr) {
-    COHORT_RETURN_IF_ERROR(r.reducer->Wait(&saturated));
-  } else {
-    COHORT_RETURN_IF_ERROR(r.comm->AllReduce(e.grads, r.gradients));
-    saturated = r.comm->saturated();
+  COHORT_ASSIGN_OR_RETURN(train::StepReport step,
+                          r.step->Step(e.order.data(), lo, hi, count, optimizer, e.stats.data()));
+  if (!step.non_finite_ranks.empty()) return NonFiniteError(step.non_finite_ranks, "a gradient");
+  if (step.saturated > 0) {
+    spdlog::warn("exact all-reduce: {} gradient values were out of range at step {}",
+                 step.saturated, global_step);
   }
-  const size_t np = r.model->num_params();
-  // Checked before the step: a NaN from one rank would be in every replica
-  // after it (in exact mode it would saturate, and be trained on, silently).
-  if (e.grads[np] != 0.0f) {
-    return NameNonFiniteRanks(r, e.local_not_finite, "a gradient");
-  }
-  if (saturated > 0) {
-    spdlog::warn("exact all-reduce: {} gradient values were out of range at step {}", saturated,
-                 global_step);
-  }
-  r.backend->Upload(e.reduced.data(), e.grads.data(), np * sizeof(float));
-  return optimizer.Step(r.model->params(), {e.reduced.data(), np});
+  return OkStatus();
 }
 
 // Local SGD: every rank's model, and with `with_state` its optimizer state
@@ -408,7 +262,9 @@ Status AverageModel(Rank& r, train::Optimizer& optimizer, bool with_state) {
   params[np] = not_finite ? 1.0f : 0.0f;
   COHORT_RETURN_IF_ERROR(r.comm->AllReduce(params, r.collective));
   if (params[np] != 0.0f) {
-    return NameNonFiniteRanks(r, not_finite, "a model");
+    COHORT_ASSIGN_OR_RETURN(std::string ranks,
+                            train::FlaggedRanks(*r.comm, not_finite, r.collective));
+    return NonFiniteError(ranks, "a model");
   }
   const float inv = 1.0f / float(r.world);
   for (float& p : model) p *= inv;
@@ -431,18 +287,12 @@ Status CheckReplicas(Rank& r, uint64_t step) {
   COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
   const auto hash = crypto::Hash256(
       {std::span(reinterpret_cast<const uint8_t*>(params.data()), params.size() * 4)});
-  // 48 bits of it, as floats that hold 16-bit integers exactly.
-  std::vector<float> mine(3), reference(3);
-  for (int i = 0; i < 3; ++i) mine[i] = float(hash[2 * i] | hash[2 * i + 1] << 8);
-  reference = mine;
-  COHORT_RETURN_IF_ERROR(r.comm->Broadcast(reference, 0, r.collective));
-  std::vector<float> differs(r.world, 0.0f);
-  differs[r.rank] = mine == reference ? 0.0f : 1.0f;
-  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(differs, r.collective));
-  std::string ranks;
-  for (int k = 0; k < r.world; ++k) {
-    if (differs[k] != 0.0f) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
-  }
+  // Rank 0's hash, as its bytes.
+  auto reference = hash;
+  COHORT_RETURN_IF_ERROR(
+      r.comm->BroadcastBytesOf(std::span(reference.data(), reference.size()), 0, r.collective));
+  COHORT_ASSIGN_OR_RETURN(std::string ranks,
+                          train::FlaggedRanks(*r.comm, reference != hash, r.collective));
   if (ranks.empty()) return OkStatus();
   return DataLossError("replicas diverged by step " + std::to_string(step) + ": rank(s) " + ranks +
                        " hold a model other than rank 0's");
@@ -493,10 +343,7 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
       continue;
     }
     const auto [lo, hi] = Part(r, begin, count);
-    if (hi > lo) {
-      Gather(r, e, lo, hi - lo);
-      r.model->TrainStep(e.x.data(), e.y.data(), int(hi - lo), optimizer, e.stats.data());
-    }
+    COHORT_RETURN_IF_ERROR(r.step->LocalStep(e.order.data(), lo, hi, optimizer, e.stats.data()));
     const bool last = begin + count >= n;
     COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/true));
     if (last || (result.steps + 1) % dp.local_sgd_steps() == 0) {
@@ -562,6 +409,9 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
   return r.store->CommitRound(rec, {}, cp, 3);
 }
 
+// The longest config text rank 0 may send.
+constexpr size_t kMaxConfigBytes = size_t{1} << 24;
+
 // Every rank trains rank 0's configuration. Rank 0's is checked against the
 // run's stored one (StartModel); here rank 0 sends its config's text and
 // every other rank compares its own with it as a resumed coordinator does
@@ -570,36 +420,27 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
 // naming the ranks whose config differs (and, on those, the fields).
 Status AgreeOnConfig(Rank& r) {
   if (r.world == 1) return OkStatus();
-  const std::string text = r.rank == 0 ? config::ToText(r.config) : "";
-  // Sums with the other ranks' zeros: an exact broadcast from rank 0.
-  std::vector<int64_t> header = {static_cast<int64_t>(text.size()),
-                                 static_cast<int64_t>(r.config.data_parallel().epochs())};
-  if (r.rank != 0) std::fill(header.begin(), header.end(), 0);
-  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(header, r.collective));
-  if (header[0] < 0 || header[0] > (int64_t{1} << 24)) {
-    return InvalidArgumentError("rank 0 sent a config of " + std::to_string(header[0]) + " bytes");
+  // Rank 0's config text and epoch count, as their bytes.
+  std::vector<uint8_t> text;
+  uint64_t epochs = r.config.data_parallel().epochs();
+  if (r.rank == 0) {
+    const std::string ours = config::ToText(r.config);
+    text.assign(ours.begin(), ours.end());
   }
-  std::vector<int64_t> words((header[0] + 7) / 8, 0);
-  if (r.rank == 0 && !text.empty()) std::memcpy(words.data(), text.data(), text.size());
-  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(words, r.collective));
+  COHORT_RETURN_IF_ERROR(r.comm->BroadcastSized(text, 0, kMaxConfigBytes, r.collective)
+                             .WithContext("rank 0's config"));
+  COHORT_RETURN_IF_ERROR(r.comm->BroadcastBytesOf(std::span(&epochs, 1), 0, r.collective));
   Status mine;
   if (r.rank != 0) {
-    std::string theirs(static_cast<size_t>(header[0]), '\0');
-    if (!theirs.empty()) std::memcpy(theirs.data(), words.data(), theirs.size());
-    mine = config::CheckResumable(theirs, r.config);
-    if (mine.ok() && header[1] != int64_t(r.config.data_parallel().epochs())) {
+    mine = config::CheckResumable(std::string(text.begin(), text.end()), r.config);
+    if (mine.ok() && epochs != r.config.data_parallel().epochs()) {
       mine = FailedPreconditionError(
           "data_parallel.epochs: " + std::to_string(r.config.data_parallel().epochs()) + " here, " +
-          std::to_string(header[1]) + " on rank 0");
+          std::to_string(epochs) + " on rank 0");
     }
   }
-  std::vector<float> differs(r.world, 0.0f);
-  differs[r.rank] = mine.ok() ? 0.0f : 1.0f;
-  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(differs, r.collective));
-  std::string ranks;
-  for (int k = 0; k < r.world; ++k) {
-    if (differs[k] != 0.0f) ranks += (ranks.empty() ? "" : ", ") + std::to_string(k);
-  }
+  COHORT_ASSIGN_OR_RETURN(std::string ranks,
+                          train::FlaggedRanks(*r.comm, !mine.ok(), r.collective));
   if (!mine.ok()) {
     return mine.WithContext("rank " + std::to_string(r.rank) +
                             ": this rank's config is not rank 0's (the run's)");
@@ -610,8 +451,9 @@ Status AgreeOnConfig(Rank& r) {
                                  "name the fields that differ");
 }
 
-// What the others hear from rank 0 while it commits an epoch.
-constexpr float kCommitting = 0.0f, kCommitted = 1.0f, kCommitFailed = 2.0f;
+// What the others hear from rank 0 while it commits an epoch (summed with
+// their kCommitting).
+constexpr int64_t kCommitting = 0, kCommitted = 1, kCommitFailed = 2;
 
 // The epoch's end: rank 0 runs `commit` (evaluation and the store, which may
 // take longer than a collective's deadline) while the others wait. So that
@@ -625,11 +467,11 @@ Status EpochBarrier(Rank& r, uint32_t epoch, const std::function<Status()>& comm
   if (r.world == 1) return commit();
   if (r.rank != 0) {
     for (;;) {
-      std::vector<float> beat = {kCommitting};
-      COHORT_RETURN_IF_ERROR(r.comm->AllReduce(beat, r.collective)
+      int64_t beat = kCommitting;
+      COHORT_RETURN_IF_ERROR(r.comm->AllReduce(std::span(&beat, 1), r.collective)
                                  .WithContext(where + ": waiting for rank 0 to commit it"));
-      if (beat[0] == kCommitted) return OkStatus();
-      if (beat[0] != kCommitting) {
+      if (beat == kCommitted) return OkStatus();
+      if (beat != kCommitting) {
         return UnavailableError(where + ": rank 0 could not commit it (its log says why)");
       }
     }
@@ -645,9 +487,9 @@ Status EpochBarrier(Rank& r, uint32_t epoch, const std::function<Status()>& comm
     for (;;) {
       cv.wait_for(lock, period, [&] { return done; });
       const bool last = done;
-      std::vector<float> beat = {!last ? kCommitting : committed.ok() ? kCommitted : kCommitFailed};
+      int64_t beat = !last ? kCommitting : committed.ok() ? kCommitted : kCommitFailed;
       lock.unlock();
-      beats = r.comm->AllReduce(beat, r.collective);
+      beats = r.comm->AllReduce(std::span(&beat, 1), r.collective);
       lock.lock();
       if (last || !beats.ok()) return;
     }
@@ -706,20 +548,18 @@ Status Load(Rank& r, const WorkerOptions& o) {
 
 }  // namespace
 
-// [0]: the ranks that can; then each rank's device key in four 16-bit parts
-// (floats hold them exactly; every other rank adds zeros there).
-size_t DeviceVoteLength(int world) { return 1 + 4 * size_t(world); }
+// [0]: the ranks that can; then each rank's device key, its bits in an
+// int64 (every other rank adds zero there, so the sum is the key).
+size_t DeviceVoteLength(int world) { return 1 + size_t(world); }
 
-void CastDeviceVote(std::span<float> vote, int rank, bool can, uint64_t device_key) {
-  vote[0] = can ? 1.0f : 0.0f;
-  for (int k = 0; k < 4; ++k) vote[1 + 4 * rank + k] = float((device_key >> (16 * k)) & 0xffff);
+void CastDeviceVote(std::span<int64_t> vote, int rank, bool can, uint64_t device_key) {
+  vote[0] = can ? 1 : 0;
+  vote[1 + rank] = static_cast<int64_t>(device_key);
 }
 
-std::string DeviceVoteVerdict(std::span<const float> vote, int world) {
+std::string DeviceVoteVerdict(std::span<const int64_t> vote, int world) {
   std::vector<uint64_t> keys(world, 0);
-  for (int q = 0; q < world; ++q) {
-    for (int k = 0; k < 4; ++k) keys[q] |= uint64_t(vote[1 + 4 * q + k]) << (16 * k);
-  }
+  for (int q = 0; q < world; ++q) keys[q] = static_cast<uint64_t>(vote[1 + q]);
   for (int a = 0; a < world; ++a) {
     for (int b = a + 1; b < world; ++b) {
       if (keys[a] == keys[b]) {
@@ -728,7 +568,7 @@ std::string DeviceVoteVerdict(std::span<const float> vote, int world) {
       }
     }
   }
-  if (vote[0] != float(world)) {
+  if (vote[0] != world) {
     return "not every rank's backend has device collectives for this group";
   }
   return "";
@@ -736,9 +576,12 @@ std::string DeviceVoteVerdict(std::span<const float> vote, int world) {
 
 namespace {
 
+// A device group id's most bytes (NCCL's is 128).
+constexpr size_t kMaxGroupIdBytes = 128;
+
 // Whether the backend sums the gradients (--collectives): every rank says
 // whether its backend can, over the host group; only when all can does rank
-// 0 make a group id and send it round (bytes as floats), and every rank
+// 0 make a group id and send it round (as its bytes), and every rank
 // joins. Exact mode, local SGD and 16-bit gradients stay on the host.
 Status SetUpDeviceCollectives(Rank& r, const std::string& want) {
   const config::DataParallelConfig& dp = r.config.data_parallel();
@@ -754,10 +597,10 @@ Status SetUpDeviceCollectives(Rank& r, const std::string& want) {
   } else if (dp.gradient_dtype() != config::FLOAT32) {
     why = "16-bit gradients are rounded on the host";
   }
-  std::vector<float> vote(DeviceVoteLength(r.world), 0.0f);
+  std::vector<int64_t> vote(DeviceVoteLength(r.world), 0);
   CastDeviceVote(vote, r.rank, why.empty() && r.backend->HasDeviceCollectives(r.world),
                  r.backend->DeviceKey());
-  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(vote, r.collective));
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(std::span<int64_t>(vote), r.collective));
   const std::string verdict = DeviceVoteVerdict(vote, r.world);
   if (!verdict.empty()) {
     if (want == "device") {
@@ -766,20 +609,39 @@ Status SetUpDeviceCollectives(Rank& r, const std::string& want) {
     }
     return OkStatus();
   }
-  std::vector<float> id(129, 0.0f);  // Its length, then its bytes.
+  std::vector<uint8_t> id;
   if (r.rank == 0) {
-    COHORT_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, r.backend->NewGroupId());
-    if (bytes.size() > 128) return InternalError("device group id over 128 bytes");
-    id[0] = float(bytes.size());
-    for (size_t i = 0; i < bytes.size(); ++i) id[1 + i] = bytes[i];
+    COHORT_ASSIGN_OR_RETURN(id, r.backend->NewGroupId());
   }
-  COHORT_RETURN_IF_ERROR(r.comm->Broadcast(id, 0, r.collective));
-  std::vector<uint8_t> bytes(static_cast<size_t>(std::clamp(id[0], 0.0f, 128.0f)));
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(id[1 + i]);
-  COHORT_RETURN_IF_ERROR(r.backend->JoinGroup(bytes, r.rank, r.world, r.collective.timeout_ms));
+  COHORT_RETURN_IF_ERROR(r.comm->BroadcastSized(id, 0, kMaxGroupIdBytes, r.collective)
+                             .WithContext("the device group id"));
+  COHORT_RETURN_IF_ERROR(r.backend->JoinGroup(id, r.rank, r.world, r.collective.timeout_ms));
   r.device_collectives = true;
   spdlog::info("rank {}: the gradients are summed on the device by {}", r.rank, r.backend->Name());
   return OkStatus();
+}
+
+}  // namespace
+
+namespace {
+
+// Synchronous SGD's step: micro-batches of batch_size, each weighted by its
+// share of the global batch before the sum (GradientWeighting's
+// kShareBeforeSum); the gradient in buckets of data_parallel.bucket_mb
+// during the backward pass, or summed on the device.
+StatusOr<std::unique_ptr<train::DataParallelStep>> NewStep(Rank& r,
+                                                           collective::Communicator& comm) {
+  const config::DataParallelConfig& dp = r.config.data_parallel();
+  train::DataParallelStepOptions options;
+  options.weighting = train::GradientWeighting::kShareBeforeSum;
+  options.sum = r.device_collectives ? train::GradientSum::kDevice : train::GradientSum::kHost;
+  options.micro_batch = r.config.train().batch_size();
+  options.collective = r.gradients;
+  if (dp.bucket_mb() > 0 && dp.local_sgd_steps() == 0) {
+    options.bucket_bytes = std::max<size_t>(1, size_t(dp.bucket_mb() * (1 << 20)));
+  }
+  options.local_when_alone = r.world == 1 && dp.accumulation_steps() == 1;
+  return train::DataParallelStep::Create(r.model.get(), r.train_data.get(), &comm, options);
 }
 
 }  // namespace
@@ -806,18 +668,12 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop, Env* env
   r.comm = &comm;
   COHORT_RETURN_IF_ERROR(AgreeOnConfig(r));
   COHORT_RETURN_IF_ERROR(SetUpDeviceCollectives(r, o.collectives));
-  // After comm: joined before it goes.
-  std::optional<collective::BucketReducer> reducer;
-  const config::DataParallelConfig& dp = r.config.data_parallel();
-  std::vector<size_t> cuts;
-  if (dp.bucket_mb() > 0) cuts = BucketCuts(*r.model, size_t(dp.bucket_mb() * (1 << 20)));
-  // One bucket would only add a thread's hand-over to the same all-reduce.
-  if (r.world > 1 && dp.local_sgd_steps() == 0 && cuts.size() > 1 && !r.device_collectives) {
-    reducer.emplace(&comm, r.gradients);
-    r.reducer = &*reducer;
-    r.bucket_cuts = std::move(cuts);
+  // After comm: its bucket reducer's thread is joined before comm goes.
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<train::DataParallelStep> step, NewStep(r, comm));
+  r.step = step.get();
+  if (step->buckets() > 0) {
     spdlog::info("rank {}: gradients all-reduced in {} buckets during the backward pass", o.rank,
-                 r.bucket_cuts.size());
+                 step->buckets());
   }
   spdlog::info("rank {} of {} ready ({}, {})", o.rank, o.world_size, r.backend->Name(),
                net::Describe(group));

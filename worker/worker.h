@@ -6,6 +6,7 @@
 #define COHORT_WORKER_WORKER_H_
 
 #include <atomic>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -67,13 +68,14 @@ std::string FirstSlurmHost(const std::string& nodelist);
 
 // The vote over the host group that decides whether the backend sums the
 // gradients on the device (NCCL): a vector of DeviceVoteLength(world)
-// floats, zero but for what each rank casts, summed by an all-reduce.
+// integers, zero but for what each rank casts, summed by an integer
+// all-reduce (each rank's 64-bit device key arrives as it was cast).
 // DeviceVoteVerdict says why the gradients stay on the host (two ranks on
 // one device, or a rank whose backend cannot), or "" when every rank's
 // backend can and each has its own device.
 size_t DeviceVoteLength(int world);
-void CastDeviceVote(std::span<float> vote, int rank, bool can, uint64_t device_key);
-std::string DeviceVoteVerdict(std::span<const float> vote, int world);
+void CastDeviceVote(std::span<int64_t> vote, int rank, bool can, uint64_t device_key);
+std::string DeviceVoteVerdict(std::span<const int64_t> vote, int world);
 
 // Trains the whole run (resuming from rank 0's last checkpoint); returns
 // when it is done, or with an error naming the rank that failed:

@@ -116,11 +116,11 @@ TEST(LocalRankTest, EachLocalRankTakesItsOwnGpuModuloTheHosts) {
 
 // The device-path vote as the all-reduce sums it: each rank casts into a
 // zeroed vector, and the votes add up.
-std::vector<float> Tally(const std::vector<std::pair<bool, uint64_t>>& ranks) {
+std::vector<int64_t> Tally(const std::vector<std::pair<bool, uint64_t>>& ranks) {
   const int world = static_cast<int>(ranks.size());
-  std::vector<float> sum(DeviceVoteLength(world), 0.0f);
+  std::vector<int64_t> sum(DeviceVoteLength(world), 0);
   for (int r = 0; r < world; ++r) {
-    std::vector<float> one(sum.size(), 0.0f);
+    std::vector<int64_t> one(sum.size(), 0);
     CastDeviceVote(one, r, ranks[r].first, ranks[r].second);
     for (size_t i = 0; i < sum.size(); ++i) sum[i] += one[i];
   }
