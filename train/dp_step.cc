@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 namespace cohort::train {
 namespace {
@@ -79,7 +78,7 @@ StatusOr<std::unique_ptr<DataParallelStep>> DataParallelStep::Create(
                           DeviceArray<float>::Create(b, in_place ? s->length_ : s->np_));
   if (in_place) {
     s->sum_ = s->reduced_.data();
-  } else {
+  } else if (options.sum == GradientSum::kHost) {
     s->host_.resize(s->length_);
     s->sum_ = s->host_.data();
   }

@@ -169,9 +169,9 @@ class DataParallelStep {
   DeviceArray<float> x_, reduced_;
   DeviceArray<int32_t> y_;
   double* stats_ = nullptr;  // The running Step's.
-  // Where the sum is built: reduced_ itself where backend memory is host
-  // memory, else host_ (then uploaded into reduced_); micro_ is the host
-  // copy of a later micro-batch's gradient.
+  // kHost: where the sum is built: reduced_ itself where backend memory is
+  // host memory, else host_ (then uploaded into reduced_); micro_ is the
+  // host copy of a later micro-batch's gradient. kDevice sums in reduced_.
   float* sum_ = nullptr;
   std::vector<float> host_, micro_;
   std::vector<size_t> cuts_;
