@@ -18,6 +18,7 @@
 #include "datasets/partition.h"
 #include "datasets/shard.h"
 #include "datasets/split.h"
+#include "datasets/standardize.h"
 #include "datasets/synthetic.h"
 
 namespace cohort::datasets {
@@ -198,7 +199,138 @@ TEST_F(DatasetsTest, CsvReadsAndReportsLineOfBadValue) {
     f << "1,0.5,2\n0,1.5\n";
   }
   data = ReadCsv(Path("ragged.csv"));
-  EXPECT_NE(data.status().message().find("2 columns, expected 3"), std::string::npos);
+  EXPECT_EQ(data.status().message(),
+            Path("ragged.csv") + ":2, column 3: missing (2 columns, expected 3 as on line 1)");
+  WriteFile("long.csv", "a,b,c\n1,0.5,2\n0,1.5,3,4\n");
+  EXPECT_EQ(ReadCsv(Path("long.csv")).status().message(),
+            Path("long.csv") + ":3, column 4: extra (4 columns, expected 3 as on line 2)");
+}
+
+// The message a person gets instead of "no samples" for each way a file
+// can fail to hold any.
+TEST_F(DatasetsTest, CsvWithoutSamplesSaysWhy) {
+  WriteFile("empty.csv", "\n\n");
+  EXPECT_EQ(ReadCsv(Path("empty.csv")).status().message(),
+            Path("empty.csv") + ": no samples: the file has no lines");
+  WriteFile("header.csv", "label,x,y\n");
+  EXPECT_EQ(ReadCsv(Path("header.csv")).status().message(),
+            Path("header.csv") +
+                ": no samples: line 1 is a header (a feature field that is not a number) and no "
+                "line follows it");
+}
+
+TEST_F(DatasetsTest, CsvWithSemicolonsOrTabsNamesTheDelimiter) {
+  const std::string hint = ", but Cohort reads comma-separated values only";
+  WriteFile("semi.csv", "label;x;y\n1;0.5;2\n");
+  auto data = ReadCsv(Path("semi.csv"));
+  EXPECT_EQ(data.status().message(), Path("semi.csv") +
+                                         ":1: one field; the delimiter looks like ';'" + hint +
+                                         " (convert the file, e.g. with tr)");
+  WriteFile("tabs.csv", "1\t0.5\t2\n0\t1\t2\n");
+  data = ReadCsv(Path("tabs.csv"));
+  EXPECT_NE(data.status().message().find(Path("tabs.csv") + ":1: one field; the delimiter "
+                                                            "looks like a tab"),
+            std::string::npos)
+      << data.status();
+  // A decimal comma with ';' between fields: the first bad field says so.
+  WriteFile("euro.csv", "label;x;y\n1,5;2,0;3\n");
+  CsvOptions label_last;
+  label_last.label_column = 2;
+  data = ReadCsv(Path("euro.csv"), label_last);
+  EXPECT_NE(
+      data.status().message().find(Path("euro.csv") + ":2, column 2: not a finite number: "
+                                                      "\"5;2\"; the delimiter looks like ';'"),
+      std::string::npos)
+      << data.status();
+}
+
+TEST_F(DatasetsTest, CsvStringLabelsAreSortedClassIndicesAndTheTestFileUsesThem) {
+  WriteFile("train.csv", "species,x,y\ndog,1,2\ncat,3,4\n\"emu\",5,6\ndog,7,8\n");
+  auto train = ReadCsvTable(Path("train.csv"));
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(train->class_names, (std::vector<std::string>{"cat", "dog", "emu"}));
+  EXPECT_EQ(train->data.labels, (std::vector<int32_t>{1, 0, 2, 1}));
+  EXPECT_EQ(train->data.num_classes, 3u);
+  EXPECT_EQ(train->data.features[2], 3.0f);
+  // Without a header, and with the names in another order: the same indices.
+  WriteFile("plain.csv", "emu,5,6\ncat,3,4\ndog,1,2\n");
+  auto plain = ReadCsvTable(Path("plain.csv"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->class_names, train->class_names);
+  EXPECT_EQ(plain->data.labels, (std::vector<int32_t>{2, 0, 1}));
+
+  CsvOptions test_options;
+  test_options.num_classes = 3;
+  test_options.class_names = train->class_names;
+  WriteFile("test.csv", "species,x,y\nemu,1,1\ncat,2,2\n");
+  auto test = ReadCsvTable(Path("test.csv"), test_options);
+  ASSERT_TRUE(test.ok()) << test.status();
+  EXPECT_EQ(test->data.labels, (std::vector<int32_t>{2, 0}));
+  WriteFile("unseen.csv", "emu,1,1\nyak,2,2\n");
+  EXPECT_EQ(ReadCsv(Path("unseen.csv"), test_options).status().message(),
+            Path("unseen.csv") +
+                ":2, column 1: label \"yak\" is not a class of the training file (cat, dog, emu)");
+}
+
+TEST_F(DatasetsTest, CsvLabelsMixingNamesAndIndicesAreAnError) {
+  WriteFile("mixed.csv", "0,1,2\n1,3,4\nl0,5,6\n");
+  EXPECT_EQ(ReadCsv(Path("mixed.csv")).status().message(),
+            Path("mixed.csv") +
+                ":3, column 1: label \"l0\" is a name, but line 1's label \"0\" is a class "
+                "index: a file's labels are all class indices or all names");
+  // A first line whose label is a name over numeric column names, followed
+  // by class indices, is a header.
+  WriteFile("numeric_header.csv", "label,0,1\n1,3,4\n0,5,6\n");
+  auto data = ReadCsv(Path("numeric_header.csv"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->labels, (std::vector<int32_t>{1, 0}));
+  EXPECT_EQ(data->features, (std::vector<float>{3, 4, 5, 6}));
+  WriteFile("nolabel.csv", "a,1,2\n ,3,4\n");
+  EXPECT_EQ(ReadCsv(Path("nolabel.csv")).status().message(),
+            Path("nolabel.csv") + ":2, column 1: the label is empty");
+}
+
+TEST_F(DatasetsTest, CsvProgressGoesWhereItIsToldForLargeFiles) {
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += std::to_string(i % 3) + ",0.5,1.5\n";
+  WriteFile("big.csv", text);
+  CsvOptions options;
+  options.progress = std::tmpfile();
+  options.progress_min_bytes = 1000;
+  FILE* out = options.progress;
+  auto data = ReadCsv(Path("big.csv"), options);
+  ASSERT_TRUE(data.ok()) << data.status();
+  std::rewind(out);
+  std::string printed(4096, '\0');
+  printed.resize(std::fread(printed.data(), 1, printed.size(), out));
+  std::fclose(out);
+  EXPECT_NE(printed.find("reading " + Path("big.csv") + ": 50% ("), std::string::npos) << printed;
+  EXPECT_NE(printed.find("reading " + Path("big.csv") + ": done, 0.0 MiB in "), std::string::npos)
+      << printed;
+  EXPECT_NE(printed.find(" 2000 lines\n"), std::string::npos) << printed;
+  // Below the size: nothing.
+  options.progress = out = std::tmpfile();
+  options.progress_min_bytes = CsvOptions().progress_min_bytes;
+  ASSERT_TRUE(ReadCsv(Path("big.csv"), options).ok());
+  EXPECT_EQ(std::ftell(out), 0);
+  std::fclose(out);
+}
+
+TEST(StandardizeTest, TrainingFiguresScaleEverySetAndConstantFeaturesStay) {
+  Dataset train{
+      .num_features = 3, .num_classes = 2, .features = {1, 5, 10, 3, 5, 20}, .labels = {0, 1}};
+  const Standardization s = FitStandardization(train);
+  EXPECT_EQ(s.rows, 2u);
+  EXPECT_EQ(s.mean, (std::vector<double>{2, 0, 15}));
+  EXPECT_EQ(s.std, (std::vector<double>{1, 1, 5}));
+  EXPECT_EQ(s.constant, (std::vector<uint32_t>{1}));
+  ASSERT_TRUE(ApplyStandardization(s, train).ok());
+  EXPECT_EQ(train.features, (std::vector<float>{-1, 5, -1, 1, 5, 1}));
+  Dataset test{.num_features = 3, .num_classes = 2, .features = {4, 7, 25}, .labels = {1}};
+  ASSERT_TRUE(ApplyStandardization(s, test).ok());
+  EXPECT_EQ(test.features, (std::vector<float>{2, 7, 2}));
+  Dataset other{.num_features = 2, .num_classes = 2, .features = {1, 2}, .labels = {0}};
+  EXPECT_FALSE(ApplyStandardization(s, other).ok());
 }
 
 TEST_F(DatasetsTest, ShardRoundTripsBothEncodings) {

@@ -27,12 +27,21 @@ Status LoadCsv(const SplitOptions& o, Split& split) {
   if (o.train_csv.empty()) return InvalidArgumentError("format csv needs the training file");
   CsvOptions csv;
   csv.label_column = o.label_column;
-  COHORT_ASSIGN_OR_RETURN(split.train, ReadCsv(o.train_csv, csv));
-  if (!o.test_csv.empty()) {
-    csv.num_classes = split.train.num_classes;
-    COHORT_ASSIGN_OR_RETURN(split.test, ReadCsv(o.test_csv, csv));
-    split.has_test = true;
+  csv.progress = o.progress;
+  csv.progress_min_bytes = o.progress_min_bytes;
+  COHORT_ASSIGN_OR_RETURN(CsvTable train, ReadCsvTable(o.train_csv, csv));
+  split.train = std::move(train.data);
+  split.class_names = std::move(train.class_names);
+  if (o.test_csv.empty()) return OkStatus();
+  csv.num_classes = split.train.num_classes;
+  csv.class_names = split.class_names;
+  COHORT_ASSIGN_OR_RETURN(CsvTable test, ReadCsvTable(o.test_csv, csv));
+  if (split.class_names.empty() && !test.class_names.empty()) {
+    return InvalidArgumentError(o.test_csv + ": labels are names (\"" + test.class_names[0] +
+                                "\"), but " + o.train_csv + "'s are class indices");
   }
+  split.test = std::move(test.data);
+  split.has_test = true;
   return OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #define COHORT_DATASETS_SPLIT_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,17 @@ struct SplitOptions {
   std::string scheme = "iid";  // ParsePartitionSpec's forms.
   std::string assignment;      // Explicit split file; overrides scheme and clients.
   uint64_t seed = 0;
+  // Where progress on large inputs goes (the CLI's stderr); null: none.
+  FILE* progress = nullptr;
+  uint64_t progress_min_bytes = uint64_t{50} << 20;  // A CSV file at least this large.
 };
 
 struct Split {
   Dataset train, test;
   bool has_test = false;
+  // CSV labels that were names: class i's name (the test file uses the
+  // training file's). Empty for class indices and the other formats.
+  std::vector<std::string> class_names;
   std::vector<std::vector<uint32_t>> parts;  // Client k's rows of `train`.
 };
 
