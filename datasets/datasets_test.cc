@@ -278,6 +278,11 @@ TEST_F(DatasetsTest, CsvLabelsMixingNamesAndIndicesAreAnError) {
             Path("mixed.csv") +
                 ":3, column 1: label \"l0\" is a name, but line 1's label \"0\" is a class "
                 "index: a file's labels are all class indices or all names");
+  WriteFile("mixed2.csv", "cat,1,2\ndog,3,4\n0,5,6\n");
+  EXPECT_EQ(ReadCsv(Path("mixed2.csv")).status().message(),
+            Path("mixed2.csv") +
+                ":3, column 1: label \"0\" is a class index, but line 1's label \"cat\" is a "
+                "name: a file's labels are all class indices or all names");
   // A first line whose label is a name over numeric column names, followed
   // by class indices, is a header.
   WriteFile("numeric_header.csv", "label,0,1\n1,3,4\n0,5,6\n");
