@@ -26,7 +26,9 @@ struct ClientFlags {
 void AddConnectionFlags(CLI::App* client, client::ClientOptions& o) {
   client->add_option("--coordinator", o.coordinator, "Coordinator endpoint")->required();
   client->add_option("--data", o.data, "This client's shard file")->required();
-  client->add_option("--name", o.name, "Client name (default: shard file name)");
+  client->add_option("--name", o.name,
+                     "Client name (default: the --identity key file's name, else the shard "
+                     "file's)");
   client->add_option("--threads", o.threads, "BLAS threads for training")
       ->check(CLI::Range(1, 256));
   client
@@ -121,7 +123,10 @@ bool ParseFaultStopBefore(const std::string& fault, client::ClientOptions& o) {
 
 int RunClientCommand(ClientFlags& f, const std::string& log_level) {
   client::ClientOptions& o = f.options;
-  if (o.name.empty()) o.name = std::filesystem::path(o.data).stem().string();
+  // The allowlist names a client by its key file: so does the client.
+  if (o.name.empty()) {
+    o.name = std::filesystem::path(o.identity.empty() ? o.data : o.identity).stem().string();
+  }
   if (f.pause_round != 0) {
     o.fault_stage = aggregation::SecAggStage::kMaskedInput;
     o.fault_round = f.pause_round;

@@ -7,8 +7,13 @@
 int main(int argc, char** argv) {
   CLI::App app{"Cohort: federated and data-parallel training"};
   app.require_subcommand(1);
+  // `cohort client ... --log-level debug` as well as `cohort --log-level debug client ...`.
+  app.fallthrough();
+  app.set_version_flag("--version", std::string("cohort ") + COHORT_VERSION,
+                       "Print the version (the one a run's store records) and exit");
   std::string log_level = "info";
-  app.add_option("--log-level", log_level, "trace, debug, info, warn or error");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   using namespace cohort::cli;
   // In this order in --help.
   const Command commands[] = {

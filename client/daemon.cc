@@ -12,10 +12,13 @@
 
 #include "client/session.h"
 #include "client/site.h"
+#include "client/wait_report.h"
 #include "common/clock.h"
 #include "crypto/key_files.h"
 #include "datasets/shard.h"
 #include "net/curve.h"
+#include "net/endpoint.h"
+#include "net/link_monitor.h"
 #include "net/zmq_codec.h"
 #include "proto/config_io.h"
 #include "train/backend.h"
@@ -118,6 +121,7 @@ StatusOr<std::unique_ptr<Site>> JoinSite(const ClientOptions& options, zmq::cont
 // CURVE with the pinned coordinator key (unless --insecure), then connect.
 Status ConnectToCoordinator(const ClientOptions& options, const crypto::Ed25519KeyPair& identity,
                             zmq::socket_t& socket) {
+  COHORT_RETURN_IF_ERROR(net::CheckEndpoint("--coordinator", options.coordinator));
   if (options.insecure) {
     spdlog::warn("CURVE is off (--insecure): traffic to the coordinator is plaintext");
   } else {
@@ -127,6 +131,9 @@ Status ConnectToCoordinator(const ClientOptions& options, const crypto::Ed25519K
           "development)");
     }
     COHORT_ASSIGN_OR_RETURN(crypto::CurveKeys mine, crypto::CurveKeysFor(identity));
+    COHORT_ASSIGN_OR_RETURN(crypto::X25519Public curve,
+                            crypto::CurvePublicFor(identity.public_key));
+    spdlog::info("this client's CURVE key is {} (from {})", crypto::Hex(curve), options.identity);
     COHORT_ASSIGN_OR_RETURN(crypto::Ed25519Public server,
                             crypto::LoadPublicKey(options.coordinator_key));
     COHORT_ASSIGN_OR_RETURN(crypto::X25519Public server_curve, crypto::CurvePublicFor(server));
@@ -180,11 +187,17 @@ struct Job {
 class EventLoop {
  public:
   EventLoop(const ClientOptions& options, LocalData& local, Site* site,
-            const crypto::Ed25519KeyPair* identity, zmq::context_t& context, zmq::socket_t& socket)
+            const crypto::Ed25519KeyPair* identity, zmq::context_t& context, zmq::socket_t& socket,
+            net::LinkMonitor& link)
       : options_(options),
         local_(local),
         site_(site),
         socket_(socket),
+        link_(link),
+        waits_({.coordinator = options.coordinator,
+                .identity = options.identity,
+                .coordinator_key = options.coordinator_key,
+                .insecure = options.insecure}),
         done_rx_(context, zmq::socket_type::pair),
         done_tx_(context, zmq::socket_type::pair),
         session_(
@@ -216,13 +229,28 @@ class EventLoop {
       if (items[1].revents & ZMQ_POLLIN) OnJobSignal();
       ReceiveMessages();
       if (!exit_) Apply(session_.OnTick(SteadyNowMs()));
+      ExplainWait();
     }
     StopJob();
+    if (!exit_) Apply(session_.Leave(SteadyNowMs()));  // Sent within the socket's linger.
     if (site_ != nullptr) site_->Finish();
     return exit_.value_or(CancelledError("stopped"));
   }
 
  private:
+  // Says why this client waits for the coordinator, if it does.
+  void ExplainWait() {
+    const TimeMs now = SteadyNowMs();
+    link_.Poll(now);
+    std::optional<std::string> line = waits_.Step(link_.events(), session_.welcomed(), now);
+    if (!line) return;
+    if (link_.events().up() && session_.welcomed()) {
+      spdlog::info("{}", *line);
+    } else {
+      spdlog::warn("{}", *line);
+    }
+  }
+
   // The session's ModelBuilder.
   StatusOr<size_t> BuildModel(const config::ModelConfig& config) {
     // The coordinator's model is untrusted: the same caps as a config
@@ -309,6 +337,8 @@ class EventLoop {
   LocalData& local_;
   Site* site_;
   zmq::socket_t& socket_;
+  net::LinkMonitor& link_;
+  WaitReporter waits_;
   zmq::socket_t done_rx_, done_tx_;
   std::unique_ptr<train::Model> model_;
   config::ModelConfig model_config_;  // What `model_` was built from (the site's workers need it).
@@ -334,10 +364,12 @@ Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
   if (options.site_size > 1) {
     COHORT_ASSIGN_OR_RETURN(site, JoinSite(options, site_context, identity, local));
   }
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<net::LinkMonitor> link,
+                          net::LinkMonitor::Watch(context, socket, SteadyNowMs()));
   COHORT_RETURN_IF_ERROR(ConnectToCoordinator(options, identity, socket));
   COHORT_ASSIGN_OR_RETURN(std::vector<crypto::Ed25519Public> peers, LoadPeers(options));
 
-  EventLoop loop(options, local, site.get(), &identity, context, socket);
+  EventLoop loop(options, local, site.get(), &identity, context, socket, *link);
   if (!peers.empty()) loop.session().set_peers(std::move(peers));
   if (options.require_secure) loop.session().set_require_secure(true);
   loop.session().set_min_corrupt_fraction(options.corrupt_fraction);

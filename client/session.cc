@@ -74,6 +74,13 @@ void Session::Refuse(const Status& why, Actions& a) {
   const uint32_t round = secagg_ ? secagg_->round : 0;
   env_->Log().warn("round {}: secure aggregation: leaving the round: {}", round, why.message());
   a.printed.push_back("secagg refused in round " + std::to_string(round) + ": " + why.message());
+  if (secagg_) {
+    // The coordinator closes this client's part of the round now, rather
+    // than at the stage's timeout; the client stays for the next round.
+    wire::Header h = Header();
+    h.mutable_goodbye()->set_task_id(secagg_->task_id);
+    a.send.push_back({std::move(h), {}, {}});
+  }
   secagg_.reset();
 }
 
@@ -106,6 +113,15 @@ Actions Session::Start(TimeMs now) {
   last_heard_ = now;
   SendHello(now, a);
   outgoing_.Apply(a);
+  return a;
+}
+
+Actions Session::Leave(TimeMs now) {
+  Actions a;
+  if (!welcomed_ || finished_) return a;
+  wire::Header h = Header();
+  h.mutable_goodbye();
+  Send(std::move(h), {}, now, a);
   return a;
 }
 

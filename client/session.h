@@ -56,6 +56,9 @@ class Session {
   Actions OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainResult>& result,
                          std::span<const float> local, TimeMs now);
   Actions OnTick(TimeMs now);
+  // This client is stopping (its operator's signal): a Goodbye, so the
+  // coordinator closes this client's part of the round at once.
+  Actions Leave(TimeMs now);
 
   // When OnTick is next due.
   TimeMs NextWakeup() const;

@@ -17,6 +17,7 @@
 #include "datasets/shard.h"
 #include "net/connection_guard.h"
 #include "net/curve.h"
+#include "net/endpoint.h"
 #include "net/zmq_codec.h"
 #include "proto/config_io.h"
 #include "store/run_store.h"
@@ -74,7 +75,7 @@ Status CheckDaemonOptions(const DaemonOptions& options) {
   if (options.max_unauthenticated == 0) {
     return InvalidArgumentError("at most 0 connections waiting to authenticate: must be >= 1");
   }
-  return OkStatus();
+  return net::CheckEndpoint("--bind", options.bind);
 }
 
 // --dump-sums DIR: each securely aggregated round's unmasked sum and the

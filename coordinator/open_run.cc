@@ -14,16 +14,13 @@
 namespace cohort::coordinator {
 
 StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::string& run_dir,
-                                   const datasets::Dataset* test_set) {
+                                   const datasets::Dataset* test_set, const std::string& role) {
   if (config.mode() == config::DATA_PARALLEL) {
     return InvalidArgumentError(
         "mode: DATA_PARALLEL runs under `cohort launch` or `cohort worker`");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(run_dir, ec);
-  if (ec) return UnavailableError(run_dir + ": cannot create run directory: " + ec.message());
-
   OpenRun run;
+  COHORT_ASSIGN_OR_RETURN(run.lock, store::RunDirLock::Acquire(run_dir, role));
   COHORT_ASSIGN_OR_RETURN(run.backend, train::NewCpuBackend(1));
   COHORT_ASSIGN_OR_RETURN(run.model, train::BuildModel(config.model(), run.backend.get()));
   std::vector<float> init(run.model->num_params());

@@ -10,6 +10,7 @@
 
 #include "coordinator/round_engine.h"
 #include "datasets/dataset.h"
+#include "store/run_dir_lock.h"
 #include "store/run_store.h"
 #include "train/backend.h"
 #include "train/trainer.h"
@@ -17,6 +18,9 @@
 namespace cohort::coordinator {
 
 struct OpenRun {
+  // The run directory's lock (store/run_dir_lock.h): first, so it is
+  // released last.
+  std::unique_ptr<store::RunDirLock> lock;
   // The evaluator's backend, model and test set: the engine holds an
   // evaluator that uses them, so they live as long as it.
   std::unique_ptr<train::Backend> backend;
@@ -26,11 +30,13 @@ struct OpenRun {
   std::unique_ptr<RoundEngine> engine;
 };
 
-// kInvalidArgument for a data-parallel config; the store's and the test
-// shard's errors name the file. `test_set`, when given, is evaluated on
+// kInvalidArgument for a data-parallel config; kFailedPrecondition, naming
+// the holder's pid, when another process holds the run directory; the
+// store's and the test shard's errors name the file. `test_set`, when given, is evaluated on
 // instead of data.test_shard.
 StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::string& run_dir,
-                                   const datasets::Dataset* test_set = nullptr);
+                                   const datasets::Dataset* test_set = nullptr,
+                                   const std::string& role = "cohort coordinator");
 
 }  // namespace cohort::coordinator
 

@@ -77,6 +77,13 @@ std::string RoundJson(const store::RoundRecord& r,
 }
 
 void PrintRound(const store::RoundRecord& r, uint32_t total) {
+  if (r.outcome == "aborted") {
+    // Nothing was trained into the model: no loss to show, only why.
+    std::printf("round %3u/%u  aborted: %s  clients %u/%u  dropped %u  %.2fs\n", r.round, total,
+                r.outcome_reason.c_str(), r.participants, r.selected, r.dropped, r.seconds);
+    std::fflush(stdout);
+    return;
+  }
   std::printf("round %3u/%u  clients %u/%u  dropped %u  train_loss %.4f", r.round, total,
               r.participants, r.selected, r.dropped, r.train_loss);
   if (r.test_accuracy >= 0) {

@@ -27,12 +27,23 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
   COHORT_ASSIGN_OR_RETURN(engine->strategy_, MakeStrategy(config, std::move(evaluator)));
   const std::string config_text = config::ToText(config);
   COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> existing, store->LoadRun());
-  if (!existing.has_value()) {
+  // The config is fixed at the first committed round: before it, a start
+  // with another config (or one that failed half-way) begins the run anew.
+  const bool replace =
+      existing.has_value() && existing->last_round == 0 && existing->config_text != config_text;
+  if (!existing.has_value() || replace) {
     if (init_model.empty()) return InvalidArgumentError("initial model is empty");
     store::RunInfo info{config_text, config.seed(), std::move(code_version), 0};
     store::Checkpoint initial{0, init_model, {}};
     engine->strategy_->SaveState(initial);
-    COHORT_RETURN_IF_ERROR(store->CreateRun(info, initial));
+    if (replace) {
+      COHORT_RETURN_IF_ERROR(store->ReplaceUncommittedRun(info, initial));
+      env->Log().info(
+          "the run had committed no round yet: its config is replaced by this one (a config is "
+          "fixed at the first committed round)");
+    } else {
+      COHORT_RETURN_IF_ERROR(store->CreateRun(info, initial));
+    }
     engine->global_ = std::move(init_model);
   } else {
     // Everything but the number of rounds must match: a run may be extended.
@@ -243,6 +254,9 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
     case wire::Header::kSecaggUnmask:
       OnSecAggMessage(peer, envelope, now, out);
       break;
+    case wire::Header::kGoodbye:
+      OnGoodbye(peer, h.goodbye(), now, out);
+      break;
     case wire::Header::kHeartbeat: {
       const std::string* name = clients_.NameOf(peer);
       if (name == nullptr) {
@@ -300,6 +314,18 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
     return;
   }
   if (phase_ == Phase::kTraining) HelloInRound(peer, hello, r.recount, r.reconnected, now, out);
+  if (phase_ == Phase::kWaiting && r.is_new) SayWhatTheRoundWaitsFor();
+}
+
+void RoundEngine::SayWhatTheRoundWaitsFor() const {
+  const uint32_t needed = ClientsNeeded();
+  if (clients_.size() >= needed) return;
+  const bool start = first_round_ && needed > MinClients();
+  env_->Log().info("round {} waits for {} more client{} ({} of {} registered; {})", round_ + 1,
+                   needed - clients_.size(), needed - clients_.size() == 1 ? "" : "s",
+                   clients_.size(), needed,
+                   start ? "rounds.start_clients sets the first round's cohort"
+                         : "rounds.min_clients sets every round's minimum");
 }
 
 Outgoing RoundEngine::MakeWelcome(const std::string& peer, const std::string& name) const {
@@ -469,6 +495,25 @@ void RoundEngine::Drop(Participant& p, Participant::State state, std::string rea
 bool RoundEngine::AllResolved() const {
   return std::none_of(participants_.begin(), participants_.end(),
                       [](const Participant& p) { return p.state == Participant::State::kPending; });
+}
+
+void RoundEngine::OnGoodbye(const std::string& peer, const wire::Goodbye& goodbye, TimeMs now,
+                            std::vector<Outgoing>& out) {
+  const std::string* registered = clients_.NameOf(peer);
+  if (registered == nullptr) return;
+  const std::string name = *registered;
+  const bool stopping = goodbye.task_id() == 0;
+  if (stopping) {
+    clients_.SetInactive(name);
+    env_->Log().info("client {}: said goodbye (stopped by its operator)", name);
+  }
+  if (phase_ != Phase::kTraining || (!stopping && goodbye.task_id() != task_id_)) return;
+  Participant* p = FindParticipant(name);
+  if (p == nullptr || !Waiting(*p)) return;
+  Exclude(
+      *p, Participant::State::kDropped,
+      stopping ? "left: stopped by its operator" : "left: refused the round's secure aggregation");
+  Progress(now, out);
 }
 
 bool RoundEngine::Waiting(const Participant& p) const {

@@ -160,6 +160,11 @@ class RoundEngine {
 
   // Whether the round still waits on `p`.
   bool Waiting(const Participant& p) const;
+  // While the run waits: how many more clients it needs, and which field says so.
+  void SayWhatTheRoundWaitsFor() const;
+  // The client on `peer` left on purpose: a dropout at its stage, now.
+  void OnGoodbye(const std::string& peer, const wire::Goodbye& goodbye, TimeMs now,
+                 std::vector<Outgoing>& out);
   // Takes `p` out of the round; an update already accepted stays in the sum.
   // Progress() then closes whatever that lets close.
   void Exclude(Participant& p, Participant::State state, std::string reason);

@@ -290,6 +290,13 @@ TEST(KeyFilesTest, IdentitiesRoundTripAndLooseSecretsAreRefused) {
   auto loose = LoadIdentity(dir + "/alice.key");
   ASSERT_FALSE(loose.ok());
   EXPECT_NE(loose.status().message().find("chmod 600"), std::string::npos);
+  // A .pub given as an identity: the message points at the .key beside it.
+  auto pub_as_identity = LoadIdentity(dir + "/alice.pub");
+  ASSERT_FALSE(pub_as_identity.ok());
+  EXPECT_NE(pub_as_identity.status().message().find("this is a public key"), std::string::npos);
+  EXPECT_NE(pub_as_identity.status().message().find("alice.key"), std::string::npos);
+  EXPECT_EQ(pub_as_identity.status().message().find("chmod"), std::string::npos);
+  EXPECT_EQ(Hex(std::vector<uint8_t>{0x0a, 0xff}), "0aff");
   std::ofstream(dir + "/allow/bad.pub") << "cohort-ed25519-public 12ab\n";
   auto bad = LoadAllowlist(dir + "/allow");
   ASSERT_FALSE(bad.ok());

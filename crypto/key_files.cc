@@ -19,13 +19,6 @@ namespace {
 constexpr char kSecretTag[] = "cohort-ed25519-secret";
 constexpr char kPublicTag[] = "cohort-ed25519-public";
 
-std::string Hex(std::span<const uint8_t> bytes) {
-  std::string out(bytes.size() * 2 + 1, '\0');
-  sodium_bin2hex(out.data(), out.size(), bytes.data(), bytes.size());
-  out.pop_back();
-  return out;
-}
-
 // A key file is one short line (87 bytes for a secret key); anything much
 // larger is not one.
 constexpr size_t kMaxKeyFileBytes = 1024;
@@ -176,6 +169,11 @@ Status WriteIdentity(const std::string& dir, const std::string& name) {
 
 StatusOr<Ed25519KeyPair> LoadIdentity(const std::string& key_path) {
   COHORT_RETURN_IF_ERROR(InitSodium());
+  if (std::filesystem::path(key_path).extension() == ".pub") {
+    return InvalidArgumentError(
+        key_path + ": this is a public key; an identity is the secret key file beside it (" +
+        std::filesystem::path(key_path).replace_extension(".key").string() + ")");
+  }
   COHORT_ASSIGN_OR_RETURN(SecretBytes text, ReadKeyFile(key_path, /*secret=*/true));
   SecretBytes seed(crypto_sign_SEEDBYTES);
   COHORT_RETURN_IF_ERROR(ParseTagged(key_path, text.bytes(), kSecretTag, seed.bytes()));
@@ -258,6 +256,13 @@ StatusOr<CurveKeys> CurveKeysFor(const Ed25519KeyPair& identity) {
   zmq_z85_encode(reinterpret_cast<char*>(keys.secret_z85.bytes().data()),
                  pair.secret_key.bytes().data(), 32);
   return keys;
+}
+
+std::string Hex(std::span<const uint8_t> bytes) {
+  std::string out(bytes.size() * 2 + 1, '\0');
+  sodium_bin2hex(out.data(), out.size(), bytes.data(), bytes.size());
+  out.pop_back();
+  return out;
 }
 
 }  // namespace cohort::crypto

@@ -11,6 +11,7 @@
 #ifndef COHORT_CRYPTO_KEY_FILES_H_
 #define COHORT_CRYPTO_KEY_FILES_H_
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,8 @@ StatusOr<X25519KeyPair> X25519For(const Ed25519KeyPair& identity);
 // The raw 32-byte CURVE public key for an Ed25519 public key.
 StatusOr<X25519Public> CurvePublicFor(const Ed25519Public& key);
 std::string Z85(const X25519Public& key);
+// Lower-case hex, as .pub files and log lines write keys.
+std::string Hex(std::span<const uint8_t> bytes);
 
 }  // namespace cohort::crypto
 

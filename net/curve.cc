@@ -88,8 +88,10 @@ ZapDecision ZapHandler::Decide(const std::vector<std::string>& request) const {
   std::memcpy(key.data(), request[6].data(), key.size());
   auto it = allowed_.find(key);
   if (it == allowed_.end()) {
-    spdlog::warn("rejected a connection from {}: CURVE key {} is not in the allowlist",
-                 request[3].substr(0, 64), crypto::Z85(key));
+    spdlog::warn(
+        "rejected a connection from {}: CURVE key {} is not in the allowlist (a client logs "
+        "its CURVE key when it starts)",
+        request[3].substr(0, 64), crypto::Hex(key));
     return {"400", "key not in the allowlist", ""};
   }
   return {"200", "OK", it->second};

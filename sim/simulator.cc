@@ -908,7 +908,8 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
   COHORT_RETURN_IF_ERROR(CheckSimOptions(o, clients.size()));
   COHORT_ASSIGN_OR_RETURN(
       coordinator::OpenRun run,
-      coordinator::OpenFederatedRun(o.config, o.run_dir, in_memory_test ? &test : nullptr));
+      coordinator::OpenFederatedRun(o.config, o.run_dir, in_memory_test ? &test : nullptr,
+                                    "cohort simulate"));
   if (run.engine->done()) {
     spdlog::info("run already complete ({} rounds committed)", run.engine->last_committed_round());
     return OkStatus();

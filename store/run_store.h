@@ -93,6 +93,10 @@ class RunStore {
   // Creates the run and commits `initial` as round 0. kAlreadyExists if a run
   // is present.
   virtual Status CreateRun(const RunInfo& info, const Checkpoint& initial) = 0;
+  // Replaces a run that has committed no round yet (its config is not fixed
+  // until the first commit) by `info` and `initial`, as CreateRun would
+  // make it; kFailedPrecondition once a round is committed.
+  virtual Status ReplaceUncommittedRun(const RunInfo& info, const Checkpoint& initial) = 0;
   // Commits round `record.round` (must be last_round + 1, else
   // kFailedPrecondition) with its checkpoint; keeps the newest `keep`
   // checkpoints (kInvalidArgument when `keep` is 0) and deletes the others.

@@ -164,19 +164,23 @@ class SqliteRunStore final : public RunStore {
   Status CreateRun(const RunInfo& info, const Checkpoint& initial) override {
     if (read_only_) return ReadOnlyError("create run");
     COHORT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    return Finish(InsertRun(info, initial));
+  }
+
+  Status ReplaceUncommittedRun(const RunInfo& info, const Checkpoint& initial) override {
+    if (read_only_) return ReadOnlyError("replace run");
+    COHORT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     Status status = [&]() -> Status {
-      Statement s(db_,
-                  "INSERT INTO runs (id, config, seed, code_version, created_unix_ms, last_round) "
-                  "VALUES (1, ?, ?, ?, ?, 0)");
-      if (!s.ok()) return Error("create run");
-      sqlite3_bind_text(s.get(), 1, info.config_text.c_str(), -1, SQLITE_TRANSIENT);
-      sqlite3_bind_int64(s.get(), 2, static_cast<int64_t>(info.seed));
-      sqlite3_bind_text(s.get(), 3, info.code_version.c_str(), -1, SQLITE_TRANSIENT);
-      sqlite3_bind_int64(s.get(), 4, env_->UnixMillis());
+      Statement s(db_, "SELECT last_round FROM runs WHERE id = 1");
+      if (!s.ok()) return Error("replace run");
       const int rc = sqlite3_step(s.get());
-      if (rc == SQLITE_CONSTRAINT) return AlreadyExistsError("run store already holds a run");
-      if (rc != SQLITE_DONE) return Error("create run");
-      return PutCheckpoint(initial);
+      if (rc == SQLITE_ROW && sqlite3_column_int64(s.get(), 0) != 0) {
+        return FailedPreconditionError("the run has committed rounds; its config is fixed");
+      }
+      if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("replace run");
+      COHORT_RETURN_IF_ERROR(Exec("DELETE FROM checkpoints"));
+      COHORT_RETURN_IF_ERROR(Exec("DELETE FROM runs"));
+      return InsertRun(info, initial);
     }();
     return Finish(status);
   }
@@ -377,6 +381,22 @@ class SqliteRunStore final : public RunStore {
     }
     return OkStatus();
   }
+  // The run's row and its round-0 checkpoint, inside the caller's transaction.
+  Status InsertRun(const RunInfo& info, const Checkpoint& initial) {
+    Statement s(db_,
+                "INSERT INTO runs (id, config, seed, code_version, created_unix_ms, last_round) "
+                "VALUES (1, ?, ?, ?, ?, 0)");
+    if (!s.ok()) return Error("create run");
+    sqlite3_bind_text(s.get(), 1, info.config_text.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s.get(), 2, static_cast<int64_t>(info.seed));
+    sqlite3_bind_text(s.get(), 3, info.code_version.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s.get(), 4, env_->UnixMillis());
+    const int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_CONSTRAINT) return AlreadyExistsError("run store already holds a run");
+    if (rc != SQLITE_DONE) return Error("create run");
+    return PutCheckpoint(initial);
+  }
+
   Status NotARunStore(const std::string& why) {
     return InvalidArgumentError("not a Cohort run store (" + why + ")");
   }

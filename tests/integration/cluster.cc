@@ -94,6 +94,12 @@ void Cluster::StartClient(int k, const std::string& endpoint,
   clients_.at(k) = std::make_unique<Process>(argv, dir_ / ("client-" + std::to_string(k) + ".log"));
 }
 
+void Cluster::StartClientWith(int k, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {CohortBin(), "client"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  clients_.at(k) = std::make_unique<Process>(argv, client_log(k));
+}
+
 void Cluster::KillCoordinator() {
   coordinator_->Signal(SIGKILL);
   coordinator_->Wait();

@@ -34,6 +34,9 @@ class Cluster {
                                const std::string& bind = "tcp://127.0.0.1:0",
                                const std::vector<std::string>& extra = {});
   void StartClient(int k, const std::string& endpoint, const std::vector<std::string>& extra = {});
+  // Starts `cohort client ARGS...` as client k, with no arguments of its own.
+  void StartClientWith(int k, const std::vector<std::string>& args);
+  std::string client_log(int k) const { return dir_ / ("client-" + std::to_string(k) + ".log"); }
 
   // From now on, processes use CURVE: keys for the coordinator and every
   // client; clients in `allowed` go into the coordinator's allowlist.
