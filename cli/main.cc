@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
       AddSiteWorkerCommand(app, log_level),  AddKeygenCommand(app, log_level),
       AddPartitionCommand(app, log_level),   AddWorkerCommand(app, log_level),
       AddLaunchCommand(app, log_level),      AddSimulateCommand(app, log_level),
-      AddStatusCommand(app, log_level),
+      AddStatusCommand(app, log_level),      AddPlanCommand(app, log_level),
   };
   CLI11_PARSE(app, argc, argv);
   InstallSignalHandlers();

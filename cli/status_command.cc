@@ -7,6 +7,8 @@
 #include "cli/command.h"
 #include "common/logging.h"
 #include "coordinator/report.h"
+#include "coordinator/secagg_plan.h"
+#include "proto/config_io.h"
 #include "store/run_store.h"
 
 namespace cohort::cli {
@@ -26,6 +28,17 @@ Status RunStatus(const std::string& run_dir, bool json) {
   COHORT_ASSIGN_OR_RETURN(auto store, store::OpenSqliteRunStoreReadOnly(path));
   COHORT_ASSIGN_OR_RETURN(auto rounds, store->Rounds());
   if (!json) {
+    // The secure rounds' plan, from the run's own config.
+    COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> info, store->LoadRun());
+    if (info) {
+      auto config = config::ParseRunConfig(info->config_text, path);
+      if (config.ok()) {
+        const uint32_t first = coordinator::FirstRoundClients(*config);
+        for (const auto& line : coordinator::DescribePlan(*config, first))
+          std::printf("%s\n", line.c_str());
+        std::printf("version %s\n", info->code_version.c_str());
+      }
+    }
     // A data-parallel run commits one record per epoch, its workers as the
     // participants.
     const bool epochs = !rounds.empty() && rounds[0].aggregation.rfind("all-reduce", 0) == 0;

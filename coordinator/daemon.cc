@@ -13,6 +13,7 @@
 #include "coordinator/open_run.h"
 #include "coordinator/report.h"
 #include "coordinator/round_engine.h"
+#include "coordinator/secagg_plan.h"
 #include "crypto/key_files.h"
 #include "datasets/shard.h"
 #include "net/connection_guard.h"
@@ -76,6 +77,14 @@ Status CheckDaemonOptions(const DaemonOptions& options) {
     return InvalidArgumentError("at most 0 connections waiting to authenticate: must be >= 1");
   }
   return net::CheckEndpoint("--bind", options.bind);
+}
+
+// The first round's secure-aggregation plan, and a warning when it
+// tolerates no dropout (coordinator/secagg_plan.h).
+void AnnouncePlan(const config::RunConfig& config) {
+  const uint32_t first = FirstRoundClients(config);
+  for (const std::string& line : DescribePlan(config, first)) spdlog::info("plan: {}", line);
+  if (auto warning = NoDropoutWarning(config, first)) spdlog::warn("{}", *warning);
 }
 
 // --dump-sums DIR: each securely aggregated round's unmasked sum and the
@@ -267,6 +276,7 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
     spdlog::info("run already complete ({} rounds committed)", engine->last_committed_round());
     return OkStatus();
   }
+  AnnouncePlan(options.config);
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::router);
   COHORT_ASSIGN_OR_RETURN(Security security, SetUpSecurity(options, context, socket));

@@ -21,6 +21,7 @@
 
 #include "aggregation/secagg_wire.h"
 #include "coordinator/round_engine.h"
+#include "coordinator/secagg_plan.h"
 #include "crypto/keys.h"
 
 namespace cohort::coordinator {
@@ -126,20 +127,7 @@ const char* RoundEngine::SecAggStageName() const { return StageName(stage_); }
 
 bool RoundEngine::secure() const { return config_.secagg().aggregation() != config::PLAIN; }
 
-uint32_t RoundEngine::MinClients() const {
-  const uint32_t floor = config_.rounds().min_clients();
-  if (!secure()) return floor;
-  // The smallest cohort with a threshold for the corrupt fraction: 2 when
-  // no client is assumed to collude with the coordinator, 3 at the default.
-  const auto& sc = config_.secagg();
-  uint32_t n = std::max<uint32_t>(2, floor);
-  while (n < 64 && !aggregation::ChooseSecAggParams(n, sc.expected_dropout(), sc.corrupt_fraction(),
-                                                    sc.aggregation() == config::SECAGG, 1)
-                        .ok()) {
-    ++n;
-  }
-  return n;
-}
+uint32_t RoundEngine::MinClients() const { return MinRoundClients(config_); }
 
 Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
   const auto& sc = config_.secagg();

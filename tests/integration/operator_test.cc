@@ -149,6 +149,50 @@ TEST(GoodbyeTest, AStoppedClientClosesItsPartOfTheRoundAtOnce) {
   cluster.coordinator().Wait();
 }
 
+// Small cohorts are planned before they fail: `cohort plan`, the
+// coordinator's start-up and `cohort status` say n, k, t and the dropouts
+// survived, and warn when there are none.
+TEST(PlanTest, FourClientsAreWarnedAboutBeforeAnythingRuns) {
+  Cluster cluster("plan", 4);
+  const std::string config = cluster.WriteConfig(
+      "run.textproto", 1, "min_clients: 3 start_clients: 4", "secagg { aggregation: SECAGG_PLUS }");
+  std::string out;
+  ASSERT_EQ(
+      RunCohort({"plan", "--config", config, "--clients", "4"}, &out, cluster.dir() / "p.log"), 0)
+      << ReadFile(cluster.dir() / "p.log");
+  EXPECT_NE(out.find("cohort n=4, complete graph k=3, threshold t=3"), std::string::npos) << out;
+  EXPECT_NE(out.find("dropouts it survives at each stage: commit_seed 0"), std::string::npos);
+  EXPECT_NE(out.find("warning: a secure round of n=4 tolerates no dropout"), std::string::npos)
+      << out;
+  ASSERT_EQ(
+      RunCohort({"plan", "--config", config, "--clients", "40"}, &out, cluster.dir() / "p.log"), 0);
+  EXPECT_EQ(out.find("warning"), std::string::npos) << out;
+  EXPECT_NE(
+      RunCohort({"plan", "--config", config, "--clients", "0"}, &out, cluster.dir() / "bad.log"),
+      0);
+  EXPECT_NE(ReadFile(cluster.dir() / "bad.log").find("--clients 0: must be between 1 and"),
+            std::string::npos);
+  EXPECT_NE(
+      RunCohort({"plan", "--config", config, "--clients", "2"}, &out, cluster.dir() / "few.log"),
+      0);
+  EXPECT_NE(ReadFile(cluster.dir() / "few.log")
+                .find("--clients: 2 clients available: a round needs at least 3"),
+            std::string::npos)
+      << ReadFile(cluster.dir() / "few.log");
+
+  // The coordinator says the same at start-up, and `cohort status` too.
+  const std::string run_dir = cluster.dir() / "run";
+  cluster.StartCoordinator(config, run_dir);
+  EXPECT_TRUE(WaitForText(cluster.coordinator_log(), "tolerates no dropout", kWithin));
+  EXPECT_NE(ReadFile(cluster.coordinator_log()).find("plan: secure round with 4 clients"),
+            std::string::npos);
+  ASSERT_EQ(RunCohort({"status", "--run-dir", run_dir}, &out, cluster.dir() / "s.log"), 0);
+  EXPECT_NE(out.find("cohort n=4, complete graph k=3, threshold t=3"), std::string::npos) << out;
+  EXPECT_NE(out.find(std::string("version ") + COHORT_VERSION), std::string::npos) << out;
+  cluster.coordinator().Signal(SIGINT);
+  EXPECT_EQ(cluster.coordinator().Wait(), 0);
+}
+
 // A second coordinator on a run directory in use exits non-zero and names
 // the first's pid; the first run goes on and completes.
 TEST(RunDirectoryTest, IsLockedWhileACoordinatorRuns) {
