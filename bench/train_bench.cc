@@ -14,12 +14,13 @@
 #include "train/backend.h"
 #include "train/device.h"
 #include "train/model.h"
+#include "train/train_progress.h"
 #include "train/trainer.h"
 
 using namespace cohort;
 
 int main(int argc, char** argv) {
-  std::string model_name = "mlp", device = "cpu";
+  std::string model_name = "mlp", device = "cpu", progress = "off";
   int repeats = 3, threads = 1, batch = 32;
   uint64_t seed = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
       batch = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--device"))
       device = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--progress"))  // off, or bar: drawn to /dev/null
+      progress = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -77,15 +80,21 @@ int main(int argc, char** argv) {
     opts.batch_size = batch;
     opts.optimizer.learning_rate = 0.05f;
     opts.seed = seed + r;
+    // The worst case of the client's progress bar: a bar redrawn as often as
+    // it ever is, into a file that takes every byte.
+    FILE* sink = progress == "bar" ? std::fopen("/dev/null", "w") : nullptr;
+    if (sink != nullptr) opts.progress = train::EpochProgress("bench", 1, sink, ProgressMode::kBar);
     auto result = train::TrainLocal(**model, params, **train_data, opts);
     auto eval = train::Evaluate(**model, params, **test_data);
+    if (sink != nullptr) std::fclose(sink);
     if (!result.ok() || !eval.ok()) return 1;
     std::printf(
-        "{\"bench\":\"train\",\"impl\":\"cohort\",\"device\":\"%s\",\"model\":\"%s\",\"threads\":%"
+        "{\"bench\":\"train\",\"impl\":\"cohort\",\"progress\":\"%s\",\"device\":\"%s\",\"model\":"
+        "\"%s\",\"threads\":%"
         "d,"
         "\"batch\":%d,\"seed\":%lu,"
         "\"epoch_s\":%.4f,\"samples_per_s\":%.1f,\"test_acc\":%.4f,\"train_loss\":%.4f}\n",
-        (*backend)->Name().c_str(), model_name.c_str(), threads, batch,
+        progress.c_str(), (*backend)->Name().c_str(), model_name.c_str(), threads, batch,
         static_cast<unsigned long>(seed + r), result->seconds, result->samples / result->seconds,
         eval->accuracy, result->mean_loss);
     std::fflush(stdout);

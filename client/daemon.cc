@@ -24,6 +24,7 @@
 #include "train/backend.h"
 #include "train/device.h"
 #include "train/model_config.h"
+#include "train/train_progress.h"
 #include "train/trainer.h"
 
 namespace cohort::client {
@@ -286,6 +287,8 @@ class EventLoop {
     job_ = std::make_unique<Job>();
     job_->task = std::move(task);
     job_->local = job_->task.global;
+    job_->task.options.progress = train::EpochProgress("round " + std::to_string(job_->task.round),
+                                                       job_->task.options.epochs, stderr);
     worker_ = std::thread([this, j = job_.get()]() {
       j->result = site_ != nullptr
                       ? site_->Train(model_config_, *model_, j->local, j->task.options, &j->cancel)

@@ -170,6 +170,31 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
   return a;
 }
 
+void Session::WarnAboutClipping(uint32_t round, std::span<const float> local,
+                                std::span<const float> global, float clip, double loss) const {
+  size_t clipped = 0;
+  float largest = 0;
+  for (size_t i = 0; i < local.size() && i < global.size(); ++i) {
+    const float d = std::fabs(local[i] - global[i]);
+    if (d > clip) {
+      ++clipped;
+      largest = std::max(largest, d);
+    }
+  }
+  if (clipped > 0) {
+    env_->Log().warn(
+        "round {}: secagg.clip {} clipped {} of {} update values (the largest was {:.4g}): the "
+        "sum holds the clipped values; raise secagg.clip or lower train.learning_rate",
+        round, clip, clipped, local.size(), largest);
+  }
+  if (loss > aggregation::kMaxSecureLoss) {
+    env_->Log().warn(
+        "round {}: training loss {:.4f} is above {}, the most a secure sum carries: the "
+        "coordinator counts it as {} in its train_loss",
+        round, loss, aggregation::kMaxSecureLoss, aggregation::kMaxSecureLoss);
+  }
+}
+
 void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
                                std::span<const float> local, TimeMs now, Actions& a) {
   // A securely aggregated task never sends a plaintext update: when the
@@ -177,6 +202,7 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   if (!secagg_ || secagg_->task_id != task.task_id) return;
   // The metrics ride in the masked vector, after the delta: the
   // coordinator learns only their weighted means.
+  WarnAboutClipping(task.round, local, task.global, secagg_->fixed_point.clip, result.mean_loss);
   float slots[aggregation::kSecureMetricSlots];
   aggregation::MetricsToSlots({result.mean_loss, result.accuracy, result.seconds},
                               secagg_->fixed_point.clip, slots);

@@ -136,6 +136,10 @@ class Session {
   void OnFinished(const wire::Finished& f, TimeMs now, Actions& a);
   // The update of a finished task: masked (the secure session sends it
   // once its shares are checked) or plain.
+  // Warns when the fixed-point encoding changes what it carries: update
+  // values beyond secagg.clip, a loss beyond kMaxSecureLoss.
+  void WarnAboutClipping(uint32_t round, std::span<const float> local,
+                         std::span<const float> global, float clip, double loss) const;
   void SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
                         std::span<const float> local, TimeMs now, Actions& a);
   void SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,

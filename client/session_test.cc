@@ -371,6 +371,33 @@ TEST(SecureSessionTest, ADivergedUpdateLeavesTheRoundInsteadOfBeingEncoded) {
   EXPECT_NE(a.printed[0].find("NaN"), std::string::npos);
 }
 
+// Clipping is said, not silent: update values beyond secagg.clip and a
+// loss beyond what the secure sum carries each get a warning in the round.
+TEST(SecureSessionTest, ClippingIsWarnedAbout) {
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(out);
+  sink->set_pattern("%v");
+  LogRedirectEnv env(cohort::Env::Default(), std::make_shared<spdlog::logger>("t", sink));
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity,
+      FaultPlan{}, InputObserver{}, &env);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  ASSERT_TRUE(s.OnMessage(SecureTask(7, identity.public_key), 20).train.has_value());
+  train::TrainResult trained;
+  trained.mean_loss = 383.76;
+  s.OnTrainingDone(7, trained, std::vector<float>{9.0f, 0.5f, 0, -5.0f}, 30);
+  EXPECT_NE(out.str().find("round 1: secagg.clip 4 clipped 2 of 4 update values (the largest was "
+                           "9): the sum holds the clipped values"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("round 1: training loss 383.7600 is above 100, the most a secure sum "
+                           "carries"),
+            std::string::npos)
+      << out.str();
+}
+
 TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
   auto other = std::move(crypto::GenerateEd25519()).value();

@@ -15,6 +15,7 @@
 #include "train/model.h"
 #include "train/model_config.h"
 #include "train/optimizer.h"
+#include "train/train_progress.h"
 #include "train/trainer.h"
 
 namespace cohort::train {
@@ -370,6 +371,29 @@ TEST_F(TrainTest, AdamTrainsThroughTheGradientPath) {
   auto bad = TrainLocal(*m, p, *train, opts);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("beta1"), std::string::npos);
+}
+
+// Progress is drawn per epoch and changes nothing computed.
+TEST_F(TrainTest, EpochProgressSaysEachEpochAndChangesNothing) {
+  auto m = Preset("mlp", 20, 4, {16});
+  auto train = Upload(datasets::MakeSynthetic({.num_samples = 100, .seed = 1}));
+  std::vector<float> p(m->num_params());
+  m->Init(p, 0);
+  std::vector<float> quiet = p;
+  TrainOptions opts{.epochs = 2, .batch_size = 32, .seed = 9};
+  ASSERT_TRUE(TrainLocal(*m, quiet, *train, opts).ok());
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  opts.progress = EpochProgress("round 3", 2, out, ProgressMode::kLines);
+  ASSERT_TRUE(TrainLocal(*m, p, *train, opts).ok());
+  std::fclose(out);
+  const std::string said(text, size);
+  std::free(text);
+  EXPECT_EQ(p, quiet);
+  EXPECT_NE(said.find("round 3 epoch 1/2: done, 100 samples in "), std::string::npos) << said;
+  EXPECT_NE(said.find("round 3 epoch 2/2: done, 100 samples in "), std::string::npos) << said;
+  EXPECT_NE(said.find("samples/s)"), std::string::npos) << said;
 }
 
 TEST_F(TrainTest, LocalTrainingLearnsAndIsDeterministic) {

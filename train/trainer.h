@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -32,11 +33,16 @@ class DeviceDataset {
   DeviceArray<int32_t> labels_;
 };
 
+// Called after each batch with the epoch (from 0), the samples done in it
+// and the epoch's total (train_progress.h draws it for a person).
+using ProgressFn = std::function<void(uint32_t epoch, uint64_t done, uint64_t total)>;
+
 struct TrainOptions {
   uint32_t epochs = 1;
   uint32_t batch_size = 32;
   OptimizerOptions optimizer;  // Fresh state for each call (each round).
   uint64_t seed = 0;           // Shuffling; the caller derives it from run, round, client.
+  ProgressFn progress;         // Empty: none. Never changes what is computed.
 };
 
 struct TrainResult {

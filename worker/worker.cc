@@ -20,6 +20,7 @@
 
 #include "collective/collective.h"
 #include "common/clock.h"
+#include "common/progress.h"
 #include "common/rng.h"
 #include "datasets/shard.h"
 #include "net/group.h"
@@ -327,7 +328,13 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
   const size_t n = r.train_data->size();
   const size_t global_batch = r.config.train().batch_size() * r.world * dp.accumulation_steps();
   EpochResult result;
+  // Rank 0 shows the epoch's progress over the whole data set.
+  Progress progress("epoch " + std::to_string(epoch), n, stderr,
+                    {.unit = "samples",
+                     .mode = r.rank == 0 ? ProgressMode::kAuto : ProgressMode::kOff,
+                     .line_percent_step = 100});
   for (size_t begin = 0; begin < n; begin += global_batch, ++global_step, ++result.steps) {
+    progress.Update(begin);
     COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/false));
     const size_t count = std::min(global_batch, n - begin);
     const uint32_t check = dp.check_replicas_every();
@@ -352,6 +359,7 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
       if (check > 0) COHORT_RETURN_IF_ERROR(CheckReplicas(r, global_step));
     }
   }
+  progress.Finish();
   double local[2];
   r.backend->Download(local, e.stats.data(), sizeof(local));
   COHORT_RETURN_IF_ERROR(r.backend->Sync());

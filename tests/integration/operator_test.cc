@@ -141,6 +141,10 @@ TEST(GoodbyeTest, AStoppedClientClosesItsPartOfTheRoundAtOnce) {
   const std::string log = ReadFile(cluster.coordinator_log());
   EXPECT_NE(log.find("client-003: said goodbye (stopped by its operator)"), std::string::npos)
       << log;
+  // Local training's progress: one line per epoch off a terminal.
+  EXPECT_TRUE(
+      WaitForText(cluster.client_log(0), "round 1 epoch 1/1: done, 300 samples in ", kWithin))
+      << ReadFile(cluster.client_log(0));
   EXPECT_NE(log.find("round 1 waits for 3 more clients (1 of 4 registered; rounds.start_clients "
                      "sets the first round's cohort)"),
             std::string::npos)
