@@ -107,6 +107,30 @@ RoundEngine::Participant* RoundEngine::FindParticipant(const std::string& name) 
   return FindByName(participants_, name);
 }
 
+void RoundEngine::Participant::Accept() {
+  state = State::kAccepted;
+  answered = aggregation::SecAggStage::kMaskedInput;
+}
+
+void RoundEngine::Participant::Leave(State outcome, std::string why,
+                                     aggregation::SecAggStage stage) {
+  left_at = stage;
+  if (counts()) {
+    // Its input is in the sum whatever happens next: it stays counted.
+    state = State::kLeftAfterInput;
+    reason = std::string("left during ") + aggregation::StageName(stage) + ": " + why;
+  } else {
+    state = outcome;
+    reason = std::move(why);
+  }
+}
+
+void RoundEngine::Participant::Void(const std::string& why) {
+  if (state == State::kDropped || state == State::kRejected) return;
+  state = State::kDropped;
+  if (reason.empty()) reason = "round aborted: " + why;
+}
+
 Outgoing RoundEngine::MakeError(const std::string& peer, wire::ErrorCode code,
                                 std::string message) const {
   Outgoing o;
@@ -366,14 +390,14 @@ void RoundEngine::HelloInRound(const std::string& peer, const wire::Hello& hello
   if (secagg()) {
     // A new connection is a new process: its keys and shares are gone, so
     // waiting for it would only stall the round to its deadline.
-    if (reconnected && !p->left) {
+    if (reconnected && p->in_round()) {
       env_->Log().warn("client {}: reconnected during round {}; it leaves the round", name,
                        round_ + 1);
       Exclude(*p, Participant::State::kDropped,
               "reconnected during the round; its secure-aggregation state is gone");
       Progress(now, out);
     }
-  } else if (p->state == Participant::State::kPending) {
+  } else if (p->state == Participant::State::kTraining) {
     // A selected client that reconnected lost its task: send it again.
     out.push_back(MakeTask(peer, name));
   }
@@ -410,20 +434,19 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
         MakeError(peer, wire::NOT_SELECTED, "not selected for round " + std::to_string(current)));
     return;
   }
-  if (p->state != Participant::State::kPending) {
-    const std::string why = p->state == Participant::State::kOk
-                                ? "a second update for round " + std::to_string(current)
-                                : "update after being dropped from round " +
-                                      std::to_string(current) + " (" + p->reason + ")";
+  if (p->state != Participant::State::kTraining) {
+    const std::string why = p->counts() ? "a second update for round " + std::to_string(current)
+                                        : "update after being dropped from round " +
+                                              std::to_string(current) + " (" + p->reason + ")";
     env_->Log().warn("client {}: rejected update: {}", name, why);
     out.push_back(MakeError(peer, wire::STALE, why));
     return;
   }
-  if (secagg() && (p->left || stage_ != aggregation::SecAggStage::kMaskedInput ||
+  if (secagg() && (stage_ != aggregation::SecAggStage::kMaskedInput ||
                    p->answered != aggregation::PreviousStage(stage_))) {
     // The protocol's earlier stages come first.
-    const std::string why = "masked update " + std::string(p->left ? "after leaving" : "during") +
-                            " stage " + SecAggStageName() + " of round " + std::to_string(current);
+    const std::string why = "masked update during stage " + std::string(SecAggStageName()) +
+                            " of round " + std::to_string(current);
     env_->Log().warn("client {}: rejected {}", name, why);
     out.push_back(MakeError(peer, wire::STALE, why));
     return;
@@ -444,8 +467,7 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     Progress(now, out);
     return;
   }
-  p->state = Participant::State::kOk;
-  p->answered = aggregation::SecAggStage::kMaskedInput;
+  p->Accept();
   if (!aggregator_->masked()) {
     // A masked update's metrics travel inside it, and only their sum counts.
     p->train_loss = u.train_loss();
@@ -487,14 +509,10 @@ Status RoundEngine::StartPlain() {
   return OkStatus();
 }
 
-void RoundEngine::Drop(Participant& p, Participant::State state, std::string reason) {
-  p.state = state;
-  p.reason = std::move(reason);
-}
-
 bool RoundEngine::AllResolved() const {
-  return std::none_of(participants_.begin(), participants_.end(),
-                      [](const Participant& p) { return p.state == Participant::State::kPending; });
+  return std::none_of(participants_.begin(), participants_.end(), [](const Participant& p) {
+    return p.state == Participant::State::kTraining;
+  });
 }
 
 void RoundEngine::OnGoodbye(const std::string& peer, const wire::Goodbye& goodbye, TimeMs now,
@@ -519,15 +537,11 @@ void RoundEngine::OnGoodbye(const std::string& peer, const wire::Goodbye& goodby
 bool RoundEngine::Waiting(const Participant& p) const {
   // In a secure round a client takes part until it leaves, after its input
   // too; in a plain one, until its update is in.
-  return secagg() ? !p.left : p.state == Participant::State::kPending;
+  return secagg() ? p.in_round() : p.state == Participant::State::kTraining;
 }
 
-void RoundEngine::Exclude(Participant& p, Participant::State state, std::string reason) {
-  if (secagg()) {
-    LeaveSecAgg(p, state, std::move(reason));
-  } else {
-    Drop(p, state, std::move(reason));
-  }
+void RoundEngine::Exclude(Participant& p, Participant::State outcome, std::string reason) {
+  p.Leave(outcome, std::move(reason), secagg() ? stage_ : aggregation::SecAggStage::kNone);
 }
 
 void RoundEngine::Progress(TimeMs now, std::vector<Outgoing>& out) {
@@ -609,7 +623,7 @@ void RoundEngine::StartRound(const std::vector<std::string>& cohort, TimeMs now,
 void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
   const uint32_t round = round_ + 1;
   size_t ok = 0;
-  for (const auto& p : participants_) ok += p.state == Participant::State::kOk ? 1 : 0;
+  for (const auto& p : participants_) ok += p.counts() ? 1 : 0;
   phase_ = Phase::kWaiting;
   if (ok < config_.rounds().min_clients()) {
     env_->Log().warn("round {}: only {} updates accepted, need {}; the round is run again", round,
@@ -633,7 +647,7 @@ void RoundEngine::FinishRound(TimeMs now, double started, std::vector<Outgoing>&
   if (sum_observer_ && !mean->masked_sum.empty()) {
     std::vector<std::string> names;
     for (const auto& p : participants_) {
-      if (p.state == Participant::State::kOk) names.push_back(p.name);
+      if (p.counts()) names.push_back(p.name);
     }
     sum_observer_(round_ + 1, mean->masked_sum, names);
   }
@@ -666,21 +680,15 @@ std::vector<store::ClientRoundRecord> RoundEngine::ClientRecords(double& loss_su
   for (const auto& p : participants_) {
     store::ClientRoundRecord cr;
     cr.client = p.name;
-    switch (p.state) {
-      case Participant::State::kOk:
-        cr.status = "ok";
-        loss_sum += p.train_loss * p.num_samples;
-        weight_sum += p.num_samples;
-        break;
-      case Participant::State::kRejected:
-        cr.status = "rejected";
-        break;
-      default:
-        cr.status = "dropped";
-        break;
+    if (p.counts()) {
+      cr.status = "ok";
+      loss_sum += p.train_loss * p.num_samples;
+      weight_sum += p.num_samples;
+    } else {
+      cr.status = p.state == Participant::State::kRejected ? "rejected" : "dropped";
     }
     cr.reason = p.reason;
-    cr.stage = aggregation::StageName(p.stage);
+    cr.stage = aggregation::StageName(p.left_at);
     cr.num_samples = p.num_samples;
     cr.train_loss = p.train_loss;
     cr.train_accuracy = p.train_accuracy;
@@ -703,10 +711,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
       why = stepped.message();
       env_->Log().error("round {}: aborted: {}; the model is unchanged and the run goes on", round,
                         why);
-      for (auto& p : participants_) {
-        if (p.state == Participant::State::kOk) p.state = Participant::State::kDropped;
-        if (p.reason.empty()) p.reason = "round aborted: " + why;
-      }
+      for (auto& p : participants_) p.Void(why);
       mean = nullptr;
     }
   }
@@ -776,8 +781,8 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
   if (phase_ == Phase::kTraining && !secagg() && now >= deadline_) {
     // A secure round's stages have deadlines of their own (AdvanceSecAgg).
     for (auto& p : participants_) {
-      if (p.state == Participant::State::kPending) {
-        Drop(p, Participant::State::kDropped, "missed the round deadline");
+      if (p.state == Participant::State::kTraining) {
+        Exclude(p, Participant::State::kDropped, "missed the round deadline");
         // Not picked again until it speaks up.
         clients_.SetInactive(p.name);
         env_->Log().warn("client {}: dropped from round {}: missed the deadline", p.name,

@@ -103,19 +103,46 @@ class RoundEngine {
  private:
   enum class Phase { kWaiting, kTraining, kDone };
   using Client = ClientRegistry::Client;
+  // A selected client's life in a round. Every participant starts
+  // kTraining; only the transitions below change `state`:
+  //
+  //   kTraining --Accept--> kAccepted --Leave--> kLeftAfterInput
+  //       |                  (secure rounds only: it still owes the later
+  //       |                   stages; its input counts whatever follows)
+  //       +--Leave(kDropped: silent, late, reconnected, said goodbye)--> kDropped
+  //       +--Leave(kRejected: a bad update or message, misbehaviour)--> kRejected
+  //   Void (the round is aborted): all but kDropped, kRejected --> kDropped
+  //
+  // A plain round waits on kTraining only; a secure one on kTraining and
+  // kAccepted (in_round()). Proven misbehaviour (`misbehaved`, a ban) is a
+  // fact beside the state: a client whose input is in the sum stays counted.
   struct Participant {
+    enum class State { kTraining, kAccepted, kLeftAfterInput, kDropped, kRejected };
     std::string name;
-    enum class State { kPending, kOk, kDropped, kRejected } state = State::kPending;
-    std::string reason;
+    State state = State::kTraining;
+    std::string reason;  // Why it left, was dropped or rejected, or is banned.
+    bool misbehaved = false;
     // Registered count at selection: the update's weight for the whole
     // round, whatever a later Hello claims.
     uint64_t num_samples = 0;
     double train_loss = 0, train_accuracy = 0, train_seconds = 0;
-    // Secure aggregation: the last stage this client completed, and whether
-    // (and at which stage) it left the round.
+    // Secure aggregation: the last stage this client completed, and the
+    // stage at which it left the round (kNone: it did not).
     aggregation::SecAggStage answered = aggregation::SecAggStage::kNone;
-    bool left = false;
-    aggregation::SecAggStage stage = aggregation::SecAggStage::kNone;  // Where it left.
+    aggregation::SecAggStage left_at = aggregation::SecAggStage::kNone;
+
+    // Whether its update (or masked input) is in the round's sum.
+    bool counts() const { return state == State::kAccepted || state == State::kLeftAfterInput; }
+    // Whether it still takes part in the round (a secure round waits on it).
+    bool in_round() const { return state == State::kTraining || state == State::kAccepted; }
+    // kTraining -> kAccepted: its update is in the sum.
+    void Accept();
+    // Out of the round at `stage` (kNone in a plain round) as `outcome`
+    // (kDropped or kRejected), unless its input is in: then kLeftAfterInput,
+    // and the reason says where it left.
+    void Leave(State outcome, std::string reason, aggregation::SecAggStage stage);
+    // The round is aborted: no input counts.
+    void Void(const std::string& why);
   };
 
   RoundEngine(const config::RunConfig& config, store::RunStore* store, Env* env);
@@ -165,9 +192,10 @@ class RoundEngine {
   // The client on `peer` left on purpose: a dropout at its stage, now.
   void OnGoodbye(const std::string& peer, const wire::Goodbye& goodbye, TimeMs now,
                  std::vector<Outgoing>& out);
-  // Takes `p` out of the round; an update already accepted stays in the sum.
-  // Progress() then closes whatever that lets close.
-  void Exclude(Participant& p, Participant::State state, std::string reason);
+  // Takes `p` out of the round (Participant::Leave at the stage in
+  // progress); an update already accepted stays in the sum. Progress() then
+  // closes whatever that lets close.
+  void Exclude(Participant& p, Participant::State outcome, std::string reason);
   // Closes the round, or the protocol stage, that no longer waits on anyone.
   void Progress(TimeMs now, std::vector<Outgoing>& out);
   // Sums the accepted updates and commits the round.
@@ -201,7 +229,6 @@ class RoundEngine {
   // Bans from the client records of rounds 1..round_ (on resume).
   Status LoadBans();
   void AbortRound(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
-  void LeaveSecAgg(Participant& p, Participant::State state, std::string reason);
   Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id,
                             aggregation::SecAggStage stage, const std::string& what, TimeMs now,
                             std::vector<Outgoing>& out);
@@ -209,7 +236,6 @@ class RoundEngine {
   // The checks every update passes, plain or masked.
   Status CheckUpdate(const wire::Update& u, const net::Envelope& envelope, const Participant& p,
                      bool masked) const;
-  void Drop(Participant& p, Participant::State state, std::string reason);
   bool AllResolved() const;
   void FillSecAggSetup(const std::string& name, wire::SecAggSetup* setup) const;
   Outgoing MakeSecAggStart(const std::string& peer, const std::string& name) const;

@@ -172,22 +172,9 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
 int RoundEngine::LiveWaiting() const {
   int waiting = 0;
   for (const auto& p : participants_) {
-    if (!p.left && p.answered < stage_) ++waiting;
+    if (p.in_round() && p.answered < stage_) ++waiting;
   }
   return waiting;
-}
-
-void RoundEngine::LeaveSecAgg(Participant& p, Participant::State state, std::string reason) {
-  p.left = true;
-  p.stage = stage_;
-  // After its masked input a client's update is in the sum whatever happens
-  // next: it stays "ok".
-  if (p.state != Participant::State::kOk) {
-    p.state = state;
-    p.reason = std::move(reason);
-  } else {
-    p.reason = std::string("left during ") + StageName(p.stage) + ": " + reason;
-  }
 }
 
 void RoundEngine::TakeSecAggBlame() {
@@ -197,11 +184,11 @@ void RoundEngine::TakeSecAggBlame() {
                      StageName(stage_), m.what);
     const std::string reason = "misbehaved: " + m.what;
     Ban(p, reason);
-    if (p.state == Participant::State::kOk) {
+    if (p.counts()) {
       // Its input is in the sum already: it stays "ok", and is named.
       p.reason = reason;
-    } else if (!p.left) {
-      LeaveSecAgg(p, Participant::State::kRejected, reason);
+    } else if (p.in_round()) {
+      Exclude(p, Participant::State::kRejected, reason);
     } else if (p.reason.rfind("misbehaved", 0) != 0) {
       p.reason = reason + (p.reason.empty() ? "" : "; " + p.reason);
     }
@@ -209,6 +196,7 @@ void RoundEngine::TakeSecAggBlame() {
 }
 
 void RoundEngine::Ban(Participant& p, const std::string& why) {
+  p.misbehaved = true;
   if (banned_.emplace(p.name, why).second) {
     env_->Log().warn("client {} is excluded from the rest of the run: {}", p.name, why);
   }
@@ -233,7 +221,7 @@ RoundEngine::Participant* RoundEngine::SecAggSender(const std::string& peer, uin
     out.push_back(
         MakeError(peer, wire::NOT_SELECTED, "not selected for round " + std::to_string(current)));
     return nullptr;
-  } else if (p->left) {
+  } else if (!p->in_round()) {
     why = what + " after leaving round " + std::to_string(current) + " (" + p->reason + ")";
   } else if (stage_ != stage || p->answered != aggregation::PreviousStage(stage)) {
     why = what + " during stage " + StageName(stage_) + " of round " + std::to_string(current);
@@ -262,9 +250,9 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
     const std::string why = "client " + p->name + ", round " + std::to_string(round_ + 1) + ", " +
                             StageName(stage_) + ": " + status.message();
     env_->Log().warn("rejected secure-aggregation message: {}", why);
-    if (!p->left) LeaveSecAgg(*p, Participant::State::kRejected, status.message());
+    if (p->in_round()) Exclude(*p, Participant::State::kRejected, status.message());
     out.push_back(MakeError(peer, wire::SECAGG_REFUSED, why));
-  } else if (!p->left) {
+  } else if (p->in_round()) {
     p->answered = stage_;
   }
   AdvanceSecAgg(now, out);
@@ -273,18 +261,13 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
 void RoundEngine::AbortRound(TimeMs now, const std::string& why, std::vector<Outgoing>& out) {
   env_->Log().warn("round {}: {}; the model is unchanged and the run goes on", round_ + 1, why);
   // The inputs were never unmasked: none counts.
-  for (auto& p : participants_) {
-    if (p.state == Participant::State::kPending || p.state == Participant::State::kOk) {
-      p.state = Participant::State::kDropped;
-      if (p.reason.empty()) p.reason = "round aborted: " + why;
-    }
-  }
+  for (auto& p : participants_) p.Void(why);
   CommitRound(now, nullptr, aggregation_seconds_, why, out);
 }
 
 void RoundEngine::BroadcastSecAgg(const wire::Header& h, std::vector<Outgoing>& out) {
   for (const auto& p : participants_) {
-    if (p.left) continue;
+    if (!p.in_round()) continue;
     Outgoing o;
     o.peer = clients_.PeerOf(p.name);
     o.header = h;
@@ -294,7 +277,7 @@ void RoundEngine::BroadcastSecAgg(const wire::Header& h, std::vector<Outgoing>& 
 
 void RoundEngine::SendSecAgg(uint32_t index, wire::Header h, std::vector<Outgoing>& out) {
   const Participant& p = participants_[index];
-  if (p.left) return;
+  if (!p.in_round()) return;
   Outgoing o;
   o.peer = clients_.PeerOf(p.name);
   o.header = std::move(h);
@@ -382,9 +365,9 @@ void RoundEngine::AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out) {
     if (LiveWaiting() > 0 && now < deadline) return;
     const uint32_t round = round_ + 1;
     for (auto& p : participants_) {
-      if (!p.left && p.answered < stage_) {
-        LeaveSecAgg(p, Participant::State::kDropped,
-                    std::string("no ") + StageName(stage_) + " message before the deadline");
+      if (p.in_round() && p.answered < stage_) {
+        Exclude(p, Participant::State::kDropped,
+                std::string("no ") + StageName(stage_) + " message before the deadline");
         if (stage_ <= SecAggStage::kMaskedInput) clients_.SetInactive(p.name);  // Until it speaks.
         env_->Log().warn("client {}: left round {} at stage {}", p.name, round, StageName(stage_));
       }
@@ -393,7 +376,7 @@ void RoundEngine::AdvanceSecAgg(TimeMs now, std::vector<Outgoing>& out) {
     env_->Log().debug("round {}: stage {} closes {:.3f} s into the round, {} clients in", round,
                       StageName(stage_), started - round_start_wall_,
                       std::count_if(participants_.begin(), participants_.end(),
-                                    [](const Participant& p) { return !p.left; }));
+                                    [](const Participant& p) { return p.in_round(); }));
     if (stage_ == SecAggStage::kUnmasking) {
       FinishRound(now, started, out);
       return;
