@@ -58,8 +58,7 @@ Status RunStatus(const std::string& run_dir, bool json) {
         r.seconds,
         r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
     for (const auto& c : clients) {
-      if (store::ProvedMisbehaving(c))
-        std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());
+      if (c.misbehaved) std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());
     }
   }
   return OkStatus();

@@ -44,7 +44,7 @@ std::string RoundJson(const store::RoundRecord& r,
       std::string& list = by_stage[c.stage];
       list += (list.empty() ? "" : ",") + JsonString(c.client);
     }
-    if (ProvedMisbehaving(c)) {
+    if (c.misbehaved) {
       misbehaving += (misbehaving.empty() ? "" : ",") + std::string("{\"client\":") +
                      JsonString(c.client) + ",\"what\":" + JsonString(c.reason) + "}";
     }

@@ -219,7 +219,7 @@ Status RoundEngine::LoadBans() {
   for (uint32_t r = 1; r <= round_; ++r) {
     COHORT_ASSIGN_OR_RETURN(std::vector<store::ClientRoundRecord> records, store_->ClientRounds(r));
     for (const store::ClientRoundRecord& c : records) {
-      if (ProvedMisbehaving(c) && banned_.emplace(c.client, c.reason).second) {
+      if (c.misbehaved && banned_.emplace(c.client, c.reason).second) {
         env_->Log().warn("client {} stays excluded (round {}): {}", c.client, r, c.reason);
       }
     }
@@ -688,6 +688,7 @@ std::vector<store::ClientRoundRecord> RoundEngine::ClientRecords(double& loss_su
       cr.status = p.state == Participant::State::kRejected ? "rejected" : "dropped";
     }
     cr.reason = p.reason;
+    cr.misbehaved = p.misbehaved;
     cr.stage = aggregation::StageName(p.left_at);
     cr.num_samples = p.num_samples;
     cr.train_loss = p.train_loss;

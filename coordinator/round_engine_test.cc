@@ -465,11 +465,27 @@ TEST_F(RoundEngineTest, AMisbehavingClientStaysExcludedAfterARestart) {
   ASSERT_EQ(engine_->last_committed_round(), 1u);
   auto clients = store_->ClientRounds(1);
   ASSERT_TRUE(clients.ok());
-  EXPECT_TRUE(ProvedMisbehaving((*clients)[2])) << (*clients)[2].reason;
+  EXPECT_TRUE((*clients)[2].misbehaved) << (*clients)[2].reason;
   EXPECT_EQ(tasks_["p2"].round(), 1u);  // Not selected for round 2.
   // "Crash" and restart: the ban is read back from the round's records.
   tasks_.clear();
   Start(config_);
+  Register(3);
+  EXPECT_EQ(tasks_["p0"].round(), 2u);
+  EXPECT_EQ(tasks_["p1"].round(), 2u);
+  EXPECT_EQ(tasks_.count("p2"), 0u);
+}
+
+// The ban is read from the record's typed column, not from its reason.
+TEST_F(RoundEngineTest, ABanSurvivesARestartThroughTheMisbehavedColumn) {
+  Start(TestConfig(3, 2, 3));
+  store::RoundRecord r;
+  r.round = 1;
+  store::ClientRoundRecord c2{"c2", "ok", "revealed a forged share"};
+  c2.misbehaved = true;
+  store::Checkpoint cp{1, std::vector<float>(kParams, 1.0f), {}};
+  ASSERT_TRUE(store_->CommitRound(r, {c2}, cp, 3).ok());
+  Start(config_);  // Resumes after round 1.
   Register(3);
   EXPECT_EQ(tasks_["p0"].round(), 2u);
   EXPECT_EQ(tasks_["p1"].round(), 2u);

@@ -59,17 +59,13 @@ struct ClientRoundRecord {
   // "unmasking"); empty if it stayed to the end. A client that left after
   // its masked input still counts ("ok"): its input is in the sum.
   std::string stage;
+  // Whether the coordinator proved this client misbehaving in that round
+  // (`reason` says how). Such a client is excluded for the rest of the run,
+  // also after the coordinator restarts; `cohort status` names it. Rows
+  // written before the store had this column read it from their reason
+  // (the "misbehaved: " the engine wrote there).
+  bool misbehaved = false;
 };
-
-// Whether the protocol proved this client misbehaving in that round (its
-// reason says so). Such a client is excluded for the rest of the run, also
-// after the coordinator restarts; `cohort status` names it.
-// Reasons are built by the engine from fixed text and numbers only, so the
-// marker cannot come from a client; it may follow a prefix such as "left
-// during consistency: ".
-inline bool ProvedMisbehaving(const ClientRoundRecord& c) {
-  return c.reason.find("misbehaved: ") != std::string::npos;
-}
 
 struct Checkpoint {
   uint32_t round = 0;

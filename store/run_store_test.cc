@@ -75,18 +75,21 @@ std::vector<float> Distinct(size_t n, float base) {
   return v;
 }
 
-TEST(RunStoreTest, ProvedMisbehavingFindsTheMarkerWhereTheEngineWritesIt) {
-  ClientRoundRecord c;
-  for (const char* reason : {"misbehaved: changed its sample count from 100 to 7 during the round",
-                             "left during consistency: misbehaved: changed its sample count",
-                             "missed the deadline; misbehaved: dealt shares that do not rebuild"}) {
-    c.reason = reason;
-    EXPECT_TRUE(ProvedMisbehaving(c)) << reason;
-  }
-  for (const char* reason : {"", "missed the round deadline", "left during share_keys: timeout"}) {
-    c.reason = reason;
-    EXPECT_FALSE(ProvedMisbehaving(c)) << reason;
-  }
+// The typed column is what counts, whatever the reason's text says.
+TEST(RunStoreTest, MisbehaviourIsReadFromItsColumnNotFromTheReason) {
+  auto store = std::move(OpenSqliteRunStore(":memory:")).value();
+  ASSERT_TRUE(store->CreateRun({"c", 1, "v", 0}, Cp(0, 0)).ok());
+  ClientRoundRecord forged{"a", "ok", "revealed a forged share"};
+  forged.misbehaved = true;
+  const ClientRoundRecord innocent{"b", "dropped", "left: \"misbehaved: \" is only text here"};
+  RoundRecord r;
+  r.round = 1;
+  ASSERT_TRUE(store->CommitRound(r, {forged, innocent}, Cp(1, 1), 3).ok());
+  auto clients = store->ClientRounds(1);
+  ASSERT_TRUE(clients.ok()) << clients.status();
+  ASSERT_EQ(clients->size(), 2u);
+  EXPECT_TRUE((*clients)[0].misbehaved);
+  EXPECT_FALSE((*clients)[1].misbehaved);
 }
 
 TEST(RunStoreTest, CommittedRoundsSurviveReopening) {
@@ -389,24 +392,36 @@ TEST(RunStoreReadOnlyTest, ReadsARunAndRefusesToWriteIt) {
 
 // A store from before the columns later builds add: read with their
 // defaults, not altered to add them.
-TEST(RunStoreReadOnlyTest, AnOlderStoreReadsWithTheMissingColumnsDefaults) {
-  ScratchDir dir("ro_old");
-  RawSql(dir.db(),
+// A store as builds before the optional columns wrote it: round 1 has a
+// client the engine marked misbehaving in its reason (the old rule) and one
+// it did not.
+void WriteOlderStore(const std::string& path) {
+  RawSql(path,
          "CREATE TABLE runs (id INTEGER PRIMARY KEY, config TEXT NOT NULL, seed INTEGER NOT "
          "NULL, code_version TEXT NOT NULL, created_unix_ms INTEGER NOT NULL, last_round "
          "INTEGER NOT NULL)");
-  RawSql(dir.db(),
+  RawSql(path,
          "CREATE TABLE rounds (round INTEGER PRIMARY KEY, participants INTEGER, selected "
          "INTEGER, dropped INTEGER, train_loss REAL, test_accuracy REAL, test_loss REAL, seconds "
          "REAL, coordinator_seconds REAL, committed_unix_ms INTEGER)");
-  RawSql(dir.db(),
+  RawSql(path,
          "CREATE TABLE round_clients (round INTEGER, client TEXT, status TEXT, reason TEXT, "
          "num_samples INTEGER, train_loss REAL, train_accuracy REAL, train_seconds REAL)");
-  RawSql(dir.db(),
+  RawSql(path,
          "CREATE TABLE checkpoints (round INTEGER PRIMARY KEY, model BLOB, velocity BLOB, "
          "model_crc32 INTEGER)");
-  RawSql(dir.db(), "INSERT INTO rounds VALUES (1, 3, 4, 1, 0.5, 0.75, 0.6, 2.0, 0.1, 0)");
-  RawSql(dir.db(), "INSERT INTO round_clients VALUES (1, 'a', 'ok', '', 10, 0.5, 0.8, 1.0)");
+  RawSql(path, "INSERT INTO rounds VALUES (1, 3, 4, 1, 0.5, 0.75, 0.6, 2.0, 0.1, 0)");
+  RawSql(path, "INSERT INTO round_clients VALUES (1, 'a', 'ok', '', 10, 0.5, 0.8, 1.0)");
+  RawSql(path,
+         "INSERT INTO round_clients VALUES (1, 'm', 'rejected', 'left during consistency: "
+         "misbehaved: dealt shares that do not rebuild', 10, 0, 0, 0)");
+}
+
+// A store from before the columns later builds add: read with their
+// defaults, not altered to add them.
+TEST(RunStoreReadOnlyTest, AnOlderStoreReadsWithTheMissingColumnsDefaults) {
+  ScratchDir dir("ro_old");
+  WriteOlderStore(dir.db());
   const std::string before = FileBytes(dir.db());
   {
     auto store = OpenSqliteRunStoreReadOnly(dir.db());
@@ -420,10 +435,37 @@ TEST(RunStoreReadOnlyTest, AnOlderStoreReadsWithTheMissingColumnsDefaults) {
     EXPECT_EQ((*rounds)[0].clock_seconds, 0.0);
     auto clients = (*store)->ClientRounds(1);
     ASSERT_TRUE(clients.ok()) << clients.status();
-    ASSERT_EQ(clients->size(), 1u);
+    ASSERT_EQ(clients->size(), 2u);
     EXPECT_EQ((*clients)[0].stage, "");
+    EXPECT_FALSE((*clients)[0].misbehaved);
+    EXPECT_TRUE((*clients)[1].misbehaved);  // Its reason says so: the old rule.
   }
   EXPECT_EQ(FileBytes(dir.db()), before);
+}
+
+// Opened for writing, an older store gains the misbehaved column; its old
+// rows keep their text-marked bans, new rows carry the column.
+TEST(RunStoreTest, AnOlderStoreOpensAndItsTextMarkedBansStillCount) {
+  ScratchDir dir("old_bans");
+  WriteOlderStore(dir.db());
+  RawSql(dir.db(), "INSERT INTO runs VALUES (1, 'c', 1, 'v', 0, 1)");
+  RawSql(dir.db(), "INSERT INTO checkpoints VALUES (1, ?, x'', 0)", FloatBytes({1, 2}));
+  auto store = OpenSqliteRunStore(dir.db());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto old_clients = (*store)->ClientRounds(1);
+  ASSERT_TRUE(old_clients.ok()) << old_clients.status();
+  ASSERT_EQ(old_clients->size(), 2u);
+  EXPECT_FALSE((*old_clients)[0].misbehaved);
+  EXPECT_TRUE((*old_clients)[1].misbehaved);
+  ClientRoundRecord banned{"m", "ok", "revealed a forged share"};
+  banned.misbehaved = true;
+  RoundRecord r;
+  r.round = 2;
+  ASSERT_TRUE((*store)->CommitRound(r, {banned}, Cp(2, 2), 3).ok());
+  auto new_clients = (*store)->ClientRounds(2);
+  ASSERT_TRUE(new_clients.ok()) << new_clients.status();
+  ASSERT_EQ(new_clients->size(), 1u);
+  EXPECT_TRUE((*new_clients)[0].misbehaved);
 }
 
 TEST(RunStoreTest, MalformedKillHookValueIsRefused) {

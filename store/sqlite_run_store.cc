@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS round_clients (
   train_accuracy REAL NOT NULL,
   train_seconds REAL NOT NULL,
   stage TEXT NOT NULL DEFAULT '',
+  misbehaved INTEGER,
   PRIMARY KEY (round, client)
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
@@ -70,6 +71,14 @@ std::string Hex32(uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "0x%08x", v);
   return buf;
+}
+
+// How builds before the misbehaved column marked a proven misbehaviour: in
+// the reason, which the engine built from fixed text and numbers only (the
+// marker cannot come from a client), possibly after a prefix such as "left
+// during consistency: ".
+bool MisbehavedByReason(const std::string& reason) {
+  return reason.find("misbehaved: ") != std::string::npos;
 }
 
 // The test hook of run_store.h: 0 when off.
@@ -123,6 +132,8 @@ class SqliteRunStore final : public RunStore {
         AddColumnIfMissing("round_clients", "stage", "TEXT NOT NULL DEFAULT ''"));
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("rounds", "clock_seconds", "REAL NOT NULL DEFAULT 0"));
+    // NULL in the rows of older builds: their reason says (MisbehavedByReason).
+    COHORT_RETURN_IF_ERROR(AddColumnIfMissing("round_clients", "misbehaved", "INTEGER"));
     // Stores written before it have no velocity checksum (NULL: not checked).
     COHORT_RETURN_IF_ERROR(AddColumnIfMissing("checkpoints", "velocity_crc32", "INTEGER"));
     COHORT_RETURN_IF_ERROR(
@@ -222,8 +233,8 @@ class SqliteRunStore final : public RunStore {
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
       Statement c(db_,
                   "INSERT INTO round_clients (round, client, status, reason, num_samples, "
-                  "train_loss, train_accuracy, train_seconds, stage) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                  "train_loss, train_accuracy, train_seconds, stage, misbehaved) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       if (!c.ok()) return Error("commit round clients");
       for (const ClientRoundRecord& cr : clients) {
         sqlite3_reset(c.get());
@@ -236,6 +247,7 @@ class SqliteRunStore final : public RunStore {
         sqlite3_bind_double(c.get(), 7, cr.train_accuracy);
         sqlite3_bind_double(c.get(), 8, cr.train_seconds);
         sqlite3_bind_text(c.get(), 9, cr.stage.c_str(), -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(c.get(), 10, cr.misbehaved ? 1 : 0);
         if (sqlite3_step(c.get()) != SQLITE_DONE) return Error("commit round clients");
       }
       COHORT_RETURN_IF_ERROR(PutCheckpoint(checkpoint));
@@ -338,7 +350,8 @@ class SqliteRunStore final : public RunStore {
     const std::string sql =
         "SELECT client, status, reason, num_samples, train_loss, train_accuracy, "
         "train_seconds, " +
-        columns_["round_clients.stage"] + " FROM round_clients WHERE round = ? ORDER BY client";
+        columns_["round_clients.stage"] + ", " + columns_["round_clients.misbehaved"] +
+        " FROM round_clients WHERE round = ? ORDER BY client";
     Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("read round clients");
     sqlite3_bind_int64(s.get(), 1, round);
@@ -354,6 +367,9 @@ class SqliteRunStore final : public RunStore {
       c.train_accuracy = sqlite3_column_double(s.get(), 5);
       c.train_seconds = sqlite3_column_double(s.get(), 6);
       c.stage = Text(s.get(), 7);
+      c.misbehaved = sqlite3_column_type(s.get(), 8) == SQLITE_NULL
+                         ? MisbehavedByReason(c.reason)
+                         : sqlite3_column_int64(s.get(), 8) != 0;
       out.push_back(std::move(c));
     }
     if (rc != SQLITE_DONE) return Error("read round clients");
@@ -365,10 +381,10 @@ class SqliteRunStore final : public RunStore {
   // or the default Init adds it with.
   Status ResolveColumns() {
     static constexpr const char* kOptional[][3] = {
-        {"rounds", "aggregation", "'plain'"},    {"rounds", "outcome", "'committed'"},
-        {"rounds", "outcome_reason", "''"},      {"rounds", "clock_seconds", "0"},
-        {"round_clients", "stage", "''"},        {"checkpoints", "velocity_crc32", "NULL"},
-        {"checkpoints", "optimizer_steps", "0"},
+        {"rounds", "aggregation", "'plain'"},      {"rounds", "outcome", "'committed'"},
+        {"rounds", "outcome_reason", "''"},        {"rounds", "clock_seconds", "0"},
+        {"round_clients", "stage", "''"},          {"round_clients", "misbehaved", "NULL"},
+        {"checkpoints", "velocity_crc32", "NULL"}, {"checkpoints", "optimizer_steps", "0"},
     };
     for (const auto& [table, column, fallback] : kOptional) {
       Statement s(db_, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?");
