@@ -36,13 +36,18 @@ std::string JsonString(const std::string& text) {
 
 std::string RoundJson(const store::RoundRecord& r,
                       const std::vector<store::ClientRoundRecord>& clients) {
-  // Secure aggregation: who left at which stage.
+  // Secure aggregation: who left at which stage. A client that left after
+  // its masked input is not a dropout (its input is in the sum): it is
+  // listed apart, so dropped_by_stage counts what `dropped` counts.
   std::map<std::string, std::string> by_stage;
-  std::string dropped, misbehaving;
+  std::string dropped, misbehaving, after_input;
   for (const auto& c : clients) {
     if (!c.stage.empty()) {
-      std::string& list = by_stage[c.stage];
-      list += (list.empty() ? "" : ",") + JsonString(c.client);
+      std::string& list = c.status == "ok" ? after_input : by_stage[c.stage];
+      list += (list.empty() ? "" : ",") + (c.status == "ok"
+                                               ? "{\"client\":" + JsonString(c.client) +
+                                                     ",\"stage\":" + JsonString(c.stage) + "}"
+                                               : JsonString(c.client));
     }
     if (c.misbehaved) {
       misbehaving += (misbehaving.empty() ? "" : ",") + std::string("{\"client\":") +
@@ -59,7 +64,7 @@ std::string RoundJson(const store::RoundRecord& r,
       stages += std::string(stages.back() == '{' ? "" : ",") + "\"" + name + "\":[" +
                 by_stage[name] + "]";
     }
-    stages += "}";
+    stages += "},\"left_after_input\":[" + after_input + "]";
   }
   return "{\"round\":" + std::to_string(r.round) + ",\"aggregation\":" + JsonString(r.aggregation) +
          ",\"outcome\":" + JsonString(r.outcome) +

@@ -891,6 +891,12 @@ StatusOr<std::vector<std::string>> ExpandDevices(const std::string& devices, std
 
 Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
   SimOptions o = o_in;
+  // Before anything is read: the shards are not what is wrong.
+  if (o.config.mode() == config::DATA_PARALLEL) {
+    return InvalidArgumentError(
+        "simulate: mode: DATA_PARALLEL is not simulated (it runs under `cohort launch --nproc N` "
+        "or `cohort worker`); `cohort simulate` runs federated configs");
+  }
   std::string device_note;
   COHORT_ASSIGN_OR_RETURN(const std::vector<std::string> devices,
                           ExpandDevices(o.devices, &device_note));

@@ -25,6 +25,7 @@
 #include "datasets/shard.h"
 #include "net/group.h"
 #include "proto/config_io.h"
+#include "store/run_dir_lock.h"
 #include "store/run_store.h"
 #include "train/device.h"
 #include "train/dp_step.h"
@@ -116,7 +117,8 @@ struct Rank {
   std::unique_ptr<train::Backend> backend;
   std::unique_ptr<train::Model> model;
   std::unique_ptr<train::DeviceDataset> train_data, test_data;
-  std::unique_ptr<store::RunStore> store;  // Rank 0 only.
+  std::unique_ptr<store::RunDirLock> lock;  // Rank 0 only: the run directory's.
+  std::unique_ptr<store::RunStore> store;   // Rank 0 only.
   collective::Communicator* comm = nullptr;
   collective::CollectiveOptions collective;
   // The gradients' all-reduce: `collective`, travelling as
@@ -147,7 +149,7 @@ StatusOr<Start> StartModel(Rank& r, const std::string& run_dir, std::vector<floa
     uint64_t optimizer_steps = 0;
   } start;
   if (r.rank == 0) {
-    std::filesystem::create_directories(run_dir);
+    COHORT_ASSIGN_OR_RETURN(r.lock, store::RunDirLock::Acquire(run_dir, "cohort worker rank 0"));
     COHORT_ASSIGN_OR_RETURN(r.store, store::OpenSqliteRunStore(run_dir + "/run.db"));
     COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> info, r.store->LoadRun());
     if (info) {

@@ -284,6 +284,18 @@ TEST(CommandLineTest, MessagesNameWhatWasWrong) {
             std::string::npos)
       << level;
 
+  // A data-parallel config given to the simulator: the mode is named, not the shards.
+  const std::string dp = cluster.dir() / "dp.textproto";
+  WriteFile(dp, "mode: DATA_PARALLEL\ndata { train_shard: \"" + cluster.Shard(0) + "\" }\n");
+  EXPECT_NE(RunCohort({"simulate", "--config", dp, "--run-dir", cluster.dir() / "dp-run",
+                       "--shards", cluster.dir() / "shards"},
+                      &out, cluster.dir() / "dp.log"),
+            0);
+  const std::string dp_log = ReadFile(cluster.dir() / "dp.log");
+  EXPECT_NE(dp_log.find("mode: DATA_PARALLEL is not simulated (it runs under `cohort launch"),
+            std::string::npos)
+      << dp_log;
+
   // A .pub given as --identity.
   RunCohort({"keygen", "--out", cluster.dir() / "keys", "--name", "site-a"}, &out,
             cluster.dir() / "keygen.log");
@@ -298,6 +310,8 @@ TEST(CommandLineTest, MessagesNameWhatWasWrong) {
             std::string::npos)
       << pub;
   EXPECT_EQ(pub.find("chmod"), std::string::npos) << pub;
+  // The client's name comes from its key file, not its shard (client-000).
+  EXPECT_NE(pub.find("[client site-a]"), std::string::npos) << pub;
 }
 
 }  // namespace
