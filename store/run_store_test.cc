@@ -155,6 +155,24 @@ TEST(RunStoreTest, OutOfOrderCommitIsRefusedAndChangesNothing) {
   EXPECT_EQ(store->CreateRun({"c", 1, "v", 0}, Cp(0, 0)).code(), StatusCode::kAlreadyExists);
 }
 
+// A run's config is fixed at its first committed round, not before.
+TEST(RunStoreTest, AnUncommittedRunMayBeReplacedACommittedOneNot) {
+  auto store = std::move(OpenSqliteRunStore(":memory:")).value();
+  ASSERT_TRUE(store->CreateRun({"first", 1, "v", 0}, Cp(0, 0)).ok());
+  ASSERT_TRUE(store->ReplaceUncommittedRun({"second", 2, "v", 0}, Cp(0, 7)).ok());
+  EXPECT_EQ((*store->LoadRun())->config_text, "second");
+  EXPECT_EQ((*store->LoadRun())->seed, 2u);
+  EXPECT_EQ(store->LatestCheckpoint()->model[0], 7.0f);
+  RoundRecord r;
+  r.round = 1;
+  ASSERT_TRUE(store->CommitRound(r, {}, Cp(1, 1), 3).ok());
+  const Status fixed = store->ReplaceUncommittedRun({"third", 3, "v", 0}, Cp(0, 9));
+  EXPECT_EQ(fixed.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(fixed.message().find("its config is fixed"), std::string::npos);
+  EXPECT_EQ((*store->LoadRun())->config_text, "second");
+  EXPECT_EQ(store->LatestCheckpoint()->round, 1u);
+}
+
 TEST(RunStoreTest, KeepsOnlyTheNewestCheckpoints) {
   ScratchDir dir("prune");
   auto store = std::move(OpenSqliteRunStore(dir.db())).value();
