@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/secret_bytes.h"
@@ -138,6 +139,19 @@ struct UnmaskShare {
 struct UnmaskResponse {
   uint32_t from = 0;
   std::vector<UnmaskShare> shares;
+};
+
+// Every message a client sends the server, one type per stage
+// (SecAggServer::Handle).
+using SecAggClientMessage =
+    std::variant<SeedCommit, KeyAdvert, SealedShares, ShareCheck, CheckedConfirmation, MaskedInput,
+                 SurvivorSignature, UnmaskResponse>;
+// Every message the server sends when it closes a stage (SecAggServer::Close).
+using SecAggServerMessage = std::variant<SeedRoot, KeyList, InboundShares, CheckedList,
+                                         Confirmations, SurvivorList, UnmaskRequest>;
+struct AddressedMessage {
+  std::optional<uint32_t> to;  // The recipient's index; none: every client still in.
+  SecAggServerMessage message;
 };
 
 // What a coordinator tells each client of a securely aggregated round before

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <variant>
 
 #include "aggregation/secagg_internal.h"
 #include "common/parallel.h"
@@ -40,6 +41,109 @@ SecAggServer::SecAggServer(const SecAggParams& params,
   if (identities_.size() != params_.n || roster_.root() != params_.roster) std::abort();
 }
 
+namespace {
+
+// std::visit over lambdas, one per alternative.
+template <typename... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <typename... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+// A Close* result as addressed messages, by recipient.
+template <typename M>
+std::vector<AddressedMessage> ToEach(std::map<uint32_t, M> by_client) {
+  std::vector<AddressedMessage> out;
+  out.reserve(by_client.size());
+  for (auto& [to, m] : by_client) out.push_back({to, std::move(m)});
+  return out;
+}
+
+template <typename M>
+std::vector<AddressedMessage> ToAll(M m) {
+  std::vector<AddressedMessage> out;
+  out.push_back({std::nullopt, std::move(m)});
+  return out;
+}
+
+}  // namespace
+
+Status SecAggServer::Handle(uint32_t from, SecAggClientMessage message) {
+  return std::visit(Overloaded{
+                        [&](SeedCommit& m) {
+                          m.from = from;
+                          return OnSeedCommit(m);
+                        },
+                        [&](KeyAdvert& m) {
+                          m.index = from;
+                          return OnAdvertise(m);
+                        },
+                        [&](SealedShares& m) {
+                          m.from = from;
+                          return OnShares(std::move(m));
+                        },
+                        [&](ShareCheck& m) {
+                          m.from = from;
+                          return OnShareCheck(m);
+                        },
+                        [&](CheckedConfirmation& m) {
+                          m.from = from;
+                          return OnConfirmation(m);
+                        },
+                        [&](MaskedInput& m) {
+                          m.from = from;
+                          return OnMaskedInput(m);
+                        },
+                        [&](SurvivorSignature& m) {
+                          m.from = from;
+                          return OnSignature(m);
+                        },
+                        [&](UnmaskResponse& m) {
+                          m.from = from;
+                          return OnUnmask(std::move(m));
+                        },
+                    },
+                    message);
+}
+
+StatusOr<std::vector<AddressedMessage>> SecAggServer::Close() {
+  switch (stage_) {
+    case SecAggStage::kCommitSeed: {
+      COHORT_ASSIGN_OR_RETURN(auto roots, CloseSeedCommit());
+      return ToEach(std::move(roots));
+    }
+    case SecAggStage::kAdvertiseKeys: {
+      COHORT_ASSIGN_OR_RETURN(auto lists, CloseAdvertise());
+      return ToEach(std::move(lists));
+    }
+    case SecAggStage::kShareKeys: {
+      COHORT_ASSIGN_OR_RETURN(auto inbound, CloseShares());
+      return ToEach(std::move(inbound));
+    }
+    case SecAggStage::kCheckShares: {
+      COHORT_ASSIGN_OR_RETURN(CheckedList checked, CloseShareCheck());
+      return ToAll(std::move(checked));
+    }
+    case SecAggStage::kConfirmChecked: {
+      COHORT_ASSIGN_OR_RETURN(auto confirmations, CloseConfirmation());
+      return ToEach(std::move(confirmations));
+    }
+    case SecAggStage::kMaskedInput: {
+      COHORT_ASSIGN_OR_RETURN(SurvivorList survivors, CloseMaskedInput());
+      return ToAll(std::move(survivors));
+    }
+    case SecAggStage::kConsistency: {
+      COHORT_ASSIGN_OR_RETURN(auto requests, CloseConsistency());
+      return ToEach(std::move(requests));
+    }
+    default:
+      return FailedPreconditionError(
+          std::string("secagg server: no stage to close at ") +
+          (stage_ == SecAggStage::kNone ? "the end" : StageName(stage_)));
+  }
+}
+
 Status SecAggServer::Abort(const std::string& why) {
   aborted_ = true;
   sum_.assign(sum_.size(), 0);
@@ -55,7 +159,7 @@ void SecAggServer::Blame(uint32_t client, std::string what) {
 }
 
 Status SecAggServer::OnSeedCommit(const SeedCommit& c) {
-  if (aborted_ || stage_ != 0) {
+  if (aborted_ || stage_ != SecAggStage::kCommitSeed) {
     return FailedPreconditionError("seed commitment outside the CommitSeed stage");
   }
   if (c.from >= params_.n) return InvalidArgumentError("seed commitment from unknown index");
@@ -66,7 +170,8 @@ Status SecAggServer::OnSeedCommit(const SeedCommit& c) {
 }
 
 StatusOr<std::map<uint32_t, SeedRoot>> SecAggServer::CloseSeedCommit() {
-  if (aborted_ || stage_ != 0) return FailedPreconditionError("CloseSeedCommit out of order");
+  if (aborted_ || stage_ != SecAggStage::kCommitSeed)
+    return FailedPreconditionError("CloseSeedCommit out of order");
   for (const auto& [i, c] : seed_commits_) u0_.push_back(i);
   if (u0_.size() < params_.t) {
     return Abort(Str(u0_.size()) + " clients committed to the graph seed, need " + Str(params_.t));
@@ -81,12 +186,12 @@ StatusOr<std::map<uint32_t, SeedRoot>> SecAggServer::CloseSeedCommit() {
   seed_root_ = tree.root();
   std::map<uint32_t, SeedRoot> out;
   for (uint32_t u : u0_) out.emplace(u, SeedRoot{seed_root_, tree.Proof(u)});
-  stage_ = 1;
+  stage_ = SecAggStage::kAdvertiseKeys;
   return out;
 }
 
 Status SecAggServer::OnAdvertise(const KeyAdvert& a) {
-  if (aborted_ || stage_ != 1) {
+  if (aborted_ || stage_ != SecAggStage::kAdvertiseKeys) {
     return FailedPreconditionError("advert outside the AdvertiseKeys stage");
   }
   if (a.index >= params_.n) return InvalidArgumentError("advert from unknown index");
@@ -140,7 +245,8 @@ Status SecAggServer::Refuse(uint32_t client, std::string what) {
 }
 
 StatusOr<std::map<uint32_t, KeyList>> SecAggServer::CloseAdvertise() {
-  if (aborted_ || stage_ != 1) return FailedPreconditionError("CloseAdvertise out of order");
+  if (aborted_ || stage_ != SecAggStage::kAdvertiseKeys)
+    return FailedPreconditionError("CloseAdvertise out of order");
   // The seed needs every committed contribution: a server that could leave
   // some out would again choose among seeds. A client that committed and
   // then revealed nothing stops the round. It is not blamed: a crash, a
@@ -177,7 +283,7 @@ StatusOr<std::map<uint32_t, KeyList>> SecAggServer::CloseAdvertise() {
   neighbours_ = HararyNeighbours(*graph_);
   std::map<uint32_t, KeyList> out;
   for (uint32_t u : u1_) out.emplace(u, KeyListFor(u, tree));
-  stage_ = 2;
+  stage_ = SecAggStage::kShareKeys;
   return out;
 }
 
@@ -202,7 +308,8 @@ KeyList SecAggServer::KeyListFor(uint32_t client, const crypto::MerkleTree& adve
 }
 
 Status SecAggServer::OnShares(SealedShares s) {
-  if (aborted_ || stage_ != 2) return FailedPreconditionError("shares outside the ShareKeys stage");
+  if (aborted_ || stage_ != SecAggStage::kShareKeys)
+    return FailedPreconditionError("shares outside the ShareKeys stage");
   if (!Contains(u1_, s.from)) return InvalidArgumentError("shares from a client not in U1");
   if (shares_.count(s.from)) return InvalidArgumentError("second set of shares");
   size_t expected = 0;
@@ -224,7 +331,8 @@ Status SecAggServer::OnShares(SealedShares s) {
 }
 
 StatusOr<std::map<uint32_t, InboundShares>> SecAggServer::CloseShares() {
-  if (aborted_ || stage_ != 2) return FailedPreconditionError("CloseShares out of order");
+  if (aborted_ || stage_ != SecAggStage::kShareKeys)
+    return FailedPreconditionError("CloseShares out of order");
   for (const auto& [u, s] : shares_) u2_.push_back(u);
   if (u2_.size() < params_.t) {
     return Abort(Str(u2_.size()) + " clients shared keys, need " + Str(params_.t));
@@ -236,7 +344,7 @@ StatusOr<std::map<uint32_t, InboundShares>> SecAggServer::CloseShares() {
       if (Contains(u2_, v)) out[v].from[u] = ct;
     }
   }
-  stage_ = 3;
+  stage_ = SecAggStage::kCheckShares;
   return out;
 }
 
@@ -257,7 +365,7 @@ StatusOr<bool> SecAggServer::ResolveComplaint(uint32_t from, const Complaint& c)
 }
 
 Status SecAggServer::OnShareCheck(const ShareCheck& check) {
-  if (aborted_ || stage_ != 3) {
+  if (aborted_ || stage_ != SecAggStage::kCheckShares) {
     return FailedPreconditionError("share check outside the CheckShares stage");
   }
   if (!Contains(u2_, check.from))
@@ -294,7 +402,8 @@ Status SecAggServer::OnShareCheck(const ShareCheck& check) {
 }
 
 StatusOr<CheckedList> SecAggServer::CloseShareCheck() {
-  if (aborted_ || stage_ != 3) return FailedPreconditionError("CloseShareCheck out of order");
+  if (aborted_ || stage_ != SecAggStage::kCheckShares)
+    return FailedPreconditionError("CloseShareCheck out of order");
   for (uint32_t u : checked_) {
     if (!excluded_.count(u)) u3_.push_back(u);
   }
@@ -314,12 +423,12 @@ StatusOr<CheckedList> SecAggServer::CloseShareCheck() {
   if (u3_.size() < params_.t) {
     return Abort(Str(u3_.size()) + " clients passed the share check, need " + Str(params_.t));
   }
-  stage_ = 4;
+  stage_ = SecAggStage::kConfirmChecked;
   return CheckedList{u3_};
 }
 
 Status SecAggServer::OnConfirmation(const CheckedConfirmation& c) {
-  if (aborted_ || stage_ != 4) {
+  if (aborted_ || stage_ != SecAggStage::kConfirmChecked) {
     return FailedPreconditionError("confirmation outside the ConfirmChecked stage");
   }
   if (!Contains(u3_, c.from)) return InvalidArgumentError("confirmation from a client not in U3");
@@ -336,7 +445,8 @@ Status SecAggServer::OnConfirmation(const CheckedConfirmation& c) {
 }
 
 StatusOr<std::map<uint32_t, Confirmations>> SecAggServer::CloseConfirmation() {
-  if (aborted_ || stage_ != 4) return FailedPreconditionError("CloseConfirmation out of order");
+  if (aborted_ || stage_ != SecAggStage::kConfirmChecked)
+    return FailedPreconditionError("CloseConfirmation out of order");
   if (confirmations_.size() < params_.t) {
     return Abort(Str(confirmations_.size()) + " clients confirmed the checked list, need " +
                  Str(params_.t));
@@ -349,7 +459,7 @@ StatusOr<std::map<uint32_t, Confirmations>> SecAggServer::CloseConfirmation() {
     }
   }
   confirmations_.clear();
-  stage_ = 5;
+  stage_ = SecAggStage::kMaskedInput;
   return out;
 }
 
@@ -359,7 +469,7 @@ Status SecAggServer::OnMaskedInput(const MaskedInput& in) {
 }
 
 Status SecAggServer::OnMaskedInput(uint32_t from, std::span<const uint8_t> words) {
-  if (aborted_ || stage_ != 5) {
+  if (aborted_ || stage_ != SecAggStage::kMaskedInput) {
     return FailedPreconditionError("input outside the MaskedInput stage");
   }
   if (!Contains(u3_, from)) return InvalidArgumentError("masked input from a client not in U3");
@@ -382,16 +492,17 @@ Status SecAggServer::OnMaskedInput(uint32_t from, std::span<const uint8_t> words
 }
 
 StatusOr<SurvivorList> SecAggServer::CloseMaskedInput() {
-  if (aborted_ || stage_ != 5) return FailedPreconditionError("CloseMaskedInput out of order");
+  if (aborted_ || stage_ != SecAggStage::kMaskedInput)
+    return FailedPreconditionError("CloseMaskedInput out of order");
   if (u4_.size() < params_.t) {
     return Abort(Str(u4_.size()) + " masked inputs, need " + Str(params_.t));
   }
-  stage_ = 6;
+  stage_ = SecAggStage::kConsistency;
   return SurvivorList{u4_};
 }
 
 Status SecAggServer::OnSignature(const SurvivorSignature& s) {
-  if (aborted_ || stage_ != 6) {
+  if (aborted_ || stage_ != SecAggStage::kConsistency) {
     return FailedPreconditionError("signature outside the consistency stage");
   }
   if (!Contains(u4_, s.from)) return InvalidArgumentError("signature from a client not in U4");
@@ -414,7 +525,8 @@ Status SecAggServer::OnSignature(const SurvivorSignature& s) {
 }
 
 StatusOr<std::map<uint32_t, UnmaskRequest>> SecAggServer::CloseConsistency() {
-  if (aborted_ || stage_ != 6) return FailedPreconditionError("CloseConsistency out of order");
+  if (aborted_ || stage_ != SecAggStage::kConsistency)
+    return FailedPreconditionError("CloseConsistency out of order");
   if (signatures_.size() < params_.t) {
     return Abort(Str(signatures_.size()) + " survivor signatures, need " + Str(params_.t));
   }
@@ -439,7 +551,7 @@ StatusOr<std::map<uint32_t, UnmaskRequest>> SecAggServer::CloseConsistency() {
       if (auto tag = tags.find(u); tag != tags.end()) s.tag = tag->second;
     }
   }
-  stage_ = 7;
+  stage_ = SecAggStage::kUnmasking;
   return out;
 }
 
@@ -483,7 +595,8 @@ std::vector<uint32_t> SecAggServer::SignersFor(uint32_t client) const {
 }
 
 Status SecAggServer::OnUnmask(UnmaskResponse r) {
-  if (aborted_ || stage_ != 7) return FailedPreconditionError("unmask outside the Unmasking stage");
+  if (aborted_ || stage_ != SecAggStage::kUnmasking)
+    return FailedPreconditionError("unmask outside the Unmasking stage");
   if (!Contains(u4_, r.from)) return InvalidArgumentError("unmask from a client not in U4");
   if (signatures_.count(r.from) == 0) {
     return InvalidArgumentError("unmask from a client that did not sign the survivor list");
@@ -597,7 +710,8 @@ StatusOr<SecretBytes> SecAggServer::Rebuild(uint32_t about, bool self_mask,
 }
 
 StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
-  if (aborted_ || stage_ != 7) return FailedPreconditionError("Finalize out of order");
+  if (aborted_ || stage_ != SecAggStage::kUnmasking)
+    return FailedPreconditionError("Finalize out of order");
   // Shares by (subject, kind), from the responders in index order.
   std::map<std::pair<uint32_t, bool>, std::vector<Share>> by_subject;
   for (const auto& [from, r] : unmasks_) {
@@ -648,7 +762,7 @@ StatusOr<std::vector<uint32_t>> SecAggServer::Finalize() {
   unmasks_.clear();
   relayed_.clear();
   tags_.clear();
-  stage_ = 8;
+  stage_ = SecAggStage::kNone;
   return std::move(sum_);
 }
 

@@ -16,6 +16,7 @@
 #include "aggregation/secagg_derivations.h"
 #include "aggregation/secagg_messages.h"
 #include "aggregation/secagg_params.h"
+#include "aggregation/secagg_stage.h"
 #include "common/env.h"
 #include "common/secret_bytes.h"
 #include "common/status.h"
@@ -40,6 +41,17 @@ class SecAggServer {
 
   // Client `index`'s proof that its key is in the roster (for its setup).
   crypto::MerkleProof RosterProof(uint32_t index) const { return roster_.Proof(index); }
+
+  // The one entry point for a client's message: the On* call of its stage.
+  // `from` is the sender's index as its connection authenticated it; it
+  // replaces the sender the message names.
+  Status Handle(uint32_t from, SecAggClientMessage message);
+  // Ends the current stage (its Close* call) and returns what to send, each
+  // message addressed to one client or to every client still in. The
+  // unmasking stage ends with Finalize instead (kFailedPrecondition here).
+  StatusOr<std::vector<AddressedMessage>> Close();
+  // The stage whose messages the server takes now; kNone once finalized.
+  SecAggStage stage() const { return stage_; }
 
   Status OnSeedCommit(const SeedCommit& commit);
   // Per committer (U0): the commitment root and its proof.
@@ -118,7 +130,7 @@ class SecAggServer {
   crypto::MerkleTree roster_;
   std::optional<HararyGraph> graph_;
   std::vector<std::vector<uint32_t>> neighbours_;  // From CloseAdvertise on.
-  int stage_ = 0;
+  SecAggStage stage_ = SecAggStage::kCommitSeed;   // kNone once finalized.
   bool aborted_ = false;
   std::map<uint32_t, Commitment> seed_commits_;              // Stage 0, by client.
   std::map<uint32_t, SeedContribution> seeds_;               // Revealed, by client.

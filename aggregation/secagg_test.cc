@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <set>
+#include <variant>
 
 #include "aggregation/fixed_point.h"
 #include "common/rng.h"
@@ -302,6 +303,62 @@ TEST(SecAggTest, TwoClientsAggregateOnlyWhenNeitherIsAssumedCorruptAndBothSurviv
 }
 
 // --- Parameters --------------------------------------------------------------
+
+template <typename M>
+StatusOr<SecAggClientMessage> AsMessage(StatusOr<M> m) {
+  if (!m.ok()) return m.status();
+  return SecAggClientMessage(std::move(*m));
+}
+
+// The server's one entry point and its Close run a whole round: each client
+// answers what Close addressed to it (or to all), and the server takes every
+// answer through Handle alone.
+TEST(SecAggServerTest, HandleAndCloseRunARoundToTheExactSum) {
+  Harness h(Params(5, 16));
+  const SecAggParams& p = h.params();
+  SecAggServer server(p, h.identities());
+  std::vector<std::unique_ptr<SecAggClient>> clients;
+  for (uint32_t i = 0; i < p.n; ++i) {
+    clients.push_back(std::make_unique<SecAggClient>(p, i, &h.keys()[i], h.RosterProof(i)));
+    ASSERT_TRUE(server.Handle(i, *clients[i]->CommitSeed()).ok());
+  }
+  auto answer = [&](uint32_t i, const SecAggServerMessage& m) -> StatusOr<SecAggClientMessage> {
+    SecAggClient& c = *clients[i];
+    if (auto* root = std::get_if<SeedRoot>(&m)) return AsMessage(c.AdvertiseKeys(*root));
+    if (auto* list = std::get_if<KeyList>(&m)) return AsMessage(c.ShareKeys(*list));
+    if (auto* in = std::get_if<InboundShares>(&m)) return AsMessage(c.CheckShares(*in));
+    if (auto* u3 = std::get_if<CheckedList>(&m)) return AsMessage(c.ReceiveChecked(*u3));
+    if (auto* tags = std::get_if<Confirmations>(&m)) {
+      COHORT_RETURN_IF_ERROR(c.ReceiveConfirmations(*tags));
+      return AsMessage(c.MaskInput(h.inputs()[i]));
+    }
+    if (auto* u4 = std::get_if<SurvivorList>(&m)) return AsMessage(c.SignSurvivors(*u4));
+    return AsMessage(c.Unmask(std::get<UnmaskRequest>(m)));
+  };
+  for (SecAggStage stage = SecAggStage::kCommitSeed; stage != SecAggStage::kUnmasking;
+       stage = NextStage(stage)) {
+    ASSERT_EQ(server.stage(), stage);
+    auto messages = server.Close();
+    ASSERT_TRUE(messages.ok()) << StageName(stage) << ": " << messages.status();
+    for (const auto& m : *messages) {
+      for (uint32_t i = 0; i < p.n; ++i) {
+        if (m.to && *m.to != i) continue;
+        auto reply = answer(i, m.message);
+        ASSERT_TRUE(reply.ok()) << StageName(stage) << ": " << reply.status();
+        ASSERT_TRUE(server.Handle(i, std::move(*reply)).ok()) << StageName(stage);
+      }
+    }
+  }
+  EXPECT_FALSE(server.Close().ok());  // Finalize ends the unmasking stage.
+  auto sum = server.Finalize();
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  std::vector<uint32_t> expected(p.length, 0);
+  for (const auto& input : h.inputs()) {
+    for (size_t j = 0; j < p.length; ++j) expected[j] += input[j];
+  }
+  EXPECT_EQ(*sum, expected);
+  EXPECT_EQ(server.stage(), SecAggStage::kNone);
+}
 
 TEST(SecAggParamsTest, ThresholdOutnumbersTwoHalvesOfTheNeighbours) {
   // Demo cohort: complete graph, 1 corrupt client tolerated, t = 6 of 9.

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <variant>
 
 namespace cohort::aggregation {
 namespace {
@@ -459,6 +460,58 @@ wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskR
     Put(w->mutable_blob_hash(), s.proof.blob_hash);
   }
   return h;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::CheckedList& checked) {
+  wire::Header h = NewHeader();
+  auto* m = h.mutable_secagg_checked();
+  Name(m, round, task_id);
+  for (uint32_t u : checked.members) m->add_members(u);
+  return h;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SurvivorList& survivors) {
+  wire::Header h = NewHeader();
+  auto* m = h.mutable_secagg_survivors();
+  Name(m, round, task_id);
+  for (uint32_t s : survivors.survivors) m->add_survivors(s);
+  return h;
+}
+
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SecAggServerMessage& m) {
+  return std::visit([&](const auto& message) { return ToWire(round, task_id, message); }, m);
+}
+
+namespace {
+
+template <typename M>
+StatusOr<aggregation::SecAggClientMessage> AsClientMessage(StatusOr<M> m) {
+  if (!m.ok()) return m.status();
+  return aggregation::SecAggClientMessage(std::move(*m));
+}
+
+}  // namespace
+
+StatusOr<aggregation::SecAggClientMessage> ClientMessageFromWire(const wire::Header& h,
+                                                                 uint32_t from) {
+  switch (h.body_case()) {
+    case wire::Header::kSecaggSeed:
+      return AsClientMessage(FromWire(h.secagg_seed(), from));
+    case wire::Header::kSecaggKeys:
+      return AsClientMessage(FromWire(h.secagg_keys(), from));
+    case wire::Header::kSecaggShares:
+      return AsClientMessage(FromWire(h.secagg_shares(), from));
+    case wire::Header::kSecaggShareCheck:
+      return AsClientMessage(FromWire(h.secagg_share_check(), from));
+    case wire::Header::kSecaggConfirm:
+      return AsClientMessage(FromWire(h.secagg_confirm(), from));
+    case wire::Header::kSecaggSignature:
+      return AsClientMessage(FromWire(h.secagg_signature(), from));
+    case wire::Header::kSecaggUnmask:
+      return AsClientMessage(FromWire(h.secagg_unmask(), from));
+    default:
+      return InvalidArgumentError("not a secure-aggregation message from a client");
+  }
 }
 
 }  // namespace cohort::aggregation

@@ -39,6 +39,11 @@ aggregation::CheckedList FromWire(const wire::SecAggChecked& m);
 aggregation::SurvivorList FromWire(const wire::SecAggSurvivors& m);
 StatusOr<aggregation::UnmaskRequest> FromWire(const wire::SecAggUnmaskRequest& m);
 
+// A client's stage message (`h` one of the bodies above), as the server's
+// Handle takes it; kInvalidArgument for any other body.
+StatusOr<aggregation::SecAggClientMessage> ClientMessageFromWire(const wire::Header& h,
+                                                                 uint32_t from);
+
 // Headers (version set) for each direction; `round` and `task_id` name the
 // session. SealedShares go to the coordinator keyed by recipient,
 // InboundShares to a client keyed by sender.
@@ -54,6 +59,10 @@ wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::ShareCh
 wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SurvivorSignature& sig);
 wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskRequest& request);
 wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::UnmaskResponse& response);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::CheckedList& checked);
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SurvivorList& survivors);
+// Whichever message the server's Close returned.
+wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SecAggServerMessage& m);
 
 }  // namespace cohort::aggregation
 

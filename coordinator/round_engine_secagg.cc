@@ -65,43 +65,6 @@ std::optional<SecAggIn> DescribeSecAgg(const wire::Header& h) {
   }
 }
 
-// Hands the protocol server a message from cohort member `index` (the
-// sender, as its connection authenticated it), translated from the wire.
-Status ApplyToServer(aggregation::SecAggServer& server, const wire::Header& h, uint32_t index) {
-  switch (h.body_case()) {
-    case wire::Header::kSecaggSeed: {
-      auto commit = aggregation::FromWire(h.secagg_seed(), index);
-      return commit.ok() ? server.OnSeedCommit(*commit) : commit.status();
-    }
-    case wire::Header::kSecaggKeys: {
-      auto advert = aggregation::FromWire(h.secagg_keys(), index);
-      return advert.ok() ? server.OnAdvertise(*advert) : advert.status();
-    }
-    case wire::Header::kSecaggShares: {
-      auto shares = aggregation::FromWire(h.secagg_shares(), index);
-      return shares.ok() ? server.OnShares(std::move(*shares)) : shares.status();
-    }
-    case wire::Header::kSecaggShareCheck: {
-      auto check = aggregation::FromWire(h.secagg_share_check(), index);
-      return check.ok() ? server.OnShareCheck(*check) : check.status();
-    }
-    case wire::Header::kSecaggConfirm: {
-      auto c = aggregation::FromWire(h.secagg_confirm(), index);
-      return c.ok() ? server.OnConfirmation(*c) : c.status();
-    }
-    case wire::Header::kSecaggSignature: {
-      auto sig = aggregation::FromWire(h.secagg_signature(), index);
-      return sig.ok() ? server.OnSignature(*sig) : sig.status();
-    }
-    case wire::Header::kSecaggUnmask: {
-      auto r = aggregation::FromWire(h.secagg_unmask(), index);
-      return r.ok() ? server.OnUnmask(std::move(*r)) : r.status();
-    }
-    default:
-      return InternalError("not a secure-aggregation message: " + net::BodyName(h));
-  }
-}
-
 TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} * 1000.0)); }
 
 crypto::MaskPrg MaskPrgOf(config::MaskPrg prg) {
@@ -113,12 +76,6 @@ crypto::MaskPrg MaskPrgOf(config::MaskPrg prg) {
     default:
       return crypto::MaskPrg::kAes128Ctr;
   }
-}
-
-wire::Header NewHeader() {
-  wire::Header h;
-  h.set_version(wire::VERSION_1);
-  return h;
 }
 
 }  // namespace
@@ -242,8 +199,10 @@ void RoundEngine::OnSecAggMessage(const std::string& peer, const net::Envelope& 
   if (!in) return;
   Participant* p = SecAggSender(peer, in->round, in->task_id, in->stage, in->what, now, out);
   if (p == nullptr) return;
+  const uint32_t index = static_cast<uint32_t>(p - participants_.data());
+  auto message = aggregation::ClientMessageFromWire(h, index);
   const Status status =
-      ApplyToServer(*secagg(), h, static_cast<uint32_t>(p - participants_.data()));
+      message.ok() ? secagg()->Handle(index, std::move(*message)) : message.status();
   aggregation_seconds_ += env_->MonotonicSeconds() - started;
   TakeSecAggBlame();
   if (!status.ok()) {
@@ -287,73 +246,29 @@ void RoundEngine::SendSecAgg(uint32_t index, wire::Header h, std::vector<Outgoin
 Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
   const uint32_t round = round_ + 1;
   const TimeMs stage_timeout = SecondsToMs(config_.secagg().stage_timeout_s());
-  switch (stage_) {
-    case SecAggStage::kCommitSeed: {
-      COHORT_ASSIGN_OR_RETURN(auto roots, secagg()->CloseSeedCommit());
-      for (const auto& [index, root] : roots) {
-        SendSecAgg(index, aggregation::ToWire(round, task_id_, root), out);
-      }
-      break;
-    }
-    case SecAggStage::kAdvertiseKeys: {
-      COHORT_ASSIGN_OR_RETURN(auto lists, secagg()->CloseAdvertise());
-      for (const auto& [index, list] : lists)
-        SendSecAgg(index, aggregation::ToWire(round, task_id_, list), out);
-      break;
-    }
-    case SecAggStage::kShareKeys: {
-      COHORT_ASSIGN_OR_RETURN(auto inbound, secagg()->CloseShares());
-      for (const auto& [index, shares] : inbound) {
-        SendSecAgg(index, aggregation::ToWire(round, task_id_, shares), out);
-      }
-      break;
-    }
-    case SecAggStage::kCheckShares: {
-      COHORT_ASSIGN_OR_RETURN(aggregation::CheckedList checked, secagg()->CloseShareCheck());
-      wire::Header h = NewHeader();
-      auto* m = h.mutable_secagg_checked();
-      m->set_round(round);
-      m->set_task_id(task_id_);
-      for (uint32_t u : checked.members) m->add_members(u);
-      BroadcastSecAgg(h, out);
-      break;
-    }
-    case SecAggStage::kConfirmChecked: {
-      COHORT_ASSIGN_OR_RETURN(auto confirmations, secagg()->CloseConfirmation());
-      for (const auto& [index, c] : confirmations) {
-        SendSecAgg(index, aggregation::ToWire(round, task_id_, c), out);
-      }
-      // Clients can mask only now: slow key-exchange stages must not eat the
-      // whole masked-input stage.
-      deadline_ = std::max(deadline_, now + stage_timeout);
-      break;
-    }
-    case SecAggStage::kMaskedInput: {
-      const uint32_t needed = std::max(secagg_params_.t, MinClients());
-      if (secagg()->u4().size() < needed) {
-        return FailedPreconditionError(
-            "secure aggregation aborted: " + std::to_string(secagg()->u4().size()) +
-            " masked inputs, need " + std::to_string(needed));
-      }
-      COHORT_ASSIGN_OR_RETURN(aggregation::SurvivorList survivors, secagg()->CloseMaskedInput());
-      wire::Header h = NewHeader();
-      auto* m = h.mutable_secagg_survivors();
-      m->set_round(round);
-      m->set_task_id(task_id_);
-      for (uint32_t s : survivors.survivors) m->add_survivors(s);
-      BroadcastSecAgg(h, out);
-      break;
-    }
-    case SecAggStage::kConsistency: {
-      COHORT_ASSIGN_OR_RETURN(auto requests, secagg()->CloseConsistency());
-      for (const auto& [index, request] : requests) {
-        SendSecAgg(index, aggregation::ToWire(round, task_id_, request), out);
-      }
-      break;
-    }
-    default:
-      return InternalError(std::string("no secure-aggregation stage ") + StageName(stage_));
+  if (stage_ == SecAggStage::kUnmasking) {
+    return InternalError(std::string("no secure-aggregation stage ") + StageName(stage_));
   }
+  if (stage_ == SecAggStage::kMaskedInput) {
+    const uint32_t needed = std::max(secagg_params_.t, MinClients());
+    if (secagg()->u4().size() < needed) {
+      return FailedPreconditionError(
+          "secure aggregation aborted: " + std::to_string(secagg()->u4().size()) +
+          " masked inputs, need " + std::to_string(needed));
+    }
+  }
+  COHORT_ASSIGN_OR_RETURN(auto messages, secagg()->Close());
+  for (const auto& m : messages) {
+    wire::Header h = aggregation::ToWire(round, task_id_, m.message);
+    if (m.to) {
+      SendSecAgg(*m.to, std::move(h), out);
+    } else {
+      BroadcastSecAgg(h, out);
+    }
+  }
+  // Clients can mask only once the confirmations are out: slow key-exchange
+  // stages must not eat the whole masked-input stage.
+  if (stage_ == SecAggStage::kConfirmChecked) deadline_ = std::max(deadline_, now + stage_timeout);
   stage_ = aggregation::NextStage(stage_);
   stage_deadline_ = now + stage_timeout;
   return OkStatus();
