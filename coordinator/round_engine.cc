@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
-#include "aggregation/secagg_wire.h"
 #include "common/bytes.h"
 #include "common/rng.h"
 #include "proto/config_io.h"
@@ -133,25 +133,11 @@ void RoundEngine::Participant::Void(const std::string& why) {
 
 Outgoing RoundEngine::MakeError(const std::string& peer, wire::ErrorCode code,
                                 std::string message) const {
-  Outgoing o;
-  o.peer = peer;
-  o.header.set_version(wire::VERSION_1);
-  auto* e = o.header.mutable_error();
-  e->set_code(code);
-  e->set_message(std::move(message));
-  e->set_round(phase_ == Phase::kTraining ? round_ + 1 : round_);
-  return o;
+  return ErrorMessage(peer, code, std::move(message),
+                      phase_ == Phase::kTraining ? round_ + 1 : round_);
 }
 
-Outgoing RoundEngine::MakeFinished(const std::string& peer) const {
-  Outgoing f;
-  f.peer = peer;
-  f.header.set_version(wire::VERSION_1);
-  f.header.mutable_finished()->set_rounds(round_);
-  return f;
-}
-
-void RoundEngine::FillSecAggSetup(const std::string& name, wire::SecAggSetup* sa) const {
+aggregation::SecAggSetup RoundEngine::SecAggSetupFor(const std::string& name) const {
   const auto& p = secagg_params_;
   aggregation::SecAggSetup s;
   s.sparse = config_.secagg().aggregation() == config::SECAGG_PLUS;
@@ -176,32 +162,16 @@ void RoundEngine::FillSecAggSetup(const std::string& name, wire::SecAggSetup* sa
   };
   s.stage_timeout_ms = ms(config_.secagg().stage_timeout_s());
   s.round_deadline_ms = ms(config_.rounds().round_deadline_s());
-  *sa = aggregation::ToWire(s);
-}
-
-Outgoing RoundEngine::MakeSecAggStart(const std::string& peer, const std::string& name) const {
-  Outgoing o;
-  o.peer = peer;
-  o.header.set_version(wire::VERSION_1);
-  auto* s = o.header.mutable_secagg_start();
-  s->set_round(round_ + 1);
-  s->set_task_id(task_id_);
-  FillSecAggSetup(name, s->mutable_setup());
-  return o;
+  return s;
 }
 
 Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name) const {
-  Outgoing o;
-  o.peer = peer;
-  o.header.set_version(wire::VERSION_1);
-  auto* t = o.header.mutable_task();
-  t->set_round(round_ + 1);
-  t->set_task_id(task_id_);
-  strategy_->ConfigureTask(round_ + 1, name, *t);
-  t->set_deadline_s(config_.rounds().round_deadline_s());
-  if (secagg()) FillSecAggSetup(name, t->mutable_secagg());
-  o.payload = task_model_;
-  return o;
+  wire::RoundTask task;
+  strategy_->ConfigureTask(round_ + 1, name, task);
+  std::optional<aggregation::SecAggSetup> setup;
+  if (secagg()) setup = SecAggSetupFor(name);
+  return TaskMessage(peer, round_ + 1, task_id_, std::move(task),
+                     config_.rounds().round_deadline_s(), setup ? &*setup : nullptr, task_model_);
 }
 
 std::vector<Outgoing> RoundEngine::OnMalformed(const std::string& peer, const Status& why) {
@@ -253,7 +223,7 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
         clients_.AcknowledgeFinish(*name);
         return out;
       }
-      out.push_back(MakeFinished(peer));
+      out.push_back(FinishedMessage(peer, round_));
       return out;
     }
   }
@@ -288,11 +258,7 @@ std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net:
         break;
       }
       clients_.Seen(*name, now);
-      Outgoing ack;
-      ack.peer = peer;
-      ack.header.set_version(wire::VERSION_1);
-      ack.header.mutable_heartbeat_ack();
-      out.push_back(std::move(ack));
+      out.push_back(HeartbeatAckMessage(peer));
       break;
     }
     default: {
@@ -316,11 +282,7 @@ std::optional<Outgoing> RoundEngine::RefuseHello(
   if (refusal->malformed) return MakeError(peer, wire::MALFORMED, refusal->reason);
   env_->Log().warn("rejected hello from \"{}\": {}", hello.client_name().substr(0, 80),
                    refusal->reason);
-  Outgoing o;
-  o.peer = peer;
-  o.header.set_version(wire::VERSION_1);
-  o.header.mutable_reject()->set_reason(refusal->reason);
-  return o;
+  return RejectMessage(peer, refusal->reason);
 }
 
 void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
@@ -332,9 +294,9 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
   }
   const std::string& name = hello.client_name();
   const ClientRegistry::Registration r = clients_.Register(peer, hello, identity, now);
-  out.push_back(MakeWelcome(peer, name));
+  out.push_back(WelcomeMessage(peer, name, config_, static_cast<uint32_t>(global_.size())));
   if (phase_ == Phase::kDone) {
-    out.push_back(MakeFinished(peer));
+    out.push_back(FinishedMessage(peer, round_));
     return;
   }
   if (phase_ == Phase::kTraining) HelloInRound(peer, hello, r.recount, r.reconnected, now, out);
@@ -350,19 +312,6 @@ void RoundEngine::SayWhatTheRoundWaitsFor() const {
                    clients_.size(), needed,
                    start ? "rounds.start_clients sets the first round's cohort"
                          : "rounds.min_clients sets every round's minimum");
-}
-
-Outgoing RoundEngine::MakeWelcome(const std::string& peer, const std::string& name) const {
-  Outgoing w;
-  w.peer = peer;
-  w.header.set_version(wire::VERSION_1);
-  auto* welcome = w.header.mutable_welcome();
-  welcome->set_run_name(config_.name());
-  welcome->set_client_id(Fnv1a64(name));
-  *welcome->mutable_model() = config_.model();
-  welcome->set_num_params(static_cast<uint32_t>(global_.size()));
-  welcome->set_heartbeat_s(config_.net().heartbeat_s());
-  return w;
 }
 
 void RoundEngine::HelloInRound(const std::string& peer, const wire::Hello& hello, bool recount,
@@ -614,7 +563,8 @@ void RoundEngine::StartRound(const std::vector<std::string>& cohort, TimeMs now,
     // Every key exchange first: the small SecAggStart messages are queued
     // ahead of the models, so stages 1 and 2 overlap the downloads.
     for (const auto& p : participants_) {
-      out.push_back(MakeSecAggStart(clients_.PeerOf(p.name), p.name));
+      out.push_back(
+          SecAggStartMessage(clients_.PeerOf(p.name), round, task_id_, SecAggSetupFor(p.name)));
     }
   }
   for (const auto& p : participants_) out.push_back(MakeTask(clients_.PeerOf(p.name), p.name));
@@ -763,7 +713,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   if (round_ >= config_.rounds().num_rounds()) {
     phase_ = Phase::kDone;
     env_->Log().info("run finished after {} rounds", round_);
-    for (const auto& [name, c] : clients_.clients()) out.push_back(MakeFinished(c.peer));
+    for (const auto& [name, c] : clients_.clients()) out.push_back(FinishedMessage(c.peer, round_));
     return;
   }
   MaybeStartRound(now, out);

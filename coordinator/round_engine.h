@@ -32,6 +32,7 @@
 #include "common/env.h"
 #include "common/status.h"
 #include "coordinator/client_registry.h"
+#include "coordinator/messages.h"
 #include "coordinator/strategy.h"
 #include "crypto/keys.h"
 #include "net/envelope.h"
@@ -40,15 +41,6 @@
 #include "store/run_store.h"
 
 namespace cohort::coordinator {
-
-// A message to send. `payload` (may be empty) is the round's model snapshot,
-// shared by every task of the round; it stays alive as long as any message
-// holding it, so the transport can send it without copying.
-struct Outgoing {
-  std::string peer;
-  wire::Header header;
-  std::shared_ptr<const std::vector<float>> payload;
-};
 
 // Not thread-safe. Never aborts on anything a peer sends.
 class RoundEngine {
@@ -154,7 +146,6 @@ class RoundEngine {
                                       std::optional<crypto::Ed25519Public>& identity) const;
   void OnHello(const std::string& peer, const wire::Hello& hello, const AuthenticatedPeer* sender,
                TimeMs now, std::vector<Outgoing>& out);
-  Outgoing MakeWelcome(const std::string& peer, const std::string& name) const;
   // A registered client's Hello while a round trains: a selected one that
   // changed its sample count is banned, one that reconnected leaves a
   // secure round or gets its plain task again.
@@ -237,11 +228,12 @@ class RoundEngine {
   Status CheckUpdate(const wire::Update& u, const net::Envelope& envelope, const Participant& p,
                      bool masked) const;
   bool AllResolved() const;
-  void FillSecAggSetup(const std::string& name, wire::SecAggSetup* setup) const;
-  Outgoing MakeSecAggStart(const std::string& peer, const std::string& name) const;
+  // The secure round's setup for cohort member `name` (messages.h sends it).
+  aggregation::SecAggSetup SecAggSetupFor(const std::string& name) const;
+  // The task of `name` for the round in progress, as the strategy sets it.
   Outgoing MakeTask(const std::string& peer, const std::string& name) const;
+  // ErrorMessage naming the round the engine is in.
   Outgoing MakeError(const std::string& peer, wire::ErrorCode code, std::string message) const;
-  Outgoing MakeFinished(const std::string& peer) const;
   Participant* FindParticipant(const std::string& name);
 
   config::RunConfig config_;

@@ -226,21 +226,13 @@ void RoundEngine::AbortRound(TimeMs now, const std::string& why, std::vector<Out
 
 void RoundEngine::BroadcastSecAgg(const wire::Header& h, std::vector<Outgoing>& out) {
   for (const auto& p : participants_) {
-    if (!p.in_round()) continue;
-    Outgoing o;
-    o.peer = clients_.PeerOf(p.name);
-    o.header = h;
-    out.push_back(std::move(o));
+    if (p.in_round()) out.push_back(To(clients_.PeerOf(p.name), h));
   }
 }
 
 void RoundEngine::SendSecAgg(uint32_t index, wire::Header h, std::vector<Outgoing>& out) {
   const Participant& p = participants_[index];
-  if (!p.in_round()) return;
-  Outgoing o;
-  o.peer = clients_.PeerOf(p.name);
-  o.header = std::move(h);
-  out.push_back(std::move(o));
+  if (p.in_round()) out.push_back(To(clients_.PeerOf(p.name), std::move(h)));
 }
 
 Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {

@@ -481,7 +481,10 @@ TEST_F(RoundEngineTest, ABanSurvivesARestartThroughTheMisbehavedColumn) {
   Start(TestConfig(3, 2, 3));
   store::RoundRecord r;
   r.round = 1;
-  store::ClientRoundRecord c2{"c2", "ok", "revealed a forged share"};
+  store::ClientRoundRecord c2;
+  c2.client = "c2";
+  c2.status = "ok";
+  c2.reason = "revealed a forged share";
   c2.misbehaved = true;
   store::Checkpoint cp{1, std::vector<float>(kParams, 1.0f), {}};
   ASSERT_TRUE(store_->CommitRound(r, {c2}, cp, 3).ok());

@@ -79,9 +79,15 @@ std::vector<float> Distinct(size_t n, float base) {
 TEST(RunStoreTest, MisbehaviourIsReadFromItsColumnNotFromTheReason) {
   auto store = std::move(OpenSqliteRunStore(":memory:")).value();
   ASSERT_TRUE(store->CreateRun({"c", 1, "v", 0}, Cp(0, 0)).ok());
-  ClientRoundRecord forged{"a", "ok", "revealed a forged share"};
+  ClientRoundRecord forged;
+  forged.client = "a";
+  forged.status = "ok";
+  forged.reason = "revealed a forged share";
   forged.misbehaved = true;
-  const ClientRoundRecord innocent{"b", "dropped", "left: \"misbehaved: \" is only text here"};
+  ClientRoundRecord innocent;
+  innocent.client = "b";
+  innocent.status = "dropped";
+  innocent.reason = "left: \"misbehaved: \" is only text here";
   RoundRecord r;
   r.round = 1;
   ASSERT_TRUE(store->CommitRound(r, {forged, innocent}, Cp(1, 1), 3).ok());
@@ -475,7 +481,10 @@ TEST(RunStoreTest, AnOlderStoreOpensAndItsTextMarkedBansStillCount) {
   ASSERT_EQ(old_clients->size(), 2u);
   EXPECT_FALSE((*old_clients)[0].misbehaved);
   EXPECT_TRUE((*old_clients)[1].misbehaved);
-  ClientRoundRecord banned{"m", "ok", "revealed a forged share"};
+  ClientRoundRecord banned;
+  banned.client = "m";
+  banned.status = "ok";
+  banned.reason = "revealed a forged share";
   banned.misbehaved = true;
   RoundRecord r;
   r.round = 2;
