@@ -18,7 +18,8 @@ ProgressFn EpochProgress(std::string label, uint32_t epochs, FILE* out, Progress
       state->bar = std::make_unique<Progress>(
           label + (label.empty() ? "" : " ") + "epoch " + std::to_string(epoch + 1) + "/" +
               std::to_string(epochs),
-          total, out, ProgressOptions{.unit = "samples", .mode = mode, .line_percent_step = 100});
+          total, out,
+          ProgressOptions{.unit = "samples", .mode = mode, .line_percent_step = 100, .clock = {}});
     }
     state->bar->Update(done);
     if (done >= total) state->bar->Finish();

@@ -334,7 +334,8 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
   Progress progress("epoch " + std::to_string(epoch), n, stderr,
                     {.unit = "samples",
                      .mode = r.rank == 0 ? ProgressMode::kAuto : ProgressMode::kOff,
-                     .line_percent_step = 100});
+                     .line_percent_step = 100,
+                     .clock = {}});
   for (size_t begin = 0; begin < n; begin += global_batch, ++global_step, ++result.steps) {
     progress.Update(begin);
     COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/false));
