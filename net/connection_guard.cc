@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "net/link_monitor.h"
+
 namespace cohort::net {
 
 PendingConnections::PendingConnections(size_t cap, TimeMs expire_ms, TimeMs report_interval_ms)
@@ -151,23 +153,10 @@ void ConnectionGuard::Run() {
     } catch (const zmq::error_t&) {
       // EINTR, or the context is terminating: look at `stop_` again.
     }
-    // A v1 monitor event: 2 bytes event, 4 bytes value (native order), then
-    // a frame with an endpoint.
     for (int budget = 0; budget < 10000 && (item.revents & ZMQ_POLLIN); ++budget) {
-      zmq::message_t head;
-      if (!monitor_.recv(head, zmq::recv_flags::dontwait)) break;
-      bool more = head.more();
-      while (more) {
-        zmq::message_t rest;
-        if (!monitor_.recv(rest, zmq::recv_flags::none)) break;
-        more = rest.more();
-      }
-      if (head.size() != sizeof(uint16_t) + sizeof(uint32_t)) continue;
-      uint16_t event;
-      uint32_t value;
-      std::memcpy(&event, head.data(), sizeof(event));
-      std::memcpy(&value, static_cast<const char*>(head.data()) + sizeof(event), sizeof(value));
-      HandleEvent(event, value);
+      std::optional<MonitorEvent> e = ReceiveMonitorEvent(monitor_);
+      if (!e) break;
+      HandleEvent(e->event, e->value);
     }
     Report(/*flush=*/false);
   }

@@ -87,24 +87,27 @@ StatusOr<std::unique_ptr<LinkMonitor>> LinkMonitor::Watch(zmq::context_t& contex
 
 LinkMonitor::~LinkMonitor() { zmq_socket_monitor(watched_->handle(), nullptr, 0); }
 
+std::optional<MonitorEvent> ReceiveMonitorEvent(zmq::socket_t& monitor) {
+  zmq::message_t head;
+  if (!monitor.recv(head, zmq::recv_flags::dontwait)) return std::nullopt;
+  bool more = head.more();
+  while (more) {
+    zmq::message_t rest;
+    if (!monitor.recv(rest, zmq::recv_flags::none)) break;
+    more = rest.more();
+  }
+  MonitorEvent e;
+  if (head.size() != sizeof(e.event) + sizeof(e.value)) return e;
+  std::memcpy(&e.event, head.data(), sizeof(e.event));
+  std::memcpy(&e.value, static_cast<const char*>(head.data()) + sizeof(e.event), sizeof(e.value));
+  return e;
+}
+
 void LinkMonitor::Poll(TimeMs now) {
-  // A v1 monitor event: 2 bytes event, 4 bytes value (native order), then a
-  // frame with the endpoint.
   for (int budget = 0; budget < 1000; ++budget) {
-    zmq::message_t head;
-    if (!monitor_.recv(head, zmq::recv_flags::dontwait)) return;
-    bool more = head.more();
-    while (more) {
-      zmq::message_t rest;
-      if (!monitor_.recv(rest, zmq::recv_flags::none)) break;
-      more = rest.more();
-    }
-    if (head.size() != sizeof(uint16_t) + sizeof(uint32_t)) continue;
-    uint16_t event;
-    uint32_t value;
-    std::memcpy(&event, head.data(), sizeof(event));
-    std::memcpy(&value, static_cast<const char*>(head.data()) + sizeof(event), sizeof(value));
-    ApplyLinkEvent(events_, event, value, now);
+    std::optional<MonitorEvent> e = ReceiveMonitorEvent(monitor_);
+    if (!e) return;
+    ApplyLinkEvent(events_, e->event, e->value, now);
   }
 }
 

@@ -39,6 +39,15 @@ struct LinkEvents {
   bool up() const { return handshaken && (!disconnected || *disconnected < *handshaken); }
 };
 
+// One event from a ZeroMQ socket monitor (v1: 2 bytes event, 4 bytes value
+// in native order, then a frame with the endpoint).
+struct MonitorEvent {
+  uint16_t event = 0;  // ZMQ_EVENT_*; 0 for a malformed head (no such event).
+  uint32_t value = 0;
+};
+// The next queued event, without blocking; nullopt when none is queued.
+std::optional<MonitorEvent> ReceiveMonitorEvent(zmq::socket_t& monitor);
+
 // Folds one monitor event (ZMQ_EVENT_*, with its value) at `now` into `e`.
 void ApplyLinkEvent(LinkEvents& e, uint16_t event, uint32_t value, TimeMs now);
 
