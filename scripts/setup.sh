@@ -13,6 +13,8 @@ packages=(
   libopenblas-dev zlib1g-dev
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
+  # The cohort Python package (python/) and its tests and examples.
+  python3-dev python3-numpy pybind11-dev python3-pybind11 python3-torch libtorch-dev
 )
 # GCC's ASan and UBSan runtimes (`make test-asan`) come with build-essential.
 for group in "$@"; do
