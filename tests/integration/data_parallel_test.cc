@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <memory>
 
-#include "store/run_store.h"
 #include "datasets/shard.h"
+#include "store/run_store.h"
 #include "tests/integration/harness.h"
 
 namespace cohort::testing {
@@ -662,6 +662,38 @@ TEST_F(DataParallelTest, AWorkerWithoutARankSaysWhatIsMissing) {
                 &out, log),
       0);
   EXPECT_NE(ReadFile(log).find("no rank or world size"), std::string::npos) << ReadFile(log);
+}
+
+// Rank 0 holds the run directory's lock while it trains, and shows each
+// epoch's progress (a plain line per epoch off a terminal): a second rank 0
+// on the same run directory exits non-zero naming the first's pid, and the
+// first run's committed epochs stay and resume.
+TEST_F(DataParallelTest, RankZeroLocksTheRunDirectoryAndShowsEachEpoch) {
+  // Enough epochs that the first is still training when the second starts.
+  const std::string config = Config("lock.textproto", 8, false, 100000);
+  const std::string first_log = dir_ / "first.log";
+  auto first = Worker(config, "lock", 0, 1, "ipc://" + (dir_ / "first-meet"), first_log);
+  ASSERT_TRUE(WaitForText(first_log, "epoch 1: done, 2002 samples in ", std::chrono::seconds(60)))
+      << ReadFile(first_log);
+  std::string out;
+  const std::string second_log = dir_ / "second.log";
+  EXPECT_NE(RunCohort({"worker", "--config", config, "--run-dir", dir_ / "lock", "--rank", "0",
+                       "--world-size", "1", "--master", "ipc://" + (dir_ / "second-meet")},
+                      &out, second_log),
+            0);
+  const std::string second = ReadFile(second_log);
+  EXPECT_NE(second.find((dir_ / "lock") + " is in use by pid " + std::to_string(first->pid()) +
+                        " (cohort worker rank 0)"),
+            std::string::npos)
+      << second;
+  first->Signal(SIGKILL);
+  first->Wait();
+  // The first run is unharmed: its epochs are there, and it goes on.
+  const size_t committed = Epochs("lock").size();
+  ASSERT_GE(committed, 1u) << ReadFile(first_log);
+  const std::string more = Config("lock-more.textproto", 8, false, int(committed) + 1);
+  ASSERT_EQ(Launch(more, "lock", 1), 0) << ReadFile(dir_ / "lock.log");
+  EXPECT_EQ(Epochs("lock").size(), committed + 1);
 }
 
 }  // namespace
