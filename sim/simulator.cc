@@ -1,7 +1,6 @@
 #include "sim/simulator.h"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +24,7 @@
 #include "client/session.h"
 #include "common/clock.h"
 #include "common/env.h"
+#include "common/progress.h"
 #include "common/rng.h"
 #include "coordinator/open_run.h"
 #include "coordinator/report.h"
@@ -638,31 +638,35 @@ class Simulation {
                  aggregation::StageName(c.drop_stage));
   }
 
-  // The live line (a terminal only): clients trained of those sent a task
-  // this round, the time spent and what is left at that pace.
-  void ShowProgress(bool force = false) {
-    if (!tty_ || json_ || selected_ == 0) return;
-    const double now = display_env_->MonotonicSeconds();
-    if (!force && now - last_shown_ < 0.25) return;
-    last_shown_ = now;
-    const double spent = now - round_wall_start_;
-    const size_t done = std::min(trained_, selected_);
-    const double eta = done > 0 ? spent / done * double(selected_ - done) : 0;
-    std::fprintf(stderr, "\rround %u: %zu/%zu clients trained, %.1f s, ETA %.0f s   ", round_, done,
-                 selected_, spent, eta);
-    std::fflush(stderr);
+  // The live line (a terminal only): a bar of the clients trained of those
+  // sent a task this round, their rate and what is left at that pace
+  // (common/progress). Made at the round's first trained client, when every
+  // task of the round has been counted.
+  void ShowProgress() {
+    if (json_ || selected_ == 0) return;
+    if (!progress_) {
+      ProgressOptions options;
+      options.unit = "clients trained";
+      // Off a terminal the round lines on stdout are the plain lines.
+      if (Progress::AutoMode(stderr) != ProgressMode::kBar) options.mode = ProgressMode::kOff;
+      options.min_interval_s = 0.25;
+      options.clock = [env = display_env_] { return env->MonotonicSeconds(); };
+      progress_ = std::make_unique<Progress>("round " + std::to_string(round_), selected_, stderr,
+                                             std::move(options));
+    }
+    progress_->Update(std::min(trained_, selected_));
   }
   void CountTask(int i, const wire::Header& h) {
     if (h.task().round() != round_) {
       round_ = h.task().round();
       selected_ = trained_ = 0;
       counted_.clear();
-      round_wall_start_ = display_env_->MonotonicSeconds();
+      progress_.reset();
     }
     if (counted_.insert(i).second) ++selected_;
   }
   void ShowRound(const store::RoundRecord& r) {
-    if (tty_ && !json_) std::fprintf(stderr, "\r%70s\r", "");
+    if (progress_ && r.round == round_) progress_->Finish();
     if (!json_) {
       coordinator::PrintRound(r, config_.rounds().num_rounds());
       if (sample_ms_ > 0 || latency_ms_ > 0) {
@@ -687,11 +691,10 @@ class Simulation {
   // Training finished in wall time, waiting for its due virtual time.
   std::multimap<TimeMs, Finished> finished_;
   store::RunStore* store_;
-  bool tty_ = isatty(STDERR_FILENO) != 0;
   uint32_t round_ = 0;
   size_t selected_ = 0, trained_ = 0;
   std::set<int> counted_;
-  double round_wall_start_ = 0, last_shown_ = 0;
+  std::unique_ptr<Progress> progress_;  // This round's live line, once it has one.
   // The live line's clock: real time, since it tells a person how long a
   // round takes on this machine; nothing it reads is stored or decides.
   Env* display_env_ = Env::Default();
