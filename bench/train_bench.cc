@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (progress != "off" && progress != "bar") {
+    std::fprintf(stderr, "train_bench: --progress %s: must be off or bar\n", progress.c_str());
+    return 2;
+  }
   const char* dir_env = std::getenv("FMNIST_DIR");
   const std::string dir = dir_env ? dir_env : "/usr/share/datasets/fashion-mnist";
   auto train =

@@ -22,7 +22,9 @@ Status RunPlan(const PlanFlags& f) {
     return InvalidArgumentError("--clients " + std::to_string(f.clients) +
                                 ": must be between 1 and 10000000");
   }
-  COHORT_ASSIGN_OR_RETURN(config::RunConfig config, LoadConfig(f.config, 0));
+  StatusOr<config::RunConfig> loaded = LoadConfig(f.config, 0);
+  if (!loaded.ok()) return loaded.status().WithContext("--config");
+  const config::RunConfig& config = *loaded;
   const uint32_t clients =
       f.clients == -1 ? coordinator::FirstRoundClients(config) : static_cast<uint32_t>(f.clients);
   if (config.secagg().aggregation() != config::PLAIN) {
