@@ -103,6 +103,12 @@ class RunStore {
   // the model or the server velocity fails its CRC-32 or has an impossible
   // size; kNotFound when there is none.
   virtual StatusOr<Checkpoint> LatestCheckpoint() = 0;
+  // The checkpoint of `round`, checked as LatestCheckpoint's; kNotFound,
+  // naming the round, when the store holds none for it (never committed, or
+  // pruned by keep).
+  virtual StatusOr<Checkpoint> CheckpointAt(uint32_t round) = 0;
+  // The rounds whose checkpoints the store holds, ascending.
+  virtual StatusOr<std::vector<uint32_t>> CheckpointRounds() = 0;
   virtual StatusOr<std::vector<RoundRecord>> Rounds() = 0;
   virtual StatusOr<std::vector<ClientRoundRecord>> ClientRounds(uint32_t round) = 0;
 

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "store/run_reader.h"
+
 namespace cohort::store {
 namespace {
 
@@ -28,6 +30,7 @@ class ScratchDir {
   }
   ~ScratchDir() { std::filesystem::remove_all(path_); }
   std::string db() const { return path_ + "/run.db"; }
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
@@ -199,6 +202,70 @@ TEST(RunStoreTest, KeepsOnlyTheNewestCheckpoints) {
   r.round = 6;
   EXPECT_EQ(store->CommitRound(r, {}, Cp(6, 6), 0).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckpointRounds(dir.db()), (std::vector<uint32_t>{4, 5}));
+}
+
+// A kept round reads back by number, also through a read-only open; a
+// pruned or never-committed one is kNotFound naming the round.
+TEST(RunStoreTest, AKeptRoundsCheckpointReadsByItsNumber) {
+  ScratchDir dir("by_round");
+  {
+    auto store = std::move(OpenSqliteRunStore(dir.db())).value();
+    ASSERT_TRUE(store->CreateRun({"c", 1, "v", 0}, Cp(0, 0)).ok());
+    for (uint32_t i = 1; i <= 4; ++i) {
+      RoundRecord r;
+      r.round = i;
+      ASSERT_TRUE(store->CommitRound(r, {}, Cp(i, static_cast<float>(i)), 2).ok());
+    }
+  }
+  auto store = std::move(OpenSqliteRunStoreReadOnly(dir.db())).value();
+  EXPECT_EQ(*store->CheckpointRounds(), (std::vector<uint32_t>{3, 4}));
+  auto three = store->CheckpointAt(3);
+  ASSERT_TRUE(three.ok()) << three.status().ToString();
+  EXPECT_EQ(three->round, 3u);
+  EXPECT_EQ(three->model, std::vector<float>(5, 3.0f));
+  EXPECT_EQ(store->CheckpointAt(4)->model[0], 4.0f);
+  for (uint32_t gone : {1u, 9u}) {
+    const Status missing = store->CheckpointAt(gone).status();
+    EXPECT_EQ(missing.code(), StatusCode::kNotFound);
+    EXPECT_NE(missing.message().find("no checkpoint of round " + std::to_string(gone)),
+              std::string::npos)
+        << missing.ToString();
+  }
+}
+
+// What a user asks of a run directory (cohort.torch.load_run, cohort
+// export): the last committed round by default, any kept round by number,
+// and errors naming the directory and what is missing.
+TEST(RunReaderTest, ReadsTheLastCommittedRoundOrANamedOneAndNamesWhatIsMissing) {
+  ScratchDir dir("reader");
+  auto expect_error = [&](std::optional<uint32_t> round, StatusCode code, const std::string& what) {
+    const Status s = ReadRunCheckpoint(dir.path(), round).status();
+    EXPECT_EQ(s.code(), code) << s.ToString();
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.ToString();
+    EXPECT_EQ(s.message().rfind(dir.path(), 0), 0u) << s.ToString();
+  };
+  expect_error(std::nullopt, StatusCode::kNotFound, "no run database (run.db)");
+  {
+    const Status s = ReadRunCheckpoint(dir.path() + "/nope").status();
+    EXPECT_EQ(s.message(), dir.path() + "/nope: no such run directory");
+  }
+  auto store = std::move(OpenSqliteRunStore(dir.db())).value();
+  ASSERT_TRUE(store->CreateRun({"cfg", 1, "v", 0}, Cp(0, 0.5f)).ok());
+  expect_error(std::nullopt, StatusCode::kFailedPrecondition, "committed no round yet");
+  EXPECT_EQ(ReadRunCheckpoint(dir.path(), 0)->checkpoint.model[0], 0.5f);
+  for (uint32_t i = 1; i <= 3; ++i) {
+    RoundRecord r;
+    r.round = i;
+    ASSERT_TRUE(store->CommitRound(r, {}, Cp(i, static_cast<float>(i)), 2).ok());
+  }
+  auto last = ReadRunCheckpoint(dir.path());
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_EQ(last->checkpoint.round, 3u);
+  EXPECT_EQ(last->checkpoint.model[0], 3.0f);
+  EXPECT_EQ(last->info.config_text, "cfg");
+  EXPECT_EQ(ReadRunCheckpoint(dir.path(), 2)->checkpoint.model[0], 2.0f);
+  expect_error(4, StatusCode::kOutOfRange, "round 4 is past the last committed round, 3");
+  expect_error(1, StatusCode::kNotFound, "keeps the models of rounds 2 and 3");
 }
 
 TEST(RunStoreTest, VelocityIsCheckpointedWithTheModel) {

@@ -270,47 +270,36 @@ class SqliteRunStore final : public RunStore {
   }
 
   StatusOr<Checkpoint> LatestCheckpoint() override {
-    const std::string sql = "SELECT round, model, velocity, model_crc32, " +
-                            columns_["checkpoints.velocity_crc32"] + ", " +
-                            columns_["checkpoints.optimizer_steps"] +
-                            " FROM checkpoints ORDER BY round DESC LIMIT 1";
-    Statement s(db_, sql.c_str());
+    Statement s(db_, CheckpointSql("ORDER BY round DESC LIMIT 1").c_str());
     if (!s.ok()) return Error("load checkpoint");
     const int rc = sqlite3_step(s.get());
     if (rc == SQLITE_DONE) return NotFoundError("run store has no checkpoint");
     if (rc != SQLITE_ROW) return Error("load checkpoint");
-    Checkpoint cp;
-    cp.round = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 0));
-    const std::string what = "run store: checkpoint of round " + std::to_string(cp.round);
-    const int model_bytes = sqlite3_column_bytes(s.get(), 1);
-    const int velocity_bytes = sqlite3_column_bytes(s.get(), 2);
-    if (model_bytes == 0 || model_bytes % sizeof(float) != 0) {
-      return DataLossError(what + ": model has " + std::to_string(model_bytes) +
-                           " bytes, not a positive multiple of 4");
+    return CheckpointFromRow(s.get());
+  }
+
+  StatusOr<Checkpoint> CheckpointAt(uint32_t round) override {
+    Statement s(db_, CheckpointSql("WHERE round = ?").c_str());
+    if (!s.ok()) return Error("load checkpoint");
+    sqlite3_bind_int64(s.get(), 1, round);
+    const int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_DONE) {
+      return NotFoundError("run store has no checkpoint of round " + std::to_string(round));
     }
-    if (velocity_bytes != 0 && velocity_bytes != model_bytes && velocity_bytes != 2 * model_bytes) {
-      return DataLossError(what + ": optimizer state has " + std::to_string(velocity_bytes) +
-                           " bytes, not 0, 1 or 2 times the model's " +
-                           std::to_string(model_bytes));
+    if (rc != SQLITE_ROW) return Error("load checkpoint");
+    return CheckpointFromRow(s.get());
+  }
+
+  StatusOr<std::vector<uint32_t>> CheckpointRounds() override {
+    Statement s(db_, "SELECT round FROM checkpoints ORDER BY round");
+    if (!s.ok()) return Error("read checkpoint rounds");
+    std::vector<uint32_t> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      out.push_back(static_cast<uint32_t>(sqlite3_column_int64(s.get(), 0)));
     }
-    cp.model = Floats(s.get(), 1);
-    cp.velocity = Floats(s.get(), 2);
-    const int64_t steps = sqlite3_column_int64(s.get(), 5);
-    if (steps < 0) return DataLossError(what + ": negative optimizer step count");
-    cp.optimizer_steps = static_cast<uint64_t>(steps);
-    const auto stored_model_crc = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 3));
-    if (const uint32_t crc = FloatsCrc(cp.model); crc != stored_model_crc) {
-      return DataLossError(what + ": model fails its CRC-32 (stored " + Hex32(stored_model_crc) +
-                           ", computed " + Hex32(crc) + ")");
-    }
-    if (sqlite3_column_type(s.get(), 4) != SQLITE_NULL) {
-      const auto stored = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 4));
-      if (const uint32_t crc = FloatsCrc(cp.velocity); crc != stored) {
-        return DataLossError(what + ": server velocity fails its CRC-32 (stored " + Hex32(stored) +
-                             ", computed " + Hex32(crc) + ")");
-      }
-    }
-    return cp;
+    if (rc != SQLITE_DONE) return Error("read checkpoint rounds");
+    return out;
   }
 
   StatusOr<std::vector<RoundRecord>> Rounds() override {
@@ -377,6 +366,48 @@ class SqliteRunStore final : public RunStore {
   }
 
  private:
+  // The checkpoint columns CheckpointFromRow reads, then `tail`.
+  std::string CheckpointSql(const std::string& tail) {
+    return "SELECT round, model, velocity, model_crc32, " + columns_["checkpoints.velocity_crc32"] +
+           ", " + columns_["checkpoints.optimizer_steps"] + " FROM checkpoints " + tail;
+  }
+
+  // One row of CheckpointSql, its sizes and checksums verified.
+  StatusOr<Checkpoint> CheckpointFromRow(sqlite3_stmt* row) {
+    Checkpoint cp;
+    cp.round = static_cast<uint32_t>(sqlite3_column_int64(row, 0));
+    const std::string what = "run store: checkpoint of round " + std::to_string(cp.round);
+    const int model_bytes = sqlite3_column_bytes(row, 1);
+    const int velocity_bytes = sqlite3_column_bytes(row, 2);
+    if (model_bytes == 0 || model_bytes % sizeof(float) != 0) {
+      return DataLossError(what + ": model has " + std::to_string(model_bytes) +
+                           " bytes, not a positive multiple of 4");
+    }
+    if (velocity_bytes != 0 && velocity_bytes != model_bytes && velocity_bytes != 2 * model_bytes) {
+      return DataLossError(what + ": optimizer state has " + std::to_string(velocity_bytes) +
+                           " bytes, not 0, 1 or 2 times the model's " +
+                           std::to_string(model_bytes));
+    }
+    cp.model = Floats(row, 1);
+    cp.velocity = Floats(row, 2);
+    const int64_t steps = sqlite3_column_int64(row, 5);
+    if (steps < 0) return DataLossError(what + ": negative optimizer step count");
+    cp.optimizer_steps = static_cast<uint64_t>(steps);
+    const auto stored_model_crc = static_cast<uint32_t>(sqlite3_column_int64(row, 3));
+    if (const uint32_t crc = FloatsCrc(cp.model); crc != stored_model_crc) {
+      return DataLossError(what + ": model fails its CRC-32 (stored " + Hex32(stored_model_crc) +
+                           ", computed " + Hex32(crc) + ")");
+    }
+    if (sqlite3_column_type(row, 4) != SQLITE_NULL) {
+      const auto stored = static_cast<uint32_t>(sqlite3_column_int64(row, 4));
+      if (const uint32_t crc = FloatsCrc(cp.velocity); crc != stored) {
+        return DataLossError(what + ": server velocity fails its CRC-32 (stored " + Hex32(stored) +
+                             ", computed " + Hex32(crc) + ")");
+      }
+    }
+    return cp;
+  }
+
   // Each column that older stores lack, as a query reads it: the column,
   // or the default Init adds it with.
   Status ResolveColumns() {
