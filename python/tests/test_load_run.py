@@ -1,0 +1,271 @@
+"""cohort.run_model.load_run (issue 32, item 6; acceptance 5, the round trip).
+
+A real LeNet-5 run on a slice of Fashion-MNIST (a coordinator and client
+processes on 127.0.0.1, port 0), loaded into PyTorch: its test accuracy is
+what `cohort status` reports. The layouts are checked against Cohort's own
+forward pass on layer lists where the permutations matter, and bad input
+gets errors that name it.
+
+    python3 test_load_run.py PATH/TO/cohort   (PYTHONPATH=build/python)
+"""
+
+import gzip
+import json
+import os
+import shutil
+import sqlite3
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+from cohort import _model
+from cohort.run_model import load_run, load_shard, sequential
+
+COHORT = sys.argv[1] if len(sys.argv) > 1 else "build/cli/cohort"
+FMNIST = os.environ.get("FMNIST_DIR", "/usr/share/datasets/fashion-mnist")
+
+CONFIG = """
+name: "load-run-test"
+seed: 0
+mode: FEDERATED
+data {{ test_shard: "{test_shard}" }}
+model {{ arch: "lenet5" }}
+train {{ local_epochs: 3 batch_size: 16 learning_rate: 0.05 }}
+rounds {{ num_rounds: 3 start_clients: 3 min_clients: 3 keep_checkpoints: 2 }}
+secagg {{ aggregation: PLAIN }}
+"""
+
+
+def write_idx_slice(src_dir, out_dir, name, count):
+    """The first `count` items of an IDX file as a plain IDX file."""
+    with gzip.open(os.path.join(src_dir, name + ".gz"), "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
+    item = int(np.prod(shape[1:], dtype=np.int64)) if dims > 1 else 1
+    body = data[4 + 4 * dims:4 + 4 * dims + count * item]
+    path = os.path.join(out_dir, name)
+    with open(path, "wb") as f:
+        f.write(data[:4] + struct.pack(">I", count) + data[8:4 + 4 * dims] + body)
+    return path
+
+
+def run(*args, **kwargs):
+    return subprocess.run([COHORT, *args], check=True, capture_output=True,
+                          text=True, **kwargs)
+
+
+def start_coordinator(config_path, run_dir):
+    """A coordinator on 127.0.0.1:0; returns it once it has announced its
+    endpoint (its run store then holds round 0)."""
+    proc = subprocess.Popen(
+        [COHORT, "coordinator", "--config", config_path, "--run-dir", run_dir,
+         "--bind", "tcp://127.0.0.1:0", "--insecure"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("coordinator listening on "):
+        proc.kill()
+        raise RuntimeError(f"coordinator did not start: {line!r}")
+    return proc, line.split()[-1]
+
+
+def status_rounds(run_dir):
+    out = run("status", "--run-dir", run_dir, "--json").stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def evaluate(model, x, y):
+    """Accuracy and mean cross-entropy of `model` on (x, y), in PyTorch."""
+    with torch.no_grad():
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits, y, reduction="sum")
+        correct = (logits.argmax(1) == y).sum().item()
+    return correct / len(y), loss.item() / len(y)
+
+
+class RoundTripTest(unittest.TestCase):
+    """One federated LeNet-5 run, shared by the tests below."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.isdir(FMNIST):
+            raise unittest.SkipTest(f"{FMNIST}: no Fashion-MNIST here")
+        cls.tmp = tempfile.mkdtemp(prefix="cohort_load_run_")
+        raw = os.path.join(cls.tmp, "raw")
+        os.makedirs(raw)
+        idx = {}
+        for name, count in [("train-images-idx3-ubyte", 1500),
+                            ("train-labels-idx1-ubyte", 1500),
+                            ("t10k-images-idx3-ubyte", 1000),
+                            ("t10k-labels-idx1-ubyte", 1000)]:
+            idx[name] = write_idx_slice(FMNIST, raw, name, count)
+        shards = os.path.join(cls.tmp, "shards")
+        run("partition", "--format", "idx",
+            "--train-images", idx["train-images-idx3-ubyte"],
+            "--train-labels", idx["train-labels-idx1-ubyte"],
+            "--test-images", idx["t10k-images-idx3-ubyte"],
+            "--test-labels", idx["t10k-labels-idx1-ubyte"],
+            "--clients", "3", "--scheme", "iid", "--seed", "0",
+            "--out", shards)
+        cls.test_shard = os.path.join(shards, "test.shard")
+        cls.config = os.path.join(cls.tmp, "run.textproto")
+        with open(cls.config, "w") as f:
+            f.write(CONFIG.format(test_shard=cls.test_shard))
+        cls.run_dir = os.path.join(cls.tmp, "run")
+        coordinator, endpoint = start_coordinator(cls.config, cls.run_dir)
+        clients = [subprocess.Popen(
+            [COHORT, "client", "--coordinator", endpoint, "--insecure",
+             "--data", os.path.join(shards, f"client-{k:03d}.shard")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for k in range(3)]
+        try:
+            coordinator.communicate(timeout=120)  # Drains its stdout.
+            if coordinator.returncode != 0:
+                raise RuntimeError("the coordinator failed")
+        finally:
+            for p in clients + [coordinator]:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+        cls.rounds = status_rounds(cls.run_dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_the_loaded_model_has_the_accuracy_cohort_status_reports(self):
+        model = load_run(self.run_dir)
+        self.assertEqual(model.cohort_round, 3)
+        self.assertIsInstance(model, torch.nn.Sequential)
+        self.assertEqual(
+            [type(m).__name__ for m in model],
+            ["Conv2d", "ReLU", "MaxPool2d", "Conv2d", "ReLU", "MaxPool2d",
+             "Flatten", "Linear", "ReLU", "Linear", "ReLU", "Linear"])
+        self.assertEqual(tuple(model.state_dict()["3.weight"].shape),
+                         (16, 6, 5, 5))
+        x, y = load_shard(self.test_shard, model.cohort_input_shape)
+        self.assertEqual(tuple(x.shape), (1000, 1, 28, 28))
+        accuracy, loss = evaluate(model, x, y)
+        last = self.rounds[-1]
+        self.assertEqual(last["round"], 3)
+        print(f"round 3: cohort status test_accuracy {last['test_accuracy']:.6f}"
+              f" test_loss {last['test_loss']:.6f}; PyTorch {accuracy:.6f}"
+              f" {loss:.6f}", file=sys.stderr)
+        self.assertAlmostEqual(accuracy, last["test_accuracy"], delta=1e-4)
+        self.assertAlmostEqual(loss, last["test_loss"], delta=1e-4)
+
+    def test_an_earlier_kept_round_loads_with_its_own_accuracy(self):
+        model = load_run(self.run_dir, round=2)
+        self.assertEqual(model.cohort_round, 2)
+        x, y = load_shard(self.test_shard, model.cohort_input_shape)
+        accuracy, _ = evaluate(model, x, y)
+        self.assertAlmostEqual(accuracy, self.rounds[1]["test_accuracy"],
+                               delta=1e-4)
+        last = load_run(self.run_dir).state_dict()["0.weight"]
+        self.assertFalse(torch.equal(model.state_dict()["0.weight"], last))
+
+    def test_a_round_past_the_last_or_not_kept_is_named(self):
+        with self.assertRaisesRegex(
+                LookupError, "round 4 is past the last committed round, 3"):
+            load_run(self.run_dir, round=4)
+        # keep_checkpoints: 2 keeps rounds 2 and 3.
+        with self.assertRaisesRegex(
+                LookupError, "round 1's model was not kept.*rounds 2 and 3"):
+            load_run(self.run_dir, round=1)
+        with self.assertRaisesRegex(TypeError, "round must be an int"):
+            load_run(self.run_dir, round="3")
+
+    def test_a_missing_directory_or_run_store_is_named(self):
+        missing = os.path.join(self.tmp, "no-such-run")
+        with self.assertRaisesRegex(FileNotFoundError,
+                                    f"{missing}: no such run directory"):
+            load_run(missing)
+        with self.assertRaisesRegex(FileNotFoundError,
+                                    "no run database \\(run.db\\)"):
+            load_run(os.path.join(self.tmp, "shards"))
+
+    def test_a_model_the_clients_bring_is_refused_naming_model_external(self):
+        other = os.path.join(self.tmp, "external")
+        os.makedirs(other)
+        shutil.copy(os.path.join(self.run_dir, "run.db"), other)
+        db = sqlite3.connect(os.path.join(other, "run.db"))
+        (text,) = db.execute("SELECT config FROM runs").fetchone()
+        start = text.index("model {")
+        end = text.index("\n}\n", start) + 3
+        n = _model.num_params(text)
+        text = (text[:start] + f"model {{\n  external {{\n    num_params: {n}\n  }}\n}}\n"
+                + text[end:])
+        db.execute("UPDATE runs SET config = ?", (text,))
+        db.commit()
+        db.close()
+        with self.assertRaisesRegex(ValueError, "model.external"):
+            load_run(other)
+
+    def test_a_run_without_a_committed_round_is_named_while_its_coordinator_holds_the_lock(self):
+        run_dir = os.path.join(self.tmp, "waiting")
+        coordinator, _ = start_coordinator(self.config, run_dir)
+        try:
+            # The coordinator waits for clients, holding RUN_DIR/LOCK.
+            with self.assertRaisesRegex(LookupError,
+                                        "committed no round yet"):
+                load_run(run_dir)
+            initial = load_run(run_dir, round=0)
+            self.assertEqual(initial.cohort_round, 0)
+        finally:
+            coordinator.kill()
+            coordinator.communicate()
+
+
+# Layer lists where both permutations matter: several channels into a conv,
+# stride and padding, a flatten of a multi-channel image.
+TWO_CONVS = """
+model {
+  input_shape { channels: 3 height: 9 width: 8 }
+  num_classes: 5
+  layers { conv2d { out_channels: 4 kernel_size: 3 padding: 1 } }
+  layers { relu {} }
+  layers { conv2d { out_channels: 6 kernel_size: 2 stride: 2 } }
+  layers { max_pool2d { kernel_size: 2 stride: 1 } }
+  layers { flatten {} }
+  layers { linear { out_features: 7 } }
+  layers { relu {} }
+  layers { linear { out_features: 5 } }
+}
+"""
+MLP = 'model { arch: "mlp" input_dim: 12 hidden: 6 hidden: 5 num_classes: 3 }'
+
+
+class LayoutTest(unittest.TestCase):
+    def check_against_cohort(self, config, features):
+        rng = np.random.default_rng(7)
+        n = _model.num_params(config)
+        flat = rng.normal(0, 0.5, n).astype(np.float32)
+        model = sequential(_model.to_torch(config, flat))
+        x = rng.normal(0, 1, (11, features)).astype(np.float32)
+        expected = _model.native_logits(config, flat, x)
+        with torch.no_grad():
+            got = model(torch.from_numpy(x).reshape(11, *model.cohort_input_shape))
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-4, atol=1e-4)
+        torch_order = np.concatenate(
+            [t.detach().numpy().ravel() for t in model.state_dict().values()])
+        np.testing.assert_array_equal(_model.from_torch(config, torch_order), flat)
+
+    def test_two_convolutions_of_several_channels_match_cohorts_forward_pass(self):
+        self.check_against_cohort(TWO_CONVS, 3 * 9 * 8)
+
+    def test_an_mlp_matches_cohorts_forward_pass(self):
+        self.check_against_cohort(MLP, 12)
+
+    def test_a_vector_of_another_length_names_both_sizes(self):
+        with self.assertRaisesRegex(
+                ValueError, "model: 3 parameters given, the model has 131"):
+            _model.to_torch(MLP, np.zeros(3, np.float32))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
