@@ -10,22 +10,16 @@
 #include <optional>
 #include <thread>
 
+#include "client/local_trainer.h"
 #include "client/session.h"
-#include "client/site.h"
 #include "client/wait_report.h"
 #include "common/clock.h"
 #include "crypto/key_files.h"
-#include "datasets/shard.h"
 #include "net/curve.h"
 #include "net/endpoint.h"
 #include "net/link_monitor.h"
 #include "net/zmq_codec.h"
-#include "proto/config_io.h"
-#include "train/backend.h"
-#include "train/device.h"
-#include "train/model_config.h"
 #include "train/train_progress.h"
-#include "train/trainer.h"
 
 namespace cohort::client {
 namespace {
@@ -47,29 +41,6 @@ void KeepLargeBuffers() {
 #endif
 }
 
-// This client's shard, in host memory and (for the whole run) in backend
-// memory.
-struct LocalData {
-  datasets::Dataset data;
-  std::unique_ptr<train::Backend> backend;
-  std::unique_ptr<train::DeviceDataset> device_data;
-};
-
-StatusOr<LocalData> LoadLocalData(const ClientOptions& options) {
-  LocalData local;
-  COHORT_ASSIGN_OR_RETURN(local.data, datasets::ReadShard(options.data));
-  spdlog::info("loaded {} samples from {}", local.data.size(), options.data);
-  std::string device_note;
-  COHORT_ASSIGN_OR_RETURN(
-      local.backend,
-      train::NewBackend({.device = options.device, .threads = options.threads}, &device_note));
-  if (!device_note.empty()) spdlog::info("{}", device_note);
-  spdlog::info("training on {}", local.backend->Name());
-  COHORT_ASSIGN_OR_RETURN(local.device_data,
-                          train::DeviceDataset::Upload(local.backend.get(), local.data));
-  return local;
-}
-
 // The DEALER socket to the coordinator, not yet connected.
 zmq::socket_t CoordinatorSocket(zmq::context_t& context) {
   zmq::socket_t socket(context, zmq::socket_type::dealer);
@@ -89,34 +60,6 @@ zmq::socket_t CoordinatorSocket(zmq::context_t& context) {
 StatusOr<crypto::Ed25519KeyPair> LoadOrGenerateIdentity(const ClientOptions& options) {
   if (!options.identity.empty()) return crypto::LoadIdentity(options.identity);
   return crypto::GenerateEd25519();
-}
-
-// Rank 0 of the site's group (options.site_size > 1), on `site_context`.
-StatusOr<std::unique_ptr<Site>> JoinSite(const ClientOptions& options, zmq::context_t& site_context,
-                                         const crypto::Ed25519KeyPair& identity, LocalData& local) {
-  net::GroupOptions group{.rank = 0,
-                          .size = options.site_size,
-                          .master = options.site_master,
-                          .transport = options.site_transport,
-                          .host = options.site_host,
-                          .encrypt = options.site_encrypt,
-                          .insecure = options.site_insecure};
-  if (!options.site_allow.empty()) {
-    if (options.identity.empty()) {
-      return InvalidArgumentError(
-          "client: --site-allow needs --identity (the key the site's workers pin)");
-    }
-    // This client is rank 0: its own key is the one the workers pin.
-    COHORT_ASSIGN_OR_RETURN(group.allowlist, crypto::LoadAllowlist(options.site_allow));
-    group.identity = &identity;
-    group.master_key = identity.public_key;
-  }
-  COHORT_ASSIGN_OR_RETURN(
-      std::unique_ptr<Site> site,
-      Site::Join(site_context, group, local.backend.get(), local.device_data.get()));
-  spdlog::info("site of {} ranks ({}): {} samples, {} of them here", site->size(),
-               net::Describe(group), site->total_samples(), local.data.size());
-  return site;
 }
 
 // CURVE with the pinned coordinator key (unless --insecure), then connect.
@@ -187,12 +130,11 @@ struct Job {
 // and the one training job, whose thread signals its end on an inproc pair.
 class EventLoop {
  public:
-  EventLoop(const ClientOptions& options, LocalData& local, Site* site,
+  EventLoop(const ClientOptions& options, LocalTrainer& trainer,
             const crypto::Ed25519KeyPair* identity, zmq::context_t& context, zmq::socket_t& socket,
             net::LinkMonitor& link)
       : options_(options),
-        local_(local),
-        site_(site),
+        trainer_(trainer),
         socket_(socket),
         link_(link),
         waits_({.coordinator = options.coordinator,
@@ -202,9 +144,9 @@ class EventLoop {
         done_rx_(context, zmq::socket_type::pair),
         done_tx_(context, zmq::socket_type::pair),
         session_(
-            options.name, site != nullptr ? site->total_samples() : local.data.size(),
-            [this](const config::ModelConfig& config) { return BuildModel(config); }, identity,
-            FaultPlan{options.fault_stage, options.fault_round, options.fault_misbehave},
+            options.name, trainer.num_samples(),
+            [&trainer](const config::ModelConfig& config) { return trainer.BuildModel(config); },
+            identity, FaultPlan{options.fault_stage, options.fault_round, options.fault_misbehave},
             DumpInputs(options)) {
     done_rx_.bind("inproc://training-done");
     done_tx_.connect("inproc://training-done");
@@ -234,7 +176,7 @@ class EventLoop {
     }
     StopJob();
     if (!exit_) Apply(session_.Leave(SteadyNowMs()));  // Sent within the socket's linger.
-    if (site_ != nullptr) site_->Finish();
+    trainer_.Finish();
     return exit_.value_or(CancelledError("stopped"));
   }
 
@@ -250,19 +192,6 @@ class EventLoop {
     } else {
       spdlog::warn("{}", *line);
     }
-  }
-
-  // The session's ModelBuilder.
-  StatusOr<size_t> BuildModel(const config::ModelConfig& config) {
-    // The coordinator's model is untrusted: the same caps as a config
-    // file's, before anything is allocated for it.
-    config::RunConfig check;
-    *check.mutable_model() = config;
-    COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(check).WithContext("coordinator's model"));
-    COHORT_ASSIGN_OR_RETURN(model_, train::BuildModel(config, local_.backend.get()));
-    COHORT_RETURN_IF_ERROR(train::CheckCompatible(*model_, local_.data).WithContext(options_.data));
-    model_config_ = config;
-    return model_->num_params();
   }
 
   void Apply(Actions a) {
@@ -290,10 +219,7 @@ class EventLoop {
     job_->task.options.progress = train::EpochProgress("round " + std::to_string(job_->task.round),
                                                        job_->task.options.epochs, stderr);
     worker_ = std::thread([this, j = job_.get()]() {
-      j->result = site_ != nullptr
-                      ? site_->Train(model_config_, *model_, j->local, j->task.options, &j->cancel)
-                      : train::TrainLocal(*model_, j->local, *local_.device_data, j->task.options,
-                                          &j->cancel);
+      j->result = trainer_.Train(j->task, j->local, &j->cancel);
       // The signal names its task: a cancelled job's signal is recognised
       // as stale. This PAIR end is used only by the one live worker.
       const uint64_t id = j->task.task_id;
@@ -337,14 +263,11 @@ class EventLoop {
   }
 
   const ClientOptions& options_;
-  LocalData& local_;
-  Site* site_;
+  LocalTrainer& trainer_;
   zmq::socket_t& socket_;
   net::LinkMonitor& link_;
   WaitReporter waits_;
   zmq::socket_t done_rx_, done_tx_;
-  std::unique_ptr<train::Model> model_;
-  config::ModelConfig model_config_;  // What `model_` was built from (the site's workers need it).
   Session session_;
   std::unique_ptr<Job> job_;
   std::thread worker_;
@@ -354,29 +277,28 @@ class EventLoop {
 
 }  // namespace
 
-Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
+Status RunClient(const ClientOptions& options, LocalTrainer& trainer,
+                 const std::atomic<bool>& stop) {
   KeepLargeBuffers();
-  COHORT_ASSIGN_OR_RETURN(LocalData local, LoadLocalData(options));
   zmq::context_t context(1);
   zmq::socket_t socket = CoordinatorSocket(context);
   COHORT_ASSIGN_OR_RETURN(const crypto::Ed25519KeyPair identity, LoadOrGenerateIdentity(options));
-  // The site's group, on a context of its own (its ZAP handler, when the
-  // site runs over tcp).
-  zmq::context_t site_context(1);
-  std::unique_ptr<Site> site;
-  if (options.site_size > 1) {
-    COHORT_ASSIGN_OR_RETURN(site, JoinSite(options, site_context, identity, local));
-  }
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<net::LinkMonitor> link,
                           net::LinkMonitor::Watch(context, socket, SteadyNowMs()));
   COHORT_RETURN_IF_ERROR(ConnectToCoordinator(options, identity, socket));
   COHORT_ASSIGN_OR_RETURN(std::vector<crypto::Ed25519Public> peers, LoadPeers(options));
 
-  EventLoop loop(options, local, site.get(), &identity, context, socket, *link);
+  EventLoop loop(options, trainer, &identity, context, socket, *link);
   if (!peers.empty()) loop.session().set_peers(std::move(peers));
   if (options.require_secure) loop.session().set_require_secure(true);
   loop.session().set_min_corrupt_fraction(options.corrupt_fraction);
   return loop.Run(stop);
+}
+
+Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop) {
+  KeepLargeBuffers();
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<LocalTrainer> trainer, NewNativeTrainer(options));
+  return RunClient(options, *trainer, stop);
 }
 
 }  // namespace cohort::client

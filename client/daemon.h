@@ -9,6 +9,7 @@
 #include <string>
 
 #include "aggregation/secagg_stage.h"
+#include "client/local_trainer.h"
 #include "common/status.h"
 
 namespace cohort::client {
@@ -63,8 +64,15 @@ struct ClientOptions {
 };
 
 // Runs until the coordinator says the run is finished (OK) or `stop` becomes
-// true (kCancelled). kFailedPrecondition when the coordinator rejects this
-// client or its model does not fit the local data.
+// true (kCancelled; a Goodbye tells the coordinator). kFailedPrecondition
+// when the coordinator rejects this client or its model does not fit the
+// local data. `trainer` (not owned) trains each task, on a worker thread of
+// this call; options.data, device, threads and site_* are the native
+// trainer's and are not read here.
+Status RunClient(const ClientOptions& options, LocalTrainer& trainer,
+                 const std::atomic<bool>& stop);
+
+// The native client: RunClient with NewNativeTrainer(options).
 Status RunClient(const ClientOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace cohort::client

@@ -84,6 +84,15 @@ void Session::Refuse(const Status& why, Actions& a) {
   secagg_.reset();
 }
 
+void Session::LeaveTask(uint64_t task_id, Actions& a) {
+  if (secagg_ && secagg_->task_id == task_id) secagg_.reset();
+  // The coordinator closes this client's part of the round now, as a
+  // dropout, rather than at its deadline; the client stays for the next.
+  wire::Header h = Header();
+  h.mutable_goodbye()->set_task_id(task_id);
+  a.send.push_back({std::move(h), {}, {}});
+}
+
 void Session::Send(wire::Header header, std::vector<float> payload, TimeMs now, Actions& a) {
   last_sent_ = now;
   a.send.push_back({std::move(header), std::move(payload), {}});
@@ -155,7 +164,10 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
   TrainTask task = std::move(*running_);
   running_.reset();
   if (!result.ok()) {
-    env_->Log().error("round {}: training failed: {}", task.round, result.status().message());
+    env_->Log().error("round {}: training failed: {}; leaving the round", task.round,
+                      result.status().message());
+    LeaveTask(task.task_id, a);
+    outgoing_.Apply(a);
     return a;
   }
   last_completed_task_ = task_id;

@@ -120,6 +120,26 @@ TEST_F(SessionTest, TaskTrainsOnceAndSendsTheDelta) {
   EXPECT_FALSE(s.OnMessage(Task(1, 7, {1, 2, 3, 4}), 50).train.has_value());
 }
 
+// A training that fails (a Python fit that raised or returned a bad value)
+// leaves its round at once, as a dropout the coordinator sees, and the
+// client trains the next round.
+TEST_F(SessionTest, AFailedTrainingLeavesItsRoundAndTheNextRoundTrains) {
+  Session s = Make();
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  ASSERT_TRUE(s.OnMessage(Task(1, 7, {1, 2, 3, 4}), 20).train.has_value());
+  std::vector<float> local = {1, 2, 3, 4};
+  Actions a = s.OnTrainingDone(7, InvalidArgumentError("fit returned 3 values; the model has 4"),
+                               local, 30);
+  ASSERT_EQ(a.send.size(), 1u);  // A goodbye to the round; no update.
+  EXPECT_TRUE(a.send[0].header.has_goodbye());
+  EXPECT_EQ(a.send[0].header.goodbye().task_id(), 7u);
+  ASSERT_TRUE(s.OnMessage(Task(2, 8, {1, 2, 3, 4}), 40).train.has_value());
+  a = s.OnTrainingDone(8, train::TrainResult{}, local, 50);
+  ASSERT_EQ(a.send.size(), 1u);
+  EXPECT_EQ(a.send[0].header.update().task_id(), 8u);
+}
+
 TEST_F(SessionTest, TheTasksOptimizerSettingsReachTraining) {
   Session s = Make();
   s.Start(0);

@@ -1,0 +1,341 @@
+// cohort._client: the federated client's daemon (client/daemon.h) with the
+// user's Python `fit` as its LocalTrainer. The protocol, CURVE and SecAgg+
+// run in C++ on a thread of their own, without the GIL; the thread that
+// called Client.run() holds the GIL only to call `fit` (and to check for
+// Ctrl-C), so `fit` runs on the caller's thread, as a plain loop would.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "client/daemon.h"
+#include "client/local_trainer.h"
+#include "common/env.h"
+#include "common/logging.h"
+#include "python/cohort/fit_bridge.h"
+#include "python/cohort/fit_result.h"
+#include "train/backend.h"
+#include "train/device.h"
+#include "train/model_config.h"
+
+namespace py = pybind11;
+
+namespace cohort::python {
+namespace {
+
+// What the coordinator asks of one round, as `fit` sees it.
+struct PyTask {
+  uint32_t round = 0;
+  uint64_t task_id = 0;
+  uint64_t seed = 0;
+  uint32_t epochs = 0;
+  uint32_t batch_size = 0;
+  std::string optimizer;
+  double learning_rate = 0, momentum = 0, weight_decay = 0;
+  bool secure = false;
+  uintptr_t buffer_address = 0;  // Of the C++ buffer `fit`'s array views (tests).
+};
+
+const char* OptimizerName(train::OptimizerKind kind) {
+  switch (kind) {
+    case train::OptimizerKind::kSgd:
+      return "sgd";
+    case train::OptimizerKind::kAdam:
+      return "adam";
+    case train::OptimizerKind::kAdamW:
+      return "adamw";
+  }
+  return "sgd";
+}
+
+PyTask ToPyTask(const client::TrainTask& t, std::span<float> params) {
+  const train::OptimizerOptions& o = t.options.optimizer;
+  return {.round = t.round,
+          .task_id = t.task_id,
+          .seed = t.options.seed,
+          .epochs = t.options.epochs,
+          .batch_size = t.options.batch_size,
+          .optimizer = OptimizerName(o.kind),
+          .learning_rate = o.learning_rate,
+          .momentum = o.momentum,
+          .weight_decay = o.weight_decay,
+          .secure = t.secure,
+          .buffer_address = reinterpret_cast<uintptr_t>(params.data())};
+}
+
+// The parameter count of the coordinator's model: an external model's
+// stated count, or a native model's as Cohort's engine builds it.
+StatusOr<size_t> CoordinatorModelSize(const config::ModelConfig& config) {
+  if (config.has_external()) {
+    const uint64_t n = config.external().num_params();
+    if (n == 0 || n > (uint64_t{1} << 32)) {
+      return InvalidArgumentError("coordinator's model: external.num_params " + std::to_string(n) +
+                                  " is out of range (1 to 2^32)");
+    }
+    return static_cast<size_t>(n);
+  }
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<train::Backend> cpu,
+                          train::NewBackend({.device = "cpu", .threads = 1}));
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<train::Model> model,
+                          train::BuildModel(config, cpu.get()));
+  return model->num_params();
+}
+
+// The LocalTrainer whose Train hands each task to the Python thread.
+class PyTrainer final : public client::LocalTrainer {
+ public:
+  PyTrainer(uint64_t num_samples, std::optional<size_t> num_params, FitBridge& bridge)
+      : num_samples_(num_samples), num_params_(num_params), bridge_(bridge) {}
+
+  uint64_t num_samples() const override { return num_samples_; }
+
+  StatusOr<size_t> BuildModel(const config::ModelConfig& config) override {
+    COHORT_ASSIGN_OR_RETURN(size_t n, CoordinatorModelSize(config));
+    if (num_params_ && *num_params_ != n) {
+      return FailedPreconditionError("the coordinator's model has " + std::to_string(n) +
+                                     " parameters; this client's has " +
+                                     std::to_string(*num_params_) +
+                                     " (Client(num_params=" + std::to_string(*num_params_) + "))");
+    }
+    return n;
+  }
+
+  StatusOr<train::TrainResult> Train(const client::TrainTask& task, std::span<float> params,
+                                     const std::atomic<bool>* cancel) override {
+    return bridge_.Train(task, params, cancel);
+  }
+
+ private:
+  uint64_t num_samples_;
+  std::optional<size_t> num_params_;
+  FitBridge& bridge_;
+};
+
+// Calls the user's fit on the Python thread (GIL held) for one task.
+StatusOr<train::TrainResult> CallFit(const py::object& fit, FitBridge::Call& call, bool delta,
+                                     std::optional<py::error_already_set>& interrupt) {
+  const PyTask task = ToPyTask(*call.task, call.params);
+  // A view of the daemon's buffer: fit may train it in place. The capsule
+  // owns nothing; the buffer lives until this call returns.
+  py::capsule no_owner(call.params.data(), [](void*) {});
+  py::array_t<float> view({call.params.size()}, {sizeof(float)}, call.params.data(), no_owner);
+  // Seconds from the process's Env, as the native trainer measures them.
+  const double start = Env::Default()->MonotonicSeconds();
+  py::object out;
+  try {
+    out = fit(view, py::cast(task));
+  } catch (py::error_already_set& e) {
+    if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) {
+      interrupt.emplace(std::move(e));
+      return CancelledError("stopped in fit");
+    }
+    py::module_::import("traceback").attr("print_exception")(e.type(), e.value(), e.trace());
+    return InvalidArgumentError("fit raised " + FormatException(e));
+  }
+  StatusOr<train::TrainResult> read = InternalError("unread");
+  try {
+    read = ReadFitResult(out, call.params, call.task->global, delta);
+  } catch (const std::exception& e) {  // A value pybind11 could not convert.
+    read = InvalidArgumentError(std::string("fit's result could not be read: ") + e.what());
+  }
+  COHORT_ASSIGN_OR_RETURN(train::TrainResult result, std::move(read));
+  result.seconds = Env::Default()->MonotonicSeconds() - start;
+  return result;
+}
+
+class Client {
+ public:
+  Client(client::ClientOptions options, uint64_t num_samples, std::optional<size_t> num_params,
+         bool delta)
+      : options_(std::move(options)),
+        num_samples_(num_samples),
+        num_params_(num_params),
+        delta_(delta) {}
+
+  // Runs the daemon until the run finishes (returns), fails (raises
+  // RuntimeError) or Ctrl-C (Goodbye sent, then KeyboardInterrupt raised).
+  void Run(const py::object& fit, const py::object& evaluate) {
+    (void)evaluate;  // Federated evaluation: once the coordinator asks for it.
+    FitBridge bridge;
+    PyTrainer trainer(num_samples_, num_params_, bridge);
+    std::atomic<bool> stop{false};
+    Status status = OkStatus();
+    std::thread loop([&] {
+      status = client::RunClient(options_, trainer, stop);
+      bridge.Close();
+    });
+    std::optional<py::error_already_set> interrupt;
+    auto join = [&] {
+      py::gil_scoped_release released;
+      loop.join();
+    };
+    try {
+      ServeFits(bridge, fit, stop, interrupt);
+    } catch (...) {  // Never leave the daemon's thread running.
+      stop = true;
+      bridge.Refuse();
+      join();
+      throw;
+    }
+    join();
+    if (interrupt) throw std::move(*interrupt);
+    if (!status.ok()) throw std::runtime_error(status.ToString());
+  }
+
+ private:
+  // The Python thread's loop: fit calls as they come, Ctrl-C between them,
+  // until the daemon's loop ends.
+  void ServeFits(FitBridge& bridge, const py::object& fit, std::atomic<bool>& stop,
+                 std::optional<py::error_already_set>& interrupt) {
+    for (;;) {
+      FitBridge::Call* call = nullptr;
+      bool closed = false;
+      {
+        py::gil_scoped_release released;
+        call = bridge.Next(std::chrono::milliseconds(100), &closed);
+      }
+      if (call != nullptr) {
+        // A taken call must be completed: the daemon's thread waits for it.
+        StatusOr<train::TrainResult> result = InternalError("fit not called");
+        try {
+          result = CallFit(fit, *call, delta_, interrupt);
+        } catch (const std::exception& e) {
+          result = InternalError(std::string("calling fit: ") + e.what());
+        }
+        bridge.Complete(call, std::move(result));
+      }
+      if (closed) return;
+      if (!interrupt && PyErr_CheckSignals() != 0) interrupt.emplace();
+      if (interrupt && !stop.load()) {
+        stop = true;
+        bridge.Refuse();  // No fit after Ctrl-C.
+      }
+    }
+  }
+
+  client::ClientOptions options_;
+  uint64_t num_samples_;
+  std::optional<size_t> num_params_;
+  bool delta_;
+};
+
+std::unique_ptr<Client> MakeClient(const std::string& coordinator, uint64_t num_samples,
+                                   std::optional<std::string> identity,
+                                   std::optional<std::string> coordinator_key,
+                                   std::optional<std::string> peers, bool require_secure,
+                                   bool insecure, std::optional<size_t> num_params,
+                                   std::optional<std::string> name, bool delta,
+                                   double corrupt_fraction, const std::string& log_level) {
+  client::ClientOptions o;
+  o.coordinator = coordinator;
+  o.identity = identity.value_or("");
+  o.coordinator_key = coordinator_key.value_or("");
+  o.peers = peers.value_or("");
+  o.require_secure = require_secure || !o.peers.empty();
+  o.insecure = insecure;
+  o.corrupt_fraction = corrupt_fraction;
+  // The allowlist names a client by its key file: so does the client.
+  o.name = name                  ? *name
+           : !o.identity.empty() ? std::filesystem::path(o.identity).stem().string()
+                                 : "python-" + std::to_string(getpid());
+  if (!insecure && (o.identity.empty() || o.coordinator_key.empty())) {
+    throw py::value_error(
+        "Client needs identity= (its key file, cohort keygen) and coordinator_key= (the "
+        "coordinator's .pub file), or insecure=True for local development");
+  }
+  if (num_samples == 0) throw py::value_error("Client(num_samples=0): expected at least 1");
+  if (num_params && *num_params == 0) throw py::value_error("Client(num_params=0): expected >= 1");
+  if (corrupt_fraction < 0 || corrupt_fraction > 0.49) {
+    throw py::value_error("Client(corrupt_fraction=" + std::to_string(corrupt_fraction) +
+                          "): expected 0 to 0.49");
+  }
+  spdlog::drop("cohort");  // A second Client in this process: its own name in the lines.
+  InitLogging("client", o.name, log_level);
+  return std::make_unique<Client>(std::move(o), num_samples, num_params, delta);
+}
+
+}  // namespace
+}  // namespace cohort::python
+
+namespace {
+
+constexpr const char* kClientDoc = R"(A federated client around your own training loop.
+
+Client(coordinator="tcp://HOST:PORT", num_samples=N, identity="me.key",
+       coordinator_key="coordinator.pub", peers=None, require_secure=True, ...)
+
+The protocol underneath is the native `cohort client`'s (heartbeats,
+reconnects, CURVE, SecAgg+ masking, --peers), in C++ without the GIL.
+  num_samples:     this client's training samples: its weight in the mean.
+  identity:        its key file (cohort keygen); coordinator_key: the
+                   coordinator's .pub (pinned). insecure=True: no CURVE.
+  peers:           directory of .pub files, the only keys accepted in a
+                   secure cohort (implies require_secure).
+  require_secure:  refuse any round that is not securely aggregated.
+  num_params:      the model's size; a coordinator's model of another size
+                   is refused with both sizes named.
+  delta:           fit returns the change to the parameters, not new ones.
+
+run(fit, evaluate=None) runs until the coordinator finishes the run. fit is
+called on the calling thread as fit(params, task): params is a float32 view
+of the client's own buffer (valid during the call; train it in place or
+return new values), task a Task (round, seed, epochs, batch_size,
+optimizer, learning_rate, ...). It returns (params, num_samples, metrics),
+metrics a dict with "loss" and "accuracy". A fit that raises or returns
+something wrong (length, NaN/Inf, type) leaves that round as a dropout, with
+an error line naming what was wrong; the run goes on. Ctrl-C says Goodbye to
+the coordinator and raises KeyboardInterrupt. evaluate(params, task) is
+accepted for federated evaluation, which no coordinator asks for yet.)";
+
+}  // namespace
+
+PYBIND11_MODULE(_client, m) {
+  using cohort::python::Client;
+  using cohort::python::PyTask;
+  m.doc() = "The federated client's C++ core (see cohort.Client).";
+  py::class_<PyTask>(m, "Task", "One round's task from the coordinator, as fit receives it.")
+      .def_readonly("round", &PyTask::round)
+      .def_readonly("task_id", &PyTask::task_id)
+      .def_readonly("seed", &PyTask::seed, "Seeds this round's shuffling (run, round, client).")
+      .def_readonly("epochs", &PyTask::epochs)
+      .def_readonly("batch_size", &PyTask::batch_size)
+      .def_readonly("optimizer", &PyTask::optimizer, "'sgd', 'adam' or 'adamw'.")
+      .def_readonly("learning_rate", &PyTask::learning_rate)
+      .def_readonly("momentum", &PyTask::momentum)
+      .def_readonly("weight_decay", &PyTask::weight_decay)
+      .def_readonly("secure", &PyTask::secure, "Securely aggregated (SecAgg+).")
+      .def_readonly("_buffer_address", &PyTask::buffer_address)
+      .def("__repr__", [](const PyTask& t) {
+        return "Task(round=" + std::to_string(t.round) + ", epochs=" + std::to_string(t.epochs) +
+               ", batch_size=" + std::to_string(t.batch_size) + ", optimizer='" + t.optimizer +
+               "', learning_rate=" + std::to_string(t.learning_rate) +
+               ", secure=" + (t.secure ? "True" : "False") + ")";
+      });
+  // Tests: ReadFitResult on its own; ValueError with its message.
+  m.def(
+      "_check_fit_result",
+      [](const py::object& out, py::array_t<float> params, py::array_t<float> global, bool delta) {
+        auto r = cohort::python::ReadFitResult(
+            out, std::span<float>(params.mutable_data(), params.size()),
+            std::span<const float>(global.data(), global.size()), delta);
+        if (!r.ok()) throw py::value_error(std::string(r.status().message()));
+        return py::make_tuple(r->samples, r->mean_loss, r->accuracy);
+      },
+      py::arg("out"), py::arg("params"), py::arg("global_params"), py::arg("delta") = false);
+  py::class_<Client>(m, "Client", kClientDoc)
+      .def(py::init(&cohort::python::MakeClient), py::kw_only(), py::arg("coordinator"),
+           py::arg("num_samples"), py::arg("identity") = py::none(),
+           py::arg("coordinator_key") = py::none(), py::arg("peers") = py::none(),
+           py::arg("require_secure") = true, py::arg("insecure") = false,
+           py::arg("num_params") = py::none(), py::arg("name") = py::none(),
+           py::arg("delta") = false, py::arg("corrupt_fraction") = 0.1,
+           py::arg("log_level") = "info")
+      .def("run", &Client::Run, py::arg("fit"), py::arg("evaluate") = py::none());
+}

@@ -1,0 +1,147 @@
+#include "python/cohort/fit_result.h"
+
+#include <pybind11/numpy.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace py = pybind11;
+
+namespace cohort::python {
+namespace {
+
+std::string TypeName(py::handle h) { return py::str(py::type::handle_of(h).attr("__name__")); }
+
+// The parameters (or delta) into `params`.
+Status ReadValues(py::handle values, std::span<float> params, std::span<const float> global,
+                  bool delta) {
+  const std::string expected = "expected a NumPy array (or a CPU tensor) of " +
+                               std::to_string(params.size()) + " float32 values";
+  if (py::isinstance<py::str>(values) || py::isinstance<py::bytes>(values) || values.is_none()) {
+    return InvalidArgumentError("fit returned a " + TypeName(values) + " for the parameters; " +
+                                expected);
+  }
+  py::array_t<float, py::array::c_style | py::array::forcecast> arr;
+  try {
+    arr = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(values);
+  } catch (py::error_already_set& e) {
+    return InvalidArgumentError("fit returned a " + TypeName(values) +
+                                " for the parameters that NumPy cannot read (" +
+                                FormatException(e) + "); " + expected);
+  }
+  if (!arr) {
+    return InvalidArgumentError("fit returned a " + TypeName(values) + " for the parameters; " +
+                                expected);
+  }
+  const size_t n = static_cast<size_t>(arr.size());
+  if (n != params.size()) {
+    return InvalidArgumentError("fit returned " + std::to_string(n) + " values; the model has " +
+                                std::to_string(params.size()));
+  }
+  const float* v = arr.data();
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) {
+      return InvalidArgumentError("fit returned a non-finite value (" +
+                                  std::string(std::isnan(v[i]) ? "nan" : "inf") + ") at index " +
+                                  std::to_string(i) + " of " + std::to_string(n));
+    }
+  }
+  if (delta) {
+    for (size_t i = 0; i < n; ++i) params[i] = global[i] + v[i];
+    // A delta may not overflow into a non-finite parameter either.
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(params[i])) {
+        return InvalidArgumentError("fit's delta makes parameter " + std::to_string(i) +
+                                    " non-finite");
+      }
+    }
+  } else if (v != params.data()) {
+    std::memcpy(params.data(), v, n * sizeof(float));
+  }
+  return OkStatus();
+}
+
+StatusOr<uint64_t> ReadNumSamples(py::handle h) {
+  if (py::isinstance<py::bool_>(h) || !PyIndex_Check(h.ptr())) {
+    return InvalidArgumentError("fit returned num_samples of type " + TypeName(h) +
+                                "; expected an int");
+  }
+  const long long n = py::int_(py::reinterpret_borrow<py::object>(h)).cast<long long>();
+  if (n < 0) {
+    return InvalidArgumentError("fit returned num_samples=" + std::to_string(n) +
+                                "; expected 0 or more");
+  }
+  return static_cast<uint64_t>(n);
+}
+
+// metrics["loss"] and metrics["accuracy"] into `result`.
+Status ReadMetrics(py::handle metrics, train::TrainResult& result) {
+  if (metrics.is_none()) return OkStatus();
+  if (!py::isinstance<py::dict>(metrics)) {
+    return InvalidArgumentError("fit returned metrics of type " + TypeName(metrics) +
+                                "; expected a dict of str to float (or None)");
+  }
+  for (auto [key, value] : py::reinterpret_borrow<py::dict>(metrics)) {
+    if (!py::isinstance<py::str>(key)) {
+      return InvalidArgumentError("fit's metrics have a key of type " + TypeName(key) +
+                                  "; expected str");
+    }
+    const std::string name = py::str(key);
+    if (py::isinstance<py::str>(value) || py::isinstance<py::bool_>(value) ||
+        PyNumber_Check(value.ptr()) == 0) {
+      return InvalidArgumentError("fit's metrics['" + name + "'] is a " + TypeName(value) +
+                                  "; expected a number");
+    }
+    double x = 0;
+    try {
+      x = py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>();
+    } catch (py::error_already_set& e) {
+      return InvalidArgumentError("fit's metrics['" + name + "'] is not a number (" +
+                                  FormatException(e) + ")");
+    }
+    if (!std::isfinite(x)) {
+      return InvalidArgumentError("fit's metrics['" + name + "'] is " + std::to_string(x) +
+                                  "; expected a finite number");
+    }
+    if (name == "loss") result.mean_loss = x;
+    if (name == "accuracy") {
+      if (x < 0 || x > 1) {
+        return InvalidArgumentError("fit's metrics['accuracy'] is " + std::to_string(x) +
+                                    "; expected 0 to 1");
+      }
+      result.accuracy = x;
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<train::TrainResult> ReadFitResult(const py::object& out, std::span<float> params,
+                                           std::span<const float> global, bool delta) {
+  if (!(py::isinstance<py::tuple>(out) || py::isinstance<py::list>(out)) || py::len(out) != 3) {
+    return InvalidArgumentError("fit returned a " + TypeName(out) +
+                                "; expected a tuple (params, num_samples, metrics)");
+  }
+  py::sequence seq = py::reinterpret_borrow<py::sequence>(out);
+  const py::object values = seq[0], num_samples = seq[1], metrics = seq[2];
+  train::TrainResult result;
+  COHORT_RETURN_IF_ERROR(ReadValues(values, params, global, delta));
+  COHORT_ASSIGN_OR_RETURN(result.samples, ReadNumSamples(num_samples));
+  COHORT_RETURN_IF_ERROR(ReadMetrics(metrics, result));
+  return result;
+}
+
+std::string FormatException(const py::error_already_set& e) {
+  std::string type = "Exception";
+  std::string message;
+  try {
+    type = py::str(e.type().attr("__name__"));
+    message = py::str(e.value());
+  } catch (py::error_already_set&) {
+    // The exception's own __str__ failed: its type says enough.
+  }
+  return message.empty() ? type : type + ": " + message;
+}
+
+}  // namespace cohort::python

@@ -1,0 +1,101 @@
+"""PyTorch helpers for cohort.Client: a model as one flat float32 vector.
+
+The flat vector is every entry of ``model.state_dict()`` (parameters AND
+buffers, e.g. BatchNorm's running statistics), in state_dict order, each
+tensor flattened in its own (row-major) order. ``save_initial`` writes the
+same tensors, with their names, as the ``.npz`` the coordinator reads with
+``--initial-model``.
+"""
+
+import numpy as np
+import torch
+
+
+def _entries(model):
+    """The state_dict's floating-point tensors, in order (name, tensor).
+
+    Integer buffers (BatchNorm's num_batches_tracked) are not trained and do
+    not travel: averaging a counter means nothing.
+    """
+    return [(k, v) for k, v in model.state_dict(keep_vars=True).items()
+            if torch.is_floating_point(v)]
+
+
+def num_params(model):
+    """The length of get_flat(model)."""
+    return sum(v.numel() for _, v in _entries(model))
+
+
+def get_flat(model, out=None):
+    """The model's parameters and float buffers as one float32 NumPy vector.
+
+    ``out`` (optional): a float32 vector of num_params(model) values to fill,
+    e.g. the array fit received, instead of a new one.
+    """
+    n = num_params(model)
+    if out is None:
+        out = np.empty(n, dtype=np.float32)
+    elif out.dtype != np.float32 or out.size != n:
+        raise ValueError(f"get_flat: out has {out.size} {out.dtype} values; "
+                         f"the model has {n} float32")
+    flat = torch.from_numpy(out.reshape(-1))  # Shares out's memory.
+    offset = 0
+    with torch.no_grad():
+        for _, v in _entries(model):
+            k = v.numel()
+            flat[offset:offset + k].copy_(v.detach().reshape(-1))
+            offset += k
+    return out
+
+
+def set_flat(model, params):
+    """Loads a flat vector (as from get_flat) into the model, in place."""
+    params = np.asarray(params, dtype=np.float32).reshape(-1)
+    n = num_params(model)
+    if params.size != n:
+        raise ValueError(f"set_flat: got {params.size} values; the model has {n}")
+    flat = torch.from_numpy(params)  # No copy for a float32 array.
+    offset = 0
+    with torch.no_grad():
+        for _, v in _entries(model):
+            k = v.numel()
+            v.copy_(flat[offset:offset + k].view_as(v))
+            offset += k
+
+
+def fit_loop(model, loader, optimizer, epochs, loss_fn=None):
+    """Trains ``model`` for ``epochs`` over ``loader`` (inputs, targets).
+
+    Returns (num_samples, metrics): the samples of one epoch (the weight a
+    client reports) and {"loss": mean loss, "accuracy": of the predictions
+    made while training} over every epoch, as Cohort's engine reports them.
+    """
+    loss_fn = loss_fn or torch.nn.functional.cross_entropy
+    model.train()
+    total_loss, correct, seen, per_epoch = 0.0, 0, 0, 0
+    for _ in range(max(1, int(epochs))):
+        per_epoch = 0
+        for x, y in loader:
+            optimizer.zero_grad()
+            out = model(x)
+            loss = loss_fn(out, y)
+            loss.backward()
+            optimizer.step()
+            total_loss += loss.item() * len(y)
+            correct += (out.argmax(dim=1) == y).sum().item()
+            seen += len(y)
+            per_epoch += len(y)
+    metrics = {"loss": total_loss / max(seen, 1), "accuracy": correct / max(seen, 1)}
+    return per_epoch, metrics
+
+
+def save_initial(model, path):
+    """Writes the model's state_dict as the coordinator's --initial-model.
+
+    A plain uncompressed ``np.savez``: one float32 array per floating-point
+    state_dict entry, named as in the state_dict, in state_dict order (the
+    order of get_flat). Integer buffers are left out, as get_flat leaves them.
+    """
+    arrays = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in _entries(model)}
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
