@@ -3,6 +3,7 @@
 // run in C++ on a thread of their own, without the GIL; the thread that
 // called Client.run() holds the GIL only to call `fit` (and to check for
 // Ctrl-C), so `fit` runs on the caller's thread, as a plain loop would.
+#include <pthread.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -167,10 +169,18 @@ class Client {
     PyTrainer trainer(num_samples_, num_params_, bridge);
     std::atomic<bool> stop{false};
     Status status = OkStatus();
+    // Ctrl-C must land on this (Python's main) thread: the daemon's thread
+    // and ZeroMQ's, which it starts, inherit a mask that blocks it.
+    sigset_t block, previous;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &previous);
     std::thread loop([&] {
       status = client::RunClient(options_, trainer, stop);
       bridge.Close();
     });
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     std::optional<py::error_already_set> interrupt;
     auto join = [&] {
       py::gil_scoped_release released;
