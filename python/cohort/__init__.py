@@ -13,4 +13,14 @@ See cohort.Client and cohort.torch (get_flat, set_flat, fit_loop,
 save_initial).
 """
 
-from cohort._client import Client, Task  # noqa: F401
+
+
+# Loaded on first use: each extension module links its own copy of Cohort's
+# protobuf descriptors, which protobuf refuses to register twice in one
+# process (cohort._client and cohort._model together abort). Until they
+# share one library, `import cohort` loads neither.
+def __getattr__(name):
+    if name in ("Client", "Task"):
+        from cohort import _client
+        return getattr(_client, name)
+    raise AttributeError(f"module 'cohort' has no attribute {name!r}")
