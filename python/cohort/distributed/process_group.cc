@@ -1,0 +1,302 @@
+#include "python/cohort/distributed/process_group.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "net/group.h"
+
+namespace cohort::distributed {
+namespace {
+
+// Python's names for dtypes, so an error reads as the user wrote it.
+std::string DtypeName(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return "torch.float32";
+    case at::kDouble:
+      return "torch.float64";
+    case at::kHalf:
+      return "torch.float16";
+    case at::kBFloat16:
+      return "torch.bfloat16";
+    case at::kLong:
+      return "torch.int64";
+    case at::kInt:
+      return "torch.int32";
+    case at::kShort:
+      return "torch.int16";
+    case at::kChar:
+      return "torch.int8";
+    case at::kByte:
+      return "torch.uint8";
+    case at::kBool:
+      return "torch.bool";
+    case at::kComplexFloat:
+      return "torch.complex64";
+    case at::kComplexDouble:
+      return "torch.complex128";
+    default:
+      return std::string("torch.") + c10::toString(t);
+  }
+}
+
+std::string OpName(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return "SUM";
+    case c10d::ReduceOp::AVG:
+      return "AVG";
+    case c10d::ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case c10d::ReduceOp::MIN:
+      return "MIN";
+    case c10d::ReduceOp::MAX:
+      return "MAX";
+    case c10d::ReduceOp::BAND:
+      return "BAND";
+    case c10d::ReduceOp::BOR:
+      return "BOR";
+    case c10d::ReduceOp::BXOR:
+      return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return "op " + std::to_string(static_cast<int>(op.op_));
+  }
+}
+
+// A tensor every collective can take: dense, on the CPU.
+void CheckTensor(const at::Tensor& t, const char* what) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!t.is_sparse(), "cohort process group: ", what,
+                              " does not support sparse tensors (dense CPU tensors only)");
+  TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == at::kStrided, "cohort process group: ", what,
+                              " does not support layout ", t.layout(), " (dense CPU tensors only)");
+  TORCH_CHECK_NOT_IMPLEMENTED(t.device().is_cpu(), "cohort process group: ", what,
+                              " does not support tensors on ", t.device().str(),
+                              " (CPU tensors only)");
+}
+
+bool Reducible(at::ScalarType t) {
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf || t == at::kInt || t == at::kLong;
+}
+
+std::span<uint8_t> BytesOf(const at::Tensor& flat) {
+  return {static_cast<uint8_t*>(flat.data_ptr()), flat.nbytes()};
+}
+
+// The work of a collective that has already finished: its future holds
+// the tensors (what DDP's reducer reads as the bucket's result).
+c10::intrusive_ptr<c10d::Work> Completed(const std::vector<at::Tensor>& tensors) {
+  auto future =
+      c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  future->markCompleted(c10::IValue(tensors));
+  return c10d::Work::create_from_future(future);
+}
+
+// The collective's own deadline within the caller's `timeout_ms`: after
+// its deadline a rank listens a grace period (a quarter of it, at most 2 s)
+// to name the ranks that are missing, and the error must come within the
+// caller's timeout.
+int64_t CollectiveDeadline(int64_t timeout_ms) {
+  return std::max<int64_t>(1, timeout_ms - std::min<int64_t>(3000, timeout_ms / 4));
+}
+
+// The tensor itself when contiguous, else a contiguous copy (written back
+// by WriteBack).
+at::Tensor Flat(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+void WriteBack(at::Tensor& t, const at::Tensor& flat) {
+  if (!flat.is_same(t)) t.copy_(flat);
+}
+
+}  // namespace
+
+StatusOr<c10::intrusive_ptr<ProcessGroupCohort>> ProcessGroupCohort::Create(
+    const GroupConfig& config) {
+  if (config.timeout_ms <= 0) {
+    return InvalidArgumentError("timeout " + std::to_string(config.timeout_ms) +
+                                " ms: must be positive");
+  }
+  net::GroupOptions options{.rank = config.rank,
+                            .size = config.size,
+                            .master = config.master,
+                            .transport = config.transport,
+                            .host = config.host};
+  options.insecure = config.insecure;
+  auto identity = std::make_unique<crypto::Ed25519KeyPair>();
+  COHORT_RETURN_IF_ERROR(LoadGroupKeys(config.identity_file, config.allow_dir,
+                                       config.master_key_file, "cohort process group",
+                                       identity.get(), &options));
+  collective::CollectiveOptions collective;
+  collective.timeout_ms = config.timeout_ms;
+  auto context = std::make_unique<zmq::context_t>();
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<collective::Transport> transport,
+                          net::JoinGroup(*context, options, collective));
+  auto group = c10::make_intrusive<ProcessGroupCohort>(config, std::move(context),
+                                                       std::move(identity), std::move(transport));
+  group->description_ = net::Describe(options);
+  return group;
+}
+
+ProcessGroupCohort::ProcessGroupCohort(const GroupConfig& config,
+                                       std::unique_ptr<zmq::context_t> context,
+                                       std::unique_ptr<crypto::Ed25519KeyPair> identity,
+                                       std::unique_ptr<collective::Transport> transport)
+    : ProcessGroup(config.rank, config.size),
+      context_(std::move(context)),
+      identity_(std::move(identity)),
+      transport_(std::move(transport)),
+      comm_(transport_.get()),
+      timeout_(config.timeout_ms) {}
+
+ProcessGroupCohort::~ProcessGroupCohort() = default;
+
+void ProcessGroupCohort::Run(
+    const char* what, std::chrono::milliseconds timeout,
+    const std::function<Status(const collective::CollectiveOptions&)>& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TORCH_CHECK(broken_.empty(), "cohort process group (rank ", rank_, "): ", what,
+              " refused: an earlier collective failed (", broken_,
+              "); the group cannot be used again");
+  collective::CollectiveOptions options;
+  options.timeout_ms = CollectiveDeadline(timeout.count() > 0 ? timeout.count() : timeout_.count());
+  const Status status = body(options);
+  if (status.ok()) return;
+  broken_ = status.ToString();
+  TORCH_CHECK(false, "cohort process group (rank ", rank_, "): ", what, " failed: ", broken_);
+}
+
+Status ProcessGroupCohort::ReduceOne(at::Tensor& flat,
+                                     const collective::CollectiveOptions& options) {
+  void* data = flat.data_ptr();
+  const size_t n = static_cast<size_t>(flat.numel());
+  switch (flat.scalar_type()) {
+    case at::kFloat:
+      return comm_.AllReduce(std::span<float>(static_cast<float*>(data), n), options);
+    case at::kBFloat16:
+      return comm_.AllReduce(std::span<Bf16>(static_cast<Bf16*>(data), n), options);
+    case at::kHalf:
+      return comm_.AllReduce(std::span<Fp16>(static_cast<Fp16*>(data), n), options);
+    case at::kLong:
+      return comm_.AllReduce(std::span<int64_t>(static_cast<int64_t*>(data), n), options);
+    case at::kInt: {
+      // Summed as int64 (what Communicator adds), narrowed back.
+      at::Tensor wide = flat.to(at::kLong);
+      COHORT_RETURN_IF_ERROR(
+          comm_.AllReduce(std::span<int64_t>(static_cast<int64_t*>(wide.data_ptr()), n), options));
+      flat.copy_(wide);
+      return OkStatus();
+    }
+    default:
+      return InternalError("unchecked dtype " + DtypeName(flat.scalar_type()));
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce(std::vector<at::Tensor>& tensors,
+                                                             const c10d::AllreduceOptions& opts) {
+  const bool average = opts.reduceOp == c10d::ReduceOp::AVG;
+  TORCH_CHECK_NOT_IMPLEMENTED(average || opts.reduceOp == c10d::ReduceOp::SUM,
+                              "cohort process group: allreduce does not support reduce op ",
+                              OpName(opts.reduceOp), " (SUM and AVG only)");
+  for (const at::Tensor& t : tensors) {
+    CheckTensor(t, "allreduce");
+    TORCH_CHECK_TYPE(Reducible(t.scalar_type()),
+                     "cohort process group: allreduce does not support dtype ",
+                     DtypeName(t.scalar_type()),
+                     " (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64)");
+    TORCH_CHECK_TYPE(!average || at::isFloatingType(t.scalar_type()),
+                     "cohort process group: allreduce AVG does not support dtype ",
+                     DtypeName(t.scalar_type()), " (floating point only)");
+  }
+  for (at::Tensor& t : tensors) {
+    at::Tensor flat = Flat(t);
+    Run("allreduce", opts.timeout,
+        [&](const collective::CollectiveOptions& o) { return ReduceOne(flat, o); });
+    if (average) flat.div_(size_);
+    WriteBack(t, flat);
+  }
+  return Completed(tensors);
+}
+
+Status ProcessGroupCohort::BroadcastBytes(const at::Tensor& flat, int root,
+                                          const collective::CollectiveOptions& options) {
+  return comm_.Broadcast(BytesOf(flat), root, options);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::broadcast(std::vector<at::Tensor>& tensors,
+                                                             const c10d::BroadcastOptions& opts) {
+  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < size_,
+                    "cohort process group: broadcast from rank ", opts.rootRank, " in a group of ",
+                    size_);
+  for (const at::Tensor& t : tensors) CheckTensor(t, "broadcast");
+  for (at::Tensor& t : tensors) {
+    at::Tensor flat = Flat(t);
+    Run("broadcast", opts.timeout, [&](const collective::CollectiveOptions& o) {
+      return BroadcastBytes(flat, static_cast<int>(opts.rootRank), o);
+    });
+    WriteBack(t, flat);
+  }
+  return Completed(tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK_VALUE(inputs.size() == 1 && outputs.size() == 1,
+                    "cohort process group: allgather takes one input tensor and one list of "
+                    "outputs, not ",
+                    inputs.size(), " and ", outputs.size());
+  const at::Tensor& input = inputs[0];
+  std::vector<at::Tensor>& out = outputs[0];
+  CheckTensor(input, "allgather");
+  TORCH_CHECK_VALUE(static_cast<int>(out.size()) == size_, "cohort process group: allgather has ",
+                    out.size(), " output tensors for a group of ", size_);
+  for (const at::Tensor& o : out) {
+    CheckTensor(o, "allgather");
+    TORCH_CHECK_VALUE(o.scalar_type() == input.scalar_type() && o.numel() == input.numel(),
+                      "cohort process group: allgather output ", DtypeName(o.scalar_type()), "[",
+                      o.numel(), "] differs from the input ", DtypeName(input.scalar_type()), "[",
+                      input.numel(), "]");
+  }
+  // Each rank's tensor from that rank, one broadcast per rank.
+  for (int r = 0; r < size_; ++r) {
+    at::Tensor flat = r == rank_ ? Flat(input) : Flat(out[r]);
+    Run("allgather", opts.timeout,
+        [&](const collective::CollectiveOptions& o) { return BroadcastBytes(flat, r, o); });
+    if (r == rank_) {
+      out[r].copy_(flat);
+    } else {
+      WriteBack(out[r], flat);
+    }
+  }
+  return Completed(out);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  CheckTensor(input, "allgather");
+  CheckTensor(output, "allgather");
+  TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type() &&
+                        output.numel() == input.numel() * size_ && output.is_contiguous(),
+                    "cohort process group: allgather into a tensor needs a contiguous ",
+                    DtypeName(input.scalar_type()), " output of ", input.numel() * size_,
+                    " elements, not ", DtypeName(output.scalar_type()), "[", output.numel(), "]");
+  if (input.numel() == 0) return Completed({output});
+  std::vector<at::Tensor> slots = output.view({-1}).chunk(size_);
+  slots[rank_].copy_(input.reshape({-1}));
+  for (int r = 0; r < size_; ++r) {
+    Run("allgather", opts.timeout,
+        [&](const collective::CollectiveOptions& o) { return BroadcastBytes(slots[r], r, o); });
+  }
+  return Completed({output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::barrier(const c10d::BarrierOptions& opts) {
+  Run("barrier", opts.timeout,
+      [&](const collective::CollectiveOptions& o) { return comm_.Barrier(o); });
+  return Completed({});
+}
+
+}  // namespace cohort::distributed

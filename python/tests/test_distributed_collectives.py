@@ -1,0 +1,229 @@
+"""The `cohort` torch.distributed backend's collectives, at 2 to 4 ranks on
+this host: every dtype's result, what it refuses (by name), and that a rank
+that dies or stalls is an error on every other rank within the timeout."""
+import os
+import signal
+import time
+import unittest
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from dist_ranks import run_ranks, values
+
+LARGE = 100_000  # Above the ring threshold (64 KiB of float32).
+
+
+def _small(rank, dtype):
+    # Small integers: every partial sum is exact even in bfloat16.
+    return (torch.arange(1000) % 7 + rank).to(dtype)
+
+
+def _large(rank):
+    return torch.randn(LARGE, generator=torch.Generator().manual_seed(rank))
+
+
+def _reductions(rank, world):
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64):
+        t = _small(rank, dtype)
+        dist.all_reduce(t)
+        out[f"sum {dtype}"] = (str(t.dtype), t.double().tolist())
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        t = _small(rank, dtype)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        out[f"avg {dtype}"] = (str(t.dtype), t.double().tolist())
+    t = _large(rank)
+    dist.all_reduce(t)
+    out["large"] = t.numpy().tobytes()
+    t = torch.full((6, 4), float(rank)).t()  # Not contiguous.
+    dist.all_reduce(t)
+    out["strided"] = t.tolist()
+    return out
+
+
+def _moves(rank, world):
+    out = {}
+    t = torch.full((5,), float(rank), dtype=torch.float64)
+    dist.broadcast(t, src=world - 1)
+    out["broadcast"] = t.tolist()
+    t = torch.full((3 << 20,), rank, dtype=torch.uint8)  # Several segments.
+    dist.broadcast(t, src=1)
+    out["broadcast large"] = int(t.sum()) == (3 << 20)
+    gathered = [torch.zeros(3, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(gathered, torch.full((3,), 10 + rank, dtype=torch.int64))
+    out["allgather"] = [g.tolist() for g in gathered]
+    flat = torch.zeros(world * 2, dtype=torch.bfloat16)
+    dist.all_gather_into_tensor(flat, torch.full((2,), float(rank), dtype=torch.bfloat16))
+    out["allgather into tensor"] = flat.tolist()
+    objects = [None] * world
+    dist.all_gather_object(objects, {"rank": rank})
+    out["objects"] = objects
+    dist.barrier()
+    return out
+
+
+def _refusals(rank, world):
+    out = {}
+    attempts = {
+        "float64": lambda: dist.all_reduce(torch.ones(3, dtype=torch.float64)),
+        "max": lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.MAX),
+        "product": lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.PRODUCT),
+        "sparse": lambda: dist.all_reduce(torch.eye(3).to_sparse()),
+        "avg int": lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64),
+                                           op=dist.ReduceOp.AVG),
+    }
+    for name, call in attempts.items():
+        try:
+            call()
+            out[name] = "no error"
+        except Exception as e:  # noqa: B902
+            out[name] = f"{type(e).__name__}: {e}"
+    # The group goes on after a refusal.
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    out["after"] = t.tolist()
+    return out
+
+
+def _killed(victim):
+    def run(rank, world):
+        t = torch.ones(8)
+        dist.all_reduce(t)
+        if rank == victim:
+            os.kill(os.getpid(), signal.SIGKILL)
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(LARGE))
+            return "no error"
+        except RuntimeError as e:
+            return (str(e), time.monotonic() - start)
+    return run
+
+
+def _stalled(victim):
+    def run(rank, world):
+        store = dist.distributed_c10d._get_default_store()
+        dist.barrier()
+        if rank == victim:
+            # Alive but absent: skips the collective, waiting until every
+            # other rank has given up on it.
+            store.wait([f"gave up {r}" for r in range(world) if r != victim],
+                       timedelta(seconds=60))
+            return "stalled"
+        start = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(16))
+            result = "no error"
+        except RuntimeError as e:
+            result = (str(e), time.monotonic() - start)
+        store.set(f"gave up {rank}", "1")
+        return result
+    return run
+
+
+def _description(rank, world):
+    t = torch.full((LARGE,), float(rank))
+    dist.all_reduce(t)
+    return (dist.distributed_c10d._get_default_group().description, t[0].item(),
+            dist.get_backend())
+
+
+class CollectivesTest(unittest.TestCase):
+    def test_allreduce_every_dtype(self):
+        for world in (2, 3, 4):
+            got = values(run_ranks(_reductions, world), self)
+            ranks = range(world)
+            for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int32,
+                          torch.int64):
+                want = sum(_small(r, torch.float64) for r in ranks).tolist()
+                for g in got:
+                    self.assertEqual(g[f"sum {dtype}"], (str(dtype), want), (world, dtype))
+            for dtype in (torch.float32, torch.bfloat16, torch.float16):
+                want = torch.tensor(got[0][f"sum {dtype}"][1], dtype=dtype) / world
+                for g in got:
+                    self.assertEqual(g[f"avg {dtype}"], (str(dtype), want.double().tolist()))
+            want = sum(_large(r).double() for r in ranks)
+            mine = torch.frombuffer(bytearray(got[0]["large"]), dtype=torch.float32)
+            self.assertTrue(torch.allclose(mine.double(), want, rtol=1e-5, atol=1e-5))
+            for g in got:
+                self.assertEqual(g["large"], got[0]["large"], "bit-identical on every rank")
+                self.assertEqual(g["strided"], [[float(sum(ranks))] * 6] * 4)
+
+    def test_broadcast_allgather_barrier(self):
+        for world in (2, 4):
+            for g in values(run_ranks(_moves, world), self):
+                self.assertEqual(g["broadcast"], [float(world - 1)] * 5)
+                self.assertTrue(g["broadcast large"])
+                self.assertEqual(g["allgather"], [[10 + r] * 3 for r in range(world)])
+                self.assertEqual(g["allgather into tensor"],
+                                 [float(r) for r in range(world) for _ in range(2)])
+                self.assertEqual(g["objects"], [{"rank": r} for r in range(world)])
+
+    def test_unsupported_dtype_and_op_are_named(self):
+        for g in values(run_ranks(_refusals, 2), self):
+            self.assertRegex(g["float64"], r"^TypeError: .*allreduce does not support dtype "
+                                           r"torch\.float64")
+            self.assertRegex(g["max"], r"^NotImplementedError: .*reduce op MAX \(SUM and AVG")
+            self.assertRegex(g["product"], r"NotImplementedError: .*reduce op PRODUCT")
+            self.assertRegex(g["sparse"], r"NotImplementedError: .*sparse tensors")
+            self.assertRegex(g["avg int"], r"TypeError: .*AVG does not support dtype torch\.int64")
+            self.assertEqual(g["after"], [2.0] * 4)
+
+    def test_killed_rank_is_an_error_on_every_other_rank(self):
+        timeout_s = 8
+        for world, victim in ((2, 1), (4, 2)):
+            out = run_ranks(_killed(victim), world, timeout_s=timeout_s, wait_s=60)
+            self.assertEqual(out[victim], ("died", -signal.SIGKILL))
+            for r in range(world):
+                if r == victim:
+                    continue
+                status, value = out[r]
+                self.assertEqual(status, "ok", value)
+                self.assertIsInstance(value, tuple, f"rank {r}: {value}")
+                message, elapsed = value
+                self.assertIn(f"cohort process group (rank {r}): allreduce failed", message)
+                self.assertIn(f"rank {victim}", message)
+                self.assertLess(elapsed, timeout_s)
+
+    def test_stalled_rank_times_out_naming_it(self):
+        timeout_s = 3
+        out = run_ranks(_stalled(1), 3, timeout_s=timeout_s, wait_s=60)
+        self.assertEqual(out[1], ("ok", "stalled"))
+        for r in (0, 2):
+            status, value = out[r]
+            self.assertEqual(status, "ok", value)
+            message, elapsed = value
+            self.assertIn("DEADLINE_EXCEEDED", message.upper().replace(" ", "_"))
+            self.assertIn("rank 1", message)
+            self.assertLess(elapsed, timeout_s)
+
+    def test_tcp_transport(self):
+        saved = dict(os.environ)
+        os.environ.update({"COHORT_TRANSPORT": "tcp", "COHORT_INSECURE": "1"})
+        try:
+            got = values(run_ranks(_description, 3), self)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        self.assertEqual(got, [("tcp: plaintext, not authenticated", 3.0, "cohort")] * 3)
+        got = values(run_ranks(_description, 2), self)
+        self.assertEqual(got, [("shared memory", 1.0, "cohort")] * 2)
+
+    def test_tcp_without_keys_is_refused(self):
+        saved = dict(os.environ)
+        os.environ.update({"COHORT_TRANSPORT": "tcp"})
+        os.environ.pop("COHORT_INSECURE", None)
+        try:
+            out = run_ranks(_description, 2, wait_s=30)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        for r in (0, 1):
+            self.assertEqual(out[r][0], "error")
+            self.assertIn("set COHORT_IDENTITY, COHORT_ALLOW and COHORT_MASTER_KEY", out[r][1])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
