@@ -15,6 +15,7 @@ struct CoordinatorFlags {
   std::string identity, allow_dir;
   bool insecure = false;
   std::string dump_sums;
+  std::string initial_model;
 };
 
 int RunCoordinatorCommand(const CoordinatorFlags& f, const std::string& log_level) {
@@ -31,6 +32,7 @@ int RunCoordinatorCommand(const CoordinatorFlags& f, const std::string& log_leve
   opts.allowlist = f.allow_dir;
   opts.insecure = f.insecure;
   opts.dump_sums = f.dump_sums;
+  opts.initial_model = f.initial_model;
   return Report(coordinator::RunCoordinator(opts, StopFlag()), "coordinator");
 }
 
@@ -54,6 +56,11 @@ Command AddCoordinatorCommand(CLI::App& app, const std::string& log_level) {
                   "No CURVE: plaintext, anyone may join (local development only)");
   coord->add_option("--dump-sums", f->dump_sums,
                     "Debugging: write each secure round's unmasked sum to this directory");
+  coord
+      ->add_option("--initial-model", f->initial_model,
+                   "A model the clients bring (model.external): its initial values, an .npz "
+                   "as cohort.torch.save_initial writes (needed until round 1 commits)")
+      ->check(CLI::ExistingFile);
   return {coord, [f, &log_level] { return RunCoordinatorCommand(*f, log_level); }};
 }
 

@@ -269,7 +269,9 @@ class IoLoop {
 
 Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop) {
   COHORT_RETURN_IF_ERROR(CheckDaemonOptions(options));
-  COHORT_ASSIGN_OR_RETURN(OpenRun run, OpenFederatedRun(options.config, options.run_dir));
+  COHORT_ASSIGN_OR_RETURN(
+      OpenRun run, OpenFederatedRun(options.config, options.run_dir, nullptr, "cohort coordinator",
+                                    options.initial_model));
   RoundEngine* engine = run.engine.get();
   if (!options.dump_sums.empty()) engine->set_sum_observer(DumpSumsTo(options.dump_sums));
   if (engine->done()) {

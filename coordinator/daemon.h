@@ -34,6 +34,8 @@ struct DaemonOptions {
   // Debugging: write each securely aggregated round's unmasked sum to
   // DIR/round-N.u32 and the names it holds to DIR/round-N.names.
   std::string dump_sums;
+  // A model.external run's initial values (open_run.h): an .npz.
+  std::string initial_model;
 };
 
 // Runs until the configured rounds are committed (OK), `stop` becomes true

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,11 @@ StatusOr<std::vector<LayerSpec>> LayersFromConfig(const ModelConfig& m) {
 }  // namespace
 
 StatusOr<NetSpec> NetFromConfig(const ModelConfig& m) {
+  if (m.has_external()) {
+    return InvalidArgumentError(
+        "model.external: the run's model is the clients' own (a PyTorch model behind "
+        "cohort.Client); Cohort's engine does not build it");
+  }
   const bool sequential = m.layers_size() > 0;
   if (sequential && m.has_arch() && m.arch() != "sequential") {
     return InvalidArgumentError("model.arch: \"" + m.arch() +
@@ -330,6 +336,59 @@ Status CheckDataParallel(const RunConfig& c) {
   return CheckSeconds("data_parallel.timeout_s", dp.timeout_s());
 }
 
+// A model the clients bring: its size within the cap, a layout that adds up
+// to it, and nothing of Cohort's own layer settings beside it.
+Status CheckExternal(const RunConfig& c) {
+  const ModelConfig& m = c.model();
+  const ExternalModel& e = m.external();
+  if (c.mode() == DATA_PARALLEL) {
+    return InvalidArgumentError(
+        "model.external: DATA_PARALLEL trains Cohort's own models; a PyTorch model trains "
+        "data-parallel under torch.distributed with backend=\"cohort\"");
+  }
+  if (m.has_arch() || m.hidden_size() > 0 || m.layers_size() > 0 || m.has_input_shape()) {
+    return InvalidArgumentError(
+        "model.external: a model the clients bring takes no arch, hidden, layers or "
+        "input_shape");
+  }
+  if (e.num_params() == 0 || e.num_params() > kMaxModelParams) {
+    return InvalidArgumentError("model.external.num_params: must be in [1, " +
+                                std::to_string(kMaxModelParams) + "] (2^26)");
+  }
+  if (c.data().has_test_shard() && !c.data().test_shard().empty()) {
+    return InvalidArgumentError(
+        "data.test_shard: the coordinator cannot evaluate a model the clients bring "
+        "(model.external); leave it out");
+  }
+  if (e.layout_size() == 0) return OkStatus();
+  uint64_t total = 0;
+  std::set<std::string> names;
+  for (int i = 0; i < e.layout_size(); ++i) {
+    const ExternalModel::Tensor& t = e.layout(i);
+    const std::string at = "model.external.layout[" + std::to_string(i) + "]";
+    if (t.name().empty()) return InvalidArgumentError(at + ".name: must not be empty");
+    if (!names.insert(t.name()).second) {
+      return InvalidArgumentError(at + ".name: \"" + t.name() + "\" is named twice");
+    }
+    uint64_t size = 1;
+    for (uint64_t d : t.shape()) {
+      if (d == 0 || d > kMaxModelParams) {
+        return InvalidArgumentError(at + ".shape: each size must be in [1, 2^26]");
+      }
+      size *= d;
+      if (size > kMaxModelParams) {
+        return InvalidArgumentError(at + ".shape: more than 2^26 values");
+      }
+    }
+    total += size;
+  }
+  if (total != e.num_params()) {
+    return InvalidArgumentError("model.external.layout: its tensors hold " + std::to_string(total) +
+                                " values, but num_params is " + std::to_string(e.num_params()));
+  }
+  return OkStatus();
+}
+
 // The model section's ranges, then its plan (shapes, within the caps).
 StatusOr<NetPlan> CheckModel(const ModelConfig& m) {
   if (m.input_dim() == 0 || m.input_dim() > (1u << 24)) {
@@ -501,12 +560,20 @@ Status ValidateRunConfig(const RunConfig& c) {
   }
   if (c.data().has_partition()) COHORT_RETURN_IF_ERROR(CheckPartition(c.data().partition()));
   if (c.mode() == DATA_PARALLEL) COHORT_RETURN_IF_ERROR(CheckDataParallel(c));
-  COHORT_ASSIGN_OR_RETURN(NetPlan plan, CheckModel(c.model()));
   const TrainConfig& t = c.train();
+  if (c.model().has_external()) {
+    COHORT_RETURN_IF_ERROR(CheckExternal(c));
+    // The clients' own loop takes the batch size; no step plan to bound.
+    if (t.batch_size() == 0 || t.batch_size() > 65536) {
+      return InvalidArgumentError("train.batch_size: must be in [1, 65536]");
+    }
+  } else {
+    COHORT_ASSIGN_OR_RETURN(NetPlan plan, CheckModel(c.model()));
+    COHORT_RETURN_IF_ERROR(CheckBatch(t, plan, c.model()));
+  }
   if (t.local_epochs() == 0 || t.local_epochs() > 1000) {
     return InvalidArgumentError("train.local_epochs: must be in [1, 1000]");
   }
-  COHORT_RETURN_IF_ERROR(CheckBatch(t, plan, c.model()));
   COHORT_RETURN_IF_ERROR(CheckOptimizer(t));
   COHORT_RETURN_IF_ERROR(CheckRounds(c.rounds()));
   const ServerConfig& s = c.server();

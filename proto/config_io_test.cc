@@ -432,6 +432,45 @@ TEST(ConfigTest, BadLayerListsAreErrorsNamingTheLayer) {
   EXPECT_TRUE(Contains(e, "train.batch_size: 4096 samples x")) << e;
 }
 
+TEST(ConfigTest, AnExternalModelIsCheckedAndNamed) {
+  const std::string layout =
+      "model { external { num_params: 8 layout { name: \"w\" shape: 2 shape: 3 } "
+      "layout { name: \"b\" shape: 2 } } }";
+  auto ok = ParseRunConfig(layout, "x.textproto");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->model().external().layout(1).name(), "b");
+  EXPECT_EQ(ErrorOf("model { external { num_params: 100 } }"), "");  // A layout is optional.
+  EXPECT_TRUE(Contains(ErrorOf("model { external { num_params: 9 layout { name: \"w\" shape: 2 "
+                               "shape: 3 } layout { name: \"b\" shape: 2 } } }"),
+                       "model.external.layout: its tensors hold 8 values, but num_params is 9"));
+  EXPECT_TRUE(Contains(ErrorOf("model { external { num_params: 0 } }"),
+                       "model.external.num_params: must be in [1, 67108864]"));
+  EXPECT_TRUE(Contains(ErrorOf("model { external { num_params: 2 layout { name: \"w\" shape: 1 } "
+                               "layout { name: \"w\" shape: 1 } } }"),
+                       "model.external.layout[1].name: \"w\" is named twice"));
+  EXPECT_TRUE(Contains(ErrorOf("model { external { num_params: 2 layout { shape: 2 } } }"),
+                       "model.external.layout[0].name: must not be empty"));
+  EXPECT_TRUE(
+      Contains(ErrorOf("model { external { num_params: 2 layout { name: \"w\" shape: 0 } } }"),
+               "model.external.layout[0].shape: each size must be in [1, 2^26]"));
+  EXPECT_TRUE(Contains(ErrorOf("model { arch: \"lenet5\" external { num_params: 2 } }"),
+                       "model.external: a model the clients bring takes no arch"));
+  EXPECT_TRUE(Contains(ErrorOf("mode: DATA_PARALLEL data { train_shard: \"t\" } "
+                               "model { external { num_params: 2 } }"),
+                       "DATA_PARALLEL trains Cohort's own models"));
+  EXPECT_TRUE(
+      Contains(ErrorOf("data { test_shard: \"t\" } model { external { num_params: 2 } }"),
+               "data.test_shard: the coordinator cannot evaluate a model the clients bring"));
+  EXPECT_TRUE(Contains(ErrorOf("model { external { num_params: 2 } } train { batch_size: 0 }"),
+                       "train.batch_size: must be in [1, 65536]"));
+  // Nothing builds it in C++: the native trainer, the simulator and the
+  // worker all come through NetFromConfig.
+  auto net = NetFromConfig(ok->model());
+  EXPECT_TRUE(Contains(std::string(net.status().message()),
+                       "model.external: the run's model is "
+                       "the clients' own"));
+}
+
 TEST(ConfigTest, ARunResumesOnlyWithItsOwnConfigOrALongerOne) {
   auto stored = ParseRunConfig(
       "seed: 3 model { arch: \"logreg\" input_dim: 4 num_classes: 2 } "

@@ -900,6 +900,11 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
         "simulate: mode: DATA_PARALLEL is not simulated (it runs under `cohort launch --nproc N` "
         "or `cohort worker`); `cohort simulate` runs federated configs");
   }
+  if (o.config.model().has_external()) {
+    return InvalidArgumentError(
+        "simulate: model.external is not simulated: the clients bring that model (Python "
+        "clients, cohort.Client); `cohort simulate` trains Cohort's own models");
+  }
   std::string device_note;
   COHORT_ASSIGN_OR_RETURN(const std::vector<std::string> devices,
                           ExpandDevices(o.devices, &device_note));

@@ -15,10 +15,11 @@ save_initial).
 
 
 
-# Loaded on first use: each extension module links its own copy of Cohort's
-# protobuf descriptors, which protobuf refuses to register twice in one
-# process (cohort._client and cohort._model together abort). Until they
-# share one library, `import cohort` loads neither.
+# Loaded on first use, so `import cohort` stays cheap. cohort._client is the
+# one extension that links Cohort's protobuf files (the client and
+# cohort.run_model's `model` submodule): two that both did would abort in
+# protobuf when the second registered them. cohort.distributed._c10d links
+# none of them, and loads beside it.
 def __getattr__(name):
     if name in ("Client", "Task"):
         from cohort import _client

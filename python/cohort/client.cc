@@ -30,6 +30,7 @@
 namespace py = pybind11;
 
 namespace cohort::python {
+void AddModelBindings(py::module_& m);  // model.cc
 namespace {
 
 // What the coordinator asks of one round, as `fit` sees it.
@@ -309,7 +310,13 @@ accepted for federated evaluation, which no coordinator asks for yet.)";
 PYBIND11_MODULE(_client, m) {
   using cohort::python::Client;
   using cohort::python::PyTask;
-  m.doc() = "The federated client's C++ core (see cohort.Client).";
+  m.doc() =
+      "The federated client's C++ core (see cohort.Client); `model`: native models "
+      "under PyTorch's names and layouts (cohort.run_model).";
+  py::module_ model = m.def_submodule("model",
+                                      "Native Cohort models under PyTorch's names "
+                                      "and layouts (train/torch_layout).");
+  cohort::python::AddModelBindings(model);
   py::class_<PyTask>(m, "Task", "One round's task from the coordinator, as fit receives it.")
       .def_readonly("round", &PyTask::round)
       .def_readonly("task_id", &PyTask::task_id)

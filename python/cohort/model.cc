@@ -122,7 +122,9 @@ std::span<const float> FlatSpan(const FloatArray& a) {
   return {a.data(), static_cast<size_t>(a.size())};
 }
 
-py::dict ReadRun(const std::string& run_dir, std::optional<int64_t> round) {
+// RUN_DIR's checkpoint at `round` (default: the last committed), read-only;
+// the reader's errors as Python's exceptions.
+store::RunCheckpoint ReadCheckpoint(const std::string& run_dir, std::optional<int64_t> round) {
   if (round && (*round < 0 || *round > UINT32_MAX)) {
     Raise(OutOfRangeError(run_dir + ": round " + std::to_string(*round) + " is not a round"));
   }
@@ -139,19 +141,35 @@ py::dict ReadRun(const std::string& run_dir, std::optional<int64_t> round) {
                        !std::filesystem::exists(run_dir + "/run.db", ec);
     Raise(read.status(), files);
   }
-  const std::string& text = read->info.config_text;
+  return std::move(read).value();
+}
+
+py::dict ReadFlat(const std::string& run_dir, std::optional<int64_t> round) {
+  store::RunCheckpoint read = ReadCheckpoint(run_dir, round);
+  auto owner = std::make_shared<std::vector<float>>(std::move(read.checkpoint.model));
+  py::dict d;
+  d["flat"] = ArrayOver(owner, 0, {owner->size()});
+  d["round"] = read.checkpoint.round;
+  d["last_round"] = read.info.last_round;
+  d["config"] = read.info.config_text;
+  return d;
+}
+
+py::dict ReadRun(const std::string& run_dir, std::optional<int64_t> round) {
+  const store::RunCheckpoint read = ReadCheckpoint(run_dir, round);
+  const std::string& text = read.info.config_text;
   StatusOr<config::RunConfig> config = config::ParseRunConfig(text, run_dir + "/run.db config");
   if (!config.ok()) Raise(config.status());
   StatusOr<train::TorchLayout> layout = train::TorchLayoutFor(config->model());
   if (!layout.ok()) Raise(layout.status().WithContext(run_dir));
-  StatusOr<std::vector<float>> values = train::ToTorchOrder(*layout, read->checkpoint.model);
+  StatusOr<std::vector<float>> values = train::ToTorchOrder(*layout, read.checkpoint.model);
   if (!values.ok()) {
-    Raise(DataLossError(run_dir + ": round " + std::to_string(read->checkpoint.round) + ": " +
+    Raise(DataLossError(run_dir + ": round " + std::to_string(read.checkpoint.round) + ": " +
                         values.status().message()));
   }
   py::dict d = TorchDict(*layout, std::move(*values));
-  d["round"] = read->checkpoint.round;
-  d["last_round"] = read->info.last_round;
+  d["round"] = read.checkpoint.round;
+  d["last_round"] = read.info.last_round;
   d["config"] = text;
   d["test_shard"] = config->data().test_shard();
   return d;
@@ -224,14 +242,18 @@ py::array_t<float> NativeLogits(const std::string& config_text, const FloatArray
 
 }  // namespace
 
-// The functions below, on `m`: a module of their own (cohort._model), or
-// one extension's submodule where several extensions would each register
-// the same generated protobuf files.
+// The functions below, on `m`: cohort._client's submodule `model` (one
+// extension: two would each register Cohort's generated protobuf files,
+// which protobuf refuses in one process).
 void AddModelBindings(py::module_& m) {
   m.def("read_run", &ReadRun, py::arg("run_dir"), py::arg("round") = py::none(),
         "The model of a run directory at `round` (default: the last committed), read-only: "
         "a dict with modules, state_dict [(name, float32 array)], input_shape, num_classes, "
         "round, last_round, config (text) and test_shard.");
+  m.def("read_flat", &ReadFlat, py::arg("run_dir"), py::arg("round") = py::none(),
+        "Any run's model at `round` (default: the last committed) as the flat vector the "
+        "clients train, read-only: a dict with flat (float32), round, last_round and config. "
+        "For a model the clients bring (model.external), cohort.torch.set_flat loads it.");
   m.def("to_torch", &ToTorch, py::arg("config"), py::arg("flat"),
         "A flat Cohort vector of the run config's model (text format) in PyTorch's layout: "
         "a dict as read_run's, without the run's fields.");
@@ -247,8 +269,3 @@ void AddModelBindings(py::module_& m) {
 }
 
 }  // namespace cohort::python
-
-PYBIND11_MODULE(_model, m) {
-  m.doc() = "Native Cohort models under PyTorch's names and layouts (train/torch_layout).";
-  cohort::python::AddModelBindings(m);
-}

@@ -18,7 +18,7 @@ import os
 import numpy as np
 import torch
 
-from cohort import _model
+from cohort._client import model as _model
 
 __all__ = ["load_run", "load_shard", "sequential"]
 
@@ -36,7 +36,7 @@ _CLASSES = {
 
 
 def sequential(described):
-    """The nn.Sequential of a dict from cohort._model (read_run, to_torch),
+    """The nn.Sequential of a dict from cohort._client.model (read_run, to_torch),
     its state_dict loaded (strict) and in eval mode.
 
     The arrays' memory is shared, not copied: the parameters are views of

@@ -1,11 +1,14 @@
 """PyTorch helpers for cohort.Client: a model as one flat float32 vector.
 
-The flat vector is every entry of ``model.state_dict()`` (parameters AND
-buffers, e.g. BatchNorm's running statistics), in state_dict order, each
-tensor flattened in its own (row-major) order. ``save_initial`` writes the
+The flat vector is every floating-point entry of ``model.state_dict()``
+(parameters AND buffers, e.g. BatchNorm's running statistics; not integer
+counters such as num_batches_tracked), in state_dict order, each tensor
+flattened in its own (row-major) order. ``save_initial`` writes the
 same tensors, with their names, as the ``.npz`` the coordinator reads with
 ``--initial-model``.
 """
+
+import os
 
 import numpy as np
 import torch
@@ -99,3 +102,21 @@ def save_initial(model, path):
     arrays = {k: v.detach().cpu().numpy().astype(np.float32) for k, v in _entries(model)}
     with open(path, "wb") as f:
         np.savez(f, **arrays)
+
+
+def load_run(run_dir, round=None):
+    """A run of one of Cohort's own models (mlp, lenet5, a layer list) as a
+    torch.nn.Sequential under PyTorch's names and layouts: the last committed
+    round, or `round`. See cohort.run_model.load_run."""
+    from cohort.run_model import load_run as _load_run
+    return _load_run(run_dir, round=round)
+
+
+def load_flat(model, run_dir, round=None):
+    """Loads a run's model at `round` (default: the last committed) into
+    `model` with set_flat: the way back for a model the clients bring
+    (model.external), whose flat vector is get_flat's. Returns the round."""
+    from cohort import _client
+    read = _client.model.read_flat(os.fspath(run_dir), round)
+    set_flat(model, read["flat"])
+    return read["round"]

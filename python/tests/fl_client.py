@@ -30,6 +30,7 @@ def parse_args():
     p.add_argument("--numpy", action="store_true", help="no PyTorch: a NumPy stand-in")
     p.add_argument("--fault", action="append", default=[], help="ROUND:KIND")
     p.add_argument("--samples", type=int, default=160)
+    p.add_argument("--dump-params", help="save each round's received params to PREFIX-R.npy")
     return p.parse_args()
 
 
@@ -81,6 +82,8 @@ def main():
     def fit(params, task):
         same = params.__array_interface__["data"][0] == task._buffer_address
         print(f"fit round {task.round} zero-copy {same} {task!r}", flush=True)
+        if args.dump_params:
+            np.save(f"{args.dump_params}-{task.round}.npy", params)
         kind = faults.get(task.round)
         if kind == "raise":
             raise ValueError(f"planted failure in round {task.round}")

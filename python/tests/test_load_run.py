@@ -23,7 +23,7 @@ import unittest
 import numpy as np
 import torch
 
-from cohort import _model
+from cohort._client import model as _model
 from cohort.run_model import load_run, load_shard, sequential
 
 COHORT = sys.argv[1] if len(sys.argv) > 1 else "build/cli/cohort"
@@ -168,6 +168,10 @@ class RoundTripTest(unittest.TestCase):
                                delta=1e-4)
         last = load_run(self.run_dir).state_dict()["0.weight"]
         self.assertFalse(torch.equal(model.state_dict()["0.weight"], last))
+        # cohort.torch.load_run is the same loader, beside get_flat and set_flat.
+        import cohort.torch
+        again = cohort.torch.load_run(self.run_dir, round=2).state_dict()["0.weight"]
+        self.assertTrue(torch.equal(model.state_dict()["0.weight"], again))
 
     def test_a_round_past_the_last_or_not_kept_is_named(self):
         with self.assertRaisesRegex(
