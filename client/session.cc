@@ -79,17 +79,20 @@ void Session::Refuse(const Status& why, Actions& a) {
     // than at the stage's timeout; the client stays for the next round.
     wire::Header h = Header();
     h.mutable_goodbye()->set_task_id(secagg_->task_id);
+    h.mutable_goodbye()->set_reason("refused the round's secure aggregation: " +
+                                    std::string(why.message()));
     a.send.push_back({std::move(h), {}, {}});
   }
   secagg_.reset();
 }
 
-void Session::LeaveTask(uint64_t task_id, Actions& a) {
+void Session::LeaveTask(uint64_t task_id, const Status& why, Actions& a) {
   if (secagg_ && secagg_->task_id == task_id) secagg_.reset();
   // The coordinator closes this client's part of the round now, as a
   // dropout, rather than at its deadline; the client stays for the next.
   wire::Header h = Header();
   h.mutable_goodbye()->set_task_id(task_id);
+  h.mutable_goodbye()->set_reason("training failed: " + std::string(why.message()));
   a.send.push_back({std::move(h), {}, {}});
 }
 
@@ -166,7 +169,7 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
   if (!result.ok()) {
     env_->Log().error("round {}: training failed: {}; leaving the round", task.round,
                       result.status().message());
-    LeaveTask(task.task_id, a);
+    LeaveTask(task.task_id, result.status(), a);
     outgoing_.Apply(a);
     return a;
   }

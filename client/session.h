@@ -149,9 +149,9 @@ class Session {
   // one (`what`), which must come within the stage limit.
   void SendSecAgg(wire::Header header, const char* what, TimeMs now, Actions& a);
   void Refuse(const Status& why, Actions& a);
-  // Training of `task_id` failed: a Goodbye for its round (and the end of
-  // its secure session, if any).
-  void LeaveTask(uint64_t task_id, Actions& a);
+  // Training of `task_id` failed: a Goodbye for its round, saying `why`
+  // (and the end of its secure session, if any).
+  void LeaveTask(uint64_t task_id, const Status& why, Actions& a);
   void Send(wire::Header header, std::vector<float> payload, TimeMs now, Actions& a);
   TimeMs Interval() const;
 

@@ -134,6 +134,9 @@ TEST_F(SessionTest, AFailedTrainingLeavesItsRoundAndTheNextRoundTrains) {
   ASSERT_EQ(a.send.size(), 1u);  // A goodbye to the round; no update.
   EXPECT_TRUE(a.send[0].header.has_goodbye());
   EXPECT_EQ(a.send[0].header.goodbye().task_id(), 7u);
+  // The coordinator records why, as the dropout's reason.
+  EXPECT_EQ(a.send[0].header.goodbye().reason(),
+            "training failed: fit returned 3 values; the model has 4");
   ASSERT_TRUE(s.OnMessage(Task(2, 8, {1, 2, 3, 4}), 40).train.has_value());
   a = s.OnTrainingDone(8, train::TrainResult{}, local, 50);
   ASSERT_EQ(a.send.size(), 1u);
@@ -387,6 +390,8 @@ TEST(SecureSessionTest, ADivergedUpdateLeavesTheRoundInsteadOfBeingEncoded) {
   ASSERT_EQ(a.send.size(), 1u);  // A goodbye to the round; no update.
   EXPECT_TRUE(a.send[0].header.has_goodbye());
   EXPECT_EQ(a.send[0].header.goodbye().task_id(), 7u);
+  EXPECT_EQ(a.send[0].header.goodbye().reason(),
+            "refused the round's secure aggregation: local update has NaN or Inf");
   ASSERT_EQ(a.printed.size(), 1u);
   EXPECT_NE(a.printed[0].find("NaN"), std::string::npos);
 }

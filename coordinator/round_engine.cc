@@ -13,6 +13,19 @@
 namespace cohort::coordinator {
 namespace {
 
+// A Goodbye's reason as the dropout's: the client's words, untrusted, so at
+// most 200 printable ASCII characters (others become '?').
+std::string GoodbyeReason(const wire::Goodbye& goodbye) {
+  constexpr size_t kMaxReason = 200;
+  if (goodbye.reason().empty()) return "refused the round's secure aggregation";
+  std::string reason = goodbye.reason().substr(0, kMaxReason);
+  for (char& c : reason) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  if (goodbye.reason().size() > kMaxReason) reason += "...";
+  return reason;
+}
+
 TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} * 1000.0)); }
 
 }  // namespace
@@ -477,9 +490,8 @@ void RoundEngine::OnGoodbye(const std::string& peer, const wire::Goodbye& goodby
   if (phase_ != Phase::kTraining || (!stopping && goodbye.task_id() != task_id_)) return;
   Participant* p = FindParticipant(name);
   if (p == nullptr || !Waiting(*p)) return;
-  Exclude(
-      *p, Participant::State::kDropped,
-      stopping ? "left: stopped by its operator" : "left: refused the round's secure aggregation");
+  Exclude(*p, Participant::State::kDropped,
+          stopping ? "left: stopped by its operator" : "left: " + GoodbyeReason(goodbye));
   Progress(now, out);
 }
 

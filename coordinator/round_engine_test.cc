@@ -299,6 +299,28 @@ TEST_F(RoundEngineTest, DeadlineClosesRoundWithoutTheMissingClients) {
   EXPECT_EQ(tasks_["p2"].round(), 1u);
 }
 
+TEST_F(RoundEngineTest, AClientLeavingItsRoundIsADropoutForTheReasonItGives) {
+  Start(TestConfig(3, 2));
+  Register(3);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+  // Its fit raised: the round closes now, not at the deadline. The reason
+  // is untrusted text: control and non-ASCII bytes become '?', and it is
+  // cut at 200 characters.
+  net::Envelope bye;
+  bye.header.set_version(wire::VERSION_1);
+  bye.header.mutable_goodbye()->set_task_id(tasks_["p2"].task_id());
+  bye.header.mutable_goodbye()->set_reason("training failed: boom\n\x1b[31m\xff" +
+                                           std::string(300, 'x'));
+  Deliver("p2", bye);
+  EXPECT_EQ(engine_->last_committed_round(), 1u);
+  auto clients = store_->ClientRounds(1);
+  ASSERT_TRUE(clients.ok());
+  EXPECT_EQ((*clients)[2].status, "dropped");
+  EXPECT_EQ((*clients)[2].reason,
+            "left: training failed: boom??[31m?" + std::string(200 - 28, 'x') + "...");
+}
+
 TEST_F(RoundEngineTest, ANonFiniteModelIsNeverCommittedAndTheRunGoesOn) {
   // With the norm bound off, finite updates (the sum takes values up to
   // 2^23) and a large server learning rate can still step past FLT_MAX.

@@ -61,6 +61,14 @@ class BadInputTest(unittest.TestCase):
         # summed in the last; the victim is a dropout of the round it died in.
         for r in FAULTS:
             self.assertIn("bad", rounds[r]["dropped_clients"], rounds[r])
+        # The coordinator's record says why: the client's own error line.
+        import sqlite3
+        db = sqlite3.connect(f"file:{run.path('run/run.db')}?mode=ro", uri=True)
+        reasons = dict(db.execute("SELECT round, reason FROM round_clients WHERE client = 'bad'"))
+        db.close()
+        for r, (kind, line) in FAULTS.items():
+            why = line.split("training failed: ", 1)[1].removesuffix("; leaving the round")
+            self.assertEqual(reasons[r], "left: training failed: " + why, (kind, reasons[r]))
         self.assertIn("victim", rounds[2]["dropped_clients"], rounds[2])
         self.assertEqual(rounds[1]["participants"], 3, rounds[1])
         self.assertEqual(rounds[ROUNDS]["dropped_clients"], [], rounds[ROUNDS])
