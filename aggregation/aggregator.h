@@ -38,6 +38,9 @@ struct RoundMean {
   // Set when the training metrics are known only in aggregate (secure
   // rounds carry them inside the masked vector): their weighted means.
   std::optional<SecureMetrics> metrics;
+  // Federated evaluation in a secure round: the test-sample-weighted means,
+  // when any accepted client evaluated (fixed_point.h, SlotsToEval).
+  std::optional<SecureEval> eval;
   // Observability for tests of secure rounds: the unmasked fixed-point sum.
   std::vector<uint32_t> masked_sum;
 };

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "aggregation/aggregator.h"
+#include "aggregation/fixed_point.h"
 #include "common/rng.h"
 #include "tests/data/optimizer_golden.h"
 
@@ -139,6 +140,59 @@ TEST(FedAvgTest, ServerOptimizerMatchesPyTorchGoldenVectors) {
     ++checked;
   }
   EXPECT_EQ(checked, 2) << "tests/data/optimizer_golden.txt is missing the server cases";
+}
+
+}  // namespace
+}  // namespace cohort::aggregation
+
+namespace cohort::aggregation {
+namespace {
+
+// The federated evaluation's slots: under the masked mean, which weighs
+// each client by its training samples n, they give the means weighted by
+// its test samples m.
+TEST(SecureEvalSlotsTest, TheMaskedMeanGivesTestSampleWeightedMeans) {
+  struct Client {
+    uint64_t n, m;
+    double loss, accuracy;
+  } clients[] = {{100, 20, 0.5, 0.8}, {300, 30, 1.5, 0.6}, {50, 0, 9.0, 0.1}, {10, 40, 0.2, 0.9}};
+  const float clip = 10;
+  double mean[kSecureEvalSlots] = {}, total_n = 0;
+  for (const Client& c : clients) {
+    float slots[kSecureEvalSlots];
+    EvalToSlots(c.m, c.n, c.loss, c.accuracy, clip, slots);
+    for (size_t i = 0; i < kSecureEvalSlots; ++i) mean[i] += double(c.n) * slots[i];
+    total_n += double(c.n);
+  }
+  float decoded[kSecureEvalSlots];
+  for (size_t i = 0; i < kSecureEvalSlots; ++i) decoded[i] = float(mean[i] / total_n);
+  std::optional<SecureEval> e = SlotsToEval(decoded, clip, total_n);
+  ASSERT_TRUE(e.has_value());
+  // The third client did not evaluate (m = 0): its loss of 9 is nowhere.
+  EXPECT_NEAR(e->loss, (20 * 0.5 + 30 * 1.5 + 40 * 0.2) / 90.0, 1e-5);
+  EXPECT_NEAR(e->accuracy, (20 * 0.8 + 30 * 0.6 + 40 * 0.9) / 90.0, 1e-5);
+  EXPECT_NEAR(e->samples, 90, 1e-3);
+}
+
+TEST(SecureEvalSlotsTest, NobodyEvaluatingIsNoneAndTheRatioIsCapped) {
+  float slots[kSecureEvalSlots];
+  EvalToSlots(0, 100, 0.5, 0.5, 10, slots);
+  EXPECT_EQ(slots[0], 0.0f);
+  EXPECT_FALSE(SlotsToEval(slots, 10, 100).has_value());
+  // A non-finite loss is sent as no evaluation, never as a NaN slot.
+  EvalToSlots(10, 100, std::nan(""), 0.5, 10, slots);
+  EXPECT_FALSE(SlotsToEval(slots, 10, 100).has_value());
+  // 1,000 test samples beside 10 training ones count as kMaxEvalRatio x 10.
+  EvalToSlots(1000, 10, 2.0, 0.25, 10, slots);
+  EXPECT_FLOAT_EQ(slots[0], 10.0f);
+  std::optional<SecureEval> e = SlotsToEval(slots, 10, 10);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NEAR(e->samples, kMaxEvalRatio * 10, 1e-3);
+  EXPECT_NEAR(e->loss, 2.0, 1e-5);
+  EXPECT_NEAR(e->accuracy, 0.25, 1e-6);
+  // A loss above kMaxSecureLoss is carried as kMaxSecureLoss.
+  EvalToSlots(10, 10, 1e9, 0.5, 10, slots);
+  EXPECT_NEAR(SlotsToEval(slots, 10, 10)->loss, kMaxSecureLoss, 1e-3);
 }
 
 }  // namespace

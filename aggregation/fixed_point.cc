@@ -286,4 +286,28 @@ SecureMetrics SlotsToMetrics(std::span<const float> slots, float clip) {
   return {v[0], v[1], v[2]};
 }
 
+void EvalToSlots(uint64_t test_samples, uint64_t train_samples, double loss, double accuracy,
+                 float clip, std::span<float> slots) {
+  if (test_samples == 0 || train_samples == 0 || !std::isfinite(loss) || !std::isfinite(accuracy)) {
+    std::fill(slots.begin(), slots.end(), 0.0f);
+    return;
+  }
+  const double r =
+      std::min(double(test_samples) / double(train_samples), kMaxEvalRatio) / kMaxEvalRatio;
+  slots[0] = static_cast<float>(r * clip);
+  slots[1] = static_cast<float>(r * std::clamp(loss, 0.0, kMaxSecureLoss) / kMaxSecureLoss * clip);
+  slots[2] = static_cast<float>(r * std::clamp(accuracy, 0.0, 1.0) * clip);
+}
+
+std::optional<SecureEval> SlotsToEval(std::span<const float> slots, float clip, double weight) {
+  const double r = slots[0] / clip;
+  // Below half a fixed-point step of one client's smallest r: nobody evaluated.
+  if (!(r > 1e-6)) return std::nullopt;
+  SecureEval e;
+  e.loss = slots[1] / clip / r * kMaxSecureLoss;
+  e.accuracy = std::clamp(slots[2] / clip / r, 0.0, 1.0);
+  e.samples = r * kMaxEvalRatio * weight;
+  return e;
+}
+
 }  // namespace cohort::aggregation

@@ -10,6 +10,7 @@
 #define COHORT_AGGREGATION_FIXED_POINT_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "common/rng.h"
@@ -63,6 +64,28 @@ struct SecureMetrics {
 void MetricsToSlots(const SecureMetrics& metrics, float clip, std::span<float> slots);
 // The inverse on decoded (weighted-mean) slots; NaN in, NaN out.
 SecureMetrics SlotsToMetrics(std::span<const float> slots, float clip);
+
+// Federated evaluation in a secure round (rounds.federated_eval_every):
+// three more slots after the training metrics. The masked mean weighs each
+// client by its training samples n, but the evaluation is to be weighed by
+// its test samples m, so a client sends r = min(m / n, kMaxEvalRatio) /
+// kMaxEvalRatio, r·loss and r·accuracy (loss clamped to [0,
+// kMaxSecureLoss]): the means of the last two over the first are the
+// test-sample-weighted means. A client with more than kMaxEvalRatio times as
+// many test as training samples counts as kMaxEvalRatio times; one that
+// did not evaluate sends zeros.
+inline constexpr size_t kSecureEvalSlots = 3;
+inline constexpr double kMaxEvalRatio = 16;
+struct SecureEval {
+  double loss = 0, accuracy = 0;
+  double samples = 0;  // Σ m over the accepted inputs (to the fixed point's precision).
+};
+// `slots` has kSecureEvalSlots values; `test_samples` 0: not evaluated.
+void EvalToSlots(uint64_t test_samples, uint64_t train_samples, double loss, double accuracy,
+                 float clip, std::span<float> slots);
+// The inverse on decoded (weighted-mean) slots, `weight` the accepted
+// inputs' Σ n; nullopt when no accepted client evaluated.
+std::optional<SecureEval> SlotsToEval(std::span<const float> slots, float clip, double weight);
 
 }  // namespace cohort::aggregation
 

@@ -180,6 +180,9 @@ struct SecAggSetup {
   // The coordinator's stage timeout and round deadline, in ms.
   uint32_t stage_timeout_ms = 0;
   uint32_t round_deadline_ms = 0;
+  // The masked vector carries kSecureEvalSlots after the training metrics
+  // (federated evaluation; fixed_point.h).
+  bool eval_slots = false;
 };
 
 // Who broke the protocol, and how (for the run store and the logs).

@@ -157,6 +157,7 @@ StatusOr<aggregation::SecAggSetup> FromWire(const wire::SecAggSetup& m) {
   s.corrupt_fraction = m.corrupt_fraction();
   s.stage_timeout_ms = m.stage_timeout_ms();
   s.round_deadline_ms = m.round_deadline_ms();
+  s.eval_slots = m.eval_slots();
   return s;
 }
 
@@ -178,6 +179,7 @@ wire::SecAggSetup ToWire(const aggregation::SecAggSetup& s) {
   m.set_corrupt_fraction(s.corrupt_fraction);
   m.set_stage_timeout_ms(s.stage_timeout_ms);
   m.set_round_deadline_ms(s.round_deadline_ms);
+  m.set_eval_slots(s.eval_slots);
   return m;
 }
 

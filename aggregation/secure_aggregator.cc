@@ -16,9 +16,10 @@ class SecureAggregator final : public Aggregator {
       : server_(params, std::move(identities), env),
         fixed_point_(fixed_point),
         cohort_weight_(cohort_weight),
-        num_params_(num_params) {}
+        num_params_(num_params),
+        length_(params.length) {}
 
-  size_t frame_floats() const override { return num_params_ + kSecureMetricSlots; }
+  size_t frame_floats() const override { return length_; }
   bool masked() const override { return true; }
 
   Status Accept(uint32_t participant, std::span<const float> frame, uint64_t weight) override {
@@ -41,8 +42,11 @@ class SecureAggregator final : public Aggregator {
     std::vector<float> mean(sum.size());
     DecodeFixedPoint(sum, weight_ / cohort_weight_, fixed_point_, mean);
     RoundMean out;
-    out.metrics =
-        SlotsToMetrics(std::span<const float>(mean).subspan(num_params_), fixed_point_.clip);
+    const std::span<const float> tail = std::span<const float>(mean).subspan(num_params_);
+    out.metrics = SlotsToMetrics(tail.first(kSecureMetricSlots), fixed_point_.clip);
+    if (tail.size() == kSecureMetricSlots + kSecureEvalSlots) {
+      out.eval = SlotsToEval(tail.subspan(kSecureMetricSlots), fixed_point_.clip, weight_);
+    }
     mean.resize(num_params_);
     out.delta = std::move(mean);
     out.masked_sum = std::move(sum);
@@ -56,6 +60,7 @@ class SecureAggregator final : public Aggregator {
   FixedPoint fixed_point_;
   double cohort_weight_;
   size_t num_params_;
+  size_t length_;      // num_params_ and the metric (and evaluation) slots.
   double weight_ = 0;  // Σ n_k over the accepted inputs.
   size_t accepted_ = 0;
 };
@@ -66,7 +71,8 @@ StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
     const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
     const FixedPoint& fixed_point, double cohort_weight, size_t num_params, Env* env) {
   if (num_params == 0) return InvalidArgumentError("secure aggregation: zero parameters");
-  if (params.length != num_params + kSecureMetricSlots) {
+  if (params.length != num_params + kSecureMetricSlots &&
+      params.length != num_params + kSecureMetricSlots + kSecureEvalSlots) {
     return InvalidArgumentError("secure aggregation: vector length " +
                                 std::to_string(params.length) + " for " +
                                 std::to_string(num_params) + " parameters");

@@ -26,6 +26,10 @@ struct ClientFlags {
 void AddConnectionFlags(CLI::App* client, client::ClientOptions& o) {
   client->add_option("--coordinator", o.coordinator, "Coordinator endpoint")->required();
   client->add_option("--data", o.data, "This client's shard file")->required();
+  client
+      ->add_option("--test-data", o.test_data,
+                   "This client's own test split (a shard file), for federated evaluation")
+      ->check(CLI::ExistingFile);
   client->add_option("--name", o.name,
                      "Client name (default: the --identity key file's name, else the shard "
                      "file's)");

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "common/logging.h"
@@ -18,6 +20,35 @@ struct StatusFlags {
   std::string run_dir;
   bool json = false;
 };
+
+bool HasFederatedEval(const std::vector<store::RoundRecord>& rounds) {
+  for (const auto& r : rounds) {
+    if (r.federated_eval_samples > 0) return true;
+  }
+  return false;
+}
+
+// A round's model is evaluated by the clients of the next round (the record
+// of round r holds round r - 1's model's federated evaluation): the row of
+// rounds[i] shows rounds[i + 1]'s, or "-" where there is none (yet).
+std::string FederatedEvalColumns(const std::vector<store::RoundRecord>& rounds, size_t i) {
+  if (!HasFederatedEval(rounds)) return "";
+  const store::RoundRecord* next = i + 1 < rounds.size() ? &rounds[i + 1] : nullptr;
+  if (next == nullptr || next->federated_eval_samples == 0) return "         -         -";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " %9.4f %9.4f", next->federated_eval_accuracy,
+                next->federated_eval_loss);
+  return buf;
+}
+
+void PrintInitialFederatedEval(const std::vector<store::RoundRecord>& rounds) {
+  if (rounds.empty() || rounds[0].federated_eval_samples == 0) return;
+  std::printf(
+      "federated evaluation of the initial model: accuracy %.4f, loss %.4f (%llu test "
+      "samples)\n",
+      rounds[0].federated_eval_accuracy, rounds[0].federated_eval_loss,
+      static_cast<unsigned long long>(rounds[0].federated_eval_samples));
+}
 
 // Prints the rounds of the run in `run_dir` as a table, or with `json` one
 // JSON object per round.
@@ -42,20 +73,22 @@ Status RunStatus(const std::string& run_dir, bool json) {
     // A data-parallel run commits one record per epoch, its workers as the
     // participants.
     const bool epochs = !rounds.empty() && rounds[0].aggregation.rfind("all-reduce", 0) == 0;
-    std::printf("%5s %-8s %12s %7s %10s %8s %9s %8s\n", epochs ? "epoch" : "round", "agg",
+    PrintInitialFederatedEval(rounds);
+    std::printf("%5s %-8s %12s %7s %10s %8s %9s %8s%s\n", epochs ? "epoch" : "round", "agg",
                 epochs ? "workers" : "participants", "dropped", "train_loss", "test_acc",
-                "test_loss", "seconds");
+                "test_loss", "seconds", HasFederatedEval(rounds) ? "   fed_acc  fed_loss" : "");
   }
-  for (const auto& r : rounds) {
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    const store::RoundRecord& r = rounds[i];
     COHORT_ASSIGN_OR_RETURN(auto clients, store->ClientRounds(r.round));
     if (json) {
       std::printf("%s\n", coordinator::RoundJson(r, clients).c_str());
       continue;
     }
     std::printf(
-        "%5u %-8s %8u/%-3u %7u %10.4f %8.4f %9.4f %8.2f%s\n", r.round, r.aggregation.c_str(),
+        "%5u %-8s %8u/%-3u %7u %10.4f %8.4f %9.4f %8.2f%s%s\n", r.round, r.aggregation.c_str(),
         r.participants, r.selected, r.dropped, r.train_loss, r.test_accuracy, r.test_loss,
-        r.seconds,
+        r.seconds, FederatedEvalColumns(rounds, i).c_str(),
         r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
     for (const auto& c : clients) {
       if (c.misbehaved) std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());

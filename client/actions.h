@@ -32,6 +32,9 @@ struct TrainTask {
   std::vector<float> global;
   train::TrainOptions options;
   bool secure = false;  // Securely aggregated: never send a plaintext update.
+  // Federated evaluation: evaluate `global` on the client's own test split
+  // before training (LocalTrainer::Evaluate); the result goes with the update.
+  bool evaluate = false;
 };
 
 struct Actions {

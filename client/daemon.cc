@@ -124,6 +124,7 @@ struct Job {
   std::vector<float> local;
   std::atomic<bool> cancel{false};
   StatusOr<train::TrainResult> result = CancelledError("not run");
+  std::optional<train::EvalResult> eval;  // Federated evaluation, when asked and done.
 };
 
 // The daemon's I/O loop: the session's messages to and from the coordinator
@@ -219,12 +220,25 @@ class EventLoop {
     job_->task.options.progress = train::EpochProgress("round " + std::to_string(job_->task.round),
                                                        job_->task.options.epochs, stderr);
     worker_ = std::thread([this, j = job_.get()]() {
+      if (j->task.evaluate) Evaluate(*j);
       j->result = trainer_.Train(j->task, j->local, &j->cancel);
       // The signal names its task: a cancelled job's signal is recognised
       // as stale. This PAIR end is used only by the one live worker.
       const uint64_t id = j->task.task_id;
       done_tx_.send(zmq::buffer(&id, sizeof(id)), zmq::send_flags::none);
     });
+  }
+
+  // Worker thread: the task's model on this client's test split, before it
+  // trains (j.local is still the global model).
+  void Evaluate(Job& j) {
+    StatusOr<train::EvalResult> e = trainer_.Evaluate(j.task, j.local);
+    if (e.ok()) {
+      j.eval = *e;
+    } else {
+      spdlog::warn("round {}: the coordinator asks for federated evaluation; not evaluated: {}",
+                   j.task.round, e.status().message());
+    }
   }
 
   void StopJob() {
@@ -242,7 +256,7 @@ class EventLoop {
     if (!job_ || job_->task.task_id != id) return;
     if (worker_.joinable()) worker_.join();
     std::unique_ptr<Job> done = std::move(job_);
-    Apply(session_.OnTrainingDone(id, done->result, done->local, SteadyNowMs()));
+    Apply(session_.OnTrainingDone(id, done->result, done->local, SteadyNowMs(), done->eval));
   }
 
   // What the coordinator sent, up to 1000 messages before the next tick.

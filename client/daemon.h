@@ -17,8 +17,12 @@ namespace cohort::client {
 struct ClientOptions {
   std::string coordinator;  // e.g. "tcp://127.0.0.1:7000"
   std::string data;         // Shard file; never leaves this process.
-  std::string name;         // Client name; [A-Za-z0-9._-]{1,64}.
-  int threads = 1;          // BLAS threads for local training.
+  // This client's own test split (a shard file), for the coordinator's
+  // federated evaluation (rounds.federated_eval_every). Empty: it does not
+  // evaluate (its updates say so and it trains as usual).
+  std::string test_data;
+  std::string name;  // Client name; [A-Za-z0-9._-]{1,64}.
+  int threads = 1;   // BLAS threads for local training.
   // Where to train: cpu | cuda | cuda:N | auto (a GPU where one is usable,
   // else the CPU, logged once).
   std::string device = "auto";

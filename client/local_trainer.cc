@@ -41,6 +41,13 @@ class NativeTrainer final : public LocalTrainer {
     COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(check).WithContext("coordinator's model"));
     COHORT_ASSIGN_OR_RETURN(model_, train::BuildModel(config, backend_.get()));
     COHORT_RETURN_IF_ERROR(train::CheckCompatible(*model_, data_).WithContext(options_.data));
+    if (!options_.test_data.empty()) {
+      COHORT_ASSIGN_OR_RETURN(datasets::Dataset test, datasets::ReadShard(options_.test_data));
+      COHORT_RETURN_IF_ERROR(train::CheckCompatible(*model_, test).WithContext(options_.test_data));
+      COHORT_ASSIGN_OR_RETURN(test_data_, train::DeviceDataset::Upload(backend_.get(), test));
+      spdlog::info("federated evaluation on {} test samples from {}", test.size(),
+                   options_.test_data);
+    }
     model_config_ = config;
     return model_->num_params();
   }
@@ -51,8 +58,13 @@ class NativeTrainer final : public LocalTrainer {
     return train::TrainLocal(*model_, params, *device_data_, task.options, cancel);
   }
 
-  StatusOr<train::EvalResult> Evaluate(std::span<const float> params) override {
-    return train::Evaluate(*model_, params, *device_data_);
+  StatusOr<train::EvalResult> Evaluate(const TrainTask& task,
+                                       std::span<const float> params) override {
+    (void)task;
+    if (test_data_ == nullptr) {
+      return UnimplementedError("no --test-data: this client has no test split to evaluate on");
+    }
+    return train::Evaluate(*model_, params, *test_data_);
   }
 
   void Finish() override {
@@ -106,7 +118,8 @@ class NativeTrainer final : public LocalTrainer {
   datasets::Dataset data_;
   std::unique_ptr<train::Backend> backend_;
   std::unique_ptr<train::DeviceDataset> device_data_;
-  std::optional<crypto::Ed25519KeyPair> identity_;  // With --site-allow: what the workers pin.
+  std::unique_ptr<train::DeviceDataset> test_data_;  // --test-data, once the model is built.
+  std::optional<crypto::Ed25519KeyPair> identity_;   // With --site-allow: what the workers pin.
   zmq::context_t site_context_{1};
   std::unique_ptr<Site> site_;
   std::unique_ptr<train::Model> model_;

@@ -43,10 +43,15 @@ class LocalTrainer {
   // `cancel` becomes true, params then undefined.
   virtual StatusOr<train::TrainResult> Train(const TrainTask& task, std::span<float> params,
                                              const std::atomic<bool>* cancel) = 0;
-  // Loss and accuracy of `params` on this client's own test split.
-  virtual StatusOr<train::EvalResult> Evaluate(std::span<const float> params) {
+  // Loss and accuracy of `params` (the task's global model) on this
+  // client's own test split, for the coordinator's federated evaluation.
+  // Called on the worker thread before Train, when `task.evaluate`. An error
+  // (kUnimplemented: no test split) leaves the update without one.
+  virtual StatusOr<train::EvalResult> Evaluate(const TrainTask& task,
+                                               std::span<const float> params) {
+    (void)task;
     (void)params;
-    return UnimplementedError("this client does not evaluate");
+    return UnimplementedError("this client has no test split to evaluate on");
   }
   // The run is over (or this client stops): release whatever trains with
   // this client (a site's workers). Called once, after the last Train.

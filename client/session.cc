@@ -161,7 +161,8 @@ Actions Session::OnTick(TimeMs now) {
 }
 
 Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainResult>& result,
-                                std::span<const float> local, TimeMs now) {
+                                std::span<const float> local, TimeMs now,
+                                const std::optional<train::EvalResult>& eval) {
   Actions a;
   if (!running_ || running_->task_id != task_id) return a;  // Replaced meanwhile.
   TrainTask task = std::move(*running_);
@@ -176,10 +177,27 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
   last_completed_task_ = task_id;
   env_->Log().info("round {}: trained {} samples in {:.2f} s, loss {:.4f}", task.round,
                    result->samples, result->seconds, result->mean_loss);
+  // Only what the task asked for: an evaluation it did not ask for stays
+  // here, and so does one the coordinator would refuse.
+  std::optional<train::EvalResult> asked = task.evaluate ? eval : std::nullopt;
+  if (asked && !(std::isfinite(asked->loss) && asked->loss >= 0 && asked->accuracy >= 0 &&
+                 asked->accuracy <= 1)) {
+    env_->Log().warn(
+        "round {}: the evaluation's loss {} or accuracy {} is out of range; it is "
+        "not sent",
+        task.round, asked->loss, asked->accuracy);
+    asked.reset();
+  }
+  if (asked) {
+    env_->Log().info(
+        "round {}: evaluated the round's model on {} test samples: loss {:.4f}, "
+        "accuracy {:.4f}",
+        task.round, asked->samples, asked->loss, asked->accuracy);
+  }
   if (task.secure) {
-    SendSecureUpdate(task, *result, local, now, a);
+    SendSecureUpdate(task, *result, asked, local, now, a);
   } else {
-    SendPlainUpdate(task, *result, local, now, a);
+    SendPlainUpdate(task, *result, asked, local, now, a);
   }
   outgoing_.Apply(a);
   return a;
@@ -211,6 +229,7 @@ void Session::WarnAboutClipping(uint32_t round, std::span<const float> local,
 }
 
 void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
+                               const std::optional<train::EvalResult>& eval,
                                std::span<const float> local, TimeMs now, Actions& a) {
   // A securely aggregated task never sends a plaintext update: when the
   // session was refused or abandoned, nothing is sent at all.
@@ -218,18 +237,27 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   // The metrics ride in the masked vector, after the delta: the
   // coordinator learns only their weighted means.
   WarnAboutClipping(task.round, local, task.global, secagg_->fixed_point.clip, result.mean_loss);
-  float slots[aggregation::kSecureMetricSlots];
+  // Then the federated evaluation's slots, zeros where it did not evaluate.
+  float slots[aggregation::kSecureMetricSlots + aggregation::kSecureEvalSlots] = {};
+  const size_t num_slots =
+      aggregation::kSecureMetricSlots + (secagg_->eval_slots ? aggregation::kSecureEvalSlots : 0);
   aggregation::MetricsToSlots({result.mean_loss, result.accuracy, result.seconds},
-                              secagg_->fixed_point.clip, slots);
+                              secagg_->fixed_point.clip,
+                              std::span<float>(slots, aggregation::kSecureMetricSlots));
+  if (secagg_->eval_slots && eval) {
+    aggregation::EvalToSlots(
+        eval->samples, num_samples_, eval->loss, eval->accuracy, secagg_->fixed_point.clip,
+        std::span<float>(slots + aggregation::kSecureMetricSlots, aggregation::kSecureEvalSlots));
+  }
   // Weighted, clipped and rounded to the fixed-point grid, straight from
   // the two models (no float copy of the delta); the rounding draws from
   // its own RNG, never from the mask PRG.
-  std::vector<uint32_t> encoded(local.size() + aggregation::kSecureMetricSlots);
+  std::vector<uint32_t> encoded(local.size() + num_slots);
   Rng rng(DeriveSeed(secagg_->train_seed, 0xf17ed));
   // The coordinator cannot check a masked vector, so the client does: a
   // diverged update leaves the round (a dropout) instead of being encoded.
-  if (!aggregation::EncodeDelta(local, task.global, slots, secagg_->weight, secagg_->fixed_point,
-                                rng, encoded)) {
+  if (!aggregation::EncodeDelta(local, task.global, std::span<const float>(slots, num_slots),
+                                secagg_->weight, secagg_->fixed_point, rng, encoded)) {
     Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
     return;
   }
@@ -245,6 +273,7 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
 }
 
 void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
+                              const std::optional<train::EvalResult>& eval,
                               std::span<const float> local, TimeMs now, Actions& a) {
   std::vector<float> delta(local.begin(), local.end());
   for (size_t i = 0; i < delta.size(); ++i) delta[i] -= task.global[i];
@@ -256,6 +285,11 @@ void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& r
   update.set_train_loss(result.mean_loss);
   update.set_train_accuracy(result.accuracy);
   update.set_train_seconds(result.seconds);
+  if (eval && eval->samples > 0) {
+    update.set_eval_samples(eval->samples);
+    update.set_eval_loss(eval->loss);
+    update.set_eval_accuracy(eval->accuracy);
+  }
   Send(std::move(h), std::move(delta), now, a);
 }
 
@@ -330,6 +364,7 @@ void Session::OnTask(const wire::RoundTask& t, const net::Envelope& env, TimeMs 
   task.options.batch_size = t.train().batch_size();
   task.options.optimizer = train::OptimizerFromConfig(t.train());
   task.options.seed = t.train_seed();
+  task.evaluate = t.evaluate();
   env_->Log().info("round {}: task received", t.round());
   if (t.has_secagg()) {
     if (!BindSecureTask(t, now, a)) return;
@@ -542,7 +577,8 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   params.n = s.n;
   params.k = s.k;
   params.t = s.t;
-  params.length = num_params_ + aggregation::kSecureMetricSlots;
+  params.length = num_params_ + aggregation::kSecureMetricSlots +
+                  (s.eval_slots ? aggregation::kSecureEvalSlots : 0);
   params.prg = s.prg;
   params.roster = s.roster_root;
   params.context =
@@ -553,6 +589,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.setup = w.SerializeAsString();
   r.fixed_point = {s.clip, s.scale};
   r.weight = static_cast<double>(num_samples_) / s.total_weight;
+  r.eval_slots = s.eval_slots;
   r.stage_limit = std::min<TimeMs>(secagg_stage_limit_ms_, 2 * TimeMs{s.stage_timeout_ms} + 30000);
   r.survivors_limit =
       std::min<TimeMs>(10 * secagg_stage_limit_ms_, 2 * TimeMs{s.round_deadline_ms} + 30000);

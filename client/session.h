@@ -52,9 +52,12 @@ class Session {
   Actions Start(TimeMs now);
   // `envelope` comes from the coordinator; it is untrusted all the same.
   Actions OnMessage(const net::Envelope& envelope, TimeMs now);
-  // The job for `task_id` ended; `local` holds the trained parameters.
+  // The job for `task_id` ended; `local` holds the trained parameters and
+  // `eval` the evaluation of the task's model on this client's test split,
+  // where the task asked for one and the client has a test split.
   Actions OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainResult>& result,
-                         std::span<const float> local, TimeMs now);
+                         std::span<const float> local, TimeMs now,
+                         const std::optional<train::EvalResult>& eval = std::nullopt);
   Actions OnTick(TimeMs now);
   // This client is stopping (its operator's signal): a Goodbye, so the
   // coordinator closes this client's part of the round at once.
@@ -97,7 +100,8 @@ class Session {
     uint64_t train_seed = 0;  // From the task; seeds the stochastic rounding.
     std::string setup;        // The SecAggSetup it started from, serialized.
     aggregation::FixedPoint fixed_point;
-    double weight = 0;  // num_samples / total_weight.
+    double weight = 0;        // num_samples / total_weight.
+    bool eval_slots = false;  // The vector carries the federated evaluation's slots.
     std::unique_ptr<aggregation::SecAggClient> client;
     bool checked_in = false;  // U3 confirmed: ready to mask.
     // What this client waits for from the coordinator, and since when
@@ -141,9 +145,11 @@ class Session {
   void WarnAboutClipping(uint32_t round, std::span<const float> local,
                          std::span<const float> global, float clip, double loss) const;
   void SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
-                        std::span<const float> local, TimeMs now, Actions& a);
+                        const std::optional<train::EvalResult>& eval, std::span<const float> local,
+                        TimeMs now, Actions& a);
   void SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
-                       std::span<const float> local, TimeMs now, Actions& a);
+                       const std::optional<train::EvalResult>& eval, std::span<const float> local,
+                       TimeMs now, Actions& a);
   void SendMaskedInput(TimeMs now, Actions& a);
   // Sends a stage message and starts the wait for the coordinator's next
   // one (`what`), which must come within the stage limit.

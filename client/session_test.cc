@@ -261,6 +261,64 @@ net::Envelope SecureTask(uint64_t task_id, const crypto::Ed25519Public& own, uin
   return e;
 }
 
+TEST(SecureSessionTest, TheEvaluationRidesInTheMaskedVectorWhereTheSetupSaysSo) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  std::vector<uint32_t> encoded;
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity,
+      FaultPlan{},
+      [&](uint32_t, std::span<const uint32_t> words) {
+        encoded.assign(words.begin(), words.end());
+      });
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  net::Envelope task = SecureTask(7, identity.public_key);
+  task.header.mutable_task()->set_evaluate(true);
+  task.header.mutable_task()->mutable_secagg()->set_eval_slots(true);
+  ASSERT_TRUE(s.OnMessage(task, 20).train.has_value());
+  std::vector<float> local = {0, 0, 0, 0};
+  s.OnTrainingDone(7, train::TrainResult{}, local, 30,
+                   train::EvalResult{.loss = 0.5, .accuracy = 0.75, .samples = 25});
+  ASSERT_EQ(encoded.size(),
+            kParams + aggregation::kSecureMetricSlots + aggregation::kSecureEvalSlots);
+  // Weight 50/150, scale 1e6, clip 4; r = (25/50) / kMaxEvalRatio.
+  const double r = 0.5 / aggregation::kMaxEvalRatio, unit = 50.0 / 150 * 1e6 * 4;
+  const size_t at = kParams + aggregation::kSecureMetricSlots;
+  EXPECT_NEAR(double(int32_t(encoded[at])), r * unit, 1.0);
+  EXPECT_NEAR(double(int32_t(encoded[at + 1])), r * 0.5 / aggregation::kMaxSecureLoss * unit, 1.0);
+  EXPECT_NEAR(double(int32_t(encoded[at + 2])), r * 0.75 * unit, 1.0);
+}
+
+TEST_F(SessionTest, AnAskedEvaluationGoesWithThePlainUpdateAndOnlyThen) {
+  Session s = Make();
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  net::Envelope task = Task(1, 7, {1, 2, 3, 4});
+  task.header.mutable_task()->set_evaluate(true);
+  Actions a = s.OnMessage(task, 20);
+  ASSERT_TRUE(a.train.has_value());
+  EXPECT_TRUE(a.train->evaluate);
+  std::vector<float> local = {1, 2, 3, 4};
+  a = s.OnTrainingDone(7, train::TrainResult{}, local, 30,
+                       train::EvalResult{.loss = 0.25, .accuracy = 0.5, .samples = 12});
+  ASSERT_EQ(a.send.size(), 1u);
+  EXPECT_EQ(a.send[0].header.update().eval_samples(), 12u);
+  EXPECT_EQ(a.send[0].header.update().eval_loss(), 0.25);
+  EXPECT_EQ(a.send[0].header.update().eval_accuracy(), 0.5);
+  // A task that does not ask gets none, whatever the trainer did; nor does
+  // an evaluation the coordinator would refuse.
+  ASSERT_TRUE(s.OnMessage(Task(2, 8, {1, 2, 3, 4}), 40).train.has_value());
+  a = s.OnTrainingDone(8, train::TrainResult{}, local, 50,
+                       train::EvalResult{.loss = 0.25, .accuracy = 0.5, .samples = 12});
+  EXPECT_EQ(a.send[0].header.update().eval_samples(), 0u);
+  task = Task(3, 9, {1, 2, 3, 4});
+  task.header.mutable_task()->set_evaluate(true);
+  ASSERT_TRUE(s.OnMessage(task, 60).train.has_value());
+  a = s.OnTrainingDone(9, train::TrainResult{}, local, 70,
+                       train::EvalResult{.loss = std::nan(""), .accuracy = 0.5, .samples = 12});
+  EXPECT_EQ(a.send[0].header.update().eval_samples(), 0u);
+}
+
 TEST(SecureSessionTest, AdvertisesKeysAndNeverSendsAPlaintextUpdate) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
   Session s(

@@ -32,6 +32,16 @@ std::string JsonString(const std::string& text) {
   return out + "\"";
 }
 
+// The clients' evaluation of the model this round started from (the last
+// round's), when the round had one.
+std::string FederatedEvalJson(const store::RoundRecord& r) {
+  if (r.federated_eval_samples == 0) return "";
+  return ",\"federated_eval\":{\"model_round\":" + std::to_string(r.round - 1) +
+         ",\"loss\":" + JsonNumber(r.federated_eval_loss) +
+         ",\"accuracy\":" + JsonNumber(r.federated_eval_accuracy) +
+         ",\"samples\":" + std::to_string(r.federated_eval_samples) + "}";
+}
+
 }  // namespace
 
 std::string RoundJson(const store::RoundRecord& r,
@@ -78,7 +88,7 @@ std::string RoundJson(const store::RoundRecord& r,
          ",\"test_loss\":" + (r.test_loss >= 0 ? JsonNumber(r.test_loss) : "null") +
          ",\"seconds\":" + JsonNumber(r.seconds) +
          ",\"coordinator_seconds\":" + JsonNumber(r.coordinator_seconds) +
-         ",\"clock_seconds\":" + JsonNumber(r.clock_seconds) + "}";
+         ",\"clock_seconds\":" + JsonNumber(r.clock_seconds) + FederatedEvalJson(r) + "}";
 }
 
 void PrintRound(const store::RoundRecord& r, uint32_t total) {

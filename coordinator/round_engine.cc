@@ -95,8 +95,7 @@ net::Limits RoundEngine::limits() const {
   l.max_header_bytes = config_.net().max_header_bytes();
   // A masked update carries the training metrics after the delta.
   // Between rounds, the largest any round takes (a late update is stale).
-  l.max_payload_floats =
-      aggregator_ ? aggregator_->frame_floats() : global_.size() + aggregation::kSecureMetricSlots;
+  l.max_payload_floats = aggregator_ ? aggregator_->frame_floats() : secure_length();
   l.max_payload_frames = 1;
   // Secure-aggregation messages carry a few hundred bytes per cohort member.
   if (stage_ != aggregation::SecAggStage::kNone)
@@ -175,12 +174,24 @@ aggregation::SecAggSetup RoundEngine::SecAggSetupFor(const std::string& name) co
   };
   s.stage_timeout_ms = ms(config_.secagg().stage_timeout_s());
   s.round_deadline_ms = ms(config_.rounds().round_deadline_s());
+  s.eval_slots = federated_eval();
   return s;
+}
+
+bool RoundEngine::EvaluatesRound(uint32_t round) const {
+  const uint32_t every = config_.rounds().federated_eval_every();
+  return every > 0 && round >= 1 && (round - 1) % every == 0;
+}
+
+size_t RoundEngine::secure_length() const {
+  return global_.size() + aggregation::kSecureMetricSlots +
+         (federated_eval() ? aggregation::kSecureEvalSlots : 0);
 }
 
 Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name) const {
   wire::RoundTask task;
   strategy_->ConfigureTask(round_ + 1, name, task);
+  if (EvaluatesRound(round_ + 1)) task.set_evaluate(true);
   std::optional<aggregation::SecAggSetup> setup;
   if (secagg()) setup = SecAggSetupFor(name);
   return TaskMessage(peer, round_ + 1, task_id_, std::move(task),
@@ -435,6 +446,11 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     p->train_loss = u.train_loss();
     p->train_accuracy = u.train_accuracy();
     p->train_seconds = u.train_seconds();
+    if (EvaluatesRound(current)) {
+      p->eval_samples = u.eval_samples();
+      p->eval_loss = u.eval_loss();
+      p->eval_accuracy = u.eval_accuracy();
+    }
   }
   Progress(now, out);
 }
@@ -460,6 +476,13 @@ Status RoundEngine::CheckUpdate(const wire::Update& u, const net::Envelope& enve
   if (!std::isfinite(u.train_loss()) || !std::isfinite(u.train_accuracy()) ||
       !std::isfinite(u.train_seconds())) {
     return InvalidArgumentError("non-finite training metrics");
+  }
+  if (u.eval_samples() > 0 &&
+      (u.eval_samples() > (uint64_t{1} << 40) || !std::isfinite(u.eval_loss()) ||
+       u.eval_loss() < 0 || !(u.eval_accuracy() >= 0 && u.eval_accuracy() <= 1))) {
+    return InvalidArgumentError(
+        "federated evaluation: eval_samples must be at most 2^40, eval_loss finite and >= 0, "
+        "eval_accuracy in [0, 1]");
   }
   return OkStatus();
 }
@@ -661,6 +684,28 @@ std::vector<store::ClientRoundRecord> RoundEngine::ClientRecords(double& loss_su
   return clients;
 }
 
+void RoundEngine::RecordFederatedEval(const aggregation::RoundMean& mean,
+                                      store::RoundRecord& record) const {
+  if (mean.metrics) {  // Secure: only the means, inside the masked sum.
+    if (!mean.eval) return;
+    record.federated_eval_loss = mean.eval->loss;
+    record.federated_eval_accuracy = mean.eval->accuracy;
+    record.federated_eval_samples = static_cast<uint64_t>(std::llround(mean.eval->samples));
+    return;
+  }
+  double samples = 0, loss = 0, accuracy = 0;
+  for (const auto& p : participants_) {
+    if (!p.counts() || p.eval_samples == 0) continue;
+    samples += static_cast<double>(p.eval_samples);
+    loss += p.eval_loss * static_cast<double>(p.eval_samples);
+    accuracy += p.eval_accuracy * static_cast<double>(p.eval_samples);
+  }
+  if (samples == 0) return;
+  record.federated_eval_loss = loss / samples;
+  record.federated_eval_accuracy = accuracy / samples;
+  record.federated_eval_samples = static_cast<uint64_t>(samples);
+}
+
 void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, double spent_seconds,
                               const std::string& abort_reason, std::vector<Outgoing>& out) {
   const uint32_t round = round_ + 1;
@@ -704,6 +749,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   record.train_loss = mean != nullptr && mean->metrics    ? mean->metrics->loss
                       : mean != nullptr && weight_sum > 0 ? loss_sum / weight_sum
                                                           : 0;
+  if (mean != nullptr && EvaluatesRound(round)) RecordFederatedEval(*mean, record);
   store::Checkpoint cp{round, global_, {}};
   strategy_->SaveState(cp);
   record.coordinator_seconds = env_->MonotonicSeconds() - close_start;

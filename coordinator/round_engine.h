@@ -118,6 +118,9 @@ class RoundEngine {
     // round, whatever a later Hello claims.
     uint64_t num_samples = 0;
     double train_loss = 0, train_accuracy = 0, train_seconds = 0;
+    // A plain round's federated evaluation (0 samples: none).
+    uint64_t eval_samples = 0;
+    double eval_loss = 0, eval_accuracy = 0;
     // Secure aggregation: the last stage this client completed, and the
     // stage at which it left the round (kNone: it did not).
     aggregation::SecAggStage answered = aggregation::SecAggStage::kNone;
@@ -191,6 +194,16 @@ class RoundEngine {
   void Progress(TimeMs now, std::vector<Outgoing>& out);
   // Sums the accepted updates and commits the round.
   void FinishRound(TimeMs now, double started, std::vector<Outgoing>& out);
+
+  // Federated evaluation (rounds.federated_eval_every): whether the run has
+  // it (its masked vectors carry the evaluation's slots), and whether round
+  // `round`'s clients evaluate the model they receive.
+  bool federated_eval() const { return config_.rounds().federated_eval_every() > 0; }
+  bool EvaluatesRound(uint32_t round) const;
+  // The masked vector's length: the model and the metric slots.
+  size_t secure_length() const;
+  // The round's test-sample-weighted federated evaluation into `record`.
+  void RecordFederatedEval(const aggregation::RoundMean& mean, store::RoundRecord& record) const;
 
   // Secure aggregation (round_engine_secagg.cc).
   bool secure() const;

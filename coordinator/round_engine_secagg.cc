@@ -89,12 +89,12 @@ uint32_t RoundEngine::MinClients() const { return MinRoundClients(config_); }
 Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
   const auto& sc = config_.secagg();
   const uint32_t round = round_ + 1;
-  // The vector is the model delta followed by the training metrics.
-  COHORT_ASSIGN_OR_RETURN(
-      secagg_params_,
-      aggregation::ChooseSecAggParams(static_cast<uint32_t>(cohort.size()), sc.expected_dropout(),
-                                      sc.corrupt_fraction(), sc.aggregation() == config::SECAGG,
-                                      global_.size() + aggregation::kSecureMetricSlots));
+  // The vector is the model delta followed by the training metrics (and
+  // the federated evaluation's slots).
+  COHORT_ASSIGN_OR_RETURN(secagg_params_, aggregation::ChooseSecAggParams(
+                                              static_cast<uint32_t>(cohort.size()),
+                                              sc.expected_dropout(), sc.corrupt_fraction(),
+                                              sc.aggregation() == config::SECAGG, secure_length()));
   // Each client weighs its update by num_samples / cohort_weight_, so the
   // weights of the cohort sum to at most 1 and the scale does not depend on
   // how much data clients claim.

@@ -321,6 +321,44 @@ TEST_F(RoundEngineTest, AClientLeavingItsRoundIsADropoutForTheReasonItGives) {
             "left: training failed: boom??[31m?" + std::string(200 - 28, 'x') + "...");
 }
 
+TEST_F(RoundEngineTest, FederatedEvaluationIsAskedEveryRRoundsAndWeighedByTestSamples) {
+  config::RunConfig config = TestConfig(3, 3, 3);
+  config.mutable_rounds()->set_federated_eval_every(2);  // Rounds 1 and 3.
+  Start(config);
+  Register(3);
+  auto with_eval = [](const wire::RoundTask& task, uint64_t m, double loss, double accuracy) {
+    net::Envelope e = UpdateFor(task, std::vector<float>(kParams, 0.0f));
+    e.header.mutable_update()->set_eval_samples(m);
+    e.header.mutable_update()->set_eval_loss(loss);
+    e.header.mutable_update()->set_eval_accuracy(accuracy);
+    return e;
+  };
+  for (const auto& [peer, task] : tasks_) EXPECT_TRUE(task.evaluate()) << peer;
+  Deliver("p0", with_eval(tasks_["p0"], 10, 1.0, 0.5));
+  Deliver("p1", with_eval(tasks_["p1"], 30, 2.0, 0.9));
+  Deliver("p2", UpdateFor(tasks_["p2"], std::vector<float>(kParams, 0.0f)));  // No test split.
+  ASSERT_EQ(engine_->last_committed_round(), 1u);
+  // Round 2 does not ask; what a client sends anyway is not recorded.
+  for (const auto& [peer, task] : tasks_) EXPECT_FALSE(task.evaluate()) << peer;
+  Deliver("p0", with_eval(tasks_["p0"], 10, 1.0, 0.5));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 0.0f)));
+  Deliver("p2", UpdateFor(tasks_["p2"], std::vector<float>(kParams, 0.0f)));
+  ASSERT_EQ(engine_->last_committed_round(), 2u);
+  for (const auto& [peer, task] : tasks_) EXPECT_TRUE(task.evaluate()) << peer;
+  // An evaluation out of range is a bad update, named.
+  Deliver("p0", with_eval(tasks_["p0"], 10, -1.0, 0.5));
+  ASSERT_EQ(errors_["p0"].size(), 1u);
+  EXPECT_NE(errors_["p0"][0].message().find("eval_loss finite and >= 0"), std::string::npos)
+      << errors_["p0"][0].message();
+  auto rounds = store_->Rounds();
+  ASSERT_TRUE(rounds.ok());
+  EXPECT_NEAR((*rounds)[0].federated_eval_loss, (10 * 1.0 + 30 * 2.0) / 40, 1e-12);
+  EXPECT_NEAR((*rounds)[0].federated_eval_accuracy, (10 * 0.5 + 30 * 0.9) / 40, 1e-12);
+  EXPECT_EQ((*rounds)[0].federated_eval_samples, 40u);
+  EXPECT_EQ((*rounds)[1].federated_eval_samples, 0u);
+  EXPECT_EQ((*rounds)[1].federated_eval_loss, -1);
+}
+
 TEST_F(RoundEngineTest, ANonFiniteModelIsNeverCommittedAndTheRunGoesOn) {
   // With the norm bound off, finite updates (the sum takes values up to
   // 2^23) and a large server learning rate can still step past FLT_MAX.

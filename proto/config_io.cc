@@ -503,6 +503,9 @@ Status CheckRounds(const RoundsConfig& r) {
   if (r.keep_checkpoints() == 0) {
     return InvalidArgumentError("rounds.keep_checkpoints: must be >= 1");
   }
+  if (r.federated_eval_every() > 1000000) {
+    return InvalidArgumentError("rounds.federated_eval_every: must be in [0, 1000000] (0: never)");
+  }
   return OkStatus();
 }
 

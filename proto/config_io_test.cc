@@ -471,6 +471,14 @@ TEST(ConfigTest, AnExternalModelIsCheckedAndNamed) {
                        "the clients' own"));
 }
 
+TEST(ConfigTest, FederatedEvaluationTakesAnIntervalInRange) {
+  auto c = ParseRunConfig("rounds { federated_eval_every: 5 }", "x.textproto");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rounds().federated_eval_every(), 5u);
+  EXPECT_TRUE(Contains(ErrorOf("rounds { federated_eval_every: 1000001 }"),
+                       "rounds.federated_eval_every: must be in [0, 1000000] (0: never)"));
+}
+
 TEST(ConfigTest, ARunResumesOnlyWithItsOwnConfigOrALongerOne) {
   auto stored = ParseRunConfig(
       "seed: 3 model { arch: \"logreg\" input_dim: 4 num_classes: 2 } "

@@ -905,6 +905,11 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
         "simulate: model.external is not simulated: the clients bring that model (Python "
         "clients, cohort.Client); `cohort simulate` trains Cohort's own models");
   }
+  if (o.config.rounds().federated_eval_every() > 0) {
+    return InvalidArgumentError(
+        "simulate: rounds.federated_eval_every is not simulated yet (the daemons' clients "
+        "evaluate on their own test splits); set it to 0");
+  }
   std::string device_note;
   COHORT_ASSIGN_OR_RETURN(const std::vector<std::string> devices,
                           ExpandDevices(o.devices, &device_note));

@@ -44,6 +44,12 @@ struct RoundRecord {
   // Why an aborted round was aborted (too few clients at a stage, a model
   // or metric that is not finite); empty for a committed one.
   std::string outcome_reason;
+  // Federated evaluation (rounds.federated_eval_every) of the model this
+  // round started from (round - 1's): the clients' test-sample-weighted
+  // means and their test samples. -1 / 0: none this round.
+  double federated_eval_loss = -1;
+  double federated_eval_accuracy = -1;
+  uint64_t federated_eval_samples = 0;
 };
 
 struct ClientRoundRecord {

@@ -38,7 +38,10 @@ CREATE TABLE IF NOT EXISTS rounds (
   clock_seconds REAL NOT NULL DEFAULT 0,
   aggregation TEXT NOT NULL DEFAULT 'plain',
   outcome TEXT NOT NULL DEFAULT 'committed',
-  outcome_reason TEXT NOT NULL DEFAULT ''
+  outcome_reason TEXT NOT NULL DEFAULT '',
+  federated_eval_loss REAL NOT NULL DEFAULT -1,
+  federated_eval_accuracy REAL NOT NULL DEFAULT -1,
+  federated_eval_samples INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS round_clients (
   round INTEGER NOT NULL,
@@ -138,6 +141,13 @@ class SqliteRunStore final : public RunStore {
     COHORT_RETURN_IF_ERROR(AddColumnIfMissing("checkpoints", "velocity_crc32", "INTEGER"));
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("checkpoints", "optimizer_steps", "INTEGER NOT NULL DEFAULT 0"));
+    // Federated evaluation (issue 32); -1: none that round.
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("rounds", "federated_eval_loss", "REAL NOT NULL DEFAULT -1"));
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("rounds", "federated_eval_accuracy", "REAL NOT NULL DEFAULT -1"));
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("rounds", "federated_eval_samples", "INTEGER NOT NULL DEFAULT 0"));
     return ResolveColumns();
   }
 
@@ -212,8 +222,9 @@ class SqliteRunStore final : public RunStore {
       Statement s(db_,
                   "INSERT INTO rounds (round, participants, selected, dropped, train_loss, "
                   "test_accuracy, test_loss, seconds, coordinator_seconds, committed_unix_ms, "
-                  "aggregation, outcome, outcome_reason, clock_seconds) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                  "aggregation, outcome, outcome_reason, clock_seconds, federated_eval_loss, "
+                  "federated_eval_accuracy, federated_eval_samples) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       if (!s.ok()) return Error("commit round");
       sqlite3_bind_int64(s.get(), 1, r.round);
       sqlite3_bind_int64(s.get(), 2, r.participants);
@@ -230,6 +241,9 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_text(s.get(), 12, r.outcome.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_text(s.get(), 13, r.outcome_reason.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_double(s.get(), 14, r.clock_seconds);
+      sqlite3_bind_double(s.get(), 15, r.federated_eval_loss);
+      sqlite3_bind_double(s.get(), 16, r.federated_eval_accuracy);
+      sqlite3_bind_int64(s.get(), 17, static_cast<int64_t>(r.federated_eval_samples));
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
       Statement c(db_,
                   "INSERT INTO round_clients (round, client, status, reason, num_samples, "
@@ -307,8 +321,9 @@ class SqliteRunStore final : public RunStore {
         "SELECT round, participants, selected, dropped, train_loss, test_accuracy, "
         "test_loss, seconds, coordinator_seconds, committed_unix_ms, " +
         columns_["rounds.aggregation"] + ", " + columns_["rounds.outcome"] + ", " +
-        columns_["rounds.outcome_reason"] + ", " + columns_["rounds.clock_seconds"] +
-        " FROM rounds ORDER BY round";
+        columns_["rounds.outcome_reason"] + ", " + columns_["rounds.clock_seconds"] + ", " +
+        columns_["rounds.federated_eval_loss"] + ", " + columns_["rounds.federated_eval_accuracy"] +
+        ", " + columns_["rounds.federated_eval_samples"] + " FROM rounds ORDER BY round";
     Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("read rounds");
     std::vector<RoundRecord> out;
@@ -329,6 +344,9 @@ class SqliteRunStore final : public RunStore {
       r.outcome = Text(s.get(), 11);
       r.outcome_reason = Text(s.get(), 12);
       r.clock_seconds = sqlite3_column_double(s.get(), 13);
+      r.federated_eval_loss = sqlite3_column_double(s.get(), 14);
+      r.federated_eval_accuracy = sqlite3_column_double(s.get(), 15);
+      r.federated_eval_samples = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 16));
       out.push_back(r);
     }
     if (rc != SQLITE_DONE) return Error("read rounds");
@@ -416,6 +434,8 @@ class SqliteRunStore final : public RunStore {
         {"rounds", "outcome_reason", "''"},        {"rounds", "clock_seconds", "0"},
         {"round_clients", "stage", "''"},          {"round_clients", "misbehaved", "NULL"},
         {"checkpoints", "velocity_crc32", "NULL"}, {"checkpoints", "optimizer_steps", "0"},
+        {"rounds", "federated_eval_loss", "-1"},   {"rounds", "federated_eval_accuracy", "-1"},
+        {"rounds", "federated_eval_samples", "0"},
     };
     for (const auto& [table, column, fallback] : kOptional) {
       Statement s(db_, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?");

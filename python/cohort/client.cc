@@ -43,6 +43,7 @@ struct PyTask {
   std::string optimizer;
   double learning_rate = 0, momentum = 0, weight_decay = 0;
   bool secure = false;
+  bool evaluate = false;         // The coordinator asks for this round's federated evaluation.
   uintptr_t buffer_address = 0;  // Of the C++ buffer `fit`'s array views (tests).
 };
 
@@ -70,6 +71,7 @@ PyTask ToPyTask(const client::TrainTask& t, std::span<float> params) {
           .momentum = o.momentum,
           .weight_decay = o.weight_decay,
           .secure = t.secure,
+          .evaluate = t.evaluate,
           .buffer_address = reinterpret_cast<uintptr_t>(params.data())};
 }
 
@@ -115,6 +117,11 @@ class PyTrainer final : public client::LocalTrainer {
     return bridge_.Train(task, params, cancel);
   }
 
+  StatusOr<train::EvalResult> Evaluate(const client::TrainTask& task,
+                                       std::span<const float> params) override {
+    return bridge_.Evaluate(task, params);
+  }
+
  private:
   uint64_t num_samples_;
   std::optional<size_t> num_params_;
@@ -153,6 +160,34 @@ StatusOr<train::TrainResult> CallFit(const py::object& fit, FitBridge::Call& cal
   return result;
 }
 
+// Calls the user's evaluate on the Python thread (GIL held) for one task.
+StatusOr<train::EvalResult> CallEvaluate(const py::object& evaluate, FitBridge::Call& call,
+                                         std::optional<py::error_already_set>& interrupt) {
+  if (evaluate.is_none()) {
+    return UnimplementedError("Client.run was given no evaluate (run(fit, evaluate=...))");
+  }
+  const PyTask task = ToPyTask(*call.task, call.params);
+  py::capsule no_owner(call.params.data(), [](void*) {});
+  py::array_t<float> view({call.params.size()}, {sizeof(float)}, call.params.data(), no_owner);
+  view.attr("setflags")(py::arg("write") = false);  // The round's global model.
+  py::object out;
+  try {
+    out = evaluate(view, py::cast(task));
+  } catch (py::error_already_set& e) {
+    if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) {
+      interrupt.emplace(std::move(e));
+      return CancelledError("stopped in evaluate");
+    }
+    py::module_::import("traceback").attr("print_exception")(e.type(), e.value(), e.trace());
+    return InvalidArgumentError("evaluate raised " + FormatException(e));
+  }
+  try {
+    return ReadEvaluateResult(out);
+  } catch (const std::exception& e) {  // A value pybind11 could not convert.
+    return InvalidArgumentError(std::string("evaluate's result could not be read: ") + e.what());
+  }
+}
+
 class Client {
  public:
   Client(client::ClientOptions options, uint64_t num_samples, std::optional<size_t> num_params,
@@ -165,7 +200,9 @@ class Client {
   // Runs the daemon until the run finishes (returns), fails (raises
   // RuntimeError) or Ctrl-C (Goodbye sent, then KeyboardInterrupt raised).
   void Run(const py::object& fit, const py::object& evaluate) {
-    (void)evaluate;  // Federated evaluation: once the coordinator asks for it.
+    if (!evaluate.is_none() && !PyCallable_Check(evaluate.ptr())) {
+      throw py::type_error("evaluate must be callable (or None)");
+    }
     FitBridge bridge;
     PyTrainer trainer(num_samples_, num_params_, bridge);
     std::atomic<bool> stop{false};
@@ -188,7 +225,7 @@ class Client {
       loop.join();
     };
     try {
-      ServeFits(bridge, fit, stop, interrupt);
+      ServeFits(bridge, fit, evaluate, stop, interrupt);
     } catch (...) {  // Never leave the daemon's thread running.
       stop = true;
       bridge.Refuse();
@@ -203,8 +240,8 @@ class Client {
  private:
   // The Python thread's loop: fit calls as they come, Ctrl-C between them,
   // until the daemon's loop ends.
-  void ServeFits(FitBridge& bridge, const py::object& fit, std::atomic<bool>& stop,
-                 std::optional<py::error_already_set>& interrupt) {
+  void ServeFits(FitBridge& bridge, const py::object& fit, const py::object& evaluate,
+                 std::atomic<bool>& stop, std::optional<py::error_already_set>& interrupt) {
     for (;;) {
       FitBridge::Call* call = nullptr;
       bool closed = false;
@@ -212,7 +249,15 @@ class Client {
         py::gil_scoped_release released;
         call = bridge.Next(std::chrono::milliseconds(100), &closed);
       }
-      if (call != nullptr) {
+      if (call != nullptr && call->kind == FitBridge::Call::Kind::kEvaluate) {
+        StatusOr<train::EvalResult> result = InternalError("evaluate not called");
+        try {
+          result = CallEvaluate(evaluate, *call, interrupt);
+        } catch (const std::exception& e) {
+          result = InternalError(std::string("calling evaluate: ") + e.what());
+        }
+        bridge.CompleteEvaluation(call, std::move(result));
+      } else if (call != nullptr) {
         // A taken call must be completed: the daemon's thread waits for it.
         StatusOr<train::TrainResult> result = InternalError("fit not called");
         try {
@@ -302,8 +347,14 @@ optimizer, learning_rate, ...). It returns (params, num_samples, metrics),
 metrics a dict with "loss" and "accuracy". A fit that raises or returns
 something wrong (length, NaN/Inf, type) leaves that round as a dropout, with
 an error line naming what was wrong; the run goes on. Ctrl-C says Goodbye to
-the coordinator and raises KeyboardInterrupt. evaluate(params, task) is
-accepted for federated evaluation, which no coordinator asks for yet.)";
+the coordinator and raises KeyboardInterrupt.
+
+evaluate(params, task), where the coordinator asks for federated evaluation
+(rounds.federated_eval_every), is called before that round's fit on the
+round's global model (a read-only view): it returns (num_samples, metrics)
+for this client's own test split, metrics a dict with "loss" and
+"accuracy". Without evaluate, or when it raises or returns something wrong
+(an error line names it), the round's update goes without an evaluation.)";
 
 }  // namespace
 
@@ -328,6 +379,8 @@ PYBIND11_MODULE(_client, m) {
       .def_readonly("momentum", &PyTask::momentum)
       .def_readonly("weight_decay", &PyTask::weight_decay)
       .def_readonly("secure", &PyTask::secure, "Securely aggregated (SecAgg+).")
+      .def_readonly("evaluate", &PyTask::evaluate,
+                    "The coordinator asks for this round's federated evaluation.")
       .def_readonly("_buffer_address", &PyTask::buffer_address)
       .def("__repr__", [](const PyTask& t) {
         return "Task(round=" + std::to_string(t.round) + ", epochs=" + std::to_string(t.epochs) +

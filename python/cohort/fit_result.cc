@@ -61,55 +61,56 @@ Status ReadValues(py::handle values, std::span<float> params, std::span<const fl
   return OkStatus();
 }
 
-StatusOr<uint64_t> ReadNumSamples(py::handle h) {
+StatusOr<uint64_t> ReadNumSamples(py::handle h, const std::string& who) {
   if (py::isinstance<py::bool_>(h) || !PyIndex_Check(h.ptr())) {
-    return InvalidArgumentError("fit returned num_samples of type " + TypeName(h) +
+    return InvalidArgumentError(who + " returned num_samples of type " + TypeName(h) +
                                 "; expected an int");
   }
   const long long n = py::int_(py::reinterpret_borrow<py::object>(h)).cast<long long>();
   if (n < 0) {
-    return InvalidArgumentError("fit returned num_samples=" + std::to_string(n) +
+    return InvalidArgumentError(who + " returned num_samples=" + std::to_string(n) +
                                 "; expected 0 or more");
   }
   return static_cast<uint64_t>(n);
 }
 
-// metrics["loss"] and metrics["accuracy"] into `result`.
-Status ReadMetrics(py::handle metrics, train::TrainResult& result) {
+// metrics["loss"] and metrics["accuracy"] (`who`: "fit" or "evaluate", for
+// the messages); each left as it was where the dict lacks it.
+Status ReadMetrics(py::handle metrics, const std::string& who, double& loss, double& accuracy) {
   if (metrics.is_none()) return OkStatus();
   if (!py::isinstance<py::dict>(metrics)) {
-    return InvalidArgumentError("fit returned metrics of type " + TypeName(metrics) +
+    return InvalidArgumentError(who + " returned metrics of type " + TypeName(metrics) +
                                 "; expected a dict of str to float (or None)");
   }
   for (auto [key, value] : py::reinterpret_borrow<py::dict>(metrics)) {
     if (!py::isinstance<py::str>(key)) {
-      return InvalidArgumentError("fit's metrics have a key of type " + TypeName(key) +
+      return InvalidArgumentError(who + "'s metrics have a key of type " + TypeName(key) +
                                   "; expected str");
     }
     const std::string name = py::str(key);
     if (py::isinstance<py::str>(value) || py::isinstance<py::bool_>(value) ||
         PyNumber_Check(value.ptr()) == 0) {
-      return InvalidArgumentError("fit's metrics['" + name + "'] is a " + TypeName(value) +
+      return InvalidArgumentError(who + "'s metrics['" + name + "'] is a " + TypeName(value) +
                                   "; expected a number");
     }
     double x = 0;
     try {
       x = py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>();
     } catch (py::error_already_set& e) {
-      return InvalidArgumentError("fit's metrics['" + name + "'] is not a number (" +
+      return InvalidArgumentError(who + "'s metrics['" + name + "'] is not a number (" +
                                   FormatException(e) + ")");
     }
     if (!std::isfinite(x)) {
-      return InvalidArgumentError("fit's metrics['" + name + "'] is " + std::to_string(x) +
+      return InvalidArgumentError(who + "'s metrics['" + name + "'] is " + std::to_string(x) +
                                   "; expected a finite number");
     }
-    if (name == "loss") result.mean_loss = x;
+    if (name == "loss") loss = x;
     if (name == "accuracy") {
       if (x < 0 || x > 1) {
-        return InvalidArgumentError("fit's metrics['accuracy'] is " + std::to_string(x) +
+        return InvalidArgumentError(who + "'s metrics['accuracy'] is " + std::to_string(x) +
                                     "; expected 0 to 1");
       }
-      result.accuracy = x;
+      accuracy = x;
     }
   }
   return OkStatus();
@@ -127,8 +128,31 @@ StatusOr<train::TrainResult> ReadFitResult(const py::object& out, std::span<floa
   const py::object values = seq[0], num_samples = seq[1], metrics = seq[2];
   train::TrainResult result;
   COHORT_RETURN_IF_ERROR(ReadValues(values, params, global, delta));
-  COHORT_ASSIGN_OR_RETURN(result.samples, ReadNumSamples(num_samples));
-  COHORT_RETURN_IF_ERROR(ReadMetrics(metrics, result));
+  COHORT_ASSIGN_OR_RETURN(result.samples, ReadNumSamples(num_samples, "fit"));
+  COHORT_RETURN_IF_ERROR(ReadMetrics(metrics, "fit", result.mean_loss, result.accuracy));
+  return result;
+}
+
+StatusOr<train::EvalResult> ReadEvaluateResult(const py::object& out) {
+  if (!(py::isinstance<py::tuple>(out) || py::isinstance<py::list>(out)) || py::len(out) != 2) {
+    return InvalidArgumentError("evaluate returned a " + TypeName(out) +
+                                "; expected a tuple (num_samples, metrics)");
+  }
+  py::sequence seq = py::reinterpret_borrow<py::sequence>(out);
+  const py::object num_samples = seq[0], metrics = seq[1];
+  train::EvalResult result;
+  COHORT_ASSIGN_OR_RETURN(result.samples, ReadNumSamples(num_samples, "evaluate"));
+  if (!py::isinstance<py::dict>(metrics) || !metrics.contains("loss") ||
+      !metrics.contains("accuracy")) {
+    return InvalidArgumentError("evaluate returned metrics " +
+                                std::string(py::str(py::repr(metrics))).substr(0, 80) +
+                                "; expected a dict with 'loss' and 'accuracy'");
+  }
+  COHORT_RETURN_IF_ERROR(ReadMetrics(metrics, "evaluate", result.loss, result.accuracy));
+  if (result.loss < 0) {
+    return InvalidArgumentError("evaluate's metrics['loss'] is " + std::to_string(result.loss) +
+                                "; expected 0 or more");
+  }
   return result;
 }
 

@@ -24,6 +24,11 @@ namespace cohort::python {
 StatusOr<train::TrainResult> ReadFitResult(const pybind11::object& out, std::span<float> params,
                                            std::span<const float> global, bool delta);
 
+// `out` must be (num_samples, metrics): num_samples an int >= 0 (the test
+// samples), metrics a dict with "loss" (finite, >= 0) and "accuracy" (0 to
+// 1). kInvalidArgument naming what was wrong. GIL held.
+StatusOr<train::EvalResult> ReadEvaluateResult(const pybind11::object& out);
+
 // "ValueError: the message" for a Python exception.
 std::string FormatException(const pybind11::error_already_set& e);
 

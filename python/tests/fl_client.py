@@ -31,6 +31,7 @@ def parse_args():
     p.add_argument("--fault", action="append", default=[], help="ROUND:KIND")
     p.add_argument("--samples", type=int, default=160)
     p.add_argument("--dump-params", help="save each round's received params to PREFIX-R.npy")
+    p.add_argument("--eval", help="evaluate returns SAMPLES:LOSS:ACCURACY ('raise': raises)")
     return p.parse_args()
 
 
@@ -109,7 +110,18 @@ def main():
                            coordinator_key=args.coordinator_key, peers=args.peers,
                            require_secure=not args.plain, insecure=args.insecure,
                            num_samples=args.samples, num_params=args.num_params, name=args.name)
-    client.run(fit)
+    evaluate = None
+    if args.eval == "raise":
+        def evaluate(params, task):
+            raise RuntimeError(f"planted evaluate failure in round {task.round}")
+    elif args.eval:
+        m, loss, acc = args.eval.split(":")
+
+        def evaluate(params, task):
+            assert not params.flags.writeable  # The round's global model, read-only.
+            print(f"evaluate round {task.round} evaluate={task.evaluate}", flush=True)
+            return int(m), {"loss": float(loss), "accuracy": float(acc)}
+    client.run(fit, evaluate)
     print("run finished", flush=True)
 
 

@@ -1,0 +1,129 @@
+"""Federated evaluation (rounds.federated_eval_every): the round's clients
+evaluate the model they receive on their own test splits, and the
+coordinator records the mean weighted by test samples, inside the masked
+vector in secure rounds. Real coordinators, Python clients (NumPy
+stand-ins) and a native client with --test-data, on 127.0.0.1."""
+
+import os
+import re
+import sys
+import unittest
+
+from harness import Run, cohort_bin
+
+# (name, evaluate's test samples, loss, accuracy); the training samples
+# (the masked mean's weight) differ from the test samples on purpose.
+CLIENTS = [("py-a", 40, 0.5, 0.9), ("py-b", 10, 2.0, 0.3), ("py-c", 25, 1.0, 0.6)]
+TRAIN_SAMPLES = {"py-a": 160, "py-b": 400, "py-c": 50, "py-d": 100}
+
+
+def expected(clients):
+    m = sum(c[1] for c in clients)
+    return (sum(c[1] * c[2] for c in clients) / m, sum(c[1] * c[3] for c in clients) / m, m)
+
+
+class FederatedEvalTest(unittest.TestCase):
+    def start_clients(self, run, curve, extra=()):
+        out = []
+        for name, m, loss, acc in CLIENTS:
+            args = ["--numpy", "--samples", str(TRAIN_SAMPLES[name]), "--eval",
+                    f"{m}:{loss}:{acc}", *extra]
+            if curve:
+                args += ["--peers", run.path("allow")]
+            else:
+                args.append("--plain")
+            out.append(run.start_python_client(name, *args, curve=curve))
+        return out
+
+    def test_secure_rounds_carry_the_evaluation_inside_the_masked_vector(self):
+        run = Run("fed-eval-secure")
+        self.addCleanup(run.close)
+        # Four: with --peers, a cohort of three could hold a colluder and
+        # too few honest clients, and is refused.
+        names = [c[0] for c in CLIENTS] + ["py-d"]
+        run.keygen(["coordinator"] + names, allow=names)
+        config = run.write_config(3, "min_clients: 4 start_clients: 4 round_deadline_s: 60 "
+                                     "federated_eval_every: 2")
+        run.start_coordinator(config, curve=True)
+        clients = self.start_clients(run, curve=True)
+        # One without evaluate: zeros in its slots, left out of the mean.
+        idle = run.start_python_client("py-d", "--numpy", "--samples", "100", "--peers",
+                                       run.path("allow"), curve=True)
+        self.assertEqual(run.coordinator.wait(120), 0, run.coordinator.output())
+        for c in clients:
+            self.assertEqual(c.wait(30), 0, c.output())
+            # Asked in rounds 1 and 3 (every 2), never in round 2.
+            self.assertIn("evaluate round 1 evaluate=True", c.output())
+            self.assertIn("evaluate round 3 evaluate=True", c.output())
+            self.assertNotIn("evaluate round 2", c.output())
+        loss, acc, m = expected(CLIENTS)
+        rounds = run.rounds()
+        for r in (1, 3):
+            self.assertEqual(rounds[r]["aggregation"], "secagg+", rounds[r])
+            fe = rounds[r]["federated_eval"]
+            self.assertEqual(fe["model_round"], r - 1)
+            # Fixed point: the means to 1e-3, the samples to one.
+            self.assertAlmostEqual(fe["loss"], loss, delta=1e-3)
+            self.assertAlmostEqual(fe["accuracy"], acc, delta=1e-3)
+            self.assertLessEqual(abs(fe["samples"] - m), 1, fe)
+        self.assertNotIn("federated_eval", rounds[2])
+        self.assertEqual(idle.wait(30), 0, idle.output())
+        self.assertIn("not evaluated: Client.run was given no evaluate", idle.output())
+        for r in (1, 2, 3):
+            self.assertEqual(rounds[r]["participants"], 4, rounds[r])
+        table = run.status()
+        self.assertIn("federated evaluation of the initial model: accuracy", table)
+        self.assertIn("fed_acc", table)
+
+    def test_plain_rounds_weigh_python_and_native_clients_by_test_samples(self):
+        run = Run("fed-eval-plain")
+        self.addCleanup(run.close)
+        run.cohort("partition", "--format", "synthetic", "--samples", "200", "--test-samples",
+                   "60", "--features", "20", "--classes", "4", "--clients", "1", "--scheme",
+                   "iid", "--seed", "3", "--out", run.path("shards"))
+        config = run.write_config(2, "min_clients: 6 start_clients: 6 round_deadline_s: 60 "
+                                     "federated_eval_every: 1",
+                                  extra="secagg { aggregation: PLAIN }")
+        run.start_coordinator(config)
+        clients = self.start_clients(run, curve=False)
+        native = run.spawn([cohort_bin(), "client", "--coordinator", run.endpoint, "--insecure",
+                            "--name", "native", "--data", run.path("shards/client-000.shard"),
+                            "--test-data", run.path("shards/test.shard")], "native.log")
+        # A Python client whose evaluate raises: its updates go without one.
+        broken = run.start_python_client("broken", "--numpy", "--plain", "--eval", "raise")
+        # One whose evaluate returns a negative loss: named, left out.
+        negative = run.start_python_client("negative", "--numpy", "--plain", "--eval", "5:-1:0.5")
+        self.assertEqual(run.coordinator.wait(120), 0, run.coordinator.output())
+        for c in clients + [native, broken, negative]:
+            self.assertEqual(c.wait(30), 0, c.output())
+        self.assertIn("not evaluated: evaluate raised RuntimeError: planted evaluate failure in "
+                      "round 1", broken.output())
+        self.assertIn("not evaluated: evaluate's metrics['loss'] is -1.000000; expected 0 or "
+                      "more", negative.output())
+        rounds = run.rounds()
+        for r in (1, 2):
+            line = re.search(rf"round {r}: evaluated the round's model on (\d+) test samples: "
+                             r"loss ([0-9.]+), accuracy ([0-9.]+)", native.output())
+            self.assertIsNotNone(line, native.output())
+            own = ("native", int(line[1]), float(line[2]), float(line[3]))
+            self.assertEqual(own[1], 60)
+            loss, acc, m = expected(CLIENTS + [own])
+            fe = rounds[r]["federated_eval"]
+            self.assertEqual(fe["samples"], m)
+            self.assertAlmostEqual(fe["loss"], loss, delta=1e-4)  # The log's 4 decimals.
+            self.assertAlmostEqual(fe["accuracy"], acc, delta=1e-4)
+            self.assertEqual(rounds[r]["participants"], 6, rounds[r])
+
+    def test_simulate_refuses_it_for_now(self):
+        run = Run("fed-eval-sim")
+        self.addCleanup(run.close)
+        config = run.write_config(1, "federated_eval_every: 1")
+        p = run.spawn([cohort_bin(), "simulate", "--config", config, "--run-dir",
+                       run.path("run"), "--shards", run.path("shards")], "sim.log")
+        self.assertNotEqual(p.wait(60), 0, p.output())
+        self.assertIn("simulate: rounds.federated_eval_every is not simulated yet", p.output())
+
+
+if __name__ == "__main__":
+    os.environ["COHORT_BIN"] = sys.argv.pop(1)
+    unittest.main()
