@@ -9,11 +9,17 @@
 namespace cohort::cli {
 
 Command AddLaunchCommand(CLI::App& app, const std::string& log_level) {
-  auto* launch = app.add_subcommand("launch", "Start N local data-parallel workers");
+  auto* launch = app.add_subcommand(
+      "launch",
+      "Start N local data-parallel workers: `cohort worker`s of a DATA_PARALLEL config, or any "
+      "program after -- with torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...)");
   auto o = std::make_shared<worker::LaunchOptions>();
   launch->add_option("--nproc", o->nproc, "Workers to start")->check(CLI::Range(1, 256));
-  launch->add_option("--config", o->config, "A DATA_PARALLEL run configuration")->required();
-  launch->add_option("--run-dir", o->run_dir, "Run directory")->required();
+  launch->add_option("--config", o->config, "A DATA_PARALLEL run configuration");
+  launch->add_option("--run-dir", o->run_dir, "Run directory");
+  launch->add_option("command", o->command,
+                     "A program and its arguments, after --, started once per rank (e.g. "
+                     "python3 train.py with init_process_group(\"cohort\"))");
   launch
       ->add_option("--max-restarts", o->max_restarts,
                    "Restart the group from the last checkpoint this many times")

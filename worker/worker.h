@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/env.h"
 #include "common/status.h"
@@ -105,12 +106,19 @@ struct LaunchOptions {
   // Testing: pass --fault-kill-at-step to this rank in the first attempt.
   int fault_rank = -1;
   int64_t fault_step = -1;
+  // A program to start nproc times instead of `cohort worker` (a PyTorch
+  // script: `cohort launch --nproc 2 -- python3 train.py`), with torchrun's
+  // variables: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR
+  // (127.0.0.1) and MASTER_PORT (a free port), so init_process_group's
+  // env:// (backend "cohort" or any other) finds its peers. config and
+  // run_dir are then not used.
+  std::vector<std::string> command;
 };
 
-// Starts nproc workers on this host (rendezvous over ipc:// under /tmp) and
-// waits. When one fails, the others are stopped; with restarts left the
-// group starts again from the last checkpoint. When `stop` is set (a
-// signal), every worker is stopped and the result is kCancelled.
+// Starts nproc workers on this host (rendezvous over ipc:// under /tmp, or
+// torchrun's variables for a `command`) and waits. When one fails, the others are stopped; with
+// restarts left the group starts again from the last checkpoint. When `stop` is set (a signal),
+// every worker is stopped and the result is kCancelled.
 Status RunLaunch(const LaunchOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace cohort::worker

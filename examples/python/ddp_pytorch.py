@@ -2,10 +2,11 @@
 """DistributedDataParallel over Cohort's collectives: an ordinary DDP
 script whose only Cohort line is the import that registers the backend.
 
-  PYTHONPATH=build/python torchrun --standalone --nproc_per_node 2 \
-      examples/python/ddp_pytorch.py [--backend cohort] [--epochs 1]
+  PYTHONPATH=build/python build/cli/cohort launch --nproc 2 -- \
+      /usr/bin/python3 examples/python/ddp_pytorch.py [--backend cohort] [--epochs 1]
 
-torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; the `cohort`
+`cohort launch` (or torchrun, where it works: Debian 12's fails at start)
+sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; the `cohort`
 backend meets the other ranks through torch's store (env://) and runs over
 shared memory on one host (see cohort/distributed/__init__.py for tcp
 between hosts and its keys). `--backend gloo` runs the same script over

@@ -143,8 +143,11 @@ StatusOr<train::TrainResult> CallFit(const py::object& fit, FitBridge::Call& cal
     out = fit(view, py::cast(task));
   } catch (py::error_already_set& e) {
     if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) {
+      // The reason goes to the coordinator: a SystemExit's message says why.
+      const std::string why =
+          e.matches(PyExc_SystemExit) ? "fit exited: " + FormatException(e) : "stopped in fit";
       interrupt.emplace(std::move(e));
-      return CancelledError("stopped in fit");
+      return CancelledError(why);
     }
     py::module_::import("traceback").attr("print_exception")(e.type(), e.value(), e.trace());
     return InvalidArgumentError("fit raised " + FormatException(e));
