@@ -21,6 +21,14 @@ struct StatusFlags {
   bool json = false;
 };
 
+// A metric as the table prints it: 4 decimals, or "-" where there is none (-1).
+std::string Metric(double v) {
+  if (v < 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4f", v);
+  return buf;
+}
+
 bool HasFederatedEval(const std::vector<store::RoundRecord>& rounds) {
   for (const auto& r : rounds) {
     if (r.federated_eval_samples > 0) return true;
@@ -85,10 +93,11 @@ Status RunStatus(const std::string& run_dir, bool json) {
       std::printf("%s\n", coordinator::RoundJson(r, clients).c_str());
       continue;
     }
+    // No central evaluation (no test shard, or a model the clients bring): "-".
     std::printf(
-        "%5u %-8s %8u/%-3u %7u %10.4f %8.4f %9.4f %8.2f%s%s\n", r.round, r.aggregation.c_str(),
-        r.participants, r.selected, r.dropped, r.train_loss, r.test_accuracy, r.test_loss,
-        r.seconds, FederatedEvalColumns(rounds, i).c_str(),
+        "%5u %-8s %8u/%-3u %7u %10.4f %8s %9s %8.2f%s%s\n", r.round, r.aggregation.c_str(),
+        r.participants, r.selected, r.dropped, r.train_loss, Metric(r.test_accuracy).c_str(),
+        Metric(r.test_loss).c_str(), r.seconds, FederatedEvalColumns(rounds, i).c_str(),
         r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
     for (const auto& c : clients) {
       if (c.misbehaved) std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());

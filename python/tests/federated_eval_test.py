@@ -74,6 +74,9 @@ class FederatedEvalTest(unittest.TestCase):
         table = run.status()
         self.assertIn("federated evaluation of the initial model: accuracy", table)
         self.assertIn("fed_acc", table)
+        # No central evaluation (no test shard): "-", never a -1 to misread.
+        self.assertRegex(table, r"\n +2 secagg\+ +4/4 +0 +[0-9.]+ +- +- +[0-9.]+ +[0-9.]+ +[0-9.]+\n")
+        self.assertNotIn("-1.0000", table)
 
     def test_plain_rounds_weigh_python_and_native_clients_by_test_samples(self):
         run = Run("fed-eval-plain")
