@@ -9,7 +9,11 @@ masked updates.
     B=build/cli/cohort; export PYTHONPATH=build/python; D=runs/pytorch
     # 1. The model's initial weights and the config's model block.
     /usr/bin/python3 examples/python/federated_pytorch.py prepare --out $D
-    # 2. Keys (coordinator, client-0 ... client-4; allowlist $D/allow), then:
+    # 2. Keys: the coordinator's and each client's; the clients' public
+    #    keys are the allowlist (and each client's --peers).
+    for n in coordinator client-0 client-1 client-2 client-3 client-4; do
+        $B keygen --out $D/keys --name $n; done
+    mkdir -p $D/allow && cp $D/keys/client-*.pub $D/allow/
     $B coordinator --config $D/run.textproto --run-dir $D/run \\
         --initial-model $D/init.npz --bind tcp://127.0.0.1:7000 \\
         --identity $D/keys/coordinator.key --allow $D/allow
@@ -18,6 +22,8 @@ masked updates.
         --coordinator tcp://127.0.0.1:7000 --identity $D/keys/client-k.key \\
         --coordinator-key $D/keys/coordinator.pub --peers $D/allow
     $B status --run-dir $D/run      # secagg+ rounds
+    # 4. The trained model back in PyTorch, on the 10,000 test images:
+    /usr/bin/python3 examples/python/federated_pytorch.py evaluate --run-dir $D/run
 
 The coordinator reads the model as `model { external { ... } }` and its
 initial values from --initial-model (cohort.torch.save_initial's .npz).
@@ -86,33 +92,53 @@ def prepare(args):
     layout = "".join(
         f'    layout {{ name: "{k}" {" ".join(f"shape: {d}" for d in v.shape)} }}\n'
         for k, v in model.state_dict().items() if torch.is_floating_point(v))
+    # round_deadline_s: five clients training a CNN on a few CPU cores can
+    # outlast the default 60 s round (a late client's update is dropped).
     with open(os.path.join(args.out, "run.textproto"), "w") as f:
         f.write(f"seed: 0\nmodel {{\n  external {{\n    num_params: {ct.num_params(model)}\n"
                 f"{layout}  }}\n}}\n"
                 "train { batch_size: 32 learning_rate: 0.05 local_epochs: 1 }\n"
                 f"rounds {{ num_rounds: 10 min_clients: {args.clients} "
-                f"start_clients: {args.clients} }}\n"
+                f"start_clients: {args.clients} round_deadline_s: 600 }}\n"
                 "secagg { aggregation: SECAGG_PLUS }\n")
     print(f"wrote {args.out}/init.npz and {args.out}/run.textproto "
           f"({ct.num_params(model)} parameters)")
 
 
-def run_client(args):
-    data = client_share(args.index, args.clients)
-    model = Net()
+def make_fit(model, data):
+    """fit(params, task) for cohort.Client: `model` trained on `data`."""
 
     def fit(params, task):
         ct.set_flat(model, params)
-        torch.manual_seed(task.seed)
+        torch.manual_seed(task.seed)  # Shuffling and dropout: (run, round, client).
         loader = DataLoader(data, batch_size=task.batch_size, shuffle=True)
         opt = torch.optim.SGD(model.parameters(), lr=task.learning_rate,
                               momentum=task.momentum, weight_decay=task.weight_decay)
         n, metrics = ct.fit_loop(model, loader, opt, task.epochs)
         return ct.get_flat(model, out=params), n, metrics
 
+    return fit
+
+
+def run_client(args):
+    data = client_share(args.index, args.clients)
+    model = Net()
+    fit = make_fit(model, data)
     cohort.Client(coordinator=args.coordinator, identity=args.identity,
                   coordinator_key=args.coordinator_key, peers=args.peers,
                   num_samples=len(data), num_params=ct.num_params(model)).run(fit)
+
+
+def evaluate(args):
+    model = Net()
+    round_ = ct.load_flat(model, args.run_dir)  # The run's last committed round.
+    x = torch.from_numpy(read_idx("t10k-images-idx3-ubyte.gz").astype(np.float32) / 255.0)
+    y = torch.from_numpy(read_idx("t10k-labels-idx1-ubyte.gz").astype(np.int64))
+    model.eval()  # Dropout off; BatchNorm's averaged running statistics.
+    with torch.no_grad():
+        correct = sum((model(x[i:i + 1000].unsqueeze(1)).argmax(1) == y[i:i + 1000]).sum().item()
+                      for i in range(0, len(y), 1000))
+    print(f"round {round_}: test accuracy {correct / len(y):.4f}")
 
 
 def main():
@@ -127,9 +153,11 @@ def main():
     for flag in ("--coordinator", "--identity", "--coordinator-key"):
         cl.add_argument(flag, required=True)
     cl.add_argument("--peers")
+    ev = sub.add_parser("evaluate", help="test accuracy of a run's model")
+    ev.add_argument("--run-dir", required=True)
     args = p.parse_args()
     torch.set_num_threads(1)
-    prepare(args) if args.command == "prepare" else run_client(args)
+    {"prepare": prepare, "client": run_client, "evaluate": evaluate}[args.command](args)
 
 
 if __name__ == "__main__":
