@@ -37,6 +37,7 @@ Command AddLaunchCommand(CLI::App& app, const std::string& log_level);
 Command AddSimulateCommand(CLI::App& app, const std::string& log_level);
 Command AddStatusCommand(CLI::App& app, const std::string& log_level);
 Command AddPlanCommand(CLI::App& app, const std::string& log_level);
+Command AddExportCommand(CLI::App& app, const std::string& log_level);
 
 // Set by SIGINT and SIGTERM once InstallSignalHandlers has run; the daemons
 // stop when it becomes true.

@@ -80,6 +80,16 @@ class ExternalModelTest(unittest.TestCase):
         np.testing.assert_allclose(np.load(run.path("c0-3.npy")), init * 0.99 ** 2, rtol=1e-6)
         self.assertEqual(sorted(run.rounds()), [1, 2, 3])
 
+        # cohort export (issue 33): the layout's names and shapes, the last model.
+        import torch
+        run.cohort("export", "--run-dir", run.path("run"), "-o", run.path("model.pt"))
+        state = torch.load(run.path("model.pt"))
+        self.assertEqual(list(state), ["conv.weight", "conv.bias"])
+        self.assertEqual(tuple(state["conv.weight"].shape), (2, 3))
+        final = init * 0.99 ** 3
+        np.testing.assert_allclose(state["conv.weight"].numpy().ravel(), final[:6], rtol=1e-6)
+        np.testing.assert_allclose(state["conv.bias"].numpy(), final[6:], rtol=1e-6)
+
     def coordinator_error(self, run, config, *extra):
         p = run.spawn([cohort_bin(), "coordinator", "--config", config, "--run-dir",
                        run.path("run"), "--bind", "tcp://127.0.0.1:0", "--insecure", *extra],

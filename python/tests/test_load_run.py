@@ -173,6 +173,56 @@ class RoundTripTest(unittest.TestCase):
         again = cohort.torch.load_run(self.run_dir, round=2).state_dict()["0.weight"]
         self.assertTrue(torch.equal(model.state_dict()["0.weight"], again))
 
+    def test_cohort_export_loads_into_pytorch_with_the_reported_accuracy(self):
+        # Issue 33: `cohort export --format torch` is torch.load-able, and
+        # load_state_dict into the same nn.Sequential gives status's accuracy.
+        x, y = load_shard(self.test_shard, (1, 28, 28))
+        last = self.rounds[-1]
+        for fmt in ("torch", "npz"):
+            out = os.path.join(self.tmp, f"model.{fmt}")
+            printed = run("export", "--run-dir", self.run_dir, "--format", fmt, "-o", out).stdout
+            self.assertIn(f"wrote {out}: round 3 of {self.run_dir}, 10 tensors", printed)
+            if fmt == "torch":
+                state = torch.load(out)
+            else:
+                with np.load(out) as npz:
+                    state = {k: torch.from_numpy(npz[k]) for k in npz.files}
+            model = load_run(self.run_dir)
+            reference = {k: v.clone() for k, v in model.state_dict().items()}
+            self.assertEqual(list(state), list(reference))
+            for k, v in state.items():
+                self.assertTrue(torch.equal(v, reference[k]), k)
+            model.load_state_dict(state)
+            accuracy, loss = evaluate(model, x, y)
+            self.assertAlmostEqual(accuracy, last["test_accuracy"], delta=1e-4)
+            self.assertAlmostEqual(loss, last["test_loss"], delta=1e-4)
+        # An earlier kept round; the run directory is left as it was.
+        before = sorted((f, os.path.getsize(os.path.join(self.run_dir, f)))
+                        for f in os.listdir(self.run_dir))
+        out = os.path.join(self.tmp, "round2.pt")
+        run("export", "--run-dir", self.run_dir, "--round", "2", "-o", out)
+        self.assertTrue(torch.equal(torch.load(out)["0.weight"],
+                                    load_run(self.run_dir, round=2).state_dict()["0.weight"]))
+        after = sorted((f, os.path.getsize(os.path.join(self.run_dir, f)))
+                       for f in os.listdir(self.run_dir))
+        self.assertEqual(before, after)
+
+    def test_cohort_export_names_what_is_wrong(self):
+        def error(*args):
+            p = subprocess.run([COHORT, "export", *args], capture_output=True, text=True)
+            self.assertNotEqual(p.returncode, 0)
+            return p.stdout + p.stderr
+        out = os.path.join(self.tmp, "x.pt")
+        self.assertIn("round 4 is past the last committed round, 3",
+                      error("--run-dir", self.run_dir, "--round", "4", "-o", out))
+        self.assertIn("round 1's model was not kept",
+                      error("--run-dir", self.run_dir, "--round", "1", "-o", out))
+        self.assertIn("onnx", error("--run-dir", self.run_dir, "--format", "onnx", "-o", out))
+        self.assertIn("run.db", error("--run-dir", os.path.join(self.tmp, "shards"), "-o", out))
+        self.assertIn("cannot write", error("--run-dir", self.run_dir, "-o",
+                                            os.path.join(self.tmp, "no", "such", "dir", "x.pt")))
+        self.assertFalse(os.path.exists(out))
+
     def test_a_round_past_the_last_or_not_kept_is_named(self):
         with self.assertRaisesRegex(
                 LookupError, "round 4 is past the last committed round, 3"):
