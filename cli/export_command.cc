@@ -32,14 +32,20 @@ Status RunExport(const ExportFlags& f) {
     return tensors.status().WithContext(f.run_dir + ": round " +
                                         std::to_string(read.checkpoint.round));
   }
-  COHORT_RETURN_IF_ERROR(f.format == "npz" ? train::WriteNpz(f.out, *tensors)
-                                           : train::WriteTorchStateDict(f.out, *tensors));
+  if (f.format == "onnx") {
+    COHORT_RETURN_IF_ERROR(train::WriteOnnx(f.out, config.model(), read.checkpoint.model));
+  } else {
+    COHORT_RETURN_IF_ERROR(f.format == "npz" ? train::WriteNpz(f.out, *tensors)
+                                             : train::WriteTorchStateDict(f.out, *tensors));
+  }
   uint64_t values = 0;
   for (const auto& t : *tensors) values += t.values.size();
   std::printf("wrote %s: round %u of %s, %zu tensors, %llu values (%s)\n", f.out.c_str(),
               read.checkpoint.round, f.run_dir.c_str(), tensors->size(),
               static_cast<unsigned long long>(values),
-              f.format == "npz" ? "numpy.load" : "torch.load, then load_state_dict");
+              f.format == "npz"    ? "numpy.load"
+              : f.format == "onnx" ? "onnx.load; input [N, ...], output logits"
+                                   : "torch.load, then load_state_dict");
   return OkStatus();
 }
 
@@ -55,8 +61,9 @@ Command AddExportCommand(CLI::App& app, const std::string& log_level) {
                   "A committed round whose checkpoint is kept (default: the last)")
       ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}));
   exp->add_option("--format", f->format,
-                  "torch (torch.load, then nn.Module.load_state_dict) or npz (numpy.load)")
-      ->check(CLI::IsMember({"torch", "npz"}))
+                  "torch (torch.load, then nn.Module.load_state_dict), npz (numpy.load) or onnx "
+                  "(inference: Cohort's own models)")
+      ->check(CLI::IsMember({"torch", "npz", "onnx"}))
       ->capture_default_str();
   exp->add_option("-o,--out", f->out, "The file to write")->required();
   return {exp, [f, &log_level] {

@@ -10,11 +10,11 @@ packages=(
   libzmq3-dev cppzmq-dev libsodium-dev libssl-dev
   libprotobuf-dev protobuf-compiler
   libsqlite3-dev libgtest-dev libcli11-dev libspdlog-dev
-  libopenblas-dev zlib1g-dev libzip-dev
+  libopenblas-dev zlib1g-dev libzip-dev libonnx-dev
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
   # The cohort Python package (python/) and its tests and examples.
-  python3-dev python3-numpy pybind11-dev python3-pybind11 python3-torch libtorch-dev
+  python3-dev python3-numpy pybind11-dev python3-pybind11 python3-torch libtorch-dev python3-onnx
 )
 # GCC's ASan and UBSan runtimes (`make test-asan`) come with build-essential.
 for group in "$@"; do

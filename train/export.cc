@@ -1,8 +1,12 @@
 #include "train/export.h"
 
+#include <onnx/onnx_pb.h>
 #include <zip.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "train/torch_layout.h"
@@ -217,6 +221,134 @@ Status WriteTorchStateDict(const std::string& path, const std::vector<NamedTenso
   }
   COHORT_RETURN_IF_ERROR(zip.Add("archive/version", "3\n"));
   return zip.Close();
+}
+
+namespace {
+
+void IntsAttribute(onnx::NodeProto* node, const char* name, std::vector<int64_t> values) {
+  auto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t v : values) a->add_ints(v);
+}
+
+void IntAttribute(onnx::NodeProto* node, const char* name, int64_t value) {
+  auto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(value);
+}
+
+void Initializer(onnx::GraphProto* graph, const NamedTensor& t) {
+  auto* init = graph->add_initializer();
+  init->set_name(t.name);
+  init->set_data_type(onnx::TensorProto::FLOAT);
+  for (uint64_t d : t.shape) init->add_dims(static_cast<int64_t>(d));
+  init->set_raw_data(
+      std::string(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float)));
+}
+
+// A float tensor value [N, dims...], N symbolic.
+void ValueInfo(onnx::ValueInfoProto* v, const std::string& name,
+               const std::vector<uint64_t>& dims) {
+  v->set_name(name);
+  auto* type = v->mutable_type()->mutable_tensor_type();
+  type->set_elem_type(onnx::TensorProto::FLOAT);
+  auto* shape = type->mutable_shape();
+  shape->add_dim()->set_dim_param("N");
+  for (uint64_t d : dims) shape->add_dim()->set_dim_value(static_cast<int64_t>(d));
+}
+
+// The node of module `i` from `input` to its output (named "i"), its
+// weights (named as in `tensors`) added as initializers.
+std::string AddNode(onnx::GraphProto* graph, size_t i, const TorchModule& m,
+                    const std::string& input, const std::vector<NamedTensor>& tensors) {
+  const std::string out = std::to_string(i);
+  onnx::NodeProto* node = graph->add_node();
+  node->set_name(out);
+  node->add_input(input);
+  node->add_output(out);
+  const auto weights = [&] {
+    for (const char* suffix : {".weight", ".bias"}) {
+      const std::string name = out + suffix;
+      for (const NamedTensor& t : tensors) {
+        if (t.name == name) Initializer(graph, t);
+      }
+      node->add_input(name);
+    }
+  };
+  const auto k = static_cast<int64_t>(m.kernel_size), s = static_cast<int64_t>(m.stride);
+  switch (m.kind) {
+    case LayerKind::kLinear:
+      node->set_op_type("Gemm");  // x W^T + b, W as nn.Linear keeps it: [out, in].
+      weights();
+      IntAttribute(node, "transB", 1);
+      break;
+    case LayerKind::kConv2d: {
+      node->set_op_type("Conv");
+      weights();
+      const auto p = static_cast<int64_t>(m.padding);
+      IntsAttribute(node, "kernel_shape", {k, k});
+      IntsAttribute(node, "strides", {s, s});
+      IntsAttribute(node, "pads", {p, p, p, p});
+      break;
+    }
+    case LayerKind::kMaxPool2d:
+      node->set_op_type("MaxPool");
+      IntsAttribute(node, "kernel_shape", {k, k});
+      IntsAttribute(node, "strides", {s, s});
+      break;
+    case LayerKind::kRelu:
+      node->set_op_type("Relu");
+      break;
+    case LayerKind::kFlatten:
+      node->set_op_type("Flatten");
+      IntAttribute(node, "axis", 1);
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+Status WriteOnnx(const std::string& path, const config::ModelConfig& model,
+                 std::span<const float> flat) {
+  if (model.has_external()) {
+    return InvalidArgumentError(
+        "--format onnx: the run's model is the clients' own (model.external); Cohort holds no "
+        "graph of it (--format torch or npz write its tensors)");
+  }
+  COHORT_ASSIGN_OR_RETURN(TorchLayout layout, TorchLayoutFor(model));
+  COHORT_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors, TorchStateDict(model, flat));
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.set_producer_name("cohort");
+  m.add_opset_import()->set_version(13);
+  onnx::GraphProto* graph = m.mutable_graph();
+  graph->set_name("cohort");
+  ValueInfo(graph->add_input(), "input", layout.input_shape);
+  std::string x = "input";
+  for (size_t i = 0; i < layout.modules.size(); ++i) {
+    x = AddNode(graph, i, layout.modules[i], x, tensors);
+  }
+  graph->mutable_node(graph->node_size() - 1)->set_output(0, "logits");
+  ValueInfo(graph->add_output(), "logits", {layout.num_classes});
+  // Written beside, then renamed: a reader never sees half a file.
+  const std::string part = path + ".part";
+  {
+    std::ofstream f(part, std::ios::binary | std::ios::trunc);
+    if (!f || !m.SerializeToOstream(&f) || !f.flush()) {
+      std::remove(part.c_str());
+      return InternalError(path + ": cannot write");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(part, path, ec);
+  if (ec) {
+    std::remove(part.c_str());
+    return InternalError(path + ": cannot write: " + ec.message());
+  }
+  return OkStatus();
 }
 
 }  // namespace cohort::train

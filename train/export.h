@@ -37,6 +37,15 @@ Status WriteNpz(const std::string& path, const std::vector<NamedTensor>& tensors
 // gives a state_dict that nn.Module.load_state_dict takes.
 Status WriteTorchStateDict(const std::string& path, const std::vector<NamedTensor>& tensors);
 
+// An ONNX model (opset 13, Debian's libonnx protos) of Cohort's own `model`
+// holding `flat`, for inference: input "input" [N, C, H, W] (or [N,
+// features] for linear layers only), output "logits" [N, num_classes]; one
+// node per layer (Gemm, Conv, MaxPool, Relu, Flatten) with the weights as
+// initializers named as in the state_dict. kInvalidArgument for a model the
+// clients bring: Cohort holds no graph of it.
+Status WriteOnnx(const std::string& path, const config::ModelConfig& model,
+                 std::span<const float> flat);
+
 }  // namespace cohort::train
 
 #endif  // COHORT_TRAIN_EXPORT_H_

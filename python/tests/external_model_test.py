@@ -89,6 +89,11 @@ class ExternalModelTest(unittest.TestCase):
         final = init * 0.99 ** 3
         np.testing.assert_allclose(state["conv.weight"].numpy().ravel(), final[:6], rtol=1e-6)
         np.testing.assert_allclose(state["conv.bias"].numpy(), final[6:], rtol=1e-6)
+        p = run.spawn([cohort_bin(), "export", "--run-dir", run.path("run"), "--format", "onnx",
+                       "-o", run.path("model.onnx")], "export.log")
+        self.assertNotEqual(p.wait(30), 0)
+        self.assertIn("--format onnx: the run's model is the clients' own", p.output())
+        self.assertFalse(os.path.exists(run.path("model.onnx")))
 
     def coordinator_error(self, run, config, *extra):
         p = run.spawn([cohort_bin(), "coordinator", "--config", config, "--run-dir",
