@@ -18,8 +18,26 @@ namespace {
 
 struct StatusFlags {
   std::string run_dir;
-  bool json = false;
+  bool json = false, csv = false, clients = false;
 };
+
+// The clients' own training figures are known only in plain rounds: secure
+// ones hold their means alone (and data-parallel epochs none per client).
+bool PerClientMetrics(const store::RoundRecord& r) { return r.aggregation == "plain"; }
+
+// RFC 4180: quoted when it holds a comma, a quote or a line break.
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string Number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
 
 // A metric as the table prints it: 4 decimals, or "-" where there is none (-1).
 std::string Metric(double v) {
@@ -58,14 +76,74 @@ void PrintInitialFederatedEval(const std::vector<store::RoundRecord>& rounds) {
       static_cast<unsigned long long>(rounds[0].federated_eval_samples));
 }
 
-// Prints the rounds of the run in `run_dir` as a table, or with `json` one
-// JSON object per round.
-Status RunStatus(const std::string& run_dir, bool json) {
+// One line per client of a round, under the round's line.
+void PrintClientRows(const store::RoundRecord& r,
+                     const std::vector<store::ClientRoundRecord>& clients) {
+  for (const auto& c : clients) {
+    char figures[96] = "loss -        acc -        -";
+    if (PerClientMetrics(r) && c.status == "ok") {
+      std::snprintf(figures, sizeof(figures), "loss %-8.4f acc %-8.4f %.2fs", c.train_loss,
+                    c.train_accuracy, c.train_seconds);
+    }
+    std::printf("      %-16s %-8s samples %-8llu %s  %s%s%s\n", c.client.c_str(), c.status.c_str(),
+                static_cast<unsigned long long>(c.num_samples), figures,
+                c.stage.empty() ? "" : ("left at " + c.stage + ": ").c_str(), c.reason.c_str(),
+                c.misbehaved ? " (misbehaved)" : "");
+  }
+}
+
+// The rounds (or with `clients` the clients' rows) as CSV with a header.
+Status PrintCsv(const std::vector<store::RoundRecord>& rounds, store::RunStore& store,
+                bool clients) {
+  if (clients) {
+    std::printf(
+        "round,client,status,reason,stage,num_samples,train_loss,train_accuracy,"
+        "train_seconds,misbehaved\n");
+  } else {
+    std::printf(
+        "round,aggregation,outcome,outcome_reason,participants,selected,dropped,"
+        "train_loss,test_accuracy,test_loss,seconds,federated_eval_of_round,"
+        "federated_eval_accuracy,federated_eval_loss,federated_eval_samples\n");
+  }
+  for (const auto& r : rounds) {
+    if (!clients) {
+      const bool fed = r.federated_eval_samples > 0;
+      std::printf("%u,%s,%s,%s,%u,%u,%u,%s,%s,%s,%s,%s,%s,%s,%s\n", r.round,
+                  CsvField(r.aggregation).c_str(), CsvField(r.outcome).c_str(),
+                  CsvField(r.outcome_reason).c_str(), r.participants, r.selected, r.dropped,
+                  Number(r.train_loss).c_str(),
+                  r.test_accuracy >= 0 ? Number(r.test_accuracy).c_str() : "",
+                  r.test_loss >= 0 ? Number(r.test_loss).c_str() : "", Number(r.seconds).c_str(),
+                  fed ? std::to_string(r.round - 1).c_str() : "",
+                  fed ? Number(r.federated_eval_accuracy).c_str() : "",
+                  fed ? Number(r.federated_eval_loss).c_str() : "",
+                  fed ? std::to_string(r.federated_eval_samples).c_str() : "");
+      continue;
+    }
+    COHORT_ASSIGN_OR_RETURN(auto rows, store.ClientRounds(r.round));
+    for (const auto& c : rows) {
+      const bool known = PerClientMetrics(r) && c.status == "ok";
+      std::printf("%u,%s,%s,%s,%s,%llu,%s,%s,%s,%d\n", r.round, CsvField(c.client).c_str(),
+                  CsvField(c.status).c_str(), CsvField(c.reason).c_str(), CsvField(c.stage).c_str(),
+                  static_cast<unsigned long long>(c.num_samples),
+                  known ? Number(c.train_loss).c_str() : "",
+                  known ? Number(c.train_accuracy).c_str() : "",
+                  known ? Number(c.train_seconds).c_str() : "", c.misbehaved ? 1 : 0);
+    }
+  }
+  return OkStatus();
+}
+
+// Prints the rounds of the run in `run_dir` as a table (with `clients`, a
+// line per client under each round), as CSV, or with `json` one JSON object
+// per round.
+Status RunStatus(const std::string& run_dir, bool json, bool csv, bool clients_rows) {
   const std::string path = run_dir + "/run.db";
   if (!std::filesystem::exists(path)) return NotFoundError(path + ": no run database here");
   // Read-only: the file stays exactly as it was, whatever it holds.
   COHORT_ASSIGN_OR_RETURN(auto store, store::OpenSqliteRunStoreReadOnly(path));
   COHORT_ASSIGN_OR_RETURN(auto rounds, store->Rounds());
+  if (csv) return PrintCsv(rounds, *store, clients_rows);
   if (!json) {
     // The secure rounds' plan, from the run's own config.
     COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> info, store->LoadRun());
@@ -99,6 +177,10 @@ Status RunStatus(const std::string& run_dir, bool json) {
         r.participants, r.selected, r.dropped, r.train_loss, Metric(r.test_accuracy).c_str(),
         Metric(r.test_loss).c_str(), r.seconds, FederatedEvalColumns(rounds, i).c_str(),
         r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
+    if (clients_rows) {
+      PrintClientRows(r, clients);
+      continue;
+    }
     for (const auto& c : clients) {
       if (c.misbehaved) std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());
     }
@@ -112,10 +194,15 @@ Command AddStatusCommand(CLI::App& app, const std::string& log_level) {
   auto* status = app.add_subcommand("status", "Print the rounds of a run");
   auto f = std::make_shared<StatusFlags>();
   status->add_option("--run-dir", f->run_dir, "Run directory")->required();
-  status->add_flag("--json", f->json, "One JSON object per round");
+  auto* json = status->add_flag("--json", f->json, "One JSON object per round");
+  status->add_flag("--csv", f->csv, "CSV with a header: a row per round (or per client)")
+      ->excludes(json);
+  status->add_flag("--clients", f->clients,
+                   "A row per client of each round: samples, training loss, accuracy and "
+                   "seconds (plain rounds), status, the stage it left at and why");
   return {status, [f, &log_level] {
             InitLogging("status", "", log_level);
-            return Report(RunStatus(f->run_dir, f->json), "status");
+            return Report(RunStatus(f->run_dir, f->json, f->csv, f->clients), "status");
           }};
 }
 

@@ -4,6 +4,8 @@ coordinator records the mean weighted by test samples, inside the masked
 vector in secure rounds. Real coordinators, Python clients (NumPy
 stand-ins) and a native client with --test-data, on 127.0.0.1."""
 
+import csv
+import io
 import os
 import re
 import sys
@@ -77,6 +79,9 @@ class FederatedEvalTest(unittest.TestCase):
         # No central evaluation (no test shard): "-", never a -1 to misread.
         self.assertRegex(table, r"\n +2 secagg\+ +4/4 +0 +[0-9.]+ +- +- +[0-9.]+ +[0-9.]+ +[0-9.]+\n")
         self.assertNotIn("-1.0000", table)
+        # Secure rounds hold only the means: no client's own loss to show.
+        clients = run.cohort("status", "--run-dir", run.path("run"), "--clients")
+        self.assertRegex(clients, r"\n +py-a +ok +samples 160 +loss - +acc - +-")
 
     def test_plain_rounds_weigh_python_and_native_clients_by_test_samples(self):
         run = Run("fed-eval-plain")
@@ -116,6 +121,27 @@ class FederatedEvalTest(unittest.TestCase):
             self.assertAlmostEqual(fe["loss"], loss, delta=1e-4)  # The log's 4 decimals.
             self.assertAlmostEqual(fe["accuracy"], acc, delta=1e-4)
             self.assertEqual(rounds[r]["participants"], 6, rounds[r])
+
+        # The same figures as a user reads them (issue 33): per client, and CSV.
+        table = run.cohort("status", "--run-dir", run.path("run"), "--clients")
+        self.assertRegex(table, r"\n +native +ok +samples 200 +loss [0-9]\.[0-9]{4} +acc "
+                                r"[0-9]\.[0-9]{4} +[0-9]+\.[0-9]{2}s")
+        rows = list(csv.DictReader(io.StringIO(
+            run.cohort("status", "--run-dir", run.path("run"), "--csv"))))
+        self.assertEqual([r["round"] for r in rows], ["1", "2"])
+        loss, acc, m = expected(CLIENTS + [("native", 60, 0.0, 0.0)])
+        self.assertEqual(rows[0]["federated_eval_of_round"], "0")
+        self.assertEqual(rows[0]["federated_eval_samples"], str(m))
+        self.assertAlmostEqual(float(rows[1]["federated_eval_accuracy"]),
+                               rounds[2]["federated_eval"]["accuracy"], delta=1e-5)
+        self.assertEqual(rows[0]["test_accuracy"], "")  # No central evaluation.
+        per_client = list(csv.DictReader(io.StringIO(
+            run.cohort("status", "--run-dir", run.path("run"), "--csv", "--clients"))))
+        self.assertEqual(len(per_client), 2 * 6)
+        native_rows = [r for r in per_client if r["client"] == "native"]
+        self.assertEqual([r["num_samples"] for r in native_rows], ["200", "200"])
+        self.assertTrue(all(r["status"] == "ok" and float(r["train_loss"]) > 0
+                            for r in native_rows), native_rows)
 
     def test_simulate_refuses_it_for_now(self):
         run = Run("fed-eval-sim")
