@@ -143,6 +143,42 @@ class FederatedEvalTest(unittest.TestCase):
         self.assertTrue(all(r["status"] == "ok" and float(r["train_loss"]) > 0
                             for r in native_rows), native_rows)
 
+    def test_clients_evaluating_the_coordinators_test_set_agree_with_it(self):
+        # Every native client evaluates on the coordinator's own test shard:
+        # the federated evaluation of each round's model is then its central
+        # one, in plain rounds and through the masked sum alike.
+        for agg in ("PLAIN", "SECAGG_PLUS"):
+            run = Run("fed-eval-central-" + agg.lower())
+            self.addCleanup(run.close)
+            names = [f"n{k}" for k in range(4)]
+            run.keygen(["coordinator"] + names, allow=names)
+            run.cohort("partition", "--format", "synthetic", "--samples", "400",
+                       "--test-samples", "100", "--features", "20", "--classes", "4",
+                       "--clients", "4", "--scheme", "iid", "--seed", "1", "--out",
+                       run.path("shards"))
+            test = run.path("shards/test.shard")
+            config = run.write_config(3, "min_clients: 4 start_clients: 4 round_deadline_s: 60 "
+                                         "federated_eval_every: 1",
+                                      extra=f'data {{ test_shard: "{test}" }} '
+                                            f'secagg {{ aggregation: {agg} }}')
+            run.start_coordinator(config, curve=True)
+            clients = [run.spawn([cohort_bin(), "client", "--coordinator", run.endpoint,
+                                  "--data", run.path(f"shards/client-00{k}.shard"),
+                                  "--test-data", test, "--identity",
+                                  run.path(f"keys/{name}.key"), "--coordinator-key",
+                                  run.path("keys/coordinator.pub")], f"{name}.log")
+                       for k, name in enumerate(names)]
+            self.assertEqual(run.coordinator.wait(120), 0, run.coordinator.output())
+            for c in clients:
+                self.assertEqual(c.wait(30), 0, c.output())
+            rounds = run.rounds()
+            for r in (1, 2):
+                fe = rounds[r + 1]["federated_eval"]
+                self.assertEqual(fe["model_round"], r)
+                self.assertEqual(fe["samples"], 400)  # 4 clients x 100.
+                self.assertAlmostEqual(fe["accuracy"], rounds[r]["test_accuracy"], delta=1e-5)
+                self.assertAlmostEqual(fe["loss"], rounds[r]["test_loss"], delta=1e-4)
+
     def test_simulate_refuses_it_for_now(self):
         run = Run("fed-eval-sim")
         self.addCleanup(run.close)
