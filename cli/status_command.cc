@@ -1,9 +1,11 @@
 // `cohort status`: the rounds of a run, read from its store.
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/command.h"
@@ -18,7 +20,7 @@ namespace {
 
 struct StatusFlags {
   std::string run_dir;
-  bool json = false, csv = false, clients = false;
+  bool json = false, csv = false, clients = false, follow = false;
 };
 
 // The clients' own training figures are known only in plain rounds: secure
@@ -134,10 +136,58 @@ Status PrintCsv(const std::vector<store::RoundRecord>& rounds, store::RunStore& 
   return OkStatus();
 }
 
+// The rows of rounds[from..] (and their clients' rows, or their
+// misbehaving clients), or their JSON lines.
+Status PrintRows(store::RunStore& store, const std::vector<store::RoundRecord>& rounds, size_t from,
+                 bool json, bool clients_rows) {
+  for (size_t i = from; i < rounds.size(); ++i) {
+    const store::RoundRecord& r = rounds[i];
+    COHORT_ASSIGN_OR_RETURN(auto clients, store.ClientRounds(r.round));
+    if (json) {
+      std::printf("%s\n", coordinator::RoundJson(r, clients).c_str());
+      continue;
+    }
+    // No central evaluation (no test shard, or a model the clients bring): "-".
+    std::printf(
+        "%5u %-8s %8u/%-3u %7u %10.4f %8s %9s %8.2f%s%s\n", r.round, r.aggregation.c_str(),
+        r.participants, r.selected, r.dropped, r.train_loss, Metric(r.test_accuracy).c_str(),
+        Metric(r.test_loss).c_str(), r.seconds, FederatedEvalColumns(rounds, i).c_str(),
+        r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
+    if (clients_rows) {
+      PrintClientRows(r, clients);
+      continue;
+    }
+    for (const auto& c : clients) {
+      if (c.misbehaved) std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());
+    }
+  }
+  std::fflush(stdout);
+  return OkStatus();
+}
+
+// --follow: the rows of each round as it commits, until the run's last
+// round (or Ctrl-C). Reads the store twice a second, read-only.
+Status Follow(store::RunStore& store, size_t printed, bool json, bool clients_rows) {
+  while (!StopFlag().load()) {
+    COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> info, store.LoadRun());
+    COHORT_ASSIGN_OR_RETURN(std::vector<store::RoundRecord> rounds, store.Rounds());
+    if (rounds.size() > printed) {
+      COHORT_RETURN_IF_ERROR(PrintRows(store, rounds, printed, json, clients_rows));
+      printed = rounds.size();
+    }
+    if (info) {
+      StatusOr<config::RunConfig> config = config::ParseRunConfig(info->config_text, "run.db");
+      if (config.ok() && info->last_round >= config->rounds().num_rounds()) return OkStatus();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  return OkStatus();
+}
+
 // Prints the rounds of the run in `run_dir` as a table (with `clients`, a
 // line per client under each round), as CSV, or with `json` one JSON object
 // per round.
-Status RunStatus(const std::string& run_dir, bool json, bool csv, bool clients_rows) {
+Status RunStatus(const std::string& run_dir, bool json, bool csv, bool clients_rows, bool follow) {
   const std::string path = run_dir + "/run.db";
   if (!std::filesystem::exists(path)) return NotFoundError(path + ": no run database here");
   // Read-only: the file stays exactly as it was, whatever it holds.
@@ -164,27 +214,8 @@ Status RunStatus(const std::string& run_dir, bool json, bool csv, bool clients_r
                 epochs ? "workers" : "participants", "dropped", "train_loss", "test_acc",
                 "test_loss", "seconds", HasFederatedEval(rounds) ? "   fed_acc  fed_loss" : "");
   }
-  for (size_t i = 0; i < rounds.size(); ++i) {
-    const store::RoundRecord& r = rounds[i];
-    COHORT_ASSIGN_OR_RETURN(auto clients, store->ClientRounds(r.round));
-    if (json) {
-      std::printf("%s\n", coordinator::RoundJson(r, clients).c_str());
-      continue;
-    }
-    // No central evaluation (no test shard, or a model the clients bring): "-".
-    std::printf(
-        "%5u %-8s %8u/%-3u %7u %10.4f %8s %9s %8.2f%s%s\n", r.round, r.aggregation.c_str(),
-        r.participants, r.selected, r.dropped, r.train_loss, Metric(r.test_accuracy).c_str(),
-        Metric(r.test_loss).c_str(), r.seconds, FederatedEvalColumns(rounds, i).c_str(),
-        r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
-    if (clients_rows) {
-      PrintClientRows(r, clients);
-      continue;
-    }
-    for (const auto& c : clients) {
-      if (c.misbehaved) std::printf("      %s %s\n", c.client.c_str(), c.reason.c_str());
-    }
-  }
+  COHORT_RETURN_IF_ERROR(PrintRows(*store, rounds, 0, json, clients_rows));
+  if (follow) return Follow(*store, rounds.size(), json, clients_rows);
   return OkStatus();
 }
 
@@ -195,14 +226,19 @@ Command AddStatusCommand(CLI::App& app, const std::string& log_level) {
   auto f = std::make_shared<StatusFlags>();
   status->add_option("--run-dir", f->run_dir, "Run directory")->required();
   auto* json = status->add_flag("--json", f->json, "One JSON object per round");
-  status->add_flag("--csv", f->csv, "CSV with a header: a row per round (or per client)")
-      ->excludes(json);
+  auto* csv =
+      status->add_flag("--csv", f->csv, "CSV with a header: a row per round (or per client)")
+          ->excludes(json);
+  status
+      ->add_flag("--follow", f->follow,
+                 "Then print each round as it commits, until the run's last round (or Ctrl-C)")
+      ->excludes(csv);
   status->add_flag("--clients", f->clients,
                    "A row per client of each round: samples, training loss, accuracy and "
                    "seconds (plain rounds), status, the stage it left at and why");
   return {status, [f, &log_level] {
             InitLogging("status", "", log_level);
-            return Report(RunStatus(f->run_dir, f->json, f->csv, f->clients), "status");
+            return Report(RunStatus(f->run_dir, f->json, f->csv, f->clients, f->follow), "status");
           }};
 }
 

@@ -6,6 +6,7 @@ stand-ins) and a native client with --test-data, on 127.0.0.1."""
 
 import csv
 import io
+import json
 import os
 import re
 import sys
@@ -162,6 +163,9 @@ class FederatedEvalTest(unittest.TestCase):
                                       extra=f'data {{ test_shard: "{test}" }} '
                                             f'secagg {{ aggregation: {agg} }}')
             run.start_coordinator(config, curve=True)
+            # `status --follow` prints each round as it commits and ends with the run.
+            follow = run.spawn([cohort_bin(), "status", "--run-dir", run.path("run"), "--json",
+                                "--follow"], "follow.log")
             clients = [run.spawn([cohort_bin(), "client", "--coordinator", run.endpoint,
                                   "--data", run.path(f"shards/client-00{k}.shard"),
                                   "--test-data", test, "--identity",
@@ -172,6 +176,11 @@ class FederatedEvalTest(unittest.TestCase):
             for c in clients:
                 self.assertEqual(c.wait(30), 0, c.output())
             rounds = run.rounds()
+            self.assertEqual(follow.wait(30), 0, follow.output())
+            followed = [json.loads(line) for line in follow.output().splitlines()
+                        if line.startswith("{")]
+            self.assertEqual([r["round"] for r in followed], [1, 2, 3])
+            self.assertEqual(followed[2]["federated_eval"], rounds[3]["federated_eval"])
             for r in (1, 2):
                 fe = rounds[r + 1]["federated_eval"]
                 self.assertEqual(fe["model_round"], r)
