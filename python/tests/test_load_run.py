@@ -367,6 +367,42 @@ class LayoutTest(unittest.TestCase):
     def test_an_mlp_matches_cohorts_forward_pass(self):
         self.check_against_cohort(MLP, 12)
 
+    def test_cohort_export_of_each_kind_of_model_gives_cohorts_forward_pass(self):
+        # Issue 33: the export of a two-conv layer list, an MLP and logreg
+        # (round 0 of a run, the seeded initial model) in torch and ONNX
+        # computes Cohort's own logits.
+        import onnx
+        logreg = 'model { arch: "logreg" input_dim: 12 num_classes: 3 }'
+        for config, features in ((TWO_CONVS, 3 * 9 * 8), (MLP, 12), (logreg, 12)):
+            tmp = tempfile.mkdtemp(prefix="cohort_export_")
+            self.addCleanup(shutil.rmtree, tmp, True)
+            path = os.path.join(tmp, "run.textproto")
+            with open(path, "w") as f:
+                f.write(config + "\nrounds { num_rounds: 1 min_clients: 1 }\n"
+                        "secagg { aggregation: PLAIN }\n")
+            run_dir = os.path.join(tmp, "run")
+            coordinator, _ = start_coordinator(path, run_dir)
+            try:
+                for fmt in ("torch", "onnx"):
+                    run("export", "--run-dir", run_dir, "--round", "0", "--format", fmt,
+                        "-o", os.path.join(tmp, "model." + fmt))
+            finally:
+                coordinator.kill()
+                coordinator.communicate()
+            flat = _model.read_flat(run_dir, 0)["flat"]
+            model = sequential(_model.to_torch(config, flat))
+            model.load_state_dict(torch.load(os.path.join(tmp, "model.torch")))
+            x = np.random.default_rng(3).normal(0, 1, (11, features)).astype(np.float32)
+            expected = _model.native_logits(config, flat, x)
+            shaped = torch.from_numpy(x).reshape(11, *model.cohort_input_shape)
+            with torch.no_grad():
+                np.testing.assert_allclose(model(shaped).numpy(), expected, rtol=1e-4,
+                                           atol=1e-4)
+            proto = onnx.load(os.path.join(tmp, "model.onnx"))
+            onnx.checker.check_model(proto, full_check=True)
+            np.testing.assert_allclose(run_onnx(proto, shaped).numpy(), expected, rtol=1e-4,
+                                       atol=1e-4)
+
     def test_a_vector_of_another_length_names_both_sizes(self):
         with self.assertRaisesRegex(
                 ValueError, "model: 3 parameters given, the model has 131"):
