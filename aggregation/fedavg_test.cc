@@ -193,6 +193,10 @@ TEST(SecureEvalSlotsTest, NobodyEvaluatingIsNoneAndTheRatioIsCapped) {
   // A loss above kMaxSecureLoss is carried as kMaxSecureLoss.
   EvalToSlots(10, 10, 1e9, 0.5, 10, slots);
   EXPECT_NEAR(SlotsToEval(slots, 10, 10)->loss, kMaxSecureLoss, 1e-3);
+  // The coordinator cannot check a masked slot: a client that sent a
+  // negative loss still gives a mean in the range the slots encode.
+  const float hostile[kSecureEvalSlots] = {1.0f, -5.0f, 0.5f};
+  EXPECT_EQ(SlotsToEval(hostile, 10, 10)->loss, 0.0);
 }
 
 }  // namespace

@@ -304,7 +304,8 @@ std::optional<SecureEval> SlotsToEval(std::span<const float> slots, float clip, 
   // Below half a fixed-point step of one client's smallest r: nobody evaluated.
   if (!(r > 1e-6)) return std::nullopt;
   SecureEval e;
-  e.loss = slots[1] / clip / r * kMaxSecureLoss;
+  // A client's slots are unchecked under the mask: keep the ranges they encode.
+  e.loss = std::clamp(slots[1] / clip / r * kMaxSecureLoss, 0.0, kMaxSecureLoss);
   e.accuracy = std::clamp(slots[2] / clip / r, 0.0, 1.0);
   e.samples = r * kMaxEvalRatio * weight;
   return e;

@@ -7,12 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "worker/worker.h"
@@ -28,11 +30,24 @@ StatusOr<pid_t> Spawn(const std::vector<std::string>& args,
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // The child's environment, made before fork: the child only execs.
+  std::vector<std::string> entries;
+  for (const auto& [name, value] : env) entries.push_back(name + "=" + value);
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const bool replaced = std::any_of(env.begin(), env.end(), [&](const auto& kv) {
+      return entry.size() > kv.first.size() && entry.substr(0, kv.first.size()) == kv.first &&
+             entry[kv.first.size()] == '=';
+    });
+    if (!replaced) entries.emplace_back(entry);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : entries) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) return UnavailableError("fork failed");
   if (pid == 0) {
-    for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
-    execvp(argv[0], argv.data());
+    execvpe(argv[0], argv.data(), envp.data());
     std::fprintf(stderr, "launch: cannot start %s: %s\n", argv[0], std::strerror(errno));
     _exit(127);
   }
@@ -59,8 +74,8 @@ StatusOr<int> FreePort() {
   return ntohs(addr.sin_port);
 }
 
-// Rank r's argv and added environment: `cohort worker`, or the command with
-// torchrun's variables.
+// Rank r's argv: `cohort worker`'s, or the command (its environment then
+// carries torchrun's variables).
 std::vector<std::string> RankArgs(const LaunchOptions& o, int r, const std::string& master,
                                   bool inject_fault) {
   if (!o.command.empty()) return o.command;
