@@ -20,6 +20,38 @@ struct RunInfo {
   uint64_t seed = 0;
   std::string code_version;
   uint32_t last_round = 0;  // 0: only the initial model is committed.
+  // Lineage: the SHA-256 of config_text (64 lowercase hex digits; empty in
+  // stores older than it), the participants the run was set up for (a
+  // federated run's configured clients, a data-parallel run's ranks) and the
+  // devices its creator trained or evaluated on ("cpu", "cuda:0 NVIDIA
+  // H100", one per rank for a data-parallel run, comma-separated).
+  std::string config_sha256;
+  uint32_t world_size = 0;
+  std::string devices;
+};
+
+// One stage of a round as the coordinator saw it: a secure round's
+// protocol stages (aggregation/secagg_stage.h names), a plain round's
+// "train" (tasks out to the last update in), and "aggregate" (the
+// coordinator's own sum, server step, evaluation). Seconds are on the
+// protocol's clock (RoundRecord::clock_seconds); bytes are the messages'
+// encoded sizes (header and payload) at the coordinator.
+struct StageRecord {
+  std::string stage;
+  double seconds = 0;
+  uint64_t bytes_in = 0;   // Received by the coordinator.
+  uint64_t bytes_out = 0;  // Sent by the coordinator.
+};
+
+// One data-parallel rank's share of an epoch.
+struct RankRecord {
+  uint32_t rank = 0;
+  uint64_t steps = 0;
+  uint64_t samples = 0;
+  double compute_seconds = 0;  // Forward, backward and the optimizer step.
+  double comm_seconds = 0;     // Waiting in collectives (all-reduce, broadcast).
+  double seconds = 0;          // The rank's whole epoch.
+  std::string device;          // "cpu", "cuda:0 ...".
 };
 
 struct RoundRecord {
@@ -50,6 +82,11 @@ struct RoundRecord {
   double federated_eval_loss = -1;
   double federated_eval_accuracy = -1;
   uint64_t federated_eval_samples = 0;
+  // Timings (round_stages and round_ranks tables; empty in older stores and
+  // where nothing measured them): per stage at the coordinator, per rank of
+  // a data-parallel epoch.
+  std::vector<StageRecord> stages;
+  std::vector<RankRecord> ranks;
 };
 
 struct ClientRoundRecord {
@@ -71,6 +108,12 @@ struct ClientRoundRecord {
   // written before the store had this column read it from their reason
   // (the "misbehaved: " the engine wrote there).
   bool misbehaved = false;
+  // Lineage and traffic: the SHA-256 its client reported of its training
+  // shard (hex; empty: none reported), and the bytes the coordinator
+  // received from and sent to it in the round (headers and payloads).
+  std::string data_sha256;
+  uint64_t upload_bytes = 0;
+  uint64_t download_bytes = 0;
 };
 
 struct Checkpoint {
