@@ -187,12 +187,21 @@ Status Follow(store::RunStore& store, size_t printed, bool json, bool clients_ro
 // Prints the rounds of the run in `run_dir` as a table (with `clients`, a
 // line per client under each round), as CSV, or with `json` one JSON object
 // per round.
+// The run's lineage, where the store has it (stores older than it do not).
+void PrintLineage(const store::RunInfo& info) {
+  if (info.config_sha256.empty()) return;
+  std::printf("config sha256 %s  world size %u%s%s\n", info.config_sha256.c_str(), info.world_size,
+              info.devices.empty() ? "" : "  devices ", info.devices.c_str());
+}
+
 Status RunStatus(const std::string& run_dir, bool json, bool csv, bool clients_rows, bool follow) {
   const std::string path = run_dir + "/run.db";
   if (!std::filesystem::exists(path)) return NotFoundError(path + ": no run database here");
   // Read-only: the file stays exactly as it was, whatever it holds.
-  COHORT_ASSIGN_OR_RETURN(auto store, store::OpenSqliteRunStoreReadOnly(path));
-  COHORT_ASSIGN_OR_RETURN(auto rounds, store->Rounds());
+  COHORT_ASSIGN_OR_RETURN(auto store, store::OpenSqliteRunStoreReadOnly(path, follow));
+  auto read = store->Rounds();
+  if (!read.ok()) return read.status().WithContext(path);
+  std::vector<store::RoundRecord> rounds = std::move(read).value();
   if (csv) return PrintCsv(rounds, *store, clients_rows);
   if (!json) {
     // The secure rounds' plan, from the run's own config.
@@ -204,6 +213,7 @@ Status RunStatus(const std::string& run_dir, bool json, bool csv, bool clients_r
         for (const auto& line : coordinator::DescribePlan(*config, first))
           std::printf("%s\n", line.c_str());
         std::printf("version %s\n", info->code_version.c_str());
+        PrintLineage(*info);
       }
     }
     // A data-parallel run commits one record per epoch, its workers as the

@@ -14,6 +14,7 @@
 #include "client/session.h"
 #include "client/wait_report.h"
 #include "common/clock.h"
+#include "crypto/digest.h"
 #include "crypto/key_files.h"
 #include "net/curve.h"
 #include "net/endpoint.h"
@@ -302,8 +303,15 @@ Status RunClient(const ClientOptions& options, LocalTrainer& trainer,
   COHORT_RETURN_IF_ERROR(ConnectToCoordinator(options, identity, socket));
   COHORT_ASSIGN_OR_RETURN(std::vector<crypto::Ed25519Public> peers, LoadPeers(options));
 
+  // Lineage: the coordinator stores which data each round trained on.
+  std::string data_sha256;  // None for a trainer without a shard file (Python's fit).
+  if (!options.data.empty()) {
+    COHORT_ASSIGN_OR_RETURN(data_sha256, crypto::FileSha256Hex(options.data));
+  }
+
   EventLoop loop(options, trainer, &identity, context, socket, *link);
   if (!peers.empty()) loop.session().set_peers(std::move(peers));
+  loop.session().set_data_sha256(std::move(data_sha256));
   if (options.require_secure) loop.session().set_require_secure(true);
   loop.session().set_min_corrupt_fraction(options.corrupt_fraction);
   return loop.Run(stop);

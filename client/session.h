@@ -69,6 +69,9 @@ class Session {
   size_t num_params() const { return num_params_; }
   // Identity keys allowed in a secure-aggregation cohort (--peers); a setup
   // naming any other key is refused. Empty (the default): no check.
+  // The SHA-256 (hex) of this client's training shard, for the run's
+  // lineage: sent in Hello. Empty (the default): none sent.
+  void set_data_sha256(std::string digest) { data_sha256_ = std::move(digest); }
   void set_peers(std::vector<crypto::Ed25519Public> peers) {
     std::sort(peers.begin(), peers.end());
     peers_ = std::move(peers);
@@ -164,6 +167,7 @@ class Session {
   Env* env_;
   std::string name_;
   uint64_t num_samples_;
+  std::string data_sha256_;
   ModelBuilder build_model_;
   const crypto::Ed25519KeyPair* identity_;
   FaultFilter outgoing_;  // Every Actions returned passes through it.

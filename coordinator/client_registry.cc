@@ -18,6 +18,13 @@ bool ValidName(const std::string& name) {
   return true;
 }
 
+// A SHA-256 digest as the store keeps it.
+bool IsSha256Hex(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isdigit(c) || (c >= 'a' && c <= 'f');
+         });
+}
+
 }  // namespace
 
 std::optional<ClientRegistry::Refusal> ClientRegistry::CheckHello(
@@ -38,6 +45,9 @@ std::optional<ClientRegistry::Refusal> ClientRegistry::CheckHello(
   }
   if (hello.num_samples() == 0 || hello.num_samples() > kMaxSamples) {
     return Refusal{true, "hello: num_samples must be in [1, 2^40]"};
+  }
+  if (!hello.data_sha256().empty() && !IsSha256Hex(hello.data_sha256())) {
+    return Refusal{true, "hello: data_sha256 must be empty or 64 lowercase hex digits"};
   }
   if (hello.identity_key().size() == crypto::kEd25519PublicBytes) {
     identity.emplace();
@@ -92,6 +102,7 @@ ClientRegistry::Registration ClientRegistry::Register(
         name, hello.num_samples(), c.num_samples, c.num_samples);
   } else {
     c.num_samples = hello.num_samples();
+    c.data_sha256 = hello.data_sha256();
   }
   c.peer = peer;
   Seen(name, now);

@@ -42,6 +42,31 @@ std::string FederatedEvalJson(const store::RoundRecord& r) {
          ",\"samples\":" + std::to_string(r.federated_eval_samples) + "}";
 }
 
+// The round's traffic (all its stages' bytes), its stages and its
+// data-parallel ranks, as the store holds them (issue 33's timings).
+std::string TimingsJson(const store::RoundRecord& r) {
+  uint64_t in = 0, out = 0;
+  std::string stages, ranks;
+  for (const auto& st : r.stages) {
+    in += st.bytes_in;
+    out += st.bytes_out;
+    stages += std::string(stages.empty() ? "" : ",") + "{\"stage\":" + JsonString(st.stage) +
+              ",\"seconds\":" + JsonNumber(st.seconds) +
+              ",\"bytes_in\":" + std::to_string(st.bytes_in) +
+              ",\"bytes_out\":" + std::to_string(st.bytes_out) + "}";
+  }
+  for (const auto& rk : r.ranks) {
+    ranks +=
+        std::string(ranks.empty() ? "" : ",") + "{\"rank\":" + std::to_string(rk.rank) +
+        ",\"steps\":" + std::to_string(rk.steps) + ",\"samples\":" + std::to_string(rk.samples) +
+        ",\"compute_seconds\":" + JsonNumber(rk.compute_seconds) +
+        ",\"comm_seconds\":" + JsonNumber(rk.comm_seconds) +
+        ",\"seconds\":" + JsonNumber(rk.seconds) + ",\"device\":" + JsonString(rk.device) + "}";
+  }
+  return ",\"bytes_in\":" + std::to_string(in) + ",\"bytes_out\":" + std::to_string(out) +
+         ",\"stages\":[" + stages + "],\"ranks\":[" + ranks + "]";
+}
+
 }  // namespace
 
 std::string RoundJson(const store::RoundRecord& r,
@@ -88,7 +113,8 @@ std::string RoundJson(const store::RoundRecord& r,
          ",\"test_loss\":" + (r.test_loss >= 0 ? JsonNumber(r.test_loss) : "null") +
          ",\"seconds\":" + JsonNumber(r.seconds) +
          ",\"coordinator_seconds\":" + JsonNumber(r.coordinator_seconds) +
-         ",\"clock_seconds\":" + JsonNumber(r.clock_seconds) + FederatedEvalJson(r) + "}";
+         ",\"clock_seconds\":" + JsonNumber(r.clock_seconds) + FederatedEvalJson(r) +
+         TimingsJson(r) + "}";
 }
 
 void PrintRound(const store::RoundRecord& r, uint32_t total) {

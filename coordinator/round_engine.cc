@@ -8,6 +8,7 @@
 
 #include "common/bytes.h"
 #include "common/rng.h"
+#include "crypto/digest.h"
 #include "proto/config_io.h"
 
 namespace cohort::coordinator {
@@ -37,6 +38,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
                                                            std::string code_version, Env* env) {
   COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(config));
   std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, env));
+  const bool evaluates = static_cast<bool>(evaluator);
   COHORT_ASSIGN_OR_RETURN(engine->strategy_, MakeStrategy(config, std::move(evaluator)));
   const std::string config_text = config::ToText(config);
   COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> existing, store->LoadRun());
@@ -46,7 +48,16 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
       existing.has_value() && existing->last_round == 0 && existing->config_text != config_text;
   if (!existing.has_value() || replace) {
     if (init_model.empty()) return InvalidArgumentError("initial model is empty");
-    store::RunInfo info{config_text, config.seed(), std::move(code_version), 0};
+    // Lineage: the config's digest, the clients it starts with (else the
+    // fewest a round takes) and where the coordinator evaluates.
+    const config::RoundsConfig& rc = config.rounds();
+    store::RunInfo info{config_text,
+                        config.seed(),
+                        std::move(code_version),
+                        0,
+                        crypto::Sha256Hex(config_text),
+                        rc.start_clients() > 0 ? rc.start_clients() : rc.min_clients(),
+                        evaluates ? "cpu" : ""};
     store::Checkpoint initial{0, init_model, {}};
     engine->strategy_->SaveState(initial);
     if (replace) {
@@ -206,6 +217,7 @@ std::vector<Outgoing> RoundEngine::OnMalformed(const std::string& peer, const St
   out.push_back(MakeError(
       peer, why.code() == StatusCode::kResourceExhausted ? wire::TOO_LARGE : wire::MALFORMED,
       why.message()));
+  CountSent(out);
   return out;
 }
 
@@ -223,6 +235,21 @@ Status RoundEngine::LoadBans() {
 
 std::vector<Outgoing> RoundEngine::OnMessage(const std::string& peer, const net::Envelope& envelope,
                                              TimeMs now, const AuthenticatedPeer* sender) {
+  // Counted in the stage the message arrived in; what the engine sends in
+  // reply, in the stage it is then in (the round a commit starts gets its
+  // tasks).
+  timings_.Received(clients_.NameOf(peer), EncodedBytes(envelope));
+  std::vector<Outgoing> out = Dispatch(peer, envelope, now, sender);
+  CountSent(out);
+  return out;
+}
+
+void RoundEngine::CountSent(const std::vector<Outgoing>& out) {
+  for (const Outgoing& m : out) timings_.Sent(clients_.NameOf(m.peer), EncodedBytes(m));
+}
+
+std::vector<Outgoing> RoundEngine::Dispatch(const std::string& peer, const net::Envelope& envelope,
+                                            TimeMs now, const AuthenticatedPeer* sender) {
   std::vector<Outgoing> out;
   const wire::Header& h = envelope.header;
   if (sender != nullptr && h.body_case() != wire::Header::kHello) {
@@ -572,6 +599,7 @@ void RoundEngine::StartRound(const std::vector<std::string>& cohort, TimeMs now,
     Participant p;
     p.name = name;
     p.num_samples = clients_.at(name).num_samples;
+    p.data_sha256 = clients_.at(name).data_sha256;
     participants_.push_back(std::move(p));
   }
   task_id_ = ++task_counter_;
@@ -586,6 +614,7 @@ void RoundEngine::StartRound(const std::vector<std::string>& cohort, TimeMs now,
   }
   round_started_ = now;
   round_start_wall_ = env_->MonotonicSeconds();
+  timings_.Start(now, secagg() ? aggregation::StageName(stage_) : "train");
   deadline_ = now + SecondsToMs(config_.rounds().round_deadline_s());
   phase_ = Phase::kTraining;
   // One copy per round, however many clients receive it.
@@ -679,6 +708,9 @@ std::vector<store::ClientRoundRecord> RoundEngine::ClientRecords(double& loss_su
     cr.train_loss = p.train_loss;
     cr.train_accuracy = p.train_accuracy;
     cr.train_seconds = p.train_seconds;
+    cr.data_sha256 = p.data_sha256;
+    cr.upload_bytes = timings_.UploadBytes(p.name);
+    cr.download_bytes = timings_.DownloadBytes(p.name);
     clients.push_back(std::move(cr));
   }
   return clients;
@@ -755,6 +787,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   record.coordinator_seconds = env_->MonotonicSeconds() - close_start;
   record.seconds = env_->MonotonicSeconds() - round_start_wall_;
   record.clock_seconds = double(now - round_started_) / 1000.0;
+  record.stages = timings_.Finish(now, record.coordinator_seconds);
   Status status = store_->CommitRound(record, clients, cp, config_.rounds().keep_checkpoints());
   record.coordinator_seconds = env_->MonotonicSeconds() - close_start;
   if (!status.ok()) {
@@ -801,6 +834,7 @@ std::vector<Outgoing> RoundEngine::OnTick(TimeMs now) {
   }
   Progress(now, out);
   MaybeStartRound(now, out);
+  CountSent(out);
   return out;
 }
 

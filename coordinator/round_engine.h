@@ -33,6 +33,7 @@
 #include "common/status.h"
 #include "coordinator/client_registry.h"
 #include "coordinator/messages.h"
+#include "coordinator/round_timings.h"
 #include "coordinator/strategy.h"
 #include "crypto/keys.h"
 #include "net/envelope.h"
@@ -117,6 +118,7 @@ class RoundEngine {
     // Registered count at selection: the update's weight for the whole
     // round, whatever a later Hello claims.
     uint64_t num_samples = 0;
+    std::string data_sha256;  // The registered client's shard digest (Hello).
     double train_loss = 0, train_accuracy = 0, train_seconds = 0;
     // A plain round's federated evaluation (0 samples: none).
     uint64_t eval_samples = 0;
@@ -141,6 +143,12 @@ class RoundEngine {
   };
 
   RoundEngine(const config::RunConfig& config, store::RunStore* store, Env* env);
+
+  // OnMessage's work, which it wraps in the round's byte counts.
+  std::vector<Outgoing> Dispatch(const std::string& peer, const net::Envelope& envelope, TimeMs now,
+                                 const AuthenticatedPeer* sender);
+  // Counts the messages about to go out in the round's traffic.
+  void CountSent(const std::vector<Outgoing>& out);
 
   // The reply refusing a Hello (ClientRegistry::CheckHello), or nothing;
   // `identity` gets its key.
@@ -286,6 +294,7 @@ class RoundEngine {
   std::array<uint8_t, 32> secagg_nonce_{};
   double cohort_weight_ = 0;        // Sum of the cohort's registered samples.
   double aggregation_seconds_ = 0;  // Coordinator time spent summing, this round.
+  RoundTimings timings_;            // Its stages' seconds and bytes, each client's bytes.
   SumObserver sum_observer_;
 };
 

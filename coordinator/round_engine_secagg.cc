@@ -263,6 +263,7 @@ Status RoundEngine::CloseSecAggStage(TimeMs now, std::vector<Outgoing>& out) {
   if (stage_ == SecAggStage::kConfirmChecked) deadline_ = std::max(deadline_, now + stage_timeout);
   stage_ = aggregation::NextStage(stage_);
   stage_deadline_ = now + stage_timeout;
+  timings_.Enter(now, aggregation::StageName(stage_));
   return OkStatus();
 }
 

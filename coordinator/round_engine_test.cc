@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "crypto/digest.h"
+
 namespace cohort::coordinator {
 namespace {
 
@@ -146,6 +148,75 @@ TEST_F(RoundEngineTest, RoundCommitsTheSampleWeightedMeanOfDeltas) {
   EXPECT_EQ((*rounds)[0].participants, 3u);
   EXPECT_EQ(store_->LatestCheckpoint()->model, Global());
   EXPECT_EQ(tasks_["p0"].round(), 2u);  // Next round started at once.
+}
+
+// Issue 33's timings: a plain round's "train" stage lasts from its tasks to
+// its last update on the protocol clock and carries their bytes; each
+// client's upload and download are its update and its task; the lineage
+// holds the config's digest and the clients it starts with.
+TEST_F(RoundEngineTest, ARoundRecordsItsStagesBytesAndEachClientsTraffic) {
+  config::RunConfig config = TestConfig(2, 2, 1);
+  Start(config);
+  uint64_t task_bytes = 0;  // Sent once the round started.
+  Register(1);
+  auto out = engine_->OnMessage("p1", Hello("c1"), now_);
+  // The round starts in this event: its tasks and c1's Welcome count in it.
+  for (const Outgoing& o : out) task_bytes += EncodedBytes(o);
+  Collect(std::move(out));
+  ASSERT_EQ(tasks_.size(), 2u);
+  now_ += 2500;
+  const net::Envelope u0 = UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f));
+  const net::Envelope u1 = UpdateFor(tasks_["p1"], std::vector<float>(kParams, 2.0f));
+  Deliver("p0", u0);
+  now_ += 500;
+  Deliver("p1", u1);
+  ASSERT_EQ(engine_->last_committed_round(), 1u);
+  auto rounds = store_->Rounds();
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  const store::RoundRecord& r = (*rounds)[0];
+  ASSERT_EQ(r.stages.size(), 2u);
+  EXPECT_EQ(r.stages[0].stage, "train");
+  EXPECT_DOUBLE_EQ(r.stages[0].seconds, 3.0);
+  EXPECT_EQ(r.stages[0].bytes_in, EncodedBytes(u0) + EncodedBytes(u1));
+  EXPECT_EQ(r.stages[0].bytes_out, task_bytes);
+  EXPECT_GT(EncodedBytes(u0), kParams * sizeof(float));  // The payload and its header.
+  EXPECT_EQ(r.stages[1].stage, "aggregate");
+  auto clients = store_->ClientRounds(1);
+  ASSERT_TRUE(clients.ok()) << clients.status();
+  ASSERT_EQ(clients->size(), 2u);
+  EXPECT_EQ((*clients)[0].upload_bytes, EncodedBytes(u0));
+  EXPECT_EQ((*clients)[1].upload_bytes, EncodedBytes(u1));
+  EXPECT_EQ((*clients)[0].download_bytes + (*clients)[1].download_bytes, task_bytes);
+  auto info = store_->LoadRun();
+  ASSERT_TRUE(info.ok() && info->has_value());
+  EXPECT_EQ((*info)->config_sha256, crypto::Sha256Hex((*info)->config_text));
+  EXPECT_EQ((*info)->world_size, 2u);
+}
+
+// A client's shard digest from its Hello is stored with its rounds; one
+// that is not a SHA-256 in hex is refused, saying what it must be.
+TEST_F(RoundEngineTest, AClientsDataDigestIsStoredAndAMalformedOneRefused) {
+  Start(TestConfig(2, 2, 1));
+  net::Envelope bad = Hello("c0");
+  bad.header.mutable_hello()->set_data_sha256("not-a-digest");
+  Deliver("p0", bad);
+  ASSERT_EQ(errors_["p0"].size(), 1u);
+  EXPECT_NE(errors_["p0"][0].message().find("data_sha256 must be empty or 64 lowercase hex"),
+            std::string::npos)
+      << errors_["p0"][0].message();
+  net::Envelope good = Hello("c0");
+  const std::string digest = crypto::Sha256Hex("shard of c0");
+  good.header.mutable_hello()->set_data_sha256(digest);
+  Deliver("p0", good);
+  Deliver("p1", Hello("c1"));
+  ASSERT_EQ(tasks_.size(), 2u);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+  auto clients = store_->ClientRounds(1);
+  ASSERT_TRUE(clients.ok()) << clients.status();
+  ASSERT_EQ(clients->size(), 2u);
+  EXPECT_EQ((*clients)[0].data_sha256, digest);
+  EXPECT_EQ((*clients)[1].data_sha256, "");
 }
 
 TEST_F(RoundEngineTest, ASecureSetupCarriesTheRostersRootNotEveryKey) {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "crypto/aead.h"
+#include "crypto/digest.h"
 #include "crypto/key_files.h"
 #include "crypto/keys.h"
 #include "crypto/prg.h"
@@ -302,6 +303,24 @@ TEST(KeyFilesTest, IdentitiesRoundTripAndLooseSecretsAreRefused) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("bad.pub"), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// FIPS 180-2's test vector, from memory and from a file; a missing file
+// is named.
+TEST(DigestTest, Sha256OfBytesAndOfAFile) {
+  const std::string abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+  EXPECT_EQ(Sha256Hex("abc"), abc);
+  const std::string path =
+      std::filesystem::temp_directory_path() / ("cohort_digest_" + std::to_string(::getpid()));
+  std::ofstream(path) << "abc";
+  auto file = FileSha256Hex(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(*file, abc);
+  std::filesystem::remove(path);
+  auto missing = FileSha256Hex(path);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find(path), std::string::npos);
 }
 
 }  // namespace

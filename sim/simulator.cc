@@ -28,6 +28,7 @@
 #include "common/rng.h"
 #include "coordinator/open_run.h"
 #include "coordinator/report.h"
+#include "crypto/digest.h"
 #include "crypto/keys.h"
 #include "datasets/shard.h"
 #include "datasets/split.h"
@@ -60,6 +61,7 @@ struct VirtualClient {
   bool whole = true;
   std::vector<uint32_t> rows;
   size_t size() const { return whole ? source->size() : rows.size(); }
+  std::string data_sha256;  // Its shard file's (lineage); empty when split in memory.
   crypto::Ed25519KeyPair identity;
   std::unique_ptr<client::Session> session;
   std::shared_ptr<std::atomic<bool>> cancel;  // Of its training job, while one runs.
@@ -93,6 +95,7 @@ StatusOr<std::vector<VirtualClient>> LoadClients(const std::string& dir) {
     clients[i].name = paths[i].stem().string();
     COHORT_ASSIGN_OR_RETURN(datasets::Dataset data, datasets::ReadShard(paths[i].string()));
     clients[i].source = std::make_shared<const datasets::Dataset>(std::move(data));
+    COHORT_ASSIGN_OR_RETURN(clients[i].data_sha256, crypto::FileSha256Hex(paths[i].string()));
     COHORT_ASSIGN_OR_RETURN(clients[i].identity, crypto::GenerateEd25519());
   }
   return clients;
@@ -844,6 +847,7 @@ Status SetUpClient(VirtualClient& c, const SimOptions& o, const train::Model& mo
         return params;  // The run's own model: built and checked by the caller.
       },
       &c.identity, client::FaultPlan{}, client::InputObserver{}, sessions_env);
+  c.session->set_data_sha256(c.data_sha256);
   return OkStatus();
 }
 

@@ -23,8 +23,9 @@ struct RunInfo {
   // Lineage: the SHA-256 of config_text (64 lowercase hex digits; empty in
   // stores older than it), the participants the run was set up for (a
   // federated run's configured clients, a data-parallel run's ranks) and the
-  // devices its creator trained or evaluated on ("cpu", "cuda:0 NVIDIA
-  // H100", one per rank for a data-parallel run, comma-separated).
+  // devices its creator trained or evaluated on (the coordinator's "cpu"
+  // where it evaluates; a data-parallel run's backend names, one per rank,
+  // "; "-separated).
   std::string config_sha256;
   uint32_t world_size = 0;
   std::string devices;
@@ -185,9 +186,17 @@ StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path,
 // committing meanwhile. A store from an older build reads with the
 // defaults of the columns it lacks. kNotFound when there is no file;
 // kInvalidArgument, naming the file, when it is not a Cohort run store (not
-// SQLite, or without the run's tables); CreateRun and CommitRound are
+// SQLite, or without the run's tables); kDataLoss when SQLite finds it
+// damaged (truncated, overwritten); CreateRun and CommitRound are
 // kFailedPrecondition.
-StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStoreReadOnly(const std::string& path);
+//
+// Nothing beside the file is created either: while no coordinator has the
+// store open (no PATH-wal beside it) it is read as an immutable file, so
+// SQLite makes no -wal or -shm files. `follow` (a reader that stays open
+// for commits still to come, `status --follow`) opens it as a live WAL
+// database instead, which creates them when missing.
+StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStoreReadOnly(const std::string& path,
+                                                               bool follow = false);
 
 }  // namespace cohort::store
 

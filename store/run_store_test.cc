@@ -562,6 +562,100 @@ TEST(RunStoreTest, AnOlderStoreOpensAndItsTextMarkedBansStillCount) {
   EXPECT_TRUE((*new_clients)[0].misbehaved);
 }
 
+// Lineage and timings (issue 33): the run's config hash, world size and
+// devices; each round's stages and data-parallel ranks; each client's shard
+// digest and traffic, all read back as committed, also read-only.
+TEST(RunStoreTest, LineageAndTimingsAreCommittedWithTheRound) {
+  ScratchDir dir("lineage");
+  {
+    auto store = OpenSqliteRunStore(dir.db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    RunInfo info{"rounds { total: 2 }", 7, "0.9", 0, std::string(64, 'a'), 3, "cpu,cuda:0"};
+    ASSERT_TRUE((*store)->CreateRun(info, Cp(0, 0)).ok());
+    RoundRecord r;
+    r.round = 1;
+    r.stages = {{"advertise_keys", 0.25, 1000, 2000}, {"masked_input", 1.5, 30000, 40}};
+    r.ranks = {{0, 10, 640, 1.25, 0.5, 1.8, "cpu"}, {1, 10, 630, 1.0, 0.75, 1.8, "cuda:0"}};
+    ClientRoundRecord c;
+    c.client = "site-a";
+    c.status = "ok";
+    c.data_sha256 = std::string(64, 'b');
+    c.upload_bytes = 12345;
+    c.download_bytes = 678;
+    ASSERT_TRUE((*store)->CommitRound(r, {c}, Cp(1, 1), 3).ok());
+    RoundRecord plain;  // Nothing measured: no rows.
+    plain.round = 2;
+    ASSERT_TRUE((*store)->CommitRound(plain, {}, Cp(2, 2), 3).ok());
+  }
+  auto store = OpenSqliteRunStoreReadOnly(dir.db());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto info = (*store)->LoadRun();
+  ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
+  EXPECT_EQ((*info)->config_sha256, std::string(64, 'a'));
+  EXPECT_EQ((*info)->world_size, 3u);
+  EXPECT_EQ((*info)->devices, "cpu,cuda:0");
+  auto rounds = (*store)->Rounds();
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  ASSERT_EQ(rounds->size(), 2u);
+  const RoundRecord& r = (*rounds)[0];
+  ASSERT_EQ(r.stages.size(), 2u);
+  EXPECT_EQ(r.stages[0].stage, "advertise_keys");  // In the order committed.
+  EXPECT_EQ(r.stages[1].stage, "masked_input");
+  EXPECT_EQ(r.stages[1].seconds, 1.5);
+  EXPECT_EQ(r.stages[1].bytes_in, 30000u);
+  EXPECT_EQ(r.stages[0].bytes_out, 2000u);
+  ASSERT_EQ(r.ranks.size(), 2u);
+  EXPECT_EQ(r.ranks[1].rank, 1u);
+  EXPECT_EQ(r.ranks[1].samples, 630u);
+  EXPECT_EQ(r.ranks[1].comm_seconds, 0.75);
+  EXPECT_EQ(r.ranks[1].device, "cuda:0");
+  EXPECT_EQ(r.ranks[0].compute_seconds, 1.25);
+  EXPECT_TRUE((*rounds)[1].stages.empty());
+  EXPECT_TRUE((*rounds)[1].ranks.empty());
+  auto clients = (*store)->ClientRounds(1);
+  ASSERT_TRUE(clients.ok()) << clients.status();
+  ASSERT_EQ(clients->size(), 1u);
+  EXPECT_EQ((*clients)[0].data_sha256, std::string(64, 'b'));
+  EXPECT_EQ((*clients)[0].upload_bytes, 12345u);
+  EXPECT_EQ((*clients)[0].download_bytes, 678u);
+}
+
+// A store from before lineage and timings: read-only, it reads as none
+// (no stage or rank rows, empty digests); opened for writing, it gains the
+// tables and columns and commits them.
+TEST(RunStoreTest, AStoreOlderThanTheTimingsReadsAsNoneAndThenGainsThem) {
+  ScratchDir dir("old_timings");
+  WriteOlderStore(dir.db());
+  RawSql(dir.db(), "INSERT INTO runs VALUES (1, 'c', 1, 'v', 0, 1)");
+  RawSql(dir.db(), "INSERT INTO checkpoints VALUES (1, ?, x'', 0)", FloatBytes({1, 2}));
+  {
+    auto store = OpenSqliteRunStoreReadOnly(dir.db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto info = (*store)->LoadRun();
+    ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
+    EXPECT_EQ((*info)->config_sha256, "");
+    EXPECT_EQ((*info)->world_size, 0u);
+    auto rounds = (*store)->Rounds();
+    ASSERT_TRUE(rounds.ok()) << rounds.status();
+    ASSERT_EQ(rounds->size(), 1u);
+    EXPECT_TRUE((*rounds)[0].stages.empty());
+    auto clients = (*store)->ClientRounds(1);
+    ASSERT_TRUE(clients.ok()) << clients.status();
+    EXPECT_EQ((*clients)[0].upload_bytes, 0u);
+  }
+  auto store = OpenSqliteRunStore(dir.db());
+  ASSERT_TRUE(store.ok()) << store.status();
+  RoundRecord r;
+  r.round = 2;
+  r.stages = {{"train", 2.0, 10, 20}};
+  ASSERT_TRUE((*store)->CommitRound(r, {}, Cp(2, 2), 3).ok());
+  auto rounds = (*store)->Rounds();
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  ASSERT_EQ(rounds->size(), 2u);
+  ASSERT_EQ((*rounds)[1].stages.size(), 1u);
+  EXPECT_EQ((*rounds)[1].stages[0].bytes_out, 20u);
+}
+
 TEST(RunStoreTest, MalformedKillHookValueIsRefused) {
   setenv("COHORT_FAULT_KILL_IN_COMMIT", "soon", 1);
   auto store = OpenSqliteRunStore(":memory:");

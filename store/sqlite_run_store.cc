@@ -1,6 +1,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,7 +23,10 @@ CREATE TABLE IF NOT EXISTS runs (
   seed INTEGER NOT NULL,
   code_version TEXT NOT NULL,
   created_unix_ms INTEGER NOT NULL,
-  last_round INTEGER NOT NULL
+  last_round INTEGER NOT NULL,
+  config_sha256 TEXT NOT NULL DEFAULT '',
+  world_size INTEGER NOT NULL DEFAULT 0,
+  devices TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS rounds (
   round INTEGER PRIMARY KEY,
@@ -54,7 +58,30 @@ CREATE TABLE IF NOT EXISTS round_clients (
   train_seconds REAL NOT NULL,
   stage TEXT NOT NULL DEFAULT '',
   misbehaved INTEGER,
+  data_sha256 TEXT NOT NULL DEFAULT '',
+  upload_bytes INTEGER NOT NULL DEFAULT 0,
+  download_bytes INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (round, client)
+);
+CREATE TABLE IF NOT EXISTS round_stages (
+  round INTEGER NOT NULL,
+  position INTEGER NOT NULL,
+  stage TEXT NOT NULL,
+  seconds REAL NOT NULL,
+  bytes_in INTEGER NOT NULL,
+  bytes_out INTEGER NOT NULL,
+  PRIMARY KEY (round, position)
+);
+CREATE TABLE IF NOT EXISTS round_ranks (
+  round INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  steps INTEGER NOT NULL,
+  samples INTEGER NOT NULL,
+  compute_seconds REAL NOT NULL,
+  comm_seconds REAL NOT NULL,
+  seconds REAL NOT NULL,
+  device TEXT NOT NULL,
+  PRIMARY KEY (round, rank)
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
   round INTEGER PRIMARY KEY,
@@ -82,6 +109,22 @@ std::string Hex32(uint32_t v) {
 // during consistency: ".
 bool MisbehavedByReason(const std::string& reason) {
   return reason.find("misbehaved: ") != std::string::npos;
+}
+
+// `path` as an SQLite file: URI (RFC 3986: every byte but the unreserved
+// and '/' percent-encoded).
+std::string FileUri(const std::string& path) {
+  std::string uri = "file:";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '.' || c == '_' || c == '~') {
+      uri += static_cast<char>(c);
+    } else {
+      char escaped[4];
+      std::snprintf(escaped, sizeof(escaped), "%%%02X", c);
+      uri += escaped;
+    }
+  }
+  return uri;
 }
 
 // The test hook of run_store.h: 0 when off.
@@ -148,6 +191,17 @@ class SqliteRunStore final : public RunStore {
         AddColumnIfMissing("rounds", "federated_eval_accuracy", "REAL NOT NULL DEFAULT -1"));
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("rounds", "federated_eval_samples", "INTEGER NOT NULL DEFAULT 0"));
+    // Lineage and traffic (issue 33).
+    for (const char* column : {"config_sha256", "devices"}) {
+      COHORT_RETURN_IF_ERROR(AddColumnIfMissing("runs", column, "TEXT NOT NULL DEFAULT ''"));
+    }
+    COHORT_RETURN_IF_ERROR(AddColumnIfMissing("runs", "world_size", "INTEGER NOT NULL DEFAULT 0"));
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("round_clients", "data_sha256", "TEXT NOT NULL DEFAULT ''"));
+    for (const char* column : {"upload_bytes", "download_bytes"}) {
+      COHORT_RETURN_IF_ERROR(
+          AddColumnIfMissing("round_clients", column, "INTEGER NOT NULL DEFAULT 0"));
+    }
     return ResolveColumns();
   }
 
@@ -159,17 +213,43 @@ class SqliteRunStore final : public RunStore {
     sqlite3_busy_timeout(db_, 5000);  // A coordinator may be committing.
     for (const char* table : {"runs", "rounds", "round_clients", "checkpoints"}) {
       Statement s(db_, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?");
-      if (!s.ok()) return NotARunStore(sqlite3_errmsg(db_));
+      if (!s.ok()) return Unreadable();
       sqlite3_bind_text(s.get(), 1, table, -1, SQLITE_STATIC);
       const int rc = sqlite3_step(s.get());
       if (rc == SQLITE_DONE) return NotARunStore(std::string("it has no ") + table + " table");
-      if (rc != SQLITE_ROW) return NotARunStore(sqlite3_errmsg(db_));
+      if (rc != SQLITE_ROW) return Unreadable();
     }
+    COHORT_RETURN_IF_ERROR(CheckIntact());
     return ResolveColumns();
   }
 
+  // Why the file cannot be read: not SQLite at all, or a damaged database.
+  Status Unreadable() {
+    const int code = sqlite3_errcode(db_);
+    if (code == SQLITE_NOTADB) return NotARunStore("not an SQLite database");
+    if (code == SQLITE_CORRUPT) return Damaged(sqlite3_errmsg(db_));
+    return NotARunStore(sqlite3_errmsg(db_));
+  }
+  static Status Damaged(const std::string& what) {
+    return DataLossError("the run store is damaged (" + what +
+                         "): restore it from a backup; the file was left as it is");
+  }
+  // SQLite's quick_check over every page (a truncated or overwritten file
+  // can still open and answer some queries with rows missing).
+  Status CheckIntact() {
+    Statement s(db_, "PRAGMA quick_check(1)");
+    if (!s.ok()) return Unreadable();
+    const int rc = sqlite3_step(s.get());
+    if (rc != SQLITE_ROW) return Unreadable();
+    const std::string verdict = Text(s.get(), 0);
+    return verdict == "ok" ? OkStatus() : Damaged(verdict);
+  }
+
   StatusOr<std::optional<RunInfo>> LoadRun() override {
-    Statement s(db_, "SELECT config, seed, code_version, last_round FROM runs WHERE id = 1");
+    const std::string sql = "SELECT config, seed, code_version, last_round, " +
+                            columns_["runs.config_sha256"] + ", " + columns_["runs.world_size"] +
+                            ", " + columns_["runs.devices"] + " FROM runs WHERE id = 1";
+    Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("load run");
     const int rc = sqlite3_step(s.get());
     if (rc == SQLITE_DONE) return std::optional<RunInfo>();
@@ -179,6 +259,9 @@ class SqliteRunStore final : public RunStore {
     info.seed = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 1));
     info.code_version = Text(s.get(), 2);
     info.last_round = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 3));
+    info.config_sha256 = Text(s.get(), 4);
+    info.world_size = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 5));
+    info.devices = Text(s.get(), 6);
     return std::optional<RunInfo>(std::move(info));
   }
 
@@ -245,25 +328,8 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_double(s.get(), 16, r.federated_eval_accuracy);
       sqlite3_bind_int64(s.get(), 17, static_cast<int64_t>(r.federated_eval_samples));
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
-      Statement c(db_,
-                  "INSERT INTO round_clients (round, client, status, reason, num_samples, "
-                  "train_loss, train_accuracy, train_seconds, stage, misbehaved) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-      if (!c.ok()) return Error("commit round clients");
-      for (const ClientRoundRecord& cr : clients) {
-        sqlite3_reset(c.get());
-        sqlite3_bind_int64(c.get(), 1, r.round);
-        sqlite3_bind_text(c.get(), 2, cr.client.c_str(), -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(c.get(), 3, cr.status.c_str(), -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(c.get(), 4, cr.reason.c_str(), -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(c.get(), 5, static_cast<int64_t>(cr.num_samples));
-        sqlite3_bind_double(c.get(), 6, cr.train_loss);
-        sqlite3_bind_double(c.get(), 7, cr.train_accuracy);
-        sqlite3_bind_double(c.get(), 8, cr.train_seconds);
-        sqlite3_bind_text(c.get(), 9, cr.stage.c_str(), -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(c.get(), 10, cr.misbehaved ? 1 : 0);
-        if (sqlite3_step(c.get()) != SQLITE_DONE) return Error("commit round clients");
-      }
+      COHORT_RETURN_IF_ERROR(PutClients(r.round, clients));
+      COHORT_RETURN_IF_ERROR(PutTimings(r));
       COHORT_RETURN_IF_ERROR(PutCheckpoint(checkpoint));
       Statement prune(db_, "DELETE FROM checkpoints WHERE round <= ?");
       sqlite3_bind_int64(prune.get(), 1, static_cast<int64_t>(r.round) - keep);
@@ -350,6 +416,7 @@ class SqliteRunStore final : public RunStore {
       out.push_back(r);
     }
     if (rc != SQLITE_DONE) return Error("read rounds");
+    COHORT_RETURN_IF_ERROR(ReadTimings(out));
     return out;
   }
 
@@ -357,7 +424,9 @@ class SqliteRunStore final : public RunStore {
     const std::string sql =
         "SELECT client, status, reason, num_samples, train_loss, train_accuracy, "
         "train_seconds, " +
-        columns_["round_clients.stage"] + ", " + columns_["round_clients.misbehaved"] +
+        columns_["round_clients.stage"] + ", " + columns_["round_clients.misbehaved"] + ", " +
+        columns_["round_clients.data_sha256"] + ", " + columns_["round_clients.upload_bytes"] +
+        ", " + columns_["round_clients.download_bytes"] +
         " FROM round_clients WHERE round = ? ORDER BY client";
     Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("read round clients");
@@ -377,6 +446,9 @@ class SqliteRunStore final : public RunStore {
       c.misbehaved = sqlite3_column_type(s.get(), 8) == SQLITE_NULL
                          ? MisbehavedByReason(c.reason)
                          : sqlite3_column_int64(s.get(), 8) != 0;
+      c.data_sha256 = Text(s.get(), 9);
+      c.upload_bytes = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 10));
+      c.download_bytes = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 11));
       out.push_back(std::move(c));
     }
     if (rc != SQLITE_DONE) return Error("read round clients");
@@ -430,12 +502,23 @@ class SqliteRunStore final : public RunStore {
   // or the default Init adds it with.
   Status ResolveColumns() {
     static constexpr const char* kOptional[][3] = {
-        {"rounds", "aggregation", "'plain'"},      {"rounds", "outcome", "'committed'"},
-        {"rounds", "outcome_reason", "''"},        {"rounds", "clock_seconds", "0"},
-        {"round_clients", "stage", "''"},          {"round_clients", "misbehaved", "NULL"},
-        {"checkpoints", "velocity_crc32", "NULL"}, {"checkpoints", "optimizer_steps", "0"},
-        {"rounds", "federated_eval_loss", "-1"},   {"rounds", "federated_eval_accuracy", "-1"},
+        {"rounds", "aggregation", "'plain'"},
+        {"rounds", "outcome", "'committed'"},
+        {"rounds", "outcome_reason", "''"},
+        {"rounds", "clock_seconds", "0"},
+        {"round_clients", "stage", "''"},
+        {"round_clients", "misbehaved", "NULL"},
+        {"checkpoints", "velocity_crc32", "NULL"},
+        {"checkpoints", "optimizer_steps", "0"},
+        {"rounds", "federated_eval_loss", "-1"},
+        {"rounds", "federated_eval_accuracy", "-1"},
         {"rounds", "federated_eval_samples", "0"},
+        {"runs", "config_sha256", "''"},
+        {"runs", "world_size", "0"},
+        {"runs", "devices", "''"},
+        {"round_clients", "data_sha256", "''"},
+        {"round_clients", "upload_bytes", "0"},
+        {"round_clients", "download_bytes", "0"},
     };
     for (const auto& [table, column, fallback] : kOptional) {
       Statement s(db_, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?");
@@ -446,18 +529,27 @@ class SqliteRunStore final : public RunStore {
       if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("inspect schema");
       columns_[std::string(table) + "." + column] = rc == SQLITE_ROW ? column : fallback;
     }
+    // Stores older than the timings have neither table (read as none).
+    Statement t(db_,
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                "name IN ('round_stages', 'round_ranks')");
+    if (!t.ok() || sqlite3_step(t.get()) != SQLITE_ROW) return Error("inspect schema");
+    has_timings_ = sqlite3_column_int64(t.get(), 0) == 2;
     return OkStatus();
   }
   // The run's row and its round-0 checkpoint, inside the caller's transaction.
   Status InsertRun(const RunInfo& info, const Checkpoint& initial) {
     Statement s(db_,
-                "INSERT INTO runs (id, config, seed, code_version, created_unix_ms, last_round) "
-                "VALUES (1, ?, ?, ?, ?, 0)");
+                "INSERT INTO runs (id, config, seed, code_version, created_unix_ms, last_round, "
+                "config_sha256, world_size, devices) VALUES (1, ?, ?, ?, ?, 0, ?, ?, ?)");
     if (!s.ok()) return Error("create run");
     sqlite3_bind_text(s.get(), 1, info.config_text.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(s.get(), 2, static_cast<int64_t>(info.seed));
     sqlite3_bind_text(s.get(), 3, info.code_version.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(s.get(), 4, env_->UnixMillis());
+    sqlite3_bind_text(s.get(), 5, info.config_sha256.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s.get(), 6, info.world_size);
+    sqlite3_bind_text(s.get(), 7, info.devices.c_str(), -1, SQLITE_TRANSIENT);
     const int rc = sqlite3_step(s.get());
     if (rc == SQLITE_CONSTRAINT) return AlreadyExistsError("run store already holds a run");
     if (rc != SQLITE_DONE) return Error("create run");
@@ -533,11 +625,112 @@ class SqliteRunStore final : public RunStore {
     return out;
   }
 
+  // The round's client rows, inside CommitRound's transaction.
+  Status PutClients(uint32_t round, const std::vector<ClientRoundRecord>& clients) {
+    Statement c(db_,
+                "INSERT INTO round_clients (round, client, status, reason, num_samples, "
+                "train_loss, train_accuracy, train_seconds, stage, misbehaved, data_sha256, "
+                "upload_bytes, download_bytes) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    if (!c.ok()) return Error("commit round clients");
+    for (const ClientRoundRecord& cr : clients) {
+      sqlite3_reset(c.get());
+      sqlite3_bind_int64(c.get(), 1, round);
+      sqlite3_bind_text(c.get(), 2, cr.client.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(c.get(), 3, cr.status.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(c.get(), 4, cr.reason.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(c.get(), 5, static_cast<int64_t>(cr.num_samples));
+      sqlite3_bind_double(c.get(), 6, cr.train_loss);
+      sqlite3_bind_double(c.get(), 7, cr.train_accuracy);
+      sqlite3_bind_double(c.get(), 8, cr.train_seconds);
+      sqlite3_bind_text(c.get(), 9, cr.stage.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int(c.get(), 10, cr.misbehaved ? 1 : 0);
+      sqlite3_bind_text(c.get(), 11, cr.data_sha256.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int64(c.get(), 12, static_cast<int64_t>(cr.upload_bytes));
+      sqlite3_bind_int64(c.get(), 13, static_cast<int64_t>(cr.download_bytes));
+      if (sqlite3_step(c.get()) != SQLITE_DONE) return Error("commit round clients");
+    }
+    return OkStatus();
+  }
+
+  // The round's stage and rank rows, inside CommitRound's transaction.
+  Status PutTimings(const RoundRecord& r) {
+    Statement st(db_,
+                 "INSERT INTO round_stages (round, position, stage, seconds, bytes_in, bytes_out) "
+                 "VALUES (?, ?, ?, ?, ?, ?)");
+    if (!st.ok()) return Error("commit round stages");
+    for (size_t i = 0; i < r.stages.size(); ++i) {
+      const StageRecord& stage = r.stages[i];
+      sqlite3_reset(st.get());
+      sqlite3_bind_int64(st.get(), 1, r.round);
+      sqlite3_bind_int64(st.get(), 2, static_cast<int64_t>(i));
+      sqlite3_bind_text(st.get(), 3, stage.stage.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_double(st.get(), 4, stage.seconds);
+      sqlite3_bind_int64(st.get(), 5, static_cast<int64_t>(stage.bytes_in));
+      sqlite3_bind_int64(st.get(), 6, static_cast<int64_t>(stage.bytes_out));
+      if (sqlite3_step(st.get()) != SQLITE_DONE) return Error("commit round stages");
+    }
+    Statement rk(db_,
+                 "INSERT INTO round_ranks (round, rank, steps, samples, compute_seconds, "
+                 "comm_seconds, seconds, device) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    if (!rk.ok()) return Error("commit round ranks");
+    for (const RankRecord& rank : r.ranks) {
+      sqlite3_reset(rk.get());
+      sqlite3_bind_int64(rk.get(), 1, r.round);
+      sqlite3_bind_int64(rk.get(), 2, rank.rank);
+      sqlite3_bind_int64(rk.get(), 3, static_cast<int64_t>(rank.steps));
+      sqlite3_bind_int64(rk.get(), 4, static_cast<int64_t>(rank.samples));
+      sqlite3_bind_double(rk.get(), 5, rank.compute_seconds);
+      sqlite3_bind_double(rk.get(), 6, rank.comm_seconds);
+      sqlite3_bind_double(rk.get(), 7, rank.seconds);
+      sqlite3_bind_text(rk.get(), 8, rank.device.c_str(), -1, SQLITE_TRANSIENT);
+      if (sqlite3_step(rk.get()) != SQLITE_DONE) return Error("commit round ranks");
+    }
+    return OkStatus();
+  }
+
+  // Fills each round's stages and ranks (`rounds` ascending by round).
+  Status ReadTimings(std::vector<RoundRecord>& rounds) {
+    if (!has_timings_ || rounds.empty()) return OkStatus();
+    std::map<uint32_t, RoundRecord*> by_round;
+    for (RoundRecord& r : rounds) by_round[r.round] = &r;
+    Statement st(db_,
+                 "SELECT round, stage, seconds, bytes_in, bytes_out FROM round_stages "
+                 "ORDER BY round, position");
+    if (!st.ok()) return Error("read round stages");
+    int rc;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+      auto it = by_round.find(static_cast<uint32_t>(sqlite3_column_int64(st.get(), 0)));
+      if (it == by_round.end()) continue;
+      it->second->stages.push_back({Text(st.get(), 1), sqlite3_column_double(st.get(), 2),
+                                    static_cast<uint64_t>(sqlite3_column_int64(st.get(), 3)),
+                                    static_cast<uint64_t>(sqlite3_column_int64(st.get(), 4))});
+    }
+    if (rc != SQLITE_DONE) return Error("read round stages");
+    Statement rk(db_,
+                 "SELECT round, rank, steps, samples, compute_seconds, comm_seconds, seconds, "
+                 "device FROM round_ranks ORDER BY round, rank");
+    if (!rk.ok()) return Error("read round ranks");
+    while ((rc = sqlite3_step(rk.get())) == SQLITE_ROW) {
+      auto it = by_round.find(static_cast<uint32_t>(sqlite3_column_int64(rk.get(), 0)));
+      if (it == by_round.end()) continue;
+      it->second->ranks.push_back({static_cast<uint32_t>(sqlite3_column_int64(rk.get(), 1)),
+                                   static_cast<uint64_t>(sqlite3_column_int64(rk.get(), 2)),
+                                   static_cast<uint64_t>(sqlite3_column_int64(rk.get(), 3)),
+                                   sqlite3_column_double(rk.get(), 4),
+                                   sqlite3_column_double(rk.get(), 5),
+                                   sqlite3_column_double(rk.get(), 6), Text(rk.get(), 7)});
+    }
+    if (rc != SQLITE_DONE) return Error("read round ranks");
+    return OkStatus();
+  }
+
   sqlite3* db_;
   const uint32_t kill_in_commit_round_;
   const bool read_only_;
   Env* const env_;                              // Stamps records with the time they were made.
   std::map<std::string, std::string> columns_;  // "table.column": what a query reads.
+  bool has_timings_ = false;                    // The round_stages and round_ranks tables.
 };
 
 }  // namespace
@@ -557,16 +750,21 @@ StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStore(const std::string& path, 
   return std::unique_ptr<RunStore>(std::move(store));
 }
 
-StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStoreReadOnly(const std::string& path) {
+StatusOr<std::unique_ptr<RunStore>> OpenSqliteRunStoreReadOnly(const std::string& path,
+                                                               bool follow) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     return std::filesystem::exists(path, ec)
                ? InvalidArgumentError(path + ": not a Cohort run store (not a regular file)")
                : NotFoundError(path + ": no run store here");
   }
+  // A store no one writes is a plain file: immutable=1 reads it without
+  // locks or the -wal and -shm files a WAL database otherwise gets.
+  const bool live = follow || std::filesystem::exists(path + "-wal", ec);
+  const std::string uri = FileUri(path) + (live ? "" : "?immutable=1");
   sqlite3* db = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  const int rc = sqlite3_open_v2(
+      uri.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nullptr);
   if (rc != SQLITE_OK) {
     std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
     sqlite3_close(db);

@@ -111,6 +111,10 @@ Status DataParallelStep::LocalStep(const uint32_t* order, size_t lo, size_t hi,
   return OkStatus();
 }
 
+double DataParallelStep::Now() const {
+  return options_.env != nullptr ? options_.env->MonotonicSeconds() : 0;
+}
+
 float DataParallelStep::Weight(size_t k, size_t count) const {
   return options_.weighting == GradientWeighting::kShareBeforeSum ? float(k) / float(count)
                                                                   : float(k);
@@ -179,6 +183,7 @@ StatusOr<StepReport> DataParallelStep::HostStep(const uint32_t* order, size_t lo
   }
   sum_[non_finite_slot_] = finite ? 0.0f : 1.0f;
   StepReport report;
+  const double waited_from = Now();
   if (reducer_) {
     // The slots travel last, on their own.
     reducer_->Submit(std::span<float>(sum_ + np_, length_ - np_));
@@ -187,6 +192,7 @@ StatusOr<StepReport> DataParallelStep::HostStep(const uint32_t* order, size_t lo
     COHORT_RETURN_IF_ERROR(comm_->AllReduce(std::span<float>(sum_, length_), options_.collective));
     report.saturated = comm_->saturated();
   }
+  report.comm_seconds = Now() - waited_from;
   // Checked before the update: a NaN from one rank would be in every replica
   // after it (in exact mode it would saturate, and be trained on, silently).
   if (sum_[non_finite_slot_] != 0.0f) {
@@ -220,10 +226,12 @@ StatusOr<StepReport> DataParallelStep::DeviceStep(const uint32_t* order, size_t 
     model_->Backward(x_.data(), y_.data(), int(k), stats_);
     backend_->Axpy(Weight(k, count), model_->grads().data(), reduced_.data(), np_);
   }
+  const double waited_from = Now();
   COHORT_RETURN_IF_ERROR(
       backend_->AllReduceSum(reduced_.data(), np_, options_.collective.timeout_ms));
-  COHORT_RETURN_IF_ERROR(optimizer.Step(model_->params(), {reduced_.data(), np_}));
   StepReport report;
+  report.comm_seconds = Now() - waited_from;
+  COHORT_RETURN_IF_ERROR(optimizer.Step(model_->params(), {reduced_.data(), np_}));
   report.stepped = true;
   return report;
 }

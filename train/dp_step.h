@@ -20,6 +20,7 @@
 
 #include "collective/bucket_reducer.h"
 #include "collective/collective.h"
+#include "common/env.h"
 #include "common/status.h"
 #include "train/backend.h"
 #include "train/model.h"
@@ -77,6 +78,9 @@ struct DataParallelStepOptions {
   // knows): Step is LocalStep (no sum; plain SGD folded into the backward
   // pass, Model::TrainStep), not a weighted gradient and a separate update.
   bool local_when_alone = false;
+  // Not owned: its clock times the wait for the ranks' sum
+  // (StepReport::comm_seconds). Null: not timed.
+  Env* env = nullptr;
 };
 
 // What one Step did, the same on every rank.
@@ -88,6 +92,9 @@ struct StepReport {
   bool stepped = false;    // The optimizer took the step.
   // Exact mode: gradient values that saturated in this rank's all-reduce.
   uint64_t saturated = 0;
+  // Seconds this rank waited for the sum (the all-reduce, or the buckets
+  // still in flight after the backward pass); 0 without options.env.
+  double comm_seconds = 0;
 };
 
 // Where the gradient buckets end: a cut wherever the layers since the last
@@ -142,6 +149,8 @@ class DataParallelStep {
                    const DataParallelStepOptions& options);
   // Samples order[begin, begin + k) as the batch in x_ and y_.
   void Gather(const uint32_t* order, size_t begin, size_t k);
+  // options_.env's clock, or 0 without one.
+  double Now() const;
   // The weight of a micro-batch of k samples in a global batch of count.
   float Weight(size_t k, size_t count) const;
   // grads()[from, to) times `weight` into sum_: the first micro-batch sets,

@@ -4,11 +4,13 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <mutex>
@@ -22,6 +24,7 @@
 #include "common/clock.h"
 #include "common/progress.h"
 #include "common/rng.h"
+#include "crypto/digest.h"
 #include "datasets/shard.h"
 #include "net/group.h"
 #include "proto/config_io.h"
@@ -129,6 +132,7 @@ struct Rank {
   // Synchronous SGD's step (and local SGD's local steps); owned by RunWorker.
   train::DataParallelStep* step = nullptr;
   int64_t fault_kill_step = -1, fault_perturb_step = -1;  // Testing.
+  std::vector<std::string> devices;                       // Every rank's backend (RankDevices).
 };
 
 // What a run starts from: rank 0's last checkpoint, or a fresh model.
@@ -171,7 +175,16 @@ StatusOr<Start> StartModel(Rank& r, const std::string& run_dir, std::vector<floa
       spdlog::info("resuming after epoch {}", cp.round);
     } else {
       r.model->Init(params, r.config.seed());
-      store::RunInfo created{config::ToText(r.config), r.config.seed(), COHORT_VERSION, 0};
+      const std::string config_text = config::ToText(r.config);
+      std::string devices;
+      for (const std::string& d : r.devices) devices += (devices.empty() ? "" : "; ") + d;
+      store::RunInfo created{config_text,
+                             r.config.seed(),
+                             COHORT_VERSION,
+                             0,
+                             crypto::Sha256Hex(config_text),
+                             static_cast<uint32_t>(r.world),
+                             devices};
       COHORT_RETURN_IF_ERROR(r.store->CreateRun(created, {0, params, {}}));
     }
   }
@@ -189,6 +202,11 @@ StatusOr<Start> StartModel(Rank& r, const std::string& run_dir, std::vector<floa
 struct EpochResult {
   double loss = 0, accuracy = 0, seconds = 0;
   uint64_t steps = 0;
+  // This rank's: its samples, and its seconds waiting on the other ranks'
+  // sums (gradients, or local SGD's model averages).
+  uint64_t samples = 0;
+  double comm_seconds = 0;
+  std::vector<store::RankRecord> ranks;  // Every rank's, after GatherRanks.
 };
 
 // What an epoch's steps use: the epoch's sample order and the summed loss
@@ -240,10 +258,12 @@ std::pair<size_t, size_t> Part(const Rank& r, size_t begin, size_t count) {
 // all-reduced; every rank applies the same step, so the replicas stay
 // identical.
 Status SyncStep(Rank& r, EpochState& e, train::Optimizer& optimizer, size_t begin, size_t count,
-                uint64_t global_step) {
+                uint64_t global_step, EpochResult& result) {
   const auto [lo, hi] = Part(r, begin, count);
   COHORT_ASSIGN_OR_RETURN(train::StepReport step,
                           r.step->Step(e.order.data(), lo, hi, count, optimizer, e.stats.data()));
+  result.samples += hi - lo;
+  result.comm_seconds += step.comm_seconds;
   if (!step.non_finite_ranks.empty()) return NonFiniteError(step.non_finite_ranks, "a gradient");
   if (step.saturated > 0) {
     spdlog::warn("exact all-reduce: {} gradient values were out of range at step {}",
@@ -342,7 +362,7 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
     const size_t count = std::min(global_batch, n - begin);
     const uint32_t check = dp.check_replicas_every();
     if (dp.local_sgd_steps() == 0) {
-      if (Status s = SyncStep(r, e, optimizer, begin, count, global_step); !s.ok()) {
+      if (Status s = SyncStep(r, e, optimizer, begin, count, global_step, result); !s.ok()) {
         return s.WithContext(StepOfEpoch(begin, global_batch, n));
       }
       COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/true));
@@ -353,12 +373,15 @@ StatusOr<EpochResult> TrainEpoch(Rank& r, uint32_t epoch, train::Optimizer& opti
     }
     const auto [lo, hi] = Part(r, begin, count);
     COHORT_RETURN_IF_ERROR(r.step->LocalStep(e.order.data(), lo, hi, optimizer, e.stats.data()));
+    result.samples += hi - lo;
     const bool last = begin + count >= n;
     COHORT_RETURN_IF_ERROR(InjectFaults(r, global_step, /*after=*/true));
     if (last || (result.steps + 1) % dp.local_sgd_steps() == 0) {
+      const double averaging = r.env->MonotonicSeconds();
       if (Status s = AverageModel(r, optimizer, last); !s.ok()) {
         return s.WithContext(StepOfEpoch(begin, global_batch, n));
       }
+      result.comm_seconds += r.env->MonotonicSeconds() - averaging;
       if (check > 0) COHORT_RETURN_IF_ERROR(CheckReplicas(r, global_step));
     }
   }
@@ -391,6 +414,7 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
   rec.participants = rec.selected = static_cast<uint32_t>(r.world);
   rec.train_loss = e.loss;
   rec.seconds = e.seconds;
+  rec.ranks = e.ranks;
   const config::DataParallelConfig& dp = r.config.data_parallel();
   rec.aggregation = dp.local_sgd_steps() > 0 ? "local SGD, model average every " +
                                                    std::to_string(dp.local_sgd_steps()) + " step(s)"
@@ -417,6 +441,53 @@ Status CommitEpoch(Rank& r, uint32_t epoch, const EpochResult& e, std::span<cons
   store::Checkpoint cp{epoch, {params.begin(), params.end()}, std::move(state), optimizer.steps()};
   COHORT_RETURN_IF_ERROR(InjectFaults(r, next_step, /*after=*/false));
   return r.store->CommitRound(rec, {}, cp, 3);
+}
+
+// Each rank's words in `mine` (`width` of them), every rank's in rank
+// order: an integer all-reduce of slots that only their owner fills.
+StatusOr<std::vector<int64_t>> AllGather(Rank& r, std::span<const int64_t> mine) {
+  const size_t width = mine.size();
+  std::vector<int64_t> all(width * r.world, 0);
+  std::copy(mine.begin(), mine.end(), all.begin() + width * r.rank);
+  COHORT_RETURN_IF_ERROR(r.comm->AllReduce(std::span<int64_t>(all), r.collective));
+  return all;
+}
+
+// Lineage: every rank's backend name (its first 64 bytes).
+StatusOr<std::vector<std::string>> RankDevices(Rank& r) {
+  constexpr size_t kWords = 8;
+  std::array<int64_t, kWords> mine{};
+  const std::string name = r.backend->Name().substr(0, kWords * sizeof(int64_t));
+  std::memcpy(mine.data(), name.data(), name.size());
+  COHORT_ASSIGN_OR_RETURN(std::vector<int64_t> all, AllGather(r, mine));
+  std::vector<std::string> out(r.world);
+  for (int i = 0; i < r.world; ++i) {
+    const char* bytes = reinterpret_cast<const char*>(all.data() + i * kWords);
+    out[i].assign(bytes, strnlen(bytes, kWords * sizeof(int64_t)));
+  }
+  return out;
+}
+
+// Every rank's share of the epoch (timings in microseconds on the wire):
+// its steps, samples, compute and communication seconds.
+StatusOr<std::vector<store::RankRecord>> GatherRanks(Rank& r, const EpochResult& e) {
+  auto micros = [](double s) { return static_cast<int64_t>(std::llround(s * 1e6)); };
+  const int64_t mine[] = {static_cast<int64_t>(e.steps), static_cast<int64_t>(e.samples),
+                          micros(e.seconds - e.comm_seconds), micros(e.comm_seconds),
+                          micros(e.seconds)};
+  COHORT_ASSIGN_OR_RETURN(std::vector<int64_t> all, AllGather(r, mine));
+  std::vector<store::RankRecord> out(r.world);
+  for (int i = 0; i < r.world; ++i) {
+    const int64_t* v = all.data() + i * std::size(mine);
+    out[i] = {static_cast<uint32_t>(i),
+              static_cast<uint64_t>(v[0]),
+              static_cast<uint64_t>(v[1]),
+              v[2] / 1e6,
+              v[3] / 1e6,
+              v[4] / 1e6,
+              r.devices[i]};
+  }
+  return out;
 }
 
 // The longest config text rank 0 may send.
@@ -651,6 +722,7 @@ StatusOr<std::unique_ptr<train::DataParallelStep>> NewStep(Rank& r,
     options.bucket_bytes = std::max<size_t>(1, size_t(dp.bucket_mb() * (1 << 20)));
   }
   options.local_when_alone = r.world == 1 && dp.accumulation_steps() == 1;
+  options.env = r.env;
   return train::DataParallelStep::Create(r.model.get(), r.train_data.get(), &comm, options);
 }
 
@@ -688,6 +760,7 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop, Env* env
   spdlog::info("rank {} of {} ready ({}, {})", o.rank, o.world_size, r.backend->Name(),
                net::Describe(group));
 
+  COHORT_ASSIGN_OR_RETURN(r.devices, RankDevices(r));
   std::vector<float> params(r.model->num_params());
   COHORT_ASSIGN_OR_RETURN(Start start, StartModel(r, o.run_dir, params));
   const uint32_t done = start.epoch;
@@ -706,6 +779,7 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop, Env* env
   for (uint32_t epoch = done + 1; epoch <= epochs && !stop; ++epoch) {
     StatusOr<EpochResult> e = TrainEpoch(r, epoch, *optimizer, global_step);
     if (!e.ok()) return e.status().WithContext("epoch " + std::to_string(epoch));
+    COHORT_ASSIGN_OR_RETURN(e->ranks, GatherRanks(r, *e));
     COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
     // A kill "before the next epoch's first step" comes before this commit
     // (on rank 0 while it commits, the others waiting for it).
