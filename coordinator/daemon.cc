@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 
+#include "coordinator/metrics.h"
 #include "coordinator/open_run.h"
 #include "coordinator/report.h"
 #include "coordinator/round_engine.h"
@@ -178,9 +179,18 @@ Status BindAndAnnounce(const DaemonOptions& options, int64_t max_frame, const Ro
 // message and the time, and sends what it returns.
 class IoLoop {
  public:
+  // `metrics` (may be null) gets every committed round, with its clients'
+  // records read back from `store`.
   IoLoop(const config::RunConfig& config, RoundEngine& engine, zmq::socket_t& socket,
-         Security& security, net::ConnectionGuard& guard)
-      : config_(config), engine_(engine), socket_(socket), security_(security), guard_(guard) {}
+         Security& security, net::ConnectionGuard& guard, store::RunStore& store,
+         CoordinatorMetrics* metrics)
+      : config_(config),
+        engine_(engine),
+        socket_(socket),
+        security_(security),
+        guard_(guard),
+        store_(store),
+        metrics_(metrics) {}
 
   // Until `stop`, a store error, or the run is done and every client has
   // acknowledged Finished (or the grace period ran out).
@@ -253,8 +263,21 @@ class IoLoop {
         spdlog::debug("could not send {} to a peer that is gone", net::BodyName(o.header));
       }
     }
-    for (const store::RoundRecord& r : engine_.TakeCommitted())
+    for (const store::RoundRecord& r : engine_.TakeCommitted()) {
       PrintRound(r, config_.rounds().num_rounds());
+      if (metrics_ != nullptr) RecordMetrics(r);
+    }
+  }
+
+  // A metric is not worth stopping the run for: a failed read leaves the
+  // round's per-client figures out, logged.
+  void RecordMetrics(const store::RoundRecord& r) {
+    StatusOr<std::vector<store::ClientRoundRecord>> clients = store_.ClientRounds(r.round);
+    if (!clients.ok()) {
+      spdlog::warn("metrics: round {}: its clients' records: {}", r.round,
+                   clients.status().message());
+    }
+    metrics_->RecordRound(r, clients.ok() ? *clients : std::vector<store::ClientRoundRecord>());
   }
 
   const config::RunConfig& config_;
@@ -262,6 +285,8 @@ class IoLoop {
   zmq::socket_t& socket_;
   Security& security_;
   net::ConnectionGuard& guard_;
+  store::RunStore& store_;
+  CoordinatorMetrics* metrics_;
   net::RawMessage raw_;
 };
 
@@ -274,6 +299,11 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
                                     options.initial_model));
   RoundEngine* engine = run.engine.get();
   if (!options.dump_sums.empty()) engine->set_sum_observer(DumpSumsTo(options.dump_sums));
+  std::optional<CoordinatorMetrics> metrics;
+  if (options.metrics != nullptr) {
+    metrics.emplace(options.metrics->registry(), options.config.train().local_epochs());
+    metrics->SetLastRound(engine->last_committed_round());
+  }
   if (engine->done()) {
     spdlog::info("run already complete ({} rounds committed)", engine->last_committed_round());
     return OkStatus();
@@ -288,7 +318,8 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   guard_options.handshake_timeout_ms = options.handshake_timeout_ms;
   COHORT_ASSIGN_OR_RETURN(auto guard, net::ConnectionGuard::Watch(context, socket, guard_options));
   COHORT_RETURN_IF_ERROR(BindAndAnnounce(options, max_frame, *engine, socket));
-  IoLoop loop(options.config, *engine, socket, security, *guard);
+  IoLoop loop(options.config, *engine, socket, security, *guard, *run.store,
+              metrics ? &*metrics : nullptr);
   COHORT_RETURN_IF_ERROR(loop.Run(stop));
   if (!engine->store_error().ok()) return engine->store_error();
   if (!engine->done())

@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "net/connection_guard.h"
+#include "net/metrics_endpoint.h"
 #include "proto/config.pb.h"
 
 namespace cohort::coordinator {
@@ -36,6 +37,9 @@ struct DaemonOptions {
   std::string dump_sums;
   // A model.external run's initial values (open_run.h): an .npz.
   std::string initial_model;
+  // --metrics-addr (not owned; null: none): each round's figures go into
+  // its registry as they commit (coordinator/metrics.h).
+  net::MetricsEndpoint* metrics = nullptr;
 };
 
 // Runs until the configured rounds are committed (OK), `stop` becomes true
