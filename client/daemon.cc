@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "client/local_trainer.h"
+#include "client/metrics.h"
 #include "client/session.h"
 #include "client/wait_report.h"
 #include "common/clock.h"
@@ -118,6 +119,13 @@ InputObserver DumpInputs(const ClientOptions& options) {
   };
 }
 
+// The bytes of a message's frames, as they cross the socket.
+uint64_t FrameBytes(std::span<const zmq::message_t> frames) {
+  uint64_t bytes = 0;
+  for (const zmq::message_t& f : frames) bytes += f.size();
+  return bytes;
+}
+
 // One local training job, run on a worker thread so the main loop keeps
 // heartbeating and can hear a replacement task.
 struct Job {
@@ -152,6 +160,7 @@ class EventLoop {
             DumpInputs(options)) {
     done_rx_.bind("inproc://training-done");
     done_tx_.connect("inproc://training-done");
+    if (options.metrics != nullptr) metrics_.emplace(options.metrics->registry());
   }
   ~EventLoop() { StopJob(); }
 
@@ -198,11 +207,12 @@ class EventLoop {
 
   void Apply(Actions a) {
     for (auto& o : a.send) {
-      // A failed send (not connected) is retried by the session's timers.
-      (void)net::SendFrames(
-          socket_, "",
+      std::vector<zmq::message_t> frames =
           o.words.empty() ? net::EncodeEnvelope(o.header, std::span<const float>(o.payload))
-                          : net::EncodeEnvelope(o.header, std::span<const uint32_t>(o.words)));
+                          : net::EncodeEnvelope(o.header, std::span<const uint32_t>(o.words));
+      const uint64_t bytes = FrameBytes(frames);
+      // A failed send (not connected) is retried by the session's timers.
+      if (net::SendFrames(socket_, "", std::move(frames)) && metrics_) metrics_->AddSent(bytes);
     }
     for (const auto& line : a.printed) {
       std::printf("%s\n", line.c_str());
@@ -257,6 +267,7 @@ class EventLoop {
     if (!job_ || job_->task.task_id != id) return;
     if (worker_.joinable()) worker_.join();
     std::unique_ptr<Job> done = std::move(job_);
+    if (metrics_ && done->result.ok()) metrics_->RecordTraining(done->task.round, *done->result);
     Apply(session_.OnTrainingDone(id, done->result, done->local, SteadyNowMs(), done->eval));
   }
 
@@ -264,6 +275,7 @@ class EventLoop {
   void ReceiveMessages() {
     for (int budget = 0; budget < 1000 && !exit_ && net::TryReceive(socket_, false, raw_);
          ++budget) {
+      if (metrics_) metrics_->AddReceived(FrameBytes(raw_.frames));
       net::Limits limits;
       limits.max_header_bytes = kMaxHeaderBytes;
       limits.max_payload_floats = std::max<size_t>(session_.num_params(), 1);
@@ -288,6 +300,7 @@ class EventLoop {
   std::thread worker_;
   std::optional<Status> exit_;
   net::RawMessage raw_;
+  std::optional<ClientMetrics> metrics_;
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "aggregation/secagg_stage.h"
 #include "client/local_trainer.h"
 #include "common/status.h"
+#include "net/metrics_endpoint.h"
 
 namespace cohort::client {
 
@@ -65,6 +66,9 @@ struct ClientOptions {
   std::string site_allow;
   bool site_encrypt = true;  // Over ZeroMQ CURVE; else plain TCP (trusted fabrics).
   bool site_insecure = false;
+  // --metrics-addr (not owned; null: none): this client's rounds, bytes and
+  // training speed go into its registry (client/metrics.h).
+  net::MetricsEndpoint* metrics = nullptr;
 };
 
 // Runs until the coordinator says the run is finished (OK) or `stop` becomes
