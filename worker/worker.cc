@@ -34,6 +34,7 @@
 #include "train/dp_step.h"
 #include "train/model_config.h"
 #include "train/trainer.h"
+#include "worker/metrics.h"
 
 namespace cohort::worker {
 namespace {
@@ -133,6 +134,7 @@ struct Rank {
   train::DataParallelStep* step = nullptr;
   int64_t fault_kill_step = -1, fault_perturb_step = -1;  // Testing.
   std::vector<std::string> devices;                       // Every rank's backend (RankDevices).
+  std::optional<WorkerMetrics> metrics;                   // With --metrics-addr.
 };
 
 // What a run starts from: rank 0's last checkpoint, or a fresh model.
@@ -624,6 +626,7 @@ Status Load(Rank& r, const WorkerOptions& o) {
   }
   r.fault_kill_step = o.fault_kill_step;
   r.fault_perturb_step = o.fault_perturb_step;
+  if (o.metrics != nullptr) r.metrics.emplace(o.metrics->registry());
   return OkStatus();
 }
 
@@ -764,6 +767,7 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop, Env* env
   std::vector<float> params(r.model->num_params());
   COHORT_ASSIGN_OR_RETURN(Start start, StartModel(r, o.run_dir, params));
   const uint32_t done = start.epoch;
+  if (r.metrics) r.metrics->SetLastEpoch(done);
   COHORT_RETURN_IF_ERROR(r.model->SetParams(params));
   COHORT_ASSIGN_OR_RETURN(auto optimizer,
                           train::Optimizer::Create(train::OptimizerFromConfig(r.config.train()),
@@ -780,6 +784,7 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop, Env* env
     StatusOr<EpochResult> e = TrainEpoch(r, epoch, *optimizer, global_step);
     if (!e.ok()) return e.status().WithContext("epoch " + std::to_string(epoch));
     COHORT_ASSIGN_OR_RETURN(e->ranks, GatherRanks(r, *e));
+    if (r.metrics) r.metrics->RecordEpoch(epoch, e->ranks[r.rank]);
     COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
     // A kill "before the next epoch's first step" comes before this commit
     // (on rank 0 while it commits, the others waiting for it).

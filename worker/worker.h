@@ -13,6 +13,7 @@
 
 #include "common/env.h"
 #include "common/status.h"
+#include "net/metrics_endpoint.h"
 
 namespace cohort::worker {
 
@@ -52,6 +53,9 @@ struct WorkerOptions {
   // or changes one weight of its model after global step N.
   int64_t fault_kill_step = -1;
   int64_t fault_perturb_step = -1;
+  // --metrics-addr (not owned; null: none): this rank's epochs, steps and
+  // speed go into its registry (worker/metrics.h).
+  net::MetricsEndpoint* metrics = nullptr;
 };
 
 // Fills rank, world size, local rank and master from the environment where
