@@ -20,6 +20,7 @@ struct ClientFlags {
   client::ClientOptions options;
   uint32_t pause_round = 0;  // --fault-pause-before-update-round
   std::string fault;         // --fault-stop-before STAGE:ROUND
+  MetricsFlags metrics;
 };
 
 // Where, with whom and on what this client trains.
@@ -144,7 +145,11 @@ int RunClientCommand(ClientFlags& f, const std::string& log_level) {
     return 2;
   }
   InitLogging("client", o.name, log_level);
-  return Report(client::RunClient(o, StopFlag()), "client");
+  auto metrics = StartMetrics(f.metrics);
+  if (!metrics.ok()) return Report(metrics.status(), "client");
+  o.metrics = metrics->get();
+  const Status result = client::RunClient(o, StopFlag());
+  return Report(LingerForScrape(result, o.metrics, f.metrics), "client");
 }
 
 }  // namespace
@@ -156,6 +161,7 @@ Command AddClientCommand(CLI::App& app, const std::string& log_level) {
   AddFaultFlags(client, *f);
   AddSecurityFlags(client, f->options);
   AddSiteFlags(client, f->options);
+  AddMetricsFlags(client, f->metrics);
   return {client, [f, &log_level] { return RunClientCommand(*f, log_level); }};
 }
 

@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdio>
 
 #include "proto/config_io.h"
 
@@ -35,6 +37,40 @@ int Report(const Status& status, const char* what) {
   }
   spdlog::error("{}: {}", what, status.ToString());
   return 1;
+}
+
+void AddMetricsFlags(CLI::App* app, MetricsFlags& flags) {
+  app->add_option("--metrics-addr", flags.addr,
+                  "Serve Prometheus metrics at http://HOST:PORT/metrics (HOST an IPv4 address; "
+                  "port 0: any free port, printed as \"metrics on URL\")");
+  app->add_option("--metrics-linger-s", flags.linger_s,
+                  "With --metrics-addr: after the run, keep serving until one scrape has read "
+                  "the final values, at most this many seconds (0: exit at once)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+}
+
+StatusOr<std::unique_ptr<net::MetricsEndpoint>> StartMetrics(const MetricsFlags& flags) {
+  if (flags.addr.empty()) return std::unique_ptr<net::MetricsEndpoint>();
+  COHORT_ASSIGN_OR_RETURN(auto endpoint,
+                          net::MetricsEndpoint::Create("--metrics-addr", flags.addr));
+  spdlog::info("metrics on {}", endpoint->url());
+  std::printf("metrics on %s\n", endpoint->url().c_str());
+  std::fflush(stdout);
+  return endpoint;
+}
+
+Status LingerForScrape(const Status& result, net::MetricsEndpoint* metrics,
+                       const MetricsFlags& flags) {
+  if (!result.ok() || metrics == nullptr || flags.linger_s <= 0) return result;
+  spdlog::info("run over; serving {} until a scrape reads the final values (at most {} s)",
+               metrics->url(), flags.linger_s);
+  if (metrics->WaitForScrape(flags.linger_s, g_stop)) {
+    spdlog::info("metrics: the final values were scraped");
+  } else {
+    spdlog::info("metrics: no scrape of the final values within {} s", flags.linger_s);
+  }
+  return result;
 }
 
 StatusOr<config::RunConfig> LoadConfig(const std::string& path, uint32_t rounds) {

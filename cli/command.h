@@ -6,9 +6,11 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
+#include "net/metrics_endpoint.h"
 #include "proto/config.pb.h"
 
 namespace CLI {
@@ -49,6 +51,25 @@ void InstallSignalHandlers();
 // after a stop signal (logged at info); 1 otherwise, the error logged as
 // "WHAT: STATUS".
 int Report(const Status& status, const char* what);
+
+// --metrics-addr and --metrics-linger-s, as the coordinator, the client and
+// the worker take them.
+struct MetricsFlags {
+  std::string addr;  // Empty: no metrics.
+  double linger_s = 60;
+};
+void AddMetricsFlags(CLI::App* app, MetricsFlags& flags);
+// The endpoint of flags.addr (null when it is empty), its URL printed on
+// stdout ("metrics on http://127.0.0.1:PORT/metrics") and logged; call it
+// before the command does anything else. Errors name --metrics-addr and
+// its value (net::MetricsEndpoint::Create).
+StatusOr<std::unique_ptr<net::MetricsEndpoint>> StartMetrics(const MetricsFlags& flags);
+// After a daemon's run ended with `result`: when it is OK and `metrics` is
+// not null, serves until one scrape begun now is answered, flags.linger_s
+// passed, or a stop signal, so a scraper still reads the final values.
+// Returns `result`.
+Status LingerForScrape(const Status& result, net::MetricsEndpoint* metrics,
+                       const MetricsFlags& flags);
 
 // The run configuration at `path`, with `rounds` (when not 0, from --rounds)
 // in place of rounds.num_rounds, checked again.

@@ -16,10 +16,13 @@ struct CoordinatorFlags {
   bool insecure = false;
   std::string dump_sums;
   std::string initial_model;
+  MetricsFlags metrics;
 };
 
 int RunCoordinatorCommand(const CoordinatorFlags& f, const std::string& log_level) {
   InitLogging("coordinator", "", log_level);
+  auto metrics = StartMetrics(f.metrics);
+  if (!metrics.ok()) return Report(metrics.status(), "coordinator");
   auto config = LoadConfig(f.config_path, f.rounds);
   if (!config.ok()) return Report(config.status(), "config");
   coordinator::DaemonOptions opts;
@@ -33,7 +36,9 @@ int RunCoordinatorCommand(const CoordinatorFlags& f, const std::string& log_leve
   opts.insecure = f.insecure;
   opts.dump_sums = f.dump_sums;
   opts.initial_model = f.initial_model;
-  return Report(coordinator::RunCoordinator(opts, StopFlag()), "coordinator");
+  opts.metrics = metrics->get();
+  const Status result = coordinator::RunCoordinator(opts, StopFlag());
+  return Report(LingerForScrape(result, opts.metrics, f.metrics), "coordinator");
 }
 
 }  // namespace
@@ -61,6 +66,7 @@ Command AddCoordinatorCommand(CLI::App& app, const std::string& log_level) {
                    "A model the clients bring (model.external): its initial values, an .npz "
                    "as cohort.torch.save_initial writes (needed until round 1 commits)")
       ->check(CLI::ExistingFile);
+  AddMetricsFlags(coord, f->metrics);
   return {coord, [f, &log_level] { return RunCoordinatorCommand(*f, log_level); }};
 }
 

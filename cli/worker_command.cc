@@ -10,21 +10,32 @@
 namespace cohort::cli {
 namespace {
 
-int RunWorkerCommand(worker::WorkerOptions& o, const std::string& log_level) {
+struct WorkerFlags {
+  worker::WorkerOptions options;
+  MetricsFlags metrics;
+};
+
+int RunWorkerCommand(WorkerFlags& f, const std::string& log_level) {
+  worker::WorkerOptions& o = f.options;
   Status resolved = worker::ResolveRank(o);
   InitLogging(resolved.ok() ? "rank " + std::to_string(o.rank) : "worker", "", log_level);
   if (!resolved.ok()) return Report(resolved, "worker");
+  auto metrics = StartMetrics(f.metrics);
+  if (!metrics.ok()) return Report(metrics.status(), "worker");
+  o.metrics = metrics->get();
   // A stopped worker stops at once: its peers notice by their deadline.
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGINT, SIG_DFL);
-  return Report(worker::RunWorker(o, StopFlag()), "worker");
+  const Status result = worker::RunWorker(o, StopFlag());
+  return Report(LingerForScrape(result, o.metrics, f.metrics), "worker");
 }
 
 }  // namespace
 
 Command AddWorkerCommand(CLI::App& app, const std::string& log_level) {
   auto* worker = app.add_subcommand("worker", "Run one rank of a data-parallel run");
-  auto o = std::make_shared<worker::WorkerOptions>();
+  auto f = std::make_shared<WorkerFlags>();
+  worker::WorkerOptions* o = &f->options;
   worker->add_option("--config", o->config, "A DATA_PARALLEL run configuration")->required();
   worker->add_option("--run-dir", o->run_dir, "Run directory (rank 0 writes run.db)")->required();
   worker->add_option("--rank", o->rank,
@@ -67,7 +78,8 @@ Command AddWorkerCommand(CLI::App& app, const std::string& log_level) {
                      "Testing: change one weight of this rank's model after this global step");
   worker->add_option("--fault-kill-at-step", o->fault_kill_step,
                      "Testing: kill this rank (SIGKILL) before this global step");
-  return {worker, [o, &log_level] { return RunWorkerCommand(*o, log_level); }};
+  AddMetricsFlags(worker, f->metrics);
+  return {worker, [f, &log_level] { return RunWorkerCommand(*f, log_level); }};
 }
 
 }  // namespace cohort::cli
