@@ -63,9 +63,11 @@ StatusOr<std::unique_ptr<net::MetricsEndpoint>> StartMetrics(const MetricsFlags&
 Status LingerForScrape(const Status& result, net::MetricsEndpoint* metrics,
                        const MetricsFlags& flags) {
   if (!result.ok() || metrics == nullptr || flags.linger_s <= 0) return result;
+  // Before the line that says so: a scraper that reacts to it is counted.
+  const uint64_t begun = metrics->scrapes_begun();
   spdlog::info("run over; serving {} until a scrape reads the final values (at most {} s)",
                metrics->url(), flags.linger_s);
-  if (metrics->WaitForScrape(flags.linger_s, g_stop)) {
+  if (metrics->WaitForScrape(begun, flags.linger_s, g_stop)) {
     spdlog::info("metrics: the final values were scraped");
   } else {
     spdlog::info("metrics: no scrape of the final values within {} s", flags.linger_s);

@@ -46,13 +46,16 @@ class ScrapeCounter : public prometheus::Collectable {
     return answered_;
   }
 
-  bool WaitForScrape(double seconds, const std::atomic<bool>& stop) const {
+  uint64_t begun() const {
+    std::lock_guard lock(mutex_);
+    return started_;
+  }
+
+  bool WaitForScrape(uint64_t mark, double seconds, const std::atomic<bool>& stop) const {
     using Clock = std::chrono::steady_clock;
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(std::max(seconds, 0.0)));
     std::unique_lock lock(mutex_);
-    // Only a scrape that begins after this point reads the final values.
-    const uint64_t mark = started_;
     while (newest_answered_ <= mark) {
       if (stop.load() || Clock::now() >= deadline) return false;
       // Wakes at least every 200 ms to see `stop` (set by a signal handler,
@@ -150,8 +153,11 @@ MetricsEndpoint::~MetricsEndpoint() { exposer_.reset(); }
 
 uint64_t MetricsEndpoint::scrapes() const { return counter_->answered(); }
 
-bool MetricsEndpoint::WaitForScrape(double seconds, const std::atomic<bool>& stop) const {
-  return counter_->WaitForScrape(seconds, stop);
+uint64_t MetricsEndpoint::scrapes_begun() const { return counter_->begun(); }
+
+bool MetricsEndpoint::WaitForScrape(uint64_t begun, double seconds,
+                                    const std::atomic<bool>& stop) const {
+  return counter_->WaitForScrape(begun, seconds, stop);
 }
 
 }  // namespace cohort::net

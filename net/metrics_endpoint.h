@@ -57,11 +57,14 @@ class MetricsEndpoint {
 
   // Scrapes answered so far.
   uint64_t scrapes() const;
-  // Serves until a scrape that began after this call has been answered
-  // (true), `seconds` passed or `stop` became true (false). Blocks; reads
-  // the real clock. So a process that has finished still hands its final
-  // values to a scraper.
-  bool WaitForScrape(double seconds, const std::atomic<bool>& stop) const;
+  // Scrapes begun so far: a scrape begun after this call reads every value
+  // set before it.
+  uint64_t scrapes_begun() const;
+  // Serves until a scrape begun after the `begun`-th (scrapes_begun()) has
+  // been answered (true), `seconds` passed or `stop` became true (false).
+  // Blocks; reads the real clock. So a process that has finished still
+  // hands its final values to a scraper.
+  bool WaitForScrape(uint64_t begun, double seconds, const std::atomic<bool>& stop) const;
 
  private:
   MetricsEndpoint() = default;

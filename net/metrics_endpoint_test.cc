@@ -97,20 +97,27 @@ TEST(MetricsEndpointTest, APortInUseIsAnErrorWithTheSystemsReason) {
             "--metrics-addr " + taken + ": cannot listen there: Address already in use");
 }
 
-TEST(MetricsEndpointTest, WaitForScrapeReturnsOnceAScrapeBegunAfterTheCallIsAnswered) {
+TEST(MetricsEndpointTest, WaitForScrapeReturnsOnceAScrapeBegunAfterTheMarkIsAnswered) {
   auto endpoint = MetricsEndpoint::Create("--metrics-addr", "127.0.0.1:0");
   ASSERT_TRUE(endpoint.ok()) << endpoint.status().ToString();
   MetricsEndpoint& e = **endpoint;
   const std::atomic<bool> no_stop{false};
-  HttpGet(e.port(), "/metrics");  // Before the wait: does not count.
-  // No scraper: the bound ends it.
-  EXPECT_FALSE(e.WaitForScrape(0.05, no_stop));
+  const uint64_t begun = e.scrapes_begun();
+  EXPECT_EQ(begun, 0u);
+  HttpGet(e.port(), "/metrics");
+  EXPECT_EQ(e.scrapes_begun(), 1u);
+  // A scrape begun after the mark ends the wait at once, also when it was
+  // answered before the wait began.
+  EXPECT_TRUE(e.WaitForScrape(begun, 60, no_stop));
+  const uint64_t mark = e.scrapes_begun();
+  // No scraper since the mark: the bound ends it.
+  EXPECT_FALSE(e.WaitForScrape(mark, 0.05, no_stop));
   std::atomic<bool> waiting_done{false};
   std::thread scraper([&] {
     // Scrapes until the waiter has seen one (bounded: at most 1000).
     for (int i = 0; i < 1000 && !waiting_done.load(); ++i) HttpGet(e.port(), "/metrics");
   });
-  EXPECT_TRUE(e.WaitForScrape(60, no_stop));
+  EXPECT_TRUE(e.WaitForScrape(mark, 60, no_stop));
   waiting_done = true;
   scraper.join();
   EXPECT_GE(e.scrapes(), 2u);
@@ -120,7 +127,7 @@ TEST(MetricsEndpointTest, WaitForScrapeEndsAtOnceWhenStopped) {
   auto endpoint = MetricsEndpoint::Create("--metrics-addr", "127.0.0.1:0");
   ASSERT_TRUE(endpoint.ok()) << endpoint.status().ToString();
   const std::atomic<bool> stop{true};
-  EXPECT_FALSE((*endpoint)->WaitForScrape(600, stop));
+  EXPECT_FALSE((*endpoint)->WaitForScrape((*endpoint)->scrapes_begun(), 600, stop));
 }
 
 }  // namespace
