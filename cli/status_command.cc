@@ -100,7 +100,7 @@ Status PrintCsv(const std::vector<store::RoundRecord>& rounds, store::RunStore& 
   if (clients) {
     std::printf(
         "round,client,status,reason,stage,num_samples,train_loss,train_accuracy,"
-        "train_seconds,misbehaved\n");
+        "train_seconds,misbehaved,upload_bytes,download_bytes,data_sha256\n");
   } else {
     std::printf(
         "round,aggregation,outcome,outcome_reason,participants,selected,dropped,"
@@ -125,12 +125,14 @@ Status PrintCsv(const std::vector<store::RoundRecord>& rounds, store::RunStore& 
     COHORT_ASSIGN_OR_RETURN(auto rows, store.ClientRounds(r.round));
     for (const auto& c : rows) {
       const bool known = PerClientMetrics(r) && c.status == "ok";
-      std::printf("%u,%s,%s,%s,%s,%llu,%s,%s,%s,%d\n", r.round, CsvField(c.client).c_str(),
-                  CsvField(c.status).c_str(), CsvField(c.reason).c_str(), CsvField(c.stage).c_str(),
-                  static_cast<unsigned long long>(c.num_samples),
-                  known ? Number(c.train_loss).c_str() : "",
-                  known ? Number(c.train_accuracy).c_str() : "",
-                  known ? Number(c.train_seconds).c_str() : "", c.misbehaved ? 1 : 0);
+      std::printf(
+          "%u,%s,%s,%s,%s,%llu,%s,%s,%s,%d,%llu,%llu,%s\n", r.round, CsvField(c.client).c_str(),
+          CsvField(c.status).c_str(), CsvField(c.reason).c_str(), CsvField(c.stage).c_str(),
+          static_cast<unsigned long long>(c.num_samples), known ? Number(c.train_loss).c_str() : "",
+          known ? Number(c.train_accuracy).c_str() : "",
+          known ? Number(c.train_seconds).c_str() : "", c.misbehaved ? 1 : 0,
+          static_cast<unsigned long long>(c.upload_bytes),
+          static_cast<unsigned long long>(c.download_bytes), c.data_sha256.c_str());
     }
   }
   return OkStatus();
