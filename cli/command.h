@@ -40,6 +40,7 @@ Command AddSimulateCommand(CLI::App& app, const std::string& log_level);
 Command AddStatusCommand(CLI::App& app, const std::string& log_level);
 Command AddPlanCommand(CLI::App& app, const std::string& log_level);
 Command AddExportCommand(CLI::App& app, const std::string& log_level);
+Command AddReportCommand(CLI::App& app, const std::string& log_level);
 
 // Set by SIGINT and SIGTERM once InstallSignalHandlers has run; the daemons
 // stop when it becomes true.

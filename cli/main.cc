@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
       AddPartitionCommand(app, log_level),   AddWorkerCommand(app, log_level),
       AddLaunchCommand(app, log_level),      AddSimulateCommand(app, log_level),
       AddStatusCommand(app, log_level),      AddPlanCommand(app, log_level),
-      AddExportCommand(app, log_level),
+      AddExportCommand(app, log_level),      AddReportCommand(app, log_level),
   };
   CLI11_PARSE(app, argc, argv);
   InstallSignalHandlers();
