@@ -13,6 +13,7 @@ packages=(
   libopenblas-dev zlib1g-dev libzip-dev libonnx-dev prometheus prometheus-cpp-dev
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
+  chromium  # `cohort report`'s test renders the page in headless Chromium
   # The cohort Python package (python/) and its tests and examples.
   python3-dev python3-numpy pybind11-dev python3-pybind11 python3-torch libtorch-dev python3-onnx
 )
