@@ -121,6 +121,11 @@ TEST(HtmlReportTest, EveryPlotHasAMarkPerStoredFigure) {
   EXPECT_EQ(Marks(html, "bytes", "bytes_out"), 5u);
   EXPECT_EQ(Marks(html, "dropouts", "completed"), 5u);
   EXPECT_EQ(Marks(html, "dropouts", "stage:mask"), 1u);
+  // And the totals, in the chart's order: 14 completed client-rounds in 5 rounds, then 1 in 1.
+  EXPECT_NE(html.find("<td class=\"wrap\">completed</td><td class=\"wrap\">14</td><td "
+                      "class=\"wrap\">5</td></tr>\n<tr><td class=\"wrap\">left at mask</td><td "
+                      "class=\"wrap\">1</td><td class=\"wrap\">1</td>"),
+            std::string::npos);
   EXPECT_EQ(Marks(html, "stage-time", "share"), 5u);
   EXPECT_EQ(Marks(html, "stage-time", "mask"), 5u);
   EXPECT_EQ(Marks(html, "client-samples", "samples"), 3u);
@@ -393,8 +398,8 @@ TEST_F(RunLoaderTest, AFileThatIsNoStoreAStoreWithoutARunAndADamagedOneAreRefuse
   s = ErrorFor(Path("cut"));
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
   EXPECT_EQ(s.message(), Path("cut/run.db") +
-                             ": the run store is damaged or truncated (not a Cohort run store "
-                             "(database disk image is malformed))");
+                             ": the run store is damaged or truncated (database disk image is "
+                             "malformed)");
 }
 
 }  // namespace

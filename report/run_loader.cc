@@ -56,16 +56,22 @@ bool Malformed(const Status& status) {
   return status.message().find("malformed") != std::string::npos;
 }
 
-// A read that fails once the store is open: the file is damaged.
+// A read that fails once the store is open: the file is damaged. Says
+// SQLite's own words once, without the path and the store's wording.
 Status Damaged(const std::string& path, const Status& status) {
-  if (status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDataLoss ||
-      Malformed(status)) {
-    const std::string& m = status.message();
-    const std::string why =
-        m.rfind(path, 0) == 0 ? m.substr(std::min(m.size(), path.size() + 2)) : m;
-    return DataLossError(path + ": the run store is damaged or truncated (" + why + ")");
+  if (status.code() != StatusCode::kUnavailable && status.code() != StatusCode::kDataLoss &&
+      !Malformed(status)) {
+    return status.WithContext(path);
   }
-  return status.WithContext(path);
+  std::string why = status.message();
+  for (const std::string& prefix : {path + ": ", std::string("not a Cohort run store (")}) {
+    if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+  }
+  if (status.message().find("not a Cohort run store (") != std::string::npos && !why.empty() &&
+      why.back() == ')') {
+    why.pop_back();
+  }
+  return DataLossError(path + ": the run store is damaged or truncated (" + why + ")");
 }
 
 StatusOr<RunData> Read(store::RunStore& store, const std::string& run_dir,

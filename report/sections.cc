@@ -68,28 +68,31 @@ BarChart DropoutChart(const RunData& run, size_t index) {
                          : "No per-client records in this run.";
   chart.note =
       "A client that left after its masked input still counts: its input is in the sum "
-      "(status ok). \"dropped\" or \"rejected\" without a stage: a plain round's.";
+      "(status ok). \"dropped\" or \"rejected\": the store names no stage for it (plain "
+      "rounds have none).";
   return chart;
 }
 
-// A row per category: client-rounds and the rounds it happened in.
-std::string DropoutTable(const RunData& run) {
+// A row per category of `chart` (in its order): client-rounds and the
+// rounds it happened in.
+std::string DropoutTable(const RunData& run, const BarChart& chart) {
   std::map<std::string, std::pair<size_t, size_t>> totals;  // name: (clients, rounds)
-  std::vector<std::string> order;
   for (const auto& [round, clients] : run.clients) {
     std::map<std::string, bool> in_round;
     for (const auto& c : clients) {
       const std::string name = ParticipationCategory(c).first;
-      Remember(order, name);
       totals[name].first += 1;
       if (!in_round[name]) totals[name].second += 1, in_round[name] = true;
     }
   }
-  if (order.empty()) return "";
   std::vector<std::vector<std::string>> rows;
-  for (const auto& name : order) {
-    rows.push_back({name, std::to_string(totals[name].first), std::to_string(totals[name].second)});
+  for (const auto& stack : chart.stacks) {
+    auto it = totals.find(stack.name);
+    if (it == totals.end()) continue;
+    rows.push_back(
+        {stack.name, std::to_string(it->second.first), std::to_string(it->second.second)});
   }
+  if (rows.empty()) return "";
   return Table({"", "client-rounds", "rounds"}, rows);
 }
 
@@ -261,7 +264,8 @@ std::string RunSection(const RunData& run, size_t index) {
   std::string s = "<section class=\"run\" id=\"run-" + std::to_string(index + 1) + "\"><h2>" +
                   EscapeHtml(RunLabel(index) + ": " + run.dir) + "</h2>\n";
   if (run.rounds.empty()) s += "<p class=\"nodata\">The run has committed no round yet.</p>\n";
-  s += RenderBarChart(DropoutChart(run, index)) + DropoutTable(run) + AbortedRounds(run);
+  const BarChart dropouts = DropoutChart(run, index);
+  s += RenderBarChart(dropouts) + DropoutTable(run, dropouts) + AbortedRounds(run);
   s += RenderBarChart(StageTimeChart(run, index));
   s += ClientsPart(run, index);
   if (IsDataParallel(run) || std::any_of(run.rounds.begin(), run.rounds.end(),
