@@ -77,7 +77,7 @@ std::string RankTable(const std::map<uint32_t, RankTotals>& totals) {
     rows.push_back({std::to_string(rank), t.device.empty() ? "(not recorded)" : t.device,
                     std::to_string(t.steps), std::to_string(t.samples), Format("%.3f", t.compute),
                     Format("%.3f", t.comm), Format("%.3f", t.seconds),
-                    t.seconds > 0 ? Format("%.1f", t.samples / t.seconds) : "-",
+                    t.seconds > 0 ? Format("%.0f", t.samples / t.seconds) : "-",
                     busy > 0 ? Format("%.1f %%", 100 * t.comm / busy) : "-"});
   }
   if (rows.empty()) return "";

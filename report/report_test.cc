@@ -96,6 +96,9 @@ TEST(SvgTest, EscapesEveryHtmlSpecialCharacter) {
             "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
   EXPECT_EQ(FormatValue(1536, Unit::kBytes), "1.5 KiB");
   EXPECT_EQ(FormatValue(12, Unit::kBytes), "12 B");
+  EXPECT_EQ(FormatValue(600000, Unit::kPerSecond), "600k /s");
+  EXPECT_EQ(FormatValue(0.8345, Unit::kNumber), "0.8345");
+  EXPECT_EQ(FormatValue(2.5e6, Unit::kNumber), "2.5M");
 }
 
 TEST(SvgTest, AChartWithoutPointsSaysSoInsteadOfAnEmptyAxis) {
@@ -121,10 +124,12 @@ TEST(HtmlReportTest, EveryPlotHasAMarkPerStoredFigure) {
   EXPECT_EQ(Marks(html, "bytes", "bytes_out"), 5u);
   EXPECT_EQ(Marks(html, "dropouts", "completed"), 5u);
   EXPECT_EQ(Marks(html, "dropouts", "stage:mask"), 1u);
+  // No swatch for a stage nobody left at.
+  EXPECT_NE(Figure(html, "dropouts").find("left at mask</li>"), std::string::npos);
+  EXPECT_EQ(Figure(html, "dropouts").find("left at share"), std::string::npos);
   // And the totals, in the chart's order: 14 completed client-rounds in 5 rounds, then 1 in 1.
-  EXPECT_NE(html.find("<td class=\"wrap\">completed</td><td class=\"wrap\">14</td><td "
-                      "class=\"wrap\">5</td></tr>\n<tr><td class=\"wrap\">left at mask</td><td "
-                      "class=\"wrap\">1</td><td class=\"wrap\">1</td>"),
+  EXPECT_NE(html.find("<td>completed</td><td>14</td><td>5</td></tr>\n"
+                      "<tr><td>left at mask</td><td>1</td><td>1</td>"),
             std::string::npos);
   EXPECT_EQ(Marks(html, "stage-time", "share"), 5u);
   EXPECT_EQ(Marks(html, "stage-time", "mask"), 5u);
@@ -141,6 +146,9 @@ TEST(HtmlReportTest, EveryPlotHasAMarkPerStoredFigure) {
        {std::string(64, 'f'), std::string(64, 'a'), std::string("0.1.0")}) {
     EXPECT_NE(html.find(field), std::string::npos) << field;
   }
+  // A checksum may break anywhere in its cell; a name stays whole.
+  EXPECT_NE(html.find("<td class=\"wrap\">" + std::string(64, 'a') + "</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td>client-a</td>"), std::string::npos);
   // Aborted rounds and why (escaped).
   EXPECT_NE(html.find("too few clients &lt;at&gt; unmasking"), std::string::npos);
   EXPECT_EQ(html.find("<rank-throughput"), std::string::npos);  // Not data-parallel.
@@ -216,13 +224,11 @@ TEST(HtmlReportTest, SeveralRunsAreOverlaidAndTheirConfigsCompared) {
   EXPECT_EQ(Marks(html, "accuracy", "test_accuracy", 0), 3u);
   EXPECT_EQ(Marks(html, "accuracy", "test_accuracy", 1), 2u);
   EXPECT_NE(html.find("run 2: test (central evaluation)"), std::string::npos);
-  EXPECT_NE(html.find("<td class=\"wrap\">seed</td><td class=\"wrap\">5</td><td "
-                      "class=\"wrap\">6</td>"),
+  EXPECT_NE(html.find("<td>seed</td><td>5</td><td>6</td>"), std::string::npos);
+  EXPECT_NE(html.find("<td>train.momentum</td><td>(unset: "
+                      "default)</td><td>0.9</td>"),
             std::string::npos);
-  EXPECT_NE(html.find("<td class=\"wrap\">train.momentum</td><td class=\"wrap\">(unset: "
-                      "default)</td><td class=\"wrap\">0.9</td>"),
-            std::string::npos);
-  EXPECT_EQ(html.find("<td class=\"wrap\">train.batch_size</td>"), std::string::npos);
+  EXPECT_EQ(html.find("<td>train.batch_size</td>"), std::string::npos);
   EXPECT_NE(html.find("The fields whose values differ (2 of 3)"), std::string::npos);
   // A section per run.
   EXPECT_EQ(Marks(html, "dropouts", "completed", 1), 4u);
@@ -397,9 +403,9 @@ TEST_F(RunLoaderTest, AFileThatIsNoStoreAStoreWithoutARunAndADamagedOneAreRefuse
                                std::filesystem::file_size(Path("cut/run.db")) / 2);
   s = ErrorFor(Path("cut"));
   EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
-  EXPECT_EQ(s.message(), Path("cut/run.db") +
-                             ": the run store is damaged or truncated (database disk image is "
-                             "malformed)");
+  EXPECT_NE(s.message().find(Path("cut/run.db") + ": the run store is damaged ("),
+            std::string::npos)
+      << s;
 }
 
 }  // namespace

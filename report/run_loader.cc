@@ -1,6 +1,5 @@
 #include "report/run_loader.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -51,27 +50,14 @@ std::string WhatItHolds(const std::string& dir) {
   return entries == 0 ? "; the directory is empty" : "";
 }
 
-// SQLite's word for a file whose pages do not hold together.
-bool Malformed(const Status& status) {
-  return status.message().find("malformed") != std::string::npos;
-}
-
-// A read that fails once the store is open: the file is damaged. Says
-// SQLite's own words once, without the path and the store's wording.
+// A read that fails once the store is open (the store checks the file's
+// pages at open, so this is rare): named damaged, with SQLite's words.
 Status Damaged(const std::string& path, const Status& status) {
-  if (status.code() != StatusCode::kUnavailable && status.code() != StatusCode::kDataLoss &&
-      !Malformed(status)) {
-    return status.WithContext(path);
+  if (status.code() == StatusCode::kUnavailable &&
+      status.message().find("malformed") != std::string::npos) {
+    return DataLossError(path + ": the run store is damaged (" + status.message() + ")");
   }
-  std::string why = status.message();
-  for (const std::string& prefix : {path + ": ", std::string("not a Cohort run store (")}) {
-    if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
-  }
-  if (status.message().find("not a Cohort run store (") != std::string::npos && !why.empty() &&
-      why.back() == ')') {
-    why.pop_back();
-  }
-  return DataLossError(path + ": the run store is damaged or truncated (" + why + ")");
+  return status.WithContext(path);
 }
 
 StatusOr<RunData> Read(store::RunStore& store, const std::string& run_dir,
@@ -113,12 +99,8 @@ StatusOr<RunData> LoadRunData(const std::string& run_dir) {
   }
   // Read-only: the file stays exactly as it was, whatever it holds.
   StatusOr<std::unique_ptr<store::RunStore>> store = store::OpenSqliteRunStoreReadOnly(path);
-  if (!store.ok()) {
-    if (store.status().code() == StatusCode::kInvalidArgument && !Malformed(store.status())) {
-      return store.status();
-    }
-    return Damaged(path, store.status());
-  }
+  // Its errors name the file: not a run store, damaged, or not readable.
+  if (!store.ok()) return store.status();
   return Read(**store, run_dir, path);
 }
 

@@ -18,8 +18,8 @@ namespace cohort::report {
 //     instead is named where it is telling: shard files, key files, run
 //     directories below it);
 //   kInvalidArgument: run.db is not a Cohort run store;
-//   kDataLoss: run.db is damaged or truncated (SQLite's message in
-//     parentheses);
+//   kDataLoss: run.db is damaged (truncated, overwritten), with SQLite's
+//     words;
 //   kFailedPrecondition: the store holds no run.
 StatusOr<RunData> LoadRunData(const std::string& run_dir);
 

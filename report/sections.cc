@@ -62,7 +62,13 @@ BarChart DropoutChart(const RunData& run, size_t index) {
       values[i] += 1;
     }
   }
-  for (const auto& id : ids) chart.stacks.push_back(stacks[id]);
+  // Only what happened: a stage no client left at gets no colour either.
+  for (const auto& id : ids) {
+    const auto& values = stacks[id].values;
+    if (std::any_of(values.begin(), values.end(), [](double v) { return v > 0; })) {
+      chart.stacks.push_back(stacks[id]);
+    }
+  }
   chart.empty_text = IsDataParallel(run)
                          ? "No per-client records: a data-parallel run's epochs have none."
                          : "No per-client records in this run.";
@@ -246,7 +252,11 @@ std::string Table(const std::vector<std::string>& head,
   s += "</tr>\n";
   for (const auto& row : rows) {
     s += "<tr>";
-    for (const auto& cell : row) s += "<td class=\"wrap\">" + EscapeHtml(cell) + "</td>";
+    for (const auto& cell : row) {
+      // A long word (a checksum, a path) may break anywhere; names stay whole.
+      const bool wrap = cell.size() > 32 && cell.find(' ') == std::string::npos;
+      s += (wrap ? "<td class=\"wrap\">" : "<td>") + EscapeHtml(cell) + "</td>";
+    }
     s += "</tr>\n";
   }
   return s + "</table>\n";

@@ -20,6 +20,22 @@ std::string Fixed(double v) {
   return buf;
 }
 
+// "0.8345", "512", "12.3k", "4.5M": no exponent for a reader.
+std::string Compact(double v) {
+  char buf[32];
+  const double a = std::fabs(v);
+  if (a >= 1e9) {
+    std::snprintf(buf, sizeof(buf), "%.3gG", v / 1e9);
+  } else if (a >= 1e6) {
+    std::snprintf(buf, sizeof(buf), "%.3gM", v / 1e6);
+  } else if (a >= 1e4) {
+    std::snprintf(buf, sizeof(buf), "%.3gk", v / 1e3);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.4g", v);
+  }
+  return buf;
+}
+
 std::string Short(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.4g", v);
@@ -217,9 +233,13 @@ std::string BarMarks(const BarChart& chart, const Axis& y, double band) {
   return s;
 }
 
+// The stacks that draw something (a category with nothing of a stack in
+// any round has no swatch either).
 std::string BarLegend(const BarChart& chart) {
   std::string s = "<ul class=\"legend\">";
   for (size_t k = 0; k < chart.stacks.size(); ++k) {
+    const auto& values = chart.stacks[k].values;
+    if (std::none_of(values.begin(), values.end(), [](double v) { return v > 0; })) continue;
     s += "<li><span class=\"swatch\" style=\"background:" + PaletteColor(static_cast<int>(k)) +
          "\"></span>" + EscapeHtml(chart.stacks[k].name) + "</li>";
   }
@@ -269,17 +289,17 @@ std::string FormatValue(double value, Unit unit) {
       std::snprintf(buf, sizeof(buf), "%.3g s", value);
       break;
     case Unit::kPerSecond:
-      std::snprintf(buf, sizeof(buf), "%.4g /s", value);
-      break;
+      return Compact(value) + " /s";
     default:
-      std::snprintf(buf, sizeof(buf), "%.4g", value);
+      return Compact(value);
   }
   return buf;
 }
 
 std::string PaletteColor(int index) {
-  static const char* const kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
-                                         "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+  static const char* const kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
+                                         "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
+                                         "#7f7f7f", "#bcbd22", "#393b79", "#637939"};
   constexpr int kSize = sizeof(kPalette) / sizeof(kPalette[0]);
   return kPalette[((index % kSize) + kSize) % kSize];
 }

@@ -138,7 +138,9 @@ class Workspace:
 # --- The store, read independently of Cohort's code -------------------------------------
 
 def open_ro(run_dir):
-    db = sqlite3.connect(f"file:{os.path.join(run_dir, 'run.db')}?mode=ro", uri=True)
+    # immutable: the runs are over, and a plain read-only open of a WAL
+    # database would leave -wal and -shm files in the run directory.
+    db = sqlite3.connect(f"file:{os.path.join(run_dir, 'run.db')}?mode=ro&immutable=1", uri=True)
     db.row_factory = sqlite3.Row
     return db
 
@@ -428,8 +430,8 @@ def test_browser():
         with open(ws.path("all.html")) as f:
             text = f.read()
         # The configs' differences, field by field.
-        assert "<td class=\"wrap\">rounds.num_rounds</td><td class=\"wrap\">3</td>" \
-               f"<td class=\"wrap\">{SIM_ROUNDS}</td>" in text, "no config diff row"
+        assert "<td>rounds.num_rounds</td><td>3</td>" \
+               f"<td>{SIM_ROUNDS}</td>" in text, "no config diff row"
         if os.environ.get("COHORT_REPORT_SCREENSHOT"):
             shutil.copy(os.path.join(ws.dir, "overlaid.png"), os.environ["COHORT_REPORT_SCREENSHOT"])
         print(f"browser test: {time.monotonic() - start:.1f} s")
@@ -481,9 +483,9 @@ def test_bad_input():
         cohort("keygen", "--out", ws.path("keys"), "--name", "client-000")
         os.makedirs(ws.path("out"))
         damaged_copies(ws, ws.path("good"))
-        refused(ws, ws.path("garbled"), "not a Cohort run store")
-        refused(ws, ws.path("cut"), "run.db: the run store is damaged or truncated")
-        refused(ws, ws.path("middle"), "damaged or truncated")
+        refused(ws, ws.path("garbled"), "run.db: not a Cohort run store (not an SQLite database)")
+        refused(ws, ws.path("cut"), "run.db: the run store is damaged (")
+        refused(ws, ws.path("middle"), "run.db: the run store is damaged (")
         refused(ws, ws.path("norun"), "holds no run yet")
         refused(ws, ws.path("shards"), "no run database (run.db) in this directory; it holds "
                 f"{CLIENTS + 1} shard files: a `cohort partition` output, not a run directory")
