@@ -20,7 +20,10 @@ unchanged.
 
 Synchronisation is on events (a line a process prints, its exit); every
 wait is bounded. Chromium reaches nothing: its proxy is a closed port on
-127.0.0.1 and its resolver answers every name with NOTFOUND.
+127.0.0.1 and its resolver answers every name with NOTFOUND. Its net log
+still shows every request tried: the browser's own service calls
+(component updater, account check) carry no User-Agent, a page's do, and a
+control page with an outside image shows that the check catches one.
 """
 
 import html.parser
@@ -82,12 +85,13 @@ class Workspace:
 
     def federated_config(self, name, rounds, aggregation, extra="", clients=CLIENTS):
         path = self.path(name)
+        min_clients = min(clients, max(4, clients // 2))
         write(path, "seed: 5\n"
                     f"data {{ test_shard: \"{self.path('shards', 'test.shard')}\" }}\n"
                     "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: 8 }\n"
                     "train { batch_size: 16 learning_rate: 0.05 }\n"
                     "net { heartbeat_s: 0.5 }\n"
-                    f"rounds {{ num_rounds: {rounds} min_clients: {min(clients, max(4, clients // 2))} "
+                    f"rounds {{ num_rounds: {rounds} min_clients: {min_clients} "
                     f"start_clients: {clients} {extra} }}\n"
                     f"secagg {{ aggregation: {aggregation} }}\n")
         return path
@@ -346,9 +350,10 @@ def check_page(page, run_dirs, out_dir, tag):
     assert not [l for l in counter.links if not l.startswith("#")], counter.links
     expected = expected_marks(run_dirs)
     drawn = {k: v for k, v in counter.marks.items() if v > 0}
+    only_drawn = {k: v for k, v in drawn.items() if expected.get(k) != v}
+    only_stored = {k: v for k, v in expected.items() if drawn.get(k) != v}
     assert drawn == expected, (f"{tag}: marks drawn != the store's figures\n"
-                               f"only drawn: { {k: v for k, v in drawn.items() if expected.get(k) != v} }\n"
-                               f"only stored: { {k: v for k, v in expected.items() if drawn.get(k) != v} }")
+                               f"drawn: {only_drawn}\nstored: {only_stored}")
     # A chart without marks must say so in words.
     for plot in set(counter.plots):
         if not any(k[0] == plot for k in drawn):
@@ -356,6 +361,11 @@ def check_page(page, run_dirs, out_dir, tag):
     size = check_png(shot)
     print(f"{tag}: {len(text)} bytes, {sum(drawn.values())} marks in {len(drawn)} series, "
           f"all as stored; screenshot {size} bytes; nodata: {sorted(set(counter.nodata))}")
+    per_plot = {}
+    for (plot, series, run), n in sorted(drawn.items()):
+        per_plot.setdefault(plot, []).append(f"{series}@{run}={n}")
+    for plot, series in per_plot.items():
+        print(f"  {plot}: {' '.join(series)}")
     return drawn, len(text)
 
 
@@ -366,7 +376,8 @@ CHANGED = []
 
 def changes(run_dir, before):
     after = snapshot(run_dir)
-    out = [f"{p} {'changed' if p in after else 'removed'}" for p in before if before[p] != after.get(p)]
+    out = [f"{p} {'changed' if p in after else 'removed'}"
+           for p in before if before[p] != after.get(p)]
     out += [f"{p} created" for p in after if p not in before]
     CHANGED.extend(out)
 
@@ -405,6 +416,7 @@ def detector_sees_a_fetch(ws):
 
 
 def test_browser():
+    chromium_bin()  # Before any run: a missing browser fails at once, saying what to do.
     ws = Workspace()
     try:
         start = time.monotonic()
@@ -432,8 +444,6 @@ def test_browser():
         # The configs' differences, field by field.
         assert "<td>rounds.num_rounds</td><td>3</td>" \
                f"<td>{SIM_ROUNDS}</td>" in text, "no config diff row"
-        if os.environ.get("COHORT_REPORT_SCREENSHOT"):
-            shutil.copy(os.path.join(ws.dir, "overlaid.png"), os.environ["COHORT_REPORT_SCREENSHOT"])
         print(f"browser test: {time.monotonic() - start:.1f} s")
     finally:
         ws.close()
