@@ -47,6 +47,9 @@
 #         pair's ratio is printed too, with a 95 % interval for the median
 #         pair ratio from 6 pairs on.
 #         MASK_PRG=CHACHA20 for ChaCha20 masks.
+#         E2E_COHORT runs another build's cohort; E2E_COORD_FLAGS and
+#         E2E_CLIENT_FLAGS add flags; E2E_TAG names the runs in the JSON
+#         (bench/observability_cost.sh uses them).
 # sites : hierarchical mode: make demo's Fashion-MNIST split into 4 shards
 #         (SCHEME, default iid), 4 clients vs 2 sites of 2 (a client and a
 #         site worker each), SecAgg+ between the clients/sites, SEEDS.
@@ -338,6 +341,7 @@ if has secagg-round; then
   : > "$OUT/secagg_round.jsonl"
   dir="$OUT/e2e"
   rm -rf "$dir" && mkdir -p "$dir"
+  E2E_COHORT=${E2E_COHORT:-build/cli/cohort}
   build/cli/cohort partition --format synthetic --samples 2000 --test-samples 1000 --features 784 \
     --classes 10 --clients 100 --seed 1 --out "$dir/shards" > /dev/null
   for rep in $(seq "${E2E_REPS:-3}"); do
@@ -356,20 +360,20 @@ net { heartbeat_s: 2 }
 secagg { aggregation: $agg stage_timeout_s: 300 ${MASK_PRG:+mask_prg: $MASK_PRG} }
 EOF
       rm -rf "$dir/run-$agg"
-      build/cli/cohort ${COORD_LOG:+--log-level $COORD_LOG} coordinator --config "$dir/$agg.textproto" --run-dir "$dir/run-$agg" \
-        --bind tcp://127.0.0.1:0 --insecure > "$dir/$agg.out" 2> "$dir/$agg.log" &
+      $E2E_COHORT ${COORD_LOG:+--log-level $COORD_LOG} coordinator --config "$dir/$agg.textproto" --run-dir "$dir/run-$agg" \
+        --bind tcp://127.0.0.1:0 --insecure $E2E_COORD_FLAGS > "$dir/$agg.out" 2> "$dir/$agg.log" &
       coordinator=$!
       for _ in $(seq 300); do [[ -s "$dir/run-$agg/coordinator.endpoint" ]] && break; sleep 0.1; done
       endpoint=$(cat "$dir/run-$agg/coordinator.endpoint")
       clients=()
       for ((k = 0; k < 100; k++)); do
-        OPENBLAS_NUM_THREADS=1 build/cli/cohort client --coordinator "$endpoint" --insecure \
+        OPENBLAS_NUM_THREADS=1 $E2E_COHORT client --coordinator "$endpoint" --insecure $E2E_CLIENT_FLAGS \
           --data "$dir/shards/$(printf client-%03d $k).shard" 2> /dev/null > /dev/null &
         clients+=("$!")
       done
       wait "$coordinator"
       for pid in "${clients[@]}"; do wait "$pid" || true; done
-      build/cli/cohort status --run-dir "$dir/run-$agg" --json | $PY -c '
+      $E2E_COHORT status --run-dir "$dir/run-$agg" --json | $PY -c '
 import json, statistics, sys
 rows = [json.loads(l) for l in sys.stdin]
 later = rows[1:] or rows
@@ -377,7 +381,8 @@ print(json.dumps({"bench": "secagg_round", "aggregation": rows[0]["aggregation"]
                   "params": 1002570, "rounds": len(rows), "rep": int(sys.argv[1]),
                   "median_round_s": statistics.median(r["seconds"] for r in later),
                   "median_coordinator_s": statistics.median(r["coordinator_seconds"] for r in later),
-                  "final_test_acc": rows[-1]["test_accuracy"]}))' "$rep" >> "$OUT/secagg_round.jsonl"
+                  "final_test_acc": rows[-1]["test_accuracy"], "tag": sys.argv[2]}))' \
+        "$rep" "${E2E_TAG:-}" >> "$OUT/secagg_round.jsonl"
     done
   done
 fi
