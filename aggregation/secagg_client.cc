@@ -642,6 +642,36 @@ Status SecAggClient::CheckSignatures(const UnmaskRequest& request) {
   return OkStatus();
 }
 
+namespace {
+
+// A stage call's result as Handle's reply.
+template <typename M>
+StatusOr<std::optional<SecAggClientMessage>> Reply(StatusOr<M> m) {
+  if (!m.ok()) return m.status();
+  return std::optional<SecAggClientMessage>(std::move(*m));
+}
+
+}  // namespace
+
+StatusOr<std::optional<SecAggClientMessage>> SecAggClient::Handle(
+    const SecAggServerMessage& message) {
+  using Result = StatusOr<std::optional<SecAggClientMessage>>;
+  struct Stage {
+    SecAggClient& c;
+    Result operator()(const SeedRoot& m) { return Reply(c.AdvertiseKeys(m)); }
+    Result operator()(const KeyList& m) { return Reply(c.ShareKeys(m)); }
+    Result operator()(const InboundShares& m) { return Reply(c.CheckShares(m)); }
+    Result operator()(const CheckedList& m) { return Reply(c.ReceiveChecked(m)); }
+    Result operator()(const Confirmations& m) {
+      COHORT_RETURN_IF_ERROR(c.ReceiveConfirmations(m));
+      return std::optional<SecAggClientMessage>();
+    }
+    Result operator()(const SurvivorList& m) { return Reply(c.SignSurvivors(m)); }
+    Result operator()(const UnmaskRequest& m) { return Reply(c.Unmask(m)); }
+  };
+  return std::visit(Stage{*this}, message);
+}
+
 StatusOr<UnmaskResponse> SecAggClient::Unmask(const UnmaskRequest& request) {
   if (stage_ != 8) return FailedPreconditionError("secagg client: Unmask out of order");
   stage_ = -1;

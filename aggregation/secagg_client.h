@@ -56,6 +56,12 @@ class SecAggClient {
   StatusOr<SurvivorSignature> SignSurvivors(const SurvivorList& list);
   StatusOr<UnmaskResponse> Unmask(const UnmaskRequest& request);
 
+  // The one entry point for the server's messages (SecAggServer::Close's):
+  // the call of the stage `message` belongs to, and the reply to send; none
+  // after Confirmations, when the client waits for its input (MaskInput).
+  // An error means the client leaves the round.
+  StatusOr<std::optional<SecAggClientMessage>> Handle(const SecAggServerMessage& message);
+
   uint32_t index() const { return index_; }
   const std::vector<uint32_t>& neighbours() const { return neighbours_; }
   // Testing only: copies of the two shares `dealer` sealed for this client

@@ -310,9 +310,9 @@ StatusOr<SecAggClientMessage> AsMessage(StatusOr<M> m) {
   return SecAggClientMessage(std::move(*m));
 }
 
-// The server's one entry point and its Close run a whole round: each client
-// answers what Close addressed to it (or to all), and the server takes every
-// answer through Handle alone.
+// The two machines' one entry points run a whole round: the server's
+// Close and Handle, each client's Handle (and MaskInput once Handle has
+// taken the confirmations and returned no reply).
 TEST(SecAggServerTest, HandleAndCloseRunARoundToTheExactSum) {
   Harness h(Params(5, 16));
   const SecAggParams& p = h.params();
@@ -323,17 +323,11 @@ TEST(SecAggServerTest, HandleAndCloseRunARoundToTheExactSum) {
     ASSERT_TRUE(server.Handle(i, *clients[i]->CommitSeed()).ok());
   }
   auto answer = [&](uint32_t i, const SecAggServerMessage& m) -> StatusOr<SecAggClientMessage> {
-    SecAggClient& c = *clients[i];
-    if (auto* root = std::get_if<SeedRoot>(&m)) return AsMessage(c.AdvertiseKeys(*root));
-    if (auto* list = std::get_if<KeyList>(&m)) return AsMessage(c.ShareKeys(*list));
-    if (auto* in = std::get_if<InboundShares>(&m)) return AsMessage(c.CheckShares(*in));
-    if (auto* u3 = std::get_if<CheckedList>(&m)) return AsMessage(c.ReceiveChecked(*u3));
-    if (auto* tags = std::get_if<Confirmations>(&m)) {
-      COHORT_RETURN_IF_ERROR(c.ReceiveConfirmations(*tags));
-      return AsMessage(c.MaskInput(h.inputs()[i]));
-    }
-    if (auto* u4 = std::get_if<SurvivorList>(&m)) return AsMessage(c.SignSurvivors(*u4));
-    return AsMessage(c.Unmask(std::get<UnmaskRequest>(m)));
+    auto reply = clients[i]->Handle(m);
+    if (!reply.ok()) return reply.status();
+    if (reply->has_value()) return std::move(**reply);
+    EXPECT_TRUE(std::holds_alternative<Confirmations>(m));  // Only they need no reply.
+    return AsMessage(clients[i]->MaskInput(h.inputs()[i]));
   };
   for (SecAggStage stage = SecAggStage::kCommitSeed; stage != SecAggStage::kUnmasking;
        stage = NextStage(stage)) {
@@ -358,6 +352,18 @@ TEST(SecAggServerTest, HandleAndCloseRunARoundToTheExactSum) {
   }
   EXPECT_EQ(*sum, expected);
   EXPECT_EQ(server.stage(), SecAggStage::kNone);
+}
+
+// The client machine's Handle takes a stage's message only in its stage:
+// a key list before the commitment root is refused, and so is a second
+// commitment root (the client then leaves the round).
+TEST(SecAggClientTest, HandleRefusesAMessageOutOfItsStage) {
+  Harness h(Params(5, 16));
+  const SecAggParams& p = h.params();
+  SecAggClient c(p, 0, &h.keys()[0], h.RosterProof(0));
+  ASSERT_TRUE(c.CommitSeed().ok());
+  EXPECT_FALSE(c.Handle(SecAggServerMessage(KeyList{})).ok());
+  EXPECT_FALSE(c.Handle(SecAggServerMessage(UnmaskRequest{})).ok());
 }
 
 TEST(SecAggParamsTest, ThresholdOutnumbersTwoHalvesOfTheNeighbours) {

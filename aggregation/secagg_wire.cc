@@ -492,7 +492,34 @@ StatusOr<aggregation::SecAggClientMessage> AsClientMessage(StatusOr<M> m) {
   return aggregation::SecAggClientMessage(std::move(*m));
 }
 
+template <typename M>
+StatusOr<aggregation::SecAggServerMessage> AsServerMessage(StatusOr<M> m) {
+  if (!m.ok()) return m.status();
+  return aggregation::SecAggServerMessage(std::move(*m));
+}
+
 }  // namespace
+
+StatusOr<aggregation::SecAggServerMessage> ServerMessageFromWire(const wire::Header& h) {
+  switch (h.body_case()) {
+    case wire::Header::kSecaggSeed:
+      return AsServerMessage(FromWire(h.secagg_seed()));
+    case wire::Header::kSecaggKeys:
+      return AsServerMessage(FromWire(h.secagg_keys()));
+    case wire::Header::kSecaggShares:
+      return AsServerMessage(FromWire(h.secagg_shares()));
+    case wire::Header::kSecaggChecked:
+      return aggregation::SecAggServerMessage(FromWire(h.secagg_checked()));
+    case wire::Header::kSecaggConfirm:
+      return AsServerMessage(FromWire(h.secagg_confirm()));
+    case wire::Header::kSecaggSurvivors:
+      return aggregation::SecAggServerMessage(FromWire(h.secagg_survivors()));
+    case wire::Header::kSecaggUnmaskRequest:
+      return AsServerMessage(FromWire(h.secagg_unmask_request()));
+    default:
+      return InvalidArgumentError("not a secure-aggregation message from the coordinator");
+  }
+}
 
 StatusOr<aggregation::SecAggClientMessage> ClientMessageFromWire(const wire::Header& h,
                                                                  uint32_t from) {

@@ -39,6 +39,10 @@ aggregation::CheckedList FromWire(const wire::SecAggChecked& m);
 aggregation::SurvivorList FromWire(const wire::SecAggSurvivors& m);
 StatusOr<aggregation::UnmaskRequest> FromWire(const wire::SecAggUnmaskRequest& m);
 
+// A server's stage message (`h` one of the bodies above), as the client's
+// Handle takes it; kInvalidArgument for any other body.
+StatusOr<aggregation::SecAggServerMessage> ServerMessageFromWire(const wire::Header& h);
+
 // A client's stage message (`h` one of the bodies above), as the server's
 // Handle takes it; kInvalidArgument for any other body.
 StatusOr<aggregation::SecAggClientMessage> ClientMessageFromWire(const wire::Header& h,

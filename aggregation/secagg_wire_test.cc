@@ -145,6 +145,36 @@ TEST(SecAggWireTest, SeedAndConfirmationMessagesRoundTripAndBadOnesAreRefused) {
   EXPECT_EQ(inbound->from, confirmation.tags);
 }
 
+// The client's one translation of a server message into the variant its
+// Handle takes: each server body becomes its stage's type, a bad one is
+// refused as that body would be, and a client's body is no server message.
+TEST(SecAggWireTest, ServerMessagesBecomeTheClientMachinesInput) {
+  aggregation::SeedRoot root{TagOf(2), {TagOf(3)}};
+  auto r = ServerMessageFromWire(ToWire(2, 9, root));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(std::holds_alternative<aggregation::SeedRoot>(*r));
+  EXPECT_EQ(std::get<aggregation::SeedRoot>(*r).root, root.root);
+  aggregation::KeyList list;
+  list.advert_root = TagOf(1);
+  list.seeds = {TagOf(5), std::nullopt};
+  wire::Header keys = ToWire(2, 9, list);
+  auto l = ServerMessageFromWire(keys);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(std::get<aggregation::KeyList>(*l).seeds, list.seeds);
+  keys.mutable_secagg_keys()->mutable_seeds(0)->resize(5);
+  EXPECT_NE(ServerMessageFromWire(keys).status().message().find("seed contribution has 5"),
+            std::string::npos);
+  aggregation::CheckedConfirmation confirmation{3, {{1, TagOf(1)}}};
+  auto tags = ServerMessageFromWire(ToWire(2, 9, confirmation));
+  ASSERT_TRUE(tags.ok()) << tags.status();
+  EXPECT_TRUE(std::holds_alternative<aggregation::Confirmations>(*tags));
+  wire::Header update;
+  update.mutable_update()->set_round(2);
+  EXPECT_NE(ServerMessageFromWire(update).status().message().find(
+                "not a secure-aggregation message from the coordinator"),
+            std::string::npos);
+}
+
 // In an unmask request, each signature carries its signer's tag for the
 // recipient, or none.
 TEST(SecAggWireTest, AnUnmaskRequestCarriesEachSignersTagOrNone) {

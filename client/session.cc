@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <variant>
 
 #include "aggregation/secagg_wire.h"
 #include "common/bytes.h"
@@ -620,25 +622,6 @@ void Session::SendMaskedInput(TimeMs now, Actions& a) {
   secagg_->awaiting_limit = secagg_->survivors_limit;
 }
 
-void Session::AnswerKeyList(const wire::SecAggKeys& m, TimeMs now, Actions& a) {
-  const uint32_t round = secagg_->round;
-  auto list = aggregation::FromWire(m);
-  if (!list.ok()) return Refuse(list.status(), a);
-  auto sealed = secagg_->client->ShareKeys(*list);
-  if (!sealed.ok()) return Refuse(sealed.status(), a);
-  SendSecAgg(aggregation::ToWire(round, secagg_->task_id, *sealed), "neighbours' shares", now, a);
-}
-
-void Session::AnswerUnmaskRequest(const wire::SecAggUnmaskRequest& m, TimeMs now, Actions& a) {
-  const uint32_t round = secagg_->round;
-  auto request = aggregation::FromWire(m);
-  if (!request.ok()) return Refuse(request.status(), a);
-  auto response = secagg_->client->Unmask(*request);
-  if (!response.ok()) return Refuse(response.status(), a);
-  Send(aggregation::ToWire(round, secagg_->task_id, *response), {}, now, a);
-  secagg_.reset();  // Done: its secrets are wiped.
-}
-
 void Session::SendSecAgg(wire::Header header, const char* what, TimeMs now, Actions& a) {
   Send(std::move(header), {}, now, a);
   secagg_->awaiting = what;
@@ -689,57 +672,61 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
     env_->Log().debug("ignored a {} message for a round this client is not in", net::BodyName(h));
     return;
   }
-  aggregation::SecAggClient& client = *secagg_->client;
   secagg_->awaiting = nullptr;  // The wait is over; the next send starts another.
-  switch (h.body_case()) {
-    case wire::Header::kSecaggSeed: {
-      auto root = aggregation::FromWire(h.secagg_seed());
-      if (!root.ok()) return Refuse(root.status(), a);
-      auto advert = client.AdvertiseKeys(*root);
-      if (!advert.ok()) return Refuse(advert.status(), a);
-      SendSecAgg(aggregation::ToWire(round, task_id, *advert), "key list", now, a);
-      return;
-    }
-    case wire::Header::kSecaggKeys:
-      return AnswerKeyList(h.secagg_keys(), now, a);
-    case wire::Header::kSecaggShares: {
-      auto inbound = aggregation::FromWire(h.secagg_shares());
-      if (!inbound.ok()) return Refuse(inbound.status(), a);
-      auto check = client.CheckShares(*inbound);
-      if (!check.ok()) return Refuse(check.status(), a);
-      for (const auto& c : check->complaints) {
-        env_->Log().warn("round {}: cannot open the shares of client {}: complaining", round,
-                         c.about);
-      }
-      SendSecAgg(aggregation::ToWire(round, task_id, *check), "checked list", now, a);
-      return;
-    }
-    case wire::Header::kSecaggChecked: {
-      auto confirmation = client.ReceiveChecked(aggregation::FromWire(h.secagg_checked()));
-      if (!confirmation.ok()) return Refuse(confirmation.status(), a);
-      SendSecAgg(aggregation::ToWire(round, task_id, *confirmation), "confirmations", now, a);
-      return;
-    }
-    case wire::Header::kSecaggConfirm: {
-      auto confirmations = aggregation::FromWire(h.secagg_confirm());
-      if (!confirmations.ok()) return Refuse(confirmations.status(), a);
-      Status confirmed = client.ReceiveConfirmations(*confirmations);
-      if (!confirmed.ok()) return Refuse(confirmed, a);
-      secagg_->checked_in = true;
-      if (secagg_->input) SendMaskedInput(now, a);
-      return;
-    }
-    case wire::Header::kSecaggSurvivors: {
-      auto sig = client.SignSurvivors(aggregation::FromWire(h.secagg_survivors()));
-      if (!sig.ok()) return Refuse(sig.status(), a);
-      SendSecAgg(aggregation::ToWire(round, task_id, *sig), "unmask request", now, a);
-      return;
-    }
-    case wire::Header::kSecaggUnmaskRequest:
-      return AnswerUnmaskRequest(h.secagg_unmask_request(), now, a);
-    default:
-      return;
+  auto message = aggregation::ServerMessageFromWire(h);
+  if (!message.ok()) return Refuse(message.status(), a);
+  auto reply = secagg_->client->Handle(*message);
+  if (!reply.ok()) return Refuse(reply.status(), a);
+  if (!reply->has_value()) {  // Confirmed: it masks once its input is there.
+    secagg_->checked_in = true;
+    if (secagg_->input) SendMaskedInput(now, a);
+    return;
   }
+  SendReply(**reply, now, a);
+}
+
+namespace {
+
+// What the coordinator sends next after a client's `reply` (a stage
+// timeout names it), for each reply the client machine's Handle gives.
+const char* AwaitedAfter(const aggregation::SecAggClientMessage& reply) {
+  struct Next {
+    const char* operator()(const aggregation::KeyAdvert&) { return "key list"; }
+    const char* operator()(const aggregation::SealedShares&) { return "neighbours' shares"; }
+    const char* operator()(const aggregation::ShareCheck&) { return "checked list"; }
+    const char* operator()(const aggregation::CheckedConfirmation&) { return "confirmations"; }
+    const char* operator()(const aggregation::SurvivorSignature&) { return "unmask request"; }
+    // Not Handle's replies: sent at the stage's start, or with the update.
+    const char* operator()(const aggregation::SeedCommit&) { return "commitment root"; }
+    const char* operator()(const aggregation::MaskedInput&) { return nullptr; }
+    const char* operator()(const aggregation::UnmaskResponse&) { return nullptr; }
+  };
+  return std::visit(Next{}, reply);
+}
+
+}  // namespace
+
+void Session::SendReply(const aggregation::SecAggClientMessage& reply, TimeMs now, Actions& a) {
+  const uint32_t round = secagg_->round;
+  const uint64_t task_id = secagg_->task_id;
+  if (const auto* check = std::get_if<aggregation::ShareCheck>(&reply)) {
+    for (const auto& c : check->complaints) {
+      env_->Log().warn("round {}: cannot open the shares of client {}: complaining", round,
+                       c.about);
+    }
+  }
+  if (const auto* response = std::get_if<aggregation::UnmaskResponse>(&reply)) {
+    Send(aggregation::ToWire(round, task_id, *response), {}, now, a);
+    secagg_.reset();  // Done: its secrets are wiped.
+    return;
+  }
+  std::visit(
+      [&](const auto& m) {
+        if constexpr (!std::is_same_v<std::decay_t<decltype(m)>, aggregation::MaskedInput>) {
+          SendSecAgg(aggregation::ToWire(round, task_id, m), AwaitedAfter(reply), now, a);
+        }
+      },
+      reply);
 }
 
 }  // namespace cohort::client

@@ -125,9 +125,9 @@ class Session {
   Status StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
                      Actions& a);
   void OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a);
-  // Two of OnSecAggMessage's stages, apart to keep it short.
-  void AnswerKeyList(const wire::SecAggKeys& m, TimeMs now, Actions& a);
-  void AnswerUnmaskRequest(const wire::SecAggUnmaskRequest& m, TimeMs now, Actions& a);
+  // Sends the client machine's reply to a stage message (Handle), and waits
+  // for the coordinator's next; the unmask response ends the session.
+  void SendReply(const aggregation::SecAggClientMessage& reply, TimeMs now, Actions& a);
   // StartSecAgg's checks of a setup: how many of the cohort may collude
   // (the coordinator's bound, this client's and --peers'), and the encoding
   // bounds and the roster proof's depth.
