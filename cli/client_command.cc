@@ -64,6 +64,10 @@ void AddSecurityFlags(CLI::App* client, client::ClientOptions& o) {
                      "secure-aggregation cohort (default: trust the coordinator's list)");
   client->add_flag("--require-secure", o.require_secure,
                    "Refuse any task that is not securely aggregated (implied by --peers)");
+  client->add_flag("--share-label-counts", o.share_label_counts,
+                   "Tell the coordinator how many training samples of each class this client "
+                   "has (the run report's label skew); off by default: it reveals the client's "
+                   "label distribution");
   client
       ->add_option("--corrupt-fraction", o.corrupt_fraction,
                    "The fraction of a secure cohort this client assumes may collude with the "

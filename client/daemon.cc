@@ -325,6 +325,7 @@ Status RunClient(const ClientOptions& options, LocalTrainer& trainer,
   EventLoop loop(options, trainer, &identity, context, socket, *link);
   if (!peers.empty()) loop.session().set_peers(std::move(peers));
   loop.session().set_data_sha256(std::move(data_sha256));
+  if (options.share_label_counts) loop.session().set_label_counts(trainer.label_counts());
   if (options.require_secure) loop.session().set_require_secure(true);
   loop.session().set_min_corrupt_fraction(options.corrupt_fraction);
   return loop.Run(stop);

@@ -48,6 +48,10 @@ struct ClientOptions {
   // Refuse every task that is not securely aggregated (implied by peers): a
   // coordinator could otherwise ask for this client's update in the clear.
   bool require_secure = false;
+  // Send the coordinator this client's training samples per class (Hello's
+  // label_counts): its label distribution, for the run report's label
+  // skew. Off by default: it tells the coordinator about the data.
+  bool share_label_counts = false;
   // The fraction of a cohort this client assumes may collude with the
   // coordinator; it refuses a threshold weaker than that implies. Two-client
   // cohorts need 0: with one other client, that client is the only one

@@ -32,6 +32,9 @@ class NativeTrainer final : public LocalTrainer {
   uint64_t num_samples() const override {
     return site_ != nullptr ? site_->total_samples() : data_.size();
   }
+  std::vector<uint64_t> label_counts() const override {
+    return site_ != nullptr ? std::vector<uint64_t>{} : datasets::LabelCounts(data_);
+  }
 
   StatusOr<size_t> BuildModel(const config::ModelConfig& config) override {
     // The coordinator's model is untrusted: the same caps as a config

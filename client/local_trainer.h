@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "client/actions.h"
 #include "common/status.h"
@@ -33,6 +34,9 @@ class LocalTrainer {
 
   // The samples this client trains on: its weight, announced in Hello.
   virtual uint64_t num_samples() const = 0;
+  // The training samples per class, summing to num_samples(); empty where
+  // this trainer cannot say (a site: its other ranks' labels).
+  virtual std::vector<uint64_t> label_counts() const { return {}; }
   // Builds the model for the coordinator's `config` (untrusted) and returns
   // its parameter count, or why this client cannot train it (the daemon
   // then stops with that status). Called once, at the first Welcome.

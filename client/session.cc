@@ -109,6 +109,7 @@ void Session::SendHello(TimeMs now, Actions& a) {
   h.mutable_hello()->set_num_samples(num_samples_);
   h.mutable_hello()->set_code_version(COHORT_VERSION);
   h.mutable_hello()->set_data_sha256(data_sha256_);
+  for (uint64_t c : label_counts_) h.mutable_hello()->add_label_counts(c);
   if (identity_ != nullptr) {
     h.mutable_hello()->set_identity_key(identity_->public_key.data(), identity_->public_key.size());
     h.mutable_hello()->set_wants_roster(!peers_.empty());

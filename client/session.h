@@ -72,6 +72,9 @@ class Session {
   // The SHA-256 (hex) of this client's training shard, for the run's
   // lineage: sent in Hello. Empty (the default): none sent.
   void set_data_sha256(std::string digest) { data_sha256_ = std::move(digest); }
+  // Samples per class, sent in Hello where the client opted in (empty:
+  // none sent).
+  void set_label_counts(std::vector<uint64_t> counts) { label_counts_ = std::move(counts); }
   void set_peers(std::vector<crypto::Ed25519Public> peers) {
     std::sort(peers.begin(), peers.end());
     peers_ = std::move(peers);
@@ -168,6 +171,7 @@ class Session {
   std::string name_;
   uint64_t num_samples_;
   std::string data_sha256_;
+  std::vector<uint64_t> label_counts_;
   ModelBuilder build_model_;
   const crypto::Ed25519KeyPair* identity_;
   FaultFilter outgoing_;  // Every Actions returned passes through it.

@@ -9,6 +9,7 @@ namespace {
 
 constexpr size_t kMaxNameLength = 64;
 constexpr uint64_t kMaxSamples = uint64_t{1} << 40;
+constexpr int kMaxClasses = 1 << 16;
 
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > kMaxNameLength) return false;
@@ -23,6 +24,26 @@ bool IsSha256Hex(const std::string& s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
            return std::isdigit(c) || (c >= 'a' && c <= 'f');
          });
+}
+
+// What is wrong with a Hello's label_counts, if anything: at most
+// kMaxClasses classes, summing to num_samples.
+std::optional<std::string> CheckLabelCounts(const wire::Hello& hello) {
+  if (hello.label_counts().empty()) return std::nullopt;
+  if (hello.label_counts_size() > kMaxClasses) {
+    return "hello: label_counts has " + std::to_string(hello.label_counts_size()) +
+           " classes, more than " + std::to_string(kMaxClasses);
+  }
+  uint64_t sum = 0;
+  for (uint64_t c : hello.label_counts()) {
+    if (c > kMaxSamples) return std::string("hello: a label count above 2^40");
+    sum += c;
+  }
+  if (sum != hello.num_samples()) {
+    return "hello: label_counts sum to " + std::to_string(sum) + ", not num_samples (" +
+           std::to_string(hello.num_samples()) + ")";
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -49,6 +70,7 @@ std::optional<ClientRegistry::Refusal> ClientRegistry::CheckHello(
   if (!hello.data_sha256().empty() && !IsSha256Hex(hello.data_sha256())) {
     return Refusal{true, "hello: data_sha256 must be empty or 64 lowercase hex digits"};
   }
+  if (auto bad = CheckLabelCounts(hello)) return Refusal{true, *bad};
   if (hello.identity_key().size() == crypto::kEd25519PublicBytes) {
     identity.emplace();
     std::memcpy(identity->data(), hello.identity_key().data(), identity->size());
@@ -103,6 +125,7 @@ ClientRegistry::Registration ClientRegistry::Register(
   } else {
     c.num_samples = hello.num_samples();
     c.data_sha256 = hello.data_sha256();
+    c.label_counts.assign(hello.label_counts().begin(), hello.label_counts().end());
   }
   c.peer = peer;
   Seen(name, now);

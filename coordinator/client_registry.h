@@ -37,7 +37,8 @@ class ClientRegistry {
     TimeMs last_seen = 0;
     bool active = false;  // Set by Seen.
     uint64_t num_samples = 0;
-    std::string data_sha256;  // Its shard's SHA-256 (hex) from Hello; empty: not sent.
+    std::string data_sha256;             // Its shard's SHA-256 (hex) from Hello; empty: not sent.
+    std::vector<uint64_t> label_counts;  // Samples per class (opt-in Hello); empty: not sent.
     std::optional<crypto::Ed25519Public> identity;  // From Hello.
     bool wants_roster = false;                      // From Hello.
   };

@@ -600,6 +600,7 @@ void RoundEngine::StartRound(const std::vector<std::string>& cohort, TimeMs now,
     p.name = name;
     p.num_samples = clients_.at(name).num_samples;
     p.data_sha256 = clients_.at(name).data_sha256;
+    p.label_counts = clients_.at(name).label_counts;
     participants_.push_back(std::move(p));
   }
   task_id_ = ++task_counter_;
@@ -709,6 +710,7 @@ std::vector<store::ClientRoundRecord> RoundEngine::ClientRecords(double& loss_su
     cr.train_accuracy = p.train_accuracy;
     cr.train_seconds = p.train_seconds;
     cr.data_sha256 = p.data_sha256;
+    cr.label_counts = p.label_counts;
     cr.upload_bytes = timings_.UploadBytes(p.name);
     cr.download_bytes = timings_.DownloadBytes(p.name);
     clients.push_back(std::move(cr));

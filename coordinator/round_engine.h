@@ -118,7 +118,8 @@ class RoundEngine {
     // Registered count at selection: the update's weight for the whole
     // round, whatever a later Hello claims.
     uint64_t num_samples = 0;
-    std::string data_sha256;  // The registered client's shard digest (Hello).
+    std::string data_sha256;             // The registered client's shard digest (Hello).
+    std::vector<uint64_t> label_counts;  // Its samples per class (opt-in Hello).
     double train_loss = 0, train_accuracy = 0, train_seconds = 0;
     // A plain round's federated evaluation (0 samples: none).
     uint64_t eval_samples = 0;

@@ -219,6 +219,31 @@ TEST_F(RoundEngineTest, AClientsDataDigestIsStoredAndAMalformedOneRefused) {
   EXPECT_EQ((*clients)[1].data_sha256, "");
 }
 
+// Label counts are opt-in; shared ones are stored with the client's rounds,
+// and counts that do not sum to the client's samples are refused, saying so.
+TEST_F(RoundEngineTest, SharedLabelCountsAreStoredAndInconsistentOnesRefused) {
+  Start(TestConfig(2, 2, 1));
+  net::Envelope bad = Hello("c0", 100);
+  for (uint64_t c : {60, 30}) bad.header.mutable_hello()->add_label_counts(c);
+  Deliver("p0", bad);
+  ASSERT_EQ(errors_["p0"].size(), 1u);
+  EXPECT_NE(errors_["p0"][0].message().find("label_counts sum to 90, not num_samples (100)"),
+            std::string::npos)
+      << errors_["p0"][0].message();
+  net::Envelope good = Hello("c0", 100);
+  for (uint64_t c : {60, 0, 40}) good.header.mutable_hello()->add_label_counts(c);
+  Deliver("p0", good);
+  Deliver("p1", Hello("c1"));
+  ASSERT_EQ(tasks_.size(), 2u);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+  auto clients = store_->ClientRounds(1);
+  ASSERT_TRUE(clients.ok()) << clients.status();
+  ASSERT_EQ(clients->size(), 2u);
+  EXPECT_EQ((*clients)[0].label_counts, (std::vector<uint64_t>{60, 0, 40}));
+  EXPECT_TRUE((*clients)[1].label_counts.empty());
+}
+
 TEST_F(RoundEngineTest, ASecureSetupCarriesTheRostersRootNotEveryKey) {
   // Issue 11: with n = 1,000 in a SecAgg+ round, a client's setup holds the
   // roster's root and its own proof (log2 n siblings), not 1,000 keys.

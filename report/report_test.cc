@@ -87,6 +87,9 @@ RunData SecureRun() {
     run.rounds.push_back(rec);
     run.clients[r] = {Client("client-a", "ok", 100), Client("client-b", "ok", 300),
                       Client("client-c", r == 3 ? "dropped" : "ok", 200, r == 3 ? "mask" : "")};
+    // client-a and client-b shared their label counts (opt-in); client-c not.
+    run.clients[r][0].label_counts = {100, 0, 0};
+    run.clients[r][1].label_counts = {100, 150, 50};
   }
   return run;
 }
@@ -140,7 +143,16 @@ TEST(HtmlReportTest, EveryPlotHasAMarkPerStoredFigure) {
   // The spread of the sample counts, and what the store cannot say.
   EXPECT_NE(html.find("3 clients, 600 samples in all; min 100, median 200, max 300 (max/min 3.00)"),
             std::string::npos);
-  EXPECT_NE(html.find("no label histogram"), std::string::npos);
+  // The label skew of the two clients that shared their counts: a mark per
+  // class they have (client-a only label 0; client-b all three), each a
+  // share of the client's samples.
+  EXPECT_EQ(Marks(html, "label-skew", "label:0"), 2u);
+  EXPECT_EQ(Marks(html, "label-skew", "label:1"), 1u);
+  EXPECT_EQ(Marks(html, "label-skew", "label:2"), 1u);
+  EXPECT_NE(Figure(html, "label-skew").find("2 of 3 clients shared their label counts"),
+            std::string::npos);
+  EXPECT_NE(Figure(html, "label-skew").find("client-b, label 1: 50"), std::string::npos)
+      << Figure(html, "label-skew");
   // The lineage.
   for (const std::string& field :
        {std::string(64, 'f'), std::string(64, 'a'), std::string("0.1.0")}) {

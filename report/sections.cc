@@ -144,6 +144,7 @@ struct ClientSummary {
   bool sha_changed = false;
   size_t rounds = 0, ok = 0, dropped = 0, misbehaved = 0;
   uint64_t upload = 0, download = 0;
+  std::vector<uint64_t> label_counts;  // Its latest shared ones (opt-in).
 };
 
 std::map<std::string, ClientSummary> Summarize(const RunData& run) {
@@ -152,6 +153,7 @@ std::map<std::string, ClientSummary> Summarize(const RunData& run) {
     for (const auto& c : clients) {
       ClientSummary& s = out[c.client];
       if (c.num_samples > 0) s.samples = c.num_samples;
+      if (!c.label_counts.empty()) s.label_counts = c.label_counts;
       if (!c.data_sha256.empty()) {
         if (!s.data_sha256.empty() && s.data_sha256 != c.data_sha256) s.sha_changed = true;
         s.data_sha256 = c.data_sha256;
@@ -188,6 +190,39 @@ std::string Spread(const std::map<std::string, ClientSummary>& clients) {
          Format("%.3f", sd / mean) + ".";
 }
 
+// Each client's share of each class (a stack per label), from the label
+// counts the clients shared; the clients that did not share are left out.
+BarChart LabelSkewChart(const std::map<std::string, ClientSummary>& clients, size_t index) {
+  BarChart chart{"label-skew", static_cast<int>(index), "Label skew: each client's classes",
+                 "client", "% of its samples"};
+  size_t classes = 0, shared = 0;
+  for (const auto& [name, s] : clients) {
+    classes = std::max(classes, s.label_counts.size());
+    shared += s.label_counts.empty() ? 0 : 1;
+  }
+  for (size_t label = 0; label < classes; ++label) {
+    chart.stacks.push_back(
+        {"label:" + std::to_string(label), "label " + std::to_string(label), {}});
+  }
+  for (const auto& [name, s] : clients) {
+    if (s.label_counts.empty()) continue;
+    chart.categories.push_back(name);
+    double total = 0;
+    for (uint64_t c : s.label_counts) total += static_cast<double>(c);
+    for (size_t label = 0; label < classes; ++label) {
+      const double c = label < s.label_counts.size() ? double(s.label_counts[label]) : 0;
+      chart.stacks[label].values.push_back(total > 0 ? 100 * c / total : 0);
+    }
+  }
+  chart.empty_text =
+      "No client shared its label counts (they are opt-in: cohort client "
+      "--share-label-counts; every client of cohort simulate shares them).";
+  chart.note = std::to_string(shared) + " of " + std::to_string(clients.size()) +
+               " clients shared their label counts (opt-in: cohort client --share-label-counts; "
+               "every client of cohort simulate).";
+  return chart;
+}
+
 std::string ClientCharts(const std::map<std::string, ClientSummary>& clients, size_t index) {
   BarChart samples{"client-samples", static_cast<int>(index), "Samples per client", "client",
                    "samples"};
@@ -204,11 +239,10 @@ std::string ClientCharts(const std::map<std::string, ClientSummary>& clients, si
     bytes.stacks[1].values.push_back(static_cast<double>(s.download));
   }
   samples.empty_text = "No client reported a sample count.";
-  samples.note = Spread(clients) +
-                 " Label skew: the store records each client's sample count and its shard's "
-                 "checksum, not its labels, so no label histogram can be drawn from it.";
+  samples.note = Spread(clients);
   bytes.empty_text = "No per-client byte counts in this store (older stores did not record them).";
-  return RenderBarChart(samples) + RenderBarChart(bytes);
+  return RenderBarChart(samples) + RenderBarChart(LabelSkewChart(clients, index)) +
+         RenderBarChart(bytes);
 }
 
 std::string ClientTable(const std::map<std::string, ClientSummary>& clients) {

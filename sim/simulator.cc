@@ -67,6 +67,14 @@ struct VirtualClient {
   std::shared_ptr<std::atomic<bool>> cancel;  // Of its training job, while one runs.
 };
 
+// c's training samples per class.
+std::vector<uint64_t> LabelCounts(const VirtualClient& c) {
+  if (c.whole) return datasets::LabelCounts(*c.source);
+  std::vector<uint64_t> counts(c.source->num_classes, 0);
+  for (uint32_t row : c.rows) ++counts[c.source->labels[row]];
+  return counts;
+}
+
 // The length of c's next spell, online or offline as c is now, in virtual
 // ms: exponential, on average `availability` (online) or the rest of
 // `period_ms`.
@@ -848,6 +856,9 @@ Status SetUpClient(VirtualClient& c, const SimOptions& o, const train::Model& mo
       },
       &c.identity, client::FaultPlan{}, client::InputObserver{}, sessions_env);
   c.session->set_data_sha256(c.data_sha256);
+  // One host, no privacy boundary: every virtual client shares its label
+  // counts, so the run report shows the split's label skew.
+  c.session->set_label_counts(LabelCounts(c));
   return OkStatus();
 }
 

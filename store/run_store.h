@@ -113,6 +113,9 @@ struct ClientRoundRecord {
   // shard (hex; empty: none reported), and the bytes the coordinator
   // received from and sent to it in the round (headers and payloads).
   std::string data_sha256;
+  // Its training samples per class where it shared them (opt-in; every
+  // client of `cohort simulate`); empty: not shared.
+  std::vector<uint64_t> label_counts;
   uint64_t upload_bytes = 0;
   uint64_t download_bytes = 0;
 };

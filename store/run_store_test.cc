@@ -582,6 +582,7 @@ TEST(RunStoreTest, LineageAndTimingsAreCommittedWithTheRound) {
     c.data_sha256 = std::string(64, 'b');
     c.upload_bytes = 12345;
     c.download_bytes = 678;
+    c.label_counts = {5, 0, 12};
     ASSERT_TRUE((*store)->CommitRound(r, {c}, Cp(1, 1), 3).ok());
     RoundRecord plain;  // Nothing measured: no rows.
     plain.round = 2;
@@ -618,6 +619,7 @@ TEST(RunStoreTest, LineageAndTimingsAreCommittedWithTheRound) {
   EXPECT_EQ((*clients)[0].data_sha256, std::string(64, 'b'));
   EXPECT_EQ((*clients)[0].upload_bytes, 12345u);
   EXPECT_EQ((*clients)[0].download_bytes, 678u);
+  EXPECT_EQ((*clients)[0].label_counts, (std::vector<uint64_t>{5, 0, 12}));
 }
 
 // A store from before lineage and timings: read-only, it reads as none

@@ -1,6 +1,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -61,6 +62,7 @@ CREATE TABLE IF NOT EXISTS round_clients (
   data_sha256 TEXT NOT NULL DEFAULT '',
   upload_bytes INTEGER NOT NULL DEFAULT 0,
   download_bytes INTEGER NOT NULL DEFAULT 0,
+  label_counts TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (round, client)
 );
 CREATE TABLE IF NOT EXISTS round_stages (
@@ -109,6 +111,29 @@ std::string Hex32(uint32_t v) {
 // during consistency: ".
 bool MisbehavedByReason(const std::string& reason) {
   return reason.find("misbehaved: ") != std::string::npos;
+}
+
+// Label counts as the store keeps them: "12,0,5" ("" for none).
+std::string JoinCounts(const std::vector<uint64_t>& counts) {
+  std::string out;
+  for (uint64_t c : counts) out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out;
+}
+// And back; a malformed text (a damaged row) reads as none.
+std::vector<uint64_t> ParseCounts(const std::string& text) {
+  std::vector<uint64_t> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    if (item.empty() || item.size() > 19 ||
+        item.find_first_not_of("0123456789") != std::string::npos) {
+      return {};
+    }
+    out.push_back(std::stoull(item));
+    at = comma + 1;
+  }
+  return out;
 }
 
 // `path` as an SQLite file: URI (RFC 3986: every byte but the unreserved
@@ -202,6 +227,8 @@ class SqliteRunStore final : public RunStore {
       COHORT_RETURN_IF_ERROR(
           AddColumnIfMissing("round_clients", column, "INTEGER NOT NULL DEFAULT 0"));
     }
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("round_clients", "label_counts", "TEXT NOT NULL DEFAULT ''"));
     return ResolveColumns();
   }
 
@@ -426,7 +453,8 @@ class SqliteRunStore final : public RunStore {
         "train_seconds, " +
         columns_["round_clients.stage"] + ", " + columns_["round_clients.misbehaved"] + ", " +
         columns_["round_clients.data_sha256"] + ", " + columns_["round_clients.upload_bytes"] +
-        ", " + columns_["round_clients.download_bytes"] +
+        ", " + columns_["round_clients.download_bytes"] + ", " +
+        columns_["round_clients.label_counts"] +
         " FROM round_clients WHERE round = ? ORDER BY client";
     Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("read round clients");
@@ -449,6 +477,7 @@ class SqliteRunStore final : public RunStore {
       c.data_sha256 = Text(s.get(), 9);
       c.upload_bytes = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 10));
       c.download_bytes = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 11));
+      c.label_counts = ParseCounts(Text(s.get(), 12));
       out.push_back(std::move(c));
     }
     if (rc != SQLITE_DONE) return Error("read round clients");
@@ -519,6 +548,7 @@ class SqliteRunStore final : public RunStore {
         {"round_clients", "data_sha256", "''"},
         {"round_clients", "upload_bytes", "0"},
         {"round_clients", "download_bytes", "0"},
+        {"round_clients", "label_counts", "''"},
     };
     for (const auto& [table, column, fallback] : kOptional) {
       Statement s(db_, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?");
@@ -630,8 +660,8 @@ class SqliteRunStore final : public RunStore {
     Statement c(db_,
                 "INSERT INTO round_clients (round, client, status, reason, num_samples, "
                 "train_loss, train_accuracy, train_seconds, stage, misbehaved, data_sha256, "
-                "upload_bytes, download_bytes) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                "upload_bytes, download_bytes, label_counts) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     if (!c.ok()) return Error("commit round clients");
     for (const ClientRoundRecord& cr : clients) {
       sqlite3_reset(c.get());
@@ -648,6 +678,8 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_text(c.get(), 11, cr.data_sha256.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_int64(c.get(), 12, static_cast<int64_t>(cr.upload_bytes));
       sqlite3_bind_int64(c.get(), 13, static_cast<int64_t>(cr.download_bytes));
+      const std::string counts = JoinCounts(cr.label_counts);
+      sqlite3_bind_text(c.get(), 14, counts.c_str(), -1, SQLITE_TRANSIENT);
       if (sqlite3_step(c.get()) != SQLITE_DONE) return Error("commit round clients");
     }
     return OkStatus();

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import struct
 import sys
 import unittest
 
@@ -29,6 +30,20 @@ def read_store(path):
         tables[table] = [dict(r) for r in db.execute(f"SELECT * FROM {table}")]
     db.close()
     return tables
+
+
+def shard_label_counts(path):
+    """Samples per class of a shard file, read from its layout
+    (datasets/shard.h: num_samples at 16, num_classes at 28, int32 labels
+    from 48)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n, = struct.unpack_from("<Q", data, 16)
+    classes, = struct.unpack_from("<I", data, 28)
+    counts = [0] * classes
+    for label in struct.unpack_from(f"<{n}i", data, 48):
+        counts[label] += 1
+    return counts
 
 
 def sha256_file(path):
@@ -51,9 +66,11 @@ class LineageTest(unittest.TestCase):
                                         'secagg { aggregation: SECAGG_PLUS }')
         run.start_coordinator(config, curve=True)
         shards = {name: run.path(f"shards/client-00{k}.shard") for k, name in enumerate(names)}
+        # n0 and n1 share their label counts (opt-in); n2 and n3 do not.
         clients = [run.spawn([cohort_bin(), "client", "--coordinator", run.endpoint, "--data",
                               shards[name], "--identity", run.path(f"keys/{name}.key"),
-                              "--coordinator-key", run.path("keys/coordinator.pub")],
+                              "--coordinator-key", run.path("keys/coordinator.pub")]
+                             + (["--share-label-counts"] if name in ("n0", "n1") else []),
                              f"{name}.log") for name in names]
         self.assertEqual(run.coordinator.wait(120), 0, run.coordinator.output())
         for c in clients:
@@ -68,6 +85,9 @@ class LineageTest(unittest.TestCase):
         # Each client's rows carry the digest of the shard it trained on.
         for row in db["round_clients"]:
             self.assertEqual(row["data_sha256"], sha256_file(shards[row["client"]]), row)
+            shared = ",".join(map(str, shard_label_counts(shards[row["client"]])))
+            self.assertEqual(row["label_counts"],
+                             shared if row["client"] in ("n0", "n1") else "", row)
         model_bytes = 204 * 4  # The mlp 20-8-4's parameters, as float32.
         rounds = {r["round"]: r for r in db["rounds"]}
         for rnd in (1, 2):

@@ -112,7 +112,9 @@ class Workspace:
                 shard = self.path("shards", f"client-{k:03d}.shard")
                 procs.append(harness.Process(
                     [COHORT, "client", "--coordinator", endpoint, "--data", shard, "--test-data",
-                     self.path("shards", "test.shard"), "--insecure"],
+                     self.path("shards", "test.shard"), "--insecure"]
+                    # Two of them share their label counts (opt-in).
+                    + (["--share-label-counts"] if k < 2 else []),
                     self.path(f"client-{k}.log")))
             assert coord.wait(timeout=90) == 0, coord.output()
         finally:
@@ -206,6 +208,16 @@ def expected_client_marks(clients, expected, run):
     add(expected, ("client-samples", "samples", run), sum(1 for v in samples.values() if v > 0))
     add(expected, ("client-bytes", "upload", run), sum(1 for v in upload.values() if v > 0))
     add(expected, ("client-bytes", "download", run), sum(1 for v in download.values() if v > 0))
+    # Label skew: each client's latest shared label counts, a mark per
+    # label it has samples of.
+    labels = {}
+    for c in sorted(clients, key=lambda c: c["round"]):
+        if c.get("label_counts"):
+            labels[c["client"]] = [int(v) for v in c["label_counts"].split(",")]
+    for counts in labels.values():
+        for label, n in enumerate(counts):
+            if n > 0:
+                add(expected, ("label-skew", f"label:{label}", run))
 
 
 def expected_timing_marks(stages, ranks, expected, run):
