@@ -7,6 +7,9 @@ using StrategyFactory = StatusOr<std::unique_ptr<Strategy>> (*)(const config::Ru
                                                                 Evaluator);
 StatusOr<std::unique_ptr<Strategy>> NewFedAvg(const config::RunConfig&, Evaluator);
 StatusOr<std::unique_ptr<Strategy>> NewFedAvgM(const config::RunConfig&, Evaluator);
+StatusOr<std::unique_ptr<Strategy>> NewFedAdam(const config::RunConfig&, Evaluator);
+StatusOr<std::unique_ptr<Strategy>> NewFedYogi(const config::RunConfig&, Evaluator);
+StatusOr<std::unique_ptr<Strategy>> NewFedAdagrad(const config::RunConfig&, Evaluator);
 
 namespace {
 
@@ -16,8 +19,15 @@ struct Registration {
 };
 
 // One line per strategy. The first whose `wanted` holds is made, so the more
-// specific come first; the config format says which (server.momentum).
+// specific come first; the config format says which (server.optimizer,
+// server.momentum).
 constexpr Registration kStrategies[] = {
+    {[](const config::RunConfig& c) { return c.server().optimizer() == config::FEDADAM; },
+     NewFedAdam},
+    {[](const config::RunConfig& c) { return c.server().optimizer() == config::FEDYOGI; },
+     NewFedYogi},
+    {[](const config::RunConfig& c) { return c.server().optimizer() == config::FEDADAGRAD; },
+     NewFedAdagrad},
     {[](const config::RunConfig& c) { return c.server().momentum() != 0; }, NewFedAvgM},
     {[](const config::RunConfig&) { return true; }, NewFedAvg},
 };

@@ -5,7 +5,8 @@
 // config, and how the mean of their updates moves the global model.
 //
 // A strategy is one class in its own file (strategy_<name>.cc) and one line
-// in MakeStrategy (strategy.cc). FedAvg and FedAvgM are the first two.
+// in MakeStrategy (strategy.cc): FedAvg, FedAvgM, and the adaptive server
+// optimizers FedAdam, FedYogi and FedAdagrad (strategy_fedopt.cc).
 #ifndef COHORT_COORDINATOR_STRATEGY_H_
 #define COHORT_COORDINATOR_STRATEGY_H_
 
@@ -85,9 +86,9 @@ class Strategy {
   Strategy() = default;
 };
 
-// The strategy `config` asks for (server.momentum != 0: FedAvgM, else
-// FedAvg), evaluating with `evaluator`. kInvalidArgument for a config no
-// strategy takes.
+// The strategy `config` asks for (server.optimizer FEDADAM, FEDYOGI or
+// FEDADAGRAD; else server.momentum != 0: FedAvgM; else FedAvg), evaluating
+// with `evaluator`. kInvalidArgument for a config no strategy takes.
 StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const config::RunConfig& config,
                                                  Evaluator evaluator = {});
 

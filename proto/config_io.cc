@@ -16,6 +16,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cohort::config {
@@ -553,6 +554,119 @@ Status CheckSecAgg(const SecAggConfig& sa, const RoundsConfig& r) {
   return CheckSeconds("secagg.stage_timeout_s", sa.stage_timeout_s());
 }
 
+// The server step: FedAvg(M)'s settings or an adaptive optimizer's, never a
+// mix of both.
+Status CheckServerOptimizer(const ServerConfig& s) {
+  if (s.optimizer() == FEDAVG) {
+    const std::pair<const char*, bool> adaptive[] = {
+        {"beta_1", s.has_beta_1()}, {"beta_2", s.has_beta_2()}, {"tau", s.has_tau()}};
+    for (const auto& [field, set] : adaptive) {
+      if (!set) continue;
+      return InvalidArgumentError(std::string("server.") + field +
+                                  ": a setting of the adaptive server optimizers, but "
+                                  "server.optimizer is FEDAVG (set FEDADAM, FEDYOGI or "
+                                  "FEDADAGRAD, or leave server." +
+                                  field + " out)");
+    }
+    return OkStatus();
+  }
+  const std::string name = ServerOptimizer_Name(s.optimizer());
+  if (s.momentum() != 0) {
+    return InvalidArgumentError(
+        "server.momentum: FedAvgM's momentum does not combine with "
+        "server.optimizer " +
+        name + ", which keeps its own first moment (server.beta_1)");
+  }
+  if (!s.has_learning_rate()) {
+    return InvalidArgumentError(
+        "server.learning_rate: server.optimizer " + name +
+        " needs it set: the default 1.0 is FedAvg's step, far too large an adaptive one "
+        "(Flower uses 0.1 for FEDADAM and FEDADAGRAD, 0.01 for FEDYOGI)");
+  }
+  if (s.optimizer() == FEDADAGRAD && s.has_beta_2()) {
+    return InvalidArgumentError(
+        "server.beta_2: server.optimizer FEDADAGRAD adds up every squared delta without "
+        "decay; beta_2 is FEDADAM's and FEDYOGI's");
+  }
+  if (!std::isfinite(s.beta_1()) || s.beta_1() < 0 || s.beta_1() >= 1) {
+    return InvalidArgumentError("server.beta_1: must be in [0, 1), got " + Number(s.beta_1()));
+  }
+  if (!std::isfinite(s.beta_2()) || s.beta_2() < 0 || s.beta_2() >= 1) {
+    return InvalidArgumentError("server.beta_2: must be in [0, 1), got " + Number(s.beta_2()));
+  }
+  // tau² starts v: below 1e-18 it would fall out of float's normal range.
+  return CheckRange("server.tau", s.tau(), 1e-18, 1e6);
+}
+
+bool IsKrumFamily(RobustRule rule) { return rule == KRUM || rule == MULTI_KRUM || rule == BULYAN; }
+
+// A setting of another rule than the configured one.
+Status CheckRobustFields(const RobustConfig& r) {
+  const std::string name = RobustRule_Name(r.rule());
+  const auto foreign = [&](const char* field, const char* owner) {
+    return InvalidArgumentError(std::string("server.robust.") + field + ": a setting of " + owner +
+                                ", but server.robust.rule is " + name);
+  };
+  if (r.has_trim_fraction() && r.rule() != TRIMMED_MEAN) {
+    return foreign("trim_fraction", "TRIMMED_MEAN");
+  }
+  if (r.has_byzantine_clients() && !IsKrumFamily(r.rule())) {
+    return foreign("byzantine_clients", "KRUM, MULTI_KRUM and BULYAN");
+  }
+  if (r.has_multi_krum_m() && r.rule() != MULTI_KRUM) return foreign("multi_krum_m", "MULTI_KRUM");
+  if (!(r.trim_fraction() >= 0 && r.trim_fraction() < 0.5f)) {
+    return InvalidArgumentError("server.robust.trim_fraction: must be in [0, 0.5), got " +
+                                Number(r.trim_fraction()));
+  }
+  return OkStatus();
+}
+
+// Krum's and Bulyan's smallest cohort, known from rounds.min_clients: a
+// round commits with no fewer updates.
+Status CheckRobustCohort(const RobustConfig& r, const RoundsConfig& rounds) {
+  if (!IsKrumFamily(r.rule())) return OkStatus();
+  const std::string name = RobustRule_Name(r.rule());
+  const uint64_t f = r.byzantine_clients();
+  const bool bulyan = r.rule() == BULYAN;
+  const uint64_t least = bulyan ? 4 * f + 3 : 2 * f + 3;
+  if (rounds.min_clients() < least) {
+    return InvalidArgumentError(
+        "server.robust.byzantine_clients: " + name + " tolerating f = " + std::to_string(f) +
+        " Byzantine clients needs n >= " + (bulyan ? "4f + 3" : "2f + 3") + " = " +
+        std::to_string(least) + " updates a round, but rounds.min_clients is " +
+        std::to_string(rounds.min_clients()) +
+        " (a round commits with as few); raise rounds.min_clients or lower byzantine_clients");
+  }
+  const uint64_t most = rounds.min_clients() - f;
+  if (r.rule() == MULTI_KRUM && r.multi_krum_m() > most) {
+    return InvalidArgumentError(
+        "server.robust.multi_krum_m: must be in [1, rounds.min_clients - "
+        "byzantine_clients] = [1, " +
+        std::to_string(most) + "] (0: n - f), got " + std::to_string(r.multi_krum_m()));
+  }
+  return OkStatus();
+}
+
+// server.robust: a rule, for plain federated rounds, with its own settings
+// only and a cohort large enough.
+Status CheckRobust(const RunConfig& c) {
+  const RobustConfig& r = c.server().robust();
+  if (r.rule() == ROBUST_RULE_UNSPECIFIED) {
+    return InvalidArgumentError(
+        "server.robust.rule: must be MEDIAN, TRIMMED_MEAN, KRUM, MULTI_KRUM or BULYAN");
+  }
+  const std::string name = RobustRule_Name(r.rule());
+  if (c.secagg().aggregation() != PLAIN) {
+    return InvalidArgumentError(
+        "server.robust.rule: " + name + " needs every client's update, but secagg.aggregation " +
+        Aggregation_Name(c.secagg().aggregation()) +
+        " shows the coordinator only the sum of the masked updates; set secagg.aggregation: "
+        "PLAIN (a coordinator trusted with each update) or leave server.robust out");
+  }
+  COHORT_RETURN_IF_ERROR(CheckRobustFields(r));
+  return CheckRobustCohort(r, c.rounds());
+}
+
 }  // namespace
 
 // The sections in a fixed order (a config with several errors reports the
@@ -586,6 +700,13 @@ Status ValidateRunConfig(const RunConfig& c) {
   if (!std::isfinite(s.momentum()) || s.momentum() < 0 || s.momentum() >= 1) {
     return InvalidArgumentError("server.momentum: must be in [0, 1)");
   }
+  if (c.mode() == DATA_PARALLEL && (s.optimizer() != FEDAVG || s.has_robust())) {
+    return InvalidArgumentError(
+        std::string(s.has_robust() ? "server.robust" : "server.optimizer") +
+        ": a federated server step; DATA_PARALLEL workers are trusted and step their own "
+        "optimizer (train.optimizer) on all-reduced gradients");
+  }
+  COHORT_RETURN_IF_ERROR(CheckServerOptimizer(s));
   COHORT_RETURN_IF_ERROR(CheckNet(c.net(), c.rounds()));
   if (!std::isfinite(s.max_update_norm()) || s.max_update_norm() < 0) {
     return InvalidArgumentError(
@@ -596,6 +717,7 @@ Status ValidateRunConfig(const RunConfig& c) {
     return InvalidArgumentError("secagg.aggregation: must be PLAIN, SECAGG or SECAGG_PLUS");
   }
   if (sa.aggregation() != PLAIN) COHORT_RETURN_IF_ERROR(CheckSecAgg(sa, c.rounds()));
+  if (s.has_robust()) COHORT_RETURN_IF_ERROR(CheckRobust(c));
   return OkStatus();
 }
 

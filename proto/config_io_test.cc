@@ -504,5 +504,91 @@ TEST(ConfigTest, ARunResumesOnlyWithItsOwnConfigOrALongerOne) {
   EXPECT_EQ(CheckResumable("seed: {", *stored).code(), StatusCode::kFailedPrecondition);
 }
 
+TEST(ConfigTest, AdaptiveServerOptimizersTakeTheirOwnSettingsOnly) {
+  auto ok = ParseRunConfig(
+      "server { optimizer: FEDYOGI learning_rate: 0.01 beta_1: 0.8 beta_2: 0.9 tau: 1e-4 }", "r");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->server().optimizer(), FEDYOGI);
+  EXPECT_EQ(ErrorOf("server { optimizer: FEDADAGRAD learning_rate: 0.1 beta_1: 0 }"), "");
+  EXPECT_EQ(ErrorOf("server { momentum: 0.9 }"), "");  // FedAvgM as before.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"server { beta_1: 0.5 }",
+       "server.beta_1: a setting of the adaptive server optimizers, but server.optimizer is "
+       "FEDAVG (set FEDADAM, FEDYOGI or FEDADAGRAD, or leave server.beta_1 out)"},
+      {"server { tau: 0.1 }", "server.tau: a setting of the adaptive server optimizers"},
+      {"server { optimizer: FEDADAM learning_rate: 0.1 momentum: 0.9 }",
+       "server.momentum: FedAvgM's momentum does not combine with server.optimizer FEDADAM, "
+       "which keeps its own first moment (server.beta_1)"},
+      {"server { optimizer: FEDYOGI }",
+       "server.learning_rate: server.optimizer FEDYOGI needs it set: the default 1.0 is "
+       "FedAvg's step, far too large an adaptive one (Flower uses 0.1 for FEDADAM and "
+       "FEDADAGRAD, 0.01 for FEDYOGI)"},
+      {"server { optimizer: FEDADAGRAD learning_rate: 0.1 beta_2: 0.9 }",
+       "server.beta_2: server.optimizer FEDADAGRAD adds up every squared delta without decay; "
+       "beta_2 is FEDADAM's and FEDYOGI's"},
+      {"server { optimizer: FEDADAM learning_rate: 0.1 beta_1: 1 }",
+       "server.beta_1: must be in [0, 1), got 1"},
+      {"server { optimizer: FEDADAM learning_rate: 0.1 beta_2: nan }",
+       "server.beta_2: must be in [0, 1), got nan"},
+      {"server { optimizer: FEDADAM learning_rate: 0.1 tau: 0 }",
+       "server.tau: must be in [1e-18, 1e+06], got 0"},
+      {"mode: DATA_PARALLEL data { train_shard: \"t\" } server { optimizer: FEDADAM }",
+       "server.optimizer: a federated server step; DATA_PARALLEL workers are trusted"},
+  };
+  for (const auto& [text, message] : bad) {
+    EXPECT_TRUE(Contains(ErrorOf(text), "x.textproto: " + message)) << ErrorOf(text);
+  }
+}
+
+TEST(ConfigTest, ARobustRuleNeedsPlainRoundsItsOwnSettingsAndEnoughClients) {
+  const std::string plain = "secagg { aggregation: PLAIN } ";
+  EXPECT_EQ(ErrorOf(plain + "server { robust { rule: MEDIAN } }"), "");
+  EXPECT_EQ(ErrorOf(plain + "server { robust { rule: TRIMMED_MEAN trim_fraction: 0.2 } }"), "");
+  EXPECT_EQ(ErrorOf(plain + "rounds { min_clients: 5 } server { robust { rule: KRUM } }"), "");
+  EXPECT_EQ(ErrorOf(plain + "rounds { min_clients: 7 } server { optimizer: FEDADAM "
+                            "learning_rate: 0.1 robust { rule: BULYAN byzantine_clients: 1 } }"),
+            "");
+  EXPECT_EQ(ErrorOf(plain + "rounds { min_clients: 7 } server { robust { rule: MULTI_KRUM "
+                            "byzantine_clients: 2 multi_krum_m: 5 } }"),
+            "");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      // The default aggregation is SECAGG_PLUS.
+      {"server { robust { rule: MEDIAN } }",
+       "server.robust.rule: MEDIAN needs every client's update, but secagg.aggregation "
+       "SECAGG_PLUS shows the coordinator only the sum of the masked updates; set "
+       "secagg.aggregation: PLAIN (a coordinator trusted with each update) or leave "
+       "server.robust out"},
+      {"secagg { aggregation: SECAGG } rounds { min_clients: 5 } server { robust { rule: KRUM } }",
+       "server.robust.rule: KRUM needs every client's update, but secagg.aggregation SECAGG "
+       "shows the coordinator only the sum"},
+      {plain + "server { robust { } }",
+       "server.robust.rule: must be MEDIAN, TRIMMED_MEAN, KRUM, MULTI_KRUM or BULYAN"},
+      {plain + "server { robust { rule: MEDIAN trim_fraction: 0.1 } }",
+       "server.robust.trim_fraction: a setting of TRIMMED_MEAN, but server.robust.rule is MEDIAN"},
+      {plain + "server { robust { rule: TRIMMED_MEAN byzantine_clients: 1 } }",
+       "server.robust.byzantine_clients: a setting of KRUM, MULTI_KRUM and BULYAN, but "
+       "server.robust.rule is TRIMMED_MEAN"},
+      {plain + "rounds { min_clients: 5 } server { robust { rule: KRUM multi_krum_m: 2 } }",
+       "server.robust.multi_krum_m: a setting of MULTI_KRUM, but server.robust.rule is KRUM"},
+      {plain + "server { robust { rule: TRIMMED_MEAN trim_fraction: 0.5 } }",
+       "server.robust.trim_fraction: must be in [0, 0.5), got 0.5"},
+      {plain + "server { robust { rule: KRUM } }",
+       "server.robust.byzantine_clients: KRUM tolerating f = 1 Byzantine clients needs n >= "
+       "2f + 3 = 5 updates a round, but rounds.min_clients is 2 (a round commits with as "
+       "few); raise rounds.min_clients or lower byzantine_clients"},
+      {plain + "rounds { min_clients: 10 } server { robust { rule: BULYAN byzantine_clients: 2 } }",
+       "server.robust.byzantine_clients: BULYAN tolerating f = 2 Byzantine clients needs n >= "
+       "4f + 3 = 11 updates a round, but rounds.min_clients is 10"},
+      {plain + "rounds { min_clients: 5 } server { robust { rule: MULTI_KRUM multi_krum_m: 5 } }",
+       "server.robust.multi_krum_m: must be in [1, rounds.min_clients - byzantine_clients] = "
+       "[1, 4] (0: n - f), got 5"},
+      {"mode: DATA_PARALLEL data { train_shard: \"t\" } server { robust { rule: MEDIAN } }",
+       "server.robust: a federated server step; DATA_PARALLEL workers are trusted"},
+  };
+  for (const auto& [text, message] : bad) {
+    EXPECT_TRUE(Contains(ErrorOf(text), "x.textproto: " + message)) << ErrorOf(text);
+  }
+}
+
 }  // namespace
 }  // namespace cohort::config
