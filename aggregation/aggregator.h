@@ -4,6 +4,8 @@
 //   implementation                  who holds the sum    used by
 //   NewStreamingFedAvg (fedavg.cc)  the hub              federated rounds, PLAIN
 //   NewSecureAggregator (secagg.h)  the hub, masked      federated rounds, SECAGG(_PLUS)
+//   NewRobustAggregator (robust.h)  the hub, each update federated rounds, PLAIN with
+//                                                        server.robust (median, Krum, ...)
 //   collective::Communicator        every rank           data-parallel steps
 //     (collective/collective.h, a library of its own below net/)
 //
@@ -12,7 +14,8 @@
 // asks it for the weighted mean when the round closes. Which one a round
 // uses is the config's choice (secagg.aggregation): the round engine makes
 // NewStreamingFedAvg for PLAIN and NewSecureAggregator otherwise, and then
-// drives either through this interface only.
+// drives either through this interface only. (A PLAIN config with
+// server.robust gets NewRobustAggregator instead of the streaming sum.)
 // The peer collectives sum in place on every rank instead
 // (collective/collective.h).
 #ifndef COHORT_AGGREGATION_AGGREGATOR_H_

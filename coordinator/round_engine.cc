@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "aggregation/robust.h"
 #include "common/bytes.h"
 #include "common/rng.h"
 #include "crypto/digest.h"
@@ -28,6 +29,33 @@ std::string GoodbyeReason(const wire::Goodbye& goodbye) {
 }
 
 TimeMs SecondsToMs(float s) { return static_cast<TimeMs>(std::llround(double{s} * 1000.0)); }
+
+// server.robust as the aggregation layer takes it (the validator has
+// checked the rule and its settings).
+aggregation::RobustOptions RobustOptionsOf(const config::RobustConfig& r) {
+  using aggregation::RobustRule;
+  aggregation::RobustOptions o;
+  switch (r.rule()) {
+    case config::TRIMMED_MEAN:
+      o.rule = RobustRule::kTrimmedMean;
+      break;
+    case config::KRUM:
+      o.rule = RobustRule::kKrum;
+      break;
+    case config::MULTI_KRUM:
+      o.rule = RobustRule::kMultiKrum;
+      break;
+    case config::BULYAN:
+      o.rule = RobustRule::kBulyan;
+      break;
+    default:
+      o.rule = RobustRule::kMedian;
+  }
+  o.trim_fraction = r.trim_fraction();
+  o.byzantine = r.byzantine_clients();
+  o.multi_krum_m = r.multi_krum_m();
+  return o;
+}
 
 }  // namespace
 
@@ -515,8 +543,16 @@ Status RoundEngine::CheckUpdate(const wire::Update& u, const net::Envelope& enve
 }
 
 Status RoundEngine::StartPlain() {
-  COHORT_ASSIGN_OR_RETURN(aggregator_, aggregation::NewStreamingFedAvg(
-                                           global_.size(), config_.server().max_update_norm()));
+  // A robust rule needs every update; the weighted mean only a running sum.
+  const config::ServerConfig& s = config_.server();
+  if (s.has_robust()) {
+    COHORT_ASSIGN_OR_RETURN(
+        aggregator_, aggregation::NewRobustAggregator(RobustOptionsOf(s.robust()), global_.size(),
+                                                      s.max_update_norm()));
+  } else {
+    COHORT_ASSIGN_OR_RETURN(aggregator_,
+                            aggregation::NewStreamingFedAvg(global_.size(), s.max_update_norm()));
+  }
   aggregation_seconds_ = 0;
   return OkStatus();
 }
