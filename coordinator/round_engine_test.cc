@@ -688,6 +688,96 @@ TEST_F(RoundEngineTest, RunFinishesAndResumesFromTheStore) {
   EXPECT_NE(refused.message().find("seed"), std::string::npos) << refused;
 }
 
+// Client k's delta in round r: different per round, client and coordinate,
+// of both signs, so m and v move every coordinate differently.
+std::vector<float> VaryingDelta(int round, int client) {
+  std::vector<float> d(kParams);
+  for (size_t i = 0; i < kParams; ++i) {
+    d[i] =
+        0.01f * static_cast<float>((round * 7 + client * 3 + static_cast<int>(i) * 5) % 11) - 0.05f;
+  }
+  return d;
+}
+
+TEST_F(RoundEngineTest, AnAdaptiveServerOptimizerResumesToTheBitIdenticalModel) {
+  for (auto optimizer : {config::FEDADAM, config::FEDYOGI, config::FEDADAGRAD}) {
+    config::RunConfig c = TestConfig(3, 3, 4);
+    c.mutable_server()->set_optimizer(optimizer);
+    c.mutable_server()->set_learning_rate(0.05f);
+    const auto play = [&](int from, int to) {
+      for (int r = from; r <= to; ++r) {
+        for (int k = 0; k < 3; ++k) {
+          const std::string peer = "p" + std::to_string(k);
+          Deliver(peer, UpdateFor(tasks_[peer], VaryingDelta(r, k)));
+        }
+      }
+    };
+    // Uninterrupted.
+    store_.reset();
+    tasks_.clear();
+    Start(c);
+    Register(3);
+    play(1, 4);
+    ASSERT_TRUE(engine_->done()) << config::ServerOptimizer_Name(optimizer);
+    const std::vector<float> reference = Global();
+    const store::Checkpoint reference_cp = std::move(store_->LatestCheckpoint()).value();
+    // Stopped after round 2 (a new engine over the same store), then resumed.
+    store_.reset();
+    tasks_.clear();
+    Start(c);
+    Register(3);
+    play(1, 2);
+    tasks_.clear();
+    Start(c);
+    ASSERT_EQ(engine_->last_committed_round(), 2u);
+    Register(3);
+    play(3, 4);
+    ASSERT_TRUE(engine_->done());
+    const store::Checkpoint resumed_cp = std::move(store_->LatestCheckpoint()).value();
+    const std::vector<float> resumed = Global();
+    EXPECT_EQ(std::memcmp(resumed.data(), reference.data(), kParams * sizeof(float)), 0)
+        << config::ServerOptimizer_Name(optimizer) << ": the resumed model differs";
+    ASSERT_EQ(resumed_cp.velocity.size(), 2 * kParams);  // m and v.
+    EXPECT_EQ(resumed_cp.velocity, reference_cp.velocity);
+    EXPECT_EQ(resumed_cp.optimizer_steps, 4u);
+    EXPECT_NE(resumed, std::vector<float>(kParams, 1.0f));
+  }
+}
+
+TEST_F(RoundEngineTest, ARobustRuleKeepsAFarUpdateOutOfTheModel) {
+  // Six honest deltas 0.10 .. 0.15 and one of 30 (L2 norm 95, under the
+  // default server.max_update_norm 100); f = 1, n = 7 = 4f + 3. The median
+  // and the mean of the middle five (trim 0.2: floor(1.4) = 1 each end) are
+  // 0.13.
+  const std::pair<config::RobustRule, float> rules[] = {{config::MEDIAN, 0.13f},
+                                                        {config::TRIMMED_MEAN, 0.13f},
+                                                        {config::KRUM, -1},
+                                                        {config::MULTI_KRUM, -1},
+                                                        {config::BULYAN, -1}};
+  for (const auto& [rule, exact] : rules) {
+    config::RunConfig c = TestConfig(7, 7, 1);
+    c.mutable_server()->mutable_robust()->set_rule(rule);
+    if (rule == config::TRIMMED_MEAN) c.mutable_server()->mutable_robust()->set_trim_fraction(0.2f);
+    store_.reset();
+    tasks_.clear();
+    Start(c);
+    Register(7);
+    for (int k = 0; k < 7; ++k) {
+      const std::string peer = "p" + std::to_string(k);
+      const float v = k == 6 ? 30.0f : 0.1f + 0.01f * static_cast<float>(k);
+      Deliver(peer, UpdateFor(tasks_[peer], std::vector<float>(kParams, v)));
+    }
+    ASSERT_EQ(engine_->last_committed_round(), 1u) << config::RobustRule_Name(rule);
+    for (float x : Global()) {
+      if (exact > 0) {
+        EXPECT_FLOAT_EQ(x, 1.0f + exact) << config::RobustRule_Name(rule);
+      } else {
+        EXPECT_TRUE(x >= 1.1f - 1e-6f && x <= 1.15f + 1e-6f) << config::RobustRule_Name(rule) << x;
+      }
+    }
+  }
+}
+
 TEST_F(RoundEngineTest, SelectionIsASeededFraction) {
   config::RunConfig c = TestConfig(10, 2);
   c.mutable_rounds()->set_fraction(0.5f);

@@ -2,7 +2,9 @@
 // run directory, the run completes, and the final model is bit-identical to
 // an uninterrupted run with the same seed, with plain and with secure
 // aggregation (masks cancel exactly and the fixed-point rounding is seeded),
-// and with server momentum (the velocity is checkpointed and restored).
+// with server momentum (the velocity is checkpointed and restored), with
+// the adaptive server optimizers (m and v, twice the model's size), and with
+// a robust rule.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -34,7 +36,8 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 struct Variant {
   std::string name;
   std::string aggregation;  // secagg.aggregation
-  float momentum;           // server.momentum
+  std::string server;       // The server section's fields.
+  size_t state_models;      // The server state's size, in model sizes.
 };
 
 class ResumeTest : public ::testing::TestWithParam<Variant> {};
@@ -42,10 +45,9 @@ class ResumeTest : public ::testing::TestWithParam<Variant> {};
 TEST_P(ResumeTest, KilledCoordinatorResumesToTheBitIdenticalModel) {
   Cluster cluster("resume", 3);
   const Variant& v = GetParam();
-  const std::string config =
-      cluster.WriteConfig("run.textproto", 6, "min_clients: 3 start_clients: 3",
-                          "secagg { aggregation: " + v.aggregation +
-                              " }\nserver { momentum: " + std::to_string(v.momentum) + " }");
+  const std::string config = cluster.WriteConfig(
+      "run.textproto", 6, "min_clients: 3 start_clients: 3",
+      "secagg { aggregation: " + v.aggregation + " }\nserver { " + v.server + " }");
 
   // Reference: an uninterrupted run.
   const std::string ref_dir = cluster.dir() / "ref";
@@ -84,8 +86,9 @@ TEST_P(ResumeTest, KilledCoordinatorResumesToTheBitIdenticalModel) {
   for (float x : reference.model) ASSERT_TRUE(std::isfinite(x));
   EXPECT_TRUE(SameBits(reference.model, resumed.model))
       << "resumed model differs from the uninterrupted one";
-  // With momentum the server state is part of the checkpoint too.
-  EXPECT_EQ(reference.velocity.empty(), v.momentum == 0.0f);
+  // With momentum or an adaptive optimizer the server state is part of
+  // the checkpoint too.
+  EXPECT_EQ(reference.velocity.size(), v.state_models * reference.model.size());
   EXPECT_TRUE(SameBits(reference.velocity, resumed.velocity))
       << "resumed server velocity differs from the uninterrupted one";
   auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
@@ -94,11 +97,16 @@ TEST_P(ResumeTest, KilledCoordinatorResumesToTheBitIdenticalModel) {
   EXPECT_EQ(rounds.back().aggregation, v.aggregation == "PLAIN" ? "plain" : "secagg+");
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, ResumeTest,
-                         ::testing::Values(Variant{"Plain", "PLAIN", 0.0f},
-                                           Variant{"SecAggPlus", "SECAGG_PLUS", 0.0f},
-                                           Variant{"PlainWithServerMomentum", "PLAIN", 0.9f}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Variants, ResumeTest,
+    ::testing::Values(Variant{"Plain", "PLAIN", "", 0}, Variant{"SecAggPlus", "SECAGG_PLUS", "", 0},
+                      Variant{"PlainWithServerMomentum", "PLAIN", "momentum: 0.9", 1},
+                      Variant{"PlainWithFedAdam", "PLAIN", "optimizer: FEDADAM learning_rate: 0.05",
+                              2},
+                      Variant{"SecAggPlusWithFedYogi", "SECAGG_PLUS",
+                              "optimizer: FEDYOGI learning_rate: 0.01", 2},
+                      Variant{"PlainWithTheMedian", "PLAIN", "robust { rule: MEDIAN }", 0}),
+    [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace cohort::testing
