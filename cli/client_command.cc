@@ -52,7 +52,8 @@ void AddFaultFlags(CLI::App* client, ClientFlags& f) {
                      "confirm_checked, masked_input, consistency, unmasking)");
   client->add_option("--fault-misbehave", f.options.fault_misbehave,
                      "Testing: play a malicious client in every round (low_order_key, "
-                     "garbage_shares, bad_unmask_share, rehello_weight, huge_update)");
+                     "garbage_shares, bad_unmask_share, rehello_weight, huge_update; "
+                     "sign_flip, scale10, sign_flip_scale10: a plain update times -1, 10, -10)");
   client->add_option("--dump-inputs", f.options.dump_inputs,
                      "Debugging: write each secure round's encoded input to this directory");
 }

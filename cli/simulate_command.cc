@@ -69,6 +69,11 @@ void AddWorldFlags(CLI::App* simulate, sim::SimOptions& o) {
       ->add_option("--latency-sigma", o.latency_sigma,
                    "Spread of the clients' link latencies: latency_ms exp(sigma N(0,1)) each")
       ->check(CLI::NonNegativeNumber);
+  simulate->add_option("--fault-misbehave", o.misbehave,
+                       "Testing: what the misbehaving clients do in every round (cohort client "
+                       "--fault-misbehave's behaviours, e.g. sign_flip, scale10)");
+  simulate->add_option("--fault-misbehave-fraction", o.misbehave_fraction,
+                       "Testing: the fraction of the clients that misbehave (drawn from the seed)");
   simulate->add_flag("--json", o.json,
                      "One JSON object per committed round on stdout (cohort status --json's)");
 }

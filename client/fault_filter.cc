@@ -90,6 +90,9 @@ void FaultFilter::Tamper(Outbound& out) {
       h.mutable_update()->set_num_samples(kHugeSamples);
       out.payload.assign(out.payload.size(), std::numeric_limits<float>::max());
     }
+  } else if (const float factor = AttackFactor();
+             factor != 1 && h.has_update() && !h.update().masked()) {
+    for (float& v : out.payload) v *= factor;
   } else if (Misbehaves("low_order_key") && h.has_secagg_keys()) {
     for (auto& advert : *h.mutable_secagg_keys()->mutable_adverts()) {
       advert.set_mask_key(std::string(crypto::kX25519PublicBytes, '\0'));
@@ -103,6 +106,13 @@ void FaultFilter::Tamper(Outbound& out) {
       if (s.share().size() >= 12) env_->RandomBytes(Bytes(*s.mutable_share()).subspan(4, 8));
     }
   }
+}
+
+float FaultFilter::AttackFactor() const {
+  if (Misbehaves("sign_flip")) return -1;
+  if (Misbehaves("scale10")) return 10;
+  if (Misbehaves("sign_flip_scale10")) return -10;
+  return 1;
 }
 
 wire::Header FaultFilter::ReHello() const {

@@ -32,12 +32,17 @@ struct FaultPlan {
 //   garbage_shares    send random bytes as its sealed shares;
 //   bad_unmask_share  reveal random values as its unmasking shares;
 //   rehello_weight    say Hello again with 2^40 samples when a task arrives;
-//   huge_update       claim 2^40 samples and send an all-FLT_MAX plain update.
+//   huge_update       claim 2^40 samples and send an all-FLT_MAX plain update;
+//   sign_flip         send -1 x its plain update (a Byzantine client for the
+//                     robust rules' benchmark; masked updates are untouched);
+//   scale10           send 10 x its plain update;
+//   sign_flip_scale10 send -10 x its plain update.
 // Each tampers with a message after the session made it, so none needs the
 // protocol's secrets: a signed advert's key is replaced (its signature no
 // longer checks), sealed or revealed share bytes are overwritten.
 inline constexpr const char* kMisbehaviours[] = {
-    "low_order_key", "garbage_shares", "bad_unmask_share", "rehello_weight", "huge_update"};
+    "low_order_key", "garbage_shares", "bad_unmask_share", "rehello_weight",
+    "huge_update",   "sign_flip",      "scale10",          "sign_flip_scale10"};
 
 // Not thread-safe. A withheld message still counts as sent for the session
 // (its heartbeat timing and its wait for the coordinator's next stage).
@@ -57,6 +62,9 @@ class FaultFilter {
   // Whether the plan withholds `header` (then prints why).
   bool Withholds(const wire::Header& header, Actions& a) const;
   void Tamper(Outbound& out);
+  // What sign_flip, scale10 and sign_flip_scale10 multiply a plain update
+  // by; 1 under any other plan.
+  float AttackFactor() const;
   wire::Header ReHello() const;
 
   FaultPlan plan_;

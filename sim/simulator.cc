@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "aggregation/secagg_stage.h"
+#include "client/fault_filter.h"
 #include "client/session.h"
 #include "common/clock.h"
 #include "common/env.h"
@@ -799,6 +800,26 @@ Status CheckAvailability(const SimOptions& o, size_t clients, uint32_t needed) {
   return OkStatus();
 }
 
+// --fault-misbehave and --fault-misbehave-fraction: a known behaviour and a
+// fraction, both or neither.
+Status CheckMisbehave(const SimOptions& o) {
+  if (!(o.misbehave_fraction >= 0 && o.misbehave_fraction <= 1)) {
+    return InvalidArgumentError("simulate: --fault-misbehave-fraction must be in [0, 1]");
+  }
+  if (o.misbehave.empty() != (o.misbehave_fraction == 0)) {
+    return InvalidArgumentError(
+        "simulate: --fault-misbehave and --fault-misbehave-fraction go together (what the "
+        "misbehaving clients do, and how many of them)");
+  }
+  if (!o.misbehave.empty() &&
+      std::find(std::begin(client::kMisbehaviours), std::end(client::kMisbehaviours),
+                o.misbehave) == std::end(client::kMisbehaviours)) {
+    return InvalidArgumentError("simulate: --fault-misbehave: unknown behaviour \"" + o.misbehave +
+                                "\"");
+  }
+  return OkStatus();
+}
+
 // Every option that depends on the clients, checked before the run
 // directory is touched: a refused simulation leaves no run behind.
 Status CheckSimOptions(const SimOptions& o, size_t clients) {
@@ -822,13 +843,24 @@ Status CheckSimOptions(const SimOptions& o, size_t clients) {
   if (!(o.dropout >= 0 && o.dropout <= 1)) {
     return InvalidArgumentError("simulate: --dropout must be in [0, 1]");
   }
-  return OkStatus();
+  return CheckMisbehave(o);
+}
+
+// The clients that play o.misbehave: round(fraction x n) of them, drawn
+// from the seed.
+std::set<size_t> Misbehaving(const SimOptions& o, size_t n) {
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  Rng rng(DeriveSeed(o.config.seed(), 0xbad, 0));
+  rng.Shuffle(std::span<size_t>(order));
+  const auto k = static_cast<size_t>(std::llround(o.misbehave_fraction * double(n)));
+  return {order.begin(), order.begin() + static_cast<std::ptrdiff_t>(std::min(k, n))};
 }
 
 // Client c's draws from the seed (slowness, availability spells, link
 // latency) and its session, which trains the run's own `model`.
 Status SetUpClient(VirtualClient& c, const SimOptions& o, const train::Model& model,
-                   Env* sessions_env) {
+                   client::FaultPlan plan, Env* sessions_env) {
   COHORT_RETURN_IF_ERROR(train::CheckCompatible(model, *c.source).WithContext(c.name));
   Rng rng(DeriveSeed(o.config.seed(), 0x5eed, Fnv1a64(c.name)));
   c.slowness = std::exp(o.speed_sigma * rng.Normal());
@@ -854,7 +886,7 @@ Status SetUpClient(VirtualClient& c, const SimOptions& o, const train::Model& mo
       [params = model.num_params()](const config::ModelConfig&) -> StatusOr<size_t> {
         return params;  // The run's own model: built and checked by the caller.
       },
-      &c.identity, client::FaultPlan{}, client::InputObserver{}, sessions_env);
+      &c.identity, std::move(plan), client::InputObserver{}, sessions_env);
   c.session->set_data_sha256(c.data_sha256);
   // One host, no privacy boundary: every virtual client shares its label
   // counts, so the run report shows the split's label skew.
@@ -948,8 +980,14 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
     spdlog::info("run already complete ({} rounds committed)", run.engine->last_committed_round());
     return OkStatus();
   }
-  for (auto& c : clients) {
-    COHORT_RETURN_IF_ERROR(SetUpClient(c, o, *run.model, sessions_env.get()));
+  const std::set<size_t> misbehaving = Misbehaving(o, clients.size());
+  for (size_t i = 0; i < clients.size(); ++i) {
+    client::FaultPlan plan;
+    if (misbehaving.count(i) != 0) {
+      plan.misbehave = o.misbehave;
+      spdlog::warn("fault injection: {} plays {} in every round", clients[i].name, o.misbehave);
+    }
+    COHORT_RETURN_IF_ERROR(SetUpClient(clients[i], o, *run.model, plan, sessions_env.get()));
   }
   COHORT_ASSIGN_OR_RETURN(auto pool,
                           ExecutorPool::Create(o.executors, devices, o.config.model(), &clients));

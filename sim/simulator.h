@@ -70,6 +70,12 @@ struct SimOptions {
   double speed_sigma = 0;
   double latency_ms = 0;
   double latency_sigma = 0;
+  // Testing: round(misbehave_fraction x clients) clients, drawn from the
+  // seed, play `misbehave` (client::kMisbehaviours, e.g. sign_flip or
+  // scale10 for the robust rules' benchmark) in every round; the others
+  // are honest. Both or neither.
+  std::string misbehave;
+  double misbehave_fraction = 0;
 };
 
 // The device list of SimOptions::devices, each entry cpu, auto or cuda:N;

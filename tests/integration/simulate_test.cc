@@ -388,6 +388,15 @@ TEST(SimulateBadInputTest, EachMistakeIsNamed) {
       {{"--config", config, "--run-dir", c.dir() / "r9", "--shards", c.dir() / "shards",
         "--devices", "cuda:0,x"},
        "--devices x"},
+      {{"--config", config, "--run-dir", c.dir() / "r10", "--shards", c.dir() / "shards",
+        "--fault-misbehave", "sign_flip"},
+       "simulate: --fault-misbehave and --fault-misbehave-fraction go together"},
+      {{"--config", config, "--run-dir", c.dir() / "r11", "--shards", c.dir() / "shards",
+        "--fault-misbehave", "flip", "--fault-misbehave-fraction", "0.2"},
+       "simulate: --fault-misbehave: unknown behaviour \"flip\""},
+      {{"--config", config, "--run-dir", c.dir() / "r12", "--shards", c.dir() / "shards",
+        "--fault-misbehave", "scale10", "--fault-misbehave-fraction", "2"},
+       "simulate: --fault-misbehave-fraction must be in [0, 1]"},
   };
   int n = 0;
   for (const Case& k : cases) {
