@@ -41,12 +41,17 @@ Command AddStatusCommand(CLI::App& app, const std::string& log_level);
 Command AddPlanCommand(CLI::App& app, const std::string& log_level);
 Command AddExportCommand(CLI::App& app, const std::string& log_level);
 Command AddReportCommand(CLI::App& app, const std::string& log_level);
+Command AddProvisionCommand(CLI::App& app, const std::string& log_level);
 
 // Set by SIGINT and SIGTERM once InstallSignalHandlers has run; the daemons
 // stop when it becomes true.
 std::atomic<bool>& StopFlag();
 // SIGINT and SIGTERM set StopFlag(); SIGPIPE is ignored.
 void InstallSignalHandlers();
+// Set by SIGHUP once InstallReloadHandler has run (the coordinator: re-read
+// the allowlist). Without it SIGHUP keeps its default action.
+std::atomic<bool>& ReloadFlag();
+void InstallReloadHandler();
 
 // The exit code for a command's result: 0 when OK, or when it was cancelled
 // after a stop signal (logged at info); 1 otherwise, the error logged as

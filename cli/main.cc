@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
       AddLaunchCommand(app, log_level),      AddSimulateCommand(app, log_level),
       AddStatusCommand(app, log_level),      AddPlanCommand(app, log_level),
       AddExportCommand(app, log_level),      AddReportCommand(app, log_level),
+      AddProvisionCommand(app, log_level),
   };
   CLI11_PARSE(app, argc, argv);
   InstallSignalHandlers();

@@ -162,7 +162,7 @@ Status WriteIdentity(const std::string& dir, const std::string& name) {
     }
   }
   std::ofstream pub(dir + "/" + name + ".pub", std::ios::trunc);
-  pub << kPublicTag << " " << Hex(pk) << "\n";
+  pub << PublicKeyText(pk);
   if (!pub) return UnavailableError(dir + "/" + name + ".pub: write failed");
   return OkStatus();
 }
@@ -184,6 +184,10 @@ StatusOr<Ed25519KeyPair> LoadIdentity(const std::string& key_path) {
     return InternalError("crypto_sign_seed_keypair failed");
   }
   return pair;
+}
+
+std::string PublicKeyText(const Ed25519Public& key) {
+  return std::string(kPublicTag) + " " + Hex(key) + "\n";
 }
 
 StatusOr<Ed25519Public> LoadPublicKey(const std::string& pub_path) {

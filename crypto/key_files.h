@@ -30,6 +30,8 @@ Status WriteIdentity(const std::string& dir, const std::string& name);
 // is freed.
 StatusOr<Ed25519KeyPair> LoadIdentity(const std::string& key_path);
 StatusOr<Ed25519Public> LoadPublicKey(const std::string& pub_path);
+// The text of a NAME.pub file for `key` (what WriteIdentity writes).
+std::string PublicKeyText(const Ed25519Public& key);
 
 struct AllowedKey {
   std::string name;  // File stem.

@@ -10,7 +10,7 @@ packages=(
   libzmq3-dev cppzmq-dev libsodium-dev libssl-dev
   libprotobuf-dev protobuf-compiler
   libsqlite3-dev libgtest-dev libcli11-dev libspdlog-dev
-  libopenblas-dev zlib1g-dev libzip-dev libonnx-dev prometheus prometheus-cpp-dev
+  libopenblas-dev zlib1g-dev libzip-dev libarchive-dev libonnx-dev prometheus prometheus-cpp-dev
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
   chromium  # `cohort report`'s test renders the page in headless Chromium
