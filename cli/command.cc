@@ -14,7 +14,10 @@ namespace {
 // Constant-initialized and lock-free: the signal handler may set it.
 std::atomic<bool> g_stop{false};
 
+std::atomic<bool> g_reload{false};
+
 void OnSignal(int) { g_stop.store(true); }
+void OnReload(int) { g_reload.store(true); }
 
 }  // namespace
 
@@ -27,6 +30,15 @@ void InstallSignalHandlers() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+}
+
+std::atomic<bool>& ReloadFlag() { return g_reload; }
+
+void InstallReloadHandler() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnReload;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGHUP, &sa, nullptr);
 }
 
 int Report(const Status& status, const char* what) {

@@ -20,6 +20,7 @@ struct CoordinatorFlags {
 };
 
 int RunCoordinatorCommand(const CoordinatorFlags& f, const std::string& log_level) {
+  InstallReloadHandler();  // SIGHUP: re-read --allow (DaemonOptions::reload).
   InitLogging("coordinator", "", log_level);
   auto metrics = StartMetrics(f.metrics);
   if (!metrics.ok()) return Report(metrics.status(), "coordinator");
@@ -34,6 +35,7 @@ int RunCoordinatorCommand(const CoordinatorFlags& f, const std::string& log_leve
   opts.identity = f.identity;
   opts.allowlist = f.allow_dir;
   opts.insecure = f.insecure;
+  opts.reload = &ReloadFlag();
   opts.dump_sums = f.dump_sums;
   opts.initial_model = f.initial_model;
   opts.metrics = metrics->get();
@@ -56,7 +58,9 @@ Command AddCoordinatorCommand(CLI::App& app, const std::string& log_level) {
                     "Write the bound endpoint here (default RUN_DIR/coordinator.endpoint)");
   coord->add_option("--rounds", f->rounds, "Override rounds.num_rounds");
   coord->add_option("--identity", f->identity, "This coordinator's key file (cohort keygen)");
-  coord->add_option("--allow", f->allow_dir, "Directory of client .pub files allowed to join");
+  coord->add_option("--allow", f->allow_dir,
+                    "Directory of client .pub files allowed to join; SIGHUP reads it again, "
+                    "refusing a removed key at once");
   coord->add_flag("--insecure", f->insecure,
                   "No CURVE: plaintext, anyone may join (local development only)");
   coord->add_option("--dump-sums", f->dump_sums,

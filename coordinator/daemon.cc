@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "coordinator/metrics.h"
 #include "coordinator/open_run.h"
@@ -181,10 +182,11 @@ class IoLoop {
  public:
   // `metrics` (may be null) gets every committed round, with its clients'
   // records read back from `store`.
-  IoLoop(const config::RunConfig& config, RoundEngine& engine, zmq::socket_t& socket,
+  IoLoop(const DaemonOptions& options, RoundEngine& engine, zmq::socket_t& socket,
          Security& security, net::ConnectionGuard& guard, store::RunStore& store,
          CoordinatorMetrics* metrics)
-      : config_(config),
+      : options_(options),
+        config_(options.config),
         engine_(engine),
         socket_(socket),
         security_(security),
@@ -201,6 +203,7 @@ class IoLoop {
     const TimeMs grace_ms = static_cast<TimeMs>(3000 * config_.net().heartbeat_s()) + 500;
     std::optional<TimeMs> done_at;
     while (!stop.load()) {
+      if (options_.reload != nullptr && options_.reload->exchange(false)) Reload();
       if (engine_.done()) {
         if (!done_at) done_at = SteadyNowMs();
         const TimeMs now = SteadyNowMs();
@@ -247,14 +250,64 @@ class IoLoop {
         SendAll(engine_.OnMalformed(raw_.peer, envelope.status()));
       } else if (security_.zap) {
         // Under CURVE a client's name and its signing identity are its
-        // allowlist entry; the engine holds a Hello to them.
-        const RoundEngine::AuthenticatedPeer sender{raw_.user_id,
-                                                    security_.identities[raw_.user_id]};
+        // allowlist entry; the engine holds a Hello to them. A connection
+        // admitted under a key revoked since is refused.
+        auto identity = security_.identities.find(raw_.user_id);
+        if (identity == security_.identities.end()) {
+          RefuseRevoked();
+          continue;
+        }
+        const RoundEngine::AuthenticatedPeer sender{raw_.user_id, identity->second};
         SendAll(engine_.OnMessage(raw_.peer, *envelope, now, &sender));
       } else {
         SendAll(engine_.OnMessage(raw_.peer, *envelope, now));
       }
     }
+  }
+
+  // SIGHUP: the allowlist again. A name whose key is gone or changed is
+  // revoked (DaemonOptions::reload).
+  void Reload() {
+    if (!security_.zap) {
+      spdlog::warn("SIGHUP: no allowlist to reload (--insecure)");
+      return;
+    }
+    auto list = crypto::LoadAllowlist(options_.allowlist);
+    const Status replaced = list.ok() ? security_.zap->Replace(*list) : list.status();
+    if (!replaced.ok()) {
+      spdlog::error("SIGHUP: the allowlist was not reloaded; the old one stays: {}",
+                    replaced.message());
+      return;
+    }
+    std::map<std::string, crypto::Ed25519Public> next;
+    for (const auto& entry : *list) next[entry.name] = entry.key;
+    std::vector<std::string> revoked;
+    for (const auto& [name, key] : security_.identities) {
+      auto it = next.find(name);
+      if (it == next.end() || it->second != key) revoked.push_back(name);
+    }
+    const size_t added = std::count_if(next.begin(), next.end(), [this](const auto& entry) {
+      return security_.identities.count(entry.first) == 0;
+    });
+    security_.identities = std::move(next);
+    spdlog::info("SIGHUP: reloaded the allowlist {}: {} client keys, {} new, {} revoked",
+                 options_.allowlist, security_.identities.size(), added, revoked.size());
+    for (const std::string& name : revoked) {
+      spdlog::warn("client {}: key revoked (not in the allowlist {} any more); refused from now on",
+                   name, options_.allowlist);
+      refused_.erase(name);
+      SendAll(engine_.Revoke(name, kRevokedReason, SteadyNowMs()));
+    }
+  }
+
+  // A message on a connection whose key was revoked: a Reject, and one log
+  // line per name (a client that ignores the Reject cannot flood the log).
+  void RefuseRevoked() {
+    if (refused_.insert(raw_.user_id).second) {
+      spdlog::warn("refused a message from {}: its key was revoked from the allowlist",
+                   raw_.user_id);
+    }
+    SendAll({RejectMessage(raw_.peer, kRevokedReason)});
   }
 
   void SendAll(std::vector<Outgoing> out) {
@@ -280,6 +333,9 @@ class IoLoop {
     metrics_->RecordRound(r, clients.ok() ? *clients : std::vector<store::ClientRoundRecord>());
   }
 
+  static constexpr char kRevokedReason[] = "key revoked: no longer in the coordinator's allowlist";
+
+  const DaemonOptions& options_;
   const config::RunConfig& config_;
   RoundEngine& engine_;
   zmq::socket_t& socket_;
@@ -288,6 +344,7 @@ class IoLoop {
   store::RunStore& store_;
   CoordinatorMetrics* metrics_;
   net::RawMessage raw_;
+  std::set<std::string> refused_;  // Revoked names whose messages were refused.
 };
 
 }  // namespace
@@ -318,7 +375,7 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
   guard_options.handshake_timeout_ms = options.handshake_timeout_ms;
   COHORT_ASSIGN_OR_RETURN(auto guard, net::ConnectionGuard::Watch(context, socket, guard_options));
   COHORT_RETURN_IF_ERROR(BindAndAnnounce(options, max_frame, *engine, socket));
-  IoLoop loop(options.config, *engine, socket, security, *guard, *run.store,
+  IoLoop loop(options, *engine, socket, security, *guard, *run.store,
               metrics ? &*metrics : nullptr);
   COHORT_RETURN_IF_ERROR(loop.Run(stop));
   if (!engine->store_error().ok()) return engine->store_error();

@@ -25,6 +25,13 @@ struct DaemonOptions {
   std::string identity;
   std::string allowlist;
   bool insecure = false;
+  // When set (SIGHUP; not owned, may be null), the daemon clears it and
+  // reads `allowlist` again: a key no longer in it is revoked at once. New
+  // connections with it are refused; a client connected under it is sent
+  // a Reject, leaves the round in progress as a dropout, and every further
+  // message on its connection is refused. A list that does not load is
+  // logged and the old one stays.
+  std::atomic<bool>* reload = nullptr;
   // Transport limits. A connection must finish its handshake (CURVE and the
   // allowlist check) within `handshake_timeout_ms`; at most
   // `max_unauthenticated` connections may be in their handshake at once, and

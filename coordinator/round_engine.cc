@@ -249,6 +249,22 @@ std::vector<Outgoing> RoundEngine::OnMalformed(const std::string& peer, const St
   return out;
 }
 
+std::vector<Outgoing> RoundEngine::Revoke(const std::string& name, const std::string& why,
+                                          TimeMs now) {
+  std::vector<Outgoing> out;
+  const Client* client = clients_.Find(name);
+  if (client == nullptr || client->peer.empty()) return out;
+  out.push_back(RejectMessage(client->peer, why));
+  clients_.SetInactive(name);
+  Participant* p = phase_ == Phase::kTraining ? FindParticipant(name) : nullptr;
+  if (p != nullptr && Waiting(*p)) {
+    Exclude(*p, Participant::State::kDropped, "left: " + why);
+    Progress(now, out);
+  }
+  CountSent(out);
+  return out;
+}
+
 Status RoundEngine::LoadBans() {
   for (uint32_t r = 1; r <= round_; ++r) {
     COHORT_ASSIGN_OR_RETURN(std::vector<store::ClientRoundRecord> records, store_->ClientRounds(r));

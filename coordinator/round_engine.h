@@ -67,6 +67,11 @@ class RoundEngine {
                                   TimeMs now, const AuthenticatedPeer* sender = nullptr);
   // A message that could not be decoded.
   std::vector<Outgoing> OnMalformed(const std::string& peer, const Status& why);
+  // `name`'s key left the allowlist (the daemon reloaded it): a registered
+  // client is sent a Reject saying `why`, is not selected again, and leaves
+  // the round in progress as a dropout at its stage. The transport must
+  // refuse its messages from now on. Nothing for an unregistered name.
+  std::vector<Outgoing> Revoke(const std::string& name, const std::string& why, TimeMs now);
   // Time passed: deadlines, client timeouts, starting rounds.
   std::vector<Outgoing> OnTick(TimeMs now);
 

@@ -28,6 +28,18 @@ Status SetSecretKey(zmq::socket_t& socket, const SecretBytes& secret_z85) {
   return OkStatus();
 }
 
+// The CURVE key of each allowlist entry, to its name.
+StatusOr<std::map<crypto::X25519Public, std::string>> CurveAllowlist(
+    const std::vector<crypto::AllowedKey>& allowlist) {
+  std::map<crypto::X25519Public, std::string> allowed;
+  for (const auto& entry : allowlist) {
+    auto key = crypto::CurvePublicFor(entry.key);
+    if (!key.ok()) return key.status().WithContext("allowlist entry " + entry.name);
+    allowed[*key] = entry.name;
+  }
+  return allowed;
+}
+
 }  // namespace
 
 Status SetUpCurveServer(zmq::socket_t& socket, const crypto::CurveKeys& keys) {
@@ -61,12 +73,7 @@ ZapHandler::ZapHandler(zmq::context_t& context, std::map<crypto::X25519Public, s
 
 StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Create(
     zmq::context_t& context, const std::vector<crypto::AllowedKey>& allowlist) {
-  std::map<crypto::X25519Public, std::string> allowed;
-  for (const auto& entry : allowlist) {
-    auto key = crypto::CurvePublicFor(entry.key);
-    if (!key.ok()) return key.status().WithContext("allowlist entry " + entry.name);
-    allowed[*key] = entry.name;
-  }
+  COHORT_ASSIGN_OR_RETURN(auto allowed, CurveAllowlist(allowlist));
   std::unique_ptr<ZapHandler> handler(new ZapHandler(context, std::move(allowed)));
   handler->socket_.set(zmq::sockopt::linger, 0);
   try {
@@ -76,6 +83,16 @@ StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Create(
     return UnavailableError(std::string("cannot bind the ZAP handler: ") + e.what());
   }
   return handler;
+}
+
+Status ZapHandler::Replace(const std::vector<crypto::AllowedKey>& allowlist) {
+  COHORT_ASSIGN_OR_RETURN(auto allowed, CurveAllowlist(allowlist));
+  for (const auto& [key, name] : allowed_) {
+    if (!allowed.count(key)) revoked_[key] = name;
+  }
+  for (const auto& entry : allowed) revoked_.erase(entry.first);
+  allowed_ = std::move(allowed);
+  return OkStatus();
 }
 
 ZapDecision ZapHandler::Decide(const std::vector<std::string>& request) const {
@@ -88,6 +105,13 @@ ZapDecision ZapHandler::Decide(const std::vector<std::string>& request) const {
   std::memcpy(key.data(), request[6].data(), key.size());
   auto it = allowed_.find(key);
   if (it == allowed_.end()) {
+    auto revoked = revoked_.find(key);
+    if (revoked != revoked_.end()) {
+      spdlog::warn(
+          "rejected a connection from {}: CURVE key {} is {}'s, revoked from the allowlist",
+          request[3].substr(0, 64), crypto::Hex(key), revoked->second);
+      return {"400", "key revoked", ""};
+    }
     spdlog::warn(
         "rejected a connection from {}: CURVE key {} is not in the allowlist (a client logs "
         "its CURVE key when it starts)",

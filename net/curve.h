@@ -58,6 +58,13 @@ class ZapHandler {
   zmq::socket_t& socket() { return socket_; }
   size_t size() const { return allowed_.size(); }
 
+  // A reloaded allowlist: connections from now on are checked against it
+  // (connections already admitted stay open: the daemon refuses their
+  // messages). A key it drops is remembered with its name, so a refused
+  // connection from it is logged as that client's revoked key. Errors as
+  // Create's, and then the old list stays.
+  Status Replace(const std::vector<crypto::AllowedKey>& allowlist);
+
   // Answers every request that is waiting; never blocks. A malformed request
   // is answered with "400" when it has a request id, else dropped.
   void AnswerReady();
@@ -71,6 +78,7 @@ class ZapHandler {
 
   zmq::socket_t socket_;
   std::map<crypto::X25519Public, std::string> allowed_;  // CURVE key -> name.
+  std::map<crypto::X25519Public, std::string> revoked_;  // Dropped by Replace.
 };
 
 }  // namespace cohort::net
