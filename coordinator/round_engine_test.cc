@@ -417,6 +417,29 @@ TEST_F(RoundEngineTest, AClientLeavingItsRoundIsADropoutForTheReasonItGives) {
             "left: training failed: boom??[31m?" + std::string(200 - 28, 'x') + "...");
 }
 
+TEST_F(RoundEngineTest, ARevokedClientIsRejectedLeavesItsRoundAndIsNotSelectedAgain) {
+  Start(TestConfig(3, 2));
+  Register(3);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+  const std::vector<Outgoing> out = engine_->Revoke("c2", "key revoked", now_);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out[0].peer, "p2");
+  EXPECT_EQ(out[0].header.reject().reason(), "key revoked");
+  // The round closed without it, at once.
+  EXPECT_EQ(engine_->last_committed_round(), 1u);
+  auto clients = store_->ClientRounds(1);
+  ASSERT_TRUE(clients.ok());
+  EXPECT_EQ((*clients)[2].status, "dropped");
+  EXPECT_EQ((*clients)[2].reason, "left: key revoked");
+  tasks_.clear();
+  Collect(out);
+  EXPECT_EQ(tasks_.count("p2"), 0u);  // Round 2 starts with c0 and c1.
+  EXPECT_EQ(tasks_.size(), 2u);
+  EXPECT_EQ(tasks_["p0"].round(), 2u);
+  EXPECT_TRUE(engine_->Revoke("nobody", "key revoked", now_).empty());
+}
+
 TEST_F(RoundEngineTest, FederatedEvaluationIsAskedEveryRRoundsAndWeighedByTestSamples) {
   config::RunConfig config = TestConfig(3, 3, 3);
   config.mutable_rounds()->set_federated_eval_every(2);  // Rounds 1 and 3.

@@ -52,6 +52,29 @@ TEST(ZapHandlerTest, AdmitsAllowlistedCurveKeysUnderTheirNameAndNothingElse) {
   }
 }
 
+TEST(ZapHandlerTest, AReplacedAllowlistRefusesTheKeysItDroppedAtOnce) {
+  zmq::context_t context;
+  const Party alice = NewParty(), bob = NewParty(), carol = NewParty();
+  auto zap = ZapHandler::Create(
+      context, {{"alice", alice.identity.public_key}, {"bob", bob.identity.public_key}});
+  ASSERT_TRUE(zap.ok()) << zap.status();
+  ASSERT_EQ((*zap)->Decide(Request("CURVE", RawCurveKey(bob))).status_code, "200");
+  ASSERT_TRUE(
+      (*zap)
+          ->Replace({{"alice", alice.identity.public_key}, {"carol", carol.identity.public_key}})
+          .ok());
+  EXPECT_EQ((*zap)->size(), 2u);
+  const ZapDecision revoked = (*zap)->Decide(Request("CURVE", RawCurveKey(bob)));
+  EXPECT_EQ(revoked.status_code, "400");
+  EXPECT_EQ(revoked.status_text, "key revoked");
+  EXPECT_EQ((*zap)->Decide(Request("CURVE", RawCurveKey(carol))).user_id, "carol");
+  EXPECT_EQ((*zap)->Decide(Request("CURVE", RawCurveKey(alice))).user_id, "alice");
+  // Admitted again: no longer counted as revoked.
+  ASSERT_TRUE((*zap)->Replace({{"bob", bob.identity.public_key}}).ok());
+  EXPECT_EQ((*zap)->Decide(Request("CURVE", RawCurveKey(bob))).user_id, "bob");
+  EXPECT_EQ((*zap)->Decide(Request("CURVE", RawCurveKey(carol))).status_text, "key revoked");
+}
+
 TEST(CurveTest, MalformedSecretKeyIsAnError) {
   zmq::context_t context;
   zmq::socket_t socket(context, zmq::socket_type::router);
