@@ -33,7 +33,7 @@ import sys
 
 SOURCE_DIRS = ["common", "proto", "crypto", "datasets", "train", "collective", "net",
                "aggregation", "store", "coordinator", "client", "worker", "sim", "python",
-               "cli"]
+               "cli", "provision"]
 STAGES = ["commit_seed", "advertise_keys", "share_keys", "check_shares", "confirm_checked",
           "masked_input", "consistency", "unmasking"]
 # Where the real clock may be read, besides common/: the transports' and the
