@@ -251,12 +251,14 @@ class IoLoop {
       } else if (security_.zap) {
         // Under CURVE a client's name and its signing identity are its
         // allowlist entry; the engine holds a Hello to them. A connection
-        // admitted under a key revoked since is refused.
+        // admitted under a key revoked since is refused, even once its name
+        // is allowed again (with another key).
         auto identity = security_.identities.find(raw_.user_id);
-        if (identity == security_.identities.end()) {
+        if (identity == security_.identities.end() || revoked_peers_.count(raw_.peer) != 0) {
           RefuseRevoked();
           continue;
         }
+        peers_of_[raw_.user_id].insert(raw_.peer);
         const RoundEngine::AuthenticatedPeer sender{raw_.user_id, identity->second};
         SendAll(engine_.OnMessage(raw_.peer, *envelope, now, &sender));
       } else {
@@ -296,6 +298,8 @@ class IoLoop {
       spdlog::warn("client {}: key revoked (not in the allowlist {} any more); refused from now on",
                    name, options_.allowlist);
       refused_.erase(name);
+      for (const std::string& peer : peers_of_[name]) revoked_peers_.insert(peer);
+      peers_of_.erase(name);
       SendAll(engine_.Revoke(name, kRevokedReason, SteadyNowMs()));
     }
   }
@@ -345,6 +349,10 @@ class IoLoop {
   CoordinatorMetrics* metrics_;
   net::RawMessage raw_;
   std::set<std::string> refused_;  // Revoked names whose messages were refused.
+  // Under CURVE: the connections (ROUTER routing ids) each name spoke on,
+  // and those whose name was revoked while they were open.
+  std::map<std::string, std::set<std::string>> peers_of_;
+  std::set<std::string> revoked_peers_;
 };
 
 }  // namespace
