@@ -33,8 +33,9 @@ void PrintReport(const provision::ProvisionRequest& r, const provision::Provisio
   }
 }
 
-int RunProvisionCommand(const provision::ProvisionRequest& r, const std::string& log_level) {
+int RunProvisionCommand(provision::ProvisionRequest& r, const std::string& log_level) {
   InitLogging("provision", "", log_level);
+  while (r.out.size() > 1 && r.out.back() == '/') r.out.pop_back();  // kits/ prints as kits.
   const bool change = !r.add_site.empty() || !r.revoke.empty();
   if (!r.add_site.empty() && !r.revoke.empty()) {
     std::fprintf(stderr, "provision: --add-site and --revoke: one at a time\n");
