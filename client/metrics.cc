@@ -5,21 +5,17 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "net/metrics_endpoint.h"
+
 namespace cohort::client {
 namespace {
+
+using net::NewCounter;
+using net::NewGauge;
 
 // Local training: well under a second (a small shard) to an hour.
 const std::vector<double> kTrainBuckets = {0.01, 0.05, 0.1, 0.25, 0.5, 1,   2.5,
                                            5,    10,   30,  60,   300, 900, 3600};
-
-prometheus::Counter* NewCounter(prometheus::Registry& registry, const char* name,
-                                const char* help) {
-  return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
-}
-
-prometheus::Gauge* NewGauge(prometheus::Registry& registry, const char* name, const char* help) {
-  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
-}
 
 }  // namespace
 

@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <prometheus/collectable.h>
+#include <prometheus/counter.h>
 #include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -158,6 +160,15 @@ uint64_t MetricsEndpoint::scrapes_begun() const { return counter_->begun(); }
 bool MetricsEndpoint::WaitForScrape(uint64_t begun, double seconds,
                                     const std::atomic<bool>& stop) const {
   return counter_->WaitForScrape(begun, seconds, stop);
+}
+
+prometheus::Counter* NewCounter(prometheus::Registry& registry, const char* name,
+                                const char* help) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+}
+
+prometheus::Gauge* NewGauge(prometheus::Registry& registry, const char* name, const char* help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
 }
 
 }  // namespace cohort::net

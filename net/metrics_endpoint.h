@@ -14,7 +14,9 @@
 #include "common/status.h"
 
 namespace prometheus {
+class Counter;
 class Exposer;
+class Gauge;
 class Registry;
 }  // namespace prometheus
 
@@ -31,6 +33,12 @@ struct MetricsAddress {
 // `value` and saying what is wrong (no port, a port out of range, a host
 // that is no IPv4 address).
 StatusOr<MetricsAddress> ParseMetricsAddress(const std::string& flag, const std::string& value);
+
+// A family of one unlabelled series in `registry`, and the series: how the
+// daemons' metrics (client/metrics, worker/metrics) register their plain
+// counters and gauges.
+prometheus::Counter* NewCounter(prometheus::Registry& registry, const char* name, const char* help);
+prometheus::Gauge* NewGauge(prometheus::Registry& registry, const char* name, const char* help);
 
 class ScrapeCounter;
 

@@ -222,6 +222,18 @@ uint32_t EvalBatchSize(const ModelConfig& model) {
   return static_cast<uint32_t>(std::clamp<uint64_t>(kMaxStepFloats / per_sample, 1, 1000));
 }
 
+Status ParseTextStrict(std::string_view text, std::string_view source,
+                       google::protobuf::Message& message) {
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  parser.AllowUnknownField(false);
+  if (!parser.ParseFromString(std::string(text), &message)) {
+    return InvalidArgumentError(std::string(source) + ": " + errors.message());
+  }
+  return OkStatus();
+}
+
 StatusOr<RunConfig> ParseRunConfig(std::string_view text, std::string_view source_name) {
   RunConfig config;
   const size_t first = text.find_first_not_of(" \t\r\n");
@@ -241,13 +253,7 @@ StatusOr<RunConfig> ParseRunConfig(std::string_view text, std::string_view sourc
                                   " is not a value this field allows");
     }
   } else {
-    google::protobuf::TextFormat::Parser parser;
-    FirstErrorCollector errors;
-    parser.RecordErrorsTo(&errors);
-    parser.AllowUnknownField(false);
-    if (!parser.ParseFromString(std::string(text), &config)) {
-      return InvalidArgumentError(where + ": " + errors.message());
-    }
+    COHORT_RETURN_IF_ERROR(ParseTextStrict(text, where, config));
   }
   COHORT_RETURN_IF_ERROR(ValidateRunConfig(config).WithContext(where));
   return config;

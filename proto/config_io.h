@@ -12,6 +12,12 @@
 
 namespace cohort::config {
 
+// Protobuf text format into `message`, strictly (an unknown field is an
+// error); kInvalidArgument "SOURCE: line L, column C: what" at the first
+// syntax error. The run config and `cohort provision`'s project use it.
+Status ParseTextStrict(std::string_view text, std::string_view source,
+                       google::protobuf::Message& message);
+
 // Parses protobuf text format, or JSON when the first non-blank character is
 // '{'. Unknown fields and syntax errors are kInvalidArgument naming the
 // source, line and column, and the field. Validates the result.

@@ -1,8 +1,5 @@
 #include "provision/project.h"
 
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,21 +15,6 @@ constexpr size_t kMaxHostChars = 253;
 constexpr size_t kMaxWordChars = 4096;
 constexpr uint32_t kMaxRanks = 1024;
 constexpr uintmax_t kMaxProjectBytes = 1 << 20;
-
-// The first syntax error, as "line L, column C: what".
-class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, int column, const std::string& message) override {
-    if (message_.empty()) {
-      message_ = "line " + std::to_string(line + 1) + ", column " + std::to_string(column + 1) +
-                 ": " + message;
-    }
-  }
-  const std::string& message() const { return message_; }
-
- private:
-  std::string message_;
-};
 
 std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
 
@@ -266,13 +248,7 @@ Status CheckProject(const Project& project) {
 
 StatusOr<Project> ParseProject(std::string_view text, std::string_view source) {
   Project project;
-  google::protobuf::TextFormat::Parser parser;
-  FirstErrorCollector errors;
-  parser.RecordErrorsTo(&errors);
-  parser.AllowUnknownField(false);
-  if (!parser.ParseFromString(std::string(text), &project)) {
-    return InvalidArgumentError(std::string(source) + ": " + errors.message());
-  }
+  COHORT_RETURN_IF_ERROR(config::ParseTextStrict(text, source, project));
   COHORT_RETURN_IF_ERROR(CheckProject(project).WithContext(source));
   return project;
 }

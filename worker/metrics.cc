@@ -5,19 +5,15 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "net/metrics_endpoint.h"
+
 namespace cohort::worker {
 namespace {
 
+using net::NewCounter;
+using net::NewGauge;
+
 const std::vector<double> kEpochBuckets = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400};
-
-prometheus::Counter* NewCounter(prometheus::Registry& registry, const char* name,
-                                const char* help) {
-  return &prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
-}
-
-prometheus::Gauge* NewGauge(prometheus::Registry& registry, const char* name, const char* help) {
-  return &prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
-}
 
 }  // namespace
 
