@@ -251,8 +251,8 @@ class ProvisionTest(unittest.TestCase):
 
     def test_systemd_units_verify_and_carry_their_hardening(self):
         analyze = shutil.which("systemd-analyze")
-        if analyze is None:
-            self.skipTest("systemd-analyze is not installed (Debian's systemd package)")
+        self.assertIsNotNone(analyze, "systemd-analyze is not installed: run scripts/setup.sh "
+                                      "(it installs Debian's systemd package)")
         self.provision("--project", self.run_.path("project.textproto"))
         binary = os.path.abspath(cohort_bin())
         for name in ["coordinator"] + SITES:
