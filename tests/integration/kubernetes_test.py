@@ -475,6 +475,47 @@ class KubernetesTest(unittest.TestCase):
         self.assertEqual(sorted(set(operator_env) & read),
                          ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"])
 
+    def test_mpijob_launchers_command_runs_under_mpirun(self):
+        """The MPIJob's launcher command, run by this host's mpirun: the
+        ranks take OMPI_COMM_WORLD_RANK and _SIZE from it and finish."""
+        mpirun = os.environ.get("COHORT_MPIRUN")
+        if not mpirun:
+            self.skipTest("this build has no MPI transport, or there is no mpirun")
+        run = self.run_
+        job = find(kustomize(os.path.join(DEPLOY, "base", "mpijob")), "MPIJob")
+        specs = job["spec"]["mpiReplicaSpecs"]
+        (launcher,) = specs["Launcher"]["template"]["spec"]["containers"]
+        worker = specs["Worker"]["template"]
+        run.cohort("partition", "--format", "synthetic", "--samples", "300", "--test-samples",
+                   "60", "--features", "20", "--classes", "4", "--clients", "1", "--scheme",
+                   "iid", "--seed", "3", "--out", run.path("shards"))
+        config = ("seed: 7\nmode: DATA_PARALLEL\n"
+                  f"data {{ train_shard: \"{run.path('shards/client-000.shard')}\" }}\n"
+                  "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: 8 }\n"
+                  "train { batch_size: 8 learning_rate: 0.05 }\n"
+                  "data_parallel { epochs: 2 timeout_s: 20 }\n")
+        objects = [job, {"kind": "ConfigMap", "metadata": {"name": "cohort-dp-config"},
+                         "data": {"config.textproto": config}}]
+        # The ranks run in the worker pods: their mounts give the paths.
+        pod = Pod(run, "mpi-worker", worker, objects, {"cohort-dp-run": run.path("mpi-run")})
+        (ranks_container,) = worker["spec"]["containers"]
+        env = pod.env(launcher, {})
+        argv = pod.argv(dict(launcher, volumeMounts=ranks_container["volumeMounts"]), env, {})
+        self.assertEqual(argv[0], "mpirun")
+        self.assertEqual(int(argv[argv.index("-np") + 1]),
+                         specs["Worker"]["replicas"] * job["spec"]["slotsPerWorker"])
+        # Open MPI on this host only: shared memory, its channel on loopback.
+        local = [mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader",
+                 "--mca", "oob_tcp_if_include", "lo"]
+        p = Process(local + argv[1:], run.path("mpirun.log"), env=env)
+        run.processes.append(p)
+        self.assertEqual(p.wait(120), 0, p.output())
+        self.assertIn("rank 1 of 2 ready", p.output())
+        rows = [json.loads(line) for line in
+                run.cohort("status", "--run-dir", run.path("mpi-run/run"), "--json").splitlines()
+                if line.startswith("{")]
+        self.assertEqual([row["round"] for row in rows], [1, 2])
+
 
 def snapshot(root):
     out = {}
