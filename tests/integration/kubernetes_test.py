@@ -358,6 +358,27 @@ class KubernetesTest(unittest.TestCase):
                                ("Secret", "cohort-client-identity-"),
                                ("Secret", "cohort-coordinator-key-"), ("Secret", "cohort-peers-")]:
                 self.assertIn((kind, name + s), names)
+        # The coordinator takes the clients on its port and Prometheus on
+        # the metrics port, and opens nothing; a client opens only the
+        # coordinator's port and DNS, and takes nothing.
+        policy = find(everyone, "NetworkPolicy", "cohort-coordinator")["spec"]
+        self.assertEqual(policy["policyTypes"], ["Ingress", "Egress"])
+        self.assertEqual(policy.get("egress", []), [])
+        self.assertEqual([(r["from"][0]["podSelector"]["matchLabels"], r["ports"])
+                          for r in policy["ingress"]],
+                         [({"app.kubernetes.io/name": "cohort",
+                            "app.kubernetes.io/component": "client"},
+                           [{"protocol": "TCP", "port": 7000}]),
+                          ({"app.kubernetes.io/name": "prometheus"},
+                           [{"protocol": "TCP", "port": 9464}])])
+        for s in SITES:
+            policy = find(everyone, "NetworkPolicy", "cohort-client-" + s)["spec"]
+            self.assertEqual(policy["podSelector"]["matchLabels"]["app.kubernetes.io/instance"], s)
+            self.assertEqual(policy.get("ingress", []), [])
+            self.assertEqual(sorted((p["protocol"], p["port"]) for r in policy["egress"]
+                                    for p in r["ports"]),
+                             [("TCP", 53), ("TCP", 7000), ("UDP", 53)])
+            self.assertNotIn("to", policy["egress"][0])
         # The Secrets hold the kits' files byte for byte; a site's holds
         # only its own private key.
         kits = self.run_.path("kits")
