@@ -260,6 +260,22 @@ bool EncodeDelta(std::span<const float> after, std::span<const float> before,
                       HasAvx2());
 }
 
+double BoundL2Norm(std::span<const float> after, std::span<const float> before, float bound,
+                   std::span<float> out) {
+  double squares = 0;
+  for (size_t i = 0; i < after.size(); ++i) {
+    out[i] = after[i] - before[i];
+    squares += double{out[i]} * out[i];
+  }
+  const double norm = std::sqrt(squares);
+  if (!std::isfinite(norm) || norm <= bound) return norm;
+  // Scaled in double, rounded once: a client's delta becomes the float
+  // nearest to the exactly clipped one.
+  const double factor = double{bound} / norm;
+  for (float& v : out) v = static_cast<float>(v * factor);
+  return norm;
+}
+
 void DecodeFixedPoint(std::span<const uint32_t> sum, double total_weight, const FixedPoint& fp,
                       std::span<float> out) {
   const double inv = 1.0 / (fp.scale * total_weight);

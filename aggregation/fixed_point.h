@@ -39,6 +39,16 @@ void EncodeFixedPoint(std::span<const float> values, double weight, const FixedP
 [[nodiscard]] bool EncodeDelta(std::span<const float> after, std::span<const float> before,
                                std::span<const float> tail, double weight, const FixedPoint& fp,
                                Rng& rng, std::span<uint32_t> out);
+
+// L2 norm bounding (secagg.l2_clip), before encoding: writes
+// delta = after - before (float, as EncodeDelta takes it) scaled by
+// min(1, bound / ||delta||) into `out` (after.size() floats), so ||out|| <=
+// bound to float rounding. Returns ||delta|| before scaling, computed in
+// double; NaN or Inf when a difference is not finite (`out` is then
+// meaningless). `bound` > 0.
+double BoundL2Norm(std::span<const float> after, std::span<const float> before, float bound,
+                   std::span<float> out);
+
 namespace internal {
 // EncodeFixedPoint with the AVX2 kernels (encoding and rounding bits) on or
 // off (tests: both must agree).

@@ -183,6 +183,9 @@ struct SecAggSetup {
   // The masked vector carries kSecureEvalSlots after the training metrics
   // (federated evaluation; fixed_point.h).
   bool eval_slots = false;
+  // secagg.l2_clip: the client bounds its delta's L2 norm by this before
+  // encoding (aggregation/fixed_point.h BoundL2Norm). 0: no bound.
+  float l2_clip = 0;
 };
 
 // Who broke the protocol, and how (for the run store and the logs).

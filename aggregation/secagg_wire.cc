@@ -158,6 +158,7 @@ StatusOr<aggregation::SecAggSetup> FromWire(const wire::SecAggSetup& m) {
   s.stage_timeout_ms = m.stage_timeout_ms();
   s.round_deadline_ms = m.round_deadline_ms();
   s.eval_slots = m.eval_slots();
+  s.l2_clip = m.l2_clip();
   return s;
 }
 
@@ -180,6 +181,7 @@ wire::SecAggSetup ToWire(const aggregation::SecAggSetup& s) {
   m.set_stage_timeout_ms(s.stage_timeout_ms);
   m.set_round_deadline_ms(s.round_deadline_ms);
   m.set_eval_slots(s.eval_slots);
+  m.set_l2_clip(s.l2_clip);
   return m;
 }
 

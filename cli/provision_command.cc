@@ -6,6 +6,7 @@
 #include "cli/command.h"
 #include "common/logging.h"
 #include "provision/kits.h"
+#include "provision/kubernetes.h"
 
 namespace cohort::cli {
 namespace {
@@ -33,8 +34,26 @@ void PrintReport(const provision::ProvisionRequest& r, const provision::Provisio
   }
 }
 
-int RunProvisionCommand(provision::ProvisionRequest& r, const std::string& log_level) {
+// What a kits folder holds beside the kits: nothing more, or Kubernetes
+// overlays (provision/kubernetes.h), kept current once there.
+int WriteFormats(const provision::ProvisionRequest& r, const std::string& format) {
+  if (format != "kubernetes" && !provision::HasKubernetes(r.out)) return 0;
+  const Status written = provision::WriteKubernetes(r.out);
+  if (written.ok()) {
+    std::printf("%s/%s/ (Kubernetes: kubectl apply -k %s/%s/NAME)\n", r.out.c_str(),
+                provision::kKubernetesDir, r.out.c_str(), provision::kKubernetesDir);
+  }
+  return Report(written, "provision --format kubernetes");
+}
+
+int RunProvisionCommand(provision::ProvisionRequest& r, const std::string& format,
+                        const std::string& log_level) {
   InitLogging("provision", "", log_level);
+  if (format != "kits" && format != "kubernetes") {
+    std::fprintf(stderr, "provision: --format %s: not a format (kits, kubernetes)\n",
+                 format.c_str());
+    return 2;
+  }
   while (r.out.size() > 1 && r.out.back() == '/') r.out.pop_back();  // kits/ prints as kits.
   const bool change = !r.add_site.empty() || !r.revoke.empty();
   if (!r.add_site.empty() && !r.revoke.empty()) {
@@ -57,8 +76,9 @@ int RunProvisionCommand(provision::ProvisionRequest& r, const std::string& log_l
     return 2;
   }
   auto report = provision::Provision(r);
-  if (report.ok()) PrintReport(r, *report);
-  return Report(report.status(), "provision");
+  if (!report.ok()) return Report(report.status(), "provision");
+  PrintReport(r, *report);
+  return WriteFormats(r, format);
 }
 
 }  // namespace
@@ -69,6 +89,7 @@ Command AddProvisionCommand(CLI::App& app, const std::string& log_level) {
       "Write a startup kit per participant of a federation (keys, allowlists, config, start "
       "script, systemd unit), or add or revoke a site");
   auto r = std::make_shared<provision::ProvisionRequest>();
+  auto format = std::make_shared<std::string>("kits");
   provision->add_option("--project", r->project,
                         "The project file (text format; proto/provision.proto)");
   provision->add_option("--out", r->out, "The kits folder (new, empty, or written before)")
@@ -80,7 +101,12 @@ Command AddProvisionCommand(CLI::App& app, const std::string& log_level) {
   provision->add_option("--revoke", r->revoke,
                         "Remove a site: its kit is deleted, the allowlists and --peers copies "
                         "rewritten");
-  return {provision, [r, &log_level] { return RunProvisionCommand(*r, log_level); }};
+  provision->add_option("--format", *format,
+                        "kits (the default), or kubernetes: the kits and OUT/kubernetes/, a "
+                        "kustomization per participant with its keys in Secrets (kept current "
+                        "by every later provision)");
+  return {provision,
+          [r, format, &log_level] { return RunProvisionCommand(*r, *format, log_level); }};
 }
 
 }  // namespace cohort::cli

@@ -211,8 +211,9 @@ void Session::WarnAboutClipping(uint32_t round, std::span<const float> local,
                                 std::span<const float> global, float clip, double loss) const {
   size_t clipped = 0;
   float largest = 0;
-  for (size_t i = 0; i < local.size() && i < global.size(); ++i) {
-    const float d = std::fabs(local[i] - global[i]);
+  const size_t n = global.empty() ? local.size() : std::min(local.size(), global.size());
+  for (size_t i = 0; i < n; ++i) {
+    const float d = std::fabs(global.empty() ? local[i] : local[i] - global[i]);
     if (d > clip) {
       ++clipped;
       largest = std::max(largest, d);
@@ -238,9 +239,18 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   // A securely aggregated task never sends a plaintext update: when the
   // session was refused or abandoned, nothing is sent at all.
   if (!secagg_ || secagg_->task_id != task.task_id) return;
+  // The norm bound first (secagg.l2_clip), then the per-coordinate clip
+  // of the encoding: the warning counts what the encoding will clip.
+  std::vector<float> bounded;
+  if (secagg_->l2_clip > 0 && !BoundNorm(task, local, bounded)) {
+    Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
+    return;
+  }
+  WarnAboutClipping(task.round, bounded.empty() ? local : bounded,
+                    bounded.empty() ? task.global : std::span<const float>(),
+                    secagg_->fixed_point.clip, result.mean_loss);
   // The metrics ride in the masked vector, after the delta: the
   // coordinator learns only their weighted means.
-  WarnAboutClipping(task.round, local, task.global, secagg_->fixed_point.clip, result.mean_loss);
   // Then the federated evaluation's slots, zeros where it did not evaluate.
   float slots[aggregation::kSecureMetricSlots + aggregation::kSecureEvalSlots] = {};
   const size_t num_slots =
@@ -260,8 +270,13 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   Rng rng(DeriveSeed(secagg_->train_seed, 0xf17ed));
   // The coordinator cannot check a masked vector, so the client does: a
   // diverged update leaves the round (a dropout) instead of being encoded.
-  if (!aggregation::EncodeDelta(local, task.global, std::span<const float>(slots, num_slots),
-                                secagg_->weight, secagg_->fixed_point, rng, encoded)) {
+  const std::span<const float> tail(slots, num_slots);
+  if (!bounded.empty()) {
+    // Clipped: the scaled delta and the slots, encoded as one vector.
+    bounded.insert(bounded.end(), tail.begin(), tail.end());
+    aggregation::EncodeFixedPoint(bounded, secagg_->weight, secagg_->fixed_point, rng, encoded);
+  } else if (!aggregation::EncodeDelta(local, task.global, tail, secagg_->weight,
+                                       secagg_->fixed_point, rng, encoded)) {
     Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
     return;
   }
@@ -274,6 +289,20 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   masked.set_masked(true);
   secagg_->update = masked;
   if (secagg_->checked_in) SendMaskedInput(now, a);
+}
+
+bool Session::BoundNorm(const TrainTask& task, std::span<const float> local,
+                        std::vector<float>& bounded) const {
+  std::vector<float> delta(local.size());
+  const double norm = aggregation::BoundL2Norm(local, task.global, secagg_->l2_clip, delta);
+  if (!std::isfinite(norm)) return false;
+  if (norm <= secagg_->l2_clip) return true;  // Encoded from the models as it is.
+  env_->Log().info(
+      "round {}: secagg.l2_clip {} scaled the update (L2 norm {:.4g}) by {:.4g} before "
+      "masking",
+      task.round, secagg_->l2_clip, norm, secagg_->l2_clip / norm);
+  bounded = std::move(delta);
+  return true;
 }
 
 void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
@@ -553,6 +582,10 @@ Status Session::CheckSetupSums(const aggregation::SecAggSetup& s) const {
       !std::isfinite(s.total_weight) || s.total_weight < static_cast<double>(num_samples_)) {
     return InvalidArgumentError("secagg setup: bad clip, scale or total weight");
   }
+  if (!std::isfinite(s.l2_clip) || s.l2_clip < 0) {
+    return InvalidArgumentError("secagg setup: l2_clip " + std::to_string(s.l2_clip) +
+                                " is not a finite value >= 0");
+  }
   // The whole cohort's encodings must fit 31 bits, or the sum wraps.
   if (s.scale * s.clip + s.n > 2147483647.0) {
     return InvalidArgumentError("secagg setup: scale x clip overflows 32 bits");
@@ -594,6 +627,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.fixed_point = {s.clip, s.scale};
   r.weight = static_cast<double>(num_samples_) / s.total_weight;
   r.eval_slots = s.eval_slots;
+  r.l2_clip = s.l2_clip;
   r.stage_limit = std::min<TimeMs>(secagg_stage_limit_ms_, 2 * TimeMs{s.stage_timeout_ms} + 30000);
   r.survivors_limit =
       std::min<TimeMs>(10 * secagg_stage_limit_ms_, 2 * TimeMs{s.round_deadline_ms} + 30000);

@@ -108,6 +108,7 @@ class Session {
     aggregation::FixedPoint fixed_point;
     double weight = 0;        // num_samples / total_weight.
     bool eval_slots = false;  // The vector carries the federated evaluation's slots.
+    float l2_clip = 0;        // The setup's bound on the delta's L2 norm; 0: none.
     std::unique_ptr<aggregation::SecAggClient> client;
     bool checked_in = false;  // U3 confirmed: ready to mask.
     // What this client waits for from the coordinator, and since when
@@ -147,9 +148,15 @@ class Session {
   // The update of a finished task: masked (the secure session sends it
   // once its shares are checked) or plain.
   // Warns when the fixed-point encoding changes what it carries: update
-  // values beyond secagg.clip, a loss beyond kMaxSecureLoss.
+  // values beyond secagg.clip, a loss beyond kMaxSecureLoss. `global`
+  // empty: `local` is the delta itself (already norm-bounded).
   void WarnAboutClipping(uint32_t round, std::span<const float> local,
                          std::span<const float> global, float clip, double loss) const;
+  // secagg.l2_clip: `bounded` becomes the delta scaled to the bound where
+  // its norm exceeds it (and says so in the log), else stays empty; false
+  // when the delta is not finite.
+  bool BoundNorm(const TrainTask& task, std::span<const float> local,
+                 std::vector<float>& bounded) const;
   void SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
                         const std::optional<train::EvalResult>& eval, std::span<const float> local,
                         TimeMs now, Actions& a);

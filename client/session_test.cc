@@ -168,11 +168,13 @@ TEST_F(SessionTest, TheTasksOptimizerSettingsReachTraining) {
   train = sgd.header.mutable_task()->mutable_train();
   train->set_momentum(0.7f);
   train->set_dampening(0.3f);
+  train->set_proximal_mu(0.25f);
   a = s.OnMessage(sgd, 30);
   ASSERT_TRUE(a.train.has_value());
   EXPECT_EQ(a.train->options.optimizer.kind, train::OptimizerKind::kSgd);
   EXPECT_FLOAT_EQ(a.train->options.optimizer.momentum, 0.7f);
   EXPECT_FLOAT_EQ(a.train->options.optimizer.dampening, 0.3f);
+  EXPECT_FLOAT_EQ(a.train->options.optimizer.proximal_mu, 0.25f);
   EXPECT_FALSE(a.train->options.optimizer.nesterov);
   net::Envelope nesterov = Task(3, 9, {1, 2, 3, 4});
   nesterov.header.mutable_task()->mutable_train()->set_momentum(0.9f);
@@ -201,7 +203,29 @@ TEST_F(SessionTest, BadTasksAreIgnored) {
   net::Envelope bad_nesterov = Task(1, 7, {1, 2, 3, 4});
   bad_nesterov.header.mutable_task()->mutable_train()->set_nesterov(true);
   EXPECT_FALSE(s.OnMessage(bad_nesterov, 70).train.has_value());
+  net::Envelope bad_mu = Task(1, 9, {1, 2, 3, 4});
+  bad_mu.header.mutable_task()->mutable_train()->set_proximal_mu(-0.5f);
+  EXPECT_FALSE(s.OnMessage(bad_mu, 75).train.has_value());
   EXPECT_TRUE(s.OnMessage(Task(1, 8, {1, 2, 3, 4}), 80).train.has_value());
+}
+
+TEST(SessionLogTest, ATaskWithABadFedProxMuIsIgnoredNamingIt) {
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(out);
+  sink->set_pattern("%v");
+  LogRedirectEnv env(cohort::Env::Default(), std::make_shared<spdlog::logger>("t", sink));
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, nullptr,
+      FaultPlan{}, InputObserver{}, &env);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  net::Envelope bad_mu = Task(1, 9, {1, 2, 3, 4});
+  bad_mu.header.mutable_task()->mutable_train()->set_proximal_mu(-0.5f);
+  EXPECT_FALSE(s.OnMessage(bad_mu, 20).train.has_value());
+  EXPECT_NE(out.str().find("round 1: bad task ignored: task: optimizer: proximal_mu -0.500000 "
+                           "must be finite and >= 0"),
+            std::string::npos)
+      << out.str();
 }
 
 TEST_F(SessionTest, ReplacementTaskCancelsTheOldJobAndItsResultIsDropped) {
@@ -479,6 +503,65 @@ TEST(SecureSessionTest, ClippingIsWarnedAbout) {
                            "carries"),
             std::string::npos)
       << out.str();
+}
+
+// secagg.l2_clip: a client whose delta is longer than the bound encodes
+// the delta scaled onto it, and says so; one within the bound encodes the
+// same words as without a bound; a setup with a bad bound is refused.
+TEST(SecureSessionTest, AnUpdateAboveTheL2BoundIsScaledOntoItBeforeMasking) {
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(out);
+  sink->set_pattern("%v");
+  LogRedirectEnv env(cohort::Env::Default(), std::make_shared<spdlog::logger>("t", sink));
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  auto encode = [&](float l2_clip, std::vector<float> local) {
+    std::vector<uint32_t> encoded;
+    Session s(
+        "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity,
+        FaultPlan{},
+        [&](uint32_t, std::span<const uint32_t> words) {
+          encoded.assign(words.begin(), words.end());
+        },
+        &env);
+    s.Start(0);
+    s.OnMessage(Welcome(), 10);
+    net::Envelope task = SecureTask(7, identity.public_key);
+    task.header.mutable_task()->mutable_secagg()->set_l2_clip(l2_clip);
+    EXPECT_TRUE(s.OnMessage(task, 20).train.has_value());
+    s.OnTrainingDone(7, train::TrainResult{}, local, 30);
+    return encoded;
+  };
+  // ||(3, 4, 0, 0)|| = 5, bound 1: (0.6, 0.8, 0, 0). Weight 50/150, scale 1e6.
+  const std::vector<uint32_t> clipped = encode(1.0f, {3, 4, 0, 0});
+  ASSERT_EQ(clipped.size(), kParams + aggregation::kSecureMetricSlots);
+  const double unit = 50.0 / 150 * 1e6;
+  EXPECT_NEAR(double(int32_t(clipped[0])), 0.6 * unit, 1.0);
+  EXPECT_NEAR(double(int32_t(clipped[1])), 0.8 * unit, 1.0);
+  EXPECT_EQ(clipped[2], 0u);
+  EXPECT_NE(out.str().find("round 1: secagg.l2_clip 1 scaled the update (L2 norm 5) by 0.2 "
+                           "before masking"),
+            std::string::npos)
+      << out.str();
+  // Without the bound, secagg.clip 4 alone would have kept 3 and 4.
+  const std::vector<uint32_t> unbounded = encode(0.0f, {3, 4, 0, 0});
+  EXPECT_NEAR(double(int32_t(unbounded[1])), 4 * unit, 1.0);
+  // Within the bound nothing changes, word for word.
+  EXPECT_EQ(encode(10.0f, {0.5f, -0.25f, 1, 0}), encode(0.0f, {0.5f, -0.25f, 1, 0}));
+  // A non-finite delta is refused before any scaling.
+  EXPECT_TRUE(encode(1.0f, {std::numeric_limits<float>::infinity(), 0, 0, 0}).empty());
+
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  net::Envelope bad = SecureTask(8, identity.public_key);
+  bad.header.mutable_task()->mutable_secagg()->set_l2_clip(-1);
+  Actions a = s.OnMessage(bad, 20);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("secagg setup: l2_clip -1.000000 is not a finite value >= 0"),
+            std::string::npos)
+      << a.printed[0];
 }
 
 TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {

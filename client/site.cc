@@ -32,6 +32,7 @@ enum Word : size_t {
   kBeta1,
   kBeta2,
   kEps,
+  kProximalMu,
   kNumParams,
   kHeaderWords
 };
@@ -79,6 +80,7 @@ std::vector<int64_t> EncodeTask(const train::TrainOptions& o, size_t num_params)
   h[kBeta1] = Bits(p.beta1);
   h[kBeta2] = Bits(p.beta2);
   h[kEps] = Bits(p.eps);
+  h[kProximalMu] = Bits(p.proximal_mu);
   h[kNumParams] = static_cast<int64_t>(num_params);
   return h;
 }
@@ -106,6 +108,7 @@ StatusOr<train::TrainOptions> DecodeTask(std::span<const int64_t> h) {
   p.beta1 = Float(h[kBeta1]);
   p.beta2 = Float(h[kBeta2]);
   p.eps = Float(h[kEps]);
+  p.proximal_mu = Float(h[kProximalMu]);
   COHORT_RETURN_IF_ERROR(train::CheckOptimizerOptions(p).WithContext("site task"));
   return o;
 }
@@ -226,6 +229,8 @@ StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<fl
   const size_t steps = std::max<size_t>(1, (total_samples_ + site_batch - 1) / site_batch);
   const size_t most = (n + steps - 1) / steps;  // The largest part this rank takes.
   COHORT_ASSIGN_OR_RETURN(auto optimizer, train::Optimizer::Create(options.optimizer, np, b));
+  // FedProx: every rank pulls towards the model rank 0 broadcast.
+  COHORT_RETURN_IF_ERROR(optimizer->SetProximalAnchor(params));
   COHORT_ASSIGN_OR_RETURN(auto order_dev, train::DeviceArray<uint32_t>::Create(b, n));
   COHORT_ASSIGN_OR_RETURN(auto stats, train::DeviceArray<double>::Create(b, 2));
   train::DataParallelStepOptions step_options;

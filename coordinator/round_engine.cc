@@ -214,6 +214,7 @@ aggregation::SecAggSetup RoundEngine::SecAggSetupFor(const std::string& name) co
   s.stage_timeout_ms = ms(config_.secagg().stage_timeout_s());
   s.round_deadline_ms = ms(config_.rounds().round_deadline_s());
   s.eval_slots = federated_eval();
+  s.l2_clip = config_.secagg().l2_clip();
   return s;
 }
 

@@ -102,6 +102,27 @@ TEST(StrategyTest, TaskCarriesTrainConfigAndPerClientSeed) {
   EXPECT_NE(a.train_seed(), b.train_seed());
 }
 
+// FedProx: mu travels in every task, whichever server step the run takes
+// (FedProx is a client-side term; it composes with FedAvgM and FedAdam).
+TEST(StrategyTest, EveryTaskCarriesFedProxsMu) {
+  for (float momentum : {0.0f, 0.9f}) {
+    config::RunConfig c = TestConfig(momentum);
+    c.mutable_train()->set_proximal_mu(0.01f);
+    wire::RoundTask task;
+    Make(c)->ConfigureTask(2, "alice", task);
+    EXPECT_EQ(task.train().proximal_mu(), 0.01f);
+  }
+  config::RunConfig adam = TestConfig();
+  adam.mutable_server()->set_optimizer(config::FEDADAM);
+  adam.mutable_train()->set_proximal_mu(0.5f);
+  wire::RoundTask task;
+  Make(adam)->ConfigureTask(1, "bob", task);
+  EXPECT_EQ(task.train().proximal_mu(), 0.5f);
+  wire::RoundTask plain;
+  Make(TestConfig())->ConfigureTask(1, "bob", plain);
+  EXPECT_EQ(plain.train().proximal_mu(), 0.0f);
+}
+
 TEST(StrategyTest, FedAvgStepIsTheServerOptimizerWithoutMomentum) {
   auto strategy = Make(TestConfig());
   const std::vector<float> delta = {0.1f, -0.3f, 1e-7f, 3.0f};

@@ -486,6 +486,12 @@ Status CheckOptimizer(const TrainConfig& t) {
   if (!IsFinitePositive(t.eps())) {
     return InvalidArgumentError("train.eps: must be > 0");
   }
+  if (!std::isfinite(t.proximal_mu()) || t.proximal_mu() < 0) {
+    return InvalidArgumentError(
+        "train.proximal_mu: must be a finite value >= 0 (0: no FedProx "
+        "term), got " +
+        Number(t.proximal_mu()));
+  }
   return OkStatus();
 }
 
@@ -556,6 +562,10 @@ Status CheckSecAgg(const SecAggConfig& sa, const RoundsConfig& r) {
   if (!std::isfinite(sa.corrupt_fraction()) || sa.corrupt_fraction() < 0 ||
       sa.corrupt_fraction() >= 0.5f) {
     return InvalidArgumentError("secagg.corrupt_fraction: must be in [0, 0.5)");
+  }
+  if (!std::isfinite(sa.l2_clip()) || sa.l2_clip() < 0) {
+    return InvalidArgumentError("secagg.l2_clip: must be a finite value >= 0 (0: no bound), got " +
+                                Number(sa.l2_clip()));
   }
   return CheckSeconds("secagg.stage_timeout_s", sa.stage_timeout_s());
 }
@@ -698,6 +708,11 @@ Status ValidateRunConfig(const RunConfig& c) {
     return InvalidArgumentError("train.local_epochs: must be in [1, 1000]");
   }
   COHORT_RETURN_IF_ERROR(CheckOptimizer(t));
+  if (c.mode() == DATA_PARALLEL && t.proximal_mu() != 0) {
+    return InvalidArgumentError(
+        "train.proximal_mu: FedProx pulls each client towards its round's model; "
+        "DATA_PARALLEL workers keep one model and have no rounds");
+  }
   COHORT_RETURN_IF_ERROR(CheckRounds(c.rounds()));
   const ServerConfig& s = c.server();
   if (!IsFinitePositive(s.learning_rate())) {
@@ -723,6 +738,12 @@ Status ValidateRunConfig(const RunConfig& c) {
     return InvalidArgumentError("secagg.aggregation: must be PLAIN, SECAGG or SECAGG_PLUS");
   }
   if (sa.aggregation() != PLAIN) COHORT_RETURN_IF_ERROR(CheckSecAgg(sa, c.rounds()));
+  if (sa.aggregation() == PLAIN && sa.l2_clip() != 0) {
+    return InvalidArgumentError(
+        "secagg.l2_clip: a bound clients apply under secure aggregation, but "
+        "secagg.aggregation is PLAIN; plain rounds reject an update above "
+        "server.max_update_norm instead");
+  }
   if (s.has_robust()) COHORT_RETURN_IF_ERROR(CheckRobust(c));
   return OkStatus();
 }

@@ -590,5 +590,34 @@ TEST(ConfigTest, ARobustRuleNeedsPlainRoundsItsOwnSettingsAndEnoughClients) {
   }
 }
 
+// FedProx's mu and SecAgg+'s L2 bound: accepted where they mean something,
+// errors naming the field otherwise (issue 34).
+TEST(ConfigTest, FedProxMuAndTheL2BoundAreCheckedAndNamed) {
+  EXPECT_EQ(ErrorOf("train { proximal_mu: 0.01 }"), "");
+  EXPECT_EQ(ErrorOf("train { proximal_mu: 1 optimizer: ADAM momentum: 0 } "
+                    "server { optimizer: FEDADAM learning_rate: 0.1 }"),
+            "");
+  EXPECT_EQ(ErrorOf("secagg { l2_clip: 2.5 }"), "");
+  EXPECT_EQ(ErrorOf("secagg { aggregation: SECAGG l2_clip: 2.5 }"), "");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"train { proximal_mu: -0.1 }",
+       "train.proximal_mu: must be a finite value >= 0 (0: no FedProx term), got -0.1"},
+      {"train { proximal_mu: nan }", "train.proximal_mu: must be a finite value >= 0"},
+      {"train { proximal_mu: inf }", "train.proximal_mu: must be a finite value >= 0"},
+      {"mode: DATA_PARALLEL data { train_shard: \"t\" } train { proximal_mu: 0.1 }",
+       "train.proximal_mu: FedProx pulls each client towards its round's model; DATA_PARALLEL "
+       "workers keep one model and have no rounds"},
+      {"secagg { l2_clip: -1 }",
+       "secagg.l2_clip: must be a finite value >= 0 (0: no bound), got -1"},
+      {"secagg { l2_clip: inf }", "secagg.l2_clip: must be a finite value >= 0"},
+      {"secagg { aggregation: PLAIN l2_clip: 3 }",
+       "secagg.l2_clip: a bound clients apply under secure aggregation, but secagg.aggregation "
+       "is PLAIN; plain rounds reject an update above server.max_update_norm instead"},
+  };
+  for (const auto& [text, message] : bad) {
+    EXPECT_TRUE(Contains(ErrorOf(text), "x.textproto: " + message)) << ErrorOf(text);
+  }
+}
+
 }  // namespace
 }  // namespace cohort::config

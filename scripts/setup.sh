@@ -16,9 +16,14 @@ packages=(
   chromium  # `cohort report`'s test renders the page in headless Chromium
   systemd   # systemd-analyze checks the units `cohort provision` writes
   curl      # bench/observability_cost.sh reads Prometheus's query API
+  python3-yaml python3-jsonschema  # tests/integration/kubernetes_test.py validates the recipes
   # The cohort Python package (python/) and its tests and examples.
   python3-dev python3-numpy pybind11-dev python3-pybind11 python3-torch libtorch-dev python3-onnx
 )
+# `kubectl kustomize` builds the Kubernetes recipes in their test: Debian's
+# kubernetes-client, unless a kubectl is already there (another package's
+# /usr/bin/kubectl would conflict with it).
+if ! command -v kubectl >/dev/null 2>&1; then packages+=(kubernetes-client); fi
 # GCC's ASan and UBSan runtimes (`make test-asan`) come with build-essential.
 for group in "$@"; do
   case $group in

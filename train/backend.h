@@ -45,16 +45,24 @@ struct PoolGeom {
 };
 
 // The update rules of torch.optim; see train/optimizer.h.
+// FedProx's proximal term (rules.h ProximalGradient): with `anchor` (backend
+// memory, n floats), the gradient gets + mu (p - anchor) first. Null: none.
+struct ProximalArgs {
+  const float* anchor = nullptr;
+  float mu = 0;
+};
 struct SgdArgs {
   float lr = 0, weight_decay = 0, momentum = 0, dampening = 0;
   bool nesterov = false;
   bool first_step = true;  // The momentum buffer starts as the gradient.
+  ProximalArgs proximal;
 };
 struct AdamArgs {
   float lr = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
   bool decoupled = false;     // AdamW.
   float step_size = 0;        // lr / (1 - beta1^t)
   float root_correction = 0;  // sqrt(1 - beta2^t)
+  ProximalArgs proximal;
 };
 
 // Not thread-safe: one backend per training thread.

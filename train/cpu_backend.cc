@@ -311,6 +311,16 @@ void CpuBackend::Gather(const float* features, const int32_t* labels, const uint
 
 // The rules are train/rules.h's, shared with the CUDA kernels.
 void CpuBackend::SgdUpdate(float* p, const float* g, float* b, size_t n, const SgdArgs& a) {
+  // Without a proximal term the loops below are the ones before FedProx,
+  // so such a step computes the same bits.
+  if (const float* anchor = a.proximal.anchor; anchor != nullptr) {
+    const float mu = a.proximal.mu;
+    for (size_t i = 0; i < n; ++i) {
+      SgdElement(p[i], ProximalGradient(g[i], p[i], anchor[i], mu),
+                 a.momentum == 0.0f ? nullptr : b + i, a);
+    }
+    return;
+  }
   if (a.momentum == 0.0f) {
     for (size_t i = 0; i < n; ++i) SgdElement(p[i], g[i], nullptr, a);
     return;
@@ -320,6 +330,13 @@ void CpuBackend::SgdUpdate(float* p, const float* g, float* b, size_t n, const S
 
 void CpuBackend::AdamUpdate(float* p, const float* g, float* m, float* v, size_t n,
                             const AdamArgs& a) {
+  if (const float* anchor = a.proximal.anchor; anchor != nullptr) {
+    const float mu = a.proximal.mu;
+    for (size_t i = 0; i < n; ++i) {
+      AdamElement(p[i], ProximalGradient(g[i], p[i], anchor[i], mu), m[i], v[i], a);
+    }
+    return;
+  }
   for (size_t i = 0; i < n; ++i) AdamElement(p[i], g[i], m[i], v[i], a);
 }
 

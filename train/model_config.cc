@@ -31,6 +31,7 @@ OptimizerOptions OptimizerFromConfig(const config::TrainConfig& config) {
   o.beta1 = config.beta1();
   o.beta2 = config.beta2();
   o.eps = config.eps();
+  o.proximal_mu = config.proximal_mu();
   return o;
 }
 

@@ -22,6 +22,10 @@ Status CheckOptimizerOptions(const OptimizerOptions& o) {
     return InvalidArgumentError("optimizer: weight_decay " + Num(o.weight_decay) +
                                 " must be finite and >= 0");
   }
+  if (!Finite(o.proximal_mu) || o.proximal_mu < 0) {
+    return InvalidArgumentError("optimizer: proximal_mu " + Num(o.proximal_mu) +
+                                " must be finite and >= 0");
+  }
   if (o.kind == OptimizerKind::kSgd) {
     if (!Finite(o.momentum) || o.momentum < 0 || o.momentum >= 1) {
       return InvalidArgumentError("optimizer: momentum " + Num(o.momentum) + " must be in [0, 1)");
@@ -60,7 +64,21 @@ StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const OptimizerOptions& o
     COHORT_ASSIGN_OR_RETURN(o->second_, DeviceArray<float>::Create(backend, num_params));
     backend->Zero(o->second_.data(), o->second_.bytes());
   }
+  if (options.proximal_mu != 0.0f) {
+    COHORT_ASSIGN_OR_RETURN(o->anchor_, DeviceArray<float>::Create(backend, num_params));
+  }
   return o;
+}
+
+Status Optimizer::SetProximalAnchor(std::span<const float> anchor) {
+  if (anchor.size() != num_params_) {
+    return InvalidArgumentError("optimizer: a proximal anchor of " + std::to_string(anchor.size()) +
+                                " values, built for " + std::to_string(num_params_));
+  }
+  if (anchor_.size() == 0) return OkStatus();
+  backend_->Upload(anchor_.data(), anchor.data(), anchor_.bytes());
+  anchor_set_ = true;
+  return OkStatus();
 }
 
 Optimizer::Optimizer(const OptimizerOptions& options, size_t num_params, Backend* backend)
@@ -99,8 +117,17 @@ Status Optimizer::Step(std::span<float> params, std::span<const float> grads) {
                                 " gradients, built for " + std::to_string(num_params_));
   }
   const OptimizerOptions& o = options_;
+  ProximalArgs proximal;
+  if (anchor_.size() != 0) {
+    if (!anchor_set_) {
+      return FailedPreconditionError("optimizer: proximal_mu " + Num(o.proximal_mu) +
+                                     " needs the round's starting model (SetProximalAnchor)");
+    }
+    proximal = {anchor_.data(), o.proximal_mu};
+  }
   if (o.kind == OptimizerKind::kSgd) {
-    SgdArgs a{o.learning_rate, o.weight_decay, o.momentum, o.dampening, o.nesterov, steps_ == 0};
+    SgdArgs a{o.learning_rate, o.weight_decay, o.momentum, o.dampening,
+              o.nesterov,      steps_ == 0,    proximal};
     backend_->SgdUpdate(params.data(), grads.data(), first_.data(), num_params_, a);
   } else {
     const double t = static_cast<double>(steps_ + 1);
@@ -111,7 +138,8 @@ Status Optimizer::Step(std::span<float> params, std::span<const float> grads) {
                o.eps,
                o.kind == OptimizerKind::kAdamW,
                static_cast<float>(o.learning_rate / (1.0 - std::pow(double{o.beta1}, t))),
-               static_cast<float>(std::sqrt(1.0 - std::pow(double{o.beta2}, t)))};
+               static_cast<float>(std::sqrt(1.0 - std::pow(double{o.beta2}, t))),
+               proximal};
     backend_->AdamUpdate(params.data(), grads.data(), first_.data(), second_.data(), num_params_,
                          a);
   }

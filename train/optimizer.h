@@ -31,6 +31,9 @@ struct OptimizerOptions {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float eps = 1e-8f;
+  // FedProx (any kind): the gradient gets + proximal_mu (p - anchor) before
+  // the rule above, the anchor set by SetProximalAnchor. 0: no term.
+  float proximal_mu = 0.0f;
 };
 
 // kInvalidArgument naming the option and its allowed range. Stricter than
@@ -47,8 +50,15 @@ class Optimizer {
                                                      size_t num_params, Backend* backend);
 
   // params -= update(grads), both in backend memory; grads are left as they
-  // are. kInvalidArgument when a size differs from num_params.
+  // are. kInvalidArgument when a size differs from num_params;
+  // kFailedPrecondition with proximal_mu > 0 and no anchor set.
   Status Step(std::span<float> params, std::span<const float> grads);
+
+  // FedProx: the model the round started from (host memory, num_params
+  // floats), which the proximal term pulls towards; copied. Needed before
+  // the first Step when proximal_mu > 0, ignored otherwise.
+  // kInvalidArgument on a size mismatch.
+  Status SetProximalAnchor(std::span<const float> anchor);
 
   const OptimizerOptions& options() const { return options_; }
   uint64_t steps() const { return steps_; }
@@ -62,11 +72,12 @@ class Optimizer {
   // optimizer; `steps` becomes steps() (SGD: at least 1, so the momentum
   // buffer counts as started).
   Status RestoreState(std::span<const float> state, uint64_t steps);
-  // Plain SGD (no momentum, no weight decay) keeps no state, so a model may
-  // fold its step into the weight-gradient GEMM (Model::SgdStep).
+  // Plain SGD (no momentum, no weight decay, no proximal term) keeps no
+  // state, so a model may fold its step into the weight-gradient GEMM
+  // (Model::SgdStep).
   bool plain_sgd() const {
     return options_.kind == OptimizerKind::kSgd && options_.momentum == 0.0f &&
-           options_.weight_decay == 0.0f;
+           options_.weight_decay == 0.0f && options_.proximal_mu == 0.0f;
   }
 
  private:
@@ -78,6 +89,8 @@ class Optimizer {
   uint64_t steps_ = 0;
   DeviceArray<float> first_;   // SGD: momentum buffer; Adam: exp_avg.
   DeviceArray<float> second_;  // Adam: exp_avg_sq.
+  DeviceArray<float> anchor_;  // FedProx: the round's starting model.
+  bool anchor_set_ = false;
 };
 
 }  // namespace cohort::train

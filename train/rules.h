@@ -16,6 +16,13 @@
 
 namespace cohort::train {
 
+// FedProx (Li et al. 2020): the gradient of (mu / 2) ||p - anchor||^2 added
+// to the loss's gradient, before the optimizer's own rule (weight decay,
+// momentum) as PyTorch's autograd would hand it to torch.optim.
+COHORT_HOST_DEVICE inline float ProximalGradient(float g, float p, float anchor, float mu) {
+  return g + mu * (p - anchor);
+}
+
 // torch.optim.SGD: g += wd p; b = g on the first step, else
 // b = m b + (1 - dampening) g; g = g + m b (Nesterov) or b; p -= lr g.
 // `b` is unused (may be null) when momentum is 0.

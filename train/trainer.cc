@@ -92,6 +92,8 @@ StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params, const De
   COHORT_ASSIGN_OR_RETURN(BatchBuffers bufs, BatchBuffers::Create(model, n, bs));
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                           Optimizer::Create(options.optimizer, params.size(), backend));
+  // FedProx pulls towards the model this call starts from (the round's).
+  COHORT_RETURN_IF_ERROR(optimizer->SetProximalAnchor(params));
   COHORT_RETURN_IF_ERROR(model.SetParams(params));
   std::vector<uint32_t> order(n);
   Rng rng(options.seed);

@@ -40,9 +40,11 @@ using ProgressFn = std::function<void(uint32_t epoch, uint64_t done, uint64_t to
 struct TrainOptions {
   uint32_t epochs = 1;
   uint32_t batch_size = 32;
-  OptimizerOptions optimizer;  // Fresh state for each call (each round).
-  uint64_t seed = 0;           // Shuffling; the caller derives it from run, round, client.
-  ProgressFn progress;         // Empty: none. Never changes what is computed.
+  // Fresh state for each call (each round); a proximal term (FedProx)
+  // pulls towards the params the call starts from.
+  OptimizerOptions optimizer;
+  uint64_t seed = 0;    // Shuffling; the caller derives it from run, round, client.
+  ProgressFn progress;  // Empty: none. Never changes what is computed.
 };
 
 struct TrainResult {

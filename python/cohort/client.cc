@@ -42,6 +42,7 @@ struct PyTask {
   uint32_t batch_size = 0;
   std::string optimizer;
   double learning_rate = 0, momentum = 0, weight_decay = 0;
+  double proximal_mu = 0;  // FedProx (train.proximal_mu); 0: none.
   bool secure = false;
   bool evaluate = false;         // The coordinator asks for this round's federated evaluation.
   uintptr_t buffer_address = 0;  // Of the C++ buffer `fit`'s array views (tests).
@@ -70,6 +71,7 @@ PyTask ToPyTask(const client::TrainTask& t, std::span<float> params) {
           .learning_rate = o.learning_rate,
           .momentum = o.momentum,
           .weight_decay = o.weight_decay,
+          .proximal_mu = o.proximal_mu,
           .secure = t.secure,
           .evaluate = t.evaluate,
           .buffer_address = reinterpret_cast<uintptr_t>(params.data())};
@@ -381,6 +383,9 @@ PYBIND11_MODULE(_client, m) {
       .def_readonly("learning_rate", &PyTask::learning_rate)
       .def_readonly("momentum", &PyTask::momentum)
       .def_readonly("weight_decay", &PyTask::weight_decay)
+      .def_readonly("proximal_mu", &PyTask::proximal_mu,
+                    "FedProx's mu (train.proximal_mu): pass it to cohort.torch.fit_loop. "
+                    "0: no proximal term.")
       .def_readonly("secure", &PyTask::secure, "Securely aggregated (SecAgg+).")
       .def_readonly("evaluate", &PyTask::evaluate,
                     "The coordinator asks for this round's federated evaluation.")
@@ -389,6 +394,7 @@ PYBIND11_MODULE(_client, m) {
         return "Task(round=" + std::to_string(t.round) + ", epochs=" + std::to_string(t.epochs) +
                ", batch_size=" + std::to_string(t.batch_size) + ", optimizer='" + t.optimizer +
                "', learning_rate=" + std::to_string(t.learning_rate) +
+               (t.proximal_mu != 0 ? ", proximal_mu=" + std::to_string(t.proximal_mu) : "") +
                ", secure=" + (t.secure ? "True" : "False") + ")";
       });
   // Tests: ReadFitResult on its own; ValueError with its message.

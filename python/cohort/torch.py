@@ -8,6 +8,7 @@ same tensors, with their names, as the ``.npz`` the coordinator reads with
 ``--initial-model``.
 """
 
+import math
 import os
 
 import numpy as np
@@ -66,14 +67,29 @@ def set_flat(model, params):
             offset += k
 
 
-def fit_loop(model, loader, optimizer, epochs, loss_fn=None):
+def fit_loop(model, loader, optimizer, epochs, loss_fn=None, mu=0.0):
     """Trains ``model`` for ``epochs`` over ``loader`` (inputs, targets).
+
+    ``mu`` (optional): FedProx's proximal term (Li et al. 2020), the task's
+    ``task.proximal_mu``. With mu > 0 each step's loss gets
+    (mu / 2) * ||w - w_start||^2 over ``model.parameters()``, w_start the
+    parameters as this call found them (the round's global model once fit
+    has loaded it), so the gradient gets + mu * (w - w_start) as in Cohort's
+    own engine. The reported loss stays the data loss. mu must be finite
+    and >= 0 (ValueError otherwise); 0 trains exactly as without it.
 
     Returns (num_samples, metrics): the samples of one epoch (the weight a
     client reports) and {"loss": mean loss, "accuracy": of the predictions
     made while training} over every epoch, as Cohort's engine reports them.
     """
+    mu = float(mu)
+    if not math.isfinite(mu) or mu < 0:
+        raise ValueError(f"fit_loop: mu (train.proximal_mu) must be finite and >= 0, got {mu}")
     loss_fn = loss_fn or torch.nn.functional.cross_entropy
+    anchor = None
+    if mu > 0:
+        params = [p for p in model.parameters() if p.requires_grad]
+        anchor = [p.detach().clone() for p in params]
     model.train()
     total_loss, correct, seen, per_epoch = 0.0, 0, 0, 0
     for _ in range(max(1, int(epochs))):
@@ -82,7 +98,11 @@ def fit_loop(model, loader, optimizer, epochs, loss_fn=None):
             optimizer.zero_grad()
             out = model(x)
             loss = loss_fn(out, y)
-            loss.backward()
+            objective = loss
+            if anchor is not None:
+                prox = sum(((p - a) ** 2).sum() for p, a in zip(params, anchor))
+                objective = loss + (mu / 2) * prox
+            objective.backward()
             optimizer.step()
             total_loss += loss.item() * len(y)
             correct += (out.argmax(dim=1) == y).sum().item()

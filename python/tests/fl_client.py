@@ -53,7 +53,7 @@ def torch_trainer(name, samples):
         torch.manual_seed(task.seed)
         loader = DataLoader(TensorDataset(x, y), batch_size=task.batch_size, shuffle=True)
         opt = torch.optim.SGD(model.parameters(), lr=task.learning_rate)
-        n, metrics = ct.fit_loop(model, loader, opt, task.epochs)
+        n, metrics = ct.fit_loop(model, loader, opt, task.epochs, mu=task.proximal_mu)
         ct.get_flat(model, out=params)  # Into the C++ buffer: no copy.
         return params, n, metrics
 

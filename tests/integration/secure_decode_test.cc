@@ -6,6 +6,7 @@
 // survivors' (or ignored dropouts) would miss the plain weighted mean.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -229,6 +230,58 @@ TEST(SecureDecodeTest, SecAggMessageWithAStaleTaskIdIsRefusedAndItsSenderLeft) {
   ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
   EXPECT_EQ(rounds[0].participants, 5u);  // Without client 2.
   for (size_t j = 0; j < kParams; ++j) EXPECT_NEAR(run.model()[j], 0.5f, 1e-6) << j;
+}
+
+// Issue 34: secagg.l2_clip under SecAgg+. Client 3 sends a delta of L2
+// norm 0.9 x sqrt(21) = 4.1 (every coordinate within secagg.clip 1, so only
+// the norm bound can stop it); every client scales its own delta by
+// min(1, C / ||delta||) before masking, so the unmasked sum is the sum of
+// the clipped deltas, within the fixed-point grid.
+TEST(SecureDecodeTest, TheUnmaskedSumIsTheSumOfTheL2ClippedUpdates) {
+  constexpr int kClients = 5;
+  constexpr double kBound = 1.5;
+  const std::vector<uint64_t> samples = {100, 250, 40, 300, 80};
+  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
+  for (int i = 0; i < kClients; ++i) {
+    for (size_t j = 0; j < kParams; ++j) {
+      deltas[i][j] = i == 3 ? 0.9f : 0.05f * static_cast<float>((i + j) % 7) - 0.15f;
+    }
+  }
+  config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
+  config.mutable_secagg()->set_l2_clip(static_cast<float>(kBound));
+  InProcessRun run(config, samples, deltas, {});
+  run.Run();
+  auto rounds = std::move(run.store().Rounds()).value();
+  ASSERT_EQ(rounds.size(), 1u);
+  ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+  ASSERT_EQ(rounds[0].participants, 5u);
+
+  double weight = 0;
+  std::vector<double> clipped_mean(kParams, 0), raw_mean(kParams, 0);
+  int scaled = 0;
+  for (int i = 0; i < kClients; ++i) {
+    double norm = 0;
+    for (float v : deltas[i]) norm += double{v} * v;
+    norm = std::sqrt(norm);
+    const double factor = std::min(1.0, kBound / norm);
+    scaled += factor < 1;
+    weight += samples[i];
+    for (size_t j = 0; j < kParams; ++j) {
+      clipped_mean[j] += samples[i] * factor * deltas[i][j];
+      raw_mean[j] += samples[i] * double{deltas[i][j]};
+    }
+  }
+  ASSERT_EQ(scaled, 1);  // Only client 3 is over the bound.
+  // The grid: each of the 5 encodings rounds by less than one unit,
+  // 1 / (scale x n_k / W), and W is the cohort's weight here.
+  const double scale = std::floor(2147483647.0 - kClients);
+  const double bound = 5.0 / scale + 1e-6;  // + float rounding of the model and the scaling.
+  double largest_gap = 0;
+  for (size_t j = 0; j < kParams; ++j) {
+    EXPECT_NEAR(run.model()[j], clipped_mean[j] / weight, bound) << "parameter " << j;
+    largest_gap = std::max(largest_gap, std::fabs(raw_mean[j] - clipped_mean[j]) / weight);
+  }
+  EXPECT_GT(largest_gap, 0.1);  // The bound changed the model, far beyond the grid.
 }
 
 }  // namespace

@@ -147,12 +147,20 @@ __global__ void GatherKernel(const float* features, const int32_t* labels, const
   }
 }
 
+// The gradient with FedProx's proximal term where there is one (rules.h).
+__device__ inline float WithProximal(const float* g, const float* p, size_t i,
+                                     const ProximalArgs& prox) {
+  return prox.anchor == nullptr ? g[i] : ProximalGradient(g[i], p[i], prox.anchor[i], prox.mu);
+}
+
 __global__ void SgdKernel(float* p, const float* g, float* b, size_t n, SgdArgs a) {
-  COHORT_FOR_EACH(i, n) { SgdElement(p[i], g[i], b == nullptr ? nullptr : b + i, a); }
+  COHORT_FOR_EACH(i, n) {
+    SgdElement(p[i], WithProximal(g, p, i, a.proximal), b == nullptr ? nullptr : b + i, a);
+  }
 }
 
 __global__ void AdamKernel(float* p, const float* g, float* m, float* v, size_t n, AdamArgs a) {
-  COHORT_FOR_EACH(i, n) { AdamElement(p[i], g[i], m[i], v[i], a); }
+  COHORT_FOR_EACH(i, n) { AdamElement(p[i], WithProximal(g, p, i, a.proximal), m[i], v[i], a); }
 }
 
 __global__ void FillKernel(float* x, size_t n, float v) {

@@ -81,6 +81,23 @@ TEST_F(CudaTest, GradientPathOptimizersMatchTheCpuBackend) {
   ExpectSameStep(cpu_.get(), gpu_.get(), "lenet5", adamw, 1e-4);
 }
 
+// FedProx's proximal term (rules.h ProximalGradient) in the CUDA kernels:
+// the CPU backend is the reference (train/fedprox_test matches it to
+// PyTorch). mu large enough that the term moves the result.
+TEST_F(CudaTest, FedProxStepsMatchTheCpuBackend) {
+  const OptimizerOptions momentum{
+      .learning_rate = 0.05f, .weight_decay = 1e-4f, .momentum = 0.9f, .proximal_mu = 0.5f};
+  const OptimizerOptions adam{
+      .kind = OptimizerKind::kAdam, .learning_rate = 1e-3f, .proximal_mu = 0.1f};
+  const OptimizerOptions plain{.learning_rate = 0.05f, .proximal_mu = 1.0f};
+  for (const char* arch : {"logreg", "mlp"}) {
+    ExpectSameStep(cpu_.get(), gpu_.get(), arch, momentum, 1e-5);
+    ExpectSameStep(cpu_.get(), gpu_.get(), arch, adam, 1e-5);
+    ExpectSameStep(cpu_.get(), gpu_.get(), arch, plain, 1e-5);
+  }
+  ExpectSameStep(cpu_.get(), gpu_.get(), "lenet5", momentum, 1e-4);
+}
+
 TEST_F(CudaTest, EvaluationMatchesTheCpuBackend) {
   const datasets::Dataset data =
       datasets::MakeSynthetic({.num_samples = 1000, .num_features = 784, .num_classes = 10});
