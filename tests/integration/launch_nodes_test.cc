@@ -44,7 +44,7 @@ class LaunchNodesTest : public ::testing::Test {
  protected:
   LaunchNodesTest() : dir_("nodes") {
     std::string out;
-    const int code = RunCohort({"partition", "--format", "synthetic", "--samples", "2002",
+    const int code = RunCohort({"partition", "--format", "synthetic", "--samples", "20000",
                                 "--test-samples", "200", "--features", "20", "--classes", "4",
                                 "--clients", "1", "--seed", "4", "--out", dir_ / "shards"},
                                &out, dir_ / "partition.log");
@@ -59,6 +59,8 @@ class LaunchNodesTest : public ::testing::Test {
                            "data_parallel { epochs: " +
                            std::to_string(kEpochs) + " timeout_s: 20 exact: true }\n");
   }
+  // 1250 steps an epoch (global batch 16): long enough (about 0.5 s here)
+  // that a kill once epoch 1 is printed lands in the middle of the run.
   static constexpr int kEpochs = 4;
 
   // Node `node` of two, two workers each, meeting at 127.0.0.1:`port`.
@@ -165,7 +167,9 @@ TEST_F(LaunchNodesTest, AWorkerKilledOnOneNodeRestartsBothAndTheModelIsTheSame) 
   ASSERT_TRUE(WaitForText(NodeLog("kill", 1), started)) << ReadFile(NodeLog("kill", 1));
   std::smatch pid;
   const std::string log1 = ReadFile(NodeLog("kill", 1));
-  ASSERT_TRUE(std::regex_search(log1, pid, std::regex("rank 2 \\(local rank 0\\) started, pid ([0-9]+)\n"))) << log1;
+  ASSERT_TRUE(
+      std::regex_search(log1, pid, std::regex("rank 2 \\(local rank 0\\) started, pid ([0-9]+)\n")))
+      << log1;
   ASSERT_TRUE(node0->WaitForLine("epoch   1/").has_value()) << ReadFile(NodeLog("kill", 0));
   ASSERT_EQ(kill(std::stoi(pid[1].str()), SIGKILL), 0);
   ASSERT_EQ(node1->Wait(std::chrono::seconds(120)), 0) << ReadFile(NodeLog("kill", 1));
