@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -192,6 +193,28 @@ TEST_F(LaunchNodesTest, AWorkerKilledOnOneNodeRestartsBothAndTheModelIsTheSame) 
   std::printf("killed and restarted: model %s (%.1f s); one host x 4: model %s\n",
               Hash(killed).c_str(), seconds, Hash(one).c_str());
   EXPECT_EQ(killed, one);
+}
+
+// A program after -- gets torchrun's variables for its global rank on its
+// node, and the cohort backend's for tcp between hosts.
+TEST_F(LaunchNodesTest, AProgramGetsTorchrunsVariablesOnEveryNode) {
+  Process node(
+      {CohortBin(), "launch", "--nnodes", "3", "--node-rank", "2", "--master", "127.0.0.1:29555",
+       "--nproc-per-node", "2", "--insecure", "--", "/bin/sh", "-c",
+       "echo \"rank $RANK local $LOCAL_RANK node $GROUP_RANK world $WORLD_SIZE local_world "
+       "$LOCAL_WORLD_SIZE master $MASTER_ADDR:$MASTER_PORT host $COHORT_HOST insecure "
+       "$COHORT_INSECURE\""},
+      dir_ / "program.log");
+  ASSERT_EQ(node.Wait(), 0) << ReadFile(dir_ / "program.log");
+  std::vector<std::string> lines = node.lines();
+  std::sort(lines.begin(), lines.end());
+  ASSERT_EQ(lines.size(), 2u) << ReadFile(dir_ / "program.log");
+  for (int local = 0; local < 2; ++local) {
+    EXPECT_EQ(lines[local], "rank " + std::to_string(4 + local) + " local " +
+                                std::to_string(local) +
+                                " node 2 world 6 local_world 2 master 127.0.0.1:29555 host "
+                                "127.0.0.1 insecure 1");
+  }
 }
 
 TEST_F(LaunchNodesTest, BadFlagsAreErrorsNamingTheFlag) {
