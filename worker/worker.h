@@ -1,7 +1,7 @@
 // Data-parallel training (mode: DATA_PARALLEL): one `cohort worker` process
 // per rank, synchronous SGD with the gradients all-reduced every step over
-// the peer collectives (collective/collective.h), and `cohort launch`,
-// which starts N local workers like torchrun --standalone.
+// the peer collectives (collective/collective.h). `cohort launch` starts
+// them: worker/launch.h.
 #ifndef COHORT_WORKER_WORKER_H_
 #define COHORT_WORKER_WORKER_H_
 
@@ -98,32 +98,6 @@ std::string DeviceVoteVerdict(std::span<const int64_t> vote, int world);
 // monotonic clock.
 Status RunWorker(const WorkerOptions& options, const std::atomic<bool>& stop,
                  Env* env = Env::Default());
-
-struct LaunchOptions {
-  int nproc = 1;
-  std::string config, run_dir;
-  int max_restarts = 0;
-  std::string device = "cpu";
-  std::string transport = "auto";    // Passed on to the workers,
-  std::string collectives = "auto";  // and this.
-  std::string cohort_binary;         // Default: this executable.
-  // Testing: pass --fault-kill-at-step to this rank in the first attempt.
-  int fault_rank = -1;
-  int64_t fault_step = -1;
-  // A program to start nproc times instead of `cohort worker` (a PyTorch
-  // script: `cohort launch --nproc 2 -- python3 train.py`), with torchrun's
-  // variables: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR
-  // (127.0.0.1) and MASTER_PORT (a free port), so init_process_group's
-  // env:// (backend "cohort" or any other) finds its peers. config and
-  // run_dir are then not used.
-  std::vector<std::string> command;
-};
-
-// Starts nproc workers on this host (rendezvous over ipc:// under /tmp, or
-// torchrun's variables for a `command`) and waits. When one fails, the others are stopped; with
-// restarts left the group starts again from the last checkpoint. When `stop` is set (a signal),
-// every worker is stopped and the result is kCancelled.
-Status RunLaunch(const LaunchOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace cohort::worker
 
