@@ -1,9 +1,12 @@
 #include "net/group.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <sodium.h>
 
 #include <atomic>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 #include "net/curve.h"
@@ -188,9 +191,50 @@ StatusOr<std::unique_ptr<collective::Transport>> JoinNetwork(const JoinRequest& 
   return std::unique_ptr<collective::Transport>(std::move(tcp));
 }
 
+namespace {
+
+// ZeroMQ binds an address or an interface, never a host name (it resolves
+// names only to connect), and a node list or MASTER_ADDR names hosts
+// (Slurm: rank 0 meets the others at the first node's name). A name that
+// resolves becomes its first IPv4 address, for every rank alike; anything
+// else (an address, an interface, "*") is left to the transport.
+std::string NumericHost(const std::string& host) {
+  in_addr v4;
+  if (host.empty() || host == "*" || host.front() == '[' || host.find(':') != std::string::npos ||
+      inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    return host;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0 || list == nullptr) return host;
+  char text[INET_ADDRSTRLEN] = {};
+  const auto* addr = reinterpret_cast<const sockaddr_in*>(list->ai_addr);
+  const bool ok = inet_ntop(AF_INET, &addr->sin_addr, text, sizeof(text)) != nullptr;
+  freeaddrinfo(list);
+  return ok ? text : host;
+}
+
+// tcp://HOST:PORT with HOST as NumericHost makes it; other endpoints as they are.
+std::string NumericEndpoint(const std::string& endpoint) {
+  constexpr std::string_view kTcp = "tcp://";
+  const size_t colon = endpoint.rfind(':');
+  if (endpoint.rfind(kTcp, 0) != 0 || colon == std::string::npos || colon < kTcp.size()) {
+    return endpoint;
+  }
+  const std::string host = endpoint.substr(kTcp.size(), colon - kTcp.size());
+  return std::string(kTcp) + NumericHost(host) + endpoint.substr(colon);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<collective::Transport>> JoinGroup(zmq::context_t& context,
-                                                           const GroupOptions& o,
+                                                           const GroupOptions& options,
                                                            const collective::CollectiveOptions& c) {
+  GroupOptions o = options;
+  o.host = NumericHost(o.host);
+  o.master = NumericEndpoint(o.master);
   const std::string name =
       o.transport == "auto" ? (UsesSharedMemory(o) ? "shm" : "tcp") : o.transport;
   std::string names = "auto";

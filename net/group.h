@@ -58,7 +58,8 @@ std::string Describe(const GroupOptions& options);
 // This rank's transport, connected to every peer once all have met at the
 // master (waiting up to `collective.timeout_ms`): the join registered under
 // options.transport (net/join.h; "auto": shm with an ipc:// master, tcp
-// otherwise).
+// otherwise). A host name in options.host or a tcp:// master ("gpu03", as
+// Slurm's node list gives it) stands for its first IPv4 address.
 StatusOr<std::unique_ptr<collective::Transport>> JoinGroup(
     zmq::context_t& context, const GroupOptions& options,
     const collective::CollectiveOptions& collective);
