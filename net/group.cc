@@ -204,16 +204,8 @@ std::string NumericHost(const std::string& host) {
       inet_pton(AF_INET, host.c_str(), &v4) == 1) {
     return host;
   }
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* list = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0 || list == nullptr) return host;
-  char text[INET_ADDRSTRLEN] = {};
-  const auto* addr = reinterpret_cast<const sockaddr_in*>(list->ai_addr);
-  const bool ok = inet_ntop(AF_INET, &addr->sin_addr, text, sizeof(text)) != nullptr;
-  freeaddrinfo(list);
-  return ok ? text : host;
+  StatusOr<std::string> address = ResolveIpv4(host);
+  return address.ok() ? *address : host;
 }
 
 // tcp://HOST:PORT with HOST as NumericHost makes it; other endpoints as they are.
@@ -228,6 +220,22 @@ std::string NumericEndpoint(const std::string& endpoint) {
 }
 
 }  // namespace
+
+StatusOr<std::string> ResolveIpv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &list); rc != 0 || !list) {
+    return NotFoundError("host \"" + host.substr(0, 100) +
+                         "\" does not resolve to an IPv4 address (" + gai_strerror(rc) + ")");
+  }
+  char text[INET_ADDRSTRLEN] = {};
+  const auto* addr = reinterpret_cast<const sockaddr_in*>(list->ai_addr);
+  inet_ntop(AF_INET, &addr->sin_addr, text, sizeof(text));
+  freeaddrinfo(list);
+  return std::string(text);
+}
 
 StatusOr<std::unique_ptr<collective::Transport>> JoinGroup(zmq::context_t& context,
                                                            const GroupOptions& options,

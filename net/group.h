@@ -55,6 +55,10 @@ Status LoadGroupKeys(const std::string& identity_file, const std::string& allow_
 // or "tcp: plaintext, not authenticated".
 std::string Describe(const GroupOptions& options);
 
+// The first IPv4 address `host` (a name or a dotted quad) resolves to, as a
+// dotted quad. kNotFound naming the host when it has none.
+StatusOr<std::string> ResolveIpv4(const std::string& host);
+
 // This rank's transport, connected to every peer once all have met at the
 // master (waiting up to `collective.timeout_ms`): the join registered under
 // options.transport (net/join.h; "auto": shm with an ipc:// master, tcp

@@ -121,6 +121,18 @@ TEST_P(GroupSumTest, RanksGivenHostNamesMeetAndSum) {
 INSTANTIATE_TEST_SUITE_P(Encryption, GroupSumTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "curve" : "tcp"; });
 
+// The one resolver of a rank's host and of `cohort launch --master`.
+TEST(GroupTest, AHostNameResolvesToItsIpv4AddressOrIsNamed) {
+  EXPECT_EQ(*ResolveIpv4("localhost"), "127.0.0.1");
+  EXPECT_EQ(*ResolveIpv4("127.0.0.1"), "127.0.0.1");
+  StatusOr<std::string> unknown = ResolveIpv4("no-such-host.invalid");
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(unknown.status().message().find(
+                "host \"no-such-host.invalid\" does not resolve to an IPv4 address"),
+            std::string::npos)
+      << unknown.status();
+}
+
 TEST(GroupTest, AKeyOutsideTheAllowlistDoesNotJoin) {
   std::vector<Member> members(3);
   JoinAll(members, {0, 1}, Master("outsider"), 1500);  // Rank 2's key is not listed.

@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include "net/group.h"
+
 namespace cohort::worker {
 namespace {
 
@@ -76,24 +78,6 @@ StatusOr<int> FreePort() {
 }
 
 using EnvList = std::vector<std::pair<std::string, std::string>>;
-
-// The IPv4 address of the master's host (a name or a dotted quad): rank 0
-// binds it, and every node is given the same numeric address.
-StatusOr<std::string> ResolveIpv4(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  if (rc != 0 || found == nullptr) {
-    return InvalidArgumentError("--master: cannot resolve \"" + host.substr(0, 100) +
-                                "\" to an IPv4 address (" + gai_strerror(rc) + ")");
-  }
-  char text[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof(text));
-  freeaddrinfo(found);
-  return std::string(text);
-}
 
 // This host's address on its route to `ip` (connecting a UDP socket sends
 // nothing): where the other nodes reach this node's workers.
@@ -199,7 +183,10 @@ Status PlanRendezvous(const LaunchOptions& o, LaunchPlan& p) {
     return OkStatus();
   }
   COHORT_ASSIGN_OR_RETURN(auto host_port, ParseMaster(o.master));
-  COHORT_ASSIGN_OR_RETURN(p.master_addr, ResolveIpv4(host_port.first));
+  // Rank 0 binds the master's address, and every node is given the same one.
+  auto master_addr = net::ResolveIpv4(host_port.first);
+  if (!master_addr.ok()) return InvalidArgumentError("--master: " + master_addr.status().message());
+  p.master_addr = *master_addr;
   p.master_port = host_port.second;
   p.master = "tcp://" + p.master_addr + ":" + std::to_string(p.master_port);
   if (o.transport == "shm") {
