@@ -18,6 +18,7 @@
 #
 # ROUNDS_E2E (default 3). Output in $OUT (default ${TMPDIR:-/tmp}/cohort-share).
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
 TREE=$(cd "${1:-.}" && pwd)
 OUT=${OUT:-${TMPDIR:-/tmp}/cohort-share}
 PY=/usr/bin/python3
@@ -52,14 +53,15 @@ exec "$TREE/build/cli/cohort" "\$@"
 WRAP
 chmod +x "$OUT/cohort"
 
+wrapper=$OUT/cohort
 (cd "$TREE" && OUT="$OUT/run" E2E_REPS=1 AGGS=SECAGG_PLUS ROUNDS_E2E=${ROUNDS_E2E:-3} \
-  E2E_TAG=callgrind E2E_COHORT="$OUT/cohort" \
+  E2E_TAG=callgrind E2E_COHORT="$wrapper" E2E_START_S=300 \
   E2E_COORD_FLAGS="--metrics-addr 127.0.0.1:$port --metrics-linger-s 0" \
   E2E_CLIENT_FLAGS="--metrics-addr 127.0.0.1:0 --metrics-linger-s 0" \
-  bash bench/run.sh secagg-round > /dev/null)
+  bash "$HERE/run.sh" secagg-round > /dev/null)
 scrapes=$(curl -s "http://127.0.0.1:$prom_port/api/v1/query?query=sum_over_time(up%5B1h%5D)" \
   | $PY -c 'import json, sys; r = json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)')
 
 callgrind_annotate --inclusive=yes --threshold=100 "$OUT/coordinator.callgrind" \
   > "$OUT/inclusive.txt"
-$PY "$(dirname "$0")/callgrind_share.py" "$OUT/inclusive.txt" "$scrapes" "$OUT/run/secagg_round.jsonl"
+$PY "$HERE/callgrind_share.py" "$OUT/inclusive.txt" "$scrapes" "$OUT/run/secagg_round.jsonl"

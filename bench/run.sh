@@ -363,7 +363,10 @@ EOF
       $E2E_COHORT ${COORD_LOG:+--log-level $COORD_LOG} coordinator --config "$dir/$agg.textproto" --run-dir "$dir/run-$agg" \
         --bind tcp://127.0.0.1:0 --insecure $E2E_COORD_FLAGS > "$dir/$agg.out" 2> "$dir/$agg.log" &
       coordinator=$!
-      for _ in $(seq 300); do [[ -s "$dir/run-$agg/coordinator.endpoint" ]] && break; sleep 0.1; done
+      for _ in $(seq $((${E2E_START_S:-30} * 10))); do  # E2E_START_S: its start's limit
+        [[ -s "$dir/run-$agg/coordinator.endpoint" ]] && break
+        sleep 0.1
+      done
       endpoint=$(cat "$dir/run-$agg/coordinator.endpoint")
       clients=()
       for ((k = 0; k < 100; k++)); do
