@@ -16,6 +16,9 @@ packages=(
   chromium  # `cohort report`'s test renders the page in headless Chromium
   systemd   # systemd-analyze checks the units `cohort provision` writes
   curl      # bench/observability_cost.sh reads Prometheus's query API
+  # tests/integration/container_test.py: deploy/container's image on an
+  # mmdebstrap'd Debian 12 base; runc where crun refuses hybrid cgroups.
+  podman runc mmdebstrap
   # The cohort Python package (python/) and its tests and examples.
   python3-dev python3-numpy pybind11-dev python3-pybind11 python3-torch libtorch-dev python3-onnx
 )
