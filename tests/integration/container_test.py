@@ -53,9 +53,8 @@ BUILD_TIMEOUT = 3000
 # Podman as root asks for 1048576 open files and 4194304 processes, which a
 # host without CAP_SYS_RESOURCE refuses ("setrlimit RLIMIT_NOFILE: Operation
 # not permitted"); a run of 11 processes needs far less than these.
-ULIMITS = ["--ulimit", "nofile=%d:%d" % ((min(65536,
-                                               resource.getrlimit(resource.RLIMIT_NOFILE)[1]),) * 2),
-           "--ulimit", "nproc=4096:4096"]
+NOFILE = min(65536, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+ULIMITS = ["--ulimit", f"nofile={NOFILE}:{NOFILE}", "--ulimit", "nproc=4096:4096"]
 ROUND_LINE = re.compile(r"^round +(\d+)/(\d+) +clients (\d+)/(\d+) +dropped (\d+) +"
                         r"train_loss ([\d.]+) +test_acc ([\d.]+) +test_loss ([\d.]+)")
 
@@ -195,9 +194,11 @@ def build_image(podman, base):
     podman.run(*build, "--target", "deps", "-t", f"{IMAGE_REPO}-deps", SOURCE,
                timeout=BUILD_TIMEOUT)
     deps_done = time.monotonic()
-    podman.run(*build, "-t", tag, SOURCE, timeout=BUILD_TIMEOUT)
+    out = podman.run(*build, "-t", tag, SOURCE, timeout=BUILD_TIMEOUT).stdout
+    hits = re.search(r"^\s*Hits:.*$", out, re.M)
     print(f"built {tag}: set-up stage {deps_done - started:.0f} s, the rest "
-          f"{time.monotonic() - deps_done:.0f} s", flush=True)
+          f"{time.monotonic() - deps_done:.0f} s (ccache {hits[0].strip() if hits else '?'})",
+          flush=True)
     # Older images of this test and the build stages of earlier builds go.
     listed = podman.run("images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_REPO).stdout
     for old in {i for i in listed.split() if i.startswith(IMAGE_REPO + ":")} - {tag}:
