@@ -1,5 +1,5 @@
 # A thin front over the set-up script and Meson (build directory: build/).
-.PHONY: all setup build test demo bench clean fuzz test-asan
+.PHONY: all setup build test demo bench clean fuzz test-asan test-container
 
 all: build
 
@@ -12,8 +12,17 @@ build: setup
 	@if [ ! -f build/build.ninja ]; then rm -rf build && meson setup build --buildtype=release; fi
 	@meson compile -C build
 
+# The container suite builds an image (a cold build takes some 25 minutes on
+# 2 cores): `make test-container`, not part of `make test`.
 test: build
-	@meson test -C build --print-errorlogs --num-processes 2
+	@meson test -C build --print-errorlogs --num-processes 2 --no-suite container
+
+# deploy/container's image built with Podman and `make demo`'s run inside
+# (tests/integration/container_test.py); skipped, saying why, where no
+# container runtime works. COHORT_CONTAINER_CACHE keeps the image between runs.
+test-container: build
+	@bash scripts/setup.sh container
+	@meson test -C build --print-errorlogs --suite container
 
 demo: build
 	@bash scripts/demo.sh
@@ -32,7 +41,8 @@ test-asan: setup
 	@if [ ! -f build-asan/build.ninja ]; then rm -rf build-asan && meson setup build-asan \
 		--buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false; fi
 	@meson compile -C build-asan
-	@$(ASAN_ENV) meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3
+	@$(ASAN_ENV) meson test -C build-asan --print-errorlogs --num-processes 2 --timeout-multiplier 3 \
+		--no-suite container
 
 # libFuzzer over every harness in tests/fuzz/ for FUZZ_SECONDS each, one at a
 # time, seeded from tests/fuzz/corpus/ (left untouched). Needs clang: the whole

@@ -3,6 +3,7 @@
 # Idempotent: installs only what is missing, so a re-run costs one dpkg query.
 #   scripts/setup.sh        what `make`, `make test`, `make test-asan` and the demo need
 #   scripts/setup.sh fuzz   that, plus clang and its libFuzzer runtime (`make fuzz`)
+#   scripts/setup.sh container  that, plus Podman, runc and mmdebstrap (`make test-container`)
 set -euo pipefail
 
 packages=(
@@ -29,7 +30,10 @@ if ! command -v kubectl >/dev/null 2>&1; then packages+=(kubernetes-client); fi
 for group in "$@"; do
   case $group in
     fuzz) packages+=(clang libclang-rt-14-dev) ;;
-    *) echo "setup: unknown group '$group' (known: fuzz)" >&2; exit 2 ;;
+    # deploy/container's image on an mmdebstrap'd Debian 12 base; runc where
+    # crun refuses hybrid cgroups.
+    container) packages+=(podman runc mmdebstrap) ;;
+    *) echo "setup: unknown group '$group' (known: fuzz, container)" >&2; exit 2 ;;
   esac
 done
 
