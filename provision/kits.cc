@@ -36,32 +36,6 @@ std::string Join(const std::vector<std::string>& names) {
   return out;
 }
 
-// Replaces `path` atomically with `bytes`, mode `mode` whatever the umask.
-Status WriteFile(const fs::path& path, const std::string& bytes, mode_t mode) {
-  const std::string tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    const std::string why = std::strerror(errno);
-    return UnavailableError(tmp + ": cannot create: " + why);
-  }
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    written += static_cast<size_t>(n);
-  }
-  const bool ok = written == bytes.size() && ::fchmod(fd, mode) == 0;
-  ::close(fd);
-  std::error_code ec;
-  if (ok) fs::rename(tmp, path, ec);
-  if (!ok || ec) {
-    ::unlink(tmp.c_str());
-    return UnavailableError(path.string() + ": cannot write" + (ec ? ": " + ec.message() : ""));
-  }
-  return OkStatus();
-}
-
 Status MakeDir(const fs::path& dir, mode_t mode) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -215,7 +189,7 @@ StatusOr<std::string> EnsureKey(const fs::path& dir, const std::string& name, bo
   if (made) COHORT_RETURN_IF_ERROR(crypto::WriteIdentity(dir.string(), name));
   COHORT_ASSIGN_OR_RETURN(crypto::Ed25519KeyPair identity, crypto::LoadIdentity(key.string()));
   const std::string pub = crypto::PublicKeyText(identity.public_key);
-  COHORT_RETURN_IF_ERROR(WriteFile(dir / (name + ".pub"), pub, 0644));
+  COHORT_RETURN_IF_ERROR(WriteKitFile(dir / (name + ".pub"), pub, 0644));
   return pub;
 }
 
@@ -235,7 +209,7 @@ StatusOr<std::vector<std::string>> SyncKeyDir(const fs::path& dir, const std::st
   std::vector<std::string> entries = {sub};
   for (const std::string& file : wanted) {  // Sorted: the tarball's order.
     const std::string name = file.substr(0, file.size() - 4);
-    COHORT_RETURN_IF_ERROR(WriteFile(dir / sub / file, pubs.at(name), 0644));
+    COHORT_RETURN_IF_ERROR(WriteKitFile(dir / sub / file, pubs.at(name), 0644));
     entries.push_back(sub + "/" + file);
   }
   return entries;
@@ -253,7 +227,7 @@ StatusOr<std::vector<std::string>> WriteKitKeys(const fs::path& dir, const KitPl
       if (file != kit.name + ".pub") fs::remove(dir / file, ec);
       continue;
     }
-    COHORT_RETURN_IF_ERROR(WriteFile(dir / file, pubs.at(copy->second), 0644));
+    COHORT_RETURN_IF_ERROR(WriteKitFile(dir / file, pubs.at(copy->second), 0644));
     entries.push_back(file);
   }
   for (const char* sub : kKeyDirs) {
@@ -273,9 +247,9 @@ Status WriteKit(const fs::path& out, const Project& project, const KitPlan& kit,
   const fs::path dir = out / kit.name;
   std::vector<std::string> entries = {kit.name + ".key", kit.name + ".pub"};
   COHORT_ASSIGN_OR_RETURN(auto keys, WriteKitKeys(dir, kit, pubs));
-  COHORT_RETURN_IF_ERROR(WriteFile(dir / "config.textproto", kit.config_text, 0644));
-  COHORT_RETURN_IF_ERROR(WriteFile(dir / "start.sh", StartScript(project, kit), 0755));
-  COHORT_RETURN_IF_ERROR(WriteFile(dir / kit.unit_file, SystemdUnit(project, kit), 0644));
+  COHORT_RETURN_IF_ERROR(WriteKitFile(dir / "config.textproto", kit.config_text, 0644));
+  COHORT_RETURN_IF_ERROR(WriteKitFile(dir / "start.sh", StartScript(project, kit), 0755));
+  COHORT_RETURN_IF_ERROR(WriteKitFile(dir / kit.unit_file, SystemdUnit(project, kit), 0644));
   entries.insert(entries.end(), {"config.textproto", "start.sh", kit.unit_file});
   entries.insert(entries.end(), keys.begin(), keys.end());
   return WriteTarball(dir.string(), kit.name, entries, (out / (kit.name + ".tar.gz")).string());
@@ -286,11 +260,11 @@ Status WriteState(const fs::path& out, const KitsState& state) {
   if (!google::protobuf::TextFormat::PrintToString(state, &text)) {
     return InternalError("cannot render the kits state");
   }
-  return WriteFile(out / kStateFile,
-                   "# Written by `cohort provision`: what this kits folder holds. Not for "
-                   "editing by hand.\n" +
-                       text,
-                   0600);
+  return WriteKitFile(out / kStateFile,
+                      "# Written by `cohort provision`: what this kits folder holds. Not for "
+                      "editing by hand.\n" +
+                          text,
+                      0600);
 }
 
 }  // namespace
@@ -331,6 +305,31 @@ StatusOr<ProvisionReport> Provision(const ProvisionRequest& r) {
     report.removed.push_back(name);
   }
   return report;
+}
+
+Status WriteKitFile(const fs::path& path, std::string_view bytes, mode_t mode) {
+  const std::string tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const std::string why = std::strerror(errno);
+    return UnavailableError(tmp + ": cannot create: " + why);
+  }
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  const bool ok = written == bytes.size() && ::fchmod(fd, mode) == 0;
+  ::close(fd);
+  std::error_code ec;
+  if (ok) fs::rename(tmp, path, ec);
+  if (!ok || ec) {
+    ::unlink(tmp.c_str());
+    return UnavailableError(path.string() + ": cannot write" + (ec ? ": " + ec.message() : ""));
+  }
+  return OkStatus();
 }
 
 }  // namespace cohort::provision

@@ -17,7 +17,11 @@
 #ifndef COHORT_PROVISION_KITS_H_
 #define COHORT_PROVISION_KITS_H_
 
+#include <sys/types.h>
+
+#include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -52,6 +56,10 @@ struct ProvisionReport {
 // project drops a kit OUT holds (revoke it) or lists a revoked site; a kit
 // provisioned before has lost its key. Other errors name the file.
 StatusOr<ProvisionReport> Provision(const ProvisionRequest& request);
+
+// Replaces `path` atomically (a temporary beside it, then a rename) with
+// `bytes`, mode `mode` whatever the umask: every file provision writes.
+Status WriteKitFile(const std::filesystem::path& path, std::string_view bytes, mode_t mode);
 
 }  // namespace cohort::provision
 

@@ -19,6 +19,7 @@
 
 #include "common/secret_bytes.h"
 #include "provision/kit_plan.h"
+#include "provision/kits.h"
 #include "provision/kubernetes_templates.h"
 #include "provision/project.h"
 
@@ -105,37 +106,11 @@ StatusOr<SecretBytes> ReadSecretFile(const fs::path& path) {
   return out;
 }
 
-// Replaces `path` atomically with `bytes`, mode `mode` whatever the umask.
-Status WriteBytes(const fs::path& path, std::span<const uint8_t> bytes, mode_t mode) {
-  const std::string tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    const std::string why = std::strerror(errno);
-    return UnavailableError(tmp + ": cannot create: " + why);
-  }
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    written += static_cast<size_t>(n);
-  }
-  const bool ok = written == bytes.size() && ::fchmod(fd, mode) == 0;
-  ::close(fd);
-  std::error_code ec;
-  if (ok) fs::rename(tmp, path, ec);
-  if (!ok || ec) {
-    ::unlink(tmp.c_str());
-    return UnavailableError(path.string() + ": cannot write" + (ec ? ": " + ec.message() : ""));
-  }
-  return OkStatus();
-}
-
 Status WriteText(const fs::path& path, const std::string& text) {
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
   if (ec) return UnavailableError(path.parent_path().string() + ": cannot create: " + ec.message());
-  return WriteBytes(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()}, 0644);
+  return WriteKitFile(path, text, 0644);
 }
 
 // A YAML double-quoted scalar (JSON's string syntax, which YAML reads).
@@ -263,7 +238,8 @@ Status WriteSecrets(const fs::path& path, std::vector<SecretText> secrets) {
       "# control. Provisioning again rewrites it.\n");
   for (SecretText& s : secrets) all.Add(s.Join());
   const SecretBytes bytes = all.Join();
-  return WriteBytes(path, bytes.bytes(), 0600);
+  return WriteKitFile(
+      path, {reinterpret_cast<const char*>(bytes.bytes().data()), bytes.bytes().size()}, 0600);
 }
 
 std::vector<std::pair<std::string, fs::path>> SitePubs(const fs::path& out, const Project& p) {
