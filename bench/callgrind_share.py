@@ -1,54 +1,81 @@
-"""The share of a process's instructions spent under named entry points.
-
-Reads `callgrind_annotate --inclusive=yes` output (bench/observability_share.sh)
-and prints, for each part of issue 33's observability code, the inclusive
-instructions of its entry points over the program's total. The entry points
-were chosen so that none calls another (checked below: a part whose
-functions nest would be counted twice, so the script refuses).
+"""The share of the coordinator's instructions that issue 33's observability
+code takes, from `callgrind_annotate --inclusive=yes` output
+(bench/observability_share.sh).
 
   callgrind_share.py INCLUSIVE.txt SCRAPES ROUNDS.jsonl
+
+Each part is named by entry points that do not call one another (the
+RoundTimings methods and EncodedBytes; PutTimings, the stage and rank rows
+of the commit; RecordMetrics, the per-round metric update with its read of
+the round's client rows; CivetServer::requestHandler, everything a scrape
+costs inside the coordinator's process). Under valgrind the coordinator runs
+~50x slower while Prometheus keeps its wall-clock interval, so it serves far
+more scrapes per round than natively: the scrapes' share is given as
+measured, and scaled to NATIVE_SCRAPES_PER_ROUND (default 2: a 1 s scrape
+interval, shorter than Prometheus's default of 1 min, against a native
+secagg-round of about 2 s).
 """
 import json
+import os
 import re
 import sys
 
 PARTS = {
-    # Per message: its byte count; per stage: the clock read and the row.
-    "stage clocks and byte counts": [r"cohort::coordinator::RoundTimings::",
-                                     r"cohort::coordinator::EncodedBytes\("],
-    # The round's stage and rank rows, inside the commit's transaction.
+    "stage clocks and byte counts (per message)": [r"cohort::coordinator::RoundTimings::",
+                                                   r"cohort::coordinator::EncodedBytes\("],
     "stage and rank rows in the commit": [r"::PutTimings\("],
-    # The per-round metric update, with its read of the round's client rows.
     "per-round metric update": [r"::RecordMetrics\("],
-    # Each scrape: prometheus-cpp's handler (collect and serialise).
-    "scrapes (prometheus-cpp handler)": [r"prometheus::detail::MetricsHandler::handleGet\("],
 }
+SCRAPE = r"CivetServer::requestHandler\("
+
+
+def rows_of(text):
+    """(inclusive instructions, function) per row; the file part ("???:",
+    "path/x.cc:") is cut off at the first ':' that is not part of a '::'."""
+    rows = []
+    for line in text.splitlines():
+        m = re.match(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(.+?)(?: \[[^\]]*\])?$", line)
+        if not m or "PROGRAM TOTALS" in line:
+            continue
+        name = re.sub(r"^(?:[^:]|::)*?:(?!:)", "", m.group(2), count=1)
+        rows.append((int(m.group(1).replace(",", "")), name))
+    return rows
 
 
 def main():
     text = open(sys.argv[1]).read()
     total = int(re.search(r"^([\d,]+) \(100\.0%\)\s+PROGRAM TOTALS", text, re.M)
                 .group(1).replace(",", ""))
-    rows = []
-    for line in text.splitlines():
-        m = re.match(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(?:\S+:)?(.+?)(?: \[.*\])?$", line)
-        if m and "PROGRAM TOTALS" not in line:
-            rows.append((int(m.group(1).replace(",", "")), m.group(2)))
-    print(f"coordinator instructions (callgrind): {total:,}")
-    print("| part | functions | instructions (inclusive) | share of the coordinator |")
+    rows = rows_of(text)
+    rounds = [json.loads(line) for line in open(sys.argv[3])]
+    n_rounds = rounds[0]["rounds"] if rounds and "rounds" in rounds[0] else 3
+    served = int(os.environ.get("SCRAPES_SERVED", "0"))
+    native_per_round = float(os.environ.get("NATIVE_SCRAPES_PER_ROUND", "2"))
+    scrape_ir = max((ir for ir, fn in rows if re.search(SCRAPE, fn)), default=0)
+    work = total - scrape_ir  # The coordinator's own work, scrapes left out.
+    if not any(re.search(SCRAPE, fn) for _, fn in rows) and served:
+        sys.exit("callgrind_share: no CivetServer::requestHandler row, though scrapes were served")
+    per_round = work / n_rounds
+    print(f"coordinator instructions (callgrind): {total:,}; without the scrapes {work:,}, "
+          f"{per_round:,.0f} a round over {n_rounds} rounds (start-up included)")
+    print("| part | instructions (inclusive) | a round | share of the coordinator's work |")
     print("|---|---|---|---|")
-    sum_all = 0
+    share_all = 0.0
     for name, pats in PARTS.items():
-        hits = [(ir, fn) for ir, fn in rows if any(re.search(p, fn) for p in pats)]
-        # RoundTimings's methods do not call each other or EncodedBytes;
-        # should a future one, its instructions would count twice here.
-        n = sum(ir for ir, _ in hits)
-        sum_all += n
-        print(f"| {name} | {len(hits)} | {n:,} | {100 * n / total:.4f} % |")
-    print(f"| all | | {sum_all:,} | {100 * sum_all / total:.4f} % |")
-    print("successful prometheus scrapes of the coordinator:", sys.argv[2])
-    for line in open(sys.argv[3]):
-        r = json.loads(line)
+        n = sum(ir for ir, fn in rows if any(re.search(p, fn) for p in pats))
+        share_all += n / work
+        print(f"| {name} | {n:,} | {n / n_rounds:,.0f} | {100 * n / work:.4f} % |")
+    if served:
+        per_scrape = scrape_ir / served
+        native = native_per_round * per_scrape
+        share_all += native / per_round
+        print(f"| scrapes as measured ({served} served under valgrind) | {scrape_ir:,} | "
+              f"{scrape_ir / n_rounds:,.0f} | {100 * scrape_ir / work:.4f} % |")
+        print(f"| scrapes at {native_per_round:g} a round ({per_scrape:,.0f} each) | | "
+              f"{native:,.0f} | {100 * native / per_round:.4f} % |")
+    print(f"| all (scrapes at the native rate) | | | {100 * share_all:.4f} % |")
+    print("successful prometheus scrapes (under valgrind many time out):", sys.argv[2])
+    for r in rounds:
         print(f"rounds 2+ (coordinator under valgrind): median {r['median_round_s']:.1f} s a round,"
               f" the coordinator's part {r['median_coordinator_s']:.1f} s")
 

@@ -8,11 +8,12 @@
 # The coordinator runs under valgrind's callgrind, which counts the
 # instructions each function executes (and, inclusively, everything it
 # calls), the same on a quiet or a loaded machine; the clients run natively.
-# The observability code is named below by its entry points, none of which
-# calls another; their inclusive instructions over the coordinator's total
-# are the share. Under valgrind the coordinator runs ~50x slower while
-# Prometheus still scrapes once a wall-clock second, so the scrape share is
-# an upper bound of the native one.
+# The observability code is named by its entry points, none of which calls
+# another (bench/callgrind_share.py); their inclusive instructions over the
+# coordinator's own are the share. Under valgrind the coordinator runs ~50x
+# slower while Prometheus still scrapes once a wall-clock second, so the
+# scrapes are also given per scrape and scaled to a native rate
+# (NATIVE_SCRAPES_PER_ROUND, default 2).
 #
 #   bash bench/observability_share.sh [TREE]      (TREE: a built tree, default .)
 #
@@ -64,4 +65,8 @@ scrapes=$(curl -s "http://127.0.0.1:$prom_port/api/v1/query?query=sum_over_time(
 
 callgrind_annotate --inclusive=yes --threshold=100 "$OUT/coordinator.callgrind" \
   > "$OUT/inclusive.txt"
-$PY "$HERE/callgrind_share.py" "$OUT/inclusive.txt" "$scrapes" "$OUT/run/secagg_round.jsonl"
+# Requests the metrics endpoint served (Prometheus's timed-out scrapes too).
+served=$(callgrind_annotate --tree=caller --threshold=100 "$OUT/coordinator.callgrind" \
+  | grep -m1 '< .*CivetServer::requestHandler' | sed -E 's/.*\(([0-9,]+)x\).*/\1/' | tr -d ,)
+SCRAPES_SERVED=${served:-0} $PY "$HERE/callgrind_share.py" "$OUT/inclusive.txt" "$scrapes" \
+  "$OUT/run/secagg_round.jsonl"

@@ -116,8 +116,12 @@ def inclusive(dump, pattern):
                 .group(1).replace(",", ""))
     hits = 0
     for line in text.splitlines():
-        m = re.match(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(?:\S+:)?(.+?)(?: \[.*\])?$", line)
-        if m and pattern and re.search(pattern, m.group(2)):
+        m = re.match(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(.+?)(?: \[[^\]]*\])?$", line)
+        if not m or not pattern or "PROGRAM TOTALS" in line:
+            continue
+        # The file part ("???:") ends at the first ':' that is not part of a '::'.
+        name = re.sub(r"^(?:[^:]|::)*?:(?!:)", "", m.group(2), count=1)
+        if re.search(pattern, name):
             hits = max(hits, int(m.group(1).replace(",", "")))
     return total, hits
 

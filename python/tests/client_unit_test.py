@@ -59,6 +59,10 @@ class FitResultTest(unittest.TestCase):
         v[7] = 0
         v[2] = -np.inf
         self.assertRefused((v, 1, {}), "fit returned a non-finite value (inf) at index 2 of 10")
+        v[9] = np.nan  # Of two, the first is named.
+        self.assertRefused((v, 1, {}), "fit returned a non-finite value (inf) at index 2 of 10")
+        v[2] = 0
+        self.assertRefused((v, 1, {}), "fit returned a non-finite value (nan) at index 9 of 10")
 
     def test_a_delta_that_overflows_is_refused(self):
         self.assertRefused((np.full(N, 3e38, np.float32), 1, {}),
