@@ -66,7 +66,8 @@ scrapes=$(curl -s "http://127.0.0.1:$prom_port/api/v1/query?query=sum_over_time(
 callgrind_annotate --inclusive=yes --threshold=100 "$OUT/coordinator.callgrind" \
   > "$OUT/inclusive.txt"
 # Requests the metrics endpoint served (Prometheus's timed-out scrapes too).
-served=$(callgrind_annotate --tree=caller --threshold=100 "$OUT/coordinator.callgrind" \
-  | grep -m1 '< .*CivetServer::requestHandler' | sed -E 's/.*\(([0-9,]+)x\).*/\1/' | tr -d ,)
+callgrind_annotate --tree=caller --threshold=100 "$OUT/coordinator.callgrind" > "$OUT/callers.txt"
+served=$(grep -m1 '< .*CivetServer::requestHandler' "$OUT/callers.txt" \
+  | sed -E 's/.*\(([0-9,]+)x\).*/\1/' | tr -d ,)
 SCRAPES_SERVED=${served:-0} $PY "$HERE/callgrind_share.py" "$OUT/inclusive.txt" "$scrapes" \
   "$OUT/run/secagg_round.jsonl"
