@@ -783,7 +783,13 @@ Status RunWorker(const WorkerOptions& o, const std::atomic<bool>& stop, Env* env
   for (uint32_t epoch = done + 1; epoch <= epochs && !stop; ++epoch) {
     StatusOr<EpochResult> e = TrainEpoch(r, epoch, *optimizer, global_step);
     if (!e.ok()) return e.status().WithContext("epoch " + std::to_string(epoch));
-    COHORT_ASSIGN_OR_RETURN(e->ranks, GatherRanks(r, *e));
+    // A peer lost here is named with the epoch, as one lost while training.
+    StatusOr<std::vector<store::RankRecord>> ranks = GatherRanks(r, *e);
+    if (!ranks.ok()) {
+      return ranks.status().WithContext("epoch " + std::to_string(epoch) +
+                                        ": gathering the ranks' timings");
+    }
+    e->ranks = std::move(*ranks);
     if (r.metrics) r.metrics->RecordEpoch(epoch, e->ranks[r.rank]);
     COHORT_RETURN_IF_ERROR(r.model->GetParams(params));
     // A kill "before the next epoch's first step" comes before this commit
