@@ -240,6 +240,8 @@ TEST_F(LaunchNodesTest, BadFlagsAreErrorsNamingTheFlag) {
        "the port must be a number in [1, 65535]"},
       {with({"--node-rank", "1", "--master", ":29500"}), "expected HOST:PORT"},
       {with({"--node-rank", "1", "--master", "[::1]:29500"}), "IPv6 addresses are not supported"},
+      {with({"--node-rank", "1", "--master", "no-such-host.invalid:29500", "--insecure"}),
+       "--master: host \"no-such-host.invalid\" does not resolve to an IPv4 address"},
       {with({"--node-rank", "1", "--master", "127.0.0.1:29500"}),
        "--master: the ranks meet over tcp and authenticate each other: give --keys DIR"},
       {with({"--node-rank", "1", "--master", "127.0.0.1:29500", "--keys", dir_.path()}),
