@@ -16,6 +16,7 @@ packages=(
   chromium  # `cohort report`'s test renders the page in headless Chromium
   systemd   # systemd-analyze checks the units `cohort provision` writes
   curl      # bench/observability_cost.sh reads Prometheus's query API
+  python3-scipy  # tests/data/make_rdp_golden.py and the privacy accountant's live check
   # The cohort Python package (python/) and its tests and examples.
   python3-dev python3-numpy pybind11-dev python3-pybind11 python3-torch libtorch-dev python3-onnx
 )
