@@ -22,10 +22,13 @@ multiplication, and epsilon is the minimum over Opacus's DEFAULT_ALPHAS of
 
 Run: /usr/bin/python3 tests/data/make_rdp_golden.py (Debian's python3-scipy,
 which scripts/setup.sh installs); deterministic. The C++ test
-(privacy/rdp_accountant_test.cc) reads every line.
+(privacy/rdp_accountant_test.cc) reads every line. With --check it writes
+nothing and fails when the file differs from a fresh computation by more
+than 1e-9 relative (meson test rdp_golden_test runs that).
 """
 import math
 import os
+import sys
 import warnings
 
 from scipy import integrate, optimize
@@ -91,6 +94,27 @@ def epsilon(rdps, steps, delta):
     return best
 
 
+def same(old, new):
+    """Whether two files' lines agree, numbers within 1e-9 relative."""
+    if len(old) != len(new):
+        return False
+    for a, b in zip(old, new):
+        wa, wb = a.split(), b.split()
+        if len(wa) != len(wb):
+            return False
+        for x, y in zip(wa, wb):
+            if x == y:
+                continue
+            try:
+                fx, fy = float(x), float(y)
+            except ValueError:
+                return False
+            if abs(fx - fy) > 1e-9 * max(abs(fx), abs(fy)):
+                print(f"differs: {a!r} / {b!r}")
+                return False
+    return True
+
+
 def main():
     warnings.simplefilter("ignore")  # quad's roundoff notes at epsrel 1e-13
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rdp_golden.txt")
@@ -107,6 +131,11 @@ def main():
                 for delta in DELTAS:
                     e, a = epsilon(rdps, steps, delta)
                     lines.append(f"eps {q!r} {sigma!r} {steps} {delta!r} {e!r} {a!r}")
+    if "--check" in sys.argv[1:]:
+        with open(out) as f:
+            ok = same(f.read().splitlines(), lines)
+        print(f"{out}: {'matches' if ok else 'differs from'} a fresh scipy computation")
+        sys.exit(0 if ok else 1)
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
 
