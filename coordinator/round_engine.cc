@@ -58,6 +58,19 @@ aggregation::RobustOptions RobustOptionsOf(const config::RobustConfig& r) {
   return o;
 }
 
+// The strategy the config asks for; with privacy, inside DP-FedAvg's
+// decorator, which `dp` then points at.
+StatusOr<std::unique_ptr<Strategy>> EngineStrategy(const config::RunConfig& config,
+                                                   Evaluator evaluator, DpStrategy*& dp) {
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy,
+                          MakeStrategy(config, std::move(evaluator)));
+  if (!config.has_privacy()) return strategy;
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<DpStrategy> wrapped,
+                          DpStrategy::Wrap(std::move(strategy), config));
+  dp = wrapped.get();
+  return std::unique_ptr<Strategy>(std::move(wrapped));
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConfig& config,
@@ -68,13 +81,8 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
   COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(config));
   std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, env));
   const bool evaluates = static_cast<bool>(evaluator);
-  COHORT_ASSIGN_OR_RETURN(engine->strategy_, MakeStrategy(config, std::move(evaluator)));
-  if (config.has_privacy()) {
-    COHORT_ASSIGN_OR_RETURN(std::unique_ptr<DpStrategy> dp,
-                            DpStrategy::Wrap(std::move(engine->strategy_), config));
-    engine->dp_ = dp.get();
-    engine->strategy_ = std::move(dp);
-  }
+  COHORT_ASSIGN_OR_RETURN(engine->strategy_,
+                          EngineStrategy(config, std::move(evaluator), engine->dp_));
   const std::string config_text = config::ToText(config);
   COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> existing, store->LoadRun());
   // The config is fixed at the first committed round: before it, a start
