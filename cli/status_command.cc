@@ -1,5 +1,6 @@
 // `cohort status`: the rounds of a run, read from its store.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -69,6 +70,35 @@ std::string FederatedEvalColumns(const std::vector<store::RoundRecord>& rounds, 
   return buf;
 }
 
+bool HasPrivacy(const std::vector<store::RoundRecord>& rounds) {
+  for (const auto& r : rounds) {
+    if (r.dp_epsilon >= 0) return true;
+  }
+  return false;
+}
+
+// The run's ε after each round, in a run with central DP (config privacy).
+std::string PrivacyColumn(const std::vector<store::RoundRecord>& rounds, size_t i) {
+  if (!HasPrivacy(rounds)) return "";
+  if (rounds[i].dp_epsilon < 0) return "        -";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), " %8.4g", rounds[i].dp_epsilon);
+  return buf;
+}
+
+// Central DP's settings and what the run has spent.
+void PrintPrivacy(const config::RunConfig& config, const std::vector<store::RoundRecord>& rounds) {
+  if (!config.has_privacy()) return;
+  const config::PrivacyConfig& p = config.privacy();
+  const double eps = rounds.empty() ? 0 : std::max(0.0, rounds.back().dp_epsilon);
+  std::printf(
+      "privacy: DP-FedAvg, noise multiplier %g, clip norm %g; epsilon %.4g at delta %g after "
+      "round %u (%s)\n",
+      p.noise_multiplier(), p.clip_norm(), eps, p.target_delta(),
+      rounds.empty() ? 0u : rounds.back().round,
+      p.epsilon_budget() > 0 ? ("budget " + Number(p.epsilon_budget())).c_str() : "no budget");
+}
+
 void PrintInitialFederatedEval(const std::vector<store::RoundRecord>& rounds) {
   if (rounds.empty() || rounds[0].federated_eval_samples == 0) return;
   std::printf(
@@ -105,12 +135,13 @@ Status PrintCsv(const std::vector<store::RoundRecord>& rounds, store::RunStore& 
     std::printf(
         "round,aggregation,outcome,outcome_reason,participants,selected,dropped,"
         "train_loss,test_accuracy,test_loss,seconds,federated_eval_of_round,"
-        "federated_eval_accuracy,federated_eval_loss,federated_eval_samples\n");
+        "federated_eval_accuracy,federated_eval_loss,federated_eval_samples,dp_sampling_rate,"
+        "dp_epsilon\n");
   }
   for (const auto& r : rounds) {
     if (!clients) {
       const bool fed = r.federated_eval_samples > 0;
-      std::printf("%u,%s,%s,%s,%u,%u,%u,%s,%s,%s,%s,%s,%s,%s,%s\n", r.round,
+      std::printf("%u,%s,%s,%s,%u,%u,%u,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.round,
                   CsvField(r.aggregation).c_str(), CsvField(r.outcome).c_str(),
                   CsvField(r.outcome_reason).c_str(), r.participants, r.selected, r.dropped,
                   Number(r.train_loss).c_str(),
@@ -119,7 +150,9 @@ Status PrintCsv(const std::vector<store::RoundRecord>& rounds, store::RunStore& 
                   fed ? std::to_string(r.round - 1).c_str() : "",
                   fed ? Number(r.federated_eval_accuracy).c_str() : "",
                   fed ? Number(r.federated_eval_loss).c_str() : "",
-                  fed ? std::to_string(r.federated_eval_samples).c_str() : "");
+                  fed ? std::to_string(r.federated_eval_samples).c_str() : "",
+                  r.dp_epsilon >= 0 ? Number(r.dp_sampling_rate).c_str() : "",
+                  r.dp_epsilon >= 0 ? Number(r.dp_epsilon).c_str() : "");
       continue;
     }
     COHORT_ASSIGN_OR_RETURN(auto rows, store.ClientRounds(r.round));
@@ -151,9 +184,10 @@ Status PrintRows(store::RunStore& store, const std::vector<store::RoundRecord>& 
     }
     // No central evaluation (no test shard, or a model the clients bring): "-".
     std::printf(
-        "%5u %-8s %8u/%-3u %7u %10.4f %8s %9s %8.2f%s%s\n", r.round, r.aggregation.c_str(),
+        "%5u %-8s %8u/%-3u %7u %10.4f %8s %9s %8.2f%s%s%s\n", r.round, r.aggregation.c_str(),
         r.participants, r.selected, r.dropped, r.train_loss, Metric(r.test_accuracy).c_str(),
         Metric(r.test_loss).c_str(), r.seconds, FederatedEvalColumns(rounds, i).c_str(),
+        PrivacyColumn(rounds, i).c_str(),
         r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
     if (clients_rows) {
       PrintClientRows(r, clients);
@@ -216,15 +250,17 @@ Status RunStatus(const std::string& run_dir, bool json, bool csv, bool clients_r
           std::printf("%s\n", line.c_str());
         std::printf("version %s\n", info->code_version.c_str());
         PrintLineage(*info);
+        PrintPrivacy(*config, rounds);
       }
     }
     // A data-parallel run commits one record per epoch, its workers as the
     // participants.
     const bool epochs = !rounds.empty() && rounds[0].aggregation.rfind("all-reduce", 0) == 0;
     PrintInitialFederatedEval(rounds);
-    std::printf("%5s %-8s %12s %7s %10s %8s %9s %8s%s\n", epochs ? "epoch" : "round", "agg",
+    std::printf("%5s %-8s %12s %7s %10s %8s %9s %8s%s%s\n", epochs ? "epoch" : "round", "agg",
                 epochs ? "workers" : "participants", "dropped", "train_loss", "test_acc",
-                "test_loss", "seconds", HasFederatedEval(rounds) ? "   fed_acc  fed_loss" : "");
+                "test_loss", "seconds", HasFederatedEval(rounds) ? "   fed_acc  fed_loss" : "",
+                HasPrivacy(rounds) ? "  epsilon" : "");
   }
   COHORT_RETURN_IF_ERROR(PrintRows(*store, rounds, 0, json, clients_rows));
   if (follow) return Follow(*store, rounds.size(), json, clients_rows);

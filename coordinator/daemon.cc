@@ -388,6 +388,7 @@ Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& sto
               metrics ? &*metrics : nullptr);
   COHORT_RETURN_IF_ERROR(loop.Run(stop));
   if (!engine->store_error().ok()) return engine->store_error();
+  if (!engine->finish_reason().empty()) std::printf("%s\n", engine->finish_reason().c_str());
   if (!engine->done())
     return CancelledError("stopped after round " + std::to_string(engine->last_committed_round()));
   return OkStatus();

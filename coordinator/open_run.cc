@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "coordinator/noise_key.h"
 #include "datasets/shard.h"
 #include "proto/config_io.h"
 #include "train/model_config.h"
@@ -86,6 +87,13 @@ StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::s
   }
   COHORT_ASSIGN_OR_RETURN(run.engine, RoundEngine::Create(config, std::move(init), run.store.get(),
                                                           evaluator, COHORT_VERSION));
+  if (config.has_privacy()) {
+    // Made before the first round, needed by every later start (noise_key.h).
+    COHORT_ASSIGN_OR_RETURN(SecretBytes key,
+                            LoadOrCreateNoiseKey(run_dir + "/" + kNoiseKeyFile,
+                                                 run.engine->last_committed_round() == 0));
+    run.engine->SetNoiseKey(std::move(key));
+  }
   return run;
 }
 

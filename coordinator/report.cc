@@ -42,6 +42,14 @@ std::string FederatedEvalJson(const store::RoundRecord& r) {
          ",\"samples\":" + std::to_string(r.federated_eval_samples) + "}";
 }
 
+// Central DP (config privacy): the round's sampling rate and the run's ε
+// after it.
+std::string PrivacyJson(const store::RoundRecord& r) {
+  if (r.dp_epsilon < 0) return "";
+  return ",\"privacy\":{\"sampling_rate\":" + JsonNumber(r.dp_sampling_rate) +
+         ",\"epsilon\":" + JsonNumber(r.dp_epsilon) + "}";
+}
+
 // The round's traffic (all its stages' bytes), its stages and its
 // data-parallel ranks, as the store holds them (issue 33's timings).
 std::string TimingsJson(const store::RoundRecord& r) {
@@ -114,7 +122,7 @@ std::string RoundJson(const store::RoundRecord& r,
          ",\"seconds\":" + JsonNumber(r.seconds) +
          ",\"coordinator_seconds\":" + JsonNumber(r.coordinator_seconds) +
          ",\"clock_seconds\":" + JsonNumber(r.clock_seconds) + FederatedEvalJson(r) +
-         TimingsJson(r) + "}";
+         PrivacyJson(r) + TimingsJson(r) + "}";
 }
 
 void PrintRound(const store::RoundRecord& r, uint32_t total) {
@@ -130,6 +138,7 @@ void PrintRound(const store::RoundRecord& r, uint32_t total) {
   if (r.test_accuracy >= 0) {
     std::printf("  test_acc %.4f  test_loss %.4f", r.test_accuracy, r.test_loss);
   }
+  if (r.dp_epsilon >= 0) std::printf("  epsilon %.4g", r.dp_epsilon);
   std::printf("  %.2fs\n", r.seconds);
   std::fflush(stdout);
 }

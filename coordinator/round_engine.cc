@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "aggregation/clipped_sum.h"
 #include "aggregation/robust.h"
 #include "common/bytes.h"
 #include "common/rng.h"
@@ -57,6 +58,19 @@ aggregation::RobustOptions RobustOptionsOf(const config::RobustConfig& r) {
   return o;
 }
 
+// The strategy the config asks for; with privacy, inside DP-FedAvg's
+// decorator, which `dp` then points at.
+StatusOr<std::unique_ptr<Strategy>> EngineStrategy(const config::RunConfig& config,
+                                                   Evaluator evaluator, DpStrategy*& dp) {
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy,
+                          MakeStrategy(config, std::move(evaluator)));
+  if (!config.has_privacy()) return strategy;
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<DpStrategy> wrapped,
+                          DpStrategy::Wrap(std::move(strategy), config));
+  dp = wrapped.get();
+  return std::unique_ptr<Strategy>(std::move(wrapped));
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConfig& config,
@@ -67,7 +81,8 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
   COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(config));
   std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, env));
   const bool evaluates = static_cast<bool>(evaluator);
-  COHORT_ASSIGN_OR_RETURN(engine->strategy_, MakeStrategy(config, std::move(evaluator)));
+  COHORT_ASSIGN_OR_RETURN(engine->strategy_,
+                          EngineStrategy(config, std::move(evaluator), engine->dp_));
   const std::string config_text = config::ToText(config);
   COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> existing, store->LoadRun());
   // The config is fixed at the first committed round: before it, a start
@@ -114,6 +129,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
     engine->global_ = std::move(cp.model);
     engine->round_ = cp.round;
     COHORT_RETURN_IF_ERROR(engine->LoadBans());
+    COHORT_RETURN_IF_ERROR(engine->LoadPrivacy());
     env->Log().info("resuming run after committed round {}", cp.round);
   }
   if (engine->round_ >= config.rounds().num_rounds()) engine->phase_ = Phase::kDone;
@@ -264,6 +280,52 @@ std::vector<Outgoing> RoundEngine::Revoke(const std::string& name, const std::st
   }
   CountSent(out);
   return out;
+}
+
+void RoundEngine::SetNoiseKey(SecretBytes key) {
+  if (dp_ != nullptr) dp_->SetNoiseKey(std::move(key));
+}
+
+Status RoundEngine::LoadPrivacy() {
+  if (dp_ == nullptr) return OkStatus();
+  COHORT_ASSIGN_OR_RETURN(std::vector<store::RoundRecord> rounds, store_->Rounds());
+  COHORT_RETURN_IF_ERROR(dp_->Restore(rounds));
+  env_->Log().info("privacy: epsilon {:.4g} at delta {:g} after round {}", dp_->epsilon(),
+                   dp_->privacy().target_delta(), round_);
+  return OkStatus();
+}
+
+bool RoundEngine::PrivacyAllows(size_t cohort, const CohortRequest& request,
+                                std::vector<Outgoing>& out) {
+  // q: the cohort over the clients it was drawn from (available, not banned).
+  size_t population = 0;
+  for (const std::string& name : request.active) population += banned_.count(name) == 0 ? 1 : 0;
+  auto plan = dp_->PlanRound(cohort, population);
+  if (!plan.ok()) {
+    store_error_ = plan.status();
+    return false;
+  }
+  if (plan->within_budget) {
+    dp_->BeginRound(request.round, cohort, population);
+    return true;
+  }
+  const config::PrivacyConfig& p = dp_->privacy();
+  finish_reason_ = fmt::format(
+      "privacy budget spent: ε={:.4g} > {:.4g} (round {}, {} of {} clients, q={:.4g}, would "
+      "take ε from {:.4g} to {:.4g} at δ={:g}); the run stops after round {}",
+      plan->epsilon_after, p.epsilon_budget(), request.round, cohort, population,
+      plan->sampling_rate, dp_->epsilon(), plan->epsilon_after, p.target_delta(), round_);
+  env_->Log().warn("{}", finish_reason_);
+  phase_ = Phase::kDone;
+  for (const auto& [name, c] : clients_.clients()) out.push_back(FinishedMessage(c.peer, round_));
+  return false;
+}
+
+void RoundEngine::RecordPrivacy(store::RoundRecord& record) {
+  if (dp_ == nullptr) return;
+  const RoundPrivacy p = dp_->EndRound();
+  record.dp_sampling_rate = p.sampling_rate;
+  record.dp_epsilon = p.epsilon;
 }
 
 Status RoundEngine::LoadBans() {
@@ -562,7 +624,13 @@ Status RoundEngine::CheckUpdate(const wire::Update& u, const net::Envelope& enve
 Status RoundEngine::StartPlain() {
   // A robust rule needs every update; the weighted mean only a running sum.
   const config::ServerConfig& s = config_.server();
-  if (s.has_robust()) {
+  if (dp_ != nullptr) {
+    // DP-FedAvg: clipped, equally weighted, over the cohort (strategy_dp.h).
+    COHORT_ASSIGN_OR_RETURN(
+        aggregator_, aggregation::NewClippedSum(global_.size(), config_.privacy().clip_norm(),
+                                                static_cast<uint32_t>(participants_.size()),
+                                                s.max_update_norm()));
+  } else if (s.has_robust()) {
     COHORT_ASSIGN_OR_RETURN(
         aggregator_, aggregation::NewRobustAggregator(RobustOptionsOf(s.robust()), global_.size(),
                                                       s.max_update_norm()));
@@ -638,8 +706,14 @@ void RoundEngine::MaybeStartRound(TimeMs now, std::vector<Outgoing>& out) {
   request.min_clients = MinClients();
   request.active = clients_.ActiveNames();
   request.banned = &banned_;
+  if (dp_ != nullptr && !dp_->has_noise_key()) {
+    store_error_ = FailedPreconditionError(
+        "privacy: no noise key was given (the run directory's privacy_noise.key)");
+    return;
+  }
   std::vector<std::string> cohort = strategy_->SelectCohort(request);
   if (cohort.empty()) return;
+  if (dp_ != nullptr && !PrivacyAllows(cohort.size(), request, out)) return;
   first_round_ = false;
   StartRound(cohort, now, out);
 }
@@ -837,6 +911,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
                       : mean != nullptr && weight_sum > 0 ? loss_sum / weight_sum
                                                           : 0;
   if (mean != nullptr && EvaluatesRound(round)) RecordFederatedEval(*mean, record);
+  RecordPrivacy(record);
   store::Checkpoint cp{round, global_, {}};
   strategy_->SaveState(cp);
   record.coordinator_seconds = env_->MonotonicSeconds() - close_start;

@@ -35,6 +35,7 @@
 #include "coordinator/messages.h"
 #include "coordinator/round_timings.h"
 #include "coordinator/strategy.h"
+#include "coordinator/strategy_dp.h"
 #include "crypto/keys.h"
 #include "net/envelope.h"
 #include "proto/config.pb.h"
@@ -91,6 +92,15 @@ class RoundEngine {
   net::Limits limits() const;
   // The first error the store returned, if any (the daemon stops on it).
   const Status& store_error() const { return store_error_; }
+
+  // Central differential privacy (config privacy): the run secret that keys
+  // the noise and the secret cohort order (coordinator/noise_key.h loads
+  // it). A privacy run starts no round without it: the round is refused
+  // with store_error() kFailedPrecondition.
+  void SetNoiseKey(SecretBytes key);
+  // Why a run is done before rounds.num_rounds ("privacy budget spent:
+  // ε=... > ..."); empty otherwise.
+  const std::string& finish_reason() const { return finish_reason_; }
 
   // Debugging and tests: called with each securely aggregated round's
   // unmasked sum (fixed point, mod 2^32) and the names whose inputs it holds.
@@ -246,6 +256,13 @@ class RoundEngine {
   void Ban(Participant& p, const std::string& why);
   // Bans from the client records of rounds 1..round_ (on resume).
   Status LoadBans();
+  // Privacy (dp_): the accountant rebuilt from the stored rounds (on
+  // resume); whether the budget allows a round of `cohort` (else the run
+  // finishes, saying so, with Finished to every client); the round's
+  // sampling rate and ε into its record.
+  Status LoadPrivacy();
+  bool PrivacyAllows(size_t cohort, const CohortRequest& request, std::vector<Outgoing>& out);
+  void RecordPrivacy(store::RoundRecord& record);
   void AbortRound(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
   Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id,
                             aggregation::SecAggStage stage, const std::string& what, TimeMs now,
@@ -267,6 +284,10 @@ class RoundEngine {
   store::RunStore* store_;
   // Selection, the task's config, the server step and its state, evaluation.
   std::unique_ptr<Strategy> strategy_;
+  // strategy_ itself when the config has privacy (it wraps the strategy the
+  // config picks), else null.
+  DpStrategy* dp_ = nullptr;
+  std::string finish_reason_;
   std::vector<float> global_;
   uint32_t round_ = 0;  // Last committed.
   Phase phase_ = Phase::kWaiting;

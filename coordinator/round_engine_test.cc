@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -11,6 +13,7 @@
 #include <sstream>
 
 #include "crypto/digest.h"
+#include "privacy/rdp_accountant.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -846,6 +849,125 @@ TEST_F(RoundEngineTest, TooFewUpdatesRunTheRoundAgainWithoutCommitting) {
   Deliver("p2", hb);
   EXPECT_EQ(tasks_["p0"].round(), 1u);
   EXPECT_NE(tasks_["p0"].task_id(), first_task);
+}
+
+// Central differential privacy (issue 34): DP-FedAvg on plain rounds.
+config::RunConfig DpConfig(double budget = 0, uint32_t rounds = 50) {
+  config::RunConfig c = TestConfig(6, 2, rounds);
+  c.mutable_rounds()->set_fraction(0.5f);  // 3 of 6: q = 0.5.
+  c.mutable_privacy()->set_noise_multiplier(1.0);
+  c.mutable_privacy()->set_clip_norm(1.0);
+  c.mutable_privacy()->set_target_delta(1e-5);
+  c.mutable_privacy()->set_epsilon_budget(budget);
+  return c;
+}
+
+SecretBytes NoiseKey(uint8_t fill) {
+  SecretBytes key(32);
+  std::fill(key.bytes().begin(), key.bytes().end(), fill);
+  return key;
+}
+
+class PrivacyTest : public RoundEngineTest {
+ protected:
+  void StartDp(const config::RunConfig& config, uint8_t key = 9) {
+    Start(config);
+    engine_->SetNoiseKey(NoiseKey(key));
+  }
+  // Every client selected for the round in progress sends a delta of
+  // `value` per parameter (norm sqrt(10) x value: clipped above 1).
+  int FinishRound(float value) {
+    const uint32_t round = engine_->last_committed_round() + 1;
+    std::vector<std::string> peers;
+    for (const auto& [peer, task] : tasks_) {
+      if (task.round() == round) peers.push_back(peer);
+    }
+    for (const auto& peer : peers) {
+      Deliver(peer, UpdateFor(tasks_[peer], std::vector<float>(kParams, value + peer[1] - '0')));
+    }
+    return static_cast<int>(peers.size());
+  }
+};
+
+// The run stops before the round that would pass the budget, with the round
+// count the accountant gives, commits what it has and says why.
+TEST_F(PrivacyTest, ARunStopsBeforeTheRoundThatWouldSpendMoreThanTheBudget) {
+  std::vector<double> eps;
+  privacy::RdpAccountant accountant;
+  for (int r = 1; r <= 6; ++r) {
+    ASSERT_TRUE(accountant.Compose(0.5, 1.0).ok());
+    eps.push_back(accountant.Spent(1e-5)->epsilon);
+  }
+  const double budget = (eps[2] + eps[3]) / 2;  // Room for 3 rounds, not 4.
+  StartDp(DpConfig(budget));
+  Register(6);
+  for (int r = 1; r <= 3; ++r) ASSERT_EQ(FinishRound(5.0f), 3) << "round " << r;
+  ASSERT_TRUE(store_error_ok()) << engine_->store_error();
+  EXPECT_TRUE(engine_->done());
+  EXPECT_EQ(engine_->last_committed_round(), 3u);
+  EXPECT_EQ(finished_.size(), 6u);
+  char want[96];
+  std::snprintf(want, sizeof(want), "privacy budget spent: ε=%.4g > %.4g (round 4, 3 of 6 clients",
+                eps[3], budget);
+  EXPECT_EQ(engine_->finish_reason().rfind(want, 0), 0u) << engine_->finish_reason();
+  EXPECT_NE(engine_->finish_reason().find("the run stops after round 3"), std::string::npos);
+  auto rounds = store_->Rounds();
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ((*rounds)[r].dp_sampling_rate, 0.5);
+    EXPECT_NEAR((*rounds)[r].dp_epsilon, eps[r], 1e-9) << "round " << r + 1;
+  }
+}
+
+TEST_F(PrivacyTest, UpdatesAreClippedAndTheMeanNoised) {
+  config::RunConfig c = DpConfig(0, 1);
+  c.mutable_privacy()->set_noise_multiplier(1e-3);  // Noise sd 1e-3 x 1 / 3 per value.
+  StartDp(c);
+  Register(6);
+  ASSERT_EQ(FinishRound(10.0f), 3);
+  ASSERT_TRUE(engine_->done());
+  // Each update points along (1, ..., 1), clipped to norm 1: 1/sqrt(10)
+  // per value, and so is their mean over the cohort of 3.
+  const double clipped = 1 / std::sqrt(10.0);
+  int exact = 0;
+  for (float v : Global()) {
+    EXPECT_NEAR(v, 1 + clipped, 5e-3);
+    exact += std::abs(v - (1 + clipped)) < 1e-7;
+  }
+  EXPECT_LT(exact, 2);  // Noise was added.
+  EXPECT_GT((*store_->Rounds())[0].dp_epsilon, 0);
+}
+
+TEST_F(PrivacyTest, AResumedRunEndsWithTheSameModelAndEpsilon) {
+  StartDp(DpConfig(0, 4));
+  Register(6);
+  for (int r = 1; r <= 4; ++r) ASSERT_EQ(FinishRound(0.2f), 3);
+  ASSERT_TRUE(engine_->done());
+  const std::vector<float> uninterrupted = Global();
+  const double eps = (*store_->Rounds())[3].dp_epsilon;
+
+  store_.reset();
+  tasks_.clear();
+  StartDp(DpConfig(0, 4));
+  Register(6);
+  for (int r = 1; r <= 2; ++r) ASSERT_EQ(FinishRound(0.2f), 3);
+  engine_.reset();  // The coordinator stops; the store keeps rounds 1-2.
+  tasks_.clear();
+  StartDp(DpConfig(0, 4));
+  Register(6);
+  for (int r = 3; r <= 4; ++r) ASSERT_EQ(FinishRound(0.2f), 3);
+  ASSERT_TRUE(engine_->done());
+  EXPECT_EQ(Global(), uninterrupted);
+  EXPECT_EQ((*store_->Rounds())[3].dp_epsilon, eps);
+}
+
+TEST_F(PrivacyTest, NoRoundStartsWithoutANoiseKey) {
+  Start(DpConfig());
+  Register(6);
+  EXPECT_TRUE(tasks_.empty());
+  EXPECT_EQ(engine_->store_error().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(engine_->store_error().message().find("privacy: no noise key"), std::string::npos);
 }
 
 }  // namespace

@@ -683,6 +683,39 @@ Status CheckRobust(const RunConfig& c) {
   return CheckRobustCohort(r, c.rounds());
 }
 
+// privacy: central DP (DP-FedAvg) on plain federated rounds, with its four
+// numbers in range.
+Status CheckPrivacy(const RunConfig& c) {
+  if (c.mode() != FEDERATED) {
+    return InvalidArgumentError(
+        "privacy: central differential privacy is for FEDERATED rounds (DP-FedAvg); "
+        "DATA_PARALLEL has no per-example clipping (DP-SGD is not built)");
+  }
+  if (c.secagg().aggregation() != PLAIN) {
+    return InvalidArgumentError(
+        "privacy: central differential privacy clips and noises each update on the "
+        "coordinator, but secagg.aggregation " +
+        Aggregation_Name(c.secagg().aggregation()) +
+        " hides the updates from it; the coordinator would have to be trusted with the "
+        "un-noised sum, which secure aggregation is there to deny it. Set secagg.aggregation: "
+        "PLAIN for central DP (a trusted coordinator), or leave privacy out (distributed DP, "
+        "the clients' noise under secure aggregation, is not built yet)");
+  }
+  if (c.server().has_robust()) {
+    return InvalidArgumentError(
+        "privacy: the noise is calibrated to the sum of clipped updates; server.robust "
+        "replaces the sum by a rule whose sensitivity is not accounted for; leave one out");
+  }
+  const PrivacyConfig& p = c.privacy();
+  COHORT_RETURN_IF_ERROR(CheckRange("privacy.noise_multiplier", p.noise_multiplier(), 1e-3, 1e6));
+  COHORT_RETURN_IF_ERROR(CheckRange("privacy.clip_norm", p.clip_norm(), 1e-9, 1e6));
+  if (!(p.target_delta() > 0 && p.target_delta() < 1)) {
+    return InvalidArgumentError("privacy.target_delta: must be in (0, 1), got " +
+                                Number(p.target_delta()));
+  }
+  return CheckRange("privacy.epsilon_budget", p.epsilon_budget(), 0, 1e6, " (0: no budget)");
+}
+
 }  // namespace
 
 // The sections in a fixed order (a config with several errors reports the
@@ -745,6 +778,7 @@ Status ValidateRunConfig(const RunConfig& c) {
         "server.max_update_norm instead");
   }
   if (s.has_robust()) COHORT_RETURN_IF_ERROR(CheckRobust(c));
+  if (c.has_privacy()) COHORT_RETURN_IF_ERROR(CheckPrivacy(c));
   return OkStatus();
 }
 

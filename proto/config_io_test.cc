@@ -619,5 +619,42 @@ TEST(ConfigTest, FedProxMuAndTheL2BoundAreCheckedAndNamed) {
   }
 }
 
+// Central DP (issue 34): plain federated rounds only, and its numbers in range.
+TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
+  const std::string plain = "secagg { aggregation: PLAIN } ";
+  const std::string dp = "privacy { noise_multiplier: 1.1 clip_norm: 0.5 ";
+  EXPECT_EQ(ErrorOf(plain + dp + "}"), "");
+  EXPECT_EQ(ErrorOf(plain + dp + "target_delta: 1e-6 epsilon_budget: 8 }"), "");
+  // The default aggregation is SECAGG_PLUS.
+  EXPECT_EQ(
+      ErrorOf(dp + "}"),
+      "x.textproto: privacy: central differential privacy clips and noises each update on the "
+      "coordinator, but secagg.aggregation SECAGG_PLUS hides the updates from it; the "
+      "coordinator would have to be trusted with the un-noised sum, which secure "
+      "aggregation is there to deny it. Set secagg.aggregation: PLAIN for central DP (a "
+      "trusted coordinator), or leave privacy out (distributed DP, the clients' noise under "
+      "secure aggregation, is not built yet)");
+  EXPECT_TRUE(Contains(ErrorOf("secagg { aggregation: SECAGG } " + dp + "}"),
+                       "but secagg.aggregation SECAGG hides the updates"));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {plain + "server { robust { rule: MEDIAN } } " + dp + "}",
+       "privacy: the noise is calibrated to the sum of clipped updates; server.robust"},
+      {plain + "privacy { clip_norm: 1 }",
+       "privacy.noise_multiplier: must be in [0.001, 1e+06], got 0"},
+      {plain + "privacy { noise_multiplier: 1 }", "privacy.clip_norm: must be in [1e-09, 1e+06]"},
+      {plain + "privacy { noise_multiplier: 1e9 clip_norm: 1 }",
+       "privacy.noise_multiplier: must be in [0.001, 1e+06], got 1e+09"},
+      {plain + dp + "target_delta: 1 }", "privacy.target_delta: must be in (0, 1), got 1"},
+      {plain + dp + "target_delta: 0 }", "privacy.target_delta: must be in (0, 1), got 0"},
+      {plain + dp + "epsilon_budget: -1 }",
+       "privacy.epsilon_budget: must be in [0, 1e+06] (0: no budget), got -1"},
+      {"mode: DATA_PARALLEL data { train_shard: \"t.shard\" } " + plain + dp + "}",
+       "privacy: central differential privacy is for FEDERATED rounds"},
+  };
+  for (const auto& [text, want] : bad) {
+    EXPECT_TRUE(Contains(ErrorOf(text), want)) << text << "\n -> " << ErrorOf(text);
+  }
+}
+
 }  // namespace
 }  // namespace cohort::config

@@ -19,6 +19,7 @@ packages=(
   curl      # bench/observability_cost.sh reads Prometheus's query API
   python3-yaml python3-jsonschema  # tests/integration/kubernetes_test.py validates the recipes
   slurm-wlm munge  # deploy/slurm/'s sbatch recipes run in a test's own one-node Slurm
+  python3-scipy  # tests/data/make_rdp_golden.py and the privacy accountant's live check
   # The cohort Python package (python/) and its tests and examples.
   python3-dev python3-numpy pybind11-dev python3-pybind11 python3-torch libtorch-dev python3-onnx
 )

@@ -83,6 +83,13 @@ struct RoundRecord {
   double federated_eval_loss = -1;
   double federated_eval_accuracy = -1;
   uint64_t federated_eval_samples = 0;
+  // Central differential privacy (config privacy; coordinator/strategy_dp.h):
+  // the sampling rate q of the noise this round drew (0: none: a run
+  // without privacy, or a round aborted before its aggregate), and the
+  // run's ε after the round at privacy.target_delta (-1: a run without
+  // privacy, or a store older than it).
+  double dp_sampling_rate = 0;
+  double dp_epsilon = -1;
   // Timings (round_stages and round_ranks tables; empty in older stores and
   // where nothing measured them): per stage at the coordinator, per rank of
   // a data-parallel epoch.

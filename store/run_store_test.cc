@@ -658,6 +658,37 @@ TEST(RunStoreTest, AStoreOlderThanTheTimingsReadsAsNoneAndThenGainsThem) {
   EXPECT_EQ((*rounds)[1].stages[0].bytes_out, 20u);
 }
 
+// Central DP (issue 34): a round's sampling rate and the run's epsilon
+// are committed with it; an older store reads "no privacy" (-1) and gains
+// the columns when opened for writing.
+TEST(RunStoreTest, PrivacyEpsilonIsCommittedAndOlderStoresReadNone) {
+  ScratchDir dir("dp_columns");
+  WriteOlderStore(dir.db());
+  RawSql(dir.db(), "INSERT INTO runs VALUES (1, 'c', 1, 'v', 0, 1)");
+  RawSql(dir.db(), "INSERT INTO checkpoints VALUES (1, ?, x'', 0)", FloatBytes({1, 2}));
+  {
+    auto store = OpenSqliteRunStoreReadOnly(dir.db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto rounds = (*store)->Rounds();
+    ASSERT_TRUE(rounds.ok()) << rounds.status();
+    EXPECT_EQ((*rounds)[0].dp_epsilon, -1.0);
+    EXPECT_EQ((*rounds)[0].dp_sampling_rate, 0.0);
+  }
+  auto store = OpenSqliteRunStore(dir.db());
+  ASSERT_TRUE(store.ok()) << store.status();
+  RoundRecord r;
+  r.round = 2;
+  r.dp_sampling_rate = 0.25;
+  r.dp_epsilon = 1.75;
+  ASSERT_TRUE((*store)->CommitRound(r, {}, Cp(2, 2), 3).ok());
+  auto rounds = (*store)->Rounds();
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_EQ((*rounds)[0].dp_epsilon, -1.0);
+  EXPECT_EQ((*rounds)[1].dp_sampling_rate, 0.25);
+  EXPECT_EQ((*rounds)[1].dp_epsilon, 1.75);
+}
+
 TEST(RunStoreTest, MalformedKillHookValueIsRefused) {
   setenv("COHORT_FAULT_KILL_IN_COMMIT", "soon", 1);
   auto store = OpenSqliteRunStore(":memory:");

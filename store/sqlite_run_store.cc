@@ -46,7 +46,9 @@ CREATE TABLE IF NOT EXISTS rounds (
   outcome_reason TEXT NOT NULL DEFAULT '',
   federated_eval_loss REAL NOT NULL DEFAULT -1,
   federated_eval_accuracy REAL NOT NULL DEFAULT -1,
-  federated_eval_samples INTEGER NOT NULL DEFAULT 0
+  federated_eval_samples INTEGER NOT NULL DEFAULT 0,
+  dp_sampling_rate REAL NOT NULL DEFAULT 0,
+  dp_epsilon REAL NOT NULL DEFAULT -1
 );
 CREATE TABLE IF NOT EXISTS round_clients (
   round INTEGER NOT NULL,
@@ -216,6 +218,10 @@ class SqliteRunStore final : public RunStore {
         AddColumnIfMissing("rounds", "federated_eval_accuracy", "REAL NOT NULL DEFAULT -1"));
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("rounds", "federated_eval_samples", "INTEGER NOT NULL DEFAULT 0"));
+    // Central differential privacy (issue 34): the round's q, the run's ε.
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("rounds", "dp_sampling_rate", "REAL NOT NULL DEFAULT 0"));
+    COHORT_RETURN_IF_ERROR(AddColumnIfMissing("rounds", "dp_epsilon", "REAL NOT NULL DEFAULT -1"));
     // Lineage and traffic (issue 33).
     for (const char* column : {"config_sha256", "devices"}) {
       COHORT_RETURN_IF_ERROR(AddColumnIfMissing("runs", column, "TEXT NOT NULL DEFAULT ''"));
@@ -333,8 +339,8 @@ class SqliteRunStore final : public RunStore {
                   "INSERT INTO rounds (round, participants, selected, dropped, train_loss, "
                   "test_accuracy, test_loss, seconds, coordinator_seconds, committed_unix_ms, "
                   "aggregation, outcome, outcome_reason, clock_seconds, federated_eval_loss, "
-                  "federated_eval_accuracy, federated_eval_samples) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                  "federated_eval_accuracy, federated_eval_samples, dp_sampling_rate, "
+                  "dp_epsilon) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       if (!s.ok()) return Error("commit round");
       sqlite3_bind_int64(s.get(), 1, r.round);
       sqlite3_bind_int64(s.get(), 2, r.participants);
@@ -354,6 +360,8 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_double(s.get(), 15, r.federated_eval_loss);
       sqlite3_bind_double(s.get(), 16, r.federated_eval_accuracy);
       sqlite3_bind_int64(s.get(), 17, static_cast<int64_t>(r.federated_eval_samples));
+      sqlite3_bind_double(s.get(), 18, r.dp_sampling_rate);
+      sqlite3_bind_double(s.get(), 19, r.dp_epsilon);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
       COHORT_RETURN_IF_ERROR(PutClients(r.round, clients));
       COHORT_RETURN_IF_ERROR(PutTimings(r));
@@ -416,7 +424,9 @@ class SqliteRunStore final : public RunStore {
         columns_["rounds.aggregation"] + ", " + columns_["rounds.outcome"] + ", " +
         columns_["rounds.outcome_reason"] + ", " + columns_["rounds.clock_seconds"] + ", " +
         columns_["rounds.federated_eval_loss"] + ", " + columns_["rounds.federated_eval_accuracy"] +
-        ", " + columns_["rounds.federated_eval_samples"] + " FROM rounds ORDER BY round";
+        ", " + columns_["rounds.federated_eval_samples"] + ", " +
+        columns_["rounds.dp_sampling_rate"] + ", " + columns_["rounds.dp_epsilon"] +
+        " FROM rounds ORDER BY round";
     Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("read rounds");
     std::vector<RoundRecord> out;
@@ -440,6 +450,8 @@ class SqliteRunStore final : public RunStore {
       r.federated_eval_loss = sqlite3_column_double(s.get(), 14);
       r.federated_eval_accuracy = sqlite3_column_double(s.get(), 15);
       r.federated_eval_samples = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 16));
+      r.dp_sampling_rate = sqlite3_column_double(s.get(), 17);
+      r.dp_epsilon = sqlite3_column_double(s.get(), 18);
       out.push_back(r);
     }
     if (rc != SQLITE_DONE) return Error("read rounds");
@@ -542,6 +554,8 @@ class SqliteRunStore final : public RunStore {
         {"rounds", "federated_eval_loss", "-1"},
         {"rounds", "federated_eval_accuracy", "-1"},
         {"rounds", "federated_eval_samples", "0"},
+        {"rounds", "dp_sampling_rate", "0"},
+        {"rounds", "dp_epsilon", "-1"},
         {"runs", "config_sha256", "''"},
         {"runs", "world_size", "0"},
         {"runs", "devices", "''"},

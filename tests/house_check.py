@@ -32,7 +32,7 @@ import re
 import sys
 
 SOURCE_DIRS = ["common", "proto", "crypto", "datasets", "train", "collective", "net",
-               "aggregation", "store", "coordinator", "client", "worker", "sim", "python",
+               "aggregation", "privacy", "store", "coordinator", "client", "worker", "sim", "python",
                "cli", "provision"]
 STAGES = ["commit_seed", "advertise_keys", "share_keys", "check_shares", "confirm_checked",
           "masked_input", "consistency", "unmasking"]

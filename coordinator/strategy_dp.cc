@@ -1,0 +1,176 @@
+#include "coordinator/strategy_dp.h"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numbers>
+#include <string>
+#include <string_view>
+
+#include "common/rng.h"
+#include "crypto/keys.h"
+#include "crypto/prg.h"
+
+namespace cohort::coordinator {
+namespace {
+
+// Values per noise chunk: each chunk has its own derived key, so the random
+// words of one chunk (2 per value, in SecretBytes) are all that is held.
+constexpr size_t kNoiseChunk = size_t{1} << 16;
+constexpr char kNoiseLabel[] = "cohort dp-fedavg noise v1";
+constexpr char kSelectLabel[] = "cohort dp-fedavg cohort v1";
+
+// A uniform double in (0, 1) from 64 random bits: the top 53, centred in
+// their interval, so log() never sees 0.
+double Uniform53(uint32_t hi, uint32_t lo) {
+  const uint64_t bits = ((uint64_t{hi} << 32) | lo) >> 11;
+  return (static_cast<double>(bits) + 0.5) * 0x1.0p-53;
+}
+
+// BLAKE2b keyed by the run key over `label`, the round and `index`.
+SecretBytes DeriveKey(const SecretBytes& run_key, std::string_view label, uint32_t round,
+                      uint64_t index) {
+  uint8_t context[12];
+  for (int b = 0; b < 4; ++b) context[b] = static_cast<uint8_t>(round >> (8 * b));
+  for (int b = 0; b < 8; ++b) context[4 + b] = static_cast<uint8_t>(index >> (8 * b));
+  std::array<uint8_t, 32> digest = crypto::Hash256(
+      {std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(label.data()), label.size()),
+       std::span<const uint8_t>(context)},
+      run_key.bytes());
+  SecretBytes key(digest.size());
+  std::memcpy(key.bytes().data(), digest.data(), digest.size());
+  sodium_memzero(digest.data(), digest.size());
+  return key;
+}
+
+}  // namespace
+
+Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, double stddev,
+                        std::span<float> values) {
+  if (run_key.size() != DpStrategy::kNoiseKeyBytes) {
+    return InvalidArgumentError("noise key has " + std::to_string(run_key.size()) +
+                                " bytes, expected 32");
+  }
+  for (size_t start = 0, chunk = 0; start < values.size(); start += kNoiseChunk, ++chunk) {
+    std::span<float> part = values.subspan(start, std::min(kNoiseChunk, values.size() - start));
+    // Two words per value, an even count of values, 16 words at a time
+    // (so the buffer's size keeps sodium_malloc's pointer aligned).
+    const size_t words = ((part.size() + 1) / 2 * 4 + 15) / 16 * 16;
+    SecretBytes random(words * sizeof(uint32_t));
+    std::span<uint32_t> w(reinterpret_cast<uint32_t*>(random.bytes().data()), words);
+    const SecretBytes key = DeriveKey(run_key, kNoiseLabel, round, chunk);
+    COHORT_RETURN_IF_ERROR(crypto::AddMask(key, w, /*subtract=*/false, crypto::PrgImpl::kAuto,
+                                           crypto::MaskPrg::kChaCha20));
+    for (size_t i = 0; i < part.size(); i += 2) {
+      // Box-Muller: two independent N(0, 1) from two uniforms.
+      const double r = std::sqrt(-2.0 * std::log(Uniform53(w[2 * i], w[2 * i + 1])));
+      const double theta = 2.0 * std::numbers::pi * Uniform53(w[2 * i + 2], w[2 * i + 3]);
+      part[i] = static_cast<float>(part[i] + stddev * r * std::cos(theta));
+      if (i + 1 < part.size()) {
+        part[i + 1] = static_cast<float>(part[i + 1] + stddev * r * std::sin(theta));
+      }
+    }
+  }
+  return OkStatus();
+}
+
+DpStrategy::DpStrategy(std::unique_ptr<Strategy> inner, const config::RunConfig& config)
+    : inner_(std::move(inner)), privacy_(config.privacy()) {}
+
+StatusOr<std::unique_ptr<DpStrategy>> DpStrategy::Wrap(std::unique_ptr<Strategy> inner,
+                                                       const config::RunConfig& config) {
+  if (!config.has_privacy()) return InvalidArgumentError("privacy: the config has no privacy");
+  return std::unique_ptr<DpStrategy>(new DpStrategy(std::move(inner), config));
+}
+
+std::vector<std::string> DpStrategy::SelectCohort(const CohortRequest& request) const {
+  if (!has_noise_key()) return {};
+  CohortRequest secret = request;
+  const SecretBytes key = DeriveKey(noise_key_, kSelectLabel, request.round, 0);
+  uint64_t seed = 0;
+  std::memcpy(&seed, key.bytes().data(), sizeof(seed));
+  Rng rng(seed);
+  rng.Shuffle(std::span<std::string>(secret.active));
+  sodium_memzero(&seed, sizeof(seed));
+  return inner_->SelectCohort(secret);
+}
+
+Status DpStrategy::Restore(std::span<const store::RoundRecord> rounds) {
+  // Equal rates compose at once: one evaluation of the series per rate.
+  std::map<double, uint64_t> steps;
+  for (const store::RoundRecord& r : rounds) {
+    if (!(r.dp_sampling_rate >= 0 && r.dp_sampling_rate <= 1)) {
+      return DataLossError("round " + std::to_string(r.round) + ": privacy sampling rate " +
+                           std::to_string(r.dp_sampling_rate) + " is not in [0, 1]");
+    }
+    if (r.dp_sampling_rate > 0) ++steps[r.dp_sampling_rate];
+  }
+  accountant_ = privacy::RdpAccountant();
+  for (const auto& [q, n] : steps) {
+    COHORT_RETURN_IF_ERROR(accountant_.Compose(q, privacy_.noise_multiplier(), n));
+  }
+  epsilon_ = 0;
+  if (!steps.empty()) {
+    COHORT_ASSIGN_OR_RETURN(privacy::PrivacySpent spent,
+                            accountant_.Spent(privacy_.target_delta()));
+    epsilon_ = spent.epsilon;
+  }
+  return OkStatus();
+}
+
+StatusOr<DpStrategy::Plan> DpStrategy::PlanRound(size_t cohort, size_t population) const {
+  if (cohort == 0 || population < cohort) {
+    return InvalidArgumentError("privacy: a cohort of " + std::to_string(cohort) + " from " +
+                                std::to_string(population) + " clients");
+  }
+  Plan plan;
+  plan.sampling_rate = static_cast<double>(cohort) / static_cast<double>(population);
+  privacy::RdpAccountant next = accountant_;
+  COHORT_RETURN_IF_ERROR(next.Compose(plan.sampling_rate, privacy_.noise_multiplier()));
+  COHORT_ASSIGN_OR_RETURN(privacy::PrivacySpent spent, next.Spent(privacy_.target_delta()));
+  plan.epsilon_after = spent.epsilon;
+  plan.within_budget =
+      privacy_.epsilon_budget() <= 0 || plan.epsilon_after <= privacy_.epsilon_budget();
+  return plan;
+}
+
+void DpStrategy::BeginRound(uint32_t round, size_t cohort, size_t population) {
+  round_ = round;
+  cohort_ = cohort;
+  sampling_rate_ =
+      population > 0 ? static_cast<double>(cohort) / static_cast<double>(population) : 1.0;
+  noised_ = false;
+}
+
+RoundPrivacy DpStrategy::EndRound() {
+  RoundPrivacy out{0, epsilon_};
+  if (!noised_) return out;
+  noised_ = false;
+  // The config validator bounds σ and δ, so neither call can fail here.
+  if (accountant_.Compose(sampling_rate_, privacy_.noise_multiplier()).ok()) {
+    auto spent = accountant_.Spent(privacy_.target_delta());
+    if (spent.ok()) epsilon_ = spent->epsilon;
+  }
+  return {sampling_rate_, epsilon_};
+}
+
+Status DpStrategy::Aggregate(std::span<const float> mean_delta, std::span<float> model) {
+  if (!has_noise_key()) {
+    return FailedPreconditionError(
+        "privacy: no noise key (the run directory's privacy_noise.key); nothing is released "
+        "without noise");
+  }
+  if (cohort_ == 0) return FailedPreconditionError("privacy: Aggregate before BeginRound");
+  std::vector<float> noisy(mean_delta.begin(), mean_delta.end());
+  const double stddev =
+      privacy_.noise_multiplier() * privacy_.clip_norm() / static_cast<double>(cohort_);
+  COHORT_RETURN_IF_ERROR(AddGaussianNoise(noise_key_, round_, stddev, noisy));
+  noised_ = true;
+  return inner_->Aggregate(noisy, model);
+}
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,126 @@
+// Central differential privacy, DP-FedAvg (McMahan et al. 2018, "Learning
+// Differentially Private Recurrent Language Models", Algorithm 1 with the
+// fixed-denominator estimator f~_f and uniform weights w_k = 1): a Strategy
+// decorator, as Flower's DifferentialPrivacyServerSideFixedClipping wraps
+// another strategy. The round engine aggregates the round's updates with
+// aggregation::NewClippedSum (each clipped to privacy.clip_norm, summed
+// with equal weights, divided by the cohort size); this decorator adds
+// N(0, σ²C²) / cohort to every coordinate of that mean (the noise of the
+// sum, divided like it) and hands the noisy mean to the wrapped strategy's
+// server step. Selection, tasks, evaluation and the server state are the
+// wrapped strategy's.
+//
+// Accounting: each round that draws noise is one step of the sampled
+// Gaussian mechanism with q = cohort / the clients it was drawn from
+// (privacy/rdp_accountant.h). Cohort selects a fixed-size cohort; the
+// Poisson analysis is applied to it (docs/privacy.md says what that
+// assumes). The per-round q and ε go into the store's round records, from
+// which a resumed run rebuilds the accountant.
+//
+// The noise is a function of a 32-byte run secret (the run directory's
+// privacy_noise.key, coordinator/noise_key.h) and the round: resuming
+// replays a round's noise bit for bit, and nobody without the key (the
+// store holds none of it) can take the noise out of the models. Each
+// round's key and random words live in SecretBytes, wiped after use.
+#ifndef COHORT_COORDINATOR_STRATEGY_DP_H_
+#define COHORT_COORDINATOR_STRATEGY_DP_H_
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/secret_bytes.h"
+#include "coordinator/strategy.h"
+#include "privacy/rdp_accountant.h"
+
+namespace cohort::coordinator {
+
+// What a round record says about privacy.
+struct RoundPrivacy {
+  double sampling_rate = 0;  // q of the round's noise; 0: it drew none.
+  double epsilon = 0;        // ε of the run after the round, at privacy.target_delta.
+};
+
+class DpStrategy final : public Strategy {
+ public:
+  // kInvalidArgument when `config` has no privacy section.
+  static StatusOr<std::unique_ptr<DpStrategy>> Wrap(std::unique_ptr<Strategy> inner,
+                                                    const config::RunConfig& config);
+
+  // The run secret (32 bytes); Aggregate refuses to run without one.
+  void SetNoiseKey(SecretBytes key) { noise_key_ = std::move(key); }
+  bool has_noise_key() const { return noise_key_.size() == kNoiseKeyBytes; }
+
+  // Rebuilds the accountant from the rounds a store recorded (their
+  // sampling rates). kDataLoss, naming the round, for a rate outside [0, 1].
+  Status Restore(std::span<const store::RoundRecord> rounds);
+
+  // Before a round of `cohort` clients drawn from `population`: its q and
+  // the ε the run would reach with it.
+  struct Plan {
+    double sampling_rate = 0;
+    double epsilon_after = 0;
+    bool within_budget = true;  // Always, without privacy.epsilon_budget.
+  };
+  StatusOr<Plan> PlanRound(size_t cohort, size_t population) const;
+  // The round whose mean Aggregate will noise next: its number (the noise
+  // is keyed by it), its cohort (the denominator) and population (q).
+  void BeginRound(uint32_t round, size_t cohort, size_t population);
+  // The round is over: when Aggregate drew its noise, the round is charged
+  // (a model that then fails to commit was still computed from it).
+  RoundPrivacy EndRound();
+
+  double epsilon() const { return epsilon_; }
+  const config::PrivacyConfig& privacy() const { return privacy_; }
+
+  // Strategy. SelectCohort: the wrapped strategy's selection from the
+  // available clients in an order secretly permuted under the noise key
+  // (empty without a key): its seeded shuffle is public (config.seed), and
+  // amplification by sampling holds only for a cohort an observer of the
+  // models cannot predict. Aggregate: `mean_delta` is NewClippedSum's mean;
+  // noise with standard deviation noise_multiplier x clip_norm / cohort is
+  // added to it before the wrapped strategy steps. kFailedPrecondition
+  // without a noise key or BeginRound.
+  std::vector<std::string> SelectCohort(const CohortRequest& request) const override;
+  void ConfigureTask(uint32_t round, const std::string& client,
+                     wire::RoundTask& task) const override {
+    inner_->ConfigureTask(round, client, task);
+  }
+  Status Aggregate(std::span<const float> mean_delta, std::span<float> model) override;
+  void CommitAggregate() override { inner_->CommitAggregate(); }
+  StatusOr<std::optional<EvalMetrics>> Evaluate(std::span<const float> model) const override {
+    return inner_->Evaluate(model);
+  }
+  Status LoadState(const store::Checkpoint& checkpoint) override {
+    return inner_->LoadState(checkpoint);
+  }
+  void SaveState(store::Checkpoint& checkpoint) const override { inner_->SaveState(checkpoint); }
+
+  static constexpr size_t kNoiseKeyBytes = 32;
+
+ private:
+  DpStrategy(std::unique_ptr<Strategy> inner, const config::RunConfig& config);
+
+  std::unique_ptr<Strategy> inner_;
+  config::PrivacyConfig privacy_;
+  SecretBytes noise_key_;
+  privacy::RdpAccountant accountant_;
+  double epsilon_ = 0;
+  // The round in progress (BeginRound).
+  uint32_t round_ = 0;
+  size_t cohort_ = 0;
+  double sampling_rate_ = 0;
+  bool noised_ = false;
+};
+
+// Adds N(0, stddev²) to every value of `values`, drawn from a ChaCha20
+// stream keyed by BLAKE2b(key = `run_key`, "cohort dp-fedavg noise", round,
+// chunk): the same (run_key, round) gives the same noise, bit for bit.
+// Box-Muller on 53-bit uniforms. kInvalidArgument for a key that is not 32
+// bytes.
+Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, double stddev,
+                        std::span<float> values);
+
+}  // namespace cohort::coordinator
+
+#endif  // COHORT_COORDINATOR_STRATEGY_DP_H_

@@ -1,0 +1,229 @@
+#include "coordinator/strategy_dp.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "coordinator/noise_key.h"
+#include "privacy/rdp_accountant.h"
+
+namespace cohort::coordinator {
+namespace {
+
+config::RunConfig DpConfig(double sigma = 1.5, double clip = 2.0) {
+  config::RunConfig c;
+  c.set_seed(3);
+  c.mutable_secagg()->set_aggregation(config::PLAIN);
+  c.mutable_privacy()->set_noise_multiplier(sigma);
+  c.mutable_privacy()->set_clip_norm(clip);
+  c.mutable_privacy()->set_target_delta(1e-5);
+  return c;
+}
+
+SecretBytes Key(uint8_t fill) {
+  SecretBytes key(32);
+  std::fill(key.bytes().begin(), key.bytes().end(), fill);
+  return key;
+}
+
+std::unique_ptr<DpStrategy> MakeDp(const config::RunConfig& config, uint8_t key_fill = 7) {
+  auto inner = MakeStrategy(config);
+  EXPECT_TRUE(inner.ok()) << inner.status();
+  auto dp = DpStrategy::Wrap(std::move(inner).value(), config);
+  EXPECT_TRUE(dp.ok()) << dp.status();
+  (*dp)->SetNoiseKey(Key(key_fill));
+  return std::move(dp).value();
+}
+
+// The noise is what is claimed: N(0, (σ C / cohort)²) per coordinate. With
+// zero updates (a zero mean) and FedAvg's step at learning rate 1 from a
+// zero model, the strategy's output is the noise itself. Fixed key and
+// round, so the draw (and the verdict) is the same on every run.
+TEST(DpStrategyTest, NoiseOnAZeroMeanHasTheClaimedVariance) {
+  const config::RunConfig config = DpConfig(1.5, 2.0);
+  auto dp = MakeDp(config);
+  constexpr size_t kN = 100000;
+  dp->BeginRound(7, /*cohort=*/4, /*population=*/10);
+  std::vector<float> zeros(kN, 0.0f), model(kN, 0.0f);
+  ASSERT_TRUE(dp->Aggregate(zeros, model).ok());
+  const double s = 1.5 * 2.0 / 4;  // σ C / cohort.
+  double sum = 0, squares = 0;
+  for (float v : model) {
+    sum += v;
+    squares += double{v} * v;
+  }
+  // Variance: Σ x² / s² ~ χ²(n). Two-sided test at significance 1e-6:
+  // scipy.stats.chi2.ppf(5e-7, 100000) = 97827.66, chi2.ppf(1 - 5e-7, ...)
+  // = 102202.91.
+  const double chi2 = squares / (s * s);
+  EXPECT_GT(chi2, 97827.66);
+  EXPECT_LT(chi2, 102202.91);
+  std::printf(
+      "noise: n %zu, sample variance / claimed %.5f, chi-square %.1f in [97827.7, 102202.9]\n", kN,
+      squares / kN / (s * s), chi2);
+  // Mean 0: |mean| / (s / √n) below norm.ppf(1 - 5e-7) = 4.8916.
+  EXPECT_LT(std::abs(sum / kN) / (s / std::sqrt(double{kN})), 4.8916);
+  // Shape: ten bins equiprobable under N(0, s²); the goodness-of-fit
+  // statistic ~ χ²(9), below chi2.ppf(1 - 1e-6, 9) = 44.81.
+  std::vector<double> edges;
+  for (int b = 1; b < 10; ++b) {
+    // The normal quantile at b/10, by bisection on erfc.
+    double lo = -10, hi = 10;
+    for (int it = 0; it < 200; ++it) {
+      const double mid = (lo + hi) / 2;
+      (0.5 * std::erfc(-mid / std::sqrt(2.0)) < b / 10.0 ? lo : hi) = mid;
+    }
+    edges.push_back(lo * s);
+  }
+  std::vector<double> counts(10, 0);
+  for (float v : model) counts[std::upper_bound(edges.begin(), edges.end(), v) - edges.begin()]++;
+  double gof = 0;
+  for (double c : counts) gof += (c - kN / 10.0) * (c - kN / 10.0) / (kN / 10.0);
+  EXPECT_LT(gof, 44.81);
+  // A round drew noise: EndRound charges it at q = 4 / 10.
+  const RoundPrivacy charged = dp->EndRound();
+  EXPECT_DOUBLE_EQ(charged.sampling_rate, 0.4);
+  privacy::RdpAccountant accountant;
+  ASSERT_TRUE(accountant.Compose(0.4, 1.5).ok());
+  EXPECT_DOUBLE_EQ(charged.epsilon, accountant.Spent(1e-5)->epsilon);
+}
+
+TEST(DpStrategyTest, NoiseIsAFunctionOfTheKeyAndTheRound) {
+  auto noise = [](uint8_t key, uint32_t round) {
+    std::vector<float> v(70000, 0.0f);  // More than one chunk.
+    EXPECT_TRUE(AddGaussianNoise(Key(key), round, 1.0, v).ok());
+    return v;
+  };
+  EXPECT_EQ(noise(1, 5), noise(1, 5));  // A resumed round replays its noise.
+  EXPECT_NE(noise(1, 5), noise(1, 6));
+  EXPECT_NE(noise(1, 5), noise(2, 5));
+  std::vector<float> v(3);
+  Status bad = AddGaussianNoise(SecretBytes(16), 1, 1.0, v);
+  EXPECT_NE(bad.message().find("noise key has 16 bytes, expected 32"), std::string::npos);
+}
+
+TEST(DpStrategyTest, NothingIsReleasedWithoutAKeyOrARound) {
+  const config::RunConfig config = DpConfig();
+  auto inner = MakeStrategy(config);
+  ASSERT_TRUE(inner.ok());
+  auto dp = DpStrategy::Wrap(std::move(inner).value(), config);
+  ASSERT_TRUE(dp.ok());
+  std::vector<float> mean(4, 1.0f), model(4, 0.0f);
+  (*dp)->BeginRound(1, 2, 4);
+  Status s = (*dp)->Aggregate(mean, model);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("no noise key"), std::string::npos) << s.message();
+  EXPECT_EQ(model, std::vector<float>(4, 0.0f));
+  CohortRequest request;
+  request.round = 1;
+  request.needed = 1;
+  request.active = {"a", "b", "c"};
+  EXPECT_TRUE((*dp)->SelectCohort(request).empty());
+  config::RunConfig plain = DpConfig();
+  plain.clear_privacy();
+  EXPECT_EQ(DpStrategy::Wrap(std::move(MakeStrategy(plain)).value(), plain).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+// The wrapped strategy's public shuffle (config.seed) is applied to a
+// secretly permuted order: the cohort depends on the key, and only on it.
+TEST(DpStrategyTest, CohortIsDrawnUnderTheKey) {
+  config::RunConfig config = DpConfig();
+  config.mutable_rounds()->set_fraction(0.3f);
+  auto a = MakeDp(config, 1), a_again = MakeDp(config, 1), b = MakeDp(config, 2);
+  auto plain = MakeStrategy(config);
+  ASSERT_TRUE(plain.ok());
+  CohortRequest request;
+  request.needed = 2;
+  request.min_clients = 2;
+  for (int i = 0; i < 20; ++i) request.active.push_back("c" + std::to_string(100 + i));
+  int differs_from_key_2 = 0, differs_from_public = 0;
+  for (uint32_t round = 1; round <= 10; ++round) {
+    request.round = round;
+    const auto cohort = a->SelectCohort(request);
+    ASSERT_EQ(cohort.size(), 6u);
+    EXPECT_TRUE(std::is_sorted(cohort.begin(), cohort.end()));
+    EXPECT_EQ(cohort, a_again->SelectCohort(request));
+    differs_from_key_2 += cohort != b->SelectCohort(request);
+    differs_from_public += cohort != (*plain)->SelectCohort(request);
+  }
+  EXPECT_GE(differs_from_key_2, 9);
+  EXPECT_GE(differs_from_public, 9);
+}
+
+TEST(DpStrategyTest, RestoreRebuildsTheAccountantFromTheRecords) {
+  auto dp = MakeDp(DpConfig(1.1));
+  std::vector<store::RoundRecord> rounds(5);
+  for (uint32_t r = 0; r < 5; ++r) {
+    rounds[r].round = r + 1;
+    rounds[r].dp_sampling_rate = r == 2 ? 0 : (r < 3 ? 0.1 : 0.2);  // Round 3 drew none.
+  }
+  ASSERT_TRUE(dp->Restore(rounds).ok());
+  privacy::RdpAccountant accountant;
+  ASSERT_TRUE(accountant.Compose(0.1, 1.1, 2).ok());
+  ASSERT_TRUE(accountant.Compose(0.2, 1.1, 2).ok());
+  EXPECT_NEAR(dp->epsilon(), accountant.Spent(1e-5)->epsilon, 1e-12);
+  rounds[4].dp_sampling_rate = 1.5;
+  Status s = dp->Restore(rounds);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("round 5: privacy sampling rate 1.5"), std::string::npos);
+}
+
+TEST(DpStrategyTest, PlanSaysWhetherTheNextRoundFitsTheBudget) {
+  config::RunConfig config = DpConfig(1.0);
+  privacy::RdpAccountant accountant;
+  ASSERT_TRUE(accountant.Compose(0.5, 1.0).ok());
+  const double one_round = accountant.Spent(1e-5)->epsilon;
+  config.mutable_privacy()->set_epsilon_budget(one_round * 1.0001);
+  auto dp = MakeDp(config);
+  auto plan = dp->PlanRound(2, 4);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->within_budget);
+  EXPECT_DOUBLE_EQ(plan->epsilon_after, one_round);
+  config.mutable_privacy()->set_epsilon_budget(one_round * 0.9999);
+  EXPECT_FALSE(MakeDp(config)->PlanRound(2, 4)->within_budget);
+  EXPECT_EQ(dp->PlanRound(3, 2).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The run secret's file: made once with mode 0600, read back the same, and
+// refused when others may read it or it is not one.
+TEST(NoiseKeyTest, IsCreatedOnceReadBackAndGuarded) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("cohort_noise_key_" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + kNoiseKeyFile;
+  auto missing = LoadOrCreateNoiseKey(path, false);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("restore the file"), std::string::npos);
+  auto made = LoadOrCreateNoiseKey(path, true);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto again = LoadOrCreateNoiseKey(path, true);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->size(), 32u);
+  EXPECT_EQ(std::memcmp(made->bytes().data(), again->bytes().data(), 32), 0);
+  std::filesystem::permissions(path, std::filesystem::perms::group_read,
+                               std::filesystem::perm_options::add);
+  auto open = LoadOrCreateNoiseKey(path, false);
+  EXPECT_EQ(open.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(open.status().message().find("chmod 600"), std::string::npos);
+  std::filesystem::remove(path);
+  std::ofstream(path) << "cohort-dp-noise-key 12\n";
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read);
+  auto bad = LoadOrCreateNoiseKey(path, false);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("not a privacy noise key"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cohort::coordinator

@@ -1,0 +1,103 @@
+// Central differential privacy end to end (issue 34, acceptance 5's central
+// half): `cohort simulate` runs DP-FedAvg until the next round would pass
+// the budget, stopping at the round the accountant predicts; `cohort
+// status` shows epsilon; the noise key is kept beside the store, 0600; a
+// restart stops again; central DP with secure aggregation is refused.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include "privacy/rdp_accountant.h"
+#include "store/run_store.h"
+#include "tests/integration/harness.h"
+
+namespace cohort::testing {
+namespace {
+
+std::string Config(const std::string& secagg, double budget) {
+  return "seed: 5\n"
+         "data { partition { format: \"synthetic\" samples: 1200 test_samples: 400 "
+         "features: 20 classes: 4 clients: 10 scheme: \"iid\" seed: 3 } }\n"
+         "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: 16 }\n"
+         "train { batch_size: 16 learning_rate: 0.05 }\n"
+         "net { heartbeat_s: 0.5 }\n"
+         "rounds { num_rounds: 20 min_clients: 2 start_clients: 10 fraction: 0.5 }\n"
+         "secagg { aggregation: " +
+         secagg +
+         " }\n"
+         "privacy { noise_multiplier: 1.0 clip_norm: 1.0 target_delta: 1e-5 epsilon_budget: " +
+         std::to_string(budget) + " }\n";
+}
+
+TEST(PrivacyRunTest, StopsWhereTheAccountantSaysAndStatusShowsEpsilon) {
+  // 5 of 10 clients a round: q = 0.5. Room for 3 rounds, not 4.
+  std::vector<double> eps;
+  privacy::RdpAccountant accountant;
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(accountant.Compose(0.5, 1.0).ok());
+    eps.push_back(accountant.Spent(1e-5)->epsilon);
+  }
+  const double budget = (eps[2] + eps[3]) / 2;
+  TempDir dir("privacy");
+  const std::string config = dir / "dp.textproto";
+  WriteFile(config, Config("PLAIN", budget));
+  std::string out;
+  ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", dir / "run"}, &out,
+                      dir / "sim.log"),
+            0)
+      << ReadFile(dir / "sim.log");
+  const std::string log = ReadFile(dir / "sim.log");
+  EXPECT_NE(log.find("privacy budget spent: ε="), std::string::npos) << log;
+  EXPECT_NE(log.find("the run stops after round 3"), std::string::npos) << log;
+  {
+    auto store = std::move(store::OpenSqliteRunStore(dir / "run/run.db")).value();
+    auto rounds = std::move(store->Rounds()).value();
+    ASSERT_EQ(rounds.size(), 3u);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(rounds[r].selected, 5u);
+      EXPECT_EQ(rounds[r].dp_sampling_rate, 0.5);
+      EXPECT_NEAR(rounds[r].dp_epsilon, eps[r], 1e-9);
+    }
+  }
+  struct stat st = {};
+  ASSERT_EQ(::stat((dir / "run/privacy_noise.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  ASSERT_EQ(RunCohort({"status", "--run-dir", dir / "run"}, &out, dir / "status.log"), 0);
+  char line[160];
+  std::snprintf(line, sizeof(line),
+                "privacy: DP-FedAvg, noise multiplier 1, clip norm 1; epsilon %.4g at delta "
+                "1e-05 after round 3",
+                eps[2]);
+  EXPECT_NE(out.find(line), std::string::npos) << out;
+  EXPECT_NE(out.find("  epsilon\n"), std::string::npos) << out;
+
+  // Started again, it stops again before round 4 and commits nothing.
+  ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", dir / "run"}, &out,
+                      dir / "sim2.log"),
+            0)
+      << ReadFile(dir / "sim2.log");
+  EXPECT_NE(ReadFile(dir / "sim2.log").find("privacy budget spent"), std::string::npos);
+  auto store = std::move(store::OpenSqliteRunStore(dir / "run/run.db")).value();
+  EXPECT_EQ(std::move(store->Rounds()).value().size(), 3u);
+}
+
+TEST(PrivacyRunTest, CentralPrivacyUnderSecureAggregationIsRefused) {
+  TempDir dir("privacy_secagg");
+  const std::string config = dir / "dp.textproto";
+  WriteFile(config, Config("SECAGG_PLUS", 0));
+  std::string out;
+  EXPECT_NE(RunCohort({"simulate", "--config", config, "--run-dir", dir / "run"}, &out,
+                      dir / "sim.log"),
+            0);
+  const std::string log = ReadFile(dir / "sim.log");
+  EXPECT_NE(log.find("privacy: central differential privacy clips and noises each update on "
+                     "the coordinator, but secagg.aggregation SECAGG_PLUS hides the updates"),
+            std::string::npos)
+      << log;
+}
+
+}  // namespace
+}  // namespace cohort::testing
