@@ -44,6 +44,9 @@ struct RoundMean {
   // Federated evaluation in a secure round: the test-sample-weighted means,
   // when any accepted client evaluated (fixed_point.h, SlotsToEval).
   std::optional<SecureEval> eval;
+  // FedNova in a secure round: tau_eff = Σ n_k a_k / Σ n_k over the
+  // accepted inputs, from the slot after the others (fednova.h).
+  std::optional<double> fednova_tau_eff;
   // Observability for tests of secure rounds: the unmasked fixed-point sum.
   std::vector<uint32_t> masked_sum;
 };

@@ -99,7 +99,9 @@ namespace cohort::aggregation {
 // Accept takes a masked input, Finalize unmasks and decodes the weighted
 // means (the delta, and the metrics from the slots after it). The stages
 // around the input are driven through secagg(). `params.length` is
-// num_params + kSecureMetricSlots; `cohort_weight` is W, the sum of the
+// num_params + kSecureMetricSlots (+ kSecureEvalSlots with the federated
+// evaluation, + kSecureFedNovaSlots with FedNova, fednova.h, in that
+// order); `cohort_weight` is W, the sum of the
 // cohort's registered sample counts that clients weigh their inputs by.
 StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
     const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,

@@ -186,6 +186,9 @@ struct SecAggSetup {
   // secagg.l2_clip: the client bounds its delta's L2 norm by this before
   // encoding (aggregation/fixed_point.h BoundL2Norm). 0: no bound.
   float l2_clip = 0;
+  // train.fednova: one more slot after those, the client's FedNova
+  // normaliser (aggregation/fednova.h).
+  bool fednova_slot = false;
 };
 
 // Who broke the protocol, and how (for the run store and the logs).

@@ -159,6 +159,7 @@ StatusOr<aggregation::SecAggSetup> FromWire(const wire::SecAggSetup& m) {
   s.round_deadline_ms = m.round_deadline_ms();
   s.eval_slots = m.eval_slots();
   s.l2_clip = m.l2_clip();
+  s.fednova_slot = m.fednova_slot();
   return s;
 }
 
@@ -182,6 +183,7 @@ wire::SecAggSetup ToWire(const aggregation::SecAggSetup& s) {
   m.set_round_deadline_ms(s.round_deadline_ms);
   m.set_eval_slots(s.eval_slots);
   m.set_l2_clip(s.l2_clip);
+  m.set_fednova_slot(s.fednova_slot);
   return m;
 }
 

@@ -1,9 +1,11 @@
 // The hub's secure sum as an Aggregator: masked inputs go into
 // SecAggServer's running sum; Finalize unmasks it and decodes the weighted
 // means of the delta and of the training metrics behind it.
+#include <algorithm>
 #include <cstring>
 
 #include "aggregation/aggregator.h"
+#include "aggregation/fednova.h"
 #include "aggregation/secagg.h"
 
 namespace cohort::aggregation {
@@ -44,9 +46,15 @@ class SecureAggregator final : public Aggregator {
     RoundMean out;
     const std::span<const float> tail = std::span<const float>(mean).subspan(num_params_);
     out.metrics = SlotsToMetrics(tail.first(kSecureMetricSlots), fixed_point_.clip);
-    if (tail.size() == kSecureMetricSlots + kSecureEvalSlots) {
-      out.eval = SlotsToEval(tail.subspan(kSecureMetricSlots), fixed_point_.clip, weight_);
+    // The slot counts 3, 3 + 3, 3 + 1 and 3 + 3 + 1 are distinct, so the
+    // length says which follow the metrics (NewSecureAggregator checks it).
+    const bool fednova = (tail.size() - kSecureMetricSlots) % kSecureEvalSlots != 0;
+    if (tail.size() - (fednova ? kSecureFedNovaSlots : 0) ==
+        kSecureMetricSlots + kSecureEvalSlots) {
+      out.eval = SlotsToEval(tail.subspan(kSecureMetricSlots, kSecureEvalSlots), fixed_point_.clip,
+                             weight_);
     }
+    if (fednova) out.fednova_tau_eff = SlotToTauEff(tail.back(), fixed_point_.clip);
     mean.resize(num_params_);
     out.delta = std::move(mean);
     out.masked_sum = std::move(sum);
@@ -71,8 +79,10 @@ StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
     const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
     const FixedPoint& fixed_point, double cohort_weight, size_t num_params, Env* env) {
   if (num_params == 0) return InvalidArgumentError("secure aggregation: zero parameters");
-  if (params.length != num_params + kSecureMetricSlots &&
-      params.length != num_params + kSecureMetricSlots + kSecureEvalSlots) {
+  const size_t slots = params.length - std::min(params.length, num_params);
+  if (slots != kSecureMetricSlots && slots != kSecureMetricSlots + kSecureEvalSlots &&
+      slots != kSecureMetricSlots + kSecureFedNovaSlots &&
+      slots != kSecureMetricSlots + kSecureEvalSlots + kSecureFedNovaSlots) {
     return InvalidArgumentError("secure aggregation: vector length " +
                                 std::to_string(params.length) + " for " +
                                 std::to_string(num_params) + " parameters");

@@ -263,7 +263,10 @@ StatusOr<train::TrainResult> Site::TrainEpochs(train::Model& model, std::span<fl
       if (report.cancelled) return CancelledError("training cancelled");
     }
   }
-  return Summarize(model, params, options, stats.data(), start);
+  COHORT_ASSIGN_OR_RETURN(train::TrainResult result,
+                          Summarize(model, params, options, stats.data(), start));
+  result.steps = uint64_t{steps} * options.epochs;
+  return result;
 }
 
 StatusOr<train::TrainResult> Site::Summarize(train::Model& model, std::span<float> params,

@@ -716,6 +716,52 @@ Status CheckPrivacy(const RunConfig& c) {
   return CheckRange("privacy.epsilon_budget", p.epsilon_budget(), 0, 1e6, " (0: no budget)");
 }
 
+// train.fednova: FedNova's normaliser is that of heavy-ball SGD's local
+// steps (aggregation/fednova.h), and its rescaled mean is a federated
+// round's weighted mean.
+Status CheckFedNova(const RunConfig& c) {
+  const TrainConfig& t = c.train();
+  if (c.mode() != FEDERATED) {
+    return InvalidArgumentError(
+        "train.fednova: FedNova normalises each client's round of local steps; DATA_PARALLEL "
+        "workers step together and have no rounds");
+  }
+  if (t.optimizer() != SGD) {
+    return InvalidArgumentError("train.fednova: needs train.optimizer SGD (the normaliser of " +
+                                Optimizer_Name(t.optimizer()) + "'s steps is not defined)");
+  }
+  if (t.nesterov() || t.dampening() != 0) {
+    return InvalidArgumentError(
+        "train.fednova: the normaliser is heavy-ball momentum's; set train.nesterov false and "
+        "train.dampening 0");
+  }
+  if (t.proximal_mu() != 0) {
+    return InvalidArgumentError(
+        "train.fednova: with FedProx's term (train.proximal_mu) the steps have another "
+        "normaliser, which is not built; leave one of them out");
+  }
+  if (c.server().has_robust()) {
+    return InvalidArgumentError(
+        "train.fednova: server.robust replaces the weighted mean that FedNova rescales by "
+        "the clients' tau_eff; leave one of them out");
+  }
+  if (c.has_privacy()) {
+    return InvalidArgumentError(
+        "train.fednova: privacy's noise is calibrated to the mean of clipped updates, which "
+        "FedNova would rescale by the clients' own tau_eff; leave one of them out");
+  }
+  return OkStatus();
+}
+
+// What replaces or rescales the weighted mean: a robust rule, central DP,
+// FedNova.
+Status CheckAggregationRules(const RunConfig& c) {
+  if (c.server().has_robust()) COHORT_RETURN_IF_ERROR(CheckRobust(c));
+  if (c.has_privacy()) COHORT_RETURN_IF_ERROR(CheckPrivacy(c));
+  if (c.train().fednova()) COHORT_RETURN_IF_ERROR(CheckFedNova(c));
+  return OkStatus();
+}
+
 }  // namespace
 
 // The sections in a fixed order (a config with several errors reports the
@@ -777,9 +823,7 @@ Status ValidateRunConfig(const RunConfig& c) {
         "secagg.aggregation is PLAIN; plain rounds reject an update above "
         "server.max_update_norm instead");
   }
-  if (s.has_robust()) COHORT_RETURN_IF_ERROR(CheckRobust(c));
-  if (c.has_privacy()) COHORT_RETURN_IF_ERROR(CheckPrivacy(c));
-  return OkStatus();
+  return CheckAggregationRules(c);
 }
 
 Status CheckResumable(std::string_view stored_text, const RunConfig& given) {

@@ -619,6 +619,45 @@ TEST(ConfigTest, FedProxMuAndTheL2BoundAreCheckedAndNamed) {
   }
 }
 
+// FedNova (issue 34, item 2): heavy-ball SGD clients, with any server
+// optimizer and aggregation but no robust rule or central DP.
+TEST(ConfigTest, FedNovaNeedsHeavyBallSgdAndAWeightedMean) {
+  EXPECT_EQ(ErrorOf("train { fednova: true }"), "");
+  EXPECT_EQ(ErrorOf("train { fednova: true momentum: 0.9 weight_decay: 1e-4 } "
+                    "server { optimizer: FEDADAM learning_rate: 0.1 } secagg { l2_clip: 2 }"),
+            "");
+  EXPECT_EQ(ErrorOf("train { fednova: true } server { momentum: 0.9 } "
+                    "secagg { aggregation: PLAIN }"),
+            "");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"mode: DATA_PARALLEL data { train_shard: \"t\" } train { fednova: true }",
+       "train.fednova: FedNova normalises each client's round of local steps; DATA_PARALLEL "
+       "workers step together and have no rounds"},
+      {"train { fednova: true optimizer: ADAM }",
+       "train.fednova: needs train.optimizer SGD (the normaliser of ADAM's steps is not "
+       "defined)"},
+      {"train { fednova: true momentum: 0.9 nesterov: true }",
+       "train.fednova: the normaliser is heavy-ball momentum's; set train.nesterov false and "
+       "train.dampening 0"},
+      {"train { fednova: true momentum: 0.9 dampening: 0.1 }",
+       "train.fednova: the normaliser is heavy-ball momentum's"},
+      {"train { fednova: true proximal_mu: 0.01 }",
+       "train.fednova: with FedProx's term (train.proximal_mu) the steps have another "
+       "normaliser, which is not built; leave one of them out"},
+      {"train { fednova: true } secagg { aggregation: PLAIN } "
+       "server { robust { rule: MEDIAN } }",
+       "train.fednova: server.robust replaces the weighted mean that FedNova rescales by the "
+       "clients' tau_eff; leave one of them out"},
+      {"train { fednova: true } secagg { aggregation: PLAIN } "
+       "privacy { noise_multiplier: 1 clip_norm: 1 }",
+       "train.fednova: privacy's noise is calibrated to the mean of clipped updates, which "
+       "FedNova would rescale by the clients' own tau_eff; leave one of them out"},
+  };
+  for (const auto& [text, message] : bad) {
+    EXPECT_TRUE(Contains(ErrorOf(text), "x.textproto: " + message)) << ErrorOf(text);
+  }
+}
+
 // Central DP (issue 34): plain federated rounds only, and its numbers in range.
 TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
   const std::string plain = "secagg { aggregation: PLAIN } ";

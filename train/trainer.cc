@@ -111,6 +111,7 @@ StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params, const De
       model.TrainStep(bufs.x.data(), bufs.y.data(), static_cast<int>(count), *optimizer,
                       bufs.stats.data());
       result.samples += count;
+      ++result.steps;
       if (options.progress) options.progress(epoch, begin + count, n);
     }
   }

@@ -51,6 +51,7 @@ struct TrainResult {
   double mean_loss = 0;  // Over every sample seen in every epoch.
   double accuracy = 0;   // Of the predictions made while training.
   uint64_t samples = 0;  // Samples seen (epochs x dataset size).
+  uint64_t steps = 0;    // Optimizer steps taken (FedNova's tau).
   double seconds = 0;    // On the caller's Env clock (virtual in the simulator).
 };
 
