@@ -35,6 +35,9 @@ struct TrainTask {
   // Federated evaluation: evaluate `global` on the client's own test split
   // before training (LocalTrainer::Evaluate); the result goes with the update.
   bool evaluate = false;
+  // train.fednova: the update is the delta divided by the normaliser of the
+  // steps taken (aggregation/fednova.h), which goes with it.
+  bool fednova = false;
 };
 
 struct Actions {

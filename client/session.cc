@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "aggregation/fednova.h"
 #include "aggregation/secagg_wire.h"
 #include "common/bytes.h"
 #include "common/rng.h"
@@ -50,6 +51,21 @@ Status CheckTask(const wire::RoundTask& task, const net::Envelope& env, size_t n
   // lose this client as a silent dropout.
   Status optimizer = train::CheckOptimizerOptions(train::OptimizerFromConfig(t));
   if (!optimizer.ok()) return InvalidArgumentError("task: " + std::string(optimizer.message()));
+  return OkStatus();
+}
+
+// train.fednova: a normaliser this client can compute (heavy-ball SGD, the
+// config validator's rule), and a secure setup with its slot exactly then.
+Status CheckFedNovaTask(const wire::RoundTask& task) {
+  const auto& t = task.train();
+  if (task.has_secagg() && task.secagg().fednova_slot() != t.fednova()) {
+    return InvalidArgumentError("task: train.fednova and the secagg setup's fednova_slot disagree");
+  }
+  if (t.fednova() && (t.optimizer() != config::SGD || t.nesterov() || t.dampening() != 0 ||
+                      t.proximal_mu() != 0)) {
+    return InvalidArgumentError(
+        "task: train.fednova needs optimizer SGD without nesterov, dampening or proximal_mu");
+  }
   return OkStatus();
 }
 
@@ -198,10 +214,23 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
         "accuracy {:.4f}",
         task.round, asked->samples, asked->loss, asked->accuracy);
   }
+  double fednova_norm = 0;
+  if (task.fednova) {
+    StatusOr<double> norm = FedNovaNormOf(task, *result);
+    if (!norm.ok()) {
+      env_->Log().error("round {}: {}; leaving the round", task.round, norm.status().message());
+      LeaveTask(task.task_id, norm.status(), a);
+      outgoing_.Apply(a);
+      return a;
+    }
+    fednova_norm = *norm;
+    env_->Log().info("round {}: FedNova: {} steps, normaliser {:.6g}", task.round, result->steps,
+                     fednova_norm);
+  }
   if (task.secure) {
-    SendSecureUpdate(task, *result, asked, local, now, a);
+    SendSecureUpdate(task, *result, asked, local, fednova_norm, now, a);
   } else {
-    SendPlainUpdate(task, *result, asked, local, now, a);
+    SendPlainUpdate(task, *result, asked, local, fednova_norm, now, a);
   }
   outgoing_.Apply(a);
   return a;
@@ -233,36 +262,80 @@ void Session::WarnAboutClipping(uint32_t round, std::span<const float> local,
   }
 }
 
+StatusOr<double> Session::FedNovaNormOf(const TrainTask& task,
+                                        const train::TrainResult& result) const {
+  if (result.steps == 0) {
+    return InvalidArgumentError(
+        "train.fednova: the trainer reports no local steps (a Python fit must return "
+        "metrics['steps']), so the update has no normaliser");
+  }
+  const double norm = aggregation::FedNovaNorm(result.steps, task.options.optimizer.momentum);
+  if (!(norm >= 1 && norm <= aggregation::kMaxFedNovaNorm)) {
+    return InvalidArgumentError(fmt::format(
+        "train.fednova: {} steps with momentum {:g} give the normaliser {:g}, above the {:g} an "
+        "update carries; lower train.local_epochs or raise train.batch_size",
+        result.steps, task.options.optimizer.momentum, norm, aggregation::kMaxFedNovaNorm));
+  }
+  return norm;
+}
+
+bool Session::SecureDelta(const TrainTask& task, std::span<const float> local, double fednova_norm,
+                          std::vector<float>& sent) const {
+  std::span<const float> before = task.global;
+  if (fednova_norm > 0) {
+    sent.resize(local.size());
+    if (!aggregation::NormaliseDelta(local, task.global, fednova_norm, sent)) return false;
+    before = {};
+  }
+  if (secagg_->l2_clip <= 0) return true;
+  std::vector<float> bounded;
+  const std::span<const float> after = sent.empty() ? local : std::span<const float>(sent);
+  if (!BoundNorm(task.round, after, before, bounded)) return false;
+  if (!bounded.empty()) sent = std::move(bounded);
+  return true;
+}
+
+size_t Session::SecureSlots(const train::TrainResult& result,
+                            const std::optional<train::EvalResult>& eval, double fednova_norm,
+                            std::span<float> slots) const {
+  const float clip = secagg_->fixed_point.clip;
+  aggregation::MetricsToSlots({result.mean_loss, result.accuracy, result.seconds}, clip,
+                              slots.first(aggregation::kSecureMetricSlots));
+  size_t n = aggregation::kSecureMetricSlots;
+  if (secagg_->eval_slots) {
+    if (eval) {
+      aggregation::EvalToSlots(eval->samples, num_samples_, eval->loss, eval->accuracy, clip,
+                               slots.subspan(n, aggregation::kSecureEvalSlots));
+    }
+    n += aggregation::kSecureEvalSlots;
+  }
+  if (secagg_->fednova_slot) slots[n++] = aggregation::FedNovaToSlot(fednova_norm, clip);
+  return n;
+}
+
 void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
                                const std::optional<train::EvalResult>& eval,
-                               std::span<const float> local, TimeMs now, Actions& a) {
+                               std::span<const float> local, double fednova_norm, TimeMs now,
+                               Actions& a) {
   // A securely aggregated task never sends a plaintext update: when the
   // session was refused or abandoned, nothing is sent at all.
   if (!secagg_ || secagg_->task_id != task.task_id) return;
-  // The norm bound first (secagg.l2_clip), then the per-coordinate clip
-  // of the encoding: the warning counts what the encoding will clip.
+  // FedNova's normalisation, then the norm bound (secagg.l2_clip), then the
+  // per-coordinate clip of the encoding: the warning counts what the
+  // encoding will clip.
   std::vector<float> bounded;
-  if (secagg_->l2_clip > 0 && !BoundNorm(task, local, bounded)) {
+  if (!SecureDelta(task, local, fednova_norm, bounded)) {
     Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
     return;
   }
   WarnAboutClipping(task.round, bounded.empty() ? local : bounded,
                     bounded.empty() ? task.global : std::span<const float>(),
                     secagg_->fixed_point.clip, result.mean_loss);
-  // The metrics ride in the masked vector, after the delta: the
-  // coordinator learns only their weighted means.
-  // Then the federated evaluation's slots, zeros where it did not evaluate.
-  float slots[aggregation::kSecureMetricSlots + aggregation::kSecureEvalSlots] = {};
-  const size_t num_slots =
-      aggregation::kSecureMetricSlots + (secagg_->eval_slots ? aggregation::kSecureEvalSlots : 0);
-  aggregation::MetricsToSlots({result.mean_loss, result.accuracy, result.seconds},
-                              secagg_->fixed_point.clip,
-                              std::span<float>(slots, aggregation::kSecureMetricSlots));
-  if (secagg_->eval_slots && eval) {
-    aggregation::EvalToSlots(
-        eval->samples, num_samples_, eval->loss, eval->accuracy, secagg_->fixed_point.clip,
-        std::span<float>(slots + aggregation::kSecureMetricSlots, aggregation::kSecureEvalSlots));
-  }
+  // The metrics (and the rest) ride in the masked vector, after the delta:
+  // the coordinator learns only their weighted means.
+  float slots[aggregation::kSecureMetricSlots + aggregation::kSecureEvalSlots +
+              aggregation::kSecureFedNovaSlots] = {};
+  const size_t num_slots = SecureSlots(result, eval, fednova_norm, slots);
   // Weighted, clipped and rounded to the fixed-point grid, straight from
   // the two models (no float copy of the delta); the rounding draws from
   // its own RNG, never from the mask PRG.
@@ -291,25 +364,35 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   if (secagg_->checked_in) SendMaskedInput(now, a);
 }
 
-bool Session::BoundNorm(const TrainTask& task, std::span<const float> local,
+bool Session::BoundNorm(uint32_t round, std::span<const float> after, std::span<const float> before,
                         std::vector<float>& bounded) const {
-  std::vector<float> delta(local.size());
-  const double norm = aggregation::BoundL2Norm(local, task.global, secagg_->l2_clip, delta);
+  std::vector<float> delta(after.size()), zeros;
+  if (before.empty()) {
+    zeros.resize(after.size());
+    before = zeros;
+  }
+  const double norm = aggregation::BoundL2Norm(after, before, secagg_->l2_clip, delta);
   if (!std::isfinite(norm)) return false;
   if (norm <= secagg_->l2_clip) return true;  // Encoded from the models as it is.
   env_->Log().info(
       "round {}: secagg.l2_clip {} scaled the update (L2 norm {:.4g}) by {:.4g} before "
       "masking",
-      task.round, secagg_->l2_clip, norm, secagg_->l2_clip / norm);
+      round, secagg_->l2_clip, norm, secagg_->l2_clip / norm);
   bounded = std::move(delta);
   return true;
 }
 
 void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
                               const std::optional<train::EvalResult>& eval,
-                              std::span<const float> local, TimeMs now, Actions& a) {
+                              std::span<const float> local, double fednova_norm, TimeMs now,
+                              Actions& a) {
   std::vector<float> delta(local.begin(), local.end());
-  for (size_t i = 0; i < delta.size(); ++i) delta[i] -= task.global[i];
+  if (fednova_norm > 0) {
+    // A delta that is not finite goes as it is: the coordinator refuses it.
+    (void)aggregation::NormaliseDelta(local, task.global, fednova_norm, delta);
+  } else {
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] -= task.global[i];
+  }
   wire::Header h = Header();
   wire::Update& update = *h.mutable_update();
   update.set_round(task.round);
@@ -323,6 +406,7 @@ void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& r
     update.set_eval_loss(eval->loss);
     update.set_eval_accuracy(eval->accuracy);
   }
+  if (fednova_norm > 0) update.set_fednova_norm(fednova_norm);
   Send(std::move(h), std::move(delta), now, a);
 }
 
@@ -358,6 +442,7 @@ bool Session::AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Act
     return false;  // A re-sent task we already have.
   }
   Status ok = CheckTask(t, env, num_params_);
+  if (ok.ok()) ok = CheckFedNovaTask(t);
   if (!ok.ok()) {
     env_->Log().warn("round {}: bad task ignored: {}", t.round(), ok.message());
     return false;
@@ -398,6 +483,7 @@ void Session::OnTask(const wire::RoundTask& t, const net::Envelope& env, TimeMs 
   task.options.optimizer = train::OptimizerFromConfig(t.train());
   task.options.seed = t.train_seed();
   task.evaluate = t.evaluate();
+  task.fednova = t.train().fednova();
   env_->Log().info("round {}: task received", t.round());
   if (t.has_secagg()) {
     if (!BindSecureTask(t, now, a)) return;
@@ -615,7 +701,8 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   params.k = s.k;
   params.t = s.t;
   params.length = num_params_ + aggregation::kSecureMetricSlots +
-                  (s.eval_slots ? aggregation::kSecureEvalSlots : 0);
+                  (s.eval_slots ? aggregation::kSecureEvalSlots : 0) +
+                  (s.fednova_slot ? aggregation::kSecureFedNovaSlots : 0);
   params.prg = s.prg;
   params.roster = s.roster_root;
   params.context =
@@ -628,6 +715,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.weight = static_cast<double>(num_samples_) / s.total_weight;
   r.eval_slots = s.eval_slots;
   r.l2_clip = s.l2_clip;
+  r.fednova_slot = s.fednova_slot;
   r.stage_limit = std::min<TimeMs>(secagg_stage_limit_ms_, 2 * TimeMs{s.stage_timeout_ms} + 30000);
   r.survivors_limit =
       std::min<TimeMs>(10 * secagg_stage_limit_ms_, 2 * TimeMs{s.round_deadline_ms} + 30000);

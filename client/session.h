@@ -106,9 +106,10 @@ class Session {
     uint64_t train_seed = 0;  // From the task; seeds the stochastic rounding.
     std::string setup;        // The SecAggSetup it started from, serialized.
     aggregation::FixedPoint fixed_point;
-    double weight = 0;        // num_samples / total_weight.
-    bool eval_slots = false;  // The vector carries the federated evaluation's slots.
-    float l2_clip = 0;        // The setup's bound on the delta's L2 norm; 0: none.
+    double weight = 0;          // num_samples / total_weight.
+    bool eval_slots = false;    // The vector carries the federated evaluation's slots.
+    float l2_clip = 0;          // The setup's bound on the delta's L2 norm; 0: none.
+    bool fednova_slot = false;  // The vector ends with the FedNova normaliser's slot.
     std::unique_ptr<aggregation::SecAggClient> client;
     bool checked_in = false;  // U3 confirmed: ready to mask.
     // What this client waits for from the coordinator, and since when
@@ -155,14 +156,30 @@ class Session {
   // secagg.l2_clip: `bounded` becomes the delta scaled to the bound where
   // its norm exceeds it (and says so in the log), else stays empty; false
   // when the delta is not finite.
-  bool BoundNorm(const TrainTask& task, std::span<const float> local,
+  // `before` empty: `after` is the delta itself.
+  bool BoundNorm(uint32_t round, std::span<const float> after, std::span<const float> before,
                  std::vector<float>& bounded) const;
+  // train.fednova: the normaliser of the steps `result` took (aggregation/
+  // fednova.h); kInvalidArgument when there were none or too many to carry.
+  StatusOr<double> FedNovaNormOf(const TrainTask& task, const train::TrainResult& result) const;
+  // `fednova_norm` > 0: the update is (local - global) / fednova_norm, and
+  // the normaliser goes with it (in the clear, or as the vector's last slot).
   void SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
                         const std::optional<train::EvalResult>& eval, std::span<const float> local,
-                        TimeMs now, Actions& a);
+                        double fednova_norm, TimeMs now, Actions& a);
+  // The delta as the secure update encodes it, when it is not local -
+  // global as it is (FedNova's normalised delta, or one scaled to
+  // secagg.l2_clip) in `sent`; false when it is not finite.
+  bool SecureDelta(const TrainTask& task, std::span<const float> local, double fednova_norm,
+                   std::vector<float>& sent) const;
+  // The slots after the delta, into `slots` (room for all): the training
+  // metrics, the evaluation's (zeros where it did not evaluate), FedNova's
+  // normaliser, as the setup has them. Returns how many.
+  size_t SecureSlots(const train::TrainResult& result, const std::optional<train::EvalResult>& eval,
+                     double fednova_norm, std::span<float> slots) const;
   void SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
                        const std::optional<train::EvalResult>& eval, std::span<const float> local,
-                       TimeMs now, Actions& a);
+                       double fednova_norm, TimeMs now, Actions& a);
   void SendMaskedInput(TimeMs now, Actions& a);
   // Sends a stage message and starts the wait for the coordinator's next
   // one (`what`), which must come within the stage limit.

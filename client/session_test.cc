@@ -88,6 +88,44 @@ TEST_F(SessionTest, LinesGoToTheInjectedEnvsLogger) {
   EXPECT_NE(out.str().find("registered with run"), std::string::npos) << out.str();
 }
 
+// FedNova (train.fednova): the plain update is the delta divided by the
+// normaliser of the steps the trainer took, which goes with it; a trainer
+// that reports no steps leaves the round saying why.
+TEST_F(SessionTest, AFedNovaTaskSendsTheNormalisedDeltaAndItsNormaliser) {
+  Session s = Make();
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  net::Envelope task = Task(1, 7, {1, 2, 3, 4});
+  task.header.mutable_task()->mutable_train()->set_fednova(true);
+  task.header.mutable_task()->mutable_train()->set_momentum(0.5f);
+  Actions a = s.OnMessage(task, 20);
+  ASSERT_TRUE(a.train.has_value());
+  EXPECT_TRUE(a.train->fednova);
+  train::TrainResult r;
+  r.steps = 2;  // a = (2 - 0.5 (1 - 0.25) / 0.5) / 0.5 = 2.5
+  std::vector<float> local = {1.5f, 2, 2.5f, 4};
+  a = s.OnTrainingDone(7, r, local, 40);
+  ASSERT_EQ(a.send.size(), 1u);
+  EXPECT_EQ(a.send[0].header.update().fednova_norm(), 2.5);
+  EXPECT_EQ(a.send[0].payload, (std::vector<float>{0.2f, 0, -0.2f, 0}));
+
+  net::Envelope next = Task(2, 8, {1, 2, 3, 4});
+  next.header.mutable_task()->mutable_train()->set_fednova(true);
+  ASSERT_TRUE(s.OnMessage(next, 50).train.has_value());
+  a = s.OnTrainingDone(8, train::TrainResult{}, local, 60);
+  ASSERT_EQ(a.send.size(), 1u);
+  ASSERT_TRUE(a.send[0].header.has_goodbye());
+  EXPECT_EQ(a.send[0].header.goodbye().reason(),
+            "training failed: train.fednova: the trainer reports no local steps (a Python fit "
+            "must return metrics['steps']), so the update has no normaliser");
+
+  // A task that asks FedNova of Adam is refused before training.
+  net::Envelope adam = Task(3, 9, {1, 2, 3, 4});
+  adam.header.mutable_task()->mutable_train()->set_fednova(true);
+  adam.header.mutable_task()->mutable_train()->set_optimizer(config::ADAM);
+  EXPECT_FALSE(s.OnMessage(adam, 70).train.has_value());
+}
+
 TEST_F(SessionTest, ModelSizeMismatchStopsTheClient) {
   Session s = Make();
   s.Start(0);
