@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "aggregation/clipped_sum.h"
+#include "aggregation/fednova.h"
 #include "aggregation/robust.h"
 #include "common/bytes.h"
 #include "common/rng.h"
@@ -15,6 +16,24 @@
 
 namespace cohort::coordinator {
 namespace {
+
+// An update's FedNova normaliser: in [1, kMaxFedNovaNorm] where a plain
+// FedNova round expects one (a client of at least one step), else absent
+// (a masked update carries its own inside the sum).
+Status CheckFedNovaNorm(double norm, bool expected) {
+  if (!expected) {
+    if (norm == 0) return OkStatus();
+    return InvalidArgumentError(fmt::format(
+        "update carries a FedNova normaliser (fednova_norm {:g}) where the round expects none: "
+        "train.fednova is off, or the update is masked",
+        norm));
+  }
+  if (std::isfinite(norm) && norm >= 1 && norm <= aggregation::kMaxFedNovaNorm) return OkStatus();
+  return InvalidArgumentError(
+      fmt::format("FedNova update's normaliser fednova_norm {:g} is not in [1, {:g}] "
+                  "(train.fednova)",
+                  norm, aggregation::kMaxFedNovaNorm));
+}
 
 // A Goodbye's reason as the dropout's: the client's words, untrusted, so at
 // most 200 printable ASCII characters (others become '?').
@@ -58,12 +77,20 @@ aggregation::RobustOptions RobustOptionsOf(const config::RobustConfig& r) {
   return o;
 }
 
-// The strategy the config asks for; with privacy, inside DP-FedAvg's
-// decorator, which `dp` then points at.
+// The strategy the config asks for; with train.fednova, inside FedNova's
+// decorator, which `fednova` then points at; with privacy, inside DP-FedAvg's
+// decorator, which `dp` then points at (the validator never allows both).
 StatusOr<std::unique_ptr<Strategy>> EngineStrategy(const config::RunConfig& config,
-                                                   Evaluator evaluator, DpStrategy*& dp) {
+                                                   Evaluator evaluator, DpStrategy*& dp,
+                                                   FedNovaStrategy*& fednova) {
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy,
                           MakeStrategy(config, std::move(evaluator)));
+  if (config.train().fednova()) {
+    COHORT_ASSIGN_OR_RETURN(std::unique_ptr<FedNovaStrategy> normalised,
+                            FedNovaStrategy::Wrap(std::move(strategy), config));
+    fednova = normalised.get();
+    strategy = std::move(normalised);
+  }
   if (!config.has_privacy()) return strategy;
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<DpStrategy> wrapped,
                           DpStrategy::Wrap(std::move(strategy), config));
@@ -81,8 +108,8 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
   COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(config));
   std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, env));
   const bool evaluates = static_cast<bool>(evaluator);
-  COHORT_ASSIGN_OR_RETURN(engine->strategy_,
-                          EngineStrategy(config, std::move(evaluator), engine->dp_));
+  COHORT_ASSIGN_OR_RETURN(engine->strategy_, EngineStrategy(config, std::move(evaluator),
+                                                            engine->dp_, engine->fednova_));
   const std::string config_text = config::ToText(config);
   COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> existing, store->LoadRun());
   // The config is fixed at the first committed round: before it, a start
@@ -231,6 +258,7 @@ aggregation::SecAggSetup RoundEngine::SecAggSetupFor(const std::string& name) co
   s.round_deadline_ms = ms(config_.rounds().round_deadline_s());
   s.eval_slots = federated_eval();
   s.l2_clip = config_.secagg().l2_clip();
+  s.fednova_slot = fednova_ != nullptr;
   return s;
 }
 
@@ -241,7 +269,8 @@ bool RoundEngine::EvaluatesRound(uint32_t round) const {
 
 size_t RoundEngine::secure_length() const {
   return global_.size() + aggregation::kSecureMetricSlots +
-         (federated_eval() ? aggregation::kSecureEvalSlots : 0);
+         (federated_eval() ? aggregation::kSecureEvalSlots : 0) +
+         (fednova_ != nullptr ? aggregation::kSecureFedNovaSlots : 0);
 }
 
 Outgoing RoundEngine::MakeTask(const std::string& peer, const std::string& name) const {
@@ -575,18 +604,21 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     return;
   }
   p->Accept();
-  if (!aggregator_->masked()) {
-    // A masked update's metrics travel inside it, and only their sum counts.
-    p->train_loss = u.train_loss();
-    p->train_accuracy = u.train_accuracy();
-    p->train_seconds = u.train_seconds();
-    if (EvaluatesRound(current)) {
-      p->eval_samples = u.eval_samples();
-      p->eval_loss = u.eval_loss();
-      p->eval_accuracy = u.eval_accuracy();
-    }
-  }
+  // A masked update's metrics travel inside it, and only their sum counts.
+  if (!aggregator_->masked()) KeepPlainMetrics(u, current, *p);
   Progress(now, out);
+}
+
+void RoundEngine::KeepPlainMetrics(const wire::Update& u, uint32_t round, Participant& p) const {
+  p.train_loss = u.train_loss();
+  p.train_accuracy = u.train_accuracy();
+  p.train_seconds = u.train_seconds();
+  if (EvaluatesRound(round)) {
+    p.eval_samples = u.eval_samples();
+    p.eval_loss = u.eval_loss();
+    p.eval_accuracy = u.eval_accuracy();
+  }
+  p.fednova_norm = u.fednova_norm();
 }
 
 Status RoundEngine::CheckUpdate(const wire::Update& u, const net::Envelope& envelope,
@@ -610,6 +642,10 @@ Status RoundEngine::CheckUpdate(const wire::Update& u, const net::Envelope& enve
   if (!std::isfinite(u.train_loss()) || !std::isfinite(u.train_accuracy()) ||
       !std::isfinite(u.train_seconds())) {
     return InvalidArgumentError("non-finite training metrics");
+  }
+  if (Status norm = CheckFedNovaNorm(u.fednova_norm(), fednova_ != nullptr && !masked);
+      !norm.ok()) {
+    return norm;
   }
   if (u.eval_samples() > 0 &&
       (u.eval_samples() > (uint64_t{1} << 40) || !std::isfinite(u.eval_loss()) ||
@@ -796,9 +832,28 @@ void RoundEngine::FinishRound(TimeMs now, double started, std::vector<Outgoing>&
   CommitRound(now, &*mean, aggregation_seconds_, "", out);
 }
 
-Status RoundEngine::StepModel(std::span<const float> mean, EvalMetrics& metrics) {
+Status RoundEngine::PrepareFedNova(const aggregation::RoundMean& mean) {
+  if (fednova_ == nullptr) return OkStatus();
+  double tau_eff = 0;
+  if (mean.fednova_tau_eff) {
+    tau_eff = *mean.fednova_tau_eff;  // Secure: only the sum's slot.
+  } else {
+    double weighted = 0, weight = 0;
+    for (const auto& p : participants_) {
+      if (!p.counts()) continue;
+      weighted += static_cast<double>(p.num_samples) * p.fednova_norm;
+      weight += static_cast<double>(p.num_samples);
+    }
+    tau_eff = weight > 0 ? weighted / weight : 0;
+  }
+  env_->Log().info("round {}: FedNova tau_eff {:.6g}", round_ + 1, tau_eff);
+  return fednova_->SetTauEff(tau_eff);
+}
+
+Status RoundEngine::StepModel(const aggregation::RoundMean& mean, EvalMetrics& metrics) {
+  COHORT_RETURN_IF_ERROR(PrepareFedNova(mean));
   std::vector<float> model = global_;
-  COHORT_RETURN_IF_ERROR(strategy_->Aggregate(mean, model));
+  COHORT_RETURN_IF_ERROR(strategy_->Aggregate(mean.delta, model));
   if (!AllFinite(model)) return FailedPreconditionError("the aggregated model is not finite");
   auto evaluated = strategy_->Evaluate(model);
   if (!evaluated.ok()) {
@@ -875,7 +930,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   std::string why = abort_reason;
   EvalMetrics metrics{-1, -1};
   if (mean != nullptr) {
-    Status stepped = StepModel(mean->delta, metrics);
+    Status stepped = StepModel(*mean, metrics);
     if (!stepped.ok()) {
       why = stepped.message();
       env_->Log().error("round {}: aborted: {}; the model is unchanged and the run goes on", round,

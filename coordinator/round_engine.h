@@ -36,6 +36,7 @@
 #include "coordinator/round_timings.h"
 #include "coordinator/strategy.h"
 #include "coordinator/strategy_dp.h"
+#include "coordinator/strategy_fednova.h"
 #include "crypto/keys.h"
 #include "net/envelope.h"
 #include "proto/config.pb.h"
@@ -139,6 +140,8 @@ class RoundEngine {
     // A plain round's federated evaluation (0 samples: none).
     uint64_t eval_samples = 0;
     double eval_loss = 0, eval_accuracy = 0;
+    // A plain FedNova round: the update's normaliser a_k.
+    double fednova_norm = 0;
     // Secure aggregation: the last stage this client completed, and the
     // stage at which it left the round (kNone: it did not).
     aggregation::SecAggStage answered = aggregation::SecAggStage::kNone;
@@ -195,10 +198,12 @@ class RoundEngine {
   // not finite is never committed: such a round is aborted instead.
   void CommitRound(TimeMs now, const aggregation::RoundMean* mean, double spent_seconds,
                    const std::string& abort_reason, std::vector<Outgoing>& out);
-  // The strategy's server step on `mean`, then its evaluation of the result;
-  // on an error (a value or metric that is not finite) the model and the
-  // strategy's state stay as they were.
-  Status StepModel(std::span<const float> mean, EvalMetrics& metrics);
+  // The strategy's server step on `mean` (with FedNova's tau_eff from it),
+  // then its evaluation of the result; on an error (a value or metric that
+  // is not finite) the model and the strategy's state stay as they were.
+  Status StepModel(const aggregation::RoundMean& mean, EvalMetrics& metrics);
+  // A plain update's metrics (and FedNova normaliser) onto its participant.
+  void KeepPlainMetrics(const wire::Update& u, uint32_t round, Participant& p) const;
   // The round's per-client records; sums the weighted training loss of the
   // clients whose updates count.
   std::vector<store::ClientRoundRecord> ClientRecords(double& loss_sum, double& weight_sum) const;
@@ -263,6 +268,9 @@ class RoundEngine {
   Status LoadPrivacy();
   bool PrivacyAllows(size_t cohort, const CohortRequest& request, std::vector<Outgoing>& out);
   void RecordPrivacy(store::RoundRecord& record);
+  // FedNova (fednova_): the round's tau_eff, from the masked sum's slot or
+  // the plain updates' normalisers, handed to the decorator before the step.
+  Status PrepareFedNova(const aggregation::RoundMean& mean);
   void AbortRound(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
   Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id,
                             aggregation::SecAggStage stage, const std::string& what, TimeMs now,
@@ -287,6 +295,8 @@ class RoundEngine {
   // strategy_ itself when the config has privacy (it wraps the strategy the
   // config picks), else null.
   DpStrategy* dp_ = nullptr;
+  // The FedNova decorator inside strategy_ (train.fednova), else null.
+  FedNovaStrategy* fednova_ = nullptr;
   std::string finish_reason_;
   std::vector<float> global_;
   uint32_t round_ = 0;  // Last committed.
