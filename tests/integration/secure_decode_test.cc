@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
 
+#include "aggregation/fednova.h"
 #include "client/session.h"
 #include "coordinator/round_engine.h"
 #include "crypto/keys.h"
@@ -80,6 +82,8 @@ class InProcessRun {
   }
 
   store::RunStore& store() { return *store_; }
+  // The local steps each client reports (FedNova); none: 0 each.
+  void set_steps(std::vector<uint64_t> steps) { steps_ = std::move(steps); }
   // Called on each client message before the engine sees it.
   void set_tamper(std::function<void(int client, net::Envelope&)> tamper) {
     tamper_ = std::move(tamper);
@@ -102,6 +106,7 @@ class InProcessRun {
       train::TrainResult result;
       result.mean_loss = 0.1 * (i + 1);
       result.samples = 1;
+      result.steps = steps_.empty() ? 0 : steps_[i];
       pending_training_.push_back({i, a.train->task_id, std::move(local), result});
     }
   }
@@ -152,6 +157,7 @@ class InProcessRun {
   std::vector<crypto::Ed25519KeyPair> keys_;
   std::vector<std::unique_ptr<client::Session>> sessions_;
   std::vector<std::vector<float>> deltas_;
+  std::vector<uint64_t> steps_;
   std::deque<ToEngine> to_engine_;
   std::deque<Job> pending_training_;
   std::function<void(int, net::Envelope&)> tamper_;
@@ -282,6 +288,111 @@ TEST(SecureDecodeTest, TheUnmaskedSumIsTheSumOfTheL2ClippedUpdates) {
     largest_gap = std::max(largest_gap, std::fabs(raw_mean[j] - clipped_mean[j]) / weight);
   }
   EXPECT_GT(largest_gap, 0.1);  // The bound changed the model, far beyond the grid.
+}
+
+// Issue 34, item 2: FedNova. Each client divides its delta by the
+// normaliser of its own steps (heavy-ball momentum 0.9: a = 1 for 1 step,
+// 311.3 for 40) and sends the normaliser in the masked vector's last slot;
+// the coordinator scales the unmasked weighted mean by tau_eff = sum n a /
+// sum n. Under SecAgg+ with a dropout before the masked input (client 1)
+// and one after it (client 4, which counts), and in the clear, the
+// committed model is the formula's over the clients in the sum.
+TEST(SecureDecodeTest, FedNovaCommitsTheNormalisedStepUnderSecAggPlusAndInTheClear) {
+  constexpr int kClients = 6;
+  constexpr float kMomentum = 0.9f;
+  const std::vector<uint64_t> samples = {100, 250, 40, 300, 80, 7};
+  const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 1};
+  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
+  for (int i = 0; i < kClients; ++i) {
+    for (size_t j = 0; j < kParams; ++j) {
+      deltas[i][j] = 0.04f * static_cast<float>((3 * i + j) % 11) - 0.2f;
+    }
+  }
+  for (config::Aggregation mode : {config::SECAGG_PLUS, config::PLAIN}) {
+    const bool secure = mode != config::PLAIN;
+    config::RunConfig config = Config(kClients, mode);
+    config.mutable_train()->set_fednova(true);
+    config.mutable_train()->set_momentum(kMomentum);
+    std::map<int, aggregation::SecAggStage> faults;
+    if (secure) {
+      faults = {{1, aggregation::SecAggStage::kMaskedInput},
+                {4, aggregation::SecAggStage::kConsistency}};
+    }
+    InProcessRun run(config, samples, deltas, faults);
+    run.set_steps(steps);
+    run.Run();
+    auto rounds = std::move(run.store().Rounds()).value();
+    ASSERT_EQ(rounds.size(), 1u);
+    ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+    ASSERT_EQ(rounds[0].participants, secure ? 5u : 6u);
+
+    double weight = 0, weighted_norm = 0, cohort = 0, loss = 0;
+    std::vector<double> mean(kParams, 0);
+    for (int i = 0; i < kClients; ++i) {
+      cohort += samples[i];
+      if (secure && i == 1) continue;
+      const double a = aggregation::FedNovaNorm(steps[i], kMomentum);
+      weight += samples[i];
+      weighted_norm += samples[i] * a;
+      loss += samples[i] * 0.1 * (i + 1);
+      for (size_t j = 0; j < kParams; ++j) mean[j] += samples[i] * (deltas[i][j] / a);
+    }
+    const double tau_eff = weighted_norm / weight;
+    // The grid: each encoding rounds by less than one unit, 1 / (scale x
+    // n_k / W); the mean and the slot's tau_eff / kMaxFedNovaNorm each err
+    // by at most (clients) / (scale x sum n / W).
+    const double scale = std::floor(2147483647.0 - kClients);
+    const double grid = secure ? kClients / (scale * weight / cohort) : 0;
+    double largest = 0;
+    for (double m : mean) largest = std::max(largest, std::fabs(m / weight));
+    const double bound = tau_eff * grid + largest * grid * aggregation::kMaxFedNovaNorm + 1e-6;
+    for (size_t j = 0; j < kParams; ++j) {
+      EXPECT_NEAR(run.model()[j], tau_eff * mean[j] / weight, bound)
+          << (secure ? "SecAgg+" : "plain") << ", parameter " << j;
+    }
+    // The slot after the metrics leaves them as they were.
+    EXPECT_NEAR(rounds[0].train_loss, loss / weight, 1e-4);
+  }
+}
+
+// With every client taking the same steps, every normaliser is equal and
+// FedNova's step is FedAvg's weighted mean of the deltas: two SecAgg+ runs,
+// one with train.fednova and one without, commit the same model within the
+// fixed-point grid.
+TEST(SecureDecodeTest, FedNovaWithEqualStepsCommitsFedAvgsModel) {
+  constexpr int kClients = 5;
+  const std::vector<uint64_t> samples = {100, 250, 40, 300, 80};
+  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
+  for (int i = 0; i < kClients; ++i) {
+    for (size_t j = 0; j < kParams; ++j) {
+      deltas[i][j] = 0.03f * static_cast<float>((5 * i + 2 * j) % 13) - 0.18f;
+    }
+  }
+  std::vector<std::vector<float>> models;
+  for (bool fednova : {false, true}) {
+    config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
+    config.mutable_train()->set_fednova(fednova);
+    config.mutable_train()->set_momentum(0.5f);
+    InProcessRun run(config, samples, deltas, {});
+    run.set_steps(std::vector<uint64_t>(kClients, 12));
+    run.Run();
+    auto rounds = std::move(run.store().Rounds()).value();
+    ASSERT_EQ(rounds.size(), 1u);
+    ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+    models.emplace_back(run.model().begin(), run.model().end());
+  }
+  const double a = aggregation::FedNovaNorm(12, 0.5f);  // 22.0...
+  const double scale = std::floor(2147483647.0 - kClients);
+  // FedAvg's grid error, and FedNova's: a x its mean's, plus its tau_eff's
+  // (the slot's) times the mean of the normalised deltas (below 0.2 / a).
+  const double bound = kClients / scale * (1 + a + 0.2 / a * aggregation::kMaxFedNovaNorm) + 1e-6;
+  double largest_gap = 0;
+  for (size_t j = 0; j < kParams; ++j) {
+    EXPECT_NEAR(models[1][j], models[0][j], bound) << "parameter " << j;
+    largest_gap = std::max(largest_gap, double{std::fabs(models[1][j] - models[0][j])});
+  }
+  std::printf("FedNova with equal steps against FedAvg: largest gap %.3g (bound %.3g)\n",
+              largest_gap, bound);
 }
 
 }  // namespace
