@@ -45,6 +45,7 @@ struct PyTask {
   double proximal_mu = 0;  // FedProx (train.proximal_mu); 0: none.
   bool secure = false;
   bool evaluate = false;         // The coordinator asks for this round's federated evaluation.
+  bool fednova = false;          // train.fednova: fit reports metrics["steps"].
   uintptr_t buffer_address = 0;  // Of the C++ buffer `fit`'s array views (tests).
 };
 
@@ -74,6 +75,7 @@ PyTask ToPyTask(const client::TrainTask& t, std::span<float> params) {
           .proximal_mu = o.proximal_mu,
           .secure = t.secure,
           .evaluate = t.evaluate,
+          .fednova = t.fednova,
           .buffer_address = reinterpret_cast<uintptr_t>(params.data())};
 }
 
@@ -389,6 +391,10 @@ PYBIND11_MODULE(_client, m) {
       .def_readonly("secure", &PyTask::secure, "Securely aggregated (SecAgg+).")
       .def_readonly("evaluate", &PyTask::evaluate,
                     "The coordinator asks for this round's federated evaluation.")
+      .def_readonly("fednova", &PyTask::fednova,
+                    "FedNova (train.fednova): fit must report the optimizer steps it took as "
+                    "metrics['steps'] (cohort.torch.fit_loop does); the update is then divided "
+                    "by their normaliser before it is sent.")
       .def_readonly("_buffer_address", &PyTask::buffer_address)
       .def("__repr__", [](const PyTask& t) {
         return "Task(round=" + std::to_string(t.round) + ", epochs=" + std::to_string(t.epochs) +
@@ -405,7 +411,7 @@ PYBIND11_MODULE(_client, m) {
             out, std::span<float>(params.mutable_data(), params.size()),
             std::span<const float>(global.data(), global.size()), delta);
         if (!r.ok()) throw py::value_error(std::string(r.status().message()));
-        return py::make_tuple(r->samples, r->mean_loss, r->accuracy);
+        return py::make_tuple(r->samples, r->mean_loss, r->accuracy, r->steps);
       },
       py::arg("out"), py::arg("params"), py::arg("global_params"), py::arg("delta") = false);
   py::class_<Client>(m, "Client", kClientDoc)

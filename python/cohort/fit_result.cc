@@ -146,6 +146,17 @@ StatusOr<train::TrainResult> ReadFitResult(const py::object& out, std::span<floa
   COHORT_RETURN_IF_ERROR(ReadValues(values, params, global, delta));
   COHORT_ASSIGN_OR_RETURN(result.samples, ReadNumSamples(num_samples, "fit"));
   COHORT_RETURN_IF_ERROR(ReadMetrics(metrics, "fit", result.mean_loss, result.accuracy));
+  if (py::isinstance<py::dict>(metrics) && metrics.contains("steps")) {
+    // FedNova's tau (train.fednova): the optimizer steps fit took.
+    const py::object steps = metrics["steps"];
+    if (py::isinstance<py::bool_>(steps) || !PyIndex_Check(steps.ptr()) ||
+        py::int_(steps).cast<long long>() < 0) {
+      return InvalidArgumentError("fit's metrics['steps'] is " +
+                                  std::string(py::str(py::repr(steps))).substr(0, 40) +
+                                  "; expected an int >= 0 (the optimizer steps it took)");
+    }
+    result.steps = py::int_(steps).cast<uint64_t>();
+  }
   return result;
 }
 

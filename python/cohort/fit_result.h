@@ -18,7 +18,8 @@ namespace cohort::python {
 // finite numbers, the new parameters or (`delta`) their change from
 // `global`; num_samples an int >= 0; metrics None or a dict of str to a
 // finite number ("loss" and "accuracy", in 0..1, reach the coordinator;
-// other keys are ignored). Writes the new parameters into `params` (no copy
+// "steps", an int >= 0, is the optimizer steps taken, which train.fednova
+// needs; other keys are ignored). Writes the new parameters into `params` (no copy
 // when `values` is `params` itself, trained in place). kInvalidArgument
 // naming what was wrong, params then undefined. GIL held.
 StatusOr<train::TrainResult> ReadFitResult(const pybind11::object& out, std::span<float> params,

@@ -80,7 +80,9 @@ def fit_loop(model, loader, optimizer, epochs, loss_fn=None, mu=0.0):
 
     Returns (num_samples, metrics): the samples of one epoch (the weight a
     client reports) and {"loss": mean loss, "accuracy": of the predictions
-    made while training} over every epoch, as Cohort's engine reports them.
+    made while training} over every epoch, as Cohort's engine reports them,
+    and "steps", the optimizer steps taken (FedNova's tau, which a task
+    with ``task.fednova`` needs).
     """
     mu = float(mu)
     if not math.isfinite(mu) or mu < 0:
@@ -91,7 +93,7 @@ def fit_loop(model, loader, optimizer, epochs, loss_fn=None, mu=0.0):
         params = [p for p in model.parameters() if p.requires_grad]
         anchor = [p.detach().clone() for p in params]
     model.train()
-    total_loss, correct, seen, per_epoch = 0.0, 0, 0, 0
+    total_loss, correct, seen, per_epoch, steps = 0.0, 0, 0, 0, 0
     for _ in range(max(1, int(epochs))):
         per_epoch = 0
         for x, y in loader:
@@ -104,11 +106,13 @@ def fit_loop(model, loader, optimizer, epochs, loss_fn=None, mu=0.0):
                 objective = loss + (mu / 2) * prox
             objective.backward()
             optimizer.step()
+            steps += 1
             total_loss += loss.item() * len(y)
             correct += (out.argmax(dim=1) == y).sum().item()
             seen += len(y)
             per_epoch += len(y)
-    metrics = {"loss": total_loss / max(seen, 1), "accuracy": correct / max(seen, 1)}
+    metrics = {"loss": total_loss / max(seen, 1), "accuracy": correct / max(seen, 1),
+               "steps": steps}
     return per_epoch, metrics
 
 

@@ -32,10 +32,18 @@ class FitResultTest(unittest.TestCase):
     def test_good_result_is_copied_with_its_metrics(self):
         params = np.zeros(N, np.float32)
         values = np.arange(N, dtype=np.float64)  # float64 is converted.
-        samples, loss, acc = check((values, 7, {"loss": 0.5, "accuracy": 0.25, "f1": 3}),
-                                   params=params)
-        self.assertEqual((samples, loss, acc), (7, 0.5, 0.25))
+        samples, loss, acc, steps = check((values, 7, {"loss": 0.5, "accuracy": 0.25, "f1": 3}),
+                                          params=params)
+        self.assertEqual((samples, loss, acc, steps), (7, 0.5, 0.25, 0))
         np.testing.assert_array_equal(params, np.arange(N, dtype=np.float32))
+
+    def test_steps_are_read_for_fednova(self):
+        self.assertEqual(check((np.zeros(N, np.float32), 7, {"steps": 12}))[3], 12)
+        self.assertEqual(check((np.zeros(N, np.float32), 7, {"steps": np.int64(3)}))[3], 3)
+        for bad, shown in ((-1, "-1"), (2.5, "2.5")):
+            self.assertRefused((np.zeros(N, np.float32), 7, {"steps": bad}),
+                               "fit's metrics['steps'] is %s; expected an int >= 0 (the "
+                               "optimizer steps it took)" % shown)
 
     def test_delta_is_added_to_the_global_model(self):
         params = np.zeros(N, np.float32)
@@ -180,6 +188,7 @@ class TorchHelpersTest(unittest.TestCase):
         n, first = ct.fit_loop(net, loader, opt, 1)
         _, later = ct.fit_loop(net, loader, opt, 5)
         self.assertEqual(n, 64)
+        self.assertEqual((first["steps"], later["steps"]), (4, 20))  # 64 / 16 a epoch.
         self.assertLess(later["loss"], first["loss"])
         self.assertGreater(later["accuracy"], 0.9)
         self.assertFalse(math.isnan(later["loss"]))
