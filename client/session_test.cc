@@ -119,8 +119,22 @@ TEST_F(SessionTest, AFedNovaTaskSendsTheNormalisedDeltaAndItsNormaliser) {
             "training failed: train.fednova: the trainer reports no local steps (a Python fit "
             "must return metrics['steps']), so the update has no normaliser");
 
+  // More steps than a normaliser of 1e5: the update is not sent.
+  net::Envelope long_task = Task(3, 10, {1, 2, 3, 4});
+  long_task.header.mutable_task()->mutable_train()->set_fednova(true);
+  ASSERT_TRUE(s.OnMessage(long_task, 62).train.has_value());
+  train::TrainResult too_many;
+  too_many.steps = 200000;
+  a = s.OnTrainingDone(10, too_many, local, 64);
+  ASSERT_EQ(a.send.size(), 1u);
+  ASSERT_TRUE(a.send[0].header.has_goodbye());
+  EXPECT_EQ(a.send[0].header.goodbye().reason(),
+            "training failed: train.fednova: 200000 steps with momentum 0 give the normaliser "
+            "200000, above the 100000 an update carries; lower train.local_epochs or raise "
+            "train.batch_size");
+
   // A task that asks FedNova of Adam is refused before training.
-  net::Envelope adam = Task(3, 9, {1, 2, 3, 4});
+  net::Envelope adam = Task(4, 9, {1, 2, 3, 4});
   adam.header.mutable_task()->mutable_train()->set_fednova(true);
   adam.header.mutable_task()->mutable_train()->set_optimizer(config::ADAM);
   EXPECT_FALSE(s.OnMessage(adam, 70).train.has_value());

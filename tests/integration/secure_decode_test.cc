@@ -395,5 +395,40 @@ TEST(SecureDecodeTest, FedNovaWithEqualStepsCommitsFedAvgsModel) {
               largest_gap, bound);
 }
 
+// A plain update's normaliser is untrusted: outside [1, 1e5] in a FedNova
+// round, or present in a round without FedNova, the update is rejected
+// naming fednova_norm, and the round goes on with the others.
+TEST(SecureDecodeTest, APlainUpdatesFedNovaNormaliserIsChecked) {
+  constexpr int kClients = 4;
+  const std::vector<uint64_t> samples(kClients, 100);
+  const std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams, 0.5f));
+  for (bool fednova : {true, false}) {
+    config::RunConfig config = Config(kClients, config::PLAIN);
+    config.mutable_train()->set_fednova(fednova);
+    InProcessRun run(config, samples, deltas, {});
+    run.set_steps(std::vector<uint64_t>(kClients, 5));
+    run.set_tamper([fednova](int client, net::Envelope& e) {
+      if (client == 2 && e.header.has_update()) {
+        e.header.mutable_update()->set_fednova_norm(fednova ? 0.5 : 3);
+      }
+    });
+    run.Run();
+    ASSERT_EQ(run.errors().size(), 1u);
+    const std::string expected =
+        fednova ? "p2: INVALID_UPDATE: client c2, round 1: FedNova update's normaliser "
+                  "fednova_norm 0.5 is not in [1, 100000] (train.fednova)"
+                : "p2: INVALID_UPDATE: client c2, round 1: update carries a FedNova normaliser "
+                  "(fednova_norm 3) where the round expects none: train.fednova is off, or the "
+                  "update is masked";
+    EXPECT_EQ(run.errors()[0], expected);
+    auto rounds = std::move(run.store().Rounds()).value();
+    ASSERT_EQ(rounds.size(), 1u);
+    ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+    EXPECT_EQ(rounds[0].participants, 3u);
+    // Equal steps and deltas: the model moved by the delta either way.
+    for (size_t j = 0; j < kParams; ++j) EXPECT_NEAR(run.model()[j], 0.5f, 1e-6) << j;
+  }
+}
+
 }  // namespace
 }  // namespace cohort::testing
