@@ -65,6 +65,9 @@ void AddSecurityFlags(CLI::App* client, client::ClientOptions& o) {
                      "secure-aggregation cohort (default: trust the coordinator's list)");
   client->add_flag("--require-secure", o.require_secure,
                    "Refuse any task that is not securely aggregated (implied by --peers)");
+  client->add_option("--state-dir", o.state_dir,
+                     "Directory for this client's state across restarts (SCAFFOLD's control "
+                     "variate, train.scaffold); created if missing");
   client->add_flag("--share-label-counts", o.share_label_counts,
                    "Tell the coordinator how many training samples of each class this client "
                    "has (the run report's label skew); off by default: it reveals the client's "

@@ -38,6 +38,12 @@ struct TrainTask {
   // train.fednova: the update is the delta divided by the normaliser of the
   // steps taken (aggregation/fednova.h), which goes with it.
   bool fednova = false;
+  // train.scaffold: the server's control variate c (after the task's model); the
+  // update then carries c_i+ - c_i after the delta (aggregation/scaffold.h).
+  // options.scaffold_correction holds c - c_i.
+  bool scaffold = false;
+  std::vector<float> server_variate;
+  std::vector<float> client_variate;  // c_i the task starts from.
 };
 
 struct Actions {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -278,7 +279,8 @@ class EventLoop {
       if (metrics_) metrics_->AddReceived(FrameBytes(raw_.frames));
       net::Limits limits;
       limits.max_header_bytes = kMaxHeaderBytes;
-      limits.max_payload_floats = std::max<size_t>(session_.num_params(), 1);
+      // Twice the model: a train.scaffold task carries the control variate too.
+      limits.max_payload_floats = std::max<size_t>(2 * session_.num_params(), 1);
       auto env = net::DecodeEnvelope(raw_.frames, limits);
       if (!env.ok()) {
         spdlog::warn("ignored a malformed message from the coordinator: {}",
@@ -328,6 +330,15 @@ Status RunClient(const ClientOptions& options, LocalTrainer& trainer,
   if (options.share_label_counts) loop.session().set_label_counts(trainer.label_counts());
   if (options.require_secure) loop.session().set_require_secure(true);
   loop.session().set_min_corrupt_fraction(options.corrupt_fraction);
+  if (!options.state_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.state_dir, ec);
+    if (ec || !std::filesystem::is_directory(options.state_dir)) {
+      return InvalidArgumentError("--state-dir " + options.state_dir + ": not a directory" +
+                                  (ec ? " (" + ec.message() + ")" : ""));
+    }
+    loop.session().set_state_dir(options.state_dir);
+  }
   return loop.Run(stop);
 }
 

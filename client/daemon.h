@@ -52,6 +52,10 @@ struct ClientOptions {
   // label_counts): its label distribution, for the run report's label
   // skew. Off by default: it tells the coordinator about the data.
   bool share_label_counts = false;
+  // SCAFFOLD (train.scaffold): the directory that keeps this client's
+  // control variate c_i across restarts (client/control_variate.h); created
+  // if missing. Empty: c_i lives in this process only.
+  std::string state_dir;
   // The fraction of a cohort this client assumes may collude with the
   // coordinator; it refuses a threshold weaker than that implies. Two-client
   // cohorts need 0: with one other client, that client is the only one

@@ -57,7 +57,14 @@ class NativeTrainer final : public LocalTrainer {
 
   StatusOr<train::TrainResult> Train(const TrainTask& task, std::span<float> params,
                                      const std::atomic<bool>* cancel) override {
-    if (site_ != nullptr) return site_->Train(model_config_, *model_, params, task.options, cancel);
+    if (site_ != nullptr) {
+      if (task.scaffold) {
+        return FailedPreconditionError(
+            "train.scaffold: a site's workers (--site-master) do not apply SCAFFOLD's correction; "
+            "run this client without a site, or leave train.scaffold out");
+      }
+      return site_->Train(model_config_, *model_, params, task.options, cancel);
+    }
     return train::TrainLocal(*model_, params, *device_data_, task.options, cancel);
   }
 

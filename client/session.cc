@@ -10,7 +10,9 @@
 #include <variant>
 
 #include "aggregation/fednova.h"
+#include "aggregation/scaffold.h"
 #include "aggregation/secagg_wire.h"
+#include "client/control_variate.h"
 #include "common/bytes.h"
 #include "common/rng.h"
 #include "train/model_config.h"
@@ -36,10 +38,12 @@ namespace {
 
 Status CheckTask(const wire::RoundTask& task, const net::Envelope& env, size_t num_params) {
   if (task.round() == 0) return InvalidArgumentError("task for round 0");
-  if (env.payloads.size() != 1 || env.payloads[0].size() != num_params) {
+  // SCAFFOLD: the server's control variate follows the model.
+  const size_t expected = num_params * (task.train().scaffold() ? 2 : 1);
+  if (env.payloads.size() != 1 || env.payloads[0].size() != expected) {
     return InvalidArgumentError("task model has " +
                                 std::to_string(env.payloads.empty() ? 0 : env.payloads[0].size()) +
-                                " values, expected " + std::to_string(num_params));
+                                " values, expected " + std::to_string(expected));
   }
   if (!AllFinite(env.payloads[0])) return InvalidArgumentError("task model has NaN or Inf");
   const auto& t = task.train();
@@ -65,6 +69,15 @@ Status CheckFedNovaTask(const wire::RoundTask& task) {
                       t.proximal_mu() != 0)) {
     return InvalidArgumentError(
         "task: train.fednova needs optimizer SGD without nesterov, dampening or proximal_mu");
+  }
+  return OkStatus();
+}
+
+// train.scaffold: SGD's steps (the config validator's rule), without FedNova.
+Status CheckScaffoldTask(const wire::RoundTask& task) {
+  const auto& t = task.train();
+  if (t.scaffold() && (t.optimizer() != config::SGD || t.fednova())) {
+    return InvalidArgumentError("task: train.scaffold needs optimizer SGD and no train.fednova");
   }
   return OkStatus();
 }
@@ -227,13 +240,70 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
     env_->Log().info("round {}: FedNova: {} steps, normaliser {:.6g}", task.round, result->steps,
                      fednova_norm);
   }
+  std::vector<float> delta_c;
+  if (task.scaffold) {
+    if (Status advanced = AdvanceVariate(task, *result, local, delta_c); !advanced.ok()) {
+      LeaveTaskSaying(task.round, task.task_id, std::string(advanced.message()), a);
+      outgoing_.Apply(a);
+      return a;
+    }
+  }
   if (task.secure) {
-    SendSecureUpdate(task, *result, asked, local, fednova_norm, now, a);
+    SendSecureUpdate(task, *result, asked, local, fednova_norm, delta_c, now, a);
   } else {
-    SendPlainUpdate(task, *result, asked, local, fednova_norm, now, a);
+    SendPlainUpdate(task, *result, asked, local, fednova_norm, delta_c, now, a);
   }
   outgoing_.Apply(a);
   return a;
+}
+
+void Session::set_state_dir(const std::string& state_dir) {
+  variate_path_ = ControlVariatePath(state_dir);
+}
+
+Status Session::PrepareScaffold(TrainTask& task) {
+  if (!variate_) {
+    if (variate_path_.empty()) {
+      const std::vector<float> zeros(num_params_, 0.0f);
+      variate_ = ClientVariate{0, zeros, zeros};
+    } else {
+      COHORT_ASSIGN_OR_RETURN(ClientVariate loaded, LoadControlVariate(variate_path_, num_params_));
+      env_->Log().info("SCAFFOLD: control variate c_i from {} (last update in round {})",
+                       variate_path_, loaded.round);
+      variate_ = std::move(loaded);
+    }
+  }
+  task.client_variate = variate_->For(task.round);
+  task.options.scaffold_correction.resize(num_params_);
+  for (size_t j = 0; j < num_params_; ++j) {
+    task.options.scaffold_correction[j] = task.server_variate[j] - task.client_variate[j];
+  }
+  return OkStatus();
+}
+
+Status Session::AdvanceVariate(const TrainTask& task, const train::TrainResult& result,
+                               std::span<const float> local, std::vector<float>& delta_c) {
+  ClientVariate next{task.round, task.client_variate, std::vector<float>(num_params_)};
+  delta_c.resize(num_params_);
+  COHORT_RETURN_IF_ERROR(aggregation::ScaffoldClientVariate(
+      task.global, local, task.server_variate, task.client_variate, result.steps,
+      task.options.optimizer.learning_rate, next.after, delta_c));
+  // Kept before it is sent: a client that restarts after sending goes on
+  // from the c_i its update counted.
+  if (!variate_path_.empty()) COHORT_RETURN_IF_ERROR(SaveControlVariate(variate_path_, next));
+  variate_ = std::move(next);
+  return OkStatus();
+}
+
+void Session::LeaveTaskSaying(uint32_t round, uint64_t task_id, const std::string& why,
+                              Actions& a) {
+  env_->Log().error("round {}: {}; leaving the round", round, why);
+  a.printed.push_back("round " + std::to_string(round) + ": " + why + "; leaving the round");
+  if (secagg_ && secagg_->task_id == task_id) secagg_.reset();
+  wire::Header h = Header();
+  h.mutable_goodbye()->set_task_id(task_id);
+  h.mutable_goodbye()->set_reason(why);
+  a.send.push_back({std::move(h), {}, {}});
 }
 
 void Session::WarnAboutClipping(uint32_t round, std::span<const float> local,
@@ -315,8 +385,8 @@ size_t Session::SecureSlots(const train::TrainResult& result,
 
 void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
                                const std::optional<train::EvalResult>& eval,
-                               std::span<const float> local, double fednova_norm, TimeMs now,
-                               Actions& a) {
+                               std::span<const float> local, double fednova_norm,
+                               std::span<const float> delta_c, TimeMs now, Actions& a) {
   // A securely aggregated task never sends a plaintext update: when the
   // session was refused or abandoned, nothing is sent at all.
   if (!secagg_ || secagg_->task_id != task.task_id) return;
@@ -353,6 +423,21 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
     Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
     return;
   }
+  if (secagg_->variate_weight > 0) {
+    if (delta_c.size() != local.size()) {
+      Refuse(InvalidArgumentError("train.scaffold: the setup expects the control variate's change"),
+             a);
+      return;
+    }
+    WarnAboutClipping(task.round, delta_c, {}, secagg_->fixed_point.clip, 0);
+    // [delta | Δc_i | slots]: Δc_i weighed by 1 / n, not n_i / W, so the
+    // coordinator decodes its unweighted sum (aggregation/scaffold.h).
+    std::vector<uint32_t> variate(delta_c.size());
+    aggregation::EncodeFixedPoint(delta_c, secagg_->variate_weight, secagg_->fixed_point, rng,
+                                  variate);
+    encoded.insert(encoded.begin() + static_cast<ptrdiff_t>(local.size()), variate.begin(),
+                   variate.end());
+  }
   if (observer_) observer_(task.round, encoded);
   secagg_->input = std::move(encoded);
   wire::Update masked;
@@ -384,8 +469,8 @@ bool Session::BoundNorm(uint32_t round, std::span<const float> after, std::span<
 
 void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
                               const std::optional<train::EvalResult>& eval,
-                              std::span<const float> local, double fednova_norm, TimeMs now,
-                              Actions& a) {
+                              std::span<const float> local, double fednova_norm,
+                              std::span<const float> delta_c, TimeMs now, Actions& a) {
   std::vector<float> delta(local.begin(), local.end());
   if (fednova_norm > 0) {
     // A delta that is not finite goes as it is: the coordinator refuses it.
@@ -407,6 +492,7 @@ void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& r
     update.set_eval_accuracy(eval->accuracy);
   }
   if (fednova_norm > 0) update.set_fednova_norm(fednova_norm);
+  delta.insert(delta.end(), delta_c.begin(), delta_c.end());  // SCAFFOLD: [delta | Δc_i].
   Send(std::move(h), std::move(delta), now, a);
 }
 
@@ -443,6 +529,7 @@ bool Session::AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Act
   }
   Status ok = CheckTask(t, env, num_params_);
   if (ok.ok()) ok = CheckFedNovaTask(t);
+  if (ok.ok()) ok = CheckScaffoldTask(t);
   if (!ok.ok()) {
     env_->Log().warn("round {}: bad task ignored: {}", t.round(), ok.message());
     return false;
@@ -462,8 +549,17 @@ bool Session::AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Act
 bool Session::BindSecureTask(const wire::RoundTask& t, TimeMs now, Actions& a) {
   // Usually the key exchange began with SecAggStart; else start it now.
   const bool started_early = secure_task_ == t.task_id();
-  if (!started_early) StartSecureTask(t.round(), t.task_id(), t.secagg(), now, a);
+  if (!started_early) {
+    StartSecureTask(t.round(), t.task_id(), t.secagg(), t.train().scaffold(), now, a);
+  }
   if (!secagg_ || secagg_->task_id != t.task_id()) return false;
+  if (started_early && t.train().scaffold()) {
+    // SecAggStart does not say that the vector carries the variate's change.
+    Refuse(InvalidArgumentError("a train.scaffold task's secure session starts with its task, "
+                                "not with SecAggStart"),
+           a);
+    return false;
+  }
   if (started_early && t.secagg().SerializeAsString() != secagg_->setup) {
     Refuse(InvalidArgumentError("the task's secagg setup differs from SecAggStart's"), a);
     return false;
@@ -477,14 +573,22 @@ void Session::OnTask(const wire::RoundTask& t, const net::Envelope& env, TimeMs 
   TrainTask task;
   task.round = t.round();
   task.task_id = t.task_id();
-  task.global = env.payloads[0];
+  task.global.assign(env.payloads[0].begin(), env.payloads[0].begin() + num_params_);
   task.options.epochs = t.train().local_epochs();
   task.options.batch_size = t.train().batch_size();
   task.options.optimizer = train::OptimizerFromConfig(t.train());
   task.options.seed = t.train_seed();
   task.evaluate = t.evaluate();
   task.fednova = t.train().fednova();
+  task.scaffold = t.train().scaffold();
   env_->Log().info("round {}: task received", t.round());
+  if (task.scaffold) {
+    task.server_variate.assign(env.payloads[0].begin() + num_params_, env.payloads[0].end());
+    if (Status ready = PrepareScaffold(task); !ready.ok()) {
+      LeaveTaskSaying(t.round(), t.task_id(), std::string(ready.message()), a);
+      return;
+    }
+  }
   if (t.has_secagg()) {
     if (!BindSecureTask(t, now, a)) return;
   } else {
@@ -511,7 +615,7 @@ void Session::OnSecAggStart(const wire::SecAggStart& st, TimeMs now, Actions& a)
   // A new round: whatever was still training is obsolete.
   a.cancel_training = running_.has_value();
   running_.reset();
-  StartSecureTask(st.round(), st.task_id(), st.setup(), now, a);
+  StartSecureTask(st.round(), st.task_id(), st.setup(), /*scaffold=*/false, now, a);
 }
 
 void Session::OnError(const wire::Error& e, TimeMs now, Actions& a) {
@@ -594,11 +698,11 @@ constexpr double kMinHonestOthers = 2;
 }  // namespace
 
 void Session::StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup,
-                              TimeMs now, Actions& a) {
+                              bool scaffold, TimeMs now, Actions& a) {
   secagg_.reset();
   // From here on this task never sends a plaintext update.
   secure_task_ = task_id;
-  Status started = StartSecAgg(round, task_id, setup, now, a);
+  Status started = StartSecAgg(round, task_id, setup, scaffold, now, a);
   if (!started.ok()) {
     env_->Log().warn("round {}: refused the task: {}", round, started.message());
     a.printed.push_back("secagg refused in round " + std::to_string(round) + ": " +
@@ -689,7 +793,7 @@ Status Session::CheckSetupSums(const aggregation::SecAggSetup& s) const {
 }
 
 Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& w,
-                            TimeMs now, Actions& a) {
+                            bool scaffold, TimeMs now, Actions& a) {
   if (identity_ == nullptr) return FailedPreconditionError("no identity key to sign with");
   COHORT_ASSIGN_OR_RETURN(aggregation::SecAggSetup s, aggregation::FromWire(w));
   COHORT_ASSIGN_OR_RETURN(const double corrupt, CorruptBound(s));
@@ -700,7 +804,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   params.n = s.n;
   params.k = s.k;
   params.t = s.t;
-  params.length = num_params_ + aggregation::kSecureMetricSlots +
+  params.length = num_params_ * (scaffold ? 2 : 1) + aggregation::kSecureMetricSlots +
                   (s.eval_slots ? aggregation::kSecureEvalSlots : 0) +
                   (s.fednova_slot ? aggregation::kSecureFedNovaSlots : 0);
   params.prg = s.prg;
@@ -716,6 +820,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.eval_slots = s.eval_slots;
   r.l2_clip = s.l2_clip;
   r.fednova_slot = s.fednova_slot;
+  r.variate_weight = scaffold ? 1.0 / s.n : 0;
   r.stage_limit = std::min<TimeMs>(secagg_stage_limit_ms_, 2 * TimeMs{s.stage_timeout_ms} + 30000);
   r.survivors_limit =
       std::min<TimeMs>(10 * secagg_stage_limit_ms_, 2 * TimeMs{s.round_deadline_ms} + 30000);

@@ -17,6 +17,7 @@
 #include "aggregation/secagg.h"
 #include "aggregation/secagg_stage.h"
 #include "client/actions.h"
+#include "client/control_variate.h"
 #include "client/fault_filter.h"
 #include "common/clock.h"
 #include "common/env.h"
@@ -83,6 +84,19 @@ class Session {
   // never sent in the clear, whatever the coordinator asks. Implied by
   // set_peers (a site that checks its cohorts wants them to matter).
   void set_require_secure(bool require) { require_secure_ = require; }
+  // SCAFFOLD (train.scaffold): keep this client's control variate c_i in
+  // `state_dir` (client/control_variate.h), read at the first SCAFFOLD task
+  // and replaced atomically before each update is sent. Unset (the
+  // simulator): c_i lives in this session only. A task of the round of the
+  // last update sent (that round run again) trains from the c_i of before
+  // it. A variate file that cannot be read (corrupt, another model's size)
+  // is never overwritten: each SCAFFOLD task is then left with a Goodbye
+  // naming the file.
+  void set_state_dir(const std::string& state_dir);
+  // c_i after the last update sent (empty before the first SCAFFOLD task).
+  std::span<const float> control_variate() const {
+    return variate_ ? std::span<const float>(variate_->after) : std::span<const float>();
+  }
   bool welcomed() const { return welcomed_; }
   // This client's own planning figure for the fraction of a cohort that may
   // collude with the coordinator (default 0.1): it refuses a secure-
@@ -110,6 +124,9 @@ class Session {
     bool eval_slots = false;    // The vector carries the federated evaluation's slots.
     float l2_clip = 0;          // The setup's bound on the delta's L2 norm; 0: none.
     bool fednova_slot = false;  // The vector ends with the FedNova normaliser's slot.
+    // SCAFFOLD: the variate's change follows the delta, encoded with this
+    // weight (1 / n, so the coordinator decodes its unweighted sum); 0: none.
+    double variate_weight = 0;
     std::unique_ptr<aggregation::SecAggClient> client;
     bool checked_in = false;  // U3 confirmed: ready to mask.
     // What this client waits for from the coordinator, and since when
@@ -123,12 +140,13 @@ class Session {
   };
   // Starts the session of a secure task (from SecAggStart or the task);
   // on a refusal it prints why and leaves no session.
-  void StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
-                       Actions& a);
+  // `scaffold`: the masked vector carries the control variate's change.
+  void StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup,
+                       bool scaffold, TimeMs now, Actions& a);
   // With --peers: the setup's whole roster, against its root and --peers.
   Status CheckRoster(const aggregation::SecAggSetup& setup) const;
-  Status StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup, TimeMs now,
-                     Actions& a);
+  Status StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAggSetup& setup,
+                     bool scaffold, TimeMs now, Actions& a);
   void OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a);
   // Sends the client machine's reply to a stage message (Handle), and waits
   // for the coordinator's next; the unmask response ends the session.
@@ -164,9 +182,11 @@ class Session {
   StatusOr<double> FedNovaNormOf(const TrainTask& task, const train::TrainResult& result) const;
   // `fednova_norm` > 0: the update is (local - global) / fednova_norm, and
   // the normaliser goes with it (in the clear, or as the vector's last slot).
+  // `delta_c` (SCAFFOLD's Δc_i; empty: none) follows the delta.
   void SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
                         const std::optional<train::EvalResult>& eval, std::span<const float> local,
-                        double fednova_norm, TimeMs now, Actions& a);
+                        double fednova_norm, std::span<const float> delta_c, TimeMs now,
+                        Actions& a);
   // The delta as the secure update encodes it, when it is not local -
   // global as it is (FedNova's normalised delta, or one scaled to
   // secagg.l2_clip) in `sent`; false when it is not finite.
@@ -179,7 +199,17 @@ class Session {
                      double fednova_norm, std::span<float> slots) const;
   void SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
                        const std::optional<train::EvalResult>& eval, std::span<const float> local,
-                       double fednova_norm, TimeMs now, Actions& a);
+                       double fednova_norm, std::span<const float> delta_c, TimeMs now, Actions& a);
+  // SCAFFOLD: c_i (loaded from the state directory the first time), and
+  // c - c_i with the task's c into `task`; an error names the file.
+  Status PrepareScaffold(TrainTask& task);
+  // SCAFFOLD after training: c_i+ kept (saved first) and Δc_i into
+  // `delta_c`; an error leaves c_i as it was.
+  Status AdvanceVariate(const TrainTask& task, const train::TrainResult& result,
+                        std::span<const float> local, std::vector<float>& delta_c);
+  // Leaves task `task_id` before or after training with a Goodbye saying
+  // `why` (and the end of its secure session, if any).
+  void LeaveTaskSaying(uint32_t round, uint64_t task_id, const std::string& why, Actions& a);
   void SendMaskedInput(TimeMs now, Actions& a);
   // Sends a stage message and starts the wait for the coordinator's next
   // one (`what`), which must come within the stage limit.
@@ -215,6 +245,9 @@ class Session {
   std::optional<TrainTask> running_;
   uint64_t last_completed_task_ = 0;
   bool finished_ = false;
+  // SCAFFOLD: where c_i is kept (empty: memory only), and c_i once read.
+  std::string variate_path_;
+  std::optional<ClientVariate> variate_;
 };
 
 }  // namespace cohort::client

@@ -2,11 +2,15 @@
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
+#include <stdlib.h>
 
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "aggregation/secagg_wire.h"
+#include "client/control_variate.h"
 
 namespace cohort::client {
 namespace {
@@ -138,6 +142,111 @@ TEST_F(SessionTest, AFedNovaTaskSendsTheNormalisedDeltaAndItsNormaliser) {
   adam.header.mutable_task()->mutable_train()->set_fednova(true);
   adam.header.mutable_task()->mutable_train()->set_optimizer(config::ADAM);
   EXPECT_FALSE(s.OnMessage(adam, 70).train.has_value());
+}
+
+// SCAFFOLD (train.scaffold): the task carries [x | c]; the trainer gets
+// c - c_i; the update is [y - x | c_i+ - c_i]; c_i+ goes to the state
+// directory, where a restarted session finds it.
+TEST_F(SessionTest, AScaffoldTaskKeepsTheClientVariateAcrossARestart) {
+  char dir_template[] = "/tmp/cohort-scaffold-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  auto scaffold_task = [](uint64_t id, std::vector<float> payload) {
+    net::Envelope t = Task(1, id, std::move(payload));
+    t.header.mutable_task()->mutable_train()->set_scaffold(true);
+    t.header.mutable_task()->mutable_train()->set_learning_rate(0.125f);
+    return t;
+  };
+  {
+    Session s = Make();
+    s.set_state_dir(dir);
+    s.Start(0);
+    s.OnMessage(Welcome(), 10);
+    // Without c after the model, the task is refused.
+    EXPECT_FALSE(s.OnMessage(scaffold_task(6, {1, 2, 3, 4}), 15).train.has_value());
+    Actions a = s.OnMessage(scaffold_task(7, {1, 2, 3, 4, 0.5f, 0, 0, -0.5f}), 20);
+    ASSERT_TRUE(a.train.has_value());
+    EXPECT_TRUE(a.train->scaffold);
+    EXPECT_EQ(a.train->global, (std::vector<float>{1, 2, 3, 4}));
+    // c_i starts at zeros: the correction is c itself.
+    EXPECT_EQ(a.train->options.scaffold_correction, (std::vector<float>{0.5f, 0, 0, -0.5f}));
+    train::TrainResult r;
+    r.steps = 2;  // K lr = 0.25: (x - y) / (K lr) = {1, 0, 0, -1}.
+    a = s.OnTrainingDone(7, r, std::vector<float>{0.75f, 2, 3, 4.25f}, 40);
+    ASSERT_EQ(a.send.size(), 1u);
+    ASSERT_TRUE(a.send[0].header.has_update());
+    EXPECT_EQ(a.send[0].payload, (std::vector<float>{-0.25f, 0, 0, 0.25f, 0.5f, 0, 0, -0.5f}));
+    EXPECT_EQ(std::vector<float>(s.control_variate().begin(), s.control_variate().end()),
+              (std::vector<float>{0.5f, 0, 0, -0.5f}));
+  }
+  // A restarted client reads c_i back: with c = 0 a round-2 task's
+  // correction is -c_i; round 1 run again starts from the c_i before it.
+  Session restarted = Make();
+  restarted.set_state_dir(dir);
+  restarted.Start(100);
+  restarted.OnMessage(Welcome(), 110);
+  Actions again = restarted.OnMessage(scaffold_task(9, {1, 2, 3, 4, 0.5f, 0, 0, -0.5f}), 115);
+  ASSERT_TRUE(again.train.has_value());
+  EXPECT_EQ(again.train->options.scaffold_correction, (std::vector<float>{0.5f, 0, 0, -0.5f}));
+  net::Envelope round2 = scaffold_task(8, {1, 2, 3, 4, 0, 0, 0, 0});
+  round2.header.mutable_task()->set_round(2);
+  Actions a = restarted.OnMessage(round2, 120);
+  ASSERT_TRUE(a.train.has_value());
+  EXPECT_EQ(a.train->options.scaffold_correction, (std::vector<float>{-0.5f, 0, 0, 0.5f}));
+  // No steps: the round is left, and c_i stays as it was.
+  a = restarted.OnTrainingDone(8, train::TrainResult{}, std::vector<float>{1, 2, 3, 4}, 130);
+  ASSERT_EQ(a.send.size(), 1u);
+  ASSERT_TRUE(a.send[0].header.has_goodbye());
+  EXPECT_EQ(a.send[0].header.goodbye().reason(),
+            "train.scaffold: the trainer reports no local steps, so c_i+ = c_i - c + (x - y) / "
+            "(K lr) has no K");
+  const ClientVariate kept = LoadControlVariate(ControlVariatePath(dir), kParams).value();
+  EXPECT_EQ(kept.round, 1u);
+  EXPECT_EQ(kept.before, (std::vector<float>(kParams, 0.0f)));
+  EXPECT_EQ(kept.after, (std::vector<float>{0.5f, 0, 0, -0.5f}));
+  std::filesystem::remove_all(dir);
+}
+
+// A variate file that is corrupt or of another model's size is never used
+// or overwritten: each SCAFFOLD task is left with a Goodbye naming the file.
+TEST_F(SessionTest, ABadVariateFileLeavesTheRoundNamingIt) {
+  char dir_template[] = "/tmp/cohort-scaffold-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string path = ControlVariatePath(dir);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"garbage", path + ": SCAFFOLD control variate: not a control variate file (bad magic or "
+                         "cut short)"},
+      {"three values", path + ": SCAFFOLD control variate: holds 3 values, the model has 4"},
+      {"flipped bit", path + ": SCAFFOLD control variate: CRC-32 mismatch"},
+  };
+  for (const auto& [what, message] : cases) {
+    if (what == "garbage") {
+      std::ofstream(path, std::ios::binary) << "not a variate";
+    } else if (what == "three values") {
+      ASSERT_TRUE(SaveControlVariate(path, {1, {1, 2, 3}, {1, 2, 3}}).ok());
+    } else {
+      ASSERT_TRUE(SaveControlVariate(path, {1, {1, 2, 3, 4}, {1, 2, 3, 4}}).ok());
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(-1, std::ios::end);
+      f.put('\x7f');
+    }
+    Session s = Make();
+    s.set_state_dir(dir);
+    s.Start(0);
+    s.OnMessage(Welcome(), 10);
+    net::Envelope t = Task(1, 7, {1, 2, 3, 4, 0, 0, 0, 0});
+    t.header.mutable_task()->mutable_train()->set_scaffold(true);
+    Actions a = s.OnMessage(t, 20);
+    EXPECT_FALSE(a.train.has_value()) << what;
+    ASSERT_EQ(a.send.size(), 1u) << what;
+    ASSERT_TRUE(a.send[0].header.has_goodbye()) << what;
+    EXPECT_EQ(a.send[0].header.goodbye().task_id(), 7u);
+    EXPECT_EQ(a.send[0].header.goodbye().reason(), message);
+    ASSERT_EQ(a.printed.size(), 1u);
+    EXPECT_EQ(a.printed[0], "round 1: " + message + "; leaving the round");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(SessionTest, ModelSizeMismatchStopsTheClient) {

@@ -9,6 +9,7 @@
 #include "aggregation/clipped_sum.h"
 #include "aggregation/fednova.h"
 #include "aggregation/robust.h"
+#include "aggregation/scaffold.h"
 #include "common/bytes.h"
 #include "common/rng.h"
 #include "crypto/digest.h"
@@ -78,13 +79,21 @@ aggregation::RobustOptions RobustOptionsOf(const config::RobustConfig& r) {
 }
 
 // The strategy the config asks for; with train.fednova, inside FedNova's
-// decorator, which `fednova` then points at; with privacy, inside DP-FedAvg's
+// decorator, which `fednova` then points at; with train.scaffold, inside
+// SCAFFOLD's, which `scaffold` then points at; with privacy, inside DP-FedAvg's
 // decorator, which `dp` then points at (the validator never allows both).
 StatusOr<std::unique_ptr<Strategy>> EngineStrategy(const config::RunConfig& config,
                                                    Evaluator evaluator, DpStrategy*& dp,
-                                                   FedNovaStrategy*& fednova) {
+                                                   FedNovaStrategy*& fednova,
+                                                   ScaffoldStrategy*& scaffold) {
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy,
                           MakeStrategy(config, std::move(evaluator)));
+  if (config.train().scaffold()) {
+    COHORT_ASSIGN_OR_RETURN(std::unique_ptr<ScaffoldStrategy> controlled,
+                            ScaffoldStrategy::Wrap(std::move(strategy), config));
+    scaffold = controlled.get();
+    strategy = std::move(controlled);
+  }
   if (config.train().fednova()) {
     COHORT_ASSIGN_OR_RETURN(std::unique_ptr<FedNovaStrategy> normalised,
                             FedNovaStrategy::Wrap(std::move(strategy), config));
@@ -108,8 +117,9 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
   COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(config));
   std::unique_ptr<RoundEngine> engine(new RoundEngine(config, store, env));
   const bool evaluates = static_cast<bool>(evaluator);
-  COHORT_ASSIGN_OR_RETURN(engine->strategy_, EngineStrategy(config, std::move(evaluator),
-                                                            engine->dp_, engine->fednova_));
+  COHORT_ASSIGN_OR_RETURN(
+      engine->strategy_, EngineStrategy(config, std::move(evaluator), engine->dp_, engine->fednova_,
+                                        engine->scaffold_));
   const std::string config_text = config::ToText(config);
   COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> existing, store->LoadRun());
   // The config is fixed at the first committed round: before it, a start
@@ -268,7 +278,7 @@ bool RoundEngine::EvaluatesRound(uint32_t round) const {
 }
 
 size_t RoundEngine::secure_length() const {
-  return global_.size() + aggregation::kSecureMetricSlots +
+  return update_values() + aggregation::kSecureMetricSlots +
          (federated_eval() ? aggregation::kSecureEvalSlots : 0) +
          (fednova_ != nullptr ? aggregation::kSecureFedNovaSlots : 0);
 }
@@ -670,6 +680,10 @@ Status RoundEngine::StartPlain() {
     COHORT_ASSIGN_OR_RETURN(
         aggregator_, aggregation::NewRobustAggregator(RobustOptionsOf(s.robust()), global_.size(),
                                                       s.max_update_norm()));
+  } else if (scaffold_ != nullptr) {
+    // [y - x | Δc_i]: server.max_update_norm bounds the delta only.
+    COHORT_ASSIGN_OR_RETURN(aggregator_,
+                            aggregation::NewScaffoldFedAvg(global_.size(), s.max_update_norm()));
   } else {
     COHORT_ASSIGN_OR_RETURN(aggregator_,
                             aggregation::NewStreamingFedAvg(global_.size(), s.max_update_norm()));
@@ -781,13 +795,28 @@ void RoundEngine::StartRound(const std::vector<std::string>& cohort, TimeMs now,
   timings_.Start(now, secagg() ? aggregation::StageName(stage_) : "train");
   deadline_ = now + SecondsToMs(config_.rounds().round_deadline_s());
   phase_ = Phase::kTraining;
-  // One copy per round, however many clients receive it.
-  task_model_ = std::make_shared<const std::vector<float>>(global_);
+  // One copy per round, however many clients receive it. SCAFFOLD: the
+  // server's control variate c follows the model.
+  if (scaffold_ != nullptr) {
+    std::vector<float> payload = global_;
+    const std::span<const float> c = scaffold_->variate();
+    if (c.empty()) {
+      payload.resize(2 * global_.size(), 0.0f);
+    } else {
+      payload.insert(payload.end(), c.begin(), c.end());
+    }
+    task_model_ = std::make_shared<const std::vector<float>>(std::move(payload));
+    scaffold_population_ = clients_.size();
+  } else {
+    task_model_ = std::make_shared<const std::vector<float>>(global_);
+  }
   env_->Log().info(
       "round {}: selected {} of {} available clients{}", round, cohort.size(), clients_.size(),
       secagg() ? fmt::format(" (secure aggregation, k={} t={})", secagg_params_.k, secagg_params_.t)
                : "");
-  if (secagg()) {
+  // SCAFFOLD: SecAggStart does not say that the vector carries the
+  // variate's change, so its clients start the key exchange with the task.
+  if (secagg() && scaffold_ == nullptr) {
     // Every key exchange first: the small SecAggStart messages are queued
     // ahead of the models, so stages 1 and 2 overlap the downloads.
     for (const auto& p : participants_) {
@@ -850,10 +879,40 @@ Status RoundEngine::PrepareFedNova(const aggregation::RoundMean& mean) {
   return fednova_->SetTauEff(tau_eff);
 }
 
+Status RoundEngine::PrepareScaffold(const aggregation::RoundMean& mean,
+                                    std::span<const float>& delta) {
+  if (scaffold_ == nullptr) return OkStatus();
+  const size_t n = global_.size();
+  if (mean.delta.size() != 2 * n) {
+    return FailedPreconditionError("SCAFFOLD: the round's sum has " +
+                                   std::to_string(mean.delta.size()) + " values, expected " +
+                                   std::to_string(2 * n));
+  }
+  // Plain: the aggregator summed the second half. Secure: each client
+  // weighed its Δc_i by 1 / n_cohort, and the decoding divided by
+  // Σ n_k / W over the accepted inputs.
+  double factor = 1;
+  if (aggregator_->masked()) {
+    double accepted_weight = 0;
+    for (const auto& p : participants_) {
+      if (p.counts()) accepted_weight += static_cast<double>(p.num_samples);
+    }
+    factor = accepted_weight / cohort_weight_ * static_cast<double>(secagg_params_.n);
+  }
+  std::vector<double> sum(n);
+  for (size_t j = 0; j < n; ++j) sum[j] = factor * static_cast<double>(mean.delta[n + j]);
+  env_->Log().info("round {}: SCAFFOLD: c moves by the sum of {} clients' changes / N = {}",
+                   round_ + 1, aggregator_->accepted(), scaffold_population_);
+  delta = std::span<const float>(mean.delta).first(n);
+  return scaffold_->SetVariateSum(std::move(sum), scaffold_population_);
+}
+
 Status RoundEngine::StepModel(const aggregation::RoundMean& mean, EvalMetrics& metrics) {
   COHORT_RETURN_IF_ERROR(PrepareFedNova(mean));
+  std::span<const float> delta = mean.delta;
+  COHORT_RETURN_IF_ERROR(PrepareScaffold(mean, delta));
   std::vector<float> model = global_;
-  COHORT_RETURN_IF_ERROR(strategy_->Aggregate(mean.delta, model));
+  COHORT_RETURN_IF_ERROR(strategy_->Aggregate(delta, model));
   if (!AllFinite(model)) return FailedPreconditionError("the aggregated model is not finite");
   auto evaluated = strategy_->Evaluate(model);
   if (!evaluated.ok()) {

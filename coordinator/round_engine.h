@@ -37,6 +37,7 @@
 #include "coordinator/strategy.h"
 #include "coordinator/strategy_dp.h"
 #include "coordinator/strategy_fednova.h"
+#include "coordinator/strategy_scaffold.h"
 #include "crypto/keys.h"
 #include "net/envelope.h"
 #include "proto/config.pb.h"
@@ -231,6 +232,9 @@ class RoundEngine {
   bool EvaluatesRound(uint32_t round) const;
   // The masked vector's length: the model and the metric slots.
   size_t secure_length() const;
+  // An update's values before the slots: the model's delta, and with
+  // SCAFFOLD the control variate's change after it.
+  size_t update_values() const { return global_.size() * (scaffold_ != nullptr ? 2 : 1); }
   // The round's test-sample-weighted federated evaluation into `record`.
   void RecordFederatedEval(const aggregation::RoundMean& mean, store::RoundRecord& record) const;
 
@@ -271,6 +275,10 @@ class RoundEngine {
   // FedNova (fednova_): the round's tau_eff, from the masked sum's slot or
   // the plain updates' normalisers, handed to the decorator before the step.
   Status PrepareFedNova(const aggregation::RoundMean& mean);
+  // SCAFFOLD (scaffold_): the round's Σ Δc_i, from the second half of
+  // `mean`'s delta (a secure sum's decoded back from the 1 / n weights),
+  // handed to the decorator; `delta` becomes the first half.
+  Status PrepareScaffold(const aggregation::RoundMean& mean, std::span<const float>& delta);
   void AbortRound(TimeMs now, const std::string& why, std::vector<Outgoing>& out);
   Participant* SecAggSender(const std::string& peer, uint32_t round, uint64_t task_id,
                             aggregation::SecAggStage stage, const std::string& what, TimeMs now,
@@ -297,6 +305,10 @@ class RoundEngine {
   DpStrategy* dp_ = nullptr;
   // The FedNova decorator inside strategy_ (train.fednova), else null.
   FedNovaStrategy* fednova_ = nullptr;
+  // The SCAFFOLD decorator inside strategy_ (train.scaffold), else null;
+  // its N for the round in progress (the clients registered at its start).
+  ScaffoldStrategy* scaffold_ = nullptr;
+  uint64_t scaffold_population_ = 0;
   std::string finish_reason_;
   std::vector<float> global_;
   uint32_t round_ = 0;  // Last committed.

@@ -119,7 +119,7 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
                                  fixed_point_.scale, cohort_weight_);
   COHORT_ASSIGN_OR_RETURN(aggregator_, aggregation::NewSecureAggregator(
                                            secagg_params_, cohort_identities_, fixed_point_,
-                                           cohort_weight_, global_.size(), env_));
+                                           cohort_weight_, update_values(), env_));
   aggregation_seconds_ = 0;
   stage_ = SecAggStage::kCommitSeed;
   stage_deadline_ = round_started_ + SecondsToMs(sc.stage_timeout_s());

@@ -753,12 +753,46 @@ Status CheckFedNova(const RunConfig& c) {
   return OkStatus();
 }
 
+// train.scaffold: the correction and c_i+ = c_i - c + (x - y) / (K lr)
+// are SGD's (aggregation/scaffold.h), and the variates' change is summed
+// beside the model's weighted mean.
+Status CheckScaffold(const RunConfig& c) {
+  const TrainConfig& t = c.train();
+  if (c.mode() != FEDERATED) {
+    return InvalidArgumentError(
+        "train.scaffold: SCAFFOLD corrects each client's round of local steps; DATA_PARALLEL "
+        "workers step together and have no rounds");
+  }
+  if (t.optimizer() != SGD) {
+    return InvalidArgumentError(
+        "train.scaffold: needs train.optimizer SGD (c_i+ = c_i - c + (x - y) / (K lr) is SGD's; " +
+        Optimizer_Name(t.optimizer()) + "'s steps are not)");
+  }
+  if (t.fednova()) {
+    return InvalidArgumentError(
+        "train.scaffold: train.fednova rescales the deltas that SCAFFOLD's variates are "
+        "computed from; leave one of them out");
+  }
+  if (c.server().has_robust()) {
+    return InvalidArgumentError(
+        "train.scaffold: server.robust replaces the sums that SCAFFOLD's control variates "
+        "need; leave one of them out");
+  }
+  if (c.has_privacy()) {
+    return InvalidArgumentError(
+        "train.scaffold: privacy's clipping and noise cover the model's update, not the control "
+        "variates that would ride with it; leave one of them out");
+  }
+  return OkStatus();
+}
+
 // What replaces or rescales the weighted mean: a robust rule, central DP,
-// FedNova.
+// FedNova, SCAFFOLD.
 Status CheckAggregationRules(const RunConfig& c) {
   if (c.server().has_robust()) COHORT_RETURN_IF_ERROR(CheckRobust(c));
   if (c.has_privacy()) COHORT_RETURN_IF_ERROR(CheckPrivacy(c));
   if (c.train().fednova()) COHORT_RETURN_IF_ERROR(CheckFedNova(c));
+  if (c.train().scaffold()) COHORT_RETURN_IF_ERROR(CheckScaffold(c));
   return OkStatus();
 }
 

@@ -658,6 +658,38 @@ TEST(ConfigTest, FedNovaNeedsHeavyBallSgdAndAWeightedMean) {
   }
 }
 
+// SCAFFOLD (issue 34, item 2): SGD clients (momentum allowed, as in
+// NIID-Bench), under secure aggregation or plain, without the rules that
+// replace or rescale the sums its variates need.
+TEST(ConfigTest, ScaffoldNeedsSgdAndPlainSums) {
+  EXPECT_EQ(ErrorOf("train { scaffold: true }"), "");
+  EXPECT_EQ(ErrorOf("train { scaffold: true momentum: 0.9 weight_decay: 1e-5 } "
+                    "secagg { aggregation: PLAIN }"),
+            "");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"mode: DATA_PARALLEL data { train_shard: \"t\" } train { scaffold: true }",
+       "train.scaffold: SCAFFOLD corrects each client's round of local steps; DATA_PARALLEL "
+       "workers step together and have no rounds"},
+      {"train { scaffold: true optimizer: ADAM }",
+       "train.scaffold: needs train.optimizer SGD (c_i+ = c_i - c + (x - y) / (K lr) is SGD's; "
+       "ADAM's steps are not)"},
+      {"train { scaffold: true fednova: true }",
+       "train.scaffold: train.fednova rescales the deltas that SCAFFOLD's variates are computed "
+       "from; leave one of them out"},
+      {"train { scaffold: true } secagg { aggregation: PLAIN } "
+       "server { robust { rule: MEDIAN } }",
+       "train.scaffold: server.robust replaces the sums that SCAFFOLD's control variates need; "
+       "leave one of them out"},
+      {"train { scaffold: true } secagg { aggregation: PLAIN } "
+       "privacy { noise_multiplier: 1 clip_norm: 1 }",
+       "train.scaffold: privacy's clipping and noise cover the model's update, not the control "
+       "variates that would ride with it; leave one of them out"},
+  };
+  for (const auto& [text, message] : bad) {
+    EXPECT_TRUE(Contains(ErrorOf(text), "x.textproto: " + message)) << ErrorOf(text);
+  }
+}
+
 // Central DP (issue 34): plain federated rounds only, and its numbers in range.
 TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
   const std::string plain = "secagg { aggregation: PLAIN } ";

@@ -980,6 +980,15 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
     spdlog::info("run already complete ({} rounds committed)", run.engine->last_committed_round());
     return OkStatus();
   }
+  if (o.config.train().scaffold() && run.engine->last_committed_round() > 0) {
+    // The virtual clients' c_i lived in the simulator's memory: a resume
+    // would start them at zeros while the stored c counts their changes.
+    return FailedPreconditionError(
+        "cohort simulate: " + o.run_dir + " holds " +
+        std::to_string(run.engine->last_committed_round()) +
+        " committed rounds of a train.scaffold run; the virtual clients' control variates "
+        "were kept in memory only, so it cannot be resumed (start it in a new --run-dir)");
+  }
   const std::set<size_t> misbehaving = Misbehaving(o, clients.size());
   for (size_t i = 0; i < clients.size(); ++i) {
     client::FaultPlan plan;

@@ -77,6 +77,20 @@ struct BatchBuffers {
   }
 };
 
+// SCAFFOLD's c - c_i in backend memory (empty: none).
+StatusOr<DeviceArray<float>> UploadCorrection(Backend* backend, std::span<const float> correction,
+                                              size_t num_params) {
+  if (correction.empty()) return DeviceArray<float>();
+  if (correction.size() != num_params) {
+    return InvalidArgumentError("train.scaffold: a correction of " +
+                                std::to_string(correction.size()) + " values for " +
+                                std::to_string(num_params) + " parameters");
+  }
+  COHORT_ASSIGN_OR_RETURN(DeviceArray<float> d, DeviceArray<float>::Create(backend, num_params));
+  backend->Upload(d.data(), correction.data(), d.bytes());
+  return d;
+}
+
 }  // namespace
 
 StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params, const DeviceDataset& data,
@@ -95,6 +109,9 @@ StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params, const De
   // FedProx pulls towards the model this call starts from (the round's).
   COHORT_RETURN_IF_ERROR(optimizer->SetProximalAnchor(params));
   COHORT_RETURN_IF_ERROR(model.SetParams(params));
+  COHORT_ASSIGN_OR_RETURN(DeviceArray<float> correction,
+                          UploadCorrection(backend, options.scaffold_correction, params.size()));
+  const float corrected_lr = -options.optimizer.learning_rate;
   std::vector<uint32_t> order(n);
   Rng rng(options.seed);
   TrainResult result;
@@ -110,6 +127,9 @@ StatusOr<TrainResult> TrainLocal(Model& model, std::span<float> params, const De
       bufs.Gather(model, data, begin, count);
       model.TrainStep(bufs.x.data(), bufs.y.data(), static_cast<int>(count), *optimizer,
                       bufs.stats.data());
+      if (correction.size() > 0) {
+        backend->Axpy(corrected_lr, correction.data(), model.params().data(), params.size());
+      }
       result.samples += count;
       ++result.steps;
       if (options.progress) options.progress(epoch, begin + count, n);

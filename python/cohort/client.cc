@@ -118,6 +118,11 @@ class PyTrainer final : public client::LocalTrainer {
 
   StatusOr<train::TrainResult> Train(const client::TrainTask& task, std::span<float> params,
                                      const std::atomic<bool>* cancel) override {
+    if (task.scaffold) {
+      return FailedPreconditionError(
+          "train.scaffold: a Python client's fit does not apply SCAFFOLD's control variates; "
+          "use `cohort client` or leave train.scaffold out");
+    }
     return bridge_.Train(task, params, cancel);
   }
 

@@ -355,6 +355,73 @@ TEST(SecureDecodeTest, FedNovaCommitsTheNormalisedStepUnderSecAggPlusAndInTheCle
   }
 }
 
+// Issue 34, item 2: SCAFFOLD. Each client's masked vector is [y - x weighed
+// by n_k / W | c_i+ - c_i weighed by 1 / n | slots], so the coordinator
+// learns the weighted mean of the deltas and the unweighted sum of the
+// variates' changes, nothing per client. From c = c_i = 0 a client that
+// took K steps of learning rate lr has Δc_i = (x - y) / (K lr). Under
+// SecAgg+ with a dropout before the masked input (client 1) and one after
+// it (client 4, which counts), and in the clear, the committed x is the
+// weighted mean's and the checkpoint's c is (1 / N) Σ Δc_i over the clients
+// in the sum, N = 9 registered (nine clients: with six and these two
+// faults a SecAgg+ round aborts, SCAFFOLD or not, as FedNova's test found).
+TEST(SecureDecodeTest, ScaffoldCommitsTheModelAndVariateUnderSecAggPlusAndInTheClear) {
+  constexpr int kClients = 9;
+  constexpr float kLr = 0.125f;
+  const std::vector<uint64_t> samples = {100, 250, 40, 300, 80, 7, 120, 60, 90};
+  const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 2, 15, 5, 20};
+  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
+  for (int i = 0; i < kClients; ++i) {
+    for (size_t j = 0; j < kParams; ++j) {
+      deltas[i][j] = 0.04f * static_cast<float>((3 * i + j) % 11) - 0.2f;
+    }
+  }
+  for (config::Aggregation mode : {config::SECAGG_PLUS, config::PLAIN}) {
+    const bool secure = mode != config::PLAIN;
+    config::RunConfig config = Config(kClients, mode);
+    config.mutable_train()->set_scaffold(true);
+    config.mutable_train()->set_learning_rate(kLr);
+    std::map<int, aggregation::SecAggStage> faults;
+    if (secure) {
+      faults = {{1, aggregation::SecAggStage::kMaskedInput},
+                {4, aggregation::SecAggStage::kConsistency}};
+    }
+    InProcessRun run(config, samples, deltas, faults);
+    run.set_steps(steps);
+    run.Run();
+    auto rounds = std::move(run.store().Rounds()).value();
+    ASSERT_EQ(rounds.size(), 1u);
+    ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+    ASSERT_EQ(rounds[0].participants, secure ? 8u : 9u);
+
+    double weight = 0, cohort = 0, loss = 0;
+    std::vector<double> mean(kParams, 0), variate(kParams, 0);
+    for (int i = 0; i < kClients; ++i) {
+      cohort += samples[i];
+      if (secure && i == 1) continue;
+      weight += samples[i];
+      loss += samples[i] * 0.1 * (i + 1);
+      for (size_t j = 0; j < kParams; ++j) {
+        mean[j] += samples[i] * deltas[i][j];
+        variate[j] += -deltas[i][j] / (static_cast<double>(steps[i]) * kLr) / kClients;
+      }
+    }
+    // The grid, as for FedAvg: each encoding rounds by less than one unit.
+    const double scale = std::floor(2147483647.0 - kClients);
+    const double grid = secure ? kClients / (scale * weight / cohort) : 0;
+    const store::Checkpoint cp = std::move(run.store().LatestCheckpoint()).value();
+    ASSERT_EQ(cp.velocity.size(), kParams) << "FedAvg keeps no velocity: c alone";
+    for (size_t j = 0; j < kParams; ++j) {
+      EXPECT_NEAR(run.model()[j], mean[j] / weight, grid + 1e-6)
+          << (secure ? "SecAgg+" : "plain") << ", parameter " << j;
+      EXPECT_NEAR(cp.velocity[j], variate[j], 1e-6)
+          << (secure ? "SecAgg+" : "plain") << ", c at " << j;
+    }
+    // The slots after the variate's block decode as ever.
+    EXPECT_NEAR(rounds[0].train_loss, loss / weight, 1e-4);
+  }
+}
+
 // With every client taking the same steps, every normaliser is equal and
 // FedNova's step is FedAvg's weighted mean of the deltas: two SecAgg+ runs,
 // one with train.fednova and one without, commit the same model within the

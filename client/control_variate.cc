@@ -1,0 +1,104 @@
+#include "client/control_variate.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "common/bytes.h"
+
+namespace cohort::client {
+namespace {
+
+constexpr char kMagic[8] = {'C', 'H', 'T', 'S', 'C', 'A', 'F', '1'};
+constexpr size_t kHeaderBytes = 8 + 8 + 4 + 4;
+
+std::span<const uint8_t> Bytes(std::span<const float> values) {
+  return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)};
+}
+
+Status WriteAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return UnavailableError(std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::string ControlVariatePath(const std::string& state_dir) {
+  return state_dir + "/scaffold_variate.bin";
+}
+
+StatusOr<ClientVariate> LoadControlVariate(const std::string& path, size_t num_params) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec) {
+    return ClientVariate{0, std::vector<float>(num_params, 0.0f),
+                         std::vector<float>(num_params, 0.0f)};
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return UnavailableError(path +
+                            ": cannot read the SCAFFOLD control variate: " + std::strerror(errno));
+  }
+  const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+  const std::string what = path + ": SCAFFOLD control variate: ";
+  if (data.size() < kHeaderBytes || std::memcmp(p, kMagic, 8) != 0) {
+    return DataLossError(what + "not a control variate file (bad magic or cut short)");
+  }
+  const uint64_t count = GetU64(p + 8);
+  if (count != num_params) {
+    return DataLossError(what + "holds " + std::to_string(count) + " values, the model has " +
+                         std::to_string(num_params));
+  }
+  if (data.size() != kHeaderBytes + 2 * count * sizeof(float)) {
+    return DataLossError(what + std::to_string(data.size()) + " bytes, expected " +
+                         std::to_string(kHeaderBytes + 2 * count * sizeof(float)));
+  }
+  std::vector<float> values(2 * count);
+  std::memcpy(values.data(), p + kHeaderBytes, values.size() * sizeof(float));
+  if (Crc32(Bytes(values)) != GetU32(p + 20)) return DataLossError(what + "CRC-32 mismatch");
+  for (float v : values) {
+    if (!std::isfinite(v)) return DataLossError(what + "holds NaN or Inf");
+  }
+  ClientVariate out;
+  out.round = GetU32(p + 16);
+  out.before.assign(values.begin(), values.begin() + static_cast<ptrdiff_t>(count));
+  out.after.assign(values.begin() + static_cast<ptrdiff_t>(count), values.end());
+  return out;
+}
+
+Status SaveControlVariate(const std::string& path, const ClientVariate& variate) {
+  std::vector<float> values = variate.before;
+  values.insert(values.end(), variate.after.begin(), variate.after.end());
+  std::string data(kMagic, 8);
+  PutU64(data, variate.after.size());
+  PutU32(data, variate.round);
+  PutU32(data, Crc32(Bytes(values)));
+  data.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return UnavailableError(tmp + ": cannot create: " + std::strerror(errno));
+  Status written = WriteAll(fd, data);
+  if (written.ok() && ::fsync(fd) != 0) written = UnavailableError(std::strerror(errno));
+  ::close(fd);
+  if (!written.ok()) {
+    return UnavailableError(tmp + ": write failed: " + std::string(written.message()));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return UnavailableError(path + ": rename failed: " + std::strerror(errno));
+  }
+  return OkStatus();
+}
+
+}  // namespace cohort::client
