@@ -309,6 +309,14 @@ class EventLoop {
 
 Status RunClient(const ClientOptions& options, LocalTrainer& trainer,
                  const std::atomic<bool>& stop) {
+  if (!options.state_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.state_dir, ec);
+    if (ec || !std::filesystem::is_directory(options.state_dir)) {
+      return InvalidArgumentError("--state-dir " + options.state_dir + ": not a directory" +
+                                  (ec ? " (" + ec.message() + ")" : ""));
+    }
+  }
   KeepLargeBuffers();
   zmq::context_t context(1);
   zmq::socket_t socket = CoordinatorSocket(context);
@@ -330,15 +338,7 @@ Status RunClient(const ClientOptions& options, LocalTrainer& trainer,
   if (options.share_label_counts) loop.session().set_label_counts(trainer.label_counts());
   if (options.require_secure) loop.session().set_require_secure(true);
   loop.session().set_min_corrupt_fraction(options.corrupt_fraction);
-  if (!options.state_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(options.state_dir, ec);
-    if (ec || !std::filesystem::is_directory(options.state_dir)) {
-      return InvalidArgumentError("--state-dir " + options.state_dir + ": not a directory" +
-                                  (ec ? " (" + ec.message() + ")" : ""));
-    }
-    loop.session().set_state_dir(options.state_dir);
-  }
+  if (!options.state_dir.empty()) loop.session().set_state_dir(options.state_dir);
   return loop.Run(stop);
 }
 

@@ -115,5 +115,20 @@ TEST_P(ScaffoldRunTest, DaemonsWithARestartedClientCommitTheSimulatorsModelAndVa
 
 INSTANTIATE_TEST_SUITE_P(Aggregation, ScaffoldRunTest, ::testing::Values("PLAIN", "SECAGG_PLUS"));
 
+// --state-dir must be a directory (created if missing): a file is refused
+// by name before the client connects.
+TEST(ScaffoldClientTest, AStateDirThatIsAFileIsRefusedByName) {
+  Cluster c("scaffold-state-dir", 1);
+  const std::string file = c.dir() / "not-a-directory";
+  WriteFile(file, "x");
+  std::string out;
+  EXPECT_NE(RunCohort({"client", "--coordinator", "tcp://127.0.0.1:1", "--data", c.Shard(0),
+                       "--insecure", "--state-dir", file},
+                      &out, c.dir() / "client.log"),
+            0);
+  const std::string log = ReadFile(c.dir() / "client.log");
+  EXPECT_NE(log.find("--state-dir " + file + ": not a directory"), std::string::npos) << log;
+}
+
 }  // namespace
 }  // namespace cohort::testing
