@@ -115,6 +115,39 @@ TEST_P(ScaffoldRunTest, DaemonsWithARestartedClientCommitTheSimulatorsModelAndVa
 
 INSTANTIATE_TEST_SUITE_P(Aggregation, ScaffoldRunTest, ::testing::Values("PLAIN", "SECAGG_PLUS"));
 
+// A coordinator SIGKILLed after round 2 resumes with the c of its last
+// checkpoint; the clients, whose c_i may have moved in a round that was
+// then not committed, train that round again from the c_i before it: the
+// run ends with the simulator's model and c, bit for bit.
+TEST(ScaffoldResumeTest, AKilledCoordinatorResumesToTheSimulatorsModelAndVariate) {
+  Cluster c("scaffold-resume", kClients);
+  const std::string config = ScaffoldConfig(c, "run.textproto", kRounds, "PLAIN");
+  const std::string run_dir = c.dir() / "daemons";
+  const std::string endpoint = c.StartCoordinator(config, run_dir);
+  for (int k = 0; k < kClients; ++k) {
+    c.StartClient(k, endpoint, {"--state-dir", c.dir() / ("state-" + std::to_string(k))});
+  }
+  ASSERT_TRUE(c.coordinator().WaitForLine("round   2/4"));
+  c.KillCoordinator();
+  c.StartCoordinator(config, run_dir, endpoint);
+  ASSERT_EQ(c.coordinator().Wait(std::chrono::seconds(240)), 0) << ReadFile(c.coordinator_log());
+  for (int k = 0; k < kClients; ++k) EXPECT_EQ(c.client(k).Wait(), 0) << "client " << k;
+  EXPECT_NE(ReadFile(c.coordinator_log()).find("resuming run after committed round "),
+            std::string::npos);
+
+  std::string out;
+  ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", c.dir() / "sim", "--shards",
+                       c.dir() / "shards", "--devices", "cpu"},
+                      &out, c.dir() / "simulate.log"),
+            0)
+      << ReadFile(c.dir() / "simulate.log");
+  const store::Checkpoint daemons = FinalCheckpoint(run_dir);
+  const store::Checkpoint sim = FinalCheckpoint(c.dir() / "sim");
+  ASSERT_EQ(daemons.round, uint32_t{kRounds});
+  EXPECT_TRUE(SameBits(daemons.model, sim.model)) << "the resumed model is not the simulator's";
+  EXPECT_TRUE(SameBits(daemons.velocity, sim.velocity)) << "the resumed c is not the simulator's";
+}
+
 // --state-dir must be a directory (created if missing): a file is refused
 // by name before the client connects.
 TEST(ScaffoldClientTest, AStateDirThatIsAFileIsRefusedByName) {
