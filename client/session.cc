@@ -429,14 +429,7 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
              a);
       return;
     }
-    WarnAboutClipping(task.round, delta_c, {}, secagg_->fixed_point.clip, 0);
-    // [delta | Δc_i | slots]: Δc_i weighed by 1 / n, not n_i / W, so the
-    // coordinator decodes its unweighted sum (aggregation/scaffold.h).
-    std::vector<uint32_t> variate(delta_c.size());
-    aggregation::EncodeFixedPoint(delta_c, secagg_->variate_weight, secagg_->fixed_point, rng,
-                                  variate);
-    encoded.insert(encoded.begin() + static_cast<ptrdiff_t>(local.size()), variate.begin(),
-                   variate.end());
+    InsertVariate(task.round, delta_c, rng, encoded);
   }
   if (observer_) observer_(task.round, encoded);
   secagg_->input = std::move(encoded);
@@ -447,6 +440,18 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   masked.set_masked(true);
   secagg_->update = masked;
   if (secagg_->checked_in) SendMaskedInput(now, a);
+}
+
+void Session::InsertVariate(uint32_t round, std::span<const float> delta_c, Rng& rng,
+                            std::vector<uint32_t>& encoded) const {
+  WarnAboutClipping(round, delta_c, {}, secagg_->fixed_point.clip, 0);
+  // [delta | Δc_i | slots]: Δc_i weighed by 1 / n, not n_i / W, so the
+  // coordinator decodes its unweighted sum (aggregation/scaffold.h).
+  std::vector<uint32_t> variate(delta_c.size());
+  aggregation::EncodeFixedPoint(delta_c, secagg_->variate_weight, secagg_->fixed_point, rng,
+                                variate);
+  encoded.insert(encoded.begin() + static_cast<ptrdiff_t>(delta_c.size()), variate.begin(),
+                 variate.end());
 }
 
 bool Session::BoundNorm(uint32_t round, std::span<const float> after, std::span<const float> before,

@@ -21,6 +21,7 @@
 #include "client/fault_filter.h"
 #include "common/clock.h"
 #include "common/env.h"
+#include "common/rng.h"
 #include "common/status.h"
 #include "crypto/keys.h"
 #include "crypto/merkle.h"
@@ -197,6 +198,10 @@ class Session {
   // normaliser, as the setup has them. Returns how many.
   size_t SecureSlots(const train::TrainResult& result, const std::optional<train::EvalResult>& eval,
                      double fednova_norm, std::span<float> slots) const;
+  // SCAFFOLD under secure aggregation: Δc_i encoded with the variate's
+  // weight, inserted after the delta (as many values as Δc_i) in `encoded`.
+  void InsertVariate(uint32_t round, std::span<const float> delta_c, Rng& rng,
+                     std::vector<uint32_t>& encoded) const;
   void SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
                        const std::optional<train::EvalResult>& eval, std::span<const float> local,
                        double fednova_norm, std::span<const float> delta_c, TimeMs now, Actions& a);

@@ -894,6 +894,18 @@ Status SetUpClient(VirtualClient& c, const SimOptions& o, const train::Model& mo
   return OkStatus();
 }
 
+// train.scaffold: the virtual clients' c_i live in the simulator's memory,
+// so a resume would start them at zeros while the stored c counts their
+// changes: refused.
+Status CheckScaffoldResume(const SimOptions& o, const coordinator::OpenRun& run) {
+  if (!o.config.train().scaffold() || run.engine->last_committed_round() == 0) return OkStatus();
+  return FailedPreconditionError(
+      "cohort simulate: " + o.run_dir + " holds " +
+      std::to_string(run.engine->last_committed_round()) +
+      " committed rounds of a train.scaffold run; the virtual clients' control variates were "
+      "kept in memory only, so it cannot be resumed (start it in a new --run-dir)");
+}
+
 // "cpu,cuda:0": a device list as the log shows it.
 std::string Join(const std::vector<std::string>& list) {
   std::string out;
@@ -980,15 +992,7 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
     spdlog::info("run already complete ({} rounds committed)", run.engine->last_committed_round());
     return OkStatus();
   }
-  if (o.config.train().scaffold() && run.engine->last_committed_round() > 0) {
-    // The virtual clients' c_i lived in the simulator's memory: a resume
-    // would start them at zeros while the stored c counts their changes.
-    return FailedPreconditionError(
-        "cohort simulate: " + o.run_dir + " holds " +
-        std::to_string(run.engine->last_committed_round()) +
-        " committed rounds of a train.scaffold run; the virtual clients' control variates "
-        "were kept in memory only, so it cannot be resumed (start it in a new --run-dir)");
-  }
+  COHORT_RETURN_IF_ERROR(CheckScaffoldResume(o, run));
   const std::set<size_t> misbehaving = Misbehaving(o, clients.size());
   for (size_t i = 0; i < clients.size(); ++i) {
     client::FaultPlan plan;
