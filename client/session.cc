@@ -240,21 +240,26 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
     env_->Log().info("round {}: FedNova: {} steps, normaliser {:.6g}", task.round, result->steps,
                      fednova_norm);
   }
+  SendUpdate(task, *result, asked, local, fednova_norm, now, a);
+  outgoing_.Apply(a);
+  return a;
+}
+
+void Session::SendUpdate(const TrainTask& task, const train::TrainResult& result,
+                         const std::optional<train::EvalResult>& eval, std::span<const float> local,
+                         double fednova_norm, TimeMs now, Actions& a) {
   std::vector<float> delta_c;
   if (task.scaffold) {
-    if (Status advanced = AdvanceVariate(task, *result, local, delta_c); !advanced.ok()) {
+    if (Status advanced = AdvanceVariate(task, result, local, delta_c); !advanced.ok()) {
       LeaveTaskSaying(task.round, task.task_id, std::string(advanced.message()), a);
-      outgoing_.Apply(a);
-      return a;
+      return;
     }
   }
   if (task.secure) {
-    SendSecureUpdate(task, *result, asked, local, fednova_norm, delta_c, now, a);
+    SendSecureUpdate(task, result, eval, local, fednova_norm, delta_c, now, a);
   } else {
-    SendPlainUpdate(task, *result, asked, local, fednova_norm, delta_c, now, a);
+    SendPlainUpdate(task, result, eval, local, fednova_norm, delta_c, now, a);
   }
-  outgoing_.Apply(a);
-  return a;
 }
 
 void Session::set_state_dir(const std::string& state_dir) {

@@ -183,6 +183,11 @@ class Session {
   StatusOr<double> FedNovaNormOf(const TrainTask& task, const train::TrainResult& result) const;
   // `fednova_norm` > 0: the update is (local - global) / fednova_norm, and
   // the normaliser goes with it (in the clear, or as the vector's last slot).
+  // SCAFFOLD's c_i+ kept (else the round left, saying why), then the
+  // secure or plain update.
+  void SendUpdate(const TrainTask& task, const train::TrainResult& result,
+                  const std::optional<train::EvalResult>& eval, std::span<const float> local,
+                  double fednova_norm, TimeMs now, Actions& a);
   // `delta_c` (SCAFFOLD's Δc_i; empty: none) follows the delta.
   void SendSecureUpdate(const TrainTask& task, const train::TrainResult& result,
                         const std::optional<train::EvalResult>& eval, std::span<const float> local,
