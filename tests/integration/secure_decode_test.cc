@@ -296,12 +296,13 @@ TEST(SecureDecodeTest, TheUnmaskedSumIsTheSumOfTheL2ClippedUpdates) {
 // the coordinator scales the unmasked weighted mean by tau_eff = sum n a /
 // sum n. Under SecAgg+ with a dropout before the masked input (client 1)
 // and one after it (client 4, which counts), and in the clear, the
-// committed model is the formula's over the clients in the sum.
+// committed model is the formula's over the clients in the sum (nine
+// clients of 1 to 40 steps).
 TEST(SecureDecodeTest, FedNovaCommitsTheNormalisedStepUnderSecAggPlusAndInTheClear) {
-  constexpr int kClients = 6;
+  constexpr int kClients = 9;
   constexpr float kMomentum = 0.9f;
-  const std::vector<uint64_t> samples = {100, 250, 40, 300, 80, 7};
-  const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 1};
+  const std::vector<uint64_t> samples = {100, 250, 40, 300, 80, 7, 120, 60, 90};
+  const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 1, 15, 5, 20};
   std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
   for (int i = 0; i < kClients; ++i) {
     for (size_t j = 0; j < kParams; ++j) {
@@ -324,7 +325,7 @@ TEST(SecureDecodeTest, FedNovaCommitsTheNormalisedStepUnderSecAggPlusAndInTheCle
     auto rounds = std::move(run.store().Rounds()).value();
     ASSERT_EQ(rounds.size(), 1u);
     ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
-    ASSERT_EQ(rounds[0].participants, secure ? 5u : 6u);
+    ASSERT_EQ(rounds[0].participants, secure ? 8u : 9u);
 
     double weight = 0, weighted_norm = 0, cohort = 0, loss = 0;
     std::vector<double> mean(kParams, 0);
