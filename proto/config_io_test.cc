@@ -626,6 +626,14 @@ TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
   EXPECT_EQ(ErrorOf(plain + dp + "}"), "");
   EXPECT_EQ(ErrorOf(plain + dp + "target_delta: 1e-6 epsilon_budget: 8 }"), "");
   EXPECT_EQ(ErrorOf(plain + dp + "target_delta: 0.01 }"), "");
+  // server.max_update_norm 0 (no bound) or at least the clip: accepted,
+  // the same number in both fields too (compared as the float field holds it).
+  EXPECT_EQ(ErrorOf(plain + "server { max_update_norm: 0 } privacy { noise_multiplier: 1 "
+                            "clip_norm: 250 }"),
+            "");
+  EXPECT_EQ(ErrorOf(plain + "server { max_update_norm: 0.7 } privacy { noise_multiplier: 1 "
+                            "clip_norm: 0.7 }"),
+            "");
   // The default aggregation is SECAGG_PLUS.
   EXPECT_EQ(
       ErrorOf(dp + "}"),
@@ -655,6 +663,13 @@ TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
        "privacy.target_delta: must be in (0, 0.01], got 0.0100001"},
       {plain + dp + "epsilon_budget: -1 }",
        "privacy.epsilon_budget: must be in [0, 1e+06] (0: no budget), got -1"},
+      // The default server.max_update_norm is 100.
+      {plain + "privacy { noise_multiplier: 1 clip_norm: 250 }",
+       "server.max_update_norm 100 is below privacy.clip_norm 250: updates privacy should clip "
+       "would be refused (and a round they leave short reruns with the same cohort); set "
+       "server.max_update_norm to 0 (no bound) or to at least privacy.clip_norm"},
+      {plain + "server { max_update_norm: 0.3 } " + dp + "}",
+       "server.max_update_norm 0.3 is below privacy.clip_norm 0.5"},
       {"mode: DATA_PARALLEL data { train_shard: \"t.shard\" } " + plain + dp + "}",
        "privacy: central differential privacy is for FEDERATED rounds"},
   };
