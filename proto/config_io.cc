@@ -691,8 +691,9 @@ constexpr double kMaxTargetDelta = 0.01;
 Status CheckPrivacy(const RunConfig& c) {
   if (c.mode() != FEDERATED) {
     return InvalidArgumentError(
-        "privacy: central differential privacy is for FEDERATED rounds (DP-FedAvg); "
-        "DATA_PARALLEL has no per-example clipping (DP-SGD is not built)");
+        "privacy: central differential privacy needs mode: FEDERATED (it is DP-FedAvg, over "
+        "federated rounds); mode: DATA_PARALLEL has no per-example clipping (DP-SGD is not "
+        "built): set mode: FEDERATED or leave privacy out");
   }
   if (c.secagg().aggregation() != PLAIN) {
     return InvalidArgumentError(

@@ -671,7 +671,9 @@ TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
       {plain + "server { max_update_norm: 0.3 } " + dp + "}",
        "server.max_update_norm 0.3 is below privacy.clip_norm 0.5"},
       {"mode: DATA_PARALLEL data { train_shard: \"t.shard\" } " + plain + dp + "}",
-       "privacy: central differential privacy is for FEDERATED rounds"},
+       "privacy: central differential privacy needs mode: FEDERATED (it is DP-FedAvg, over "
+       "federated rounds); mode: DATA_PARALLEL has no per-example clipping (DP-SGD is not "
+       "built): set mode: FEDERATED or leave privacy out"},
   };
   for (const auto& [text, want] : bad) {
     EXPECT_TRUE(Contains(ErrorOf(text), want)) << text << "\n -> " << ErrorOf(text);
