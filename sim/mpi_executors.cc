@@ -296,6 +296,8 @@ Status RemoteExecutors::RelayCancels() {
     w.Put(serial);
     COHORT_RETURN_IF_ERROR(comm_->Send(r.rank, kToHost, w.Take()));
     r.cancel_sent = true;
+    spdlog::debug("task {} of client index {} cancelled: rank {} told", r.task_id, r.client,
+                  r.rank);
   }
   return OkStatus();
 }
@@ -536,6 +538,7 @@ Status MpiRanksImpl::Serve(const Status& setup, uint64_t digest, size_t clients,
   }
   // Stopped: what still trains is not needed.
   for (auto& [serial, cancel] : cancels_) *cancel = true;
+  spdlog::debug("rank {}: stopped by rank 0, {} jobs cancelled", rank_, cancels_.size());
   while (pool != nullptr && pool->in_flight() > 0) (void)pool->Take();
   COHORT_RETURN_IF_ERROR(comm_->Send(0, kToRoot, Writer(Kind::kStopped).Take()));
   return comm_->Flush(SteadyNowMs() + kStopWaitMs);

@@ -142,6 +142,21 @@ TEST(SimulateMpiTest, RanksWithOtherClientsAreRefused) {
   EXPECT_FALSE(std::filesystem::exists(dir / "run/run.db"));
 }
 
+// A launcher's world size that is not a number is refused naming the
+// variable, before anything runs (no mpirun needed).
+TEST(SimulateMpiTest, AMalformedWorldSizeIsNamed) {
+  TempDir dir("simulate-mpi-env");
+  const std::string config = WriteConfig(dir, 1);
+  Process run({"/usr/bin/env", "OMPI_COMM_WORLD_SIZE=3x", CohortBin(), "simulate", "--config",
+               config, "--run-dir", dir / "run"},
+              dir / "sim.log");
+  EXPECT_EQ(run.Wait(std::chrono::seconds(60)), 1);
+  EXPECT_NE(ReadFile(dir / "sim.log").find("OMPI_COMM_WORLD_SIZE=3x: not a number of ranks"),
+            std::string::npos)
+      << ReadFile(dir / "sim.log");
+  EXPECT_FALSE(std::filesystem::exists(dir / "run"));
+}
+
 // The ranks' pids, by rank: mpirun's children, each with its
 // OMPI_COMM_WORLD_RANK.
 std::map<int, pid_t> Ranks(pid_t mpirun) {
