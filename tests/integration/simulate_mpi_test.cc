@@ -118,6 +118,49 @@ TEST(SimulateMpiTest, ThreeRanksEndWithTheSingleProcessModel) {
   EXPECT_GE(a.rounds[0].participants, 80u);
 }
 
+// The run ends at a deadline while the stragglers still train on their
+// ranks (each job some 200 ms of wall time): rank 0 stops the hosting
+// ranks, which cancel those jobs, and the model is still the single
+// process's.
+TEST(SimulateMpiTest, JobsStillTrainingAtTheEndAreCancelledOnTheirRanks) {
+  const std::string mpirun = Mpirun();
+  if (mpirun.empty()) return;
+  TempDir dir("simulate-mpi-cancel");
+  const std::string config = dir / "slow.textproto";
+  WriteFile(config,
+            "name: \"simulate-mpi-slow\"\n"
+            "seed: 5\n"
+            "data { partition { format: \"synthetic\" samples: 20000 test_samples: 200 "
+            "features: 20 classes: 4 clients: 20 scheme: \"iid\" seed: 3 } }\n"
+            "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: 64 }\n"
+            "train { batch_size: 32 learning_rate: 0.01 local_epochs: 1000 }\n"
+            "rounds { num_rounds: 1 min_clients: 4 start_clients: 20 fraction: 1.0 "
+            "round_deadline_s: 10 }\n"
+            "secagg { aggregation: SECAGG_PLUS }\n");
+  // 1,000 samples x 1,000 epochs x 0.005 ms x exp(N(0, 1)): a quarter of
+  // the clients miss the 10 s deadline.
+  const std::vector<std::string> world = {"--sample-ms", "0.005", "--speed-sigma", "1"};
+  std::vector<std::string> one = {"simulate", "--config", config, "--run-dir", dir / "one"};
+  one.insert(one.end(), world.begin(), world.end());
+  std::string out;
+  ASSERT_EQ(RunCohort(one, &out, dir / "one.log"), 0) << ReadFile(dir / "one.log");
+  std::vector<std::string> argv = MpirunArgv(mpirun);
+  argv.insert(argv.end(), {"-np", "3", CohortBin(), "--log-level", "debug", "simulate", "--config",
+                           config, "--run-dir", dir / "mpi"});
+  argv.insert(argv.end(), world.begin(), world.end());
+  Process run(argv, dir / "mpi.log");
+  ASSERT_EQ(run.Wait(std::chrono::seconds(120)), 0) << ReadFile(dir / "mpi.log");
+  const std::string log = ReadFile(dir / "mpi.log");
+  EXPECT_NE(log.find("rank 1: stopped by rank 0, "), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 2: stopped by rank 0, "), std::string::npos) << log;
+  EXPECT_EQ(log.find("stopped by rank 0, 0 jobs cancelled"), std::string::npos) << log;
+  const StoredRun a = Load(dir / "one"), b = Load(dir / "mpi");
+  ASSERT_EQ(b.rounds.size(), 1u);
+  EXPECT_LT(b.rounds[0].participants, 20u);
+  EXPECT_GE(b.rounds[0].participants, 12u);
+  EXPECT_EQ(a.model, b.model);
+}
+
 // Ranks that load other clients (here rank 2 splits over 999) would train
 // other data: refused, naming the rank, before the run directory exists.
 TEST(SimulateMpiTest, RanksWithOtherClientsAreRefused) {
