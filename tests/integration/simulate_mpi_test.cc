@@ -185,6 +185,28 @@ TEST(SimulateMpiTest, RanksWithOtherClientsAreRefused) {
   EXPECT_FALSE(std::filesystem::exists(dir / "run/run.db"));
 }
 
+// A hosting rank whose own set-up fails (here its --devices) ends the run
+// with its error, named by rank 0, before the run directory exists.
+TEST(SimulateMpiTest, AHostingRanksSetUpErrorIsNamedByRank) {
+  const std::string mpirun = Mpirun();
+  if (mpirun.empty()) return;
+  TempDir dir("simulate-mpi-setup");
+  const std::string config = WriteConfig(dir, 1);
+  std::vector<std::string> argv = MpirunArgv(mpirun);
+  argv.insert(argv.end(), {"-np", "2", CohortBin(), "simulate", "--config", config, "--run-dir",
+                           dir / "run", ":", "-np", "1", CohortBin(), "simulate", "--config",
+                           config, "--run-dir", dir / "run", "--devices", "tpu:3"});
+  Process run(argv, dir / "mpi.log");
+  const int code = run.Wait(std::chrono::seconds(120));
+  EXPECT_NE(code, -1) << "still running after 120 s";
+  EXPECT_NE(code, 0);
+  const std::string log = ReadFile(dir / "mpi.log");
+  EXPECT_NE(log.find("simulate: rank 2: --devices tpu:3: must be cpu, auto, all, cuda:N"),
+            std::string::npos)
+      << log;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run/run.db"));
+}
+
 // A launcher's world size that is not a number is refused naming the
 // variable, before anything runs (no mpirun needed).
 TEST(SimulateMpiTest, AMalformedWorldSizeIsNamed) {
