@@ -18,8 +18,9 @@
 namespace cohort::aggregation {
 
 // The sum is NewStreamingFedAvg's exact one (order-independent, bit for bit),
-// so a replayed round gives the same result. A clipped update is scaled to
-// clip_norm x (1 - 2^-20), so float rounding never takes it past the clip.
+// so a replayed round gives the same result. An update longer than
+// clip_norm x (1 - 2^-20) is scaled to that length, so float rounding never
+// takes it past the clip; a shorter one is summed as it is.
 // With `max_norm` > 0 an update longer than that is refused before
 // clipping, as NewStreamingFedAvg refuses it. kInvalidArgument for a
 // clip_norm that is not finite and > 0, a denominator of 0 or no

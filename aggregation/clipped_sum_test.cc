@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -26,6 +27,21 @@ TEST(ClippedSumTest, LongUpdatesAreScaledToTheClipShortOnesKept) {
   EXPECT_NEAR(mean->delta[0], 0.3, 1e-6);
   EXPECT_NEAR(mean->delta[1], 0.4, 1e-6);
   EXPECT_NEAR(mean->delta[2], 0.25, 1e-7);
+}
+
+// The margin is the same on both paths: an update exactly at the clip (or
+// within 2^-20 of it) is scaled to C(1 - 2^-20) like a longer one, not
+// summed as it is; one just inside the margin is kept.
+TEST(ClippedSumTest, UpdatesAtTheClipAreScaledIntoTheMargin) {
+  const float inside = 1.0f - 1.0f / (1 << 20);  // Exact in float.
+  for (float length : {1.0f, 1.0f - 1.0f / (1 << 22), inside, 0.75f}) {
+    auto agg = NewClippedSum(3, /*clip_norm=*/1.0, /*denominator=*/1);
+    ASSERT_TRUE((*agg)->Accept(0, std::vector<float>{0, length, 0}, 1).ok());
+    auto mean = (*agg)->Finalize();
+    ASSERT_TRUE(mean.ok());
+    EXPECT_EQ(mean->delta[1], std::min(length, inside)) << length;
+    EXPECT_LT(Norm(mean->delta), 1.0) << length;
+  }
 }
 
 TEST(ClippedSumTest, OneClientMovesTheResultByAtMostTheClipOverTheCohort) {

@@ -181,7 +181,7 @@ def one_seed(harness, args, seed):
                   "--train-labels", f"{FMNIST}/train-labels-idx1-ubyte.gz",
                   "--test-images", f"{FMNIST}/t10k-images-idx3-ubyte.gz",
                   "--test-labels", f"{FMNIST}/t10k-labels-idx1-ubyte.gz",
-                  "--clients", str(args.clients), "--scheme", f"dirichlet:{args.alpha}",
+                  "--clients", str(args.clients), "--scheme", args.scheme or f"dirichlet:{args.alpha}",
                   "--seed", str(seed), "--out", shards)
     helper.close()
     from cohort._client import model as cmodel
@@ -266,7 +266,7 @@ def bench_main(args):
     summary = {"reseeded_diff_points": reseeded,
                "diff_last3_points": [p["diff_last3_points"] for p in pairs],"bench": "mixed_clients", "rounds": args.rounds, "clients": args.clients,
                "native_in_mixed": args.native, "python_in_mixed": args.clients - args.native,
-               "alpha": args.alpha, "seeds": seeds, "pairs": pairs,
+               "alpha": args.alpha, "scheme": args.scheme or f"dirichlet:{args.alpha}", "seeds": seeds, "pairs": pairs,
                "diff_points": diffs, "mean_diff_points": float(np.mean(diffs)),
                "max_abs_diff_points": float(np.max(np.abs(diffs)))}
     print(f"mixed - native over seeds {seeds}: " + ", ".join(f"{d:+.2f}" for d in diffs) +
@@ -291,6 +291,8 @@ def main():
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--native", type=int, default=2, help="native clients in the mixed run")
     p.add_argument("--alpha", type=float, default=0.5)
+    p.add_argument("--scheme", default=None,
+                   help="cohort partition's --scheme (iid, dirichlet:A, ...); default dirichlet:ALPHA")
     p.add_argument("--seeds", default="0,1,2",
                    help="comma-separated: one pair of runs per seed (partition and run seed)")
     p.add_argument("--timeout", type=float, default=600)

@@ -1,5 +1,6 @@
 // `cohort simulate`: a federated run with every client in this process
-// (sim/simulator.h).
+// (sim/simulator.h), or over the ranks of `mpirun -np N cohort simulate`
+// (sim/mpi_executors.h).
 #include <CLI/CLI.hpp>
 #include <memory>
 
@@ -36,7 +37,7 @@ void AddRunFlags(CLI::App* simulate, SimulateFlags& f) {
   f.executors = simulate
                     ->add_option("--executors,--threads", o.executors,
                                  "Clients trained at once, one backend each (default: one per "
-                                 "device)")
+                                 "device); under mpirun, on each hosting rank")
                     ->check(CLI::Range(1, 1024));
   simulate->add_option("--rounds", f.rounds, "Override rounds.num_rounds");
   simulate->add_option("--per-round", f.per_round,
@@ -97,7 +98,9 @@ int RunSimulateCommand(SimulateFlags& f, const std::string& log_level) {
 
 Command AddSimulateCommand(CLI::App& app, const std::string& log_level) {
   auto* simulate = app.add_subcommand(
-      "simulate", "A federated run with every client in this process (the daemons' protocol)");
+      "simulate",
+      "A federated run with every client in this process (the daemons' protocol); under "
+      "`mpirun -np N`, rank 0 runs the rounds and ranks 1..N-1 train the clients");
   auto f = std::make_shared<SimulateFlags>();
   AddRunFlags(simulate, *f);
   AddWorldFlags(simulate, f->options);

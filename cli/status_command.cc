@@ -86,17 +86,35 @@ std::string PrivacyColumn(const std::vector<store::RoundRecord>& rounds, size_t 
   return buf;
 }
 
-// Central DP's settings and what the run has spent.
+// The q the accountant charged the run's noised rounds at: "0.5", or
+// "0.1 to 0.5" when the population moved; "" before any.
+std::string SamplingRates(const std::vector<store::RoundRecord>& rounds) {
+  double lo = 2, hi = -1;
+  for (const auto& r : rounds) {
+    if (r.dp_sampling_rate <= 0) continue;
+    lo = std::min(lo, r.dp_sampling_rate);
+    hi = std::max(hi, r.dp_sampling_rate);
+  }
+  if (hi < 0) return "";
+  return lo == hi ? Number(lo) : Number(lo) + " to " + Number(hi);
+}
+
+// Central DP's settings and what the run has spent. The accountant is the
+// Poisson-sampling one while the cohort is a fixed-size draw: the line says
+// so (docs/privacy.md's threat model).
 void PrintPrivacy(const config::RunConfig& config, const std::vector<store::RoundRecord>& rounds) {
   if (!config.has_privacy()) return;
   const config::PrivacyConfig& p = config.privacy();
   const double eps = rounds.empty() ? 0 : std::max(0.0, rounds.back().dp_epsilon);
+  const std::string q = SamplingRates(rounds);
   std::printf(
       "privacy: DP-FedAvg, noise multiplier %g, clip norm %g; epsilon %.4g at delta %g after "
-      "round %u (%s)\n",
+      "round %u (%s), accounted as Poisson sampling at q=%s (the cohort is a fixed-size "
+      "sample; docs/privacy.md)\n",
       p.noise_multiplier(), p.clip_norm(), eps, p.target_delta(),
       rounds.empty() ? 0u : rounds.back().round,
-      p.epsilon_budget() > 0 ? ("budget " + Number(p.epsilon_budget())).c_str() : "no budget");
+      p.epsilon_budget() > 0 ? ("budget " + Number(p.epsilon_budget())).c_str() : "no budget",
+      q.empty() ? "cohort/clients" : q.c_str());
 }
 
 void PrintInitialFederatedEval(const std::vector<store::RoundRecord>& rounds) {

@@ -82,6 +82,7 @@ TEST(SiteTest, FullBatchStepsEqualOneClientHoldingAllTheSitesData) {
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_TRUE(served.ok()) << served.ToString();
   EXPECT_EQ(result->samples, 80u * 6);
+  EXPECT_EQ(result->steps, 6u);  // One site step an epoch (FedNova's tau).
 
   // One process with all 80 samples, the same full-batch steps.
   Rank alone(all);
@@ -89,7 +90,9 @@ TEST(SiteTest, FullBatchStepsEqualOneClientHoldingAllTheSitesData) {
   std::vector<float> alone_params = start;
   train::TrainOptions whole = options;
   whole.batch_size = 80;
-  ASSERT_TRUE(train::TrainLocal(*reference, alone_params, *alone.data, whole).ok());
+  auto alone_result = train::TrainLocal(*reference, alone_params, *alone.data, whole);
+  ASSERT_TRUE(alone_result.ok());
+  EXPECT_EQ(alone_result->steps, 6u);
   double worst = 0, moved = 0;
   for (size_t i = 0; i < start.size(); ++i) {
     worst = std::max(worst, double(std::fabs(site_params[i] - alone_params[i])));

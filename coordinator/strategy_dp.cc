@@ -21,7 +21,7 @@ namespace {
 // Values per noise chunk: each chunk has its own derived key, so the random
 // words of one chunk (2 per value, in SecretBytes) are all that is held.
 constexpr size_t kNoiseChunk = size_t{1} << 16;
-constexpr char kNoiseLabel[] = "cohort dp-fedavg noise v1";
+constexpr char kNoiseLabel[] = "cohort dp-fedavg noise v2";
 constexpr char kSelectLabel[] = "cohort dp-fedavg cohort v1";
 
 // A uniform double in (0, 1) from 64 random bits: the top 53, centred in
@@ -31,15 +31,16 @@ double Uniform53(uint32_t hi, uint32_t lo) {
   return (static_cast<double>(bits) + 0.5) * 0x1.0p-53;
 }
 
-// BLAKE2b keyed by the run key over `label`, the round and `index`.
+// BLAKE2b keyed by the run key over `label`, the round, `index` and
+// `inputs` (empty for the cohort's key).
 SecretBytes DeriveKey(const SecretBytes& run_key, std::string_view label, uint32_t round,
-                      uint64_t index) {
+                      uint64_t index, std::span<const uint8_t> inputs = {}) {
   uint8_t context[12];
   for (int b = 0; b < 4; ++b) context[b] = static_cast<uint8_t>(round >> (8 * b));
   for (int b = 0; b < 8; ++b) context[4 + b] = static_cast<uint8_t>(index >> (8 * b));
   std::array<uint8_t, 32> digest = crypto::Hash256(
       {std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(label.data()), label.size()),
-       std::span<const uint8_t>(context)},
+       std::span<const uint8_t>(context), inputs},
       run_key.bytes());
   SecretBytes key(digest.size());
   std::memcpy(key.bytes().data(), digest.data(), digest.size());
@@ -47,13 +48,33 @@ SecretBytes DeriveKey(const SecretBytes& run_key, std::string_view label, uint32
   return key;
 }
 
+// BLAKE2b-256 of `values`' bytes (little-endian floats, as the wire and the
+// store hold them) into out[0, 32).
+void DigestFloats(std::span<const float> values, std::span<uint8_t> out) {
+  std::array<uint8_t, 32> digest = crypto::Hash256({std::span<const uint8_t>(
+      reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes())});
+  std::memcpy(out.data(), digest.data(), digest.size());
+  sodium_memzero(digest.data(), digest.size());
+}
+
 }  // namespace
 
-Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, double stddev,
-                        std::span<float> values) {
+SecretBytes NoiseInputs(std::span<const float> mean, std::span<const float> model) {
+  SecretBytes inputs(kNoiseInputsBytes);
+  DigestFloats(mean, inputs.bytes().subspan(0, 32));
+  DigestFloats(model, inputs.bytes().subspan(32, 32));
+  return inputs;
+}
+
+Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, const SecretBytes& inputs,
+                        double stddev, std::span<float> values) {
   if (run_key.size() != DpStrategy::kNoiseKeyBytes) {
     return InvalidArgumentError("noise key has " + std::to_string(run_key.size()) +
                                 " bytes, expected 32");
+  }
+  if (inputs.size() != kNoiseInputsBytes) {
+    return InvalidArgumentError("noise inputs have " + std::to_string(inputs.size()) +
+                                " bytes, expected 64");
   }
   for (size_t start = 0, chunk = 0; start < values.size(); start += kNoiseChunk, ++chunk) {
     std::span<float> part = values.subspan(start, std::min(kNoiseChunk, values.size() - start));
@@ -62,7 +83,7 @@ Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, double stdde
     const size_t words = ((part.size() + 1) / 2 * 4 + 15) / 16 * 16;
     SecretBytes random(words * sizeof(uint32_t));
     std::span<uint32_t> w(reinterpret_cast<uint32_t*>(random.bytes().data()), words);
-    const SecretBytes key = DeriveKey(run_key, kNoiseLabel, round, chunk);
+    const SecretBytes key = DeriveKey(run_key, kNoiseLabel, round, chunk, inputs.bytes());
     COHORT_RETURN_IF_ERROR(crypto::AddMask(key, w, /*subtract=*/false, crypto::PrgImpl::kAuto,
                                            crypto::MaskPrg::kChaCha20));
     for (size_t i = 0; i < part.size(); i += 2) {
@@ -168,7 +189,12 @@ Status DpStrategy::Aggregate(std::span<const float> mean_delta, std::span<float>
   std::vector<float> noisy(mean_delta.begin(), mean_delta.end());
   const double stddev =
       privacy_.noise_multiplier() * privacy_.clip_norm() / static_cast<double>(cohort_);
-  COHORT_RETURN_IF_ERROR(AddGaussianNoise(noise_key_, round_, stddev, noisy));
+  // Keyed by the round's inputs too: a copy of the run directory resumed
+  // beside the original, given other updates, draws independent noise
+  // instead of the same noise over another sum (whose difference from
+  // the original's model would be noise-free).
+  const SecretBytes inputs = NoiseInputs(mean_delta, model);
+  COHORT_RETURN_IF_ERROR(AddGaussianNoise(noise_key_, round_, inputs, stddev, noisy));
   noised_ = true;
   return inner_->Aggregate(noisy, model);
 }

@@ -18,9 +18,11 @@
 // which a resumed run rebuilds the accountant.
 //
 // The noise is a function of a 32-byte run secret (the run directory's
-// privacy_noise.key, coordinator/noise_key.h) and the round: resuming
-// replays a round's noise bit for bit, and nobody without the key (the
-// store holds none of it) can take the noise out of the models. Each
+// privacy_noise.key, coordinator/noise_key.h), the round and digests of
+// the round's un-noised mean and starting model: resuming replays a
+// round's noise bit for bit, other inputs get independent noise, and
+// nobody without the key (the store holds none of it) can take the noise
+// out of the models. Each
 // round's key and random words live in SecretBytes, wiped after use.
 #ifndef COHORT_COORDINATOR_STRATEGY_DP_H_
 #define COHORT_COORDINATOR_STRATEGY_DP_H_
@@ -64,7 +66,7 @@ class DpStrategy final : public Strategy {
   };
   StatusOr<Plan> PlanRound(size_t cohort, size_t population) const;
   // The round whose mean Aggregate will noise next: its number (the noise
-  // is keyed by it), its cohort (the denominator) and population (q).
+  // is keyed by it, the mean and the model), its cohort (the denominator) and population (q).
   void BeginRound(uint32_t round, size_t cohort, size_t population);
   // The round is over: when Aggregate drew its noise, the round is charged
   // (a model that then fails to commit was still computed from it).
@@ -113,13 +115,23 @@ class DpStrategy final : public Strategy {
   bool noised_ = false;
 };
 
+// What a round's noise is keyed by besides the run secret and the round
+// (kNoiseInputsBytes, in SecretBytes): BLAKE2b-256 of the un-noised mean's
+// bytes, then BLAKE2b-256 of the model the step starts from.
+inline constexpr size_t kNoiseInputsBytes = 64;
+SecretBytes NoiseInputs(std::span<const float> mean, std::span<const float> model);
+
 // Adds N(0, stddev²) to every value of `values`, drawn from a ChaCha20
-// stream keyed by BLAKE2b(key = `run_key`, "cohort dp-fedavg noise", round,
-// chunk): the same (run_key, round) gives the same noise, bit for bit.
-// Box-Muller on 53-bit uniforms. kInvalidArgument for a key that is not 32
-// bytes.
-Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, double stddev,
-                        std::span<float> values);
+// stream keyed by BLAKE2b(key = `run_key`, "cohort dp-fedavg noise v2",
+// round, chunk, `inputs`): the same (run_key, round, inputs) gives the same
+// noise, bit for bit (a resumed round replays it); another aggregate or
+// another starting model at the same round gives independent noise (a copy
+// of the run directory run beside the original cannot publish the same
+// noise over other updates). Box-Muller on 53-bit uniforms.
+// kInvalidArgument for a key that is not 32 bytes or inputs that are not
+// kNoiseInputsBytes.
+Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, const SecretBytes& inputs,
+                        double stddev, std::span<float> values);
 
 }  // namespace cohort::coordinator
 

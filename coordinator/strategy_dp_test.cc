@@ -94,18 +94,83 @@ TEST(DpStrategyTest, NoiseOnAZeroMeanHasTheClaimedVariance) {
   EXPECT_DOUBLE_EQ(charged.epsilon, accountant.Spent(1e-5)->epsilon);
 }
 
-TEST(DpStrategyTest, NoiseIsAFunctionOfTheKeyAndTheRound) {
-  auto noise = [](uint8_t key, uint32_t round) {
+SecretBytes Inputs(uint8_t fill) {
+  SecretBytes inputs(kNoiseInputsBytes);
+  std::fill(inputs.bytes().begin(), inputs.bytes().end(), fill);
+  return inputs;
+}
+
+TEST(DpStrategyTest, NoiseIsAFunctionOfTheKeyTheRoundAndTheInputs) {
+  auto noise = [](uint8_t key, uint32_t round, uint8_t inputs = 0) {
     std::vector<float> v(70000, 0.0f);  // More than one chunk.
-    EXPECT_TRUE(AddGaussianNoise(Key(key), round, 1.0, v).ok());
+    EXPECT_TRUE(AddGaussianNoise(Key(key), round, Inputs(inputs), 1.0, v).ok());
     return v;
   };
   EXPECT_EQ(noise(1, 5), noise(1, 5));  // A resumed round replays its noise.
   EXPECT_NE(noise(1, 5), noise(1, 6));
   EXPECT_NE(noise(1, 5), noise(2, 5));
+  EXPECT_NE(noise(1, 5, 0), noise(1, 5, 1));
   std::vector<float> v(3);
-  Status bad = AddGaussianNoise(SecretBytes(16), 1, 1.0, v);
+  Status bad = AddGaussianNoise(SecretBytes(16), 1, Inputs(0), 1.0, v);
   EXPECT_NE(bad.message().find("noise key has 16 bytes, expected 32"), std::string::npos);
+  bad = AddGaussianNoise(Key(1), 1, SecretBytes(32), 1.0, v);
+  EXPECT_NE(bad.message().find("noise inputs have 32 bytes, expected 64"), std::string::npos);
+  // The inputs are the mean's and the model's digests, each its own half.
+  std::vector<float> a = {1, 2, 3}, b = {1, 2, 4};
+  const SecretBytes ab = NoiseInputs(a, b), ba = NoiseInputs(b, a), aa = NoiseInputs(a, a);
+  EXPECT_FALSE(std::equal(ab.bytes().begin(), ab.bytes().end(), ba.bytes().begin()));
+  EXPECT_TRUE(std::equal(ab.bytes().begin(), ab.bytes().begin() + 32, aa.bytes().begin()));
+}
+
+// The noise a DpStrategy adds to `mean` from `start` (FedAvg at learning
+// rate 1: the new model is start + mean + noise), in round 4 of 4 clients.
+std::vector<double> NoiseOf(const std::vector<float>& mean, const std::vector<float>& start) {
+  auto dp = MakeDp(DpConfig(1.5, 2.0));
+  dp->BeginRound(4, /*cohort=*/4, /*population=*/10);
+  std::vector<float> model = start;
+  EXPECT_TRUE(dp->Aggregate(mean, model).ok());
+  std::vector<double> noise(mean.size());
+  for (size_t i = 0; i < mean.size(); ++i) noise[i] = double{model[i]} - start[i] - mean[i];
+  return noise;
+}
+
+double Correlation(const std::vector<double>& x, const std::vector<double>& y) {
+  double xy = 0, xx = 0, yy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    xy += x[i] * y[i];
+    xx += x[i] * x[i];
+    yy += y[i] * y[i];
+  }
+  return xy / std::sqrt(xx * yy);
+}
+
+// A copy of the run directory (the same key) resumed beside the original
+// aggregates other updates at the same round: its noise must be
+// independent of the original's, or the difference of the two published
+// models is the difference of the un-noised means. The same mean from the
+// same model (a resumed round) replays its noise exactly.
+TEST(DpStrategyTest, OtherUpdatesAtTheSameRoundGetIndependentNoise) {
+  constexpr size_t kN = 100000;
+  std::vector<float> mean_a(kN), mean_b(kN), start(kN, 0.0f), start_b(kN, 0.0f);
+  for (size_t i = 0; i < kN; ++i) mean_a[i] = mean_b[i] = 0.01f * static_cast<float>(i % 7);
+  mean_b[123] += 0.25f;  // One client's update differs.
+  start_b[0] = 1e-3f;
+  const std::vector<double> a = NoiseOf(mean_a, start), b = NoiseOf(mean_b, start);
+  const std::vector<double> c = NoiseOf(mean_a, start_b);
+  // Independent: |r| below 5 / √n (5 standard errors); the same noise
+  // would give r = 1.
+  EXPECT_LT(std::abs(Correlation(a, b)), 5 / std::sqrt(double{kN})) << Correlation(a, b);
+  EXPECT_LT(std::abs(Correlation(a, c)), 5 / std::sqrt(double{kN})) << Correlation(a, c);
+  // What the reviewer measured: the two models' difference, less the
+  // means' difference, is ~√(2n) s in L2 (s = σ C / cohort), not ~0.
+  double diff = 0;
+  for (size_t i = 0; i < kN; ++i) diff += (a[i] - b[i]) * (a[i] - b[i]);
+  const double s = 1.5 * 2.0 / 4;
+  EXPECT_NEAR(std::sqrt(diff) / (std::sqrt(2.0 * kN) * s), 1.0, 0.02) << std::sqrt(diff);
+  std::printf(
+      "independent noise: r(a, b) %.5f, r(a, other model) %.5f, |a - b| %.1f (√(2n) s %.1f)\n",
+      Correlation(a, b), Correlation(a, c), std::sqrt(diff), std::sqrt(2.0 * kN) * s);
+  EXPECT_EQ(NoiseOf(mean_a, start), a);
 }
 
 TEST(DpStrategyTest, NothingIsReleasedWithoutAKeyOrARound) {

@@ -136,6 +136,10 @@ StatusOr<PrivacySpent> EpsilonFromRdp(std::span<const double> orders, std::span<
     const double eps = rdp[k] + std::log1p(-1 / a) - (std::log(delta) + std::log(a)) / (a - 1);
     if (eps < best.epsilon) best = {eps, a};
   }
+  // The bound can fall below 0 for a tiny RDP and a large delta (sigma 20,
+  // q 1, delta 0.5: -0.69); no mechanism is better than (0, delta)-DP, and
+  // status and report read a negative epsilon as "no privacy".
+  best.epsilon = std::max(0.0, best.epsilon);
   return best;
 }
 

@@ -54,7 +54,8 @@ struct PrivacySpent {
 // The smallest ε over `orders` for the RDP values `rdp` (one per order) at
 // `delta` (Balle et al. 2020, above). kInvalidArgument when the spans differ
 // in length or are empty, an order is not > 1, or delta is not in (0, 1).
-// ε is +inf when every RDP value is +inf.
+// ε is +inf when every RDP value is +inf, and never below 0 (the bound
+// goes negative for a tiny RDP and a large delta; it is clamped at 0).
 StatusOr<PrivacySpent> EpsilonFromRdp(std::span<const double> orders, std::span<const double> rdp,
                                       double delta);
 

@@ -146,6 +146,25 @@ TEST(RdpAccountantTest, ClosedFormsAndLimits) {
   EXPECT_LT(EpsilonOf(0.01, 1.0, 100, 1e-3), EpsilonOf(0.01, 1.0, 100, 1e-5));
 }
 
+// Balle et al.'s conversion goes below 0 for a tiny RDP and a large delta
+// (sigma 20, one step at q = 1, delta 0.5: -0.69 unclamped); epsilon is 0
+// there, never negative (status and report take a negative one for "no
+// privacy").
+TEST(RdpAccountantTest, EpsilonIsNeverNegative) {
+  RdpAccountant accountant;
+  ASSERT_TRUE(accountant.Compose(1.0, 20.0).ok());
+  auto spent = accountant.Spent(0.5);
+  ASSERT_TRUE(spent.ok());
+  EXPECT_EQ(spent->epsilon, 0.0);
+  EXPECT_GT(spent->order, 1.0);
+  // The largest delta the config allows, with the most noise it allows.
+  RdpAccountant quiet;
+  ASSERT_TRUE(quiet.Compose(0.5, 1e6).ok());
+  EXPECT_EQ(quiet.Spent(0.01)->epsilon, 0.0);
+  // Where the bound is positive it is unchanged.
+  EXPECT_GT(EpsilonOf(1.0, 20.0, 1, 1e-5), 0.0);
+}
+
 TEST(RdpAccountantTest, ComposingStepByStepEqualsComposingAtOnce) {
   RdpAccountant once, stepwise;
   ASSERT_TRUE(once.Compose(0.05, 1.2, 40).ok());

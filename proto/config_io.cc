@@ -683,13 +683,17 @@ Status CheckRobust(const RunConfig& c) {
   return CheckRobustCohort(r, c.rounds());
 }
 
+// The largest privacy.target_delta accepted (CheckPrivacy says why).
+constexpr double kMaxTargetDelta = 0.01;
+
 // privacy: central DP (DP-FedAvg) on plain federated rounds, with its four
 // numbers in range.
 Status CheckPrivacy(const RunConfig& c) {
   if (c.mode() != FEDERATED) {
     return InvalidArgumentError(
-        "privacy: central differential privacy is for FEDERATED rounds (DP-FedAvg); "
-        "DATA_PARALLEL has no per-example clipping (DP-SGD is not built)");
+        "privacy: central differential privacy needs mode: FEDERATED (it is DP-FedAvg, over "
+        "federated rounds); mode: DATA_PARALLEL has no per-example clipping (DP-SGD is not "
+        "built): set mode: FEDERATED or leave privacy out");
   }
   if (c.secagg().aggregation() != PLAIN) {
     return InvalidArgumentError(
@@ -709,9 +713,29 @@ Status CheckPrivacy(const RunConfig& c) {
   const PrivacyConfig& p = c.privacy();
   COHORT_RETURN_IF_ERROR(CheckRange("privacy.noise_multiplier", p.noise_multiplier(), 1e-3, 1e6));
   COHORT_RETURN_IF_ERROR(CheckRange("privacy.clip_norm", p.clip_norm(), 1e-9, 1e6));
-  if (!(p.target_delta() > 0 && p.target_delta() < 1)) {
-    return InvalidArgumentError("privacy.target_delta: must be in (0, 1), got " +
-                                Number(p.target_delta()));
+  // An update between the two would be refused instead of clipped, and a
+  // round left short by the refusals reruns with the same cohort. Compared
+  // in float, the field's type, so the same number in both passes.
+  const float max_norm = c.server().max_update_norm();
+  if (max_norm > 0 && max_norm < static_cast<float>(p.clip_norm())) {
+    return InvalidArgumentError(
+        "server.max_update_norm " + Number(max_norm) + " is below privacy.clip_norm " +
+        Number(p.clip_norm()) +
+        ": updates privacy should clip would be refused (and a round they leave short reruns "
+        "with the same cohort); set server.max_update_norm to 0 (no bound) or to at least "
+        "privacy.clip_norm");
+  }
+  // delta is the chance the epsilon bound fails outright: publishing the
+  // data of one of N clients, picked at random, in full is (0, 1/N)-DP, so
+  // delta must stay far below 1 / the clients. 0.01 (meaningful only from
+  // hundreds of clients up) is a loose upper limit that refuses the
+  // nonsense values: at delta 0.5 and sigma 20 the conversion gives
+  // epsilon -0.69, clamped to 0, a "perfect" privacy for any run.
+  if (!(p.target_delta() > 0 && p.target_delta() <= kMaxTargetDelta)) {
+    return InvalidArgumentError(
+        "privacy.target_delta: must be in (0, 0.01], got " + Number(p.target_delta()) +
+        " (delta is the chance the guarantee fails outright; keep it well below 1 / the "
+        "number of clients, e.g. the default 1e-5)");
   }
   return CheckRange("privacy.epsilon_budget", p.epsilon_budget(), 0, 1e6, " (0: no budget)");
 }

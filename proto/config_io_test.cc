@@ -696,6 +696,15 @@ TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
   const std::string dp = "privacy { noise_multiplier: 1.1 clip_norm: 0.5 ";
   EXPECT_EQ(ErrorOf(plain + dp + "}"), "");
   EXPECT_EQ(ErrorOf(plain + dp + "target_delta: 1e-6 epsilon_budget: 8 }"), "");
+  EXPECT_EQ(ErrorOf(plain + dp + "target_delta: 0.01 }"), "");
+  // server.max_update_norm 0 (no bound) or at least the clip: accepted,
+  // the same number in both fields too (compared as the float field holds it).
+  EXPECT_EQ(ErrorOf(plain + "server { max_update_norm: 0 } privacy { noise_multiplier: 1 "
+                            "clip_norm: 250 }"),
+            "");
+  EXPECT_EQ(ErrorOf(plain + "server { max_update_norm: 0.7 } privacy { noise_multiplier: 1 "
+                            "clip_norm: 0.7 }"),
+            "");
   // The default aggregation is SECAGG_PLUS.
   EXPECT_EQ(
       ErrorOf(dp + "}"),
@@ -715,12 +724,27 @@ TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
       {plain + "privacy { noise_multiplier: 1 }", "privacy.clip_norm: must be in [1e-09, 1e+06]"},
       {plain + "privacy { noise_multiplier: 1e9 clip_norm: 1 }",
        "privacy.noise_multiplier: must be in [0.001, 1e+06], got 1e+09"},
-      {plain + dp + "target_delta: 1 }", "privacy.target_delta: must be in (0, 1), got 1"},
-      {plain + dp + "target_delta: 0 }", "privacy.target_delta: must be in (0, 1), got 0"},
+      {plain + dp + "target_delta: 1 }", "privacy.target_delta: must be in (0, 0.01], got 1"},
+      {plain + dp + "target_delta: 0 }", "privacy.target_delta: must be in (0, 0.01], got 0"},
+      // Would make epsilon 0 (negative before clamping) at sigma 20.
+      {plain + dp + "target_delta: 0.5 }",
+       "privacy.target_delta: must be in (0, 0.01], got 0.5 (delta is the chance the guarantee "
+       "fails outright; keep it well below 1 / the number of clients, e.g. the default 1e-5)"},
+      {plain + dp + "target_delta: 0.0100001 }",
+       "privacy.target_delta: must be in (0, 0.01], got 0.0100001"},
       {plain + dp + "epsilon_budget: -1 }",
        "privacy.epsilon_budget: must be in [0, 1e+06] (0: no budget), got -1"},
+      // The default server.max_update_norm is 100.
+      {plain + "privacy { noise_multiplier: 1 clip_norm: 250 }",
+       "server.max_update_norm 100 is below privacy.clip_norm 250: updates privacy should clip "
+       "would be refused (and a round they leave short reruns with the same cohort); set "
+       "server.max_update_norm to 0 (no bound) or to at least privacy.clip_norm"},
+      {plain + "server { max_update_norm: 0.3 } " + dp + "}",
+       "server.max_update_norm 0.3 is below privacy.clip_norm 0.5"},
       {"mode: DATA_PARALLEL data { train_shard: \"t.shard\" } " + plain + dp + "}",
-       "privacy: central differential privacy is for FEDERATED rounds"},
+       "privacy: central differential privacy needs mode: FEDERATED (it is DP-FedAvg, over "
+       "federated rounds); mode: DATA_PARALLEL has no per-example clipping (DP-SGD is not "
+       "built): set mode: FEDERATED or leave privacy out"},
   };
   for (const auto& [text, want] : bad) {
     EXPECT_TRUE(Contains(ErrorOf(text), want)) << text << "\n -> " << ErrorOf(text);

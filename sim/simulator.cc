@@ -34,6 +34,8 @@
 #include "datasets/shard.h"
 #include "datasets/split.h"
 #include "proto/config_io.h"
+#include "sim/executors.h"
+#include "sim/mpi_executors.h"
 #include "train/device.h"
 #include "train/model_config.h"
 #include "train/trainer.h"
@@ -42,31 +44,6 @@ namespace cohort::sim {
 namespace {
 
 using aggregation::SecAggStage;
-
-struct VirtualClient {
-  std::string name;
-  // Simulated dropout: the round it is planned for and the first stage it
-  // never sends (kNone: none).
-  uint32_t drop_round = 0;
-  aggregation::SecAggStage drop_stage = aggregation::SecAggStage::kNone;
-  double slowness = 1;    // Its training's virtual time is scaled by this.
-  double latency_ms = 0;  // Its link's, each way.
-  // Availability: online until `toggle_at` (virtual ms), then the other
-  // way; spells drawn from `spells` (never, with availability 1).
-  bool online = true;
-  TimeMs toggle_at = std::numeric_limits<TimeMs>::max();
-  Rng spells{0};
-  // Its data: all of `source` (a shard file), or the rows `rows` of it (the
-  // one training set, split in memory).
-  std::shared_ptr<const datasets::Dataset> source;
-  bool whole = true;
-  std::vector<uint32_t> rows;
-  size_t size() const { return whole ? source->size() : rows.size(); }
-  std::string data_sha256;  // Its shard file's (lineage); empty when split in memory.
-  crypto::Ed25519KeyPair identity;
-  std::unique_ptr<client::Session> session;
-  std::shared_ptr<std::atomic<bool>> cancel;  // Of its training job, while one runs.
-};
 
 // c's training samples per class.
 std::vector<uint64_t> LabelCounts(const VirtualClient& c) {
@@ -154,177 +131,6 @@ StatusOr<std::vector<VirtualClient>> SplitClients(const config::PartitionConfig&
   return clients;
 }
 
-struct Job {
-  int client = 0;
-  client::TrainTask task;
-  std::shared_ptr<std::atomic<bool>> cancel;
-  TimeMs due = 0;            // When, in virtual time, its update reaches the engine's side.
-  double train_seconds = 0;  // Its training's virtual duration.
-};
-struct Finished {
-  int client = 0;
-  TimeMs due = 0;
-  uint64_t task_id = 0;
-  StatusOr<train::TrainResult> result = CancelledError("not run");
-  std::vector<float> local;
-};
-
-// The Env a simulated client trains under: its clock reads 0 at the start
-// of training and the job's virtual duration at every later read, so the
-// training seconds a client reports (a masked metric) are virtual time, not
-// how long the executor took. All else goes to `base`.
-class VirtualTrainingEnv final : public Env {
- public:
-  VirtualTrainingEnv(Env* base, double seconds) : base_(base), seconds_(seconds) {}
-  double MonotonicSeconds() override { return reads_++ == 0 ? 0 : seconds_; }
-  int64_t UnixMillis() override { return base_->UnixMillis(); }
-  uint64_t Random64() override { return base_->Random64(); }
-  void RandomBytes(std::span<uint8_t> out) override { base_->RandomBytes(out); }
-  spdlog::logger& Log() override { return base_->Log(); }
-  Status ParallelFor(size_t n, const std::function<Status(size_t)>& fn) override {
-    return base_->ParallelFor(n, fn);
-  }
-
- private:
-  Env* base_;
-  double seconds_;
-  int reads_ = 0;
-};
-
-// Trains jobs on its threads, one backend and one model each: each job
-// uploads its client's data, trains from the task's global model, and
-// hands back the result. Submit and Take are called by one thread.
-class ExecutorPool {
- public:
-  // `list`: ExpandDevices'.
-  static StatusOr<std::unique_ptr<ExecutorPool>> Create(int n, const std::vector<std::string>& list,
-                                                        const config::ModelConfig& model,
-                                                        const std::vector<VirtualClient>* clients) {
-    std::unique_ptr<ExecutorPool> pool(new ExecutorPool(clients));
-    // --executors is bounded, yet what a process may start depends on its
-    // limits (address space, threads): an executor that cannot be had is
-    // an error naming the flag, and the pool's destructor stops those
-    // already started.
-    const auto too_many = [n](int k, const char* what) {
-      return ResourceExhaustedError("simulate: --executors " + std::to_string(n) +
-                                    ": could not start executor " + std::to_string(k) + " (" +
-                                    what + "); use fewer executors");
-    };
-    for (int k = 0; k < n; ++k) {
-      // One BLAS thread on the CPU, as a client daemon uses by default.
-      std::string note;
-      const std::string& device = list[size_t(k) % list.size()];
-      try {
-        auto backend = train::NewBackend({.device = device, .threads = 1}, &note);
-        if (!backend.ok()) return backend.status().WithContext("--devices " + device);
-        if (!note.empty()) spdlog::info("executor {}: {}", k, note);
-        COHORT_ASSIGN_OR_RETURN(auto m, train::BuildModel(model, backend->get()));
-        pool->backends_.push_back(std::move(*backend));
-        pool->models_.push_back(std::move(m));
-      } catch (const std::bad_alloc&) {
-        return too_many(k, "out of memory for its model");
-      } catch (const std::system_error& e) {
-        return too_many(k, e.what());
-      }
-    }
-    pool->last_rows_.assign(n, 0);
-    for (int k = 0; k < n; ++k) {
-      try {
-        pool->threads_.emplace_back([p = pool.get(), k] { p->Loop(k); });
-      } catch (const std::system_error& e) {
-        return too_many(k, (std::string("no thread: ") + e.what()).c_str());
-      }
-    }
-    return pool;
-  }
-  ~ExecutorPool() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    work_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  void Submit(Job job) {
-    dues_.insert(job.due);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      jobs_.push_back(std::move(job));
-    }
-    ++in_flight_;
-    work_.notify_one();
-  }
-  // Waits for the next job to finish.
-  Finished Take() {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return !done_.empty(); });
-    Finished f = std::move(done_.front());
-    done_.pop_front();
-    --in_flight_;
-    dues_.erase(dues_.find(f.due));
-    return f;
-  }
-  size_t in_flight() const { return in_flight_; }
-  // The earliest virtual due time of the jobs not yet taken.
-  std::optional<TimeMs> earliest_due() const {
-    if (dues_.empty()) return std::nullopt;
-    return *dues_.begin();
-  }
-  size_t size() const { return threads_.size(); }
-
- private:
-  explicit ExecutorPool(const std::vector<VirtualClient>* clients) : clients_(clients) {}
-
-  void Loop(int k) {
-    for (;;) {
-      Job job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        work_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-        if (stop_) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      Finished f{job.client, job.due, job.task.task_id, CancelledError("not run"),
-                 std::move(job.task.global)};
-      // Shards of another size than the last would each stay cached in
-      // the backend's pool: let the old ones go.
-      const VirtualClient& c = (*clients_)[job.client];
-      if (c.size() != last_rows_[k]) backends_[k]->ReleaseCached();
-      last_rows_[k] = c.size();
-      auto data = c.whole ? train::DeviceDataset::Upload(backends_[k].get(), *c.source)
-                          : train::DeviceDataset::Upload(backends_[k].get(),
-                                                         datasets::Subset(*c.source, c.rows));
-      if (!data.ok()) {
-        f.result = data.status();
-      } else {
-        VirtualTrainingEnv env(Env::Default(), job.train_seconds);
-        f.result = train::TrainLocal(*models_[k], f.local, **data, job.task.options,
-                                     job.cancel.get(), &env);
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        done_.push_back(std::move(f));
-      }
-      done_cv_.notify_one();
-    }
-  }
-
-  const std::vector<VirtualClient>* clients_;
-  std::vector<std::unique_ptr<train::Backend>> backends_;
-  std::vector<std::unique_ptr<train::Model>> models_;
-  std::vector<size_t> last_rows_;  // Each executor's last client's samples (its own only).
-  std::vector<std::thread> threads_;
-  std::mutex mu_;
-  std::condition_variable work_, done_cv_;
-  std::deque<Job> jobs_;
-  std::deque<Finished> done_;
-  bool stop_ = false;
-  // The caller's thread only: jobs submitted and not yet taken, their dues.
-  size_t in_flight_ = 0;
-  std::multiset<TimeMs> dues_;
-};
-
 // The stage a client message belongs to, by its body (kNone for messages
 // outside the protocol's stages).
 SecAggStage StageOf(const wire::Header& h) {
@@ -393,7 +199,7 @@ bool IsSecAgg(const wire::Header& h) {
 class Simulation {
  public:
   Simulation(const SimOptions& options, coordinator::OpenRun& run,
-             std::vector<VirtualClient>& clients, ExecutorPool& pool)
+             std::vector<VirtualClient>& clients, Executors& pool)
       : config_(options.config),
         dropout_(options.dropout),
         availability_(options.availability),
@@ -427,6 +233,10 @@ class Simulation {
       if (!engine_->store_error().ok()) {
         CancelAll();
         return engine_->store_error();
+      }
+      if (!executors_error_.ok()) {
+        CancelAll();
+        return executors_error_;
       }
       if (!to_engine_.empty()) {
         auto [i, envelope] = std::move(to_engine_.front());
@@ -477,7 +287,7 @@ class Simulation {
     }
     if ((!held_.empty() && pool_.in_flight() > 0) ||
         (running != kNever && running <= std::min({wakeup, ready, arriving}))) {
-      Finished f = pool_.Take();
+      COHORT_ASSIGN_OR_RETURN(Finished f, pool_.Take());
       ++trained_;
       ShowProgress();
       const TimeMs due = f.due;
@@ -622,7 +432,8 @@ class Simulation {
       c.cancel = std::make_shared<std::atomic<bool>>(false);
       const TimeMs due = task_sent_.value_or(now_) + JobTime(i, a.train->options.epochs);
       const double train_seconds = ComputeMs(i, a.train->options.epochs) / 1000.0;
-      pool_.Submit({i, std::move(*a.train), c.cancel, due, train_seconds});
+      Status submitted = pool_.Submit({i, std::move(*a.train), c.cancel, due, train_seconds});
+      if (executors_error_.ok()) executors_error_ = std::move(submitted);
     }
     if (a.exit && !a.exit->ok()) spdlog::warn("{}: {}", c.name, a.exit->ToString());
   }
@@ -717,7 +528,8 @@ class Simulation {
   // cost O(log n) a step instead of a pass over every client.
   std::set<std::pair<TimeMs, int>> wakeups_;
   std::vector<std::optional<TimeMs>> wakeup_of_;
-  ExecutorPool& pool_;
+  Executors& pool_;
+  Status executors_error_;            // The first job the executors could not take: ends the run.
   std::map<std::string, int> index_;  // By name: the engine's peer for each client.
   std::deque<std::pair<int, net::Envelope>> to_engine_;
   // Messages on the simulated network (with --latency-ms), by arrival time;
@@ -951,31 +763,61 @@ StatusOr<std::vector<std::string>> ExpandDevices(const std::string& devices, std
   return list;
 }
 
-Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
-  SimOptions o = o_in;
-  // Before anything is read: the shards are not what is wrong.
-  if (o.config.mode() == config::DATA_PARALLEL) {
+namespace {
+
+// What a simulation cannot run, before anything is read: the shards are
+// not what is wrong.
+Status CheckSimulated(const config::RunConfig& c) {
+  if (c.mode() == config::DATA_PARALLEL) {
     return InvalidArgumentError(
         "simulate: mode: DATA_PARALLEL is not simulated (it runs under `cohort launch --nproc N` "
         "or `cohort worker`); `cohort simulate` runs federated configs");
   }
-  if (o.config.model().has_external()) {
+  if (c.model().has_external()) {
     return InvalidArgumentError(
         "simulate: model.external is not simulated: the clients bring that model (Python "
         "clients, cohort.Client); `cohort simulate` trains Cohort's own models");
   }
-  if (o.config.rounds().federated_eval_every() > 0) {
+  if (c.rounds().federated_eval_every() > 0) {
     return InvalidArgumentError(
         "simulate: rounds.federated_eval_every is not simulated yet (the daemons' clients "
         "evaluate on their own test splits); set it to 0");
   }
-  std::string device_note;
-  COHORT_ASSIGN_OR_RETURN(const std::vector<std::string> devices,
-                          ExpandDevices(o.devices, &device_note));
-  if (!device_note.empty()) spdlog::info("{}", device_note);
+  return OkStatus();
+}
+
+// --devices expanded and --executors (0: one per device) checked.
+StatusOr<std::vector<std::string>> ExecutorDevices(SimOptions& o) {
+  std::string note;
+  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> devices, ExpandDevices(o.devices, &note));
+  if (!note.empty()) spdlog::info("{}", note);
   if (o.executors == 0) o.executors = static_cast<int>(devices.size());
   if (o.executors < 1 || o.executors > 1024) {
     return InvalidArgumentError("simulate: --executors must be in [1, 1024]");
+  }
+  return devices;
+}
+
+// What the executors of every rank must agree on: the model and each
+// client's name and data (its shard's hash, or its rows of the split).
+uint64_t ClientsDigest(const config::ModelConfig& model,
+                       const std::vector<VirtualClient>& clients) {
+  std::string text = model.SerializeAsString();
+  for (const VirtualClient& c : clients) {
+    text += c.name + '\0' + std::to_string(c.size()) + '\0' + c.data_sha256 + '\0';
+    text.append(reinterpret_cast<const char*>(c.rows.data()), c.rows.size() * sizeof(uint32_t));
+  }
+  return Fnv1a64(text);
+}
+
+// The simulation on rank 0 (or in the only process, `ranks` null).
+Status RunEngine(const SimOptions& o_in, MpiRanks* ranks, const std::atomic<bool>& stop) {
+  SimOptions o = o_in;
+  COHORT_RETURN_IF_ERROR(CheckSimulated(o.config));
+  std::vector<std::string> devices;
+  // Under MPI rank 0 trains nothing: the hosting ranks' devices are theirs.
+  if (ranks == nullptr) {
+    COHORT_ASSIGN_OR_RETURN(devices, ExecutorDevices(o));
   }
   // Before the clients: their sessions log through it to the end.
   const std::unique_ptr<Env> sessions_env = SessionsEnv();
@@ -984,6 +826,11 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
   COHORT_ASSIGN_OR_RETURN(std::vector<VirtualClient> clients,
                           VirtualClients(o, &test, &in_memory_test));
   COHORT_RETURN_IF_ERROR(CheckSimOptions(o, clients.size()));
+  std::unique_ptr<Executors> executors;
+  if (ranks != nullptr) {
+    COHORT_ASSIGN_OR_RETURN(executors,
+                            ranks->Hosts(ClientsDigest(o.config.model(), clients), clients.size()));
+  }
   COHORT_ASSIGN_OR_RETURN(
       coordinator::OpenRun run,
       coordinator::OpenFederatedRun(o.config, o.run_dir, in_memory_test ? &test : nullptr,
@@ -1002,12 +849,82 @@ Status RunSimulation(const SimOptions& o_in, const std::atomic<bool>& stop) {
     }
     COHORT_RETURN_IF_ERROR(SetUpClient(clients[i], o, *run.model, plan, sessions_env.get()));
   }
-  COHORT_ASSIGN_OR_RETURN(auto pool,
-                          ExecutorPool::Create(o.executors, devices, o.config.model(), &clients));
-  spdlog::info("simulating {} clients ({} executors on {}), run {}, {} parameters", clients.size(),
-               o.executors, Join(devices), o.config.name(), run.engine->num_params());
-  Simulation simulation(o, run, clients, *pool);
+  std::string where = "on " + Join(devices);
+  if (ranks == nullptr) {
+    COHORT_ASSIGN_OR_RETURN(executors,
+                            ExecutorPool::Create(o.executors, devices, o.config.model(), &clients));
+  } else {
+    where = "on " + std::to_string(ranks->size() - 1) + " hosting ranks";
+  }
+  spdlog::info("simulating {} clients ({} executors {}), run {}, {} parameters", clients.size(),
+               executors->size(), where, o.config.name(), run.engine->num_params());
+  Simulation simulation(o, run, clients, *executors);
   return simulation.Run(stop);
+}
+
+// A hosting rank: the same clients' data, an executor pool, and rank 0's
+// jobs until it says stop. Its set-up's error goes to rank 0, which ends
+// the run with it.
+Status HostJobs(const SimOptions& o_in, MpiRanks& ranks) {
+  SimOptions o = o_in;
+  std::vector<VirtualClient> clients;
+  std::unique_ptr<ExecutorPool> pool;
+  uint64_t digest = 0;
+  const Status setup = [&]() -> Status {
+    COHORT_RETURN_IF_ERROR(CheckSimulated(o.config));
+    COHORT_ASSIGN_OR_RETURN(const std::vector<std::string> devices, ExecutorDevices(o));
+    datasets::Dataset test;
+    bool in_memory_test = false;
+    COHORT_ASSIGN_OR_RETURN(clients, VirtualClients(o, &test, &in_memory_test));
+    digest = ClientsDigest(o.config.model(), clients);
+    COHORT_ASSIGN_OR_RETURN(pool,
+                            ExecutorPool::Create(o.executors, devices, o.config.model(), &clients));
+    spdlog::info("rank {} of {}: {} executors on {} for {} clients", ranks.rank(), ranks.size(),
+                 pool->size(), Join(devices), clients.size());
+    return OkStatus();
+  }();
+  if (!setup.ok()) spdlog::error("rank {}: {}", ranks.rank(), setup.message());
+  return ranks.Serve(setup, digest, clients.size(), pool.get());
+}
+
+// The integer in environment variable `name`, or 0 when unset.
+StatusOr<int> EnvCount(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 1 || n > 1000000) {
+    return InvalidArgumentError(std::string(name) + "=" + v + ": not a number of ranks");
+  }
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+StatusOr<int> LauncherWorldSize(std::string* source) {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    COHORT_ASSIGN_OR_RETURN(const int n, EnvCount(name));
+    if (n == 0) continue;
+    *source = name;
+    return n;
+  }
+  if (std::getenv("PMIX_RANK") != nullptr) {
+    COHORT_ASSIGN_OR_RETURN(const int n, EnvCount("SLURM_STEP_NUM_TASKS"));
+    if (n != 0) {
+      *source = "SLURM_STEP_NUM_TASKS";
+      return n;
+    }
+  }
+  return 1;
+}
+
+Status RunSimulation(const SimOptions& o, const std::atomic<bool>& stop) {
+  std::string source;
+  COHORT_ASSIGN_OR_RETURN(const int world, LauncherWorldSize(&source));
+  if (world == 1) return RunEngine(o, nullptr, stop);
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<MpiRanks> ranks, MpiRanks::Join(world, source));
+  if (ranks->rank() != 0) return HostJobs(o, *ranks);
+  return RunEngine(o, ranks.get(), stop);
 }
 
 }  // namespace cohort::sim

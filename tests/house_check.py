@@ -43,6 +43,7 @@ CLOCK_ALLOWED = {
     "coordinator/daemon.cc",  # the coordinator's poll loop: deadlines as `now`
     "client/daemon.cc",  # the client's poll loop
     "worker/launch.cc",  # `cohort launch`: waits on its child processes
+    "sim/mpi_executors.cc",  # MPI sends and the hosting ranks' stop: I/O waits, not virtual time
 }
 # The functions still over the limit, by file and name: a ratchet. The rule
 # fails on any other function over the limit, and on an entry here that is

@@ -411,6 +411,7 @@ TEST_F(TrainTest, LocalTrainingLearnsAndIsDeterministic) {
   auto r = TrainLocal(*m, a, *train, opts);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->samples, 2400u);
+  EXPECT_EQ(r->steps, 75u);  // 800 / 32 = 25 batches an epoch, 3 epochs.
   ASSERT_TRUE(TrainLocal(*m, b, *train, opts).ok());
   EXPECT_EQ(a, b);  // Bit for bit.
   opts.seed = 10;

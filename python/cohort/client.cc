@@ -406,7 +406,8 @@ PYBIND11_MODULE(_client, m) {
                ", batch_size=" + std::to_string(t.batch_size) + ", optimizer='" + t.optimizer +
                "', learning_rate=" + std::to_string(t.learning_rate) +
                (t.proximal_mu != 0 ? ", proximal_mu=" + std::to_string(t.proximal_mu) : "") +
-               ", secure=" + (t.secure ? "True" : "False") + ")";
+               (t.fednova ? ", fednova=True" : "") + ", secure=" + (t.secure ? "True" : "False") +
+               ")";
       });
   // Tests: ReadFitResult on its own; ValueError with its message.
   m.def(

@@ -72,6 +72,11 @@ TEST(PrivacyRunTest, StopsWhereTheAccountantSaysAndStatusShowsEpsilon) {
                 "1e-05 after round 3",
                 eps[2]);
   EXPECT_NE(out.find(line), std::string::npos) << out;
+  // The accountant's assumption, beside the figure it qualifies.
+  EXPECT_NE(out.find("), accounted as Poisson sampling at q=0.5 (the cohort is a fixed-size "
+                     "sample; docs/privacy.md)\n"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("  epsilon\n"), std::string::npos) << out;
 
   // Started again, it stops again before round 4 and commits nothing.

@@ -296,12 +296,13 @@ TEST(SecureDecodeTest, TheUnmaskedSumIsTheSumOfTheL2ClippedUpdates) {
 // the coordinator scales the unmasked weighted mean by tau_eff = sum n a /
 // sum n. Under SecAgg+ with a dropout before the masked input (client 1)
 // and one after it (client 4, which counts), and in the clear, the
-// committed model is the formula's over the clients in the sum.
+// committed model is the formula's over the clients in the sum (nine
+// clients of 1 to 40 steps).
 TEST(SecureDecodeTest, FedNovaCommitsTheNormalisedStepUnderSecAggPlusAndInTheClear) {
-  constexpr int kClients = 6;
+  constexpr int kClients = 9;
   constexpr float kMomentum = 0.9f;
-  const std::vector<uint64_t> samples = {100, 250, 40, 300, 80, 7};
-  const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 1};
+  const std::vector<uint64_t> samples = {100, 250, 40, 300, 80, 7, 120, 60, 90};
+  const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 1, 15, 5, 20};
   std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
   for (int i = 0; i < kClients; ++i) {
     for (size_t j = 0; j < kParams; ++j) {
@@ -324,7 +325,7 @@ TEST(SecureDecodeTest, FedNovaCommitsTheNormalisedStepUnderSecAggPlusAndInTheCle
     auto rounds = std::move(run.store().Rounds()).value();
     ASSERT_EQ(rounds.size(), 1u);
     ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
-    ASSERT_EQ(rounds[0].participants, secure ? 5u : 6u);
+    ASSERT_EQ(rounds[0].participants, secure ? 8u : 9u);
 
     double weight = 0, weighted_norm = 0, cohort = 0, loss = 0;
     std::vector<double> mean(kParams, 0);
@@ -419,6 +420,55 @@ TEST(SecureDecodeTest, ScaffoldCommitsTheModelAndVariateUnderSecAggPlusAndInTheC
     }
     // The slots after the variate's block decode as ever.
     EXPECT_NEAR(rounds[0].train_loss, loss / weight, 1e-4);
+  }
+}
+
+// secagg.l2_clip with FedNova: the bound applies to what is summed, the
+// normalised delta d = delta / a, so the committed model is tau_eff times
+// the weighted mean of min(1, C / ||d||) d.
+TEST(SecureDecodeTest, FedNovaBoundsTheNormalisedDeltasL2Norm) {
+  constexpr int kClients = 5;
+  constexpr double kBound = 0.15;
+  const std::vector<uint64_t> samples = {100, 250, 40, 300, 80};
+  const std::vector<uint64_t> steps = {2, 5, 9, 3, 7};
+  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
+  for (int i = 0; i < kClients; ++i) {
+    for (size_t j = 0; j < kParams; ++j) {
+      deltas[i][j] = 0.04f * static_cast<float>((3 * i + j) % 11) - 0.2f;
+    }
+  }
+  config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
+  config.mutable_train()->set_fednova(true);
+  config.mutable_secagg()->set_l2_clip(static_cast<float>(kBound));
+  InProcessRun run(config, samples, deltas, {});
+  run.set_steps(steps);
+  run.Run();
+  auto rounds = std::move(run.store().Rounds()).value();
+  ASSERT_EQ(rounds.size(), 1u);
+  ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+
+  double weight = 0, weighted_norm = 0;
+  std::vector<double> mean(kParams, 0);
+  int scaled = 0;
+  for (int i = 0; i < kClients; ++i) {
+    const double a = static_cast<double>(steps[i]);
+    std::vector<float> d(kParams);
+    ASSERT_TRUE(aggregation::NormaliseDelta(deltas[i], std::vector<float>(kParams, 0), a, d));
+    double norm = 0;
+    for (float v : d) norm += double{v} * v;
+    const double factor = std::min(1.0, kBound / std::sqrt(norm));
+    scaled += factor < 1;
+    weight += samples[i];
+    weighted_norm += samples[i] * a;
+    for (size_t j = 0; j < kParams; ++j) mean[j] += samples[i] * factor * d[j];
+  }
+  ASSERT_GT(scaled, 0);
+  ASSERT_LT(scaled, kClients);  // Some, not all, are over the bound.
+  const double tau_eff = weighted_norm / weight;
+  const double grid = kClients / std::floor(2147483647.0 - kClients);
+  const double bound = tau_eff * grid + 0.2 * grid * aggregation::kMaxFedNovaNorm + 1e-6;
+  for (size_t j = 0; j < kParams; ++j) {
+    EXPECT_NEAR(run.model()[j], tau_eff * mean[j] / weight, bound) << "parameter " << j;
   }
 }
 

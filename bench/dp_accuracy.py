@@ -1,0 +1,147 @@
+"""Accuracy under central differential privacy (issue 34, acceptance 5's table).
+
+`cohort simulate` of DP-FedAvg (McMahan et al. 2018) on Fashion-MNIST with
+LeNet-5: the 60,000 training images split IID over --clients clients, a
+fixed-size cohort of --per-round a round (q = per_round / clients), plain
+aggregation with a trusted coordinator (central DP), server momentum 0.9.
+For each target epsilon (delta 1e-5) the noise multiplier sigma is the
+smallest that keeps --rounds rounds within it, found by bisection with the
+independent accountant of tests/data/make_rdp_golden.py (scipy quadrature,
+not the C++ one); the run's own accountant then reports its epsilon after
+every round, and `privacy.epsilon_budget` is the target, so a sigma that
+spent more would stop the run early (the bench fails if any run stops
+short). A run without `privacy` (same clients, cohort and optimizer, no
+clipping, no noise) is the baseline, and one with sigma 0.001 (the least the
+config takes) and no budget shows what the clipping and the equally weighted
+fixed-denominator mean cost without noise.
+
+  /usr/bin/python3 bench/dp_accuracy.py [--cohort build/cli/cohort]
+      [--clients 3000] [--per-round 150] [--rounds 50] [--clip 0.5]
+      [--epsilons 1,3,8] [--threads 2]
+
+Prints a Markdown table (epsilon target, sigma, the run's final epsilon,
+final and best test accuracy) and a JSON line.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "data"))
+import make_rdp_golden as rdp  # noqa: E402  (the independent accountant)
+
+warnings.filterwarnings("ignore", message=".*roundoff error.*")  # scipy's quad, at tiny q.
+
+DATA = "/usr/share/datasets/fashion-mnist"
+DELTA = 1e-5
+
+
+def epsilon(q, sigma, rounds):
+    return rdp.epsilon([rdp.rdp(q, sigma, a) for a in rdp.ORDERS], rounds, DELTA)[0]
+
+
+def sigma_for(q, rounds, target):
+    """The smallest sigma (to 1e-6) whose epsilon after `rounds` is <= target."""
+    lo, hi = 0.1, 100.0
+    while hi - lo > 1e-6:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if epsilon(q, mid, rounds) > target else (lo, mid)
+    return hi * 1.0001  # Room for the two accountants' last digits.
+
+
+def config(args, privacy):
+    return f"""name: "dp-accuracy"
+seed: {args.seed}
+data {{
+  partition {{
+    format: "idx"
+    train_images: "{DATA}/train-images-idx3-ubyte.gz"
+    train_labels: "{DATA}/train-labels-idx1-ubyte.gz"
+    test_images: "{DATA}/t10k-images-idx3-ubyte.gz"
+    test_labels: "{DATA}/t10k-labels-idx1-ubyte.gz"
+    clients: {args.clients}
+    scheme: "iid"
+    seed: {args.seed}
+  }}
+}}
+model {{ arch: "lenet5" }}
+train {{ local_epochs: {args.local_epochs} batch_size: {args.batch} learning_rate: {args.lr} }}
+rounds {{ num_rounds: {args.rounds} min_clients: {args.per_round} start_clients: {args.clients}
+          max_clients_per_round: {args.per_round} round_deadline_s: 3600 }}
+secagg {{ aggregation: PLAIN }}
+server {{ momentum: 0.9 max_update_norm: 0 }}
+{privacy}
+"""
+
+
+def run(args, work, name, text):
+    path = os.path.join(work, name + ".textproto")
+    with open(path, "w") as f:
+        f.write(text)
+    cmd = [args.cohort, "simulate", "--config", path, "--run-dir", os.path.join(work, name),
+           "--threads", str(args.threads), "--json"]
+    start = time.monotonic()
+    with open(os.path.join(work, name + ".log"), "w") as log:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, check=True).stdout
+    rounds = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    if len(rounds) != args.rounds:
+        sys.exit(f"{name}: {len(rounds)} rounds committed, not {args.rounds}; "
+                 f"see {os.path.join(work, name + '.log')}")
+    return rounds, time.monotonic() - start
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--cohort", default="build/cli/cohort")
+    p.add_argument("--clients", type=int, default=3000)
+    p.add_argument("--per-round", type=int, default=150)
+    p.add_argument("--rounds", type=int, default=50)
+    p.add_argument("--clip", type=float, default=0.5)
+    p.add_argument("--local-epochs", type=int, default=5)
+    p.add_argument("--batch", type=int, default=10)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--epsilons", default="1,3,8")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--keep", help="keep the runs in this new directory")
+    args = p.parse_args()
+    q = args.per_round / args.clients
+    rows = []
+    work = args.keep or tempfile.mkdtemp(prefix="dp-accuracy-")
+    os.makedirs(work, exist_ok=True)
+    plan = [("none", None), ("clip only", 0.001)] + [
+        (e, sigma_for(q, args.rounds, float(e))) for e in args.epsilons.split(",")]
+    for target, sigma in plan:
+        budget = 0 if target == "clip only" else target
+        privacy = "" if sigma is None else (
+            f"privacy {{ noise_multiplier: {sigma:.6f} clip_norm: {args.clip} "
+            f"target_delta: {DELTA} epsilon_budget: {budget} }}")
+        rounds, wall = run(args, work, f"eps-{target}".replace(" ", "-"), config(args, privacy))
+        acc = [r["test_accuracy"] for r in rounds]
+        spent = rounds[-1].get("privacy", {}).get("epsilon")
+        rows.append({"target_epsilon": target, "sigma": sigma, "epsilon": spent,
+                     "final_accuracy": acc[-1], "best_accuracy": max(acc), "wall_s": wall})
+        print(f"epsilon {target}: sigma {sigma}, run's epsilon {spent}, "
+              f"final accuracy {acc[-1]:.4f} ({wall:.0f} s)", file=sys.stderr, flush=True)
+    print(f"Fashion-MNIST, LeNet-5, {args.clients} IID clients, {args.per_round} a round "
+          f"(q = {q:g}), {args.rounds} rounds, {args.local_epochs} local epochs of batch "
+          f"{args.batch} at lr {args.lr}, server momentum 0.9, clip norm {args.clip}, "
+          f"delta {DELTA:g}, seed {args.seed}\n")
+    print("| target epsilon | noise multiplier | epsilon after the last round (the run's "
+          "accountant) | final test accuracy | best round |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        sigma = "—" if r["sigma"] is None else f"{r['sigma']:.4f}"
+        eps = "—" if r["epsilon"] is None else f"{r['epsilon']:.4g}"
+        print(f"| {r['target_epsilon']} | {sigma} | {eps} | {100 * r['final_accuracy']:.2f} % "
+              f"| {100 * r['best_accuracy']:.2f} % |")
+    print(json.dumps({"bench": "dp_accuracy", "q": q, "rows": rows, "work": work}))
+
+
+if __name__ == "__main__":
+    main()
