@@ -423,6 +423,7 @@ StatusOr<CheckedList> SecAggServer::CloseShareCheck() {
   if (u3_.size() < params_.t) {
     return Abort(Str(u3_.size()) + " clients passed the share check, need " + Str(params_.t));
   }
+  COHORT_RETURN_IF_ERROR(AbortIfTooFewNeighboursLeft(u3_, "passed the share check"));
   stage_ = SecAggStage::kConfirmChecked;
   return CheckedList{u3_};
 }
@@ -451,6 +452,9 @@ StatusOr<std::map<uint32_t, Confirmations>> SecAggServer::CloseConfirmation() {
     return Abort(Str(confirmations_.size()) + " clients confirmed the checked list, need " +
                  Str(params_.t));
   }
+  std::vector<uint32_t> confirmed;
+  for (const auto& [i, c] : confirmations_) confirmed.push_back(i);
+  COHORT_RETURN_IF_ERROR(AbortIfTooFewNeighboursLeft(confirmed, "confirmed the checked list"));
   std::map<uint32_t, Confirmations> out;
   for (const auto& [from, c] : confirmations_) out[from];
   for (const auto& [from, c] : confirmations_) {
@@ -497,6 +501,7 @@ StatusOr<SurvivorList> SecAggServer::CloseMaskedInput() {
   if (u4_.size() < params_.t) {
     return Abort(Str(u4_.size()) + " masked inputs, need " + Str(params_.t));
   }
+  COHORT_RETURN_IF_ERROR(AbortIfTooFewNeighboursLeft(u4_, "sent masked input"));
   stage_ = SecAggStage::kConsistency;
   return SurvivorList{u4_};
 }
@@ -530,6 +535,9 @@ StatusOr<std::map<uint32_t, UnmaskRequest>> SecAggServer::CloseConsistency() {
   if (signatures_.size() < params_.t) {
     return Abort(Str(signatures_.size()) + " survivor signatures, need " + Str(params_.t));
   }
+  std::vector<uint32_t> signers;
+  for (const auto& [i, sig] : signatures_) signers.push_back(i);
+  COHORT_RETURN_IF_ERROR(AbortIfTooFewNeighboursLeft(signers, "signed the survivor list"));
   std::vector<uint32_t> dropped;
   std::set_difference(u3_.begin(), u3_.end(), u4_.begin(), u4_.end(), std::back_inserter(dropped));
   // Each signature with its signer's key and proof, made once: most go to
@@ -553,6 +561,27 @@ StatusOr<std::map<uint32_t, UnmaskRequest>> SecAggServer::CloseConsistency() {
   }
   stage_ = SecAggStage::kUnmasking;
   return out;
+}
+
+Status SecAggServer::AbortIfTooFewNeighboursLeft(const std::vector<uint32_t>& left,
+                                                 const char* left_as) {
+  const bool inputs_known =
+      stage_ == SecAggStage::kMaskedInput || stage_ == SecAggStage::kConsistency;
+  for (uint32_t u : u3_) {
+    uint32_t count = 0;
+    for (uint32_t v : neighbours_[u]) count += Contains(left, v) ? 1 : 0;
+    if (count >= params_.t) continue;
+    const uint32_t k = neighbours_[u].size();
+    return Abort("only " + Str(count) + " of client " + Str(u) + "'s " + Str(k) + " neighbours " +
+                 left_as + ", need t = " + Str(params_.t) + " to rebuild its " +
+                 (!inputs_known      ? "self mask or mask key"
+                  : Contains(u4_, u) ? "self mask"
+                                     : "mask key") +
+                 ": too many of its neighbours dropped (k = " + Str(k) + ", t = " + Str(params_.t) +
+                 ": a round survives at most k - t = " + Str(k - params_.t) +
+                 " of a client's neighbours dropping)");
+  }
+  return OkStatus();
 }
 
 std::vector<uint32_t> SecAggServer::SignersFor(uint32_t client) const {
@@ -673,7 +702,11 @@ StatusOr<SecretBytes> SecAggServer::Rebuild(uint32_t about, bool self_mask,
     }
     shares = std::move(signed_shares);
     if (shares.size() < params_.t) {
-      return Abort(Str(shares.size()) + " valid shares of " + what + ", need " + Str(params_.t));
+      uint32_t answered = 0;
+      for (uint32_t v : neighbours_[about]) answered += unmasks_.count(v) ? 1 : 0;
+      return Abort(Str(shares.size()) + " valid shares of " + what + ", need " + Str(params_.t) +
+                   " (" + Str(answered) + " of its " + Str(neighbours_[about].size()) +
+                   " neighbours answered the unmask request)");
     }
     secret = combine(shares);
     if (!secret) {

@@ -117,6 +117,13 @@ class SecAggServer {
   // The survivors whose signatures the unmask request for `client` carries
   // (those that can count for its checked neighbours), sorted.
   std::vector<uint32_t> SignersFor(uint32_t client) const;
+  // Every secret still needed (b_u for u in U4, the mask seed of u in
+  // U3 \ U4) is rebuilt from t shares held by u's neighbours, and only
+  // neighbours in `left` can still reveal one (`left_as`: what they did,
+  // for the message). Aborts naming the first u in U3 with fewer than t
+  // of its neighbours in `left`: the round cannot end (honest clients
+  // refuse to sign or unmask below t as well); OK otherwise.
+  Status AbortIfTooFewNeighboursLeft(const std::vector<uint32_t>& left, const char* left_as);
   // Rebuilds one secret from the responders' shares (see Finalize).
   StatusOr<SecretBytes> Rebuild(uint32_t about, bool self_mask, std::vector<Share> shares,
                                 crypto::ShamirCombiner& combiner);

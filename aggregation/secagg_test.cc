@@ -276,6 +276,84 @@ TEST(SecAggTest, BelowThresholdAbortsAndRevealsNothing) {
   EXPECT_TRUE(o.sum.empty());
 }
 
+// A SecAgg+ round at 6 clients (the complete graph: k = 5, t = 4) with one
+// client dropping before its masked input and another after it. Client 3's
+// input counts, so b_3 and every survivor's b are needed; but each
+// survivor's secrets were shared with its 5 neighbours only, 2 of them are
+// gone, and 3 < t shares can rebuild nothing. Honest clients refuse to
+// unmask below t signatures among a subject's neighbours, so the server
+// used to wait for the unmask responses and abort with "0 valid shares of
+// client 0's self mask"; it now aborts at the consistency stage and says why.
+TEST(SecAggTest, TwoDropoutsAtSixClientsAbortNamingTheNeighboursLeft) {
+  Harness h(Params(6, 100, /*complete=*/false));
+  ASSERT_EQ(h.params().k, 5u);
+  ASSERT_EQ(h.params().t, 4u);
+  Drops d;
+  d.before_masked_input = {1};
+  d.before_consistency = {3};
+  Outcome o = h.Run(d);
+  EXPECT_EQ(o.status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(o.u3, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(o.u4, (std::vector<uint32_t>{0, 2, 3, 4, 5}));  // Client 3's input is in.
+  EXPECT_NE(o.status.message().find("only 3 of client 0's 5 neighbours signed the survivor list, "
+                                    "need t = 4 to rebuild its self mask: too many of its "
+                                    "neighbours dropped (k = 5, t = 4: a round survives at most "
+                                    "k - t = 1 of a client's neighbours dropping)"),
+            std::string::npos)
+      << o.status;
+  EXPECT_TRUE(o.sum.empty());
+  // One dropout at either point is survived.
+  for (Drops one : {Drops{.before_masked_input = {1}}, Drops{.before_consistency = {3}}}) {
+    o = h.Run(one);
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    EXPECT_EQ(o.sum, o.expected);
+  }
+  // Both signed, then two did not answer the unmask request.
+  Drops late;
+  late.before_unmask = {1, 3};
+  o = h.Run(late);
+  EXPECT_NE(o.status.message().find("3 valid shares of client 0's self mask, need 4 (3 of its 5 "
+                                    "neighbours answered the unmask request)"),
+            std::string::npos)
+      << o.status;
+}
+
+// Two dropouts at every pair of stages: 5 and 6 clients (k - t = 1) abort,
+// each time naming a client with too few neighbours left; 7 and 8 (k - t =
+// 2) end with the exact sum of the inputs that arrived.
+TEST(SecAggTest, SmallCohortsSurviveExactlyKMinusTDropouts) {
+  using Set = std::set<uint32_t>;
+  const std::vector<Set Drops::*> stages = {&Drops::before_share_keys,  &Drops::before_check,
+                                            &Drops::before_confirm,     &Drops::before_masked_input,
+                                            &Drops::before_consistency, &Drops::before_unmask};
+  for (uint32_t n : {5u, 6u, 7u, 8u}) {
+    Harness h(Params(n, 50, /*complete=*/false));
+    const bool survives = h.params().k - h.params().t >= 2;
+    EXPECT_EQ(survives, n >= 7) << "n=" << n;
+    for (size_t a = 0; a < stages.size(); ++a) {
+      for (size_t b = a; b < stages.size(); ++b) {
+        Drops d;
+        (d.*stages[a]).insert(1);
+        (d.*stages[b]).insert(3);
+        Outcome o = h.Run(d);
+        const std::string where = "n=" + std::to_string(n) + ", stages " + std::to_string(a) +
+                                  " and " + std::to_string(b) + ": ";
+        if (survives) {
+          ASSERT_TRUE(o.status.ok()) << where << o.status;
+          EXPECT_EQ(o.sum, o.expected) << where;
+          continue;
+        }
+        const std::string_view m = o.status.message();
+        const bool named =
+            m.find("of client 0's " + std::to_string(n - 1) + " neighbours") != std::string::npos ||
+            m.find("neighbours answered the unmask request") != std::string::npos;
+        EXPECT_TRUE(named) << where << o.status;
+        EXPECT_TRUE(o.sum.empty()) << where;
+      }
+    }
+  }
+}
+
 TEST(SecAggTest, TwoClientsAggregateOnlyWhenNeitherIsAssumedCorruptAndBothSurvive) {
   // Two sites, each the other's only neighbour: a threshold exists only when
   // the other client is not assumed to collude with the coordinator.
@@ -297,8 +375,11 @@ TEST(SecAggTest, TwoClientsAggregateOnlyWhenNeitherIsAssumedCorruptAndBothSurviv
   d.before_masked_input = {1};
   o = h.Run(d);
   EXPECT_FALSE(o.status.ok());
-  // The survivor would not sign a list without its only neighbour.
-  EXPECT_NE(o.status.message().find("0 survivor signatures"), std::string::npos) << o.status;
+  // The survivor would not sign a list without its only neighbour, so the
+  // server stops before asking it.
+  EXPECT_NE(o.status.message().find("only 0 of client 0's 1 neighbours sent masked input"),
+            std::string::npos)
+      << o.status;
   EXPECT_TRUE(o.sum.empty());
 }
 
@@ -937,59 +1018,77 @@ TEST(SecAggTest, AnUnmaskRequestCarriesExactlyItsCheckedNeighboursNeighboursSign
     p.k = k;
     p.t = k / 2;
     Harness h(p);
-    Staged s = StageAdverts(h);
-    SecAggServer& server = *s.server;
-    for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
-    auto list = server.CloseAdvertise();
-    for (auto& c : s.clients) {
-      ASSERT_TRUE(server.OnShares(*c->ShareKeys(list->at(c->index()))).ok());
-    }
-    auto inbound = server.CloseShares();
-    auto checks = [](uint32_t i) { return i != 3; };
-    auto signs = [](uint32_t i) { return i != 1 && i != 6; };
-    for (uint32_t i = 0; i < n; ++i) {
-      auto check = s.clients[i]->CheckShares((*inbound)[i]);
-      if (checks(i)) {
-        ASSERT_TRUE(server.OnShareCheck(*check).ok());
+    // Each try draws a fresh graph. At k = 2 a client can have only clients
+    // 1, 3 and 6 as neighbours: its secrets cannot be rebuilt, and the
+    // server aborts at the consistency stage (checked below); draw again.
+    for (int attempt = 0;; ++attempt) {
+      Staged s = StageAdverts(h);
+      SecAggServer& server = *s.server;
+      for (auto& a : s.adverts) ASSERT_TRUE(server.OnAdvertise(a).ok());
+      auto list = server.CloseAdvertise();
+      for (auto& c : s.clients) {
+        ASSERT_TRUE(server.OnShares(*c->ShareKeys(list->at(c->index()))).ok());
       }
-    }
-    auto checked = server.CloseShareCheck();
-    ASSERT_TRUE(checked.ok()) << checked.status();
-    Confirm(server, s.clients, *checked);
-    for (uint32_t i = 0; i < n; ++i) {
-      if (!checks(i)) continue;
-      ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
-    }
-    auto survivors = server.CloseMaskedInput();
-    ASSERT_TRUE(survivors.ok()) << survivors.status();
-    for (uint32_t i = 0; i < n; ++i) {
-      auto sig = s.clients[i]->SignSurvivors(*survivors);
-      if (checks(i) && signs(i)) {
-        ASSERT_TRUE(server.OnSignature(*sig).ok());
-      }
-    }
-    auto requests = server.CloseConsistency();
-    ASSERT_TRUE(requests.ok()) << requests.status();
-    for (const auto& [u, request] : *requests) {
-      std::set<uint32_t> expected;
-      for (uint32_t v : s.clients[u]->neighbours()) {
-        if (!checks(v)) continue;
-        for (uint32_t w : s.clients[v]->neighbours()) {
-          if (checks(w) && signs(w)) expected.insert(w);
+      auto inbound = server.CloseShares();
+      auto checks = [](uint32_t i) { return i != 3; };
+      auto signs = [](uint32_t i) { return i != 1 && i != 6; };
+      for (uint32_t i = 0; i < n; ++i) {
+        auto check = s.clients[i]->CheckShares((*inbound)[i]);
+        if (checks(i)) {
+          ASSERT_TRUE(server.OnShareCheck(*check).ok());
         }
       }
-      std::vector<uint32_t> carried;
-      for (const auto& sig : request.signatures) {
-        carried.push_back(sig.from);
-        EXPECT_EQ(sig.identity, h.identities()[sig.from]);
-        EXPECT_EQ(sig.identity_proof, h.RosterProof(sig.from));
+      auto checked = server.CloseShareCheck();
+      ASSERT_TRUE(checked.ok()) << checked.status();
+      Confirm(server, s.clients, *checked);
+      for (uint32_t i = 0; i < n; ++i) {
+        if (!checks(i)) continue;
+        ASSERT_TRUE(server.OnMaskedInput(*s.clients[i]->MaskInput(h.inputs()[i])).ok());
       }
-      EXPECT_EQ(carried, std::vector<uint32_t>(expected.begin(), expected.end()))
-          << "n=" << n << " k=" << k << " client " << u;
-      // And they are enough: every survivor that signed unmasks.
-      if (signs(u)) {
-        EXPECT_TRUE(s.clients[u]->Unmask(request).ok()) << "client " << u;
+      auto survivors = server.CloseMaskedInput();
+      ASSERT_TRUE(survivors.ok()) << survivors.status();
+      for (uint32_t i = 0; i < n; ++i) {
+        auto sig = s.clients[i]->SignSurvivors(*survivors);
+        if (checks(i) && signs(i)) {
+          ASSERT_TRUE(server.OnSignature(*sig).ok());
+        }
       }
+      auto requests = server.CloseConsistency();
+      if (!requests.ok() && k == 2 && attempt < 30 &&
+          requests.status().message().find("neighbours signed the survivor list") !=
+              std::string::npos) {
+        bool short_of_signers = false;
+        for (uint32_t u = 0; u < n; ++u) {
+          uint32_t signers = 0;
+          for (uint32_t v : s.clients[u]->neighbours()) signers += checks(v) && signs(v) ? 1 : 0;
+          short_of_signers |= checks(u) && signers < p.t;
+        }
+        EXPECT_TRUE(short_of_signers) << requests.status();
+        continue;
+      }
+      ASSERT_TRUE(requests.ok()) << requests.status();
+      for (const auto& [u, request] : *requests) {
+        std::set<uint32_t> expected;
+        for (uint32_t v : s.clients[u]->neighbours()) {
+          if (!checks(v)) continue;
+          for (uint32_t w : s.clients[v]->neighbours()) {
+            if (checks(w) && signs(w)) expected.insert(w);
+          }
+        }
+        std::vector<uint32_t> carried;
+        for (const auto& sig : request.signatures) {
+          carried.push_back(sig.from);
+          EXPECT_EQ(sig.identity, h.identities()[sig.from]);
+          EXPECT_EQ(sig.identity_proof, h.RosterProof(sig.from));
+        }
+        EXPECT_EQ(carried, std::vector<uint32_t>(expected.begin(), expected.end()))
+            << "n=" << n << " k=" << k << " client " << u;
+        // And they are enough: every survivor that signed unmasks.
+        if (signs(u)) {
+          EXPECT_TRUE(s.clients[u]->Unmask(request).ok()) << "client " << u;
+        }
+      }
+      break;
     }
   }
 }
@@ -1378,13 +1477,26 @@ TEST(SecAggClientTest, MasksOnlyWhenTNeighboursConfirmedTheCheckedList) {
   ASSERT_EQ(h.params().t, 4u);
   ToChecked r = StageToChecked(h);
   SecAggServer& server = *r.staged.server;
+  std::vector<std::map<uint32_t, std::array<uint8_t, 32>>> tags;
   for (uint32_t i = 0; i < 4; ++i) {
-    ASSERT_TRUE(server.OnConfirmation(*r.staged.clients[i]->ReceiveChecked(r.checked)).ok());
+    auto c = r.staged.clients[i]->ReceiveChecked(r.checked);
+    ASSERT_TRUE(c.ok()) << c.status();
+    tags.push_back(c->tags);
+    ASSERT_TRUE(server.OnConfirmation(*c).ok());
   }
-  auto confirmations = server.CloseConfirmation();
-  ASSERT_TRUE(confirmations.ok()) << confirmations.status();
+  // An honest server stops here: no client has t confirming neighbours.
+  auto closed = server.CloseConfirmation();
+  EXPECT_NE(closed.status().message().find("only 3 of client 0's 5 neighbours confirmed the "
+                                           "checked list, need t = 4"),
+            std::string::npos)
+      << closed.status();
+  // A server that relays the confirmations anyway does not get an input.
+  std::map<uint32_t, Confirmations> confirmations;
   for (uint32_t i = 0; i < 4; ++i) {
-    Status st = r.staged.clients[i]->ReceiveConfirmations(confirmations->at(i));
+    for (const auto& [to, tag] : tags[i]) confirmations[to].from[i] = tag;
+  }
+  for (uint32_t i = 0; i < 4; ++i) {
+    Status st = r.staged.clients[i]->ReceiveConfirmations(confirmations[i]);
     EXPECT_NE(st.message().find("checked list: 3 neighbours confirmed it, below the threshold 4"),
               std::string::npos)
         << st;

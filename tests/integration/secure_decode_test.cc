@@ -214,6 +214,29 @@ TEST(SecureDecodeTest, EqualsPlainFedAvgOnUnequalShardsWithDropouts) {
   EXPECT_NEAR(rounds[0].train_loss, loss / weight, 1e-4);
 }
 
+// Six clients (k = 5, t = 4): client 1 drops before its masked input and
+// client 3 after it. Each survivor's secrets were shared with its 5
+// neighbours, 2 of which are gone, so no survivor's self mask can be
+// rebuilt; the round aborts at the consistency stage, saying so (it used to
+// wait for unmask responses that the clients refuse and report "0 valid
+// shares of client 0's self mask").
+TEST(SecureDecodeTest, TwoDropoutsOfSixAbortNamingTheNeighboursLeft) {
+  constexpr int kClients = 6;
+  const std::vector<uint64_t> samples(kClients, 100);
+  const std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams, 0.5f));
+  const std::map<int, aggregation::SecAggStage> faults = {
+      {1, aggregation::SecAggStage::kMaskedInput}, {3, aggregation::SecAggStage::kConsistency}};
+  InProcessRun run(Config(kClients, config::SECAGG_PLUS), samples, deltas, faults);
+  run.Run();
+  auto rounds = std::move(run.store().Rounds()).value();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].outcome, "aborted");
+  EXPECT_NE(rounds[0].outcome_reason.find("only 3 of client 0's 5 neighbours signed the survivor "
+                                          "list, need t = 4 to rebuild its self mask"),
+            std::string::npos)
+      << rounds[0].outcome_reason;
+}
+
 TEST(SecureDecodeTest, SecAggMessageWithAStaleTaskIdIsRefusedAndItsSenderLeft) {
   // Client 2's shares carry the right round but another task id (a replay
   // from an earlier task of the same round number, e.g. before a restart).
