@@ -224,7 +224,8 @@ void PutOptions(Writer& w, const train::TrainOptions& o) {
   w.Put(o.epochs);
   w.Put(o.batch_size);
   w.Put(o.seed);
-  w.Put(o.optimizer);  // Plain numbers and an enum.
+  w.Put(o.optimizer);                  // Plain numbers and an enum.
+  w.PutFloats(o.scaffold_correction);  // SCAFFOLD's c - c_i (empty without it).
 }
 
 train::TrainOptions GetOptions(Reader& r) {
@@ -233,6 +234,7 @@ train::TrainOptions GetOptions(Reader& r) {
   o.batch_size = r.Get<uint32_t>();
   o.seed = r.Get<uint64_t>();
   o.optimizer = r.Get<train::OptimizerOptions>();
+  o.scaffold_correction = r.GetFloats();
   return o;
 }
 

@@ -38,6 +38,8 @@ class DeviceDataset {
 // and the epoch's total (train_progress.h draws it for a person).
 using ProgressFn = std::function<void(uint32_t epoch, uint64_t done, uint64_t total)>;
 
+// Every field but `progress` travels to an MPI hosting rank in
+// sim/mpi_executors.cc (PutOptions/GetOptions): a new one goes there too.
 struct TrainOptions {
   uint32_t epochs = 1;
   uint32_t batch_size = 32;

@@ -31,7 +31,7 @@ StoredRun Load(const std::string& run_dir) {
 // 1,000 clients of a synthetic split in memory (20 samples each), 100 a
 // round, SecAgg+, a small MLP: the acceptance's run, small enough for a
 // 2-core machine.
-std::string WriteConfig(const TempDir& dir, int rounds) {
+std::string WriteConfig(const TempDir& dir, int rounds, const std::string& train = "") {
   const std::string path = dir / "run.textproto";
   WriteFile(path,
             "name: \"simulate-mpi\"\n"
@@ -39,8 +39,10 @@ std::string WriteConfig(const TempDir& dir, int rounds) {
             "data { partition { format: \"synthetic\" samples: 20000 test_samples: 1000 "
             "features: 20 classes: 4 clients: 1000 scheme: \"iid\" seed: 3 } }\n"
             "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: 16 }\n"
-            "train { batch_size: 8 learning_rate: 0.05 }\n"
-            "rounds { num_rounds: " +
+            "train { batch_size: 8 learning_rate: 0.05 " +
+                train +
+                " }\n"
+                "rounds { num_rounds: " +
                 std::to_string(rounds) +
                 " min_clients: 80 start_clients: 1000 fraction: 1.0 max_clients_per_round: 100 "
                 "round_deadline_s: 60 }\n"
@@ -116,6 +118,30 @@ TEST(SimulateMpiTest, ThreeRanksEndWithTheSingleProcessModel) {
   // The dropouts and the deadline left some out, and the rest committed.
   EXPECT_LT(a.rounds[0].participants, 100u);
   EXPECT_GE(a.rounds[0].participants, 80u);
+}
+
+// SCAFFOLD's correction c - c_i rides in each job's training options: over
+// the ranks it must reach the trainer as in one process (a rank that
+// trained without it would end with another model from round 2 on).
+TEST(SimulateMpiTest, ScaffoldOverRanksEndsWithTheSingleProcessModel) {
+  const std::string mpirun = Mpirun();
+  if (mpirun.empty()) return;
+  TempDir dir("simulate-mpi-scaffold");
+  const std::string config = WriteConfig(dir, 3, "scaffold: true");
+  std::string out;
+  ASSERT_EQ(
+      RunCohort({"simulate", "--config", config, "--run-dir", dir / "one"}, &out, dir / "one.log"),
+      0)
+      << ReadFile(dir / "one.log");
+  std::vector<std::string> argv = MpirunArgv(mpirun);
+  argv.insert(argv.end(),
+              {"-np", "3", CohortBin(), "simulate", "--config", config, "--run-dir", dir / "mpi"});
+  Process run(argv, dir / "mpi.log");
+  ASSERT_EQ(run.Wait(std::chrono::seconds(120)), 0) << ReadFile(dir / "mpi.log");
+  const StoredRun a = Load(dir / "one"), b = Load(dir / "mpi");
+  ASSERT_EQ(a.rounds.size(), 3u);
+  ASSERT_EQ(b.rounds.size(), 3u);
+  EXPECT_EQ(a.model, b.model);  // Bit for bit.
 }
 
 // The run ends at a deadline while the stragglers still train on their
