@@ -86,6 +86,35 @@ class Strategy {
   Strategy() = default;
 };
 
+// A Strategy around another (DpStrategy, FedNovaStrategy, ScaffoldStrategy):
+// every call goes to the wrapped strategy unless the decorator overrides it.
+class StrategyDecorator : public Strategy {
+ public:
+  std::vector<std::string> SelectCohort(const CohortRequest& request) const override {
+    return inner_->SelectCohort(request);
+  }
+  void ConfigureTask(uint32_t round, const std::string& client,
+                     wire::RoundTask& task) const override {
+    inner_->ConfigureTask(round, client, task);
+  }
+  Status Aggregate(std::span<const float> mean_delta, std::span<float> model) override {
+    return inner_->Aggregate(mean_delta, model);
+  }
+  void CommitAggregate() override { inner_->CommitAggregate(); }
+  StatusOr<std::optional<EvalMetrics>> Evaluate(std::span<const float> model) const override {
+    return inner_->Evaluate(model);
+  }
+  Status LoadState(const store::Checkpoint& checkpoint) override {
+    return inner_->LoadState(checkpoint);
+  }
+  void SaveState(store::Checkpoint& checkpoint) const override { inner_->SaveState(checkpoint); }
+
+ protected:
+  explicit StrategyDecorator(std::unique_ptr<Strategy> inner) : inner_(std::move(inner)) {}
+
+  std::unique_ptr<Strategy> inner_;
+};
+
 // The strategy `config` asks for (server.optimizer FEDADAM, FEDYOGI or
 // FEDADAGRAD; else server.momentum != 0: FedAvgM; else FedAvg), evaluating
 // with `evaluator`. kInvalidArgument for a config no strategy takes.

@@ -100,7 +100,7 @@ Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, const Secret
 }
 
 DpStrategy::DpStrategy(std::unique_ptr<Strategy> inner, const config::RunConfig& config)
-    : inner_(std::move(inner)), privacy_(config.privacy()) {}
+    : StrategyDecorator(std::move(inner)), privacy_(config.privacy()) {}
 
 StatusOr<std::unique_ptr<DpStrategy>> DpStrategy::Wrap(std::unique_ptr<Strategy> inner,
                                                        const config::RunConfig& config) {

@@ -43,7 +43,7 @@ struct RoundPrivacy {
   double epsilon = 0;        // ε of the run after the round, at privacy.target_delta.
 };
 
-class DpStrategy final : public Strategy {
+class DpStrategy final : public StrategyDecorator {
  public:
   // kInvalidArgument when `config` has no privacy section.
   static StatusOr<std::unique_ptr<DpStrategy>> Wrap(std::unique_ptr<Strategy> inner,
@@ -84,26 +84,13 @@ class DpStrategy final : public Strategy {
   // added to it before the wrapped strategy steps. kFailedPrecondition
   // without a noise key or BeginRound.
   std::vector<std::string> SelectCohort(const CohortRequest& request) const override;
-  void ConfigureTask(uint32_t round, const std::string& client,
-                     wire::RoundTask& task) const override {
-    inner_->ConfigureTask(round, client, task);
-  }
   Status Aggregate(std::span<const float> mean_delta, std::span<float> model) override;
-  void CommitAggregate() override { inner_->CommitAggregate(); }
-  StatusOr<std::optional<EvalMetrics>> Evaluate(std::span<const float> model) const override {
-    return inner_->Evaluate(model);
-  }
-  Status LoadState(const store::Checkpoint& checkpoint) override {
-    return inner_->LoadState(checkpoint);
-  }
-  void SaveState(store::Checkpoint& checkpoint) const override { inner_->SaveState(checkpoint); }
 
   static constexpr size_t kNoiseKeyBytes = 32;
 
  private:
   DpStrategy(std::unique_ptr<Strategy> inner, const config::RunConfig& config);
 
-  std::unique_ptr<Strategy> inner_;
   config::PrivacyConfig privacy_;
   SecretBytes noise_key_;
   privacy::RdpAccountant accountant_;

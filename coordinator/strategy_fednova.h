@@ -23,7 +23,7 @@
 
 namespace cohort::coordinator {
 
-class FedNovaStrategy final : public Strategy {
+class FedNovaStrategy final : public StrategyDecorator {
  public:
   // kInvalidArgument when `config` does not set train.fednova.
   static StatusOr<std::unique_ptr<FedNovaStrategy>> Wrap(std::unique_ptr<Strategy> inner,
@@ -37,27 +37,11 @@ class FedNovaStrategy final : public Strategy {
   // Strategy. Aggregate: kFailedPrecondition without SetTauEff; else the
   // wrapped strategy's step from tau_eff x `mean_delta` (each value in
   // double, rounded to float once).
-  std::vector<std::string> SelectCohort(const CohortRequest& request) const override {
-    return inner_->SelectCohort(request);
-  }
-  void ConfigureTask(uint32_t round, const std::string& client,
-                     wire::RoundTask& task) const override {
-    inner_->ConfigureTask(round, client, task);
-  }
   Status Aggregate(std::span<const float> mean_delta, std::span<float> model) override;
-  void CommitAggregate() override { inner_->CommitAggregate(); }
-  StatusOr<std::optional<EvalMetrics>> Evaluate(std::span<const float> model) const override {
-    return inner_->Evaluate(model);
-  }
-  Status LoadState(const store::Checkpoint& checkpoint) override {
-    return inner_->LoadState(checkpoint);
-  }
-  void SaveState(store::Checkpoint& checkpoint) const override { inner_->SaveState(checkpoint); }
 
  private:
-  explicit FedNovaStrategy(std::unique_ptr<Strategy> inner) : inner_(std::move(inner)) {}
+  explicit FedNovaStrategy(std::unique_ptr<Strategy> inner) : StrategyDecorator(std::move(inner)) {}
 
-  std::unique_ptr<Strategy> inner_;
   std::optional<double> tau_eff_;  // The round's, until Aggregate.
 };
 

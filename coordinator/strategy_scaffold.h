@@ -28,7 +28,7 @@
 
 namespace cohort::coordinator {
 
-class ScaffoldStrategy final : public Strategy {
+class ScaffoldStrategy final : public StrategyDecorator {
  public:
   // kInvalidArgument when `config` does not set train.scaffold.
   static StatusOr<std::unique_ptr<ScaffoldStrategy>> Wrap(std::unique_ptr<Strategy> inner,
@@ -44,27 +44,17 @@ class ScaffoldStrategy final : public Strategy {
   // Strategy. Aggregate: kFailedPrecondition without SetVariateSum or when
   // its size is not the model's; else the wrapped strategy's step, and the
   // next c staged for CommitAggregate.
-  std::vector<std::string> SelectCohort(const CohortRequest& request) const override {
-    return inner_->SelectCohort(request);
-  }
-  void ConfigureTask(uint32_t round, const std::string& client,
-                     wire::RoundTask& task) const override {
-    inner_->ConfigureTask(round, client, task);
-  }
   Status Aggregate(std::span<const float> mean_delta, std::span<float> model) override;
   void CommitAggregate() override;
-  StatusOr<std::optional<EvalMetrics>> Evaluate(std::span<const float> model) const override {
-    return inner_->Evaluate(model);
-  }
   // c is the last model-sized block of checkpoint.velocity; kDataLoss,
   // naming the round, when the velocity is shorter than the model.
   Status LoadState(const store::Checkpoint& checkpoint) override;
   void SaveState(store::Checkpoint& checkpoint) const override;
 
  private:
-  explicit ScaffoldStrategy(std::unique_ptr<Strategy> inner) : inner_(std::move(inner)) {}
+  explicit ScaffoldStrategy(std::unique_ptr<Strategy> inner)
+      : StrategyDecorator(std::move(inner)) {}
 
-  std::unique_ptr<Strategy> inner_;
   std::vector<float> variate_;                // c.
   std::optional<std::vector<double>> sum_;    // The round's Σ Δc_i, until Aggregate.
   uint64_t population_ = 0;                   // Its N.
