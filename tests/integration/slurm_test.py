@@ -11,7 +11,11 @@ free ones, and removed at the end (even on failure). Then:
     and meet over tcp (CURVE, one key per rank), trains the model
     `cohort launch --nproc 2` trains, bit for bit;
   - deploy/slurm/data_parallel_mpi.sbatch, the same job under
-    `srun --mpi=pmix` over the MPI transport, likewise bit for bit.
+    `srun --mpi=pmix` over the MPI transport, likewise bit for bit;
+  - deploy/slurm/simulate_mpi.sbatch, a 3-task job of `cohort simulate`
+    (1,000 synthetic clients, 100 a round, SecAgg+) under
+    `srun --mpi=pmix`, whose ranks 1 and 2 train rank 0's clients, ends
+    with the model `cohort simulate` gives in one process, bit for bit.
 
   /usr/bin/python3 tests/integration/slurm_test.py build/cli/cohort
 
@@ -38,8 +42,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SBATCH_TCP = os.path.join(ROOT, "deploy", "slurm", "data_parallel.sbatch")
 SBATCH_MPI = os.path.join(ROOT, "deploy", "slurm", "data_parallel_mpi.sbatch")
+SBATCH_SIM = os.path.join(ROOT, "deploy", "slurm", "simulate_mpi.sbatch")
 EXAMPLE = os.path.join(ROOT, "examples", "data_parallel.textproto")
 FMNIST = "/usr/share/datasets/fashion-mnist"
+# simulate_mpi_test.cc's run: 1,000 clients of a synthetic split in memory,
+# 100 a round, SecAgg+, a small MLP.
+SIMULATION = """name: "slurm-simulate"
+seed: 11
+data { partition { format: "synthetic" samples: 20000 test_samples: 1000 features: 20 classes: 4
+                   clients: 1000 scheme: "iid" seed: 3 } }
+model { arch: "mlp" input_dim: 20 num_classes: 4 hidden: 16 }
+train { batch_size: 8 learning_rate: 0.05 }
+rounds { num_rounds: 2 min_clients: 80 start_clients: 1000 fraction: 1.0
+         max_clients_per_round: 100 round_deadline_s: 60 }
+secagg { aggregation: SECAGG_PLUS }
+"""
+# Open MPI on this host only (shared memory, loopback), its ranks as root.
+OMPI_ENV = {"OMPI_MCA_btl": "self,vader", "OMPI_MCA_btl_tcp_if_include": "lo",
+            "OMPI_MCA_oob_tcp_if_include": "lo", "OMPI_ALLOW_RUN_AS_ROOT": "1",
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 SKIP = 77
 # Slurm's and munge's programs, all from scripts/setup.sh's packages.
 PROGRAMS = ["munged", "munge", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "srun"]
@@ -213,9 +234,11 @@ class Cluster:
         return "State=IDLE" in out
 
     def submit(self, script, output, env, tasks=2):
-        """The job's id; `env` goes to the job (sbatch exports the environment)."""
-        out = subprocess.run(["sbatch", "--parsable", f"--ntasks={tasks}", "--time=3",
-                              f"--output={output}", f"--chdir={self.root}", script],
+        """The job's id; `env` goes to the job (sbatch exports the environment).
+        More tasks than the node's 2 CPUs share them (--overcommit)."""
+        overcommit = ["--overcommit"] if tasks > 2 else []
+        out = subprocess.run(["sbatch", "--parsable", f"--ntasks={tasks}", *overcommit,
+                              "--time=3", f"--output={output}", f"--chdir={self.root}", script],
                              capture_output=True, text=True, env=dict(self.env, **env),
                              timeout=20)
         if out.returncode != 0:
@@ -356,21 +379,21 @@ class SlurmTest:
         print(f"cohort launch --nproc 2: {time.monotonic() - start:.1f} s")
         return model_hash(self.path("launch"))
 
-    def run_job(self, name, script, extra_env):
+    def run_job(self, name, script, extra_env, tasks=2):
         """(state, exit code, output, what listened) of the job, once it ended."""
         env = {"COHORT": self.cohort, "CONFIG": self.config, "RUN_DIR": self.path(name)}
         env.update(extra_env)
         output = self.path(name + ".out")
-        job = self.cluster.submit(script, output, env)
+        job = self.cluster.submit(script, output, env, tasks)
         (state, code), heard = self.cluster.wait_job(job)
         with open(output, errors="replace") as f:
             return job, state, code, f.read(), heard
 
-    def sbatch(self, name, script, extra_env, unless=None):
+    def sbatch(self, name, script, extra_env, unless=None, tasks=2):
         """The output of the job, which must complete (or fail saying `unless`),
         listening on 127.0.0.1 only."""
         start = time.monotonic()
-        job, state, code, out, heard = self.run_job(name, script, extra_env)
+        job, state, code, out, heard = self.run_job(name, script, extra_env, tasks)
         print(f"{name}: job {job} {state} (exit {code}) in {time.monotonic() - start:.1f} s; "
               f"listening: {', '.join(sorted(f'{p} {a}' for p, a in heard))}")
         outside = sorted(a for a in heard if not a[1].startswith("127.0.0.1:"))
@@ -395,7 +418,10 @@ class SlurmTest:
         assert state == "FAILED" and code == "2:0", (state, code, out)
         want = f"data_parallel_mpi.sbatch: CONFIG={missing}: no such file (set CONFIG"
         assert want in out, out
-        print("refused: a job without rank-0.key, and one without its config")
+        _, state, code, out, _ = self.run_job("nosimconfig", SBATCH_SIM, {"CONFIG": missing})
+        assert state == "FAILED" and code == "2:0", (state, code, out)
+        assert f"simulate_mpi.sbatch: CONFIG={missing}: no such file (set CONFIG" in out, out
+        print("refused: a job without rank-0.key, and two without their config")
 
     def check_tcp(self, reference):
         out = self.sbatch("tcp", SBATCH_TCP, {"KEYS": self.path("keys"),
@@ -414,11 +440,8 @@ class SlurmTest:
         if "pmix" not in plugins.stdout + plugins.stderr:
             raise AssertionError("srun --mpi=list names no pmix plugin (Debian's slurm-wlm-"
                                  f"basic-plugins has it):\n{plugins.stdout}{plugins.stderr}")
-        env = {"OMPI_MCA_btl": "self,vader", "OMPI_MCA_btl_tcp_if_include": "lo",
-               "OMPI_MCA_oob_tcp_if_include": "lo", "OMPI_ALLOW_RUN_AS_ROOT": "1",
-               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
         unavailable = "this cohort was built without MPI"
-        out = self.sbatch("mpi", SBATCH_MPI, env, unless=unavailable)
+        out = self.sbatch("mpi", SBATCH_MPI, OMPI_ENV, unless=unavailable)
         if unavailable in out:
             print(f"mpi: not tested: {unavailable}")
             return False
@@ -427,6 +450,34 @@ class SlurmTest:
         print(f"model after epoch {got[0]}: launch {reference[1]}\n"
               f"                         srun --mpi=pmix {got[1]}")
         assert got == reference, f"srun --mpi=pmix trained {got}, cohort launch {reference}"
+        return True
+
+    def check_simulate_mpi(self):
+        """simulate_mpi.sbatch as a 3-task job: ranks 1 and 2 host the clients
+        and the model is the one process's, bit for bit."""
+        config = self.path("simulate.textproto")
+        with open(config, "w") as f:
+            f.write(SIMULATION)
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+        start = time.monotonic()
+        self.cohort_run("simulate", "--config", config, "--run-dir", self.path("sim-one"),
+                        env=env)
+        print(f"cohort simulate: {time.monotonic() - start:.1f} s")
+        reference = model_hash(self.path("sim-one"))
+        unavailable = "this cohort was built without MPI"
+        out = self.sbatch("sim-mpi", SBATCH_SIM, dict(OMPI_ENV, CONFIG=config),
+                          unless=unavailable, tasks=3)
+        if unavailable in out:
+            print(f"simulate: not tested: {unavailable}")
+            return False
+        for want in ("rank 1 of 3: 1 executors on cpu for 1000 clients",
+                     "rank 2 of 3: 1 executors on cpu for 1000 clients",
+                     "simulating 1000 clients (2 executors on 2 hosting ranks)"):
+            assert want in out, f"{want!r} not in the job's output:\n{out[-4000:]}"
+        got = model_hash(self.path("sim-mpi"))
+        print(f"model after round {got[0]}: cohort simulate {reference[1]}\n"
+              f"                         srun --mpi=pmix -n 3 {got[1]}")
+        assert got == reference, f"srun --mpi=pmix simulate: {got}, one process: {reference}"
         return True
 
     def main(self):
@@ -447,12 +498,15 @@ class SlurmTest:
             self.check_refusals()
             self.check_tcp(reference)
             mpi = self.check_mpi(reference)
+            sim = self.check_simulate_mpi()
         finally:
             self.cluster.stop()
         left = self.cluster.ours()
         assert not left, f"processes of the test's Slurm still running: {left}"
         print("OK: srun" + (" and srun --mpi=pmix" if mpi else "") +
-              " trained what cohort launch --nproc 2 trains, bit for bit")
+              " trained what cohort launch --nproc 2 trains, bit for bit" +
+              ("; srun --mpi=pmix -n 3 cohort simulate ended with one process's model, bit for bit"
+               if sim else ""))
 
 
 def main():
