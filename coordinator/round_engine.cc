@@ -502,7 +502,13 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
 
 void RoundEngine::SayWhatTheRoundWaitsFor() const {
   const uint32_t needed = ClientsNeeded();
-  if (clients_.size() >= needed) return;
+  const uint32_t have = static_cast<uint32_t>(clients_.size());
+  if (have >= needed) return;
+  // Every registration of the first ten, then each tenth of the way and
+  // the last one missing: a thousand clients registering at once (cohort
+  // simulate) write some twenty lines, not a thousand.
+  const uint32_t tenth = std::max<uint32_t>(1, needed / 10);
+  if (have > 10 && have % tenth != 0 && needed - have > 1) return;
   const bool start = first_round_ && needed > MinClients();
   env_->Log().info("round {} waits for {} more client{} ({} of {} registered; {})", round_ + 1,
                    needed - clients_.size(), needed - clients_.size() == 1 ? "" : "s",

@@ -378,6 +378,31 @@ TEST_F(RoundEngineTest, TimesIdsAndLinesComeFromTheInjectedEnv) {
   EXPECT_NE(env.Lines().find("round 1"), std::string::npos) << env.Lines();
 }
 
+TEST_F(RoundEngineTest, AThousandRegistrationsSayWhatTheRoundWaitsForInAboutTwentyLines) {
+  // The first ten registrations, each tenth of the way and the last one
+  // missing say what the round waits for; the others do not repeat it.
+  FakeEnv env;
+  Start(TestConfig(1000, 2), &env);
+  Register(999);
+  const std::string lines = env.Lines();
+  size_t count = 0;
+  for (size_t at = lines.find("round 1 waits for"); at != std::string::npos;
+       at = lines.find("round 1 waits for", at + 1)) {
+    ++count;
+  }
+  EXPECT_EQ(count, 10u + 9u + 1u) << lines;
+  EXPECT_NE(lines.find("round 1 waits for 999 more clients (1 of 1000 registered; "
+                       "rounds.start_clients sets the first round's cohort)"),
+            std::string::npos);
+  EXPECT_NE(lines.find("round 1 waits for 990 more clients (10 of 1000 registered"),
+            std::string::npos);
+  EXPECT_NE(lines.find("round 1 waits for 500 more clients (500 of 1000 registered"),
+            std::string::npos);
+  EXPECT_NE(lines.find("round 1 waits for 1 more client (999 of 1000 registered"),
+            std::string::npos);
+  EXPECT_EQ(lines.find("(11 of 1000 registered"), std::string::npos);
+}
+
 TEST_F(RoundEngineTest, DeadlineClosesRoundWithoutTheMissingClients) {
   Start(TestConfig(3, 2));
   Register(3);
