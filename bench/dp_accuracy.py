@@ -34,10 +34,10 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "data"))
 import make_rdp_golden as rdp  # noqa: E402  (the independent accountant)
+from robust_bench import fmnist_partition  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*roundoff error.*")  # scipy's quad, at tiny q.
 
-DATA = "/usr/share/datasets/fashion-mnist"
 DELTA = 1e-5
 
 
@@ -57,18 +57,7 @@ def sigma_for(q, rounds, target):
 def config(args, privacy):
     return f"""name: "dp-accuracy"
 seed: {args.seed}
-data {{
-  partition {{
-    format: "idx"
-    train_images: "{DATA}/train-images-idx3-ubyte.gz"
-    train_labels: "{DATA}/train-labels-idx1-ubyte.gz"
-    test_images: "{DATA}/t10k-images-idx3-ubyte.gz"
-    test_labels: "{DATA}/t10k-labels-idx1-ubyte.gz"
-    clients: {args.clients}
-    scheme: "iid"
-    seed: {args.seed}
-  }}
-}}
+{fmnist_partition(args.clients, args.seed)}
 model {{ arch: "lenet5" }}
 train {{ local_epochs: {args.local_epochs} batch_size: {args.batch} learning_rate: {args.lr} }}
 rounds {{ num_rounds: {args.rounds} min_clients: {args.per_round} start_clients: {args.clients}

@@ -38,22 +38,27 @@ RULES = [
 ATTACKS = ["none", "sign_flip", "scale10", "sign_flip_scale10"]
 
 
-def config(seed, rounds, hidden, robust):
-    model = 'arch: "mlp" hidden: %d' % hidden if hidden else 'arch: "logreg"'
-    return f"""name: "robust-bench"
-seed: {seed}
-data {{
+def fmnist_partition(clients, seed):
+    """A data section: Fashion-MNIST's idx files split IID over `clients`."""
+    return f"""data {{
   partition {{
     format: "idx"
     train_images: "{DATA}/train-images-idx3-ubyte.gz"
     train_labels: "{DATA}/train-labels-idx1-ubyte.gz"
     test_images: "{DATA}/t10k-images-idx3-ubyte.gz"
     test_labels: "{DATA}/t10k-labels-idx1-ubyte.gz"
-    clients: 20
+    clients: {clients}
     scheme: "iid"
     seed: {seed}
   }}
-}}
+}}"""
+
+
+def config(seed, rounds, hidden, robust):
+    model = 'arch: "mlp" hidden: %d' % hidden if hidden else 'arch: "logreg"'
+    return f"""name: "robust-bench"
+seed: {seed}
+{fmnist_partition(20, seed)}
 model {{ {model} input_dim: 784 num_classes: 10 }}
 train {{ local_epochs: 1 batch_size: 32 learning_rate: 0.05 }}
 rounds {{ num_rounds: {rounds} min_clients: 20 start_clients: 20 fraction: 1 round_deadline_s: 600 }}
