@@ -38,8 +38,9 @@ RULES = [
 ATTACKS = ["none", "sign_flip", "scale10", "sign_flip_scale10"]
 
 
-def fmnist_partition(clients, seed):
-    """A data section: Fashion-MNIST's idx files split IID over `clients`."""
+def fmnist_partition(clients, seed, scheme="iid"):
+    """A data section: Fashion-MNIST's idx files split over `clients` by `scheme`
+    (`cohort partition`'s: iid, dirichlet:A, shards:K, quantity:A)."""
     return f"""data {{
   partition {{
     format: "idx"
@@ -48,7 +49,7 @@ def fmnist_partition(clients, seed):
     test_images: "{DATA}/t10k-images-idx3-ubyte.gz"
     test_labels: "{DATA}/t10k-labels-idx1-ubyte.gz"
     clients: {clients}
-    scheme: "iid"
+    scheme: "{scheme}"
     seed: {seed}
   }}
 }}"""

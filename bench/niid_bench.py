@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""NIID-Bench's Fashion-MNIST table on `cohort simulate` (issue 34, acceptance 1).
+
+Li, Diao, Chen, He, "Federated Learning on Non-IID Data Silos: An
+Experimental Study" (ICDE 2022), Table 3's setting: 10 parties, all of them
+in every round, 50 rounds, NIID-Bench's simple CNN (= `arch: "lenet5"`),
+10 local epochs, batch 64, SGD lr 0.01 momentum 0.9, FedProx mu 0.01 (the
+default of its grid), on four partitions:
+  IID      scheme "iid"              (NIID-Bench's homo)
+  Dir(0.5) scheme "dirichlet:0.5"    (noniid-labeldir, beta 0.5)
+  #C=1     scheme "shards:1"         (noniid-#label1)
+  #C=2     scheme "shards:2"         (noniid-#label2)
+Plain aggregation, as NIID-Bench has no secure aggregation. Each cell is
+one run (seed 0 unless --seed); its final test accuracy is appended to
+--results as one JSON line, and cells already there are skipped, so the
+table can be filled over several invocations (one cell takes ~16 min on 2
+cores). Prints the Markdown table with Flower's reproduction
+(adap/flower baselines/niid_bench/README.md) beside each cell.
+
+  /usr/bin/python3 bench/niid_bench.py [--cohort build/cli/cohort]
+      [--results bench-niid.jsonl] [--only fedavg:iid,scaffold:dir] [--rounds 50]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from robust_bench import fmnist_partition  # noqa: E402
+
+PARTITIONS = [("iid", "IID", "iid"), ("dir", "Dir(0.5)", "dirichlet:0.5"),
+              ("c1", "#C=1", "shards:1"), ("c2", "#C=2", "shards:2")]
+ALGORITHMS = [("fedavg", "FedAvg", ""), ("fedprox", "FedProx", "proximal_mu: 0.01"),
+              ("scaffold", "SCAFFOLD", "scaffold: true")]
+# Flower's reproduction of the FMNIST rows (seed 42), in points.
+FLOWER = {("fedavg", "iid"): 89.0, ("fedavg", "dir"): 88.4, ("fedavg", "c1"): 10.0,
+          ("fedavg", "c2"): 81.0, ("scaffold", "iid"): 89.5, ("scaffold", "dir"): 88.4,
+          ("scaffold", "c1"): 10.0, ("scaffold", "c2"): 10.0, ("fedprox", "iid"): 89.5,
+          ("fedprox", "dir"): 88.6, ("fedprox", "c1"): 38.0, ("fedprox", "c2"): 78.8}
+
+
+def config(args, scheme, extra):
+    return f"""name: "niid-bench"
+seed: {args.seed}
+{fmnist_partition(10, args.seed, scheme)}
+model {{ arch: "lenet5" }}
+train {{ local_epochs: 10 batch_size: 64 learning_rate: 0.01 momentum: 0.9 {extra} }}
+rounds {{ num_rounds: {args.rounds} min_clients: 10 start_clients: 10 fraction: 1 round_deadline_s: 100000 }}
+secagg {{ aggregation: PLAIN }}
+"""
+
+
+def run_cell(args, work, alg, part):
+    extra = dict((a, e) for a, _, e in ALGORITHMS)[alg]
+    scheme = dict((p, s) for p, _, s in PARTITIONS)[part]
+    name = "%s-%s-%d" % (alg, part, args.seed)
+    path = os.path.join(work, name + ".textproto")
+    with open(path, "w") as f:
+        f.write(config(args, scheme, extra))
+    cmd = [args.cohort, "simulate", "--config", path, "--run-dir", os.path.join(work, name),
+           "--threads", str(args.threads), "--json"]
+    with open(os.path.join(work, name + ".log"), "w") as log:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, check=True).stdout
+    rounds = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return {"alg": alg, "part": part, "seed": args.seed, "rounds": len(rounds),
+            "accuracy": 100 * rounds[-1]["test_accuracy"],
+            "curve": [round(100 * r["test_accuracy"], 2) for r in rounds]}
+
+
+def load(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def table(results, rounds):
+    done = {(r["alg"], r["part"]): r["accuracy"] for r in results if r["rounds"] == rounds}
+    print("| partition | " + " | ".join("%s (Flower)" % n for _, n, _ in ALGORITHMS) + " |")
+    print("|---|" + "---|" * len(ALGORITHMS))
+    for part, label, _ in PARTITIONS:
+        cells = []
+        for alg, _, _ in ALGORITHMS:
+            ours = done.get((alg, part))
+            cells.append("%s (%.1f)" % ("%.1f" % ours if ours is not None else "not run",
+                                        FLOWER[alg, part]))
+        print("| %s | %s |" % (label, " | ".join(cells)))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--cohort", default="build/cli/cohort")
+    p.add_argument("--results", default="bench-niid.jsonl")
+    p.add_argument("--only", default="", help="alg:part,... (default: every cell)")
+    p.add_argument("--rounds", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    cells = [(a, q) for a, _, _ in ALGORITHMS for q, _, _ in PARTITIONS]
+    if args.only:
+        cells = [tuple(c.split(":")) for c in args.only.split(",")]
+    with tempfile.TemporaryDirectory(prefix="niid-bench-") as work:
+        for alg, part in cells:
+            have = {(r["alg"], r["part"]) for r in load(args.results)
+                    if r["rounds"] == args.rounds and r["seed"] == args.seed}
+            if (alg, part) in have:
+                continue
+            result = run_cell(args, work, alg, part)
+            with open(args.results, "a") as f:
+                f.write(json.dumps(result) + "\n")
+            print("%-8s %-4s %.2f" % (alg, part, result["accuracy"]), file=sys.stderr, flush=True)
+    table(load(args.results), args.rounds)
+
+
+if __name__ == "__main__":
+    main()
