@@ -61,12 +61,25 @@ StatusOr<SecretBytes> LoadOrCreateNoiseKey(const std::string& path, bool create)
     }
     COHORT_RETURN_IF_ERROR(WriteNewKey(path));
   }
-  Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NOFOLLOW: a link planted in the run directory (to another run's key,
+  // or to a file the attacker can read) is refused, not followed.
+  Fd in{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW)};
+  if (in.fd < 0 && errno == ELOOP) {
+    return FailedPreconditionError(path +
+                                   ": is a symbolic link; the privacy noise key must be a "
+                                   "regular file in the run directory");
+  }
   if (in.fd < 0 || ::fstat(in.fd, &st) != 0) {
     const std::string why = std::strerror(errno);
     return NotFoundError(path + ": cannot open the privacy noise key: " + why);
   }
   if (!S_ISREG(st.st_mode)) return InvalidArgumentError(path + ": not a regular file");
+  if (st.st_uid != ::geteuid()) {
+    return FailedPreconditionError(path + ": the privacy noise key is owned by uid " +
+                                   std::to_string(st.st_uid) + ", not by this user (uid " +
+                                   std::to_string(::geteuid()) +
+                                   "), who could then read or replace it");
+  }
   if ((st.st_mode & 077) != 0) {
     return FailedPreconditionError(path +
                                    ": the privacy noise key is readable by group or others; "

@@ -21,7 +21,8 @@ inline constexpr char kNoiseKeyFile[] = "privacy_noise.key";
 // there first (O_EXCL, mode 0600). Errors name the file: kNotFound when it
 // is missing and `create` is false (a run whose rounds were noised with
 // it cannot be resumed bit for bit without it), kFailedPrecondition when
-// group or others may read it, kInvalidArgument when malformed.
+// group or others may read it, when it is a symbolic link (never followed)
+// or when another user owns it, kInvalidArgument when malformed.
 StatusOr<SecretBytes> LoadOrCreateNoiseKey(const std::string& path, bool create);
 
 }  // namespace cohort::coordinator

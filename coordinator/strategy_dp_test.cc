@@ -281,6 +281,27 @@ TEST(NoiseKeyTest, IsCreatedOnceReadBackAndGuarded) {
   auto open = LoadOrCreateNoiseKey(path, false);
   EXPECT_EQ(open.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(open.status().message().find("chmod 600"), std::string::npos);
+  std::filesystem::permissions(path, std::filesystem::perms::group_read,
+                               std::filesystem::perm_options::remove);
+  // A link in the key's place is refused, even to a good key.
+  const std::string elsewhere = dir + "/other.key";
+  std::filesystem::rename(path, elsewhere);
+  std::filesystem::create_symlink(elsewhere, path);
+  auto link = LoadOrCreateNoiseKey(path, false);
+  EXPECT_EQ(link.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(link.status().message().find("is a symbolic link"), std::string::npos);
+  std::filesystem::remove(path);
+  std::filesystem::rename(elsewhere, path);
+  ASSERT_TRUE(LoadOrCreateNoiseKey(path, false).ok());
+  // Another user's file is refused (only root can make one to test with).
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+    auto foreign = LoadOrCreateNoiseKey(path, false);
+    EXPECT_EQ(foreign.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(foreign.status().message().find("owned by uid 65534, not by this user"),
+              std::string::npos)
+        << foreign.status();
+  }
   std::filesystem::remove(path);
   std::ofstream(path) << "cohort-dp-noise-key 12\n";
   std::filesystem::permissions(path, std::filesystem::perms::owner_read);
