@@ -99,9 +99,10 @@ std::string SamplingRates(const std::vector<store::RoundRecord>& rounds) {
   return lo == hi ? Number(lo) : Number(lo) + " to " + Number(hi);
 }
 
-// Central DP's settings and what the run has spent. The accountant is the
-// Poisson-sampling one while the cohort is a fixed-size draw: the line says
-// so (docs/privacy.md's threat model).
+// Central DP's settings and what the run has spent, and what was accounted:
+// a fixed-size cohort drawn without replacement, replace-one adjacency, the
+// noise against the 2 x clip norm a replaced client moves the sum by
+// (coordinator/strategy_dp.h, docs/privacy.md).
 void PrintPrivacy(const config::RunConfig& config, const std::vector<store::RoundRecord>& rounds) {
   if (!config.has_privacy()) return;
   const config::PrivacyConfig& p = config.privacy();
@@ -109,12 +110,13 @@ void PrintPrivacy(const config::RunConfig& config, const std::vector<store::Roun
   const std::string q = SamplingRates(rounds);
   std::printf(
       "privacy: DP-FedAvg, noise multiplier %g, clip norm %g; epsilon %.4g at delta %g after "
-      "round %u (%s), accounted as Poisson sampling at q=%s (the cohort is a fixed-size "
-      "sample; docs/privacy.md)\n",
+      "round %u (%s), accounted as a fixed-size cohort sampled without replacement at q=%s, "
+      "replace-one adjacency (noise multiplier %g / 2: a replaced client moves the sum by up "
+      "to 2 x clip norm; docs/privacy.md)\n",
       p.noise_multiplier(), p.clip_norm(), eps, p.target_delta(),
       rounds.empty() ? 0u : rounds.back().round,
       p.epsilon_budget() > 0 ? ("budget " + Number(p.epsilon_budget())).c_str() : "no budget",
-      q.empty() ? "cohort/clients" : q.c_str());
+      q.empty() ? "cohort/clients" : q.c_str(), p.noise_multiplier());
 }
 
 void PrintInitialFederatedEval(const std::vector<store::RoundRecord>& rounds) {

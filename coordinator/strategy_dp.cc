@@ -14,6 +14,7 @@
 #include "common/rng.h"
 #include "crypto/keys.h"
 #include "crypto/prg.h"
+#include "privacy/rdp_wor.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -58,6 +59,12 @@ void DigestFloats(std::span<const float> values, std::span<uint8_t> out) {
 }
 
 }  // namespace
+
+Status ChargeDpFedAvgRounds(privacy::RdpAccountant& accountant, double q, double noise_multiplier,
+                            uint64_t rounds) {
+  return privacy::ComposeSampledWithoutReplacement(
+      accountant, q, noise_multiplier / kReplaceOneSensitivity, rounds);
+}
 
 SecretBytes NoiseInputs(std::span<const float> mean, std::span<const float> model) {
   SecretBytes inputs(kNoiseInputsBytes);
@@ -132,7 +139,7 @@ Status DpStrategy::Restore(std::span<const store::RoundRecord> rounds) {
   }
   accountant_ = privacy::RdpAccountant();
   for (const auto& [q, n] : steps) {
-    COHORT_RETURN_IF_ERROR(accountant_.Compose(q, privacy_.noise_multiplier(), n));
+    COHORT_RETURN_IF_ERROR(ChargeDpFedAvgRounds(accountant_, q, privacy_.noise_multiplier(), n));
   }
   epsilon_ = 0;
   if (!steps.empty()) {
@@ -151,7 +158,8 @@ StatusOr<DpStrategy::Plan> DpStrategy::PlanRound(size_t cohort, size_t populatio
   Plan plan;
   plan.sampling_rate = static_cast<double>(cohort) / static_cast<double>(population);
   privacy::RdpAccountant next = accountant_;
-  COHORT_RETURN_IF_ERROR(next.Compose(plan.sampling_rate, privacy_.noise_multiplier()));
+  COHORT_RETURN_IF_ERROR(
+      ChargeDpFedAvgRounds(next, plan.sampling_rate, privacy_.noise_multiplier()));
   COHORT_ASSIGN_OR_RETURN(privacy::PrivacySpent spent, next.Spent(privacy_.target_delta()));
   plan.epsilon_after = spent.epsilon;
   plan.within_budget =
@@ -172,7 +180,7 @@ RoundPrivacy DpStrategy::EndRound() {
   if (!noised_) return out;
   noised_ = false;
   // The config validator bounds σ and δ, so neither call can fail here.
-  if (accountant_.Compose(sampling_rate_, privacy_.noise_multiplier()).ok()) {
+  if (ChargeDpFedAvgRounds(accountant_, sampling_rate_, privacy_.noise_multiplier()).ok()) {
     auto spent = accountant_.Spent(privacy_.target_delta());
     if (spent.ok()) epsilon_ = spent->epsilon;
   }

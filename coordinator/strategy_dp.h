@@ -10,12 +10,16 @@
 // server step. Selection, tasks, evaluation and the server state are the
 // wrapped strategy's.
 //
-// Accounting: each round that draws noise is one step of the sampled
-// Gaussian mechanism with q = cohort / the clients it was drawn from
-// (privacy/rdp_accountant.h). Cohort selects a fixed-size cohort; the
-// Poisson analysis is applied to it (docs/privacy.md says what that
-// assumes). The per-round q and ε go into the store's round records, from
-// which a resumed run rebuilds the accountant.
+// Accounting: each round that draws noise is one step of the Gaussian
+// mechanism on a fixed-size cohort sampled without replacement, q = cohort /
+// the clients it was drawn from (privacy/rdp_wor.h, Wang, Balle,
+// Kasiviswanathan 2019), which is what SelectCohort draws. That analysis is
+// for replace-one adjacency (the population size is public; one client's
+// data is swapped for other data). Replacing one client's clipped update u
+// (‖u‖ <= C) by u' moves the sum by ‖u - u'‖ <= 2C, so the noise σC is a
+// replace-one noise multiplier of σ / 2 (kReplaceOneSensitivity), and that is
+// what is composed. The per-round q and ε go into the store's round records,
+// from which a resumed run rebuilds the accountant.
 //
 // The noise is a function of a 32-byte run secret (the run directory's
 // privacy_noise.key, coordinator/noise_key.h), the round and digests of
@@ -36,6 +40,19 @@
 #include "privacy/rdp_accountant.h"
 
 namespace cohort::coordinator {
+
+// The L2 distance, in clip norms, by which replacing one client's data can
+// move the clipped sum: its update u and the replacement's u' each have
+// norm <= C, and ‖u - u'‖ <= 2C.
+inline constexpr double kReplaceOneSensitivity = 2.0;
+
+// Charges `rounds` DP-FedAvg rounds of noise multiplier `noise_multiplier`
+// (noise σC on the sum) with cohorts of q x the population, drawn without
+// replacement, to `accountant`: Theorem 27 of Wang et al. at
+// z = σ / kReplaceOneSensitivity. kInvalidArgument as
+// privacy::ComposeSampledWithoutReplacement.
+Status ChargeDpFedAvgRounds(privacy::RdpAccountant& accountant, double q, double noise_multiplier,
+                            uint64_t rounds = 1);
 
 // What a round record says about privacy.
 struct RoundPrivacy {

@@ -12,6 +12,7 @@
 
 #include "coordinator/noise_key.h"
 #include "privacy/rdp_accountant.h"
+#include "privacy/rdp_wor.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -90,7 +91,7 @@ TEST(DpStrategyTest, NoiseOnAZeroMeanHasTheClaimedVariance) {
   const RoundPrivacy charged = dp->EndRound();
   EXPECT_DOUBLE_EQ(charged.sampling_rate, 0.4);
   privacy::RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.4, 1.5).ok());
+  ASSERT_TRUE(privacy::ComposeSampledWithoutReplacement(accountant, 0.4, 1.5 / 2).ok());
   EXPECT_DOUBLE_EQ(charged.epsilon, accountant.Spent(1e-5)->epsilon);
 }
 
@@ -231,8 +232,8 @@ TEST(DpStrategyTest, RestoreRebuildsTheAccountantFromTheRecords) {
   }
   ASSERT_TRUE(dp->Restore(rounds).ok());
   privacy::RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.1, 1.1, 2).ok());
-  ASSERT_TRUE(accountant.Compose(0.2, 1.1, 2).ok());
+  ASSERT_TRUE(privacy::ComposeSampledWithoutReplacement(accountant, 0.1, 1.1 / 2, 2).ok());
+  ASSERT_TRUE(privacy::ComposeSampledWithoutReplacement(accountant, 0.2, 1.1 / 2, 2).ok());
   EXPECT_NEAR(dp->epsilon(), accountant.Spent(1e-5)->epsilon, 1e-12);
   rounds[4].dp_sampling_rate = 1.5;
   Status s = dp->Restore(rounds);
@@ -240,10 +241,35 @@ TEST(DpStrategyTest, RestoreRebuildsTheAccountantFromTheRecords) {
   EXPECT_NE(s.message().find("round 5: privacy sampling rate 1.5"), std::string::npos);
 }
 
+// The accounting is the replace-one one: a client's clipped update (norm
+// <= C) replaced by another moves the sum by up to 2C, and the noise is σC,
+// so a round whose cohort is the whole population is the Gaussian mechanism
+// at noise multiplier σ / 2, RDP α / (2 (σ/2)²) = 2α / σ², with no
+// amplification. ε in closed form over the default orders (Balle et al.'s
+// conversion), independent of privacy/rdp_wor.cc.
+TEST(DpStrategyTest, AWholePopulationCohortIsTheGaussianAtHalfTheNoiseMultiplier) {
+  const double sigma = 4.0;
+  auto dp = MakeDp(DpConfig(sigma));
+  auto plan = dp->PlanRound(10, 10);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->sampling_rate, 1.0);
+  double want = INFINITY;
+  for (double a : privacy::DefaultOrders()) {
+    const double rdp = 2 * a / (sigma * sigma);
+    want = std::min(want, rdp + std::log((a - 1) / a) - (std::log(1e-5) + std::log(a)) / (a - 1));
+  }
+  EXPECT_NEAR(plan->epsilon_after, want, 1e-12);
+  // The add/remove figure at σ (what the coordinator printed before) is
+  // smaller: the old accounting understated ε.
+  privacy::RdpAccountant add_remove;
+  ASSERT_TRUE(add_remove.Compose(1.0, sigma).ok());
+  EXPECT_LT(add_remove.Spent(1e-5)->epsilon, plan->epsilon_after);
+}
+
 TEST(DpStrategyTest, PlanSaysWhetherTheNextRoundFitsTheBudget) {
   config::RunConfig config = DpConfig(1.0);
   privacy::RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.5, 1.0).ok());
+  ASSERT_TRUE(privacy::ComposeSampledWithoutReplacement(accountant, 0.5, 1.0 / 2).ok());
   const double one_round = accountant.Spent(1e-5)->epsilon;
   config.mutable_privacy()->set_epsilon_budget(one_round * 1.0001);
   auto dp = MakeDp(config);

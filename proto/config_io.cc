@@ -686,6 +686,36 @@ Status CheckRobust(const RunConfig& c) {
 // The largest privacy.target_delta accepted (CheckPrivacy says why).
 constexpr double kMaxTargetDelta = 0.01;
 
+// privacy.adaptive_clip: the quantile in (0, 1), a step in range, and
+// count noise that leaves the update's noise multiplier
+// (z^-2 - (2 sigma_b)^-2)^-1/2 finite (coordinator/adaptive_clip.h).
+Status CheckAdaptiveClip(const PrivacyConfig& p) {
+  const AdaptiveClipConfig& a = p.adaptive_clip();
+  if (!(a.target_quantile() > 0 && a.target_quantile() < 1)) {
+    return InvalidArgumentError(
+        "privacy.adaptive_clip.target_quantile: must be in (0, 1) (the fraction of updates "
+        "left unclipped), got " +
+        Number(a.target_quantile()));
+  }
+  COHORT_RETURN_IF_ERROR(
+      CheckRange("privacy.adaptive_clip.learning_rate", a.learning_rate(), 1e-6, 10));
+  const double half_z = p.noise_multiplier() / 2;
+  if (!(a.clipped_count_stddev() > half_z) || std::isinf(a.clipped_count_stddev())) {
+    return InvalidArgumentError(
+        "privacy.adaptive_clip.clipped_count_stddev: must be finite and above "
+        "privacy.noise_multiplier / 2 = " +
+        Number(half_z) + ", got " + Number(a.clipped_count_stddev()) +
+        " (the count's noise takes a share of the privacy budget, and the update keeps "
+        "noise multiplier (z^-2 - (2 sigma_b)^-2)^-1/2, which needs 2 sigma_b > z; the paper "
+        "suggests the expected cohort / 20)");
+  }
+  // A config that asks for it must not run with a fixed clip unawares.
+  return InvalidArgumentError(
+      "privacy.adaptive_clip: not built into the round engine yet (the update rule is "
+      "coordinator/adaptive_clip.h; the clip would stay privacy.clip_norm every round); leave "
+      "adaptive_clip out");
+}
+
 // privacy: central DP (DP-FedAvg) on plain federated rounds, with its four
 // numbers in range.
 Status CheckPrivacy(const RunConfig& c) {
@@ -737,7 +767,9 @@ Status CheckPrivacy(const RunConfig& c) {
         " (delta is the chance the guarantee fails outright; keep it well below 1 / the "
         "number of clients, e.g. the default 1e-5)");
   }
-  return CheckRange("privacy.epsilon_budget", p.epsilon_budget(), 0, 1e6, " (0: no budget)");
+  COHORT_RETURN_IF_ERROR(
+      CheckRange("privacy.epsilon_budget", p.epsilon_budget(), 0, 1e6, " (0: no budget)"));
+  return p.has_adaptive_clip() ? CheckAdaptiveClip(p) : OkStatus();
 }
 
 // train.fednova: FedNova's normaliser is that of heavy-ball SGD's local

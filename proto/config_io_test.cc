@@ -751,5 +751,47 @@ TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
   }
 }
 
+// privacy.adaptive_clip (Andrew et al. 2021): each number checked, naming
+// the field; a valid one is refused too while the engine does not use it.
+TEST(ConfigTest, AdaptiveClippingChecksItsNumbersAndIsNotRunYet) {
+  const std::string dp =
+      "secagg { aggregation: PLAIN } privacy { noise_multiplier: 1 clip_norm: 1 ";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {dp + "adaptive_clip { target_quantile: 0 clipped_count_stddev: 2 } }",
+       "x.textproto: privacy.adaptive_clip.target_quantile: must be in (0, 1) (the fraction of "
+       "updates left unclipped), got 0"},
+      {dp + "adaptive_clip { target_quantile: 1 clipped_count_stddev: 2 } }",
+       "x.textproto: privacy.adaptive_clip.target_quantile: must be in (0, 1) (the fraction of "
+       "updates left unclipped), got 1"},
+      {dp + "adaptive_clip { learning_rate: 0 clipped_count_stddev: 2 } }",
+       "x.textproto: privacy.adaptive_clip.learning_rate: must be in [1e-06, 10], got 0"},
+      {dp + "adaptive_clip { learning_rate: 11 clipped_count_stddev: 2 } }",
+       "x.textproto: privacy.adaptive_clip.learning_rate: must be in [1e-06, 10], got 11"},
+      {dp + "adaptive_clip { } }",
+       "x.textproto: privacy.adaptive_clip.clipped_count_stddev: must be finite and above "
+       "privacy.noise_multiplier / 2 = 0.5, got 0 (the count's noise takes a share of the "
+       "privacy budget, and the update keeps noise multiplier (z^-2 - (2 sigma_b)^-2)^-1/2, "
+       "which needs 2 sigma_b > z; the paper suggests the expected cohort / 20)"},
+      {dp + "adaptive_clip { clipped_count_stddev: 0.5 } }",
+       "x.textproto: privacy.adaptive_clip.clipped_count_stddev: must be finite and above "
+       "privacy.noise_multiplier / 2 = 0.5, got 0.5"},
+      {dp + "adaptive_clip { clipped_count_stddev: inf } }",
+       "x.textproto: privacy.adaptive_clip.clipped_count_stddev: must be finite and above "
+       "privacy.noise_multiplier / 2 = 0.5, got inf"},
+      {dp + "adaptive_clip { target_quantile: 0.9 learning_rate: 0.2 clipped_count_stddev: "
+            "2.5 } }",
+       "x.textproto: privacy.adaptive_clip: not built into the round engine yet (the update "
+       "rule is coordinator/adaptive_clip.h; the clip would stay privacy.clip_norm every "
+       "round); leave adaptive_clip out"},
+  };
+  for (const auto& [text, want] : bad) {
+    EXPECT_TRUE(Contains(ErrorOf(text), want)) << text << "\n -> " << ErrorOf(text);
+  }
+  // Under secure aggregation central DP itself is refused first.
+  EXPECT_TRUE(Contains(ErrorOf("privacy { noise_multiplier: 1 clip_norm: 1 adaptive_clip { "
+                               "clipped_count_stddev: 2.5 } }"),
+                       "privacy: central differential privacy clips and noises each update"));
+}
+
 }  // namespace
 }  // namespace cohort::config

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "privacy/rdp_accountant.h"
+#include "privacy/rdp_wor.h"
 #include "store/run_store.h"
 #include "tests/integration/harness.h"
 
@@ -36,7 +37,7 @@ TEST(PrivacyRunTest, StopsWhereTheAccountantSaysAndStatusShowsEpsilon) {
   std::vector<double> eps;
   privacy::RdpAccountant accountant;
   for (int r = 0; r < 4; ++r) {
-    ASSERT_TRUE(accountant.Compose(0.5, 1.0).ok());
+    ASSERT_TRUE(privacy::ComposeSampledWithoutReplacement(accountant, 0.5, 1.0 / 2).ok());
     eps.push_back(accountant.Spent(1e-5)->epsilon);
   }
   const double budget = (eps[2] + eps[3]) / 2;
@@ -44,9 +45,9 @@ TEST(PrivacyRunTest, StopsWhereTheAccountantSaysAndStatusShowsEpsilon) {
   const std::string config = dir / "dp.textproto";
   WriteFile(config, Config("PLAIN", budget));
   std::string out;
-  ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", dir / "run"}, &out,
-                      dir / "sim.log"),
-            0)
+  ASSERT_EQ(
+      RunCohort({"simulate", "--config", config, "--run-dir", dir / "run"}, &out, dir / "sim.log"),
+      0)
       << ReadFile(dir / "sim.log");
   const std::string log = ReadFile(dir / "sim.log");
   EXPECT_NE(log.find("privacy budget spent: ε="), std::string::npos) << log;
@@ -73,16 +74,17 @@ TEST(PrivacyRunTest, StopsWhereTheAccountantSaysAndStatusShowsEpsilon) {
                 eps[2]);
   EXPECT_NE(out.find(line), std::string::npos) << out;
   // The accountant's assumption, beside the figure it qualifies.
-  EXPECT_NE(out.find("), accounted as Poisson sampling at q=0.5 (the cohort is a fixed-size "
-                     "sample; docs/privacy.md)\n"),
+  EXPECT_NE(out.find("), accounted as a fixed-size cohort sampled without replacement at "
+                     "q=0.5, replace-one adjacency (noise multiplier 1 / 2: a replaced client "
+                     "moves the sum by up to 2 x clip norm; docs/privacy.md)\n"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("  epsilon\n"), std::string::npos) << out;
 
   // Started again, it stops again before round 4 and commits nothing.
-  ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", dir / "run"}, &out,
-                      dir / "sim2.log"),
-            0)
+  ASSERT_EQ(
+      RunCohort({"simulate", "--config", config, "--run-dir", dir / "run"}, &out, dir / "sim2.log"),
+      0)
       << ReadFile(dir / "sim2.log");
   EXPECT_NE(ReadFile(dir / "sim2.log").find("privacy budget spent"), std::string::npos);
   auto store = std::move(store::OpenSqliteRunStore(dir / "run/run.db")).value();
@@ -94,9 +96,9 @@ TEST(PrivacyRunTest, CentralPrivacyUnderSecureAggregationIsRefused) {
   const std::string config = dir / "dp.textproto";
   WriteFile(config, Config("SECAGG_PLUS", 0));
   std::string out;
-  EXPECT_NE(RunCohort({"simulate", "--config", config, "--run-dir", dir / "run"}, &out,
-                      dir / "sim.log"),
-            0);
+  EXPECT_NE(
+      RunCohort({"simulate", "--config", config, "--run-dir", dir / "run"}, &out, dir / "sim.log"),
+      0);
   const std::string log = ReadFile(dir / "sim.log");
   EXPECT_NE(log.find("privacy: central differential privacy clips and noises each update on "
                      "the coordinator, but secagg.aggregation SECAGG_PLUS hides the updates"),

@@ -1,0 +1,136 @@
+#include "privacy/rdp_wor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace cohort::privacy {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Up to this order the forward-difference term is evaluated (O(α²) work);
+// above it only the cap 2 e^{(j-1) ε(j)}, as dp_accounting does.
+constexpr int kMaxDifferencedOrder = 256;
+
+// log(exp(a) + exp(b)) without overflow; -inf is log(0).
+double LogAdd(double a, double b) {
+  const double hi = std::max(a, b), lo = std::min(a, b);
+  if (lo == -kInf) return hi;
+  return hi + std::log1p(std::exp(lo - hi));
+}
+
+double LogBinomial(int n, int k) {
+  return std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0);
+}
+
+// (j - 1) ε(j) = j (j - 1) / (2 z²): the Gaussian's CGF at j - 1.
+double GaussianCgf(double z, int j) { return double(j) * (j - 1) / (2 * z * z); }
+
+// out[l - 1] = log |Δ^l g (0)| for l = 1..n, g(k) = e^{(k-1) ε(k)}. The
+// differences are taken in place, in log space with a sign per entry (pass
+// l leaves Δ^l g(j) in entry j), because the terms grow like e^{k²/(2z²)}
+// and cannot be formed directly; dp_accounting differences the same way.
+std::vector<double> LogForwardDifferences(double z, int n) {
+  std::vector<double> mag(n + 1);
+  std::vector<bool> positive(n + 1, true);
+  for (int k = 0; k <= n; ++k) mag[k] = GaussianCgf(z, k);
+  std::vector<double> out(n);
+  for (int l = 1; l <= n; ++l) {
+    for (int j = 0; j + l <= n; ++j) {
+      const double a = mag[j], b = mag[j + 1];  // Entry j becomes b - a.
+      if (positive[j] == positive[j + 1]) {
+        if (b > a) {
+          mag[j] = b + std::log1p(-std::exp(a - b));
+          positive[j] = positive[j + 1];
+        } else if (b < a) {
+          mag[j] = a + std::log1p(-std::exp(b - a));
+          positive[j] = !positive[j + 1];
+        } else {
+          mag[j] = -kInf;
+          positive[j] = true;
+        }
+      } else {
+        mag[j] = LogAdd(a, b);
+        positive[j] = positive[j + 1];
+      }
+    }
+    out[l - 1] = mag[0];
+  }
+  return out;
+}
+
+// log(A) at integer `alpha` (the header's sum); `diffs` from
+// LogForwardDifferences with n >= min(alpha, kMaxDifferencedOrder) + 1.
+double LogAInteger(double q, double z, int alpha, const std::vector<double>& diffs) {
+  if (alpha <= 1) return 0;
+  const double log_q = std::log(q);
+  // j = 2: min(4 (e^{ε(2)} - 1), 2 e^{ε(2)}), ε(2) = 1 / z².
+  const double e2 = 1 / (z * z);
+  const double second =
+      std::min(std::log(4.0) + e2 + std::log1p(-std::exp(-e2)), e2 + std::log(2.0));
+  double log_a = LogAdd(0, 2 * log_q + LogBinomial(alpha, 2) + second);
+  for (int j = 3; j <= alpha; ++j) {
+    double s = std::log(2.0) + GaussianCgf(z, j);
+    if (alpha <= kMaxDifferencedOrder) {
+      const double lo = diffs[2 * (j / 2) - 1], hi = diffs[2 * ((j + 1) / 2) - 1];
+      s = std::min(s, std::log(4.0) + 0.5 * (lo + hi));
+    }
+    log_a = LogAdd(log_a, s + j * log_q + LogBinomial(alpha, j));
+  }
+  return log_a;
+}
+
+}  // namespace
+
+std::vector<double> SampledWithoutReplacementGaussianRdp(double q, double noise_multiplier,
+                                                         std::span<const double> orders) {
+  std::vector<double> rdp(orders.size(), 0.0);
+  if (q == 0) return rdp;
+  const double z = noise_multiplier;
+  int top = 1;  // The largest integer order needed.
+  for (size_t k = 0; k < orders.size(); ++k) {
+    if (z == 0 || std::isinf(orders[k])) {
+      rdp[k] = kInf;
+    } else if (q == 1) {
+      rdp[k] = orders[k] / (2 * z * z);
+    } else {
+      top = std::max(top, static_cast<int>(std::ceil(orders[k])));
+    }
+  }
+  if (z == 0 || q == 1) return rdp;
+  const std::vector<double> diffs =
+      LogForwardDifferences(z, std::min(top, kMaxDifferencedOrder) + 1);
+  std::vector<double> log_a(top + 1, -1);  // Memo; log(A) >= 0.
+  auto log_a_at = [&](int alpha) {
+    if (log_a[alpha] < 0) log_a[alpha] = LogAInteger(q, z, alpha, diffs);
+    return log_a[alpha];
+  };
+  for (size_t k = 0; k < orders.size(); ++k) {
+    const double alpha = orders[k];
+    if (std::isinf(alpha)) continue;
+    const double lo = std::floor(alpha), t = alpha - lo;
+    const double cgf =
+        t == 0 ? log_a_at(static_cast<int>(lo))
+               : (1 - t) * log_a_at(static_cast<int>(lo)) + t * log_a_at(static_cast<int>(lo) + 1);
+    rdp[k] = std::isnan(cgf) ? kInf : cgf / (alpha - 1);
+  }
+  return rdp;
+}
+
+Status ComposeSampledWithoutReplacement(RdpAccountant& accountant, double q,
+                                        double noise_multiplier, uint64_t steps) {
+  if (!(q >= 0 && q <= 1)) {
+    return InvalidArgumentError("privacy accounting: sampling fraction " + std::to_string(q) +
+                                " is not in [0, 1]");
+  }
+  if (!(noise_multiplier > 0) || std::isinf(noise_multiplier)) {
+    return InvalidArgumentError("privacy accounting: noise multiplier " +
+                                std::to_string(noise_multiplier) + " is not finite and > 0");
+  }
+  if (steps == 0 || q == 0) return OkStatus();
+  return accountant.AddRdp(
+      SampledWithoutReplacementGaussianRdp(q, noise_multiplier, accountant.orders()), steps);
+}
+
+}  // namespace cohort::privacy
