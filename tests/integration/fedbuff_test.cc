@@ -103,7 +103,7 @@ TEST(FedBuffSimulateTest, PerGroupRulesRunInsideEachGroup) {
     std::string out;
     ASSERT_EQ(Simulate(c, c.dir() / (name + ".textproto"), name, &out), 0)
         << ReadFile(c.dir() / (name + ".log"));
-    auto store = OrThrow(store::OpenSqliteRunStore(c.dir() / name / "run.db"), "open " + name);
+    auto store = OrThrow(store::OpenSqliteRunStore(c.dir() / (name + "/run.db")), "open " + name);
     EXPECT_EQ(OrThrow(store->Rounds(), "rounds").size(), size_t{kVersions}) << name;
     EXPECT_EQ(Stalenesses(ReadFile(c.dir() / (name + ".log"))).size(), size_t{kVersions}) << name;
   }
