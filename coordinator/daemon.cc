@@ -360,6 +360,11 @@ class IoLoop {
 
 Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop) {
   COHORT_RETURN_IF_ERROR(CheckDaemonOptions(options));
+  if (options.config.has_fedbuff()) {
+    return InvalidArgumentError(
+        "fedbuff: the coordinator daemon does not run buffered asynchronous aggregation yet; "
+        "`cohort simulate` does");
+  }
   COHORT_ASSIGN_OR_RETURN(
       OpenRun run, OpenFederatedRun(options.config, options.run_dir, nullptr, "cohort coordinator",
                                     options.initial_model));

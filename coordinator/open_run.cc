@@ -85,6 +85,12 @@ StatusOr<OpenRun> OpenFederatedRun(const config::RunConfig& config, const std::s
   if (external && initial_model.empty()) {
     COHORT_ASSIGN_OR_RETURN(init, ResumedExternalModel(*run.store));
   }
+  if (config.has_fedbuff()) {
+    COHORT_ASSIGN_OR_RETURN(
+        run.fedbuff,
+        FedBuffEngine::Create(config, std::move(init), run.store.get(), evaluator, COHORT_VERSION));
+    return run;
+  }
   COHORT_ASSIGN_OR_RETURN(run.engine, RoundEngine::Create(config, std::move(init), run.store.get(),
                                                           evaluator, COHORT_VERSION));
   if (config.has_privacy()) {

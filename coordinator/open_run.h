@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "coordinator/fedbuff_engine.h"
 #include "coordinator/round_engine.h"
 #include "datasets/dataset.h"
 #include "store/run_dir_lock.h"
@@ -28,7 +29,9 @@ struct OpenRun {
   std::unique_ptr<train::Model> model;
   std::shared_ptr<train::DeviceDataset> test;
   std::unique_ptr<store::RunStore> store;
+  // Synchronous rounds: `engine`; a fedbuff run: `fedbuff` (engine null).
   std::unique_ptr<RoundEngine> engine;
+  std::unique_ptr<FedBuffEngine> fedbuff;
 };
 
 // kInvalidArgument for a data-parallel config; kFailedPrecondition, naming

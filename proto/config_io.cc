@@ -842,6 +842,83 @@ Status CheckScaffold(const RunConfig& c) {
   return OkStatus();
 }
 
+// The largest fedbuff.buffer_size and concurrency.
+constexpr uint32_t kMaxFedBuffClients = 100000;
+
+// fedbuff's own two numbers, and the rounds fields its groups replace.
+Status CheckFedBuffSizes(const RunConfig& c) {
+  const FedBuffConfig& f = c.fedbuff();
+  const RoundsConfig& r = c.rounds();
+  const uint32_t k = f.buffer_size();
+  if (k == 0 || k > kMaxFedBuffClients) {
+    return InvalidArgumentError("fedbuff.buffer_size: must be in [1, 100000], got " +
+                                std::to_string(k));
+  }
+  if (f.concurrency() < k || f.concurrency() > kMaxFedBuffClients || f.concurrency() % k != 0) {
+    return InvalidArgumentError("fedbuff.concurrency: must be a multiple of fedbuff.buffer_size " +
+                                std::to_string(k) +
+                                " (the clients of the groups in flight), at most 100000, got " +
+                                std::to_string(f.concurrency()));
+  }
+  if (c.secagg().aggregation() != PLAIN && k < 3) {
+    return InvalidArgumentError(
+        "fedbuff.buffer_size: each group is one secure aggregation (secagg.aggregation " +
+        Aggregation_Name(c.secagg().aggregation()) +
+        "), which needs >= 3 clients (with 2, each could subtract its own update from the sum "
+        "and learn the other's); got " +
+        std::to_string(k));
+  }
+  if (k < r.min_clients()) {
+    return InvalidArgumentError("fedbuff.buffer_size " + std::to_string(k) +
+                                " is below rounds.min_clients " + std::to_string(r.min_clients()) +
+                                ": a group commits only with rounds.min_clients updates, so no "
+                                "group could ever commit");
+  }
+  if (r.max_clients_per_round() != 0 || r.fraction() != 1.0f) {
+    return InvalidArgumentError(std::string(r.max_clients_per_round() != 0
+                                                ? "rounds.max_clients_per_round"
+                                                : "rounds.fraction") +
+                                ": fedbuff.buffer_size sets how many clients each group has; leave "
+                                "rounds.max_clients_per_round at 0 and rounds.fraction at 1");
+  }
+  return OkStatus();
+}
+
+// fedbuff: federated clients in groups, and none of the settings that need
+// whole synchronous cohorts.
+Status CheckFedBuff(const RunConfig& c) {
+  if (c.mode() != FEDERATED) {
+    return InvalidArgumentError(
+        "fedbuff: buffered asynchronous aggregation folds federated clients' updates; mode: "
+        "DATA_PARALLEL workers step together on all-reduced gradients and have no updates to "
+        "buffer");
+  }
+  COHORT_RETURN_IF_ERROR(CheckFedBuffSizes(c));
+  if (c.has_privacy()) {
+    return InvalidArgumentError(
+        "fedbuff and privacy do not compose: privacy's accountant takes each round's cohort as a "
+        "random sample of the clients (amplification by subsampling, q = cohort / "
+        "population), but under fedbuff a client joins whichever group is open when it becomes "
+        "free, so who contributes follows the clients' speed, not a random draw; leave one of "
+        "them out");
+  }
+  if (c.train().scaffold()) {
+    return InvalidArgumentError(
+        "fedbuff and train.scaffold are not built together: SCAFFOLD's server variate c must "
+        "take each group's variate changes in full (c stays the mean of the clients' c_i) "
+        "while the group's model mean is weighed by its staleness, and the buffered step "
+        "weighs the whole vector; leave one of them out");
+  }
+  if (c.rounds().federated_eval_every() > 0) {
+    return InvalidArgumentError(
+        "fedbuff and rounds.federated_eval_every are not built together: federated evaluation "
+        "scores the model a synchronous round starts from, and groups in flight start from "
+        "different versions; set rounds.federated_eval_every to 0 (the coordinator still "
+        "evaluates each version centrally)");
+  }
+  return OkStatus();
+}
+
 // What replaces or rescales the weighted mean: a robust rule, central DP,
 // FedNova, SCAFFOLD.
 Status CheckAggregationRules(const RunConfig& c) {
@@ -913,6 +990,7 @@ Status ValidateRunConfig(const RunConfig& c) {
         "secagg.aggregation is PLAIN; plain rounds reject an update above "
         "server.max_update_norm instead");
   }
+  if (c.has_fedbuff()) COHORT_RETURN_IF_ERROR(CheckFedBuff(c));
   return CheckAggregationRules(c);
 }
 

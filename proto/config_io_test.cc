@@ -690,6 +690,62 @@ TEST(ConfigTest, ScaffoldNeedsSgdAndPlainSums) {
   }
 }
 
+// FedBuff (issue 34, item 5): groups of buffer_size, concurrency a multiple
+// of it, and every setting that needs whole synchronous cohorts refused,
+// naming both fields and why.
+TEST(ConfigTest, FedBuffGroupsAndWhatDoesNotComposeWithThem) {
+  EXPECT_EQ(ErrorOf("fedbuff {}"), "");
+  EXPECT_EQ(ErrorOf("fedbuff { buffer_size: 5 concurrency: 15 } rounds { min_clients: 4 }"), "");
+  // Per group, FedNova's normalised mean and (plain) a robust rule compose.
+  EXPECT_EQ(ErrorOf("fedbuff { buffer_size: 5 concurrency: 10 } train { fednova: true }"), "");
+  EXPECT_EQ(ErrorOf("fedbuff { buffer_size: 5 concurrency: 10 } secagg { aggregation: PLAIN } "
+                    "server { robust { rule: MEDIAN } }"),
+            "");
+  EXPECT_EQ(ErrorOf("fedbuff { buffer_size: 2 concurrency: 4 } secagg { aggregation: PLAIN }"), "");
+  const std::string plain = "secagg { aggregation: PLAIN } ";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"fedbuff { buffer_size: 0 }", "fedbuff.buffer_size: must be in [1, 100000], got 0"},
+      {"fedbuff { buffer_size: 4 concurrency: 10 }",
+       "fedbuff.concurrency: must be a multiple of fedbuff.buffer_size 4 (the clients of the "
+       "groups in flight), at most 100000, got 10"},
+      {"fedbuff { buffer_size: 4 concurrency: 2 }",
+       "fedbuff.concurrency: must be a multiple of fedbuff.buffer_size 4"},
+      {"fedbuff { buffer_size: 2 concurrency: 4 }",
+       "fedbuff.buffer_size: each group is one secure aggregation (secagg.aggregation "
+       "SECAGG_PLUS), which needs >= 3 clients (with 2, each could subtract its own update from "
+       "the sum and learn the other's); got 2"},
+      {"fedbuff { buffer_size: 3 concurrency: 6 } rounds { min_clients: 5 }",
+       "fedbuff.buffer_size 3 is below rounds.min_clients 5: a group commits only with "
+       "rounds.min_clients updates, so no group could ever commit"},
+      {"fedbuff {} rounds { max_clients_per_round: 8 }",
+       "rounds.max_clients_per_round: fedbuff.buffer_size sets how many clients each group has; "
+       "leave rounds.max_clients_per_round at 0 and rounds.fraction at 1"},
+      {"fedbuff {} rounds { fraction: 0.5 }",
+       "rounds.fraction: fedbuff.buffer_size sets how many clients each group has"},
+      {"mode: DATA_PARALLEL data { train_shard: \"t\" } fedbuff {}",
+       "fedbuff: buffered asynchronous aggregation folds federated clients' updates; mode: "
+       "DATA_PARALLEL workers step together on all-reduced gradients and have no updates to "
+       "buffer"},
+      {plain + "fedbuff {} privacy { noise_multiplier: 1 clip_norm: 1 }",
+       "fedbuff and privacy do not compose: privacy's accountant takes each round's cohort as a "
+       "random sample of the clients (amplification by subsampling, q = cohort / population), "
+       "but under fedbuff a client joins whichever group is open when it becomes free, so who "
+       "contributes follows the clients' speed, not a random draw; leave one of them out"},
+      {"fedbuff {} train { scaffold: true }",
+       "fedbuff and train.scaffold are not built together: SCAFFOLD's server variate c must take "
+       "each group's variate changes in full (c stays the mean of the clients' c_i) while the "
+       "group's model mean is weighed by its staleness, and the buffered step weighs the whole "
+       "vector; leave one of them out"},
+      {"fedbuff {} rounds { federated_eval_every: 5 }",
+       "fedbuff and rounds.federated_eval_every are not built together: federated evaluation "
+       "scores the model a synchronous round starts from, and groups in flight start from "
+       "different versions; set rounds.federated_eval_every to 0"},
+  };
+  for (const auto& [text, message] : bad) {
+    EXPECT_TRUE(Contains(ErrorOf(text), "x.textproto: " + message)) << ErrorOf(text);
+  }
+}
+
 // Central DP (issue 34): plain federated rounds only, and its numbers in range.
 TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
   const std::string plain = "secagg { aggregation: PLAIN } ";

@@ -195,11 +195,32 @@ bool IsSecAgg(const wire::Header& h) {
   }
 }
 
+// A RoundEngine behind the interface the simulation drives.
+class RoundEngineDriver final : public coordinator::ProtocolEngine {
+ public:
+  explicit RoundEngineDriver(coordinator::RoundEngine* engine) : engine_(engine) {}
+  std::vector<coordinator::Outgoing> OnMessage(
+      const std::string& peer, const net::Envelope& envelope, TimeMs now,
+      const coordinator::AuthenticatedPeer* sender) override {
+    return engine_->OnMessage(peer, envelope, now, sender);
+  }
+  std::vector<coordinator::Outgoing> OnTick(TimeMs now) override { return engine_->OnTick(now); }
+  std::optional<TimeMs> NextWakeup() const override { return engine_->NextWakeup(); }
+  bool done() const override { return engine_->done(); }
+  uint32_t last_committed_round() const override { return engine_->last_committed_round(); }
+  std::vector<store::RoundRecord> TakeCommitted() override { return engine_->TakeCommitted(); }
+  const Status& store_error() const override { return engine_->store_error(); }
+
+ private:
+  coordinator::RoundEngine* engine_;
+};
+
 // The engine, the sessions and the executors wired together.
 class Simulation {
  public:
   Simulation(const SimOptions& options, coordinator::OpenRun& run,
-             std::vector<VirtualClient>& clients, Executors& pool)
+             coordinator::ProtocolEngine* engine, std::vector<VirtualClient>& clients,
+             Executors& pool)
       : config_(options.config),
         dropout_(options.dropout),
         availability_(options.availability),
@@ -208,7 +229,7 @@ class Simulation {
         sample_ms_(options.sample_ms),
         latency_ms_(options.latency_ms),
         store_(run.store.get()),
-        engine_(run.engine.get()),
+        engine_(engine),
         clients_(clients),
         pool_(pool),
         max_in_flight_(2 * pool.size()) {
@@ -499,10 +520,15 @@ class Simulation {
       return;
     }
     auto clients = store_->ClientRounds(r.round);
-    // clock_seconds: the round on the virtual clock, beside the wall time.
-    std::printf("%s\n", coordinator::RoundJson(
-                            r, clients.ok() ? *clients : std::vector<store::ClientRoundRecord>{})
-                            .c_str());
+    // clock_seconds: the round on the virtual clock, beside the wall time;
+    // virtual_time_s: the virtual clock at its commit (FedBuff's groups
+    // overlap, so their clock_seconds do not add up to it).
+    std::string json = coordinator::RoundJson(
+        r, clients.ok() ? *clients : std::vector<store::ClientRoundRecord>{});
+    char at[64];
+    std::snprintf(at, sizeof(at), ",\"virtual_time_s\":%.3f}", now_ / 1000.0);
+    if (!json.empty() && json.back() == '}') json.replace(json.size() - 1, 1, at);
+    std::printf("%s\n", json.c_str());
     std::fflush(stdout);
   }
 
@@ -521,9 +547,9 @@ class Simulation {
   // The live line's clock: real time, since it tells a person how long a
   // round takes on this machine; nothing it reads is stored or decides.
   Env* display_env_ = Env::Default();
-  coordinator::RoundEngine* engine_;
+  coordinator::ProtocolEngine* engine_;  // Synchronous rounds or FedBuff's groups.
   std::vector<VirtualClient>& clients_;
-  std::vector<coordinator::RoundEngine::AuthenticatedPeer> senders_;  // By client.
+  std::vector<coordinator::AuthenticatedPeer> senders_;  // By client.
   // Every session's next wakeup, so that the earliest and the sessions due
   // cost O(log n) a step instead of a pass over every client.
   std::set<std::pair<TimeMs, int>> wakeups_;
@@ -573,10 +599,11 @@ std::string Number(double v) {
 
 // The clients a round needs at once: rounds.start_clients and min_clients,
 // and 3 for secure aggregation.
+// With fedbuff, a group's fedbuff.buffer_size.
 uint32_t NeededClients(const config::RunConfig& c) {
-  return std::max<uint32_t>(c.rounds().start_clients(),
-                            std::max<uint32_t>(c.rounds().min_clients(),
-                                               c.secagg().aggregation() != config::PLAIN ? 3 : 1));
+  const uint32_t group = c.has_fedbuff() ? c.fedbuff().buffer_size() : 0;
+  return std::max<uint32_t>({c.rounds().start_clients(), c.rounds().min_clients(),
+                             c.secagg().aggregation() != config::PLAIN ? 3u : 1u, group});
 }
 
 // Availability that cannot finish a run (--availability 1e-300 was
@@ -638,7 +665,8 @@ Status CheckSimOptions(const SimOptions& o, size_t clients) {
   const uint32_t needed = NeededClients(o.config);
   if (needed > clients) {
     return InvalidArgumentError("simulate: the config needs " + std::to_string(needed) +
-                                " clients to start a round (rounds.start_clients, min_clients), " +
+                                " clients to start a round (rounds.start_clients, min_clients" +
+                                (o.config.has_fedbuff() ? ", fedbuff.buffer_size), " : "), ") +
                                 (o.shards.empty() ? std::string("the split") : o.shards) + " has " +
                                 std::to_string(clients));
   }
@@ -654,6 +682,12 @@ Status CheckSimOptions(const SimOptions& o, size_t clients) {
   }
   if (!(o.dropout >= 0 && o.dropout <= 1)) {
     return InvalidArgumentError("simulate: --dropout must be in [0, 1]");
+  }
+  if (o.dropout > 0 && o.config.has_fedbuff()) {
+    return InvalidArgumentError(
+        "simulate: --dropout draws each client's dropout per round, and fedbuff's groups are "
+        "not rounds of the run; it is not simulated with fedbuff yet (stragglers, "
+        "--speed-sigma, still drop out of their group at its deadline)");
   }
   return CheckMisbehave(o);
 }
@@ -709,11 +743,10 @@ Status SetUpClient(VirtualClient& c, const SimOptions& o, const train::Model& mo
 // train.scaffold: the virtual clients' c_i live in the simulator's memory,
 // so a resume would start them at zeros while the stored c counts their
 // changes: refused.
-Status CheckScaffoldResume(const SimOptions& o, const coordinator::OpenRun& run) {
-  if (!o.config.train().scaffold() || run.engine->last_committed_round() == 0) return OkStatus();
+Status CheckScaffoldResume(const SimOptions& o, const coordinator::ProtocolEngine& engine) {
+  if (!o.config.train().scaffold() || engine.last_committed_round() == 0) return OkStatus();
   return FailedPreconditionError(
-      "cohort simulate: " + o.run_dir + " holds " +
-      std::to_string(run.engine->last_committed_round()) +
+      "cohort simulate: " + o.run_dir + " holds " + std::to_string(engine.last_committed_round()) +
       " committed rounds of a train.scaffold run; the virtual clients' control variates were "
       "kept in memory only, so it cannot be resumed (start it in a new --run-dir)");
 }
@@ -835,11 +868,15 @@ Status RunEngine(const SimOptions& o_in, MpiRanks* ranks, const std::atomic<bool
       coordinator::OpenRun run,
       coordinator::OpenFederatedRun(o.config, o.run_dir, in_memory_test ? &test : nullptr,
                                     "cohort simulate"));
-  if (run.engine->done()) {
-    spdlog::info("run already complete ({} rounds committed)", run.engine->last_committed_round());
+  std::unique_ptr<RoundEngineDriver> rounds;
+  coordinator::ProtocolEngine* engine = run.fedbuff.get();
+  if (engine == nullptr)
+    engine = (rounds = std::make_unique<RoundEngineDriver>(run.engine.get())).get();
+  if (engine->done()) {
+    spdlog::info("run already complete ({} rounds committed)", engine->last_committed_round());
     return OkStatus();
   }
-  COHORT_RETURN_IF_ERROR(CheckScaffoldResume(o, run));
+  COHORT_RETURN_IF_ERROR(CheckScaffoldResume(o, *engine));
   const std::set<size_t> misbehaving = Misbehaving(o, clients.size());
   for (size_t i = 0; i < clients.size(); ++i) {
     client::FaultPlan plan;
@@ -856,9 +893,10 @@ Status RunEngine(const SimOptions& o_in, MpiRanks* ranks, const std::atomic<bool
   } else {
     where = "on " + std::to_string(ranks->size() - 1) + " hosting ranks";
   }
-  spdlog::info("simulating {} clients ({} executors {}), run {}, {} parameters", clients.size(),
-               executors->size(), where, o.config.name(), run.engine->num_params());
-  Simulation simulation(o, run, clients, *executors);
+  spdlog::info("simulating {} clients ({} executors {}), run {}, {} parameters{}", clients.size(),
+               executors->size(), where, o.config.name(), run.model->num_params(),
+               o.config.has_fedbuff() ? ", buffered asynchronous aggregation (fedbuff)" : "");
+  Simulation simulation(o, run, engine, clients, *executors);
   return simulation.Run(stop);
 }
 

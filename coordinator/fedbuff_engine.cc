@@ -1,0 +1,348 @@
+#include "coordinator/fedbuff_engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/rng.h"
+#include "crypto/digest.h"
+#include "proto/config_io.h"
+
+namespace cohort::coordinator {
+namespace {
+
+// The groups' engines log through the coordinator's sinks at warn and
+// above: each group is a whole run of one round, whose info lines (round
+// waits, run finished) would drown the versions'.
+std::unique_ptr<Env> GroupEnv(Env* base) {
+  const auto& sinks = spdlog::default_logger()->sinks();
+  auto log = std::make_shared<spdlog::logger>("fedbuff-group", sinks.begin(), sinks.end());
+  log->set_level(std::max(spdlog::default_logger()->level(), spdlog::level::warn));
+  return std::make_unique<LogRedirectEnv>(base, std::move(log));
+}
+
+bool AllFinite(std::span<const float> v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<FedBuffEngine>> FedBuffEngine::Create(const config::RunConfig& config,
+                                                               std::vector<float> init_model,
+                                                               store::RunStore* store,
+                                                               Evaluator evaluator,
+                                                               std::string code_version, Env* env) {
+  COHORT_RETURN_IF_ERROR(config::ValidateRunConfig(config));
+  if (!config.has_fedbuff()) {
+    return InvalidArgumentError("fedbuff: the config does not ask for buffered aggregation");
+  }
+  std::unique_ptr<FedBuffEngine> engine(new FedBuffEngine(config, store, env));
+  const bool evaluates = static_cast<bool>(evaluator);
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<Strategy> inner,
+                          MakeStrategy(config, std::move(evaluator)));
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<FedBuffStrategy> buffered,
+                          FedBuffStrategy::Wrap(std::move(inner), config));
+  engine->fedbuff_ = buffered.get();
+  engine->strategy_ = std::move(buffered);
+  COHORT_RETURN_IF_ERROR(
+      engine->OpenStore(std::move(init_model), std::move(code_version), evaluates));
+  engine->done_ = engine->version_ >= config.rounds().num_rounds();
+  return engine;
+}
+
+FedBuffEngine::FedBuffEngine(const config::RunConfig& config, store::RunStore* store, Env* env)
+    : config_(config),
+      store_(store),
+      env_(env),
+      group_env_(GroupEnv(env)),
+      clients_(static_cast<TimeMs>(std::llround(double{config.rounds().client_timeout_s()} * 1000)),
+               env) {}
+
+Status FedBuffEngine::OpenStore(std::vector<float> init_model, std::string code_version,
+                                bool evaluates) {
+  const std::string text = config::ToText(config_);
+  COHORT_ASSIGN_OR_RETURN(std::optional<store::RunInfo> existing, store_->LoadRun());
+  // As RoundEngine's: the config is fixed at the first committed version.
+  const bool replace =
+      existing.has_value() && existing->last_round == 0 && existing->config_text != text;
+  if (!existing.has_value() || replace) {
+    if (init_model.empty()) return InvalidArgumentError("initial model is empty");
+    store::RunInfo info{text,
+                        config_.seed(),
+                        std::move(code_version),
+                        0,
+                        crypto::Sha256Hex(text),
+                        config_.fedbuff().concurrency(),
+                        evaluates ? "cpu" : ""};
+    store::Checkpoint initial{0, init_model, {}};
+    strategy_->SaveState(initial);
+    COHORT_RETURN_IF_ERROR(replace ? store_->ReplaceUncommittedRun(info, initial)
+                                   : store_->CreateRun(info, initial));
+    global_ = std::move(init_model);
+    return OkStatus();
+  }
+  COHORT_RETURN_IF_ERROR(config::CheckResumable(existing->config_text, config_));
+  COHORT_ASSIGN_OR_RETURN(store::Checkpoint cp, store_->LatestCheckpoint());
+  if (cp.round != existing->last_round) {
+    return DataLossError("newest checkpoint is of version " + std::to_string(cp.round) +
+                         " but version " + std::to_string(existing->last_round) + " was committed");
+  }
+  if (!init_model.empty() && cp.model.size() != init_model.size()) {
+    return FailedPreconditionError("checkpoint has " + std::to_string(cp.model.size()) +
+                                   " parameters, the model has " +
+                                   std::to_string(init_model.size()));
+  }
+  COHORT_RETURN_IF_ERROR(strategy_->LoadState(cp));
+  global_ = std::move(cp.model);
+  version_ = cp.round;
+  env_->Log().info(
+      "fedbuff: resuming after committed version {}; groups in flight when the run stopped are "
+      "abandoned, every client starts free",
+      version_);
+  return OkStatus();
+}
+
+std::vector<Outgoing> FedBuffEngine::OnMessage(const std::string& peer,
+                                               const net::Envelope& envelope, TimeMs now,
+                                               const AuthenticatedPeer* sender) {
+  std::vector<Outgoing> out;
+  const wire::Header& h = envelope.header;
+  if (h.body_case() == wire::Header::kHello) {
+    OnHello(peer, envelope, now, sender, out);
+  } else if (const std::string* registered = clients_.NameOf(peer); registered == nullptr) {
+    out.push_back(ErrorMessage(peer, wire::UNKNOWN_CLIENT, "unknown client; send hello", version_));
+  } else if (sender != nullptr && *registered != sender->name) {
+    out.push_back(ErrorMessage(peer, wire::UNKNOWN_CLIENT,
+                               "this connection is registered as another client; send hello",
+                               version_));
+  } else {
+    const std::string name = *registered;
+    clients_.Seen(name, now);
+    if (!done_) {
+      Route(name, peer, envelope, now, out);
+    } else if (h.has_heartbeat() && h.heartbeat().finished()) {
+      clients_.AcknowledgeFinish(name);
+    } else {
+      out.push_back(FinishedMessage(peer, version_));
+    }
+  }
+  CloseDoneGroups(now, out);
+  return out;
+}
+
+void FedBuffEngine::OnHello(const std::string& peer, const net::Envelope& envelope, TimeMs now,
+                            const AuthenticatedPeer* sender, std::vector<Outgoing>& out) {
+  const wire::Hello& hello = envelope.header.hello();
+  std::optional<crypto::Ed25519Public> identity;
+  const bool secure = config_.secagg().aggregation() != config::PLAIN;
+  if (auto refusal = clients_.CheckHello(hello, sender, secure, identity)) {
+    out.push_back(refusal->malformed
+                      ? ErrorMessage(peer, wire::MALFORMED, refusal->reason, version_)
+                      : RejectMessage(peer, refusal->reason));
+    return;
+  }
+  const std::string& name = hello.client_name();
+  clients_.Register(peer, hello, identity, now);
+  out.push_back(WelcomeMessage(peer, name, config_, static_cast<uint32_t>(global_.size())));
+  if (done_) {
+    out.push_back(FinishedMessage(peer, version_));
+    return;
+  }
+  auto [it, is_new] = members_.try_emplace(name);
+  Member& m = it->second;
+  m.peer = peer;
+  m.hello = envelope;
+  m.sender = sender != nullptr ? std::optional<AuthenticatedPeer>(*sender) : std::nullopt;
+  if (is_new) {
+    free_.push_back(name);
+  } else if (m.group != 0) {
+    // Its group's engine decides what a reconnection means for the round.
+    Forward(groups_.at(m.group).engine->OnMessage(peer, envelope, now, sender), out);
+  }
+  MaybeOpenGroups(now, out);
+}
+
+void FedBuffEngine::Route(const std::string& name, const std::string& peer,
+                          const net::Envelope& envelope, TimeMs now, std::vector<Outgoing>& out) {
+  const Member& m = members_.at(name);
+  if (m.group != 0) {
+    Forward(
+        groups_.at(m.group).engine->OnMessage(peer, envelope, now, m.sender ? &*m.sender : nullptr),
+        out);
+    return;
+  }
+  switch (envelope.header.body_case()) {
+    case wire::Header::kHeartbeat:
+      out.push_back(HeartbeatAckMessage(peer));
+      return;
+    case wire::Header::kGoodbye:
+      return;  // Leaving a group that is already closed.
+    default:
+      out.push_back(ErrorMessage(peer, wire::STALE,
+                                 "no group of this run waits on " + name +
+                                     " (its group has closed); wait for the next task",
+                                 version_));
+  }
+}
+
+void FedBuffEngine::Forward(std::vector<Outgoing> from_group, std::vector<Outgoing>& out) {
+  for (Outgoing& o : from_group) {
+    const auto body = o.header.body_case();
+    if (body == wire::Header::kWelcome || body == wire::Header::kFinished) continue;
+    out.push_back(std::move(o));
+  }
+}
+
+void FedBuffEngine::MaybeOpenGroups(TimeMs now, std::vector<Outgoing>& out) {
+  const uint32_t k = config_.fedbuff().buffer_size();
+  const size_t max_groups = config_.fedbuff().concurrency() / k;
+  while (!done_ && store_error_.ok() && groups_.size() < max_groups && free_.size() >= k) {
+    Status opened = OpenGroup(now, out);
+    if (!opened.ok()) store_error_ = opened.WithContext("fedbuff: opening a group");
+  }
+}
+
+config::RunConfig FedBuffEngine::GroupConfig(uint64_t id) const {
+  config::RunConfig g = config_;
+  g.clear_fedbuff();
+  // Each group's tasks train with seeds of their own (the strategy seeds
+  // by the config's seed and the round, 1 in every group).
+  g.set_seed(DeriveSeed(config_.seed(), 0xfedb0ff, id));
+  config::RoundsConfig& r = *g.mutable_rounds();
+  r.set_num_rounds(1);
+  r.set_start_clients(config_.fedbuff().buffer_size());
+  r.set_keep_checkpoints(1);
+  config::ServerConfig& s = *g.mutable_server();
+  s.set_optimizer(config::FEDAVG);
+  s.set_learning_rate(1);
+  s.set_momentum(0);
+  s.clear_beta_1();
+  s.clear_beta_2();
+  s.clear_tau();
+  return g;
+}
+
+Status FedBuffEngine::OpenGroup(TimeMs now, std::vector<Outgoing>& out) {
+  Group g;
+  g.id = next_group_++;
+  g.base_version = version_;
+  g.base = global_;
+  for (uint32_t i = 0; i < config_.fedbuff().buffer_size(); ++i) {
+    g.members.push_back(std::move(free_.front()));
+    free_.pop_front();
+  }
+  std::sort(g.members.begin(), g.members.end());
+  COHORT_ASSIGN_OR_RETURN(g.store, store::OpenSqliteRunStore(":memory:", env_));
+  COHORT_ASSIGN_OR_RETURN(g.engine,
+                          RoundEngine::Create(GroupConfig(g.id), g.base, g.store.get(), Evaluator(),
+                                              "fedbuff group", group_env_.get()));
+  Group& placed = groups_.emplace(g.id, std::move(g)).first->second;
+  env_->Log().debug("fedbuff: group {} of {} clients from version {}", placed.id,
+                    placed.members.size(), placed.base_version);
+  // Its engine registers the members as a coordinator would; the last
+  // Hello starts its round (rounds.start_clients is the group's size).
+  for (const std::string& name : placed.members) {
+    Member& m = members_.at(name);
+    m.group = placed.id;
+    Forward(placed.engine->OnMessage(m.peer, m.hello, now, m.sender ? &*m.sender : nullptr), out);
+  }
+  return OkStatus();
+}
+
+void FedBuffEngine::CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out) {
+  const uint32_t versions = config_.rounds().num_rounds();
+  for (auto it = groups_.begin(); it != groups_.end() && version_ < versions;) {
+    Group& g = it->second;
+    if (!g.engine->store_error().ok()) store_error_ = g.engine->store_error();
+    if (!g.engine->done()) {
+      ++it;
+      continue;
+    }
+    const std::vector<store::RoundRecord> records = g.engine->TakeCommitted();
+    if (!records.empty() && records.back().outcome == "committed") {
+      if (Status applied = ApplyGroup(g, records.back()); !applied.ok()) store_error_ = applied;
+    } else {
+      env_->Log().warn("fedbuff: group {} (from version {}) aborted: {}; the model is unchanged",
+                       g.id, g.base_version,
+                       records.empty() ? "no record" : records.back().outcome_reason);
+    }
+    for (const std::string& name : g.members) {
+      members_.at(name).group = 0;
+      free_.push_back(name);
+    }
+    it = groups_.erase(it);
+  }
+  if (!done_ && version_ >= versions) Finish(out);
+  MaybeOpenGroups(now, out);
+}
+
+Status FedBuffEngine::ApplyGroup(Group& g, const store::RoundRecord& group_record) {
+  // The group's server step was FedAvg at learning rate 1 from g.base.
+  const std::span<const float> after = g.engine->global_model();
+  std::vector<float> mean(after.size());
+  for (size_t i = 0; i < mean.size(); ++i) mean[i] = after[i] - g.base[i];
+  const uint32_t staleness = version_ - g.base_version;
+  std::vector<float> model = global_;
+  fedbuff_->SetStaleness(staleness);
+  Status stepped = strategy_->Aggregate(mean, model);
+  if (stepped.ok() && !AllFinite(model)) {
+    stepped = FailedPreconditionError("the step gives values that are not finite");
+  }
+  StatusOr<std::optional<EvalMetrics>> metrics =
+      stepped.ok() ? strategy_->Evaluate(model) : StatusOr<std::optional<EvalMetrics>>(stepped);
+  if (!metrics.ok()) {
+    env_->Log().error("fedbuff: group {} not applied: {}; the model is unchanged", g.id,
+                      metrics.status().message());
+    return OkStatus();
+  }
+  strategy_->CommitAggregate();
+  global_ = std::move(model);
+  return CommitVersion(g, group_record, staleness, metrics->value_or(EvalMetrics{-1, -1}));
+}
+
+Status FedBuffEngine::CommitVersion(const Group& g, store::RoundRecord record, uint32_t staleness,
+                                    const EvalMetrics& metrics) {
+  record.round = version_ + 1;
+  record.test_accuracy = metrics.accuracy;
+  record.test_loss = metrics.loss;
+  COHORT_ASSIGN_OR_RETURN(std::vector<store::ClientRoundRecord> clients, g.store->ClientRounds(1));
+  store::Checkpoint cp{record.round, global_, {}};
+  strategy_->SaveState(cp);
+  COHORT_RETURN_IF_ERROR(
+      store_->CommitRound(record, clients, cp, config_.rounds().keep_checkpoints()));
+  version_ = record.round;
+  committed_.push_back(record);
+  env_->Log().info(
+      "fedbuff: version {}: group {} ({} of {} clients) from version {}, staleness {}, weight "
+      "{:.4f}",
+      version_, g.id, record.participants, record.selected, g.base_version, staleness,
+      FedBuffStalenessWeight(staleness));
+  return OkStatus();
+}
+
+void FedBuffEngine::Finish(std::vector<Outgoing>& out) {
+  done_ = true;
+  env_->Log().info("run finished after {} versions ({} groups still in flight are dropped)",
+                   version_, groups_.size());
+  groups_.clear();
+  free_.clear();
+  for (const auto& [name, m] : members_) out.push_back(FinishedMessage(m.peer, version_));
+}
+
+std::vector<Outgoing> FedBuffEngine::OnTick(TimeMs now) {
+  std::vector<Outgoing> out;
+  for (auto& [id, g] : groups_) Forward(g.engine->OnTick(now), out);
+  CloseDoneGroups(now, out);
+  return out;
+}
+
+std::optional<TimeMs> FedBuffEngine::NextWakeup() const {
+  std::optional<TimeMs> next;
+  for (const auto& [id, g] : groups_) {
+    if (auto w = g.engine->NextWakeup(); w && (!next || *w < *next)) next = w;
+  }
+  return next;
+}
+
+}  // namespace cohort::coordinator

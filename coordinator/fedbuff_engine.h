@@ -1,0 +1,139 @@
+// Buffered asynchronous aggregation (FedBuff, Nguyen et al. 2022) as a
+// sans-I/O engine beside RoundEngine (config section fedbuff).
+//
+// Secure aggregation agrees masks among a fixed set of clients before any
+// of them masks, so a buffer cannot be filled by whoever happens to finish.
+// Instead, the clients are put into groups as they become free: whenever
+// fewer than fedbuff.concurrency / buffer_size groups are in flight and
+// buffer_size clients are free, the first of them (in the order they became
+// free) form a group, which gets the current model version. A group is one
+// ordinary round of RoundEngine, with its own in-memory store: its tasks,
+// its SecAgg+ session (stragglers still training at its deadline are
+// dropouts of it), its sum and mean. Groups overlap in time; when one
+// closes, its mean is folded into the global model weighed by its staleness
+// (the versions applied since its model was sent) through the configured
+// server step (FedBuffStrategy), the version is committed to the run's
+// store as the next round, and its clients are free again.
+//
+// Inside a group the configured per-round rules apply unchanged (FedNova's
+// normalised mean, a plain run's robust rule); the group's own server step
+// is plain FedAvg at learning rate 1, so its model minus the model it
+// started from is its mean.
+//
+// Resume: the store holds each version with the server state. Groups in
+// flight when the coordinator stopped are abandoned; a restarted engine
+// starts from the last committed version with every client free and forms
+// groups as a new run would.
+#ifndef COHORT_COORDINATOR_FEDBUFF_ENGINE_H_
+#define COHORT_COORDINATOR_FEDBUFF_ENGINE_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/env.h"
+#include "coordinator/protocol_engine.h"
+#include "coordinator/round_engine.h"
+#include "coordinator/strategy.h"
+#include "coordinator/strategy_fedbuff.h"
+#include "proto/config.pb.h"
+#include "store/run_store.h"
+
+namespace cohort::coordinator {
+
+class FedBuffEngine final : public ProtocolEngine {
+ public:
+  // As RoundEngine::Create: opens the run in `store` (created from
+  // `init_model`, or resumed after its last committed version). `config`
+  // must have a fedbuff section (kInvalidArgument otherwise).
+  static StatusOr<std::unique_ptr<FedBuffEngine>> Create(
+      const config::RunConfig& config, std::vector<float> init_model, store::RunStore* store,
+      Evaluator evaluator, std::string code_version, Env* env = Env::Default());
+
+  // ProtocolEngine. A client's messages go to its group's engine; Hello,
+  // heartbeats and the messages of a client in no group are answered here.
+  std::vector<Outgoing> OnMessage(const std::string& peer, const net::Envelope& envelope,
+                                  TimeMs now, const AuthenticatedPeer* sender) override;
+  std::vector<Outgoing> OnTick(TimeMs now) override;
+  std::optional<TimeMs> NextWakeup() const override;
+  bool done() const override { return done_; }
+  uint32_t last_committed_round() const override { return version_; }
+  std::vector<store::RoundRecord> TakeCommitted() override { return std::exchange(committed_, {}); }
+  const Status& store_error() const override { return store_error_; }
+
+  std::span<const float> global_model() const { return global_; }
+  size_t num_params() const { return global_.size(); }
+  size_t groups_in_flight() const { return groups_.size(); }
+
+ private:
+  // A registered client: where it is, the Hello to replay to each group's
+  // engine, and the group it trains in (0: free).
+  struct Member {
+    std::string peer;
+    net::Envelope hello;
+    std::optional<AuthenticatedPeer> sender;
+    uint64_t group = 0;
+  };
+  struct Group {
+    uint64_t id = 0;
+    uint32_t base_version = 0;
+    std::vector<float> base;  // The model its clients were sent.
+    std::vector<std::string> members;
+    std::unique_ptr<store::RunStore> store;
+    std::unique_ptr<RoundEngine> engine;
+  };
+
+  FedBuffEngine(const config::RunConfig& config, store::RunStore* store, Env* env);
+  // Creates the run in the store or resumes it (the strategy's state too).
+  Status OpenStore(std::vector<float> init_model, std::string code_version, bool evaluates);
+
+  void OnHello(const std::string& peer, const net::Envelope& envelope, TimeMs now,
+               const AuthenticatedPeer* sender, std::vector<Outgoing>& out);
+  // Routes `envelope` from `name` to its group's engine, or answers it.
+  void Route(const std::string& name, const std::string& peer, const net::Envelope& envelope,
+             TimeMs now, std::vector<Outgoing>& out);
+  // A group engine's messages to clients, less those this engine speaks for
+  // (Welcome, Finished).
+  static void Forward(std::vector<Outgoing> from_group, std::vector<Outgoing>& out);
+  // Opens groups while fewer than concurrency / buffer_size are in flight
+  // and buffer_size clients are free.
+  void MaybeOpenGroups(TimeMs now, std::vector<Outgoing>& out);
+  Status OpenGroup(TimeMs now, std::vector<Outgoing>& out);
+  // The config of group `id`'s engine: one round of buffer_size clients,
+  // its server step FedAvg at learning rate 1.
+  config::RunConfig GroupConfig(uint64_t id) const;
+  // Closes the groups whose engines are done: folds each committed one in,
+  // frees their clients; then opens what that allows.
+  void CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out);
+  // Folds group `g`'s mean into the global model and commits the version.
+  Status ApplyGroup(Group& g, const store::RoundRecord& group_record);
+  Status CommitVersion(const Group& g, store::RoundRecord record, uint32_t staleness,
+                       const EvalMetrics& metrics);
+  void Finish(std::vector<Outgoing>& out);
+
+  config::RunConfig config_;
+  store::RunStore* store_;
+  Env* env_;
+  std::unique_ptr<Env> group_env_;  // The groups' engines log warnings only.
+  std::unique_ptr<Strategy> strategy_;
+  FedBuffStrategy* fedbuff_ = nullptr;  // Inside strategy_.
+  std::vector<float> global_;
+  uint32_t version_ = 0;  // Last committed.
+  bool done_ = false;
+  ClientRegistry clients_;
+  std::map<std::string, Member> members_;  // By name.
+  std::deque<std::string> free_;           // In the order they became free.
+  std::map<uint64_t, Group> groups_;       // In flight, by id.
+  uint64_t next_group_ = 1;
+  std::vector<store::RoundRecord> committed_;
+  Status store_error_;
+};
+
+}  // namespace cohort::coordinator
+
+#endif  // COHORT_COORDINATOR_FEDBUFF_ENGINE_H_
