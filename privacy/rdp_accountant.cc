@@ -162,6 +162,21 @@ Status RdpAccountant::Compose(double q, double noise_multiplier, uint64_t steps)
   return OkStatus();
 }
 
+Status RdpAccountant::ComposeRdp(std::span<const double> rdp, uint64_t steps) {
+  if (rdp.size() != orders_.size()) {
+    return InvalidArgumentError("privacy accounting: " + std::to_string(rdp.size()) +
+                                " RDP values for " + std::to_string(orders_.size()) + " orders");
+  }
+  for (double r : rdp) {
+    if (!(r >= 0)) {
+      return InvalidArgumentError("privacy accounting: RDP value " + std::to_string(r) +
+                                  " is not >= 0");
+    }
+  }
+  for (size_t k = 0; k < orders_.size(); ++k) rdp_[k] += static_cast<double>(steps) * rdp[k];
+  return OkStatus();
+}
+
 StatusOr<PrivacySpent> RdpAccountant::Spent(double delta) const {
   return EpsilonFromRdp(orders_, rdp_, delta);
 }

@@ -72,6 +72,10 @@ class RdpAccountant {
   // [0, 1] or a noise multiplier that is not finite and > 0; the state is
   // then unchanged.
   Status Compose(double q, double noise_multiplier, uint64_t steps = 1);
+  // Adds `steps` steps of another mechanism whose RDP at orders()[k] is
+  // `rdp`[k] (privacy/skellam.h's). kInvalidArgument, the state unchanged,
+  // for a length other than orders()'s or a value that is NaN or < 0.
+  Status ComposeRdp(std::span<const double> rdp, uint64_t steps = 1);
   // ε at `delta` for everything composed so far.
   StatusOr<PrivacySpent> Spent(double delta) const;
 
