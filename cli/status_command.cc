@@ -108,9 +108,12 @@ void PrintPrivacy(const config::RunConfig& config, const std::vector<store::Roun
   const double eps = rounds.empty() ? 0 : std::max(0.0, rounds.back().dp_epsilon);
   const std::string q = SamplingRates(rounds);
   std::printf(
-      "privacy: DP-FedAvg, noise multiplier %g, clip norm %g; epsilon %.4g at delta %g after "
+      "privacy: %s, noise multiplier %g, clip norm %g; epsilon %.4g at delta %g after "
       "round %u (%s), accounted as Poisson sampling at q=%s (the cohort is a fixed-size "
       "sample; docs/privacy.md)\n",
+      p.mechanism() == config::DISTRIBUTED_SKELLAM
+          ? "distributed DP (Skellam noise from the clients under secure aggregation)"
+          : "DP-FedAvg",
       p.noise_multiplier(), p.clip_norm(), eps, p.target_delta(),
       rounds.empty() ? 0u : rounds.back().round,
       p.epsilon_budget() > 0 ? ("budget " + Number(p.epsilon_budget())).c_str() : "no budget",

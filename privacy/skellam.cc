@@ -109,9 +109,11 @@ std::string SkellamParams::Describe() const {
   return fmt::format(
       "scale 2^{} per unit, sensitivity on the grid L2 {:.6g} and L1 {:.6g}, noise variance "
       ">= {:.6g} (std {:.6g} = {:.6g} units) from >= {} survivors (each share {:.6g}); the "
-      "32-bit sum of <= {} inputs wraps with probability <= {:.3g} per round",
+      "32-bit sum of <= {} inputs wraps with probability <= {} per round (required: <= {:g})",
       std::ilogb(scale), l2_bound, l1_bound, variance, std::sqrt(variance),
-      std::sqrt(variance) / scale, min_survivors, share_variance(), max_clients, wrap_probability);
+      std::sqrt(variance) / scale, min_survivors, share_variance(), max_clients,
+      wrap_probability > 1e-300 ? fmt::format("{:.3g}", wrap_probability) : "1e-300",
+      kMaxWrapProbability);
 }
 
 StatusOr<SkellamParams> ChooseSkellamParams(double clip_norm, double noise_multiplier,
