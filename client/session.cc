@@ -404,11 +404,6 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
     Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
     return;
   }
-  if (secagg_->dp_scale == 0) {  // Distributed DP clips to its own L2 norm.
-    WarnAboutClipping(task.round, bounded.empty() ? local : bounded,
-                      bounded.empty() ? task.global : std::span<const float>(),
-                      secagg_->fixed_point.clip, result.mean_loss);
-  }
   // The metrics (and the rest) ride in the masked vector, after the delta:
   // the coordinator learns only their weighted means.
   float slots[aggregation::kSecureMetricSlots + aggregation::kSecureEvalSlots +
@@ -422,15 +417,9 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   // The coordinator cannot check a masked vector, so the client does: a
   // diverged update leaves the round (a dropout) instead of being encoded.
   const std::span<const float> tail(slots, num_slots);
-  if (secagg_->dp_scale > 0) {
-    if (!EncodeDistributedDp(task, local, tail, rng, encoded, a)) return;
-  } else if (!bounded.empty()) {
-    // Clipped: the scaled delta and the slots, encoded as one vector.
-    bounded.insert(bounded.end(), tail.begin(), tail.end());
-    aggregation::EncodeFixedPoint(bounded, secagg_->weight, secagg_->fixed_point, rng, encoded);
-  } else if (!aggregation::EncodeDelta(local, task.global, tail, secagg_->weight,
-                                       secagg_->fixed_point, rng, encoded)) {
-    Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
+  if (secagg_->dp_scale > 0
+          ? !EncodeDistributedDp(task, local, tail, rng, encoded, a)
+          : !EncodeFixedPointInput(task, local, bounded, tail, result.mean_loss, rng, encoded, a)) {
     return;
   }
   if (secagg_->variate_weight > 0) {
@@ -450,6 +439,25 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   masked.set_masked(true);
   secagg_->update = masked;
   if (secagg_->checked_in) SendMaskedInput(now, a);
+}
+
+bool Session::EncodeFixedPointInput(const TrainTask& task, std::span<const float> local,
+                                    std::vector<float>& bounded, std::span<const float> tail,
+                                    double loss, Rng& rng, std::vector<uint32_t>& encoded,
+                                    Actions& a) {
+  WarnAboutClipping(task.round, bounded.empty() ? local : bounded,
+                    bounded.empty() ? task.global : std::span<const float>(),
+                    secagg_->fixed_point.clip, loss);
+  if (!bounded.empty()) {
+    // Clipped: the scaled delta and the slots, encoded as one vector.
+    bounded.insert(bounded.end(), tail.begin(), tail.end());
+    aggregation::EncodeFixedPoint(bounded, secagg_->weight, secagg_->fixed_point, rng, encoded);
+  } else if (!aggregation::EncodeDelta(local, task.global, tail, secagg_->weight,
+                                       secagg_->fixed_point, rng, encoded)) {
+    Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
+    return false;
+  }
+  return true;
 }
 
 bool Session::EncodeDistributedDp(const TrainTask& task, std::span<const float> local,

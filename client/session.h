@@ -208,6 +208,12 @@ class Session {
                      double fednova_norm, std::span<float> slots) const;
   // SCAFFOLD under secure aggregation: Δc_i encoded with the variate's
   // weight, inserted after the delta (as many values as Δc_i) in `encoded`.
+  // Without distributed DP: the delta (`bounded` when the norm bound scaled
+  // it, else local - global) and the slots in fixed point, after a warning
+  // about what the encoding clips. False (and Refuse) on NaN or Inf.
+  bool EncodeFixedPointInput(const TrainTask& task, std::span<const float> local,
+                             std::vector<float>& bounded, std::span<const float> tail, double loss,
+                             Rng& rng, std::vector<uint32_t>& encoded, Actions& a);
   // Distributed DP: the delta (local - global) clipped, rounded and noised
   // with a fresh secret seed (env RandomBytes) into encoded[0, local.size()),
   // the slots after it in fixed point. False (and Refuse) when it cannot.
