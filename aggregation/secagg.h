@@ -95,6 +95,13 @@
 
 namespace cohort::aggregation {
 
+// Distributed DP (privacy/skellam.h): dp_grid > 0 says the delta's words
+// are the clients' noised integers on that grid.
+struct DistributedDpDecoding {
+  double dp_grid = 0;
+  double dp_denominator = 0;
+};
+
 // The hub's secure sum behind the Aggregator interface (aggregator.h):
 // Accept takes a masked input, Finalize unmasks and decodes the weighted
 // means (the delta, and the metrics from the slots after it). The stages
@@ -103,10 +110,14 @@ namespace cohort::aggregation {
 // evaluation, + kSecureFedNovaSlots with FedNova, fednova.h, in that
 // order); `cohort_weight` is W, the sum of the
 // cohort's registered sample counts that clients weigh their inputs by.
+//
+// With `ddp`.dp_grid > 0 the delta is decoded as int32(sum) /
+// dp_grid / dp_denominator (the cohort: DP-FedAvg's fixed denominator,
+// coordinator/strategy_dp.h) instead of the weighted mean.
 StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
     const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
     const FixedPoint& fixed_point, double cohort_weight, size_t num_params,
-    Env* env = Env::Default());
+    Env* env = Env::Default(), DistributedDpDecoding ddp = {});
 
 }  // namespace cohort::aggregation
 

@@ -189,6 +189,16 @@ struct SecAggSetup {
   // train.fednova: one more slot after those, the client's FedNova
   // normaliser (aggregation/fednova.h).
   bool fednova_slot = false;
+  // Distributed DP (config privacy.mechanism DISTRIBUTED_SKELLAM,
+  // privacy/skellam.h EncodeSkellam): the delta is clipped to L2 norm
+  // dp_clip_norm, put on the grid dp_scale, rounded within L2 norm
+  // dp_l2_bound and noised with Skellam of variance dp_share_variance per
+  // coordinate; the metric slots keep the fixed-point encoding above.
+  // dp_scale 0: no distributed DP.
+  double dp_clip_norm = 0;
+  double dp_scale = 0;
+  double dp_l2_bound = 0;
+  double dp_share_variance = 0;
 };
 
 // Who broke the protocol, and how (for the run store and the logs).

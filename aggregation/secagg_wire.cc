@@ -160,6 +160,10 @@ StatusOr<aggregation::SecAggSetup> FromWire(const wire::SecAggSetup& m) {
   s.eval_slots = m.eval_slots();
   s.l2_clip = m.l2_clip();
   s.fednova_slot = m.fednova_slot();
+  s.dp_clip_norm = m.dp_clip_norm();
+  s.dp_scale = m.dp_scale();
+  s.dp_l2_bound = m.dp_l2_bound();
+  s.dp_share_variance = m.dp_share_variance();
   return s;
 }
 
@@ -184,6 +188,10 @@ wire::SecAggSetup ToWire(const aggregation::SecAggSetup& s) {
   m.set_eval_slots(s.eval_slots);
   m.set_l2_clip(s.l2_clip);
   m.set_fednova_slot(s.fednova_slot);
+  m.set_dp_clip_norm(s.dp_clip_norm);
+  m.set_dp_scale(s.dp_scale);
+  m.set_dp_l2_bound(s.dp_l2_bound);
+  m.set_dp_share_variance(s.dp_share_variance);
   return m;
 }
 

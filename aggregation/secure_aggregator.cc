@@ -14,9 +14,11 @@ namespace {
 class SecureAggregator final : public Aggregator {
  public:
   SecureAggregator(const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
-                   const FixedPoint& fixed_point, double cohort_weight, size_t num_params, Env* env)
+                   const FixedPoint& fixed_point, double cohort_weight, size_t num_params, Env* env,
+                   DistributedDpDecoding ddp)
       : server_(params, std::move(identities), env),
         fixed_point_(fixed_point),
+        ddp_(ddp),
         cohort_weight_(cohort_weight),
         num_params_(num_params),
         length_(params.length) {}
@@ -43,6 +45,13 @@ class SecureAggregator final : public Aggregator {
     // by scale · Σ n_k / W for the weighted means.
     std::vector<float> mean(sum.size());
     DecodeFixedPoint(sum, weight_ / cohort_weight_, fixed_point_, mean);
+    if (ddp_.dp_grid > 0) {
+      // The clients' noised integers: their sum over the grid and the cohort.
+      for (size_t i = 0; i < num_params_; ++i) {
+        mean[i] = static_cast<float>(static_cast<double>(static_cast<int32_t>(sum[i])) /
+                                     ddp_.dp_grid / ddp_.dp_denominator);
+      }
+    }
     RoundMean out;
     const std::span<const float> tail = std::span<const float>(mean).subspan(num_params_);
     out.metrics = SlotsToMetrics(tail.first(kSecureMetricSlots), fixed_point_.clip);
@@ -66,6 +75,7 @@ class SecureAggregator final : public Aggregator {
  private:
   SecAggServer server_;
   FixedPoint fixed_point_;
+  DistributedDpDecoding ddp_;
   double cohort_weight_;
   size_t num_params_;
   size_t length_;      // num_params_ and the metric (and evaluation) slots.
@@ -77,7 +87,8 @@ class SecureAggregator final : public Aggregator {
 
 StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
     const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
-    const FixedPoint& fixed_point, double cohort_weight, size_t num_params, Env* env) {
+    const FixedPoint& fixed_point, double cohort_weight, size_t num_params, Env* env,
+    DistributedDpDecoding ddp) {
   if (num_params == 0) return InvalidArgumentError("secure aggregation: zero parameters");
   const size_t slots = params.length - std::min(params.length, num_params);
   if (slots != kSecureMetricSlots && slots != kSecureMetricSlots + kSecureEvalSlots &&
@@ -88,8 +99,11 @@ StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
                                 std::to_string(num_params) + " parameters");
   }
   if (!(cohort_weight > 0)) return InvalidArgumentError("secure aggregation: cohort weight 0");
+  if (ddp.dp_grid > 0 && !(ddp.dp_denominator >= 1)) {
+    return InvalidArgumentError("secure aggregation: distributed DP over an empty cohort");
+  }
   return std::unique_ptr<Aggregator>(new SecureAggregator(
-      params, std::move(identities), fixed_point, cohort_weight, num_params, env));
+      params, std::move(identities), fixed_point, cohort_weight, num_params, env, ddp));
 }
 
 }  // namespace cohort::aggregation

@@ -17,7 +17,14 @@ fixed-denominator mean cost without noise.
 
   /usr/bin/python3 bench/dp_accuracy.py [--cohort build/cli/cohort]
       [--clients 3000] [--per-round 150] [--rounds 50] [--clip 0.5]
-      [--epsilons 1,3,8] [--threads 2]
+      [--epsilons 1,3,8] [--threads 2] [--mechanism central|distributed]
+
+--mechanism distributed runs distributed DP instead (privacy.mechanism
+DISTRIBUTED_SKELLAM under SecAgg+: the clients' Skellam noise, shares sized
+for the whole cohort since the simulator drops nobody), with sigma from the
+independent Skellam accountant of tests/data/make_skellam_golden.py at the
+grid the coordinator picks for --dim values (privacy/skellam.cc), and no
+"none" or "clip only" rows (--baseline adds them back, under SecAgg+).
 
 Prints a Markdown table (epsilon target, sigma, the run's final epsilon,
 final and best test accuracy) and a JSON line.
@@ -34,6 +41,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "data"))
 import make_rdp_golden as rdp  # noqa: E402  (the independent accountant)
+import make_skellam_golden as skellam  # noqa: E402  (distributed DP's)
 from robust_bench import fmnist_partition  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*roundoff error.*")  # scipy's quad, at tiny q.
@@ -45,12 +53,23 @@ def epsilon(q, sigma, rounds):
     return rdp.epsilon([rdp.rdp(q, sigma, a) for a in rdp.ORDERS], rounds, DELTA)[0]
 
 
-def sigma_for(q, rounds, target):
+def skellam_epsilon(q, sigma, rounds, clip, dim):
+    """Distributed DP's epsilon at the grid ChooseSkellamParams picks (the
+    noise cap 2^21 binds at these cohorts: the wrap bound does not)."""
+    import math
+    scale = 2.0 ** math.floor(math.log2(2.0 ** 21 / (sigma * clip)))
+    l2 = skellam.l2_bound(scale * clip, dim)
+    l1 = l2 * min(math.sqrt(dim), l2)
+    return skellam.epsilon(q, l1, l2, (scale * sigma * clip) ** 2, rounds, DELTA)
+
+
+def sigma_for(q, rounds, target, eps=None):
     """The smallest sigma (to 1e-6) whose epsilon after `rounds` is <= target."""
+    eps = eps or (lambda q, sigma, rounds: epsilon(q, sigma, rounds))
     lo, hi = 0.1, 100.0
     while hi - lo > 1e-6:
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if epsilon(q, mid, rounds) > target else (lo, mid)
+        lo, hi = (mid, hi) if eps(q, mid, rounds) > target else (lo, mid)
     return hi * 1.0001  # Room for the two accountants' last digits.
 
 
@@ -62,7 +81,7 @@ model {{ arch: "lenet5" }}
 train {{ local_epochs: {args.local_epochs} batch_size: {args.batch} learning_rate: {args.lr} }}
 rounds {{ num_rounds: {args.rounds} min_clients: {args.per_round} start_clients: {args.clients}
           max_clients_per_round: {args.per_round} round_deadline_s: 3600 }}
-secagg {{ aggregation: PLAIN }}
+secagg {{ aggregation: {"SECAGG_PLUS" if args.mechanism == "distributed" else "PLAIN"} }}
 server {{ momentum: 0.9 max_update_norm: 0 }}
 {privacy}
 """
@@ -98,17 +117,25 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--keep", help="keep the runs in this new directory")
+    p.add_argument("--mechanism", choices=["central", "distributed"], default="central")
+    p.add_argument("--baseline", action="store_true",
+                   help="with --mechanism distributed: the none and clip-only rows too")
+    p.add_argument("--dim", type=int, default=44426,
+                   help="the model's values (Cohort's LeNet-5: 44,426)")
     args = p.parse_args()
     q = args.per_round / args.clients
     rows = []
     work = args.keep or tempfile.mkdtemp(prefix="dp-accuracy-")
     os.makedirs(work, exist_ok=True)
-    plan = [("none", None), ("clip only", 0.001)] + [
-        (e, sigma_for(q, args.rounds, float(e))) for e in args.epsilons.split(",")]
+    distributed = args.mechanism == "distributed"
+    eps_of = (lambda q, s, r: skellam_epsilon(q, s, r, args.clip, args.dim)) if distributed else None
+    plan = [] if distributed and not args.baseline else [("none", None), ("clip only", 0.001)]
+    plan += [(e, sigma_for(q, args.rounds, float(e), eps_of)) for e in args.epsilons.split(",")]
+    mechanism = " mechanism: DISTRIBUTED_SKELLAM" if distributed else ""
     for target, sigma in plan:
         budget = 0 if target == "clip only" else target
         privacy = "" if sigma is None else (
-            f"privacy {{ noise_multiplier: {sigma:.6f} clip_norm: {args.clip} "
+            f"privacy {{{mechanism} noise_multiplier: {sigma:.6f} clip_norm: {args.clip} "
             f"target_delta: {DELTA} epsilon_budget: {budget} }}")
         rounds, wall = run(args, work, f"eps-{target}".replace(" ", "-"), config(args, privacy))
         acc = [r["test_accuracy"] for r in rounds]
@@ -117,7 +144,8 @@ def main():
                      "final_accuracy": acc[-1], "best_accuracy": max(acc), "wall_s": wall})
         print(f"epsilon {target}: sigma {sigma}, run's epsilon {spent}, "
               f"final accuracy {acc[-1]:.4f} ({wall:.0f} s)", file=sys.stderr, flush=True)
-    print(f"Fashion-MNIST, LeNet-5, {args.clients} IID clients, {args.per_round} a round "
+    print(f"{args.mechanism} DP: "
+          f"Fashion-MNIST, LeNet-5, {args.clients} IID clients, {args.per_round} a round "
           f"(q = {q:g}), {args.rounds} rounds, {args.local_epochs} local epochs of batch "
           f"{args.batch} at lr {args.lr}, server momentum 0.9, clip norm {args.clip}, "
           f"delta {DELTA:g}, seed {args.seed}\n")
@@ -129,7 +157,8 @@ def main():
         eps = "—" if r["epsilon"] is None else f"{r['epsilon']:.4g}"
         print(f"| {r['target_epsilon']} | {sigma} | {eps} | {100 * r['final_accuracy']:.2f} % "
               f"| {100 * r['best_accuracy']:.2f} % |")
-    print(json.dumps({"bench": "dp_accuracy", "q": q, "rows": rows, "work": work}))
+    print(json.dumps({"bench": "dp_accuracy", "mechanism": args.mechanism, "q": q, "rows": rows,
+                      "work": work}))
 
 
 if __name__ == "__main__":

@@ -107,16 +107,28 @@ void PrintPrivacy(const config::RunConfig& config, const std::vector<store::Roun
   if (!config.has_privacy()) return;
   const config::PrivacyConfig& p = config.privacy();
   const double eps = rounds.empty() ? 0 : std::max(0.0, rounds.back().dp_epsilon);
-  const std::string q = SamplingRates(rounds);
+  std::string q = SamplingRates(rounds);
+  if (q.empty()) q = "cohort/clients";
+  const bool distributed = p.mechanism() == config::DISTRIBUTED_SKELLAM;
+  // What the accountant assumed, which is not the same for the two mechanisms
+  // (docs/privacy.md).
+  const std::string accounted =
+      distributed
+          ? "accounted as Poisson sampling at q=" + q +
+                " (the cohort is a fixed-size sample: an approximation; docs/privacy.md)"
+          : "accounted as a fixed-size cohort sampled without replacement at q=" + q +
+                ", replace-one adjacency (noise multiplier " + Number(p.noise_multiplier()) +
+                " / 2: a replaced client moves the sum by up to 2 x clip norm; "
+                "docs/privacy.md)";
   std::printf(
-      "privacy: DP-FedAvg, noise multiplier %g, clip norm %g; epsilon %.4g at delta %g after "
-      "round %u (%s), accounted as a fixed-size cohort sampled without replacement at q=%s, "
-      "replace-one adjacency (noise multiplier %g / 2: a replaced client moves the sum by up "
-      "to 2 x clip norm; docs/privacy.md)\n",
+      "privacy: %s, noise multiplier %g, clip norm %g; epsilon %.4g at delta %g after "
+      "round %u (%s), %s\n",
+      distributed ? "distributed DP (Skellam noise from the clients under secure aggregation)"
+                  : "DP-FedAvg",
       p.noise_multiplier(), p.clip_norm(), eps, p.target_delta(),
       rounds.empty() ? 0u : rounds.back().round,
       p.epsilon_budget() > 0 ? ("budget " + Number(p.epsilon_budget())).c_str() : "no budget",
-      q.empty() ? "cohort/clients" : q.c_str(), p.noise_multiplier());
+      accounted.c_str());
 }
 
 void PrintInitialFederatedEval(const std::vector<store::RoundRecord>& rounds) {

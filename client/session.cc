@@ -15,6 +15,7 @@
 #include "client/control_variate.h"
 #include "common/bytes.h"
 #include "common/rng.h"
+#include "privacy/skellam.h"
 #include "train/model_config.h"
 
 #ifndef COHORT_VERSION
@@ -403,9 +404,6 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
     Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
     return;
   }
-  WarnAboutClipping(task.round, bounded.empty() ? local : bounded,
-                    bounded.empty() ? task.global : std::span<const float>(),
-                    secagg_->fixed_point.clip, result.mean_loss);
   // The metrics (and the rest) ride in the masked vector, after the delta:
   // the coordinator learns only their weighted means.
   float slots[aggregation::kSecureMetricSlots + aggregation::kSecureEvalSlots +
@@ -419,13 +417,9 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   // The coordinator cannot check a masked vector, so the client does: a
   // diverged update leaves the round (a dropout) instead of being encoded.
   const std::span<const float> tail(slots, num_slots);
-  if (!bounded.empty()) {
-    // Clipped: the scaled delta and the slots, encoded as one vector.
-    bounded.insert(bounded.end(), tail.begin(), tail.end());
-    aggregation::EncodeFixedPoint(bounded, secagg_->weight, secagg_->fixed_point, rng, encoded);
-  } else if (!aggregation::EncodeDelta(local, task.global, tail, secagg_->weight,
-                                       secagg_->fixed_point, rng, encoded)) {
-    Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
+  if (secagg_->dp_scale > 0
+          ? !EncodeDistributedDp(task, local, tail, rng, encoded, a)
+          : !EncodeFixedPointInput(task, local, bounded, tail, result.mean_loss, rng, encoded, a)) {
     return;
   }
   if (secagg_->variate_weight > 0) {
@@ -445,6 +439,55 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   masked.set_masked(true);
   secagg_->update = masked;
   if (secagg_->checked_in) SendMaskedInput(now, a);
+}
+
+bool Session::EncodeFixedPointInput(const TrainTask& task, std::span<const float> local,
+                                    std::vector<float>& bounded, std::span<const float> tail,
+                                    double loss, Rng& rng, std::vector<uint32_t>& encoded,
+                                    Actions& a) {
+  WarnAboutClipping(task.round, bounded.empty() ? local : bounded,
+                    bounded.empty() ? task.global : std::span<const float>(),
+                    secagg_->fixed_point.clip, loss);
+  if (!bounded.empty()) {
+    // Clipped: the scaled delta and the slots, encoded as one vector.
+    bounded.insert(bounded.end(), tail.begin(), tail.end());
+    aggregation::EncodeFixedPoint(bounded, secagg_->weight, secagg_->fixed_point, rng, encoded);
+  } else if (!aggregation::EncodeDelta(local, task.global, tail, secagg_->weight,
+                                       secagg_->fixed_point, rng, encoded)) {
+    Refuse(InvalidArgumentError("local update has NaN or Inf"), a);
+    return false;
+  }
+  return true;
+}
+
+bool Session::EncodeDistributedDp(const TrainTask& task, std::span<const float> local,
+                                  std::span<const float> tail, Rng& rng,
+                                  std::vector<uint32_t>& encoded, Actions& a) {
+  std::vector<float> delta(local.size());
+  for (size_t i = 0; i < delta.size(); ++i) delta[i] = local[i] - task.global[i];
+  // A fresh secret per round: a seed anyone else could derive (the run
+  // seed's) would let them subtract this client's noise from the sum.
+  SecretBytes seed(privacy::SkellamSampler::kSeedBytes);
+  env_->RandomBytes(seed.bytes());
+  auto sampler = privacy::SkellamSampler::Create(std::move(seed));
+  Status encoded_ok = sampler.ok() ? privacy::EncodeSkellam(
+                                         delta, secagg_->dp_clip_norm, secagg_->dp_scale,
+                                         secagg_->dp_l2_bound, secagg_->dp_share_variance, rng,
+                                         *sampler, std::span<uint32_t>(encoded).first(delta.size()))
+                                   : sampler.status();
+  if (!encoded_ok.ok()) {
+    Refuse(encoded_ok, a);
+    return false;
+  }
+  // The slots: weighted means in fixed point, as without distributed DP.
+  aggregation::EncodeFixedPoint(tail, secagg_->weight, secagg_->fixed_point, rng,
+                                std::span<uint32_t>(encoded).subspan(delta.size()));
+  env_->Log().info(
+      "round {}: distributed DP: update clipped to L2 norm {:g} and noised with Skellam of "
+      "variance {:.6g} per coordinate (std {:.4g} units) before masking",
+      task.round, secagg_->dp_clip_norm, secagg_->dp_share_variance,
+      std::sqrt(secagg_->dp_share_variance) / secagg_->dp_scale);
+  return true;
 }
 
 void Session::InsertVariate(uint32_t round, std::span<const float> delta_c, Rng& rng,
@@ -777,6 +820,29 @@ StatusOr<double> Session::CorruptBound(const aggregation::SecAggSetup& s) const 
   return corrupt;
 }
 
+namespace {
+
+// The distributed-DP fields of a setup: all 0, or finite, positive and a
+// grid on which n inputs within the L2 bound fit 31 bits. The noise share
+// is the coordinator's to size (docs/privacy.md: a client cannot check
+// it against a target it does not hold).
+Status CheckDistributedDpSetup(const aggregation::SecAggSetup& s) {
+  if (s.dp_scale == 0 && s.dp_clip_norm == 0 && s.dp_l2_bound == 0 && s.dp_share_variance == 0) {
+    return OkStatus();
+  }
+  const bool finite = std::isfinite(s.dp_scale) && std::isfinite(s.dp_clip_norm) &&
+                      std::isfinite(s.dp_l2_bound) && std::isfinite(s.dp_share_variance);
+  if (!finite || !(s.dp_scale > 0) || !(s.dp_clip_norm > 0) || !(s.dp_share_variance > 0) ||
+      !(s.dp_l2_bound >= s.dp_scale * s.dp_clip_norm) || s.dp_l2_bound * s.n >= 2147483647.0) {
+    return InvalidArgumentError(
+        "secagg setup: distributed DP's scale, clip norm, L2 bound or noise variance is not "
+        "finite and positive, or n inputs within the L2 bound overflow 31 bits");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 Status Session::CheckSetupSums(const aggregation::SecAggSetup& s) const {
   if (!std::isfinite(s.clip) || s.clip <= 0 || !std::isfinite(s.scale) || s.scale < 1 ||
       !std::isfinite(s.total_weight) || s.total_weight < static_cast<double>(num_samples_)) {
@@ -790,6 +856,7 @@ Status Session::CheckSetupSums(const aggregation::SecAggSetup& s) const {
   if (s.scale * s.clip + s.n > 2147483647.0) {
     return InvalidArgumentError("secagg setup: scale x clip overflows 32 bits");
   }
+  COHORT_RETURN_IF_ERROR(CheckDistributedDpSetup(s));
   // The roster arrives as a root and this client's proof (checked by
   // AdvertiseKeys); the keys it relies on arrive with their proofs later,
   // and the secure-aggregation client checks each against --peers and for
@@ -830,6 +897,10 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.eval_slots = s.eval_slots;
   r.l2_clip = s.l2_clip;
   r.fednova_slot = s.fednova_slot;
+  r.dp_clip_norm = s.dp_clip_norm;
+  r.dp_scale = s.dp_scale;
+  r.dp_l2_bound = s.dp_l2_bound;
+  r.dp_share_variance = s.dp_share_variance;
   r.variate_weight = scaffold ? 1.0 / s.n : 0;
   r.stage_limit = std::min<TimeMs>(secagg_stage_limit_ms_, 2 * TimeMs{s.stage_timeout_ms} + 30000);
   r.survivors_limit =

@@ -128,6 +128,9 @@ class Session {
     // SCAFFOLD: the variate's change follows the delta, encoded with this
     // weight (1 / n, so the coordinator decodes its unweighted sum); 0: none.
     double variate_weight = 0;
+    // Distributed DP (aggregation::SecAggSetup's dp_*): the delta is
+    // encoded by privacy::EncodeSkellam; dp_scale 0: not.
+    double dp_clip_norm = 0, dp_scale = 0, dp_l2_bound = 0, dp_share_variance = 0;
     std::unique_ptr<aggregation::SecAggClient> client;
     bool checked_in = false;  // U3 confirmed: ready to mask.
     // What this client waits for from the coordinator, and since when
@@ -205,6 +208,18 @@ class Session {
                      double fednova_norm, std::span<float> slots) const;
   // SCAFFOLD under secure aggregation: Δc_i encoded with the variate's
   // weight, inserted after the delta (as many values as Δc_i) in `encoded`.
+  // Without distributed DP: the delta (`bounded` when the norm bound scaled
+  // it, else local - global) and the slots in fixed point, after a warning
+  // about what the encoding clips. False (and Refuse) on NaN or Inf.
+  bool EncodeFixedPointInput(const TrainTask& task, std::span<const float> local,
+                             std::vector<float>& bounded, std::span<const float> tail, double loss,
+                             Rng& rng, std::vector<uint32_t>& encoded, Actions& a);
+  // Distributed DP: the delta (local - global) clipped, rounded and noised
+  // with a fresh secret seed (env RandomBytes) into encoded[0, local.size()),
+  // the slots after it in fixed point. False (and Refuse) when it cannot.
+  bool EncodeDistributedDp(const TrainTask& task, std::span<const float> local,
+                           std::span<const float> tail, Rng& rng, std::vector<uint32_t>& encoded,
+                           Actions& a);
   void InsertVariate(uint32_t round, std::span<const float> delta_c, Rng& rng,
                      std::vector<uint32_t>& encoded) const;
   void SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,

@@ -138,6 +138,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
                         crypto::Sha256Hex(config_text),
                         rc.start_clients() > 0 ? rc.start_clients() : rc.min_clients(),
                         evaluates ? "cpu" : ""};
+    COHORT_RETURN_IF_ERROR(engine->SetUpDistributedDp(init_model.size()));
     store::Checkpoint initial{0, init_model, {}};
     engine->strategy_->SaveState(initial);
     if (replace) {
@@ -166,6 +167,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
     engine->global_ = std::move(cp.model);
     engine->round_ = cp.round;
     COHORT_RETURN_IF_ERROR(engine->LoadBans());
+    COHORT_RETURN_IF_ERROR(engine->SetUpDistributedDp(engine->global_.size()));
     COHORT_RETURN_IF_ERROR(engine->LoadPrivacy());
     env->Log().info("resuming run after committed round {}", cp.round);
   }
@@ -269,6 +271,13 @@ aggregation::SecAggSetup RoundEngine::SecAggSetupFor(const std::string& name) co
   s.eval_slots = federated_eval();
   s.l2_clip = config_.secagg().l2_clip();
   s.fednova_slot = fednova_ != nullptr;
+  if (dp_ != nullptr && dp_->skellam()) {
+    const privacy::SkellamParams& ddp = *dp_->skellam();
+    s.dp_clip_norm = config_.privacy().clip_norm();
+    s.dp_scale = ddp.scale;
+    s.dp_l2_bound = ddp.l2_bound;
+    s.dp_share_variance = ddp.share_variance();
+  }
   return s;
 }
 
@@ -323,6 +332,21 @@ std::vector<Outgoing> RoundEngine::Revoke(const std::string& name, const std::st
 
 void RoundEngine::SetNoiseKey(SecretBytes key) {
   if (dp_ != nullptr) dp_->SetNoiseKey(std::move(key));
+}
+
+Status RoundEngine::SetUpDistributedDp(size_t num_params) {
+  const config::PrivacyConfig& p = config_.privacy();
+  if (dp_ == nullptr || p.mechanism() != config::DISTRIBUTED_SKELLAM) return OkStatus();
+  // Each share is sized for the fewest survivors a round commits with, so
+  // the survivors' noise reaches the target in every committed round.
+  COHORT_ASSIGN_OR_RETURN(privacy::SkellamParams params,
+                          privacy::ChooseSkellamParams(p.clip_norm(), p.noise_multiplier(),
+                                                       config_.rounds().max_clients_per_round(),
+                                                       MinClients(), num_params));
+  env_->Log().info("privacy: distributed DP (Skellam) over {} values: {}", num_params,
+                   params.Describe());
+  dp_->SetSkellam(params);
+  return OkStatus();
 }
 
 Status RoundEngine::LoadPrivacy() {

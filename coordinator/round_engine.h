@@ -270,6 +270,10 @@ class RoundEngine {
   // finishes, saying so, with Finished to every client); the round's
   // sampling rate and ε into its record.
   Status LoadPrivacy();
+  // Distributed DP (privacy.mechanism DISTRIBUTED_SKELLAM): chooses the
+  // grid for a model of `num_params` values and hands it to dp_; the
+  // start-up error when no grid keeps the 32-bit sum from wrapping.
+  Status SetUpDistributedDp(size_t num_params);
   bool PrivacyAllows(size_t cohort, const CohortRequest& request, std::vector<Outgoing>& out);
   void RecordPrivacy(store::RoundRecord& record);
   // FedNova (fednova_): the round's tau_eff, from the masked sum's slot or

@@ -117,9 +117,13 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
   secagg_params_.context =
       aggregation::SecAggContext(secagg_nonce_, round, task_id_, secagg_params_, fixed_point_.clip,
                                  fixed_point_.scale, cohort_weight_);
+  aggregation::DistributedDpDecoding ddp;
+  if (dp_ != nullptr && dp_->skellam()) {
+    ddp = {dp_->skellam()->scale, static_cast<double>(cohort.size())};
+  }
   COHORT_ASSIGN_OR_RETURN(aggregator_, aggregation::NewSecureAggregator(
                                            secagg_params_, cohort_identities_, fixed_point_,
-                                           cohort_weight_, update_values(), env_));
+                                           cohort_weight_, update_values(), env_, ddp));
   aggregation_seconds_ = 0;
   stage_ = SecAggStage::kCommitSeed;
   stage_deadline_ = round_started_ + SecondsToMs(sc.stage_timeout_s());

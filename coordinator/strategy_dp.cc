@@ -139,7 +139,7 @@ Status DpStrategy::Restore(std::span<const store::RoundRecord> rounds) {
   }
   accountant_ = privacy::RdpAccountant();
   for (const auto& [q, n] : steps) {
-    COHORT_RETURN_IF_ERROR(ChargeDpFedAvgRounds(accountant_, q, privacy_.noise_multiplier(), n));
+    COHORT_RETURN_IF_ERROR(Charge(accountant_, q, n));
   }
   epsilon_ = 0;
   if (!steps.empty()) {
@@ -158,8 +158,7 @@ StatusOr<DpStrategy::Plan> DpStrategy::PlanRound(size_t cohort, size_t populatio
   Plan plan;
   plan.sampling_rate = static_cast<double>(cohort) / static_cast<double>(population);
   privacy::RdpAccountant next = accountant_;
-  COHORT_RETURN_IF_ERROR(
-      ChargeDpFedAvgRounds(next, plan.sampling_rate, privacy_.noise_multiplier()));
+  COHORT_RETURN_IF_ERROR(Charge(next, plan.sampling_rate, 1));
   COHORT_ASSIGN_OR_RETURN(privacy::PrivacySpent spent, next.Spent(privacy_.target_delta()));
   plan.epsilon_after = spent.epsilon;
   plan.within_budget =
@@ -180,14 +179,25 @@ RoundPrivacy DpStrategy::EndRound() {
   if (!noised_) return out;
   noised_ = false;
   // The config validator bounds σ and δ, so neither call can fail here.
-  if (ChargeDpFedAvgRounds(accountant_, sampling_rate_, privacy_.noise_multiplier()).ok()) {
+  if (Charge(accountant_, sampling_rate_, 1).ok()) {
     auto spent = accountant_.Spent(privacy_.target_delta());
     if (spent.ok()) epsilon_ = spent->epsilon;
   }
   return {sampling_rate_, epsilon_};
 }
 
+Status DpStrategy::Charge(privacy::RdpAccountant& accountant, double q, uint64_t steps) const {
+  if (skellam_) return privacy::ComposeSkellam(accountant, q, *skellam_, steps);
+  return ChargeDpFedAvgRounds(accountant, q, privacy_.noise_multiplier(), steps);
+}
+
 Status DpStrategy::Aggregate(std::span<const float> mean_delta, std::span<float> model) {
+  if (skellam_) {
+    // The clients' noise is in the unmasked sum already (distributed DP).
+    if (cohort_ == 0) return FailedPreconditionError("privacy: Aggregate before BeginRound");
+    noised_ = true;
+    return inner_->Aggregate(mean_delta, model);
+  }
   if (!has_noise_key()) {
     return FailedPreconditionError(
         "privacy: no noise key (the run directory's privacy_noise.key); nothing is released "

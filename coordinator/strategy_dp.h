@@ -32,12 +32,14 @@
 #define COHORT_COORDINATOR_STRATEGY_DP_H_
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "common/secret_bytes.h"
 #include "coordinator/strategy.h"
 #include "privacy/rdp_accountant.h"
+#include "privacy/skellam.h"
 
 namespace cohort::coordinator {
 
@@ -89,6 +91,14 @@ class DpStrategy final : public StrategyDecorator {
   // (a model that then fails to commit was still computed from it).
   RoundPrivacy EndRound();
 
+  // Distributed DP (privacy.mechanism DISTRIBUTED_SKELLAM): the clients
+  // noise their own updates with `params`, so Aggregate adds nothing and
+  // needs no noise key, and each round is charged as the Skellam
+  // mechanism's (privacy/skellam.h) instead of the Gaussian's. Set before
+  // Restore.
+  void SetSkellam(const privacy::SkellamParams& params) { skellam_ = params; }
+  const std::optional<privacy::SkellamParams>& skellam() const { return skellam_; }
+
   double epsilon() const { return epsilon_; }
   const config::PrivacyConfig& privacy() const { return privacy_; }
 
@@ -108,7 +118,11 @@ class DpStrategy final : public StrategyDecorator {
  private:
   DpStrategy(std::unique_ptr<Strategy> inner, const config::RunConfig& config);
 
+  // One round's charge: the Gaussian's, or the Skellam mechanism's.
+  Status Charge(privacy::RdpAccountant& accountant, double q, uint64_t steps) const;
+
   config::PrivacyConfig privacy_;
+  std::optional<privacy::SkellamParams> skellam_;
   SecretBytes noise_key_;
   privacy::RdpAccountant accountant_;
   double epsilon_ = 0;

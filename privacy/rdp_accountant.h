@@ -73,7 +73,8 @@ class RdpAccountant {
   // then unchanged.
   Status Compose(double q, double noise_multiplier, uint64_t steps = 1);
   // Adds `steps` times `rdp`, one value per order of orders(), computed by
-  // another mechanism's analysis (privacy/rdp_wor.h). kInvalidArgument for
+  // another mechanism's analysis (privacy/rdp_wor.h,
+  // privacy/skellam.h). kInvalidArgument for
   // a length mismatch or a value that is NaN or below 0 (+inf is allowed:
   // no privacy at that order); the state is then unchanged.
   Status AddRdp(std::span<const double> rdp, uint64_t steps = 1);

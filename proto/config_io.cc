@@ -716,24 +716,59 @@ Status CheckAdaptiveClip(const PrivacyConfig& p) {
       "adaptive_clip out");
 }
 
-// privacy: central DP (DP-FedAvg) on plain federated rounds, with its four
-// numbers in range.
-Status CheckPrivacy(const RunConfig& c) {
+// privacy.mechanism DISTRIBUTED_SKELLAM: the clients noise their own
+// updates, which only secure aggregation then hides; the scale of the
+// 32-bit grid needs a bound on the inputs in one sum.
+Status CheckDistributedPrivacy(const RunConfig& c) {
+  constexpr char kWhat[] = "privacy.mechanism DISTRIBUTED_SKELLAM: ";
   if (c.mode() != FEDERATED) {
+    return InvalidArgumentError(std::string(kWhat) +
+                                "needs mode: FEDERATED (the clients' noise rides in federated "
+                                "rounds' masked updates)");
+  }
+  if (c.secagg().aggregation() == PLAIN) {
+    return InvalidArgumentError(
+        std::string(kWhat) +
+        "each client adds only its share of the noise, which hides its update only inside "
+        "the sum; secagg.aggregation PLAIN would show the coordinator every update with a "
+        "fraction of the noise. Set secagg.aggregation: SECAGG or SECAGG_PLUS, or "
+        "privacy.mechanism: CENTRAL_GAUSSIAN for a trusted coordinator");
+  }
+  if (c.rounds().max_clients_per_round() == 0) {
+    return InvalidArgumentError(
+        std::string(kWhat) +
+        "needs rounds.max_clients_per_round > 0: the integer grid is chosen at start-up so "
+        "that the 32-bit sum of at most that many noised updates does not wrap around");
+  }
+  if (c.secagg().l2_clip() != 0) {
+    return InvalidArgumentError(std::string(kWhat) +
+                                "each client clips its update to privacy.clip_norm itself; "
+                                "leave secagg.l2_clip 0");
+  }
+  return OkStatus();
+}
+
+// privacy: central DP (DP-FedAvg) on plain federated rounds, or distributed
+// DP under secure aggregation, with its four numbers in range.
+Status CheckPrivacy(const RunConfig& c) {
+  const bool distributed = c.privacy().mechanism() == DISTRIBUTED_SKELLAM;
+  if (distributed) COHORT_RETURN_IF_ERROR(CheckDistributedPrivacy(c));
+  if (!distributed && c.mode() != FEDERATED) {
     return InvalidArgumentError(
         "privacy: central differential privacy needs mode: FEDERATED (it is DP-FedAvg, over "
         "federated rounds); mode: DATA_PARALLEL has no per-example clipping (DP-SGD is not "
         "built): set mode: FEDERATED or leave privacy out");
   }
-  if (c.secagg().aggregation() != PLAIN) {
+  if (!distributed && c.secagg().aggregation() != PLAIN) {
     return InvalidArgumentError(
         "privacy: central differential privacy clips and noises each update on the "
         "coordinator, but secagg.aggregation " +
         Aggregation_Name(c.secagg().aggregation()) +
         " hides the updates from it; the coordinator would have to be trusted with the "
         "un-noised sum, which secure aggregation is there to deny it. Set secagg.aggregation: "
-        "PLAIN for central DP (a trusted coordinator), or leave privacy out (distributed DP, "
-        "the clients' noise under secure aggregation, is not built yet)");
+        "PLAIN for central DP (a trusted coordinator), or set privacy.mechanism: "
+        "DISTRIBUTED_SKELLAM (the "
+        "clients' noise under secure aggregation)");
   }
   if (c.server().has_robust()) {
     return InvalidArgumentError(
@@ -747,7 +782,7 @@ Status CheckPrivacy(const RunConfig& c) {
   // round left short by the refusals reruns with the same cohort. Compared
   // in float, the field's type, so the same number in both passes.
   const float max_norm = c.server().max_update_norm();
-  if (max_norm > 0 && max_norm < static_cast<float>(p.clip_norm())) {
+  if (!distributed && max_norm > 0 && max_norm < static_cast<float>(p.clip_norm())) {
     return InvalidArgumentError(
         "server.max_update_norm " + Number(max_norm) + " is below privacy.clip_norm " +
         Number(p.clip_norm()) +

@@ -746,6 +746,47 @@ TEST(ConfigTest, FedBuffGroupsAndWhatDoesNotComposeWithThem) {
   }
 }
 
+// Distributed DP (issue 34): secure rounds only, a bounded cohort, and the
+// central numbers' ranges.
+TEST(ConfigTest, DistributedPrivacyNeedsSecureRoundsAndABoundedCohort) {
+  const std::string ddp =
+      "privacy { mechanism: DISTRIBUTED_SKELLAM noise_multiplier: 1.1 clip_norm: 0.5 ";
+  const std::string bounded = "rounds { max_clients_per_round: 10 } ";
+  EXPECT_EQ(ErrorOf(bounded + ddp + "}"), "");
+  EXPECT_EQ(ErrorOf(bounded + "secagg { aggregation: SECAGG } " + ddp + "epsilon_budget: 3 }"), "");
+  // server.max_update_norm bounds plain rounds only: no conflict here.
+  EXPECT_EQ(ErrorOf(bounded + "server { max_update_norm: 0.1 } " + ddp + "}"), "");
+  EXPECT_EQ(ErrorOf(bounded + "secagg { aggregation: PLAIN } " + ddp + "}"),
+            "x.textproto: privacy.mechanism DISTRIBUTED_SKELLAM: each client adds only its share "
+            "of the noise, which hides its update only inside the sum; secagg.aggregation PLAIN "
+            "would show the coordinator every update with a fraction of the noise. Set "
+            "secagg.aggregation: SECAGG or SECAGG_PLUS, or privacy.mechanism: CENTRAL_GAUSSIAN "
+            "for a trusted coordinator");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {ddp + "}",
+       "privacy.mechanism DISTRIBUTED_SKELLAM: needs rounds.max_clients_per_round > 0: the "
+       "integer grid is chosen at start-up so that the 32-bit sum of at most that many noised "
+       "updates does not wrap around"},
+      {bounded + "secagg { l2_clip: 2 } " + ddp + "}",
+       "privacy.mechanism DISTRIBUTED_SKELLAM: each client clips its update to "
+       "privacy.clip_norm itself; leave secagg.l2_clip 0"},
+      {bounded + "privacy { mechanism: DISTRIBUTED_SKELLAM clip_norm: 1 }",
+       "privacy.noise_multiplier: must be in [0.001, 1e+06], got 0"},
+      {bounded + "privacy { mechanism: DISTRIBUTED_SKELLAM noise_multiplier: 1 }",
+       "privacy.clip_norm: must be in [1e-09, 1e+06]"},
+      {bounded + ddp + "target_delta: 0.5 }",
+       "privacy.target_delta: must be in (0, 0.01], got 0.5"},
+      {bounded + ddp + "epsilon_budget: -1 }",
+       "privacy.epsilon_budget: must be in [0, 1e+06] (0: no budget), got -1"},
+      {bounded + "server { robust { rule: MEDIAN } } " + ddp + "}", "server.robust"},
+      {bounded + "mode: DATA_PARALLEL data { train_shard: \"t.shard\" } " + ddp + "}",
+       "privacy.mechanism DISTRIBUTED_SKELLAM: needs mode: FEDERATED"},
+  };
+  for (const auto& [text, want] : bad) {
+    EXPECT_TRUE(Contains(ErrorOf(text), want)) << text << " -> " << ErrorOf(text);
+  }
+}
+
 // Central DP (issue 34): plain federated rounds only, and its numbers in range.
 TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
   const std::string plain = "secagg { aggregation: PLAIN } ";
@@ -768,8 +809,8 @@ TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
       "coordinator, but secagg.aggregation SECAGG_PLUS hides the updates from it; the "
       "coordinator would have to be trusted with the un-noised sum, which secure "
       "aggregation is there to deny it. Set secagg.aggregation: PLAIN for central DP (a "
-      "trusted coordinator), or leave privacy out (distributed DP, the clients' noise under "
-      "secure aggregation, is not built yet)");
+      "trusted coordinator), or set privacy.mechanism: DISTRIBUTED_SKELLAM (the clients' "
+      "noise under secure aggregation)");
   EXPECT_TRUE(Contains(ErrorOf("secagg { aggregation: SECAGG } " + dp + "}"),
                        "but secagg.aggregation SECAGG hides the updates"));
   const std::vector<std::pair<std::string, std::string>> bad = {

@@ -18,6 +18,7 @@
 #include "client/session.h"
 #include "coordinator/round_engine.h"
 #include "crypto/keys.h"
+#include "privacy/skellam.h"
 #include "store/run_store.h"
 
 namespace cohort::testing {
@@ -54,6 +55,11 @@ class InProcessRun {
     engine_ = std::move(coordinator::RoundEngine::Create(config, std::vector<float>(kParams, 0.0f),
                                                          store_.get(), {}, "test"))
                   .value();
+    if (config.has_privacy()) {
+      SecretBytes key(32);  // The run secret (coordinator/noise_key.h).
+      std::fill(key.bytes().begin(), key.bytes().end(), uint8_t{3});
+      engine_->SetNoiseKey(std::move(key));
+    }
     for (size_t i = 0; i < samples.size(); ++i) {
       keys_.push_back(std::move(crypto::GenerateEd25519()).value());
     }
@@ -311,6 +317,78 @@ TEST(SecureDecodeTest, TheUnmaskedSumIsTheSumOfTheL2ClippedUpdates) {
     largest_gap = std::max(largest_gap, std::fabs(raw_mean[j] - clipped_mean[j]) / weight);
   }
   EXPECT_GT(largest_gap, 0.1);  // The bound changed the model, far beyond the grid.
+}
+
+// Issue 34, item 4: distributed DP (privacy/skellam.h). Ten clients with
+// zero updates clip, round and noise them with shares sized for 8
+// survivors; two drop before their masked input (20 % of the cohort). The
+// committed model is then the survivors' noise over scale x cohort, whose
+// variance must be the target (σ C)² on the grid: Σ noise² / variance is
+// chi-square on the model's 21 values. The noise is fresh secret
+// randomness in every client (libsodium's), so the draw differs from run
+// to run: the bounds are two-sided at significance 2e-9 (z = 6, Wilson and
+// Hilferty's quantiles), which cannot flake in practice and still fails
+// when the noise is missing or off by a factor of ~3 (the exact,
+// fixed-seed test at 0.001 is aggregation/secagg_test.cc's). The store
+// records q = 1 and the Skellam mechanism's ε for the round.
+TEST(SecureDecodeTest, DistributedDpCommitsTheSurvivorsNoiseAtTheTargetVariance) {
+  constexpr int kClients = 10;
+  config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
+  config.mutable_rounds()->set_min_clients(8);
+  config.mutable_rounds()->set_max_clients_per_round(kClients);
+  config::PrivacyConfig& p = *config.mutable_privacy();
+  p.set_mechanism(config::DISTRIBUTED_SKELLAM);
+  p.set_noise_multiplier(1.0);
+  p.set_clip_norm(0.5);
+  const std::vector<uint64_t> samples(kClients, 100);
+  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams, 0.0f));
+  const std::map<int, aggregation::SecAggStage> faults = {
+      {2, aggregation::SecAggStage::kMaskedInput}, {7, aggregation::SecAggStage::kMaskedInput}};
+  InProcessRun run(config, samples, deltas, faults);
+  run.Run();
+  auto rounds = std::move(run.store().Rounds()).value();
+  ASSERT_EQ(rounds.size(), 1u);
+  ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+  ASSERT_EQ(rounds[0].participants, 8u);
+  auto ddp = privacy::ChooseSkellamParams(0.5, 1.0, kClients, 8, kParams);
+  ASSERT_TRUE(ddp.ok());
+  double sum2 = 0;
+  for (float v : run.model()) {
+    const double noise = double{v} * ddp->scale * kClients;  // Back on the grid.
+    sum2 += noise * noise;
+  }
+  const double stat = sum2 / ddp->variance;
+  const double df = kParams, h = 2.0 / (9.0 * df);
+  auto quantile = [&](double z) { return df * std::pow(1 - h + z * std::sqrt(h), 3); };
+  std::printf("distributed DP, 8 of 10 survived: chi-square %.2f on %zu (bounds %.2f, %.2f)\n",
+              stat, kParams, quantile(-6.0), quantile(6.0));
+  EXPECT_GT(stat, quantile(-6.0));
+  EXPECT_LT(stat, quantile(6.0));
+  privacy::RdpAccountant accountant;
+  ASSERT_TRUE(privacy::ComposeSkellam(accountant, 1.0, *ddp).ok());
+  EXPECT_DOUBLE_EQ(rounds[0].dp_sampling_rate, 1.0);
+  EXPECT_NEAR(rounds[0].dp_epsilon, accountant.Spent(1e-5)->epsilon, 1e-9);
+}
+
+// No grid keeps the 32-bit sum of a billion clients from wrapping: the
+// coordinator refuses to start, naming the fields.
+TEST(SecureDecodeTest, DistributedDpRefusesToStartWhenNoScaleFits) {
+  config::RunConfig config = Config(3, config::SECAGG_PLUS);
+  config.mutable_rounds()->set_max_clients_per_round(1000000000);
+  config::PrivacyConfig& p = *config.mutable_privacy();
+  p.set_mechanism(config::DISTRIBUTED_SKELLAM);
+  p.set_noise_multiplier(1.0);
+  p.set_clip_norm(1.0);
+  auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
+  auto engine = coordinator::RoundEngine::Create(config, std::vector<float>(kParams, 0.0f),
+                                                 store.get(), {}, "test");
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().message(),
+            "privacy: no fixed-point scale keeps the 32-bit sum from wrapping: 1000000000 clients "
+            "(rounds.max_clients_per_round) of L2 norm privacy.clip_norm 1 with noise "
+            "privacy.noise_multiplier 1 over 21 values need more than 31 bits once the grid is "
+            "fine enough that rounding at most doubles the sensitivity; lower "
+            "rounds.max_clients_per_round or privacy.noise_multiplier");
 }
 
 // Issue 34, item 2: FedNova. Each client divides its delta by the

@@ -1,0 +1,150 @@
+// Distributed differential privacy under secure aggregation with the
+// Skellam mechanism (Agarwal, Kairouz, Liu 2021, "The Skellam Mechanism for
+// Differentially Private Federated Learning", arXiv:2110.04995): each client
+// clips its update to L2 norm C, scales it onto an integer grid (scale s per
+// unit), rounds it stochastically to integers whose L2 norm stays within a
+// bound (conditional rounding, Kairouz, Liu, Steinke 2021, "The Distributed
+// Discrete Gaussian Mechanism", arXiv:2102.06387, Theorem 1 and Section 4.1),
+// and adds its share of integer Skellam noise, Poisson(λ) - Poisson(λ), to
+// each coordinate before masking. Skellam laws are closed under summation,
+// so the survivors' noise in the unmasked sum is exactly Skellam with the
+// sum of their variances.
+//
+// Here: the RDP bound of the Skellam mechanism, its amplification by Poisson
+// subsampling, the rounding's sensitivity bounds, the choice of the scale
+// against the 32-bit sum's wrap-around, and the client's sampler and
+// encoder. Pure functions and value types over common/; the sampler's seed
+// is a SecretBytes and its random words live in one, wiped on destruction.
+#ifndef COHORT_PRIVACY_SKELLAM_H_
+#define COHORT_PRIVACY_SKELLAM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "common/rng.h"
+#include "common/secret_bytes.h"
+#include "common/status.h"
+#include "privacy/rdp_accountant.h"
+
+namespace cohort::privacy {
+
+// RDP at `order` (> 1) of the Skellam mechanism on integer vectors whose
+// neighbours differ by at most `l1` in L1 and `l2` in L2 norm, with noise of
+// total variance `variance` per coordinate (Sk(λ, λ) has variance 2λ):
+//   ε(α) = α Δ2² / (2V) + min(((2α - 1) Δ2² + 6 Δ1) / (4V²), 3 Δ1 / (2V))
+// (Agarwal et al. 2021, Theorem 3.5 with μ = V / 2, in the integer domain;
+// google-research/federated distributed_dp/accounting_utils.py states the
+// same bound in real units). +inf for a variance that is not > 0.
+double SkellamRdp(double l1, double l2, double variance, double order);
+
+// RDP at integer `order` >= 2 of a mechanism with RDP `rdp(α)` (α = 2..order)
+// run on a Poisson sample of rate `q` in (0, 1]: the general upper bound of
+// Zhu and Wang 2019 ("Poisson Subsampled Rényi Differential Privacy", ICML,
+// Theorem 6), which holds for any mechanism under add/remove adjacency,
+//   1/(α-1) log((1-q)^(α-1) (αq - q + 1) + C(α,2) q² (1-q)^(α-2) e^ε(2)
+//               + 3 Σ_{l=3..α} C(α,l) q^l (1-q)^(α-l) e^((l-1) ε(l))),
+// and never above the unsampled rdp(order). Fractional orders: +inf when
+// q < 1 (the order is then never chosen).
+double SampledSkellamRdp(double q, double l1, double l2, double variance, double order);
+
+// The L2 norm after stochastic rounding of a vector of norm at most
+// `scaled_l2` in `dim` coordinates, conditioned (by retrying) on staying
+// within it: min(c + √d, √(c² + d/4 + √(2 log(1/β)) (c + √d / 2))) (Kairouz
+// et al. 2021, Theorem 1 / Proposition 22). `beta` in (0, 1).
+double RoundedL2Bound(double scaled_l2, double dim, double beta);
+// L1 <= √d L2, and on integers L1 <= L2².
+double RoundedL1Bound(double l2_bound, double dim);
+
+// β of the conditional rounding: a rounding exceeds the bound with
+// probability at most β and is then redrawn (google's default).
+inline constexpr double kRoundingBeta = 0.6065306597126334;  // e^-0.5
+// The wrap-around bound ChooseSkellamParams meets, per round.
+inline constexpr double kMaxWrapProbability = 1e-9;
+
+// log P(X >= t) <= V (√(1 + (t/V)²) - 1) - t asinh(t / V) for X Skellam of
+// variance V (Chernoff: E e^(θX) = e^(V (cosh θ - 1))). t >= 0.
+double SkellamLogTail(double variance, double t);
+
+// What a run of distributed DP encodes with, fixed at start-up.
+struct SkellamParams {
+  double scale = 0;            // Integer grid steps per unit of the update.
+  double l2_bound = 0;         // Δ2 on the grid, after conditional rounding.
+  double l1_bound = 0;         // Δ1 on the grid.
+  double variance = 0;         // The survivors' noise, at least: (s σ C)².
+  uint32_t max_clients = 0;    // Inputs in one sum, at most.
+  uint32_t min_survivors = 0;  // Each share is variance / this.
+  // |sum of one coordinate| stays below 2^31 but with this probability per
+  // round (a union bound over the coordinates and both signs).
+  double wrap_probability = 0;
+  double share_variance() const { return variance / min_survivors; }
+  // One line for the start-up log and the docs.
+  std::string Describe() const;
+};
+
+// The largest power-of-two scale s, with the integer noise's standard
+// deviation s σ C at most 2^21 (so every Poisson mean stays far inside a
+// double's exact integers), such that max_clients · Δ2(s) plus the tail of
+// the largest noise a sum can carry (max_clients shares) stays below 2^31
+// but with probability <= kMaxWrapProbability. `dim`: the encoded
+// coordinates. kInvalidArgument, naming the fields, when no scale keeps the
+// rounding's inflation of the sensitivity below 2x (Δ2(s) <= 2 s C): the
+// cohort or the noise is too large for 32 bits.
+StatusOr<SkellamParams> ChooseSkellamParams(double clip_norm, double noise_multiplier,
+                                            uint32_t max_clients, uint32_t min_survivors,
+                                            size_t dim);
+
+// Composes `steps` rounds of the Skellam mechanism of `params` on Poisson
+// samples of rate `q` into `accountant` (at its orders). kInvalidArgument
+// for q outside [0, 1].
+Status ComposeSkellam(RdpAccountant& accountant, double q, const SkellamParams& params,
+                      uint64_t steps = 1);
+
+// A ChaCha20 stream keyed by a 32-byte secret, and the Poisson and Skellam
+// samplers on it. Move-only; not thread-safe.
+class SkellamSampler {
+ public:
+  static constexpr size_t kSeedBytes = 32;
+  // kInvalidArgument for a seed that is not kSeedBytes.
+  static StatusOr<SkellamSampler> Create(SecretBytes seed);
+  SkellamSampler(SkellamSampler&&) = default;
+  SkellamSampler& operator=(SkellamSampler&&) = default;
+
+  // Uniform in (0, 1), 53 bits.
+  double Uniform();
+  // Poisson(lambda), lambda >= 0 and at most ~2^50: multiplication of
+  // uniforms below 10, Hörmann's PTRS above ("The transformed rejection
+  // method for generating Poisson random variables", 1993), as NumPy.
+  int64_t Poisson(double lambda);
+  // Poisson(variance / 2) - Poisson(variance / 2): variance `variance`.
+  int64_t Skellam(double variance);
+
+ private:
+  explicit SkellamSampler(SecretBytes seed);
+  void Refill();
+
+  SecretBytes key_;
+  SecretBytes block_;
+  uint64_t counter_ = 0;
+  size_t next_ = 0;
+};
+
+// The client's encoding of its update for a DISTRIBUTED_SKELLAM round, into
+// out[0, delta.size()): x = the delta scaled by min(1, clip_norm / ||delta||)
+// (computed in double), times params.scale, rounded stochastically with
+// `rounding` until ||x||₂ <= params.l2_bound (at most 1000 draws), plus
+// Skellam(share_variance) noise from `noise` on each coordinate, mod 2^32.
+// kInvalidArgument for a delta with NaN or Inf; kInternal when no rounding
+// met the bound (probability below β^1000).
+Status EncodeSkellam(std::span<const float> delta, double clip_norm, double scale, double l2_bound,
+                     double share_variance, Rng& rounding, SkellamSampler& noise,
+                     std::span<uint32_t> out);
+
+// The unmasked sum's words as signed integers over the scale: the sum of
+// the clipped updates plus the survivors' noise, in the update's units.
+void DecodeSkellam(std::span<const uint32_t> sum, double scale, std::span<float> out);
+
+}  // namespace cohort::privacy
+
+#endif  // COHORT_PRIVACY_SKELLAM_H_

@@ -1,0 +1,204 @@
+#include "privacy/skellam.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace cohort::privacy {
+namespace {
+
+SkellamSampler Sampler(uint8_t fill) {
+  SecretBytes seed(SkellamSampler::kSeedBytes);
+  for (auto& b : seed.bytes()) b = fill;
+  return std::move(SkellamSampler::Create(std::move(seed))).value();
+}
+
+// The chi-square quantile by Wilson and Hilferty's cube-root normal
+// approximation (relative error below 1e-3 from df 30 on): `z` the standard
+// normal quantile.
+double ChiSquareQuantile(double df, double z) {
+  const double h = 2.0 / (9.0 * df);
+  return df * std::pow(1 - h + z * std::sqrt(h), 3);
+}
+// Two-sided significance 0.001: the normal quantiles 0.0005 and 0.9995.
+constexpr double kZ = 3.2905;
+
+// Sk(λ, λ)'s pmf at k: e^(-2λ) I_k(2λ).
+double SkellamPmf(int k, double lambda) {
+  return std::exp(-2 * lambda) * std::cyl_bessel_i(static_cast<double>(std::abs(k)), 2 * lambda);
+}
+
+// Mean and variance of 200,000 draws at three variances (the small-mean
+// product sampler, PTRS, PTRS at a mean of 10^12), each within the
+// two-sided 0.001 bounds of its estimator's law; fixed seeds, so the
+// outcome is the same on every run.
+TEST(SkellamSamplerTest, MeanAndVarianceAtSmallMediumAndLargeVariances) {
+  constexpr int kDraws = 200000;
+  uint8_t fill = 1;
+  for (double variance : {3.0, 50.0, 2e12}) {
+    SkellamSampler sampler = Sampler(fill++);
+    double sum = 0, sum2 = 0;
+    for (int i = 0; i < kDraws; ++i) {
+      const double x = static_cast<double>(sampler.Skellam(variance));
+      sum += x;
+      sum2 += x * x;
+    }
+    // Known mean 0: Σx² / V is close to chi-square with kDraws degrees of
+    // freedom (Skellam's excess kurtosis is 1/V).
+    const double mean = sum / kDraws;
+    EXPECT_LT(std::abs(mean), kZ * std::sqrt(variance / kDraws)) << "variance " << variance;
+    const double stat = sum2 / variance;
+    EXPECT_GT(stat, ChiSquareQuantile(kDraws, -kZ)) << "variance " << variance;
+    EXPECT_LT(stat, ChiSquareQuantile(kDraws, kZ)) << "variance " << variance;
+    std::printf("Skellam variance %g: mean %.4g, variance ratio %.5f\n", variance, mean,
+                sum2 / kDraws / variance);
+  }
+}
+
+// A chi-square goodness of fit of the draws to Skellam's pmf (bins with at
+// least 5 expected draws; the rest pooled into two tails) at significance
+// 0.001, for a product-sampler mean (λ 1.5) and a PTRS one (λ 25).
+TEST(SkellamSamplerTest, DrawsFitTheSkellamPmf) {
+  constexpr int kDraws = 200000;
+  for (double lambda : {1.5, 25.0}) {
+    SkellamSampler sampler = Sampler(static_cast<uint8_t>(lambda * 2));
+    int half = 0;
+    while (kDraws * SkellamPmf(half + 1, lambda) >= 5) ++half;
+    std::vector<double> counts(2 * half + 3, 0);  // [low tail | -half..half | high tail]
+    for (int i = 0; i < kDraws; ++i) {
+      const int64_t x = sampler.Skellam(2 * lambda);
+      const int64_t bin = x < -half ? 0 : x > half ? 2 * half + 2 : x + half + 1;
+      ++counts[static_cast<size_t>(bin)];
+    }
+    double inner = 0, stat = 0;
+    for (int k = -half; k <= half; ++k) {
+      const double expected = kDraws * SkellamPmf(k, lambda);
+      inner += SkellamPmf(k, lambda);
+      const double o = counts[static_cast<size_t>(k + half + 1)];
+      stat += (o - expected) * (o - expected) / expected;
+    }
+    const double tail = kDraws * (1 - inner) / 2;
+    for (size_t b : {size_t{0}, counts.size() - 1}) {
+      stat += (counts[b] - tail) * (counts[b] - tail) / tail;
+    }
+    const double df = static_cast<double>(counts.size() - 1);
+    std::printf(
+        "Skellam lambda %g: chi-square %.2f on %g degrees of freedom (0.999 quantile %.2f)\n",
+        lambda, stat, df, ChiSquareQuantile(df, 3.0902));
+    EXPECT_LT(stat, ChiSquareQuantile(df, 3.0902)) << "lambda " << lambda;
+  }
+}
+
+TEST(SkellamSamplerTest, RefusesASeedOfTheWrongSize) {
+  auto sampler = SkellamSampler::Create(SecretBytes(16));
+  ASSERT_FALSE(sampler.ok());
+  EXPECT_EQ(sampler.status().message(), "noise seed has 16 bytes, expected 32");
+}
+
+// Every line of tests/data/skellam_golden.txt (make_skellam_golden.py).
+TEST(SkellamAccountingTest, MatchesScipy) {
+  std::ifstream in(std::string(COHORT_TEST_DATA) + "/skellam_golden.txt");
+  ASSERT_TRUE(in) << "tests/data/skellam_golden.txt";
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    std::istringstream s(line);
+    std::string kind;
+    s >> kind;
+    ++lines;
+    if (kind == "rdp") {
+      double q, l1, l2, v, order, want;
+      ASSERT_TRUE(s >> q >> l1 >> l2 >> v >> order >> want) << line;
+      EXPECT_NEAR(SampledSkellamRdp(q, l1, l2, v, order), want, 1e-9 * want) << line;
+    } else if (kind == "eps") {
+      double q, l1, l2, v, delta, want;
+      uint64_t steps;
+      ASSERT_TRUE(s >> q >> l1 >> l2 >> v >> steps >> delta >> want) << line;
+      SkellamParams p;
+      p.l1_bound = l1;
+      p.l2_bound = l2;
+      p.variance = v;
+      RdpAccountant accountant;
+      ASSERT_TRUE(ComposeSkellam(accountant, q, p, steps).ok());
+      auto spent = accountant.Spent(delta);
+      ASSERT_TRUE(spent.ok());
+      EXPECT_NEAR(spent->epsilon, want, 1e-9 * want) << line;
+    } else if (kind == "exact") {
+      // The bound is a bound: never below the true divergence of one
+      // coordinate shifted by an integer (L1 = L2 = the shift).
+      double v, shift, order, exact;
+      ASSERT_TRUE(s >> v >> shift >> order >> exact) << line;
+      EXPECT_GE(SkellamRdp(shift, shift, v, order), exact) << line;
+      EXPECT_LT(SkellamRdp(shift, shift, v, order), 2 * exact) << line;
+    } else if (kind == "l2") {
+      double c, d, want;
+      ASSERT_TRUE(s >> c >> d >> want) << line;
+      EXPECT_NEAR(RoundedL2Bound(c, d, kRoundingBeta), want, 1e-12 * want) << line;
+    } else {
+      FAIL() << "unknown line: " << line;
+    }
+  }
+  EXPECT_EQ(lines, 96);
+}
+
+// The scale keeps the worst-case sum below 2^31 with the stated
+// probability, and the bound is in the describing line.
+TEST(SkellamParamsTest, ScaleMeetsTheWrapAroundBound) {
+  auto p = ChooseSkellamParams(1.0, 1.0, 10, 8, 61706);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->scale, std::ldexp(1.0, 21));  // The noise cap: s σ C <= 2^21.
+  EXPECT_LE(p->wrap_probability, kMaxWrapProbability);
+  EXPECT_DOUBLE_EQ(p->variance, std::ldexp(1.0, 42));
+  EXPECT_DOUBLE_EQ(p->share_variance(), std::ldexp(1.0, 42) / 8);
+  EXPECT_LT(p->l2_bound, 1.001 * p->scale);
+  EXPECT_NE(p->Describe().find("wraps with probability <= "), std::string::npos);
+  // Many clients and little noise: the signal bound sets the scale.
+  auto crowded = ChooseSkellamParams(1.0, 0.01, 1000, 100, 61706);
+  ASSERT_TRUE(crowded.ok()) << crowded.status();
+  EXPECT_LT(crowded->scale * 1000 * 1.01, std::ldexp(1.0, 31));
+  EXPECT_LE(crowded->wrap_probability, kMaxWrapProbability);
+}
+
+TEST(SkellamParamsTest, RefusesWhenNoScaleFitsNamingTheFields) {
+  auto p = ChooseSkellamParams(1.0, 1.0, 100000000, 3, 1000000);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "privacy: no fixed-point scale keeps the 32-bit sum from wrapping: 100000000 clients "
+            "(rounds.max_clients_per_round) of L2 norm privacy.clip_norm 1 with noise "
+            "privacy.noise_multiplier 1 over 1000000 values need more than 31 bits once the grid "
+            "is fine enough that rounding at most doubles the sensitivity; lower "
+            "rounds.max_clients_per_round or privacy.noise_multiplier");
+  auto bad = ChooseSkellamParams(1.0, 1.0, 10, 11, 100);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("0 < survivors <= rounds.max_clients_per_round"),
+            std::string::npos);
+}
+
+// The encoding clips, rounds within the L2 bound and decodes back.
+TEST(SkellamEncodingTest, ClipsRoundsAndDecodes) {
+  std::vector<float> delta(100, 1.0f);  // L2 norm 10, clipped to 2.
+  Rng rounding(7);
+  SkellamSampler noise = Sampler(9);
+  std::vector<uint32_t> words(delta.size());
+  const double scale = 1024, l2 = RoundedL2Bound(2 * scale, 100, kRoundingBeta);
+  ASSERT_TRUE(EncodeSkellam(delta, 2.0, scale, l2, 0, rounding, noise, words).ok());
+  std::vector<float> back(delta.size());
+  DecodeSkellam(words, scale, back);
+  double norm2 = 0;
+  for (float v : back) {
+    EXPECT_NEAR(v, 0.2, 1.0 / scale);
+    norm2 += double{v} * v;
+  }
+  EXPECT_LE(std::sqrt(norm2) * scale, l2);
+  delta[3] = std::nanf("");
+  auto bad = EncodeSkellam(delta, 2.0, scale, l2, 0, rounding, noise, words);
+  EXPECT_EQ(bad.message(), "local update has NaN or Inf");
+}
+
+}  // namespace
+}  // namespace cohort::privacy
