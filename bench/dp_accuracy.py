@@ -6,25 +6,26 @@ fixed-size cohort of --per-round a round (q = per_round / clients), plain
 aggregation with a trusted coordinator (central DP), server momentum 0.9.
 For each target epsilon (delta 1e-5) the noise multiplier sigma is the
 smallest that keeps --rounds rounds within it, found by bisection with the
-independent accountant of tests/data/make_rdp_golden.py (scipy quadrature,
-not the C++ one); the run's own accountant then reports its epsilon after
+independent accountant of tests/data/make_rdp_wor_golden.py (the fixed-size
+cohort sampled without replacement, replace-one, sigma / 2; not the C++ one);
+the run's own accountant then reports its epsilon after
 every round, and `privacy.epsilon_budget` is the target, so a sigma that
 spent more would stop the run early (the bench fails if any run stops
-short). A run without `privacy` (same clients, cohort and optimizer, no
-clipping, no noise) is the baseline, and one with sigma 0.001 (the least the
-config takes) and no budget shows what the clipping and the equally weighted
-fixed-denominator mean cost without noise.
+short). With --baseline, a run without `privacy` (same clients, cohort and
+optimizer, no clipping, no noise) comes first, and one with sigma 0.001 (the
+least the config takes) and no budget shows what the clipping and the
+equally weighted fixed-denominator mean cost without noise.
 
   /usr/bin/python3 bench/dp_accuracy.py [--cohort build/cli/cohort]
       [--clients 3000] [--per-round 150] [--rounds 50] [--clip 0.5]
-      [--epsilons 1,3,8] [--threads 2] [--mechanism central|distributed]
+      [--epsilons 1,3,8] [--threads 2] [--mechanism central|distributed] [--baseline]
 
 --mechanism distributed runs distributed DP instead (privacy.mechanism
 DISTRIBUTED_SKELLAM under SecAgg+: the clients' Skellam noise, shares sized
 for the whole cohort since the simulator drops nobody), with sigma from the
 independent Skellam accountant of tests/data/make_skellam_golden.py at the
-grid the coordinator picks for --dim values (privacy/skellam.cc), and no
-"none" or "clip only" rows (--baseline adds them back, under SecAgg+).
+grid the coordinator picks for --dim values (privacy/skellam.cc); its
+--baseline rows run under SecAgg+.
 
 Prints a Markdown table (epsilon target, sigma, the run's final epsilon,
 final and best test accuracy) and a JSON line.
@@ -40,7 +41,7 @@ import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "data"))
-import make_rdp_golden as rdp  # noqa: E402  (the independent accountant)
+import make_rdp_wor_golden as wor  # noqa: E402  (the independent accountant)
 import make_skellam_golden as skellam  # noqa: E402  (distributed DP's)
 from robust_bench import fmnist_partition  # noqa: E402
 
@@ -50,7 +51,10 @@ DELTA = 1e-5
 
 
 def epsilon(q, sigma, rounds):
-    return rdp.epsilon([rdp.rdp(q, sigma, a) for a in rdp.ORDERS], rounds, DELTA)[0]
+    """Central DP's epsilon as the coordinator charges it: a fixed-size cohort
+    sampled without replacement, replace-one adjacency, so the noise
+    multiplier counts as sigma / 2 (docs/privacy.md)."""
+    return wor.epsilon(wor.float_rdps(q, sigma / 2), rounds, DELTA)[0]
 
 
 def skellam_epsilon(q, sigma, rounds, clip, dim):
@@ -119,7 +123,8 @@ def main():
     p.add_argument("--keep", help="keep the runs in this new directory")
     p.add_argument("--mechanism", choices=["central", "distributed"], default="central")
     p.add_argument("--baseline", action="store_true",
-                   help="with --mechanism distributed: the none and clip-only rows too")
+                   help="the none and clip-only rows too (they do not depend on the mechanism "
+                        "or the accountant)")
     p.add_argument("--dim", type=int, default=44426,
                    help="the model's values (Cohort's LeNet-5: 44,426)")
     args = p.parse_args()
@@ -129,7 +134,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     distributed = args.mechanism == "distributed"
     eps_of = (lambda q, s, r: skellam_epsilon(q, s, r, args.clip, args.dim)) if distributed else None
-    plan = [] if distributed and not args.baseline else [("none", None), ("clip only", 0.001)]
+    plan = [("none", None), ("clip only", 0.001)] if args.baseline else []
     plan += [(e, sigma_for(q, args.rounds, float(e), eps_of)) for e in args.epsilons.split(",")]
     mechanism = " mechanism: DISTRIBUTED_SKELLAM" if distributed else ""
     for target, sigma in plan:
