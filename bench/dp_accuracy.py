@@ -64,7 +64,9 @@ def skellam_epsilon(q, sigma, rounds, clip, dim):
     scale = 2.0 ** math.floor(math.log2(2.0 ** 21 / (sigma * clip)))
     l2 = skellam.l2_bound(scale * clip, dim)
     l1 = l2 * min(math.sqrt(dim), l2)
-    return skellam.epsilon(q, l1, l2, (scale * sigma * clip) ** 2, rounds, DELTA)
+    # As the coordinator charges it (privacy/skellam.h ChargeSkellamRounds):
+    # replace-one (twice the sensitivities) and no amplification (q = 1).
+    return skellam.epsilon(1.0, 2 * l1, 2 * l2, (scale * sigma * clip) ** 2, rounds, DELTA)
 
 
 def sigma_for(q, rounds, target, eps=None):

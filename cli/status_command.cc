@@ -114,8 +114,9 @@ void PrintPrivacy(const config::RunConfig& config, const std::vector<store::Roun
   // (docs/privacy.md).
   const std::string accounted =
       distributed
-          ? "accounted as Poisson sampling at q=" + q +
-                " (the cohort is a fixed-size sample: an approximation; docs/privacy.md)"
+          ? "accounted without amplification by the cohort's sampling (q=" + q +
+                " not used) and replace-one adjacency (a replaced client moves the sum by up to "
+                "2 x its clipped, rounded update; docs/privacy.md)"
           : "accounted as a fixed-size cohort sampled without replacement at q=" + q +
                 ", replace-one adjacency (noise multiplier " + Number(p.noise_multiplier()) +
                 " / 2: a replaced client moves the sum by up to 2 x clip norm; "

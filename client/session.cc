@@ -832,6 +832,14 @@ Status CheckDistributedDpSetup(const aggregation::SecAggSetup& s) {
   }
   const bool finite = std::isfinite(s.dp_scale) && std::isfinite(s.dp_clip_norm) &&
                       std::isfinite(s.dp_l2_bound) && std::isfinite(s.dp_share_variance);
+  if (s.dp_share_variance > privacy::kMaxShareVariance) {
+    // A huge variance is no noise at all (Poisson(λ) past 2^63 converts to
+    // one value for both draws), so it is refused, not logged as noise.
+    return InvalidArgumentError("secagg setup: distributed DP's noise variance " +
+                                std::to_string(s.dp_share_variance) + " is above " +
+                                std::to_string(privacy::kMaxShareVariance) +
+                                " (2^42), where the Skellam sampler cannot draw it");
+  }
   if (!finite || !(s.dp_scale > 0) || !(s.dp_clip_norm > 0) || !(s.dp_share_variance > 0) ||
       !(s.dp_l2_bound >= s.dp_scale * s.dp_clip_norm) || s.dp_l2_bound * s.n >= 2147483647.0) {
     return InvalidArgumentError(
@@ -876,6 +884,14 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   COHORT_ASSIGN_OR_RETURN(const double corrupt, CorruptBound(s));
   COHORT_RETURN_IF_ERROR(aggregation::CheckSecAggParams(s.n, s.k, s.t, corrupt));
   COHORT_RETURN_IF_ERROR(CheckSetupSums(s));
+  if (scaffold && s.dp_scale > 0) {
+    // The variate's change is (global - local) / (K lr) - c, which the
+    // coordinator can invert: beside a noised update it would hand over the
+    // update itself, un-noised. (The config validator never asks for both.)
+    return InvalidArgumentError(
+        "secagg setup: distributed DP with a train.scaffold task; the control variate's change "
+        "would ride un-noised and reveal the update");
+  }
   if (!peers_.empty()) COHORT_RETURN_IF_ERROR(CheckRoster(s));
   aggregation::SecAggParams params;
   params.n = s.n;

@@ -762,6 +762,42 @@ TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {
   EXPECT_FALSE(a.train.has_value());
   ASSERT_EQ(a.printed.size(), 1u);
   EXPECT_NE(a.printed[0].find("unknown mask PRG 3"), std::string::npos) << a.printed[0];
+  // Distributed DP's numbers: honest ones pass; a huge share variance is no
+  // noise at all (Poisson past 2^63), so it is refused, as is an L2 bound
+  // below the clipped update's.
+  auto ddp = [&](uint64_t id, double variance, double l2_bound) {
+    net::Envelope e = SecureTask(id, identity.public_key);
+    auto* sa = e.header.mutable_task()->mutable_secagg();
+    sa->set_dp_scale(1024);
+    sa->set_dp_clip_norm(0.5);
+    sa->set_dp_l2_bound(l2_bound);
+    sa->set_dp_share_variance(variance);
+    return e;
+  };
+  a = s.OnMessage(ddp(13, 1e300, 600), 50);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("noise variance 1000000"), std::string::npos) << a.printed[0];
+  EXPECT_NE(a.printed[0].find("(2^42), where the Skellam sampler cannot draw it"),
+            std::string::npos)
+      << a.printed[0];
+  a = s.OnMessage(ddp(14, 1e6, 100), 55);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("distributed DP's scale, clip norm, L2 bound or noise variance"),
+            std::string::npos)
+      << a.printed[0];
+  // A SCAFFOLD task would send its variate's change un-noised beside it.
+  net::Envelope scaffold = ddp(16, 1e6, 600);
+  scaffold.header.mutable_task()->mutable_train()->set_scaffold(true);
+  scaffold.payloads[0].resize(2 * kParams);  // [x | c].
+  a = s.OnMessage(scaffold, 58);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("distributed DP with a train.scaffold task"), std::string::npos)
+      << a.printed[0];
+  a = s.OnMessage(ddp(15, 4398046511104.0, 600), 60);
+  EXPECT_TRUE(a.train.has_value()) << (a.printed.empty() ? "" : a.printed[0]);
 }
 
 TEST(SecureSessionTest, WithPeersItAsksForAndChecksTheWholeRoster) {

@@ -187,7 +187,7 @@ RoundPrivacy DpStrategy::EndRound() {
 }
 
 Status DpStrategy::Charge(privacy::RdpAccountant& accountant, double q, uint64_t steps) const {
-  if (skellam_) return privacy::ComposeSkellam(accountant, q, *skellam_, steps);
+  if (skellam_) return privacy::ChargeSkellamRounds(accountant, *skellam_, steps);
   return ChargeDpFedAvgRounds(accountant, q, privacy_.noise_multiplier(), steps);
 }
 

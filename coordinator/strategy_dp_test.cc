@@ -297,8 +297,12 @@ TEST(DpStrategyTest, DistributedDpAddsNoNoiseAndChargesTheSkellamMechanism) {
   ASSERT_TRUE(params.ok());
   dp->SetSkellam(*params);
   privacy::RdpAccountant accountant;
-  ASSERT_TRUE(privacy::ComposeSkellam(accountant, 0.5, *params).ok());
+  ASSERT_TRUE(privacy::ChargeSkellamRounds(accountant, *params).ok());
   const double one_round = accountant.Spent(1e-5)->epsilon;
+  // Replace-one and unsampled: more than the Poisson add/remove figure at q.
+  privacy::RdpAccountant poisson;
+  ASSERT_TRUE(privacy::ComposeSkellam(poisson, 0.5, *params).ok());
+  EXPECT_GT(one_round, 2 * poisson.Spent(1e-5)->epsilon);
   auto plan = dp->PlanRound(5, 10);
   ASSERT_TRUE(plan.ok());
   EXPECT_DOUBLE_EQ(plan->epsilon_after, one_round);
@@ -309,16 +313,15 @@ TEST(DpStrategyTest, DistributedDpAddsNoNoiseAndChargesTheSkellamMechanism) {
   const RoundPrivacy charged = dp->EndRound();
   EXPECT_DOUBLE_EQ(charged.sampling_rate, 0.5);
   EXPECT_DOUBLE_EQ(charged.epsilon, one_round);
-  // Above a Gaussian of the same σ: the rounding's inflation and the
-  // Skellam term are tiny at this grid, but Zhu and Wang's general
-  // amplification bound (integer orders) is looser than the sampled
-  // Gaussian's own analysis.
+  // Charged as the Gaussian of the same σ would be without amplification
+  // and replace-one (noise multiplier σ / 2, q = 1), and just above it: the
+  // rounding's inflation and the Skellam term are tiny at this grid.
   privacy::RdpAccountant gaussian;
-  ASSERT_TRUE(gaussian.Compose(0.5, 1.0).ok());
-  std::printf("one round at q 0.5, sigma 1: Skellam epsilon %.4f, Gaussian %.4f\n", one_round,
-              gaussian.Spent(1e-5)->epsilon);
-  EXPECT_GT(one_round, gaussian.Spent(1e-5)->epsilon);
-  EXPECT_LT(one_round, 2 * gaussian.Spent(1e-5)->epsilon);
+  ASSERT_TRUE(gaussian.Compose(1.0, 0.5).ok());
+  std::printf("one round, sigma 1: Skellam epsilon %.4f, unsampled replace-one Gaussian %.4f\n",
+              one_round, gaussian.Spent(1e-5)->epsilon);
+  EXPECT_GE(one_round, gaussian.Spent(1e-5)->epsilon);
+  EXPECT_LT(one_round, 1.05 * gaussian.Spent(1e-5)->epsilon);
   std::vector<store::RoundRecord> rounds(1);
   rounds[0].round = 1;
   rounds[0].dp_sampling_rate = 0.5;

@@ -87,6 +87,14 @@ Status ComposeSkellam(RdpAccountant& accountant, double q, const SkellamParams& 
   return accountant.AddRdp(rdp, steps);
 }
 
+Status ChargeSkellamRounds(RdpAccountant& accountant, const SkellamParams& params,
+                           uint64_t rounds) {
+  SkellamParams replace_one = params;
+  replace_one.l1_bound *= 2;
+  replace_one.l2_bound *= 2;
+  return ComposeSkellam(accountant, 1.0, replace_one, rounds);
+}
+
 double RoundedL2Bound(double scaled_l2, double dim, double beta) {
   const double c = scaled_l2, root_d = std::sqrt(dim);
   const double plain = c + root_d;

@@ -101,6 +101,20 @@ StatusOr<SkellamParams> ChooseSkellamParams(double clip_norm, double noise_multi
 Status ComposeSkellam(RdpAccountant& accountant, double q, const SkellamParams& params,
                       uint64_t steps = 1);
 
+// What the coordinator charges for `rounds` rounds of distributed DP: its
+// cohort is a fixed-size sample drawn without replacement, so neighbouring
+// runs differ by one client replaced (replace-one), which moves the sum by
+// up to 2 Δ2 (L2) and 2 Δ1 (L1); and no amplification by that sampling is
+// claimed (no without-replacement bound for the Skellam mechanism is built),
+// so every round is charged unsampled (q = 1). An upper bound.
+Status ChargeSkellamRounds(RdpAccountant& accountant, const SkellamParams& params,
+                           uint64_t rounds = 1);
+
+// The largest per-client share variance a client accepts (the coordinator
+// sends at most (2^21)^2 / min_survivors, 2^42): above it Poisson(λ) leaves
+// double's exact integers and, past 2^63, converts to no noise at all.
+inline constexpr double kMaxShareVariance = 4398046511104.0;  // 2^42
+
 // A ChaCha20 stream keyed by a 32-byte secret, and the Poisson and Skellam
 // samplers on it. Move-only; not thread-safe.
 class SkellamSampler {

@@ -365,7 +365,7 @@ TEST(SecureDecodeTest, DistributedDpCommitsTheSurvivorsNoiseAtTheTargetVariance)
   EXPECT_GT(stat, quantile(-6.0));
   EXPECT_LT(stat, quantile(6.0));
   privacy::RdpAccountant accountant;
-  ASSERT_TRUE(privacy::ComposeSkellam(accountant, 1.0, *ddp).ok());
+  ASSERT_TRUE(privacy::ChargeSkellamRounds(accountant, *ddp).ok());
   EXPECT_DOUBLE_EQ(rounds[0].dp_sampling_rate, 1.0);
   EXPECT_NEAR(rounds[0].dp_epsilon, accountant.Spent(1e-5)->epsilon, 1e-9);
 }
