@@ -250,15 +250,21 @@ bool DealtShareValid(const crypto::Ed25519Public& dealer_identity,
                         s.proof.signature);
 }
 
+InputRules InputRulesOf(const SecAggSetup& setup) {
+  return {setup.l2_clip, setup.dp_clip_norm, setup.dp_scale, setup.dp_l2_bound,
+          setup.dp_share_variance};
+}
+
 std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t round,
                                       uint64_t task_id, const SecAggParams& params, float clip,
-                                      double scale, double total_weight) {
+                                      double scale, double total_weight, const InputRules& rules) {
   // v4: one dealer signature per holder (DealMessage). A client of another
   // version fails every advert signature here, which the server refuses
   // without blaming anyone, instead of mistaking the other's sealed shares
   // (the same size) for a bad signature.
   // v5: the roster travels as a Merkle root, the key list as proofs.
-  std::string m = "cohort-secagg-context-v5";
+  // v6: the input rules (l2_clip, distributed DP's grid, bound and share).
+  std::string m = "cohort-secagg-context-v6";
   m.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   auto put = [&m](const auto& v) { m.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   put(round);
@@ -271,6 +277,11 @@ std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t r
   put(clip);
   put(scale);
   put(total_weight);
+  put(rules.l2_clip);
+  put(rules.dp_clip_norm);
+  put(rules.dp_scale);
+  put(rules.dp_l2_bound);
+  put(rules.dp_share_variance);
   m.append(reinterpret_cast<const char*>(params.roster.data()), params.roster.size());
   return crypto::Hash256({AsBytes(m)});
 }

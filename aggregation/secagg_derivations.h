@@ -23,9 +23,18 @@ namespace cohort::aggregation {
 // the round's public parameters, the roster root among them: a coordinator
 // that tells two clients different parameters (weights, scale, cohort,
 // identities) makes their signatures over each other's keys fail.
+// `rules`: what each client does to its input before masking (the setup's
+// l2_clip and distributed DP's numbers), bound too, so that no client can be
+// told a coarser grid or a smaller noise share than the others unnoticed.
+struct InputRules {
+  float l2_clip = 0;
+  double dp_clip_norm = 0, dp_scale = 0, dp_l2_bound = 0, dp_share_variance = 0;
+};
+InputRules InputRulesOf(const SecAggSetup& setup);
 std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t round,
                                       uint64_t task_id, const SecAggParams& params, float clip,
-                                      double scale, double total_weight);
+                                      double scale, double total_weight,
+                                      const InputRules& rules = {});
 
 // The roster: client i's identity key is leaf i (RosterLeaf) of a Merkle
 // tree whose root every party binds into the context.

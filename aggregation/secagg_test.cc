@@ -206,6 +206,36 @@ bool Blamed(const Outcome& o, uint32_t client, const std::string& what) {
   return false;
 }
 
+// The context binds what each client does to its input before masking: a
+// client told a coarser grid, a smaller noise share, another clip or L2
+// bound than its neighbours derives another context, so their signatures
+// over each other's keys fail (the round aborts instead of going on).
+TEST(SecAggTest, TheContextBindsTheInputRules) {
+  SecAggParams params;
+  params.n = 3;
+  params.k = 2;
+  params.t = 2;
+  params.length = 10;
+  const std::array<uint8_t, 16> nonce = {};
+  InputRules honest;
+  honest.l2_clip = 1;
+  honest.dp_clip_norm = 0.5;
+  honest.dp_scale = 1024;
+  honest.dp_l2_bound = 600;
+  honest.dp_share_variance = 1e6;
+  const auto base = SecAggContext(nonce, 1, 7, params, 4, 1e6, 150, honest);
+  EXPECT_EQ(SecAggContext(nonce, 1, 7, params, 4, 1e6, 150, honest), base);
+  for (int field = 0; field < 5; ++field) {
+    InputRules told = honest;
+    if (field == 0) told.l2_clip = 2;
+    if (field == 1) told.dp_clip_norm = 1;
+    if (field == 2) told.dp_scale = 2048;
+    if (field == 3) told.dp_l2_bound = 700;
+    if (field == 4) told.dp_share_variance = 1;
+    EXPECT_NE(SecAggContext(nonce, 1, 7, params, 4, 1e6, 150, told), base) << "field " << field;
+  }
+}
+
 TEST(SecAggTest, SumIsExactForThreeTenAndHundredClients) {
   for (uint32_t n : {3u, 10u, 100u}) {
     Harness h(Params(n, 1000, /*complete=*/n <= 10));

@@ -902,8 +902,8 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
                   (s.fednova_slot ? aggregation::kSecureFedNovaSlots : 0);
   params.prg = s.prg;
   params.roster = s.roster_root;
-  params.context =
-      aggregation::SecAggContext(s.nonce, round, task_id, params, s.clip, s.scale, s.total_weight);
+  params.context = aggregation::SecAggContext(s.nonce, round, task_id, params, s.clip, s.scale,
+                                              s.total_weight, aggregation::InputRulesOf(s));
   SecAggRound r;
   r.round = round;
   r.task_id = task_id;

@@ -269,16 +269,27 @@ aggregation::SecAggSetup RoundEngine::SecAggSetupFor(const std::string& name) co
   s.stage_timeout_ms = ms(config_.secagg().stage_timeout_s());
   s.round_deadline_ms = ms(config_.rounds().round_deadline_s());
   s.eval_slots = federated_eval();
-  s.l2_clip = config_.secagg().l2_clip();
   s.fednova_slot = fednova_ != nullptr;
+  const aggregation::InputRules rules = InputRules();
+  s.l2_clip = rules.l2_clip;
+  s.dp_clip_norm = rules.dp_clip_norm;
+  s.dp_scale = rules.dp_scale;
+  s.dp_l2_bound = rules.dp_l2_bound;
+  s.dp_share_variance = rules.dp_share_variance;
+  return s;
+}
+
+aggregation::InputRules RoundEngine::InputRules() const {
+  aggregation::InputRules rules;
+  rules.l2_clip = config_.secagg().l2_clip();
   if (dp_ != nullptr && dp_->skellam()) {
     const privacy::SkellamParams& ddp = *dp_->skellam();
-    s.dp_clip_norm = config_.privacy().clip_norm();
-    s.dp_scale = ddp.scale;
-    s.dp_l2_bound = ddp.l2_bound;
-    s.dp_share_variance = ddp.share_variance();
+    rules.dp_clip_norm = config_.privacy().clip_norm();
+    rules.dp_scale = ddp.scale;
+    rules.dp_l2_bound = ddp.l2_bound;
+    rules.dp_share_variance = ddp.share_variance();
   }
-  return s;
+  return rules;
 }
 
 bool RoundEngine::EvaluatesRound(uint32_t round) const {

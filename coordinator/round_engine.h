@@ -294,6 +294,9 @@ class RoundEngine {
   bool AllResolved() const;
   // The secure round's setup for cohort member `name` (messages.h sends it).
   aggregation::SecAggSetup SecAggSetupFor(const std::string& name) const;
+  // What every client of a secure round does to its input before masking,
+  // in each setup and bound into the session context.
+  aggregation::InputRules InputRules() const;
   // The task of `name` for the round in progress, as the strategy sets it.
   Outgoing MakeTask(const std::string& peer, const std::string& name) const;
   // ErrorMessage naming the round the engine is in.

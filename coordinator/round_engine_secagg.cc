@@ -116,7 +116,7 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
   secagg_params_.roster = aggregation::RosterTree(cohort_identities_).root();
   secagg_params_.context =
       aggregation::SecAggContext(secagg_nonce_, round, task_id_, secagg_params_, fixed_point_.clip,
-                                 fixed_point_.scale, cohort_weight_);
+                                 fixed_point_.scale, cohort_weight_, InputRules());
   aggregation::DistributedDpDecoding ddp;
   if (dp_ != nullptr && dp_->skellam()) {
     ddp = {dp_->skellam()->scale, static_cast<double>(cohort.size())};
