@@ -7,6 +7,8 @@
 #include <numbers>
 #include <string>
 
+#include "privacy/log_space.h"
+
 namespace cohort::privacy {
 namespace {
 
@@ -20,13 +22,6 @@ constexpr std::array<double, 151> MakeDefaultOrders() {
   return orders;
 }
 constexpr std::array<double, 151> kDefaultOrders = MakeDefaultOrders();
-
-// log(exp(a) + exp(b)) without overflow; -inf is log(0).
-double LogAdd(double a, double b) {
-  const double hi = std::max(a, b), lo = std::min(a, b);
-  if (lo == -kInf) return hi;
-  return hi + std::log1p(std::exp(lo - hi));
-}
 
 // log(exp(a) - exp(b)) for a >= b; NaN when b > a (the caller gives up).
 double LogSub(double a, double b) {
@@ -53,9 +48,7 @@ double LogErfc(double x) {
 double LogAIntegerOrder(double q, double sigma, int alpha) {
   double log_a = -kInf;
   for (int i = 0; i <= alpha; ++i) {
-    const double log_binom =
-        std::lgamma(alpha + 1.0) - std::lgamma(i + 1.0) - std::lgamma(alpha - i + 1.0);
-    const double term = log_binom + i * std::log(q) + (alpha - i) * std::log1p(-q) +
+    const double term = LogBinomial(alpha, i) + i * std::log(q) + (alpha - i) * std::log1p(-q) +
                         (double(i) * i - i) / (2 * sigma * sigma);
     log_a = LogAdd(log_a, term);
   }

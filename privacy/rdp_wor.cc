@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "privacy/log_space.h"
+
 namespace cohort::privacy {
 namespace {
 
@@ -12,17 +14,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // Up to this order the forward-difference term is evaluated (O(α²) work);
 // above it only the cap 2 e^{(j-1) ε(j)}, as dp_accounting does.
 constexpr int kMaxDifferencedOrder = 256;
-
-// log(exp(a) + exp(b)) without overflow; -inf is log(0).
-double LogAdd(double a, double b) {
-  const double hi = std::max(a, b), lo = std::min(a, b);
-  if (lo == -kInf) return hi;
-  return hi + std::log1p(std::exp(lo - hi));
-}
-
-double LogBinomial(int n, int k) {
-  return std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0);
-}
 
 // (j - 1) ε(j) = j (j - 1) / (2 z²): the Gaussian's CGF at j - 1.
 double GaussianCgf(double z, int j) { return double(j) * (j - 1) / (2 * z * z); }

@@ -10,6 +10,8 @@
 #include <numbers>
 #include <vector>
 
+#include "privacy/log_space.h"
+
 namespace cohort::privacy {
 namespace {
 
@@ -21,16 +23,6 @@ constexpr size_t kBlockWords = 512;
 // integers to ~1e-4 and its log-density is evaluated without cancellation.
 constexpr int kMaxNoiseBits = 21;
 constexpr int kMaxRoundingDraws = 1000;
-
-double LogAdd(double a, double b) {
-  const double hi = std::max(a, b), lo = std::min(a, b);
-  if (lo == -kInf) return hi;
-  return hi + std::log1p(std::exp(lo - hi));
-}
-
-double LogBinom(double n, double k) {
-  return std::lgamma(n + 1) - std::lgamma(k + 1) - std::lgamma(n - k + 1);
-}
 
 // log of the Poisson(lambda) pmf at k, for k, lambda >= 10, without the
 // cancellation of -λ + k log λ - log k! (each ~10^13 at λ ~ 10^12):
@@ -65,11 +57,11 @@ double SampledSkellamRdp(double q, double l1, double l2, double variance, double
   const double log_q = std::log(q), log_1mq = std::log1p(-q);
   // l = 0 and 1 together, then l = 2, then 3..α with the factor 3.
   double log_a = (alpha - 1) * log_1mq + std::log(alpha * q - q + 1);
-  log_a = LogAdd(log_a, LogBinom(alpha, 2) + 2 * log_q + (alpha - 2) * log_1mq +
+  log_a = LogAdd(log_a, LogBinomial(alpha, 2) + 2 * log_q + (alpha - 2) * log_1mq +
                             SkellamRdp(l1, l2, variance, 2));
   for (int l = 3; l <= alpha; ++l) {
-    log_a = LogAdd(log_a, std::log(3.0) + LogBinom(alpha, l) + l * log_q + (alpha - l) * log_1mq +
-                              (l - 1) * SkellamRdp(l1, l2, variance, l));
+    log_a = LogAdd(log_a, std::log(3.0) + LogBinomial(alpha, l) + l * log_q +
+                              (alpha - l) * log_1mq + (l - 1) * SkellamRdp(l1, l2, variance, l));
   }
   return std::min(unsampled, log_a / (alpha - 1));
 }
