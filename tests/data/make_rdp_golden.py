@@ -32,6 +32,7 @@ import sys
 import warnings
 
 from scipy import integrate, optimize
+from golden_compare import same  # noqa: E402
 
 ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
 QS = [0.001, 0.01, 0.04, 0.1, 0.5, 1.0]
@@ -93,26 +94,6 @@ def epsilon(rdps, steps, delta):
         best = min(best, (e, a))
     return best
 
-
-def same(old, new):
-    """Whether two files' lines agree, numbers within 1e-9 relative."""
-    if len(old) != len(new):
-        return False
-    for a, b in zip(old, new):
-        wa, wb = a.split(), b.split()
-        if len(wa) != len(wb):
-            return False
-        for x, y in zip(wa, wb):
-            if x == y:
-                continue
-            try:
-                fx, fy = float(x), float(y)
-            except ValueError:
-                return False
-            if abs(fx - fy) > 1e-9 * max(abs(fx), abs(fy)):
-                print(f"differs: {a!r} / {b!r}")
-                return False
-    return True
 
 
 def main():

@@ -27,6 +27,7 @@ import sys
 
 import numpy as np
 from scipy import special, stats
+from golden_compare import same  # noqa: E402
 
 # Opacus's DEFAULT_ALPHAS, as privacy/rdp_accountant.cc: the sampled bound
 # holds at integer orders only, so the fractional ones count only at q = 1.
@@ -98,22 +99,6 @@ def lines():
         out.append(f"l2 {c!r} {d} {l2_bound(c, d)!r}")
     return out
 
-
-def same(old, new):
-    if len(old) != len(new):
-        return False
-    for a, b in zip(old, new):
-        for x, y in zip(a.split(), b.split()):
-            if x == y:
-                continue
-            try:
-                fx, fy = float(x), float(y)
-            except ValueError:
-                return False
-            if abs(fx - fy) > 1e-9 * max(abs(fx), abs(fy)):
-                print(f"differs: {a!r} / {b!r}")
-                return False
-    return True
 
 
 def main():
