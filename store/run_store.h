@@ -90,6 +90,11 @@ struct RoundRecord {
   // privacy, or a store older than it).
   double dp_sampling_rate = 0;
   double dp_epsilon = -1;
+  // Adaptive clipping (privacy.adaptive_clip): the clip norm C the round
+  // clipped at and the one the next round clips at (0: a fixed clip, or a
+  // store older than it). A resumed run takes C from the last record.
+  double dp_clip_norm = 0;
+  double dp_next_clip_norm = 0;
   // Timings (round_stages and round_ranks tables; empty in older stores and
   // where nothing measured them): per stage at the coordinator, per rank of
   // a data-parallel epoch.

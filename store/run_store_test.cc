@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -687,6 +688,37 @@ TEST(RunStoreTest, PrivacyEpsilonIsCommittedAndOlderStoresReadNone) {
   EXPECT_EQ((*rounds)[0].dp_epsilon, -1.0);
   EXPECT_EQ((*rounds)[1].dp_sampling_rate, 0.25);
   EXPECT_EQ((*rounds)[1].dp_epsilon, 1.75);
+}
+
+// Adaptive clipping: each round's C and the next are committed bit for bit
+// (a resumed run clips at the stored double); an older store reads 0 (no
+// adaptive clipping) and gains the columns when opened for writing.
+TEST(RunStoreTest, AdaptiveClipNormsAreCommittedAndOlderStoresReadNone) {
+  ScratchDir dir("clip_columns");
+  WriteOlderStore(dir.db());
+  RawSql(dir.db(), "INSERT INTO runs VALUES (1, 'c', 1, 'v', 0, 1)");
+  RawSql(dir.db(), "INSERT INTO checkpoints VALUES (1, ?, x'', 0)", FloatBytes({1, 2}));
+  {
+    auto store = OpenSqliteRunStoreReadOnly(dir.db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto rounds = (*store)->Rounds();
+    ASSERT_TRUE(rounds.ok()) << rounds.status();
+    EXPECT_EQ((*rounds)[0].dp_clip_norm, 0.0);
+    EXPECT_EQ((*rounds)[0].dp_next_clip_norm, 0.0);
+  }
+  auto store = OpenSqliteRunStore(dir.db());
+  ASSERT_TRUE(store.ok()) << store.status();
+  RoundRecord r;
+  r.round = 2;
+  r.dp_clip_norm = 0.1;
+  r.dp_next_clip_norm = 0.1 * std::exp(0.2 / 3);  // Not a short decimal.
+  ASSERT_TRUE((*store)->CommitRound(r, {}, Cp(2, 2), 3).ok());
+  auto rounds = (*store)->Rounds();
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_EQ((*rounds)[0].dp_clip_norm, 0.0);
+  EXPECT_EQ((*rounds)[1].dp_clip_norm, 0.1);
+  EXPECT_EQ((*rounds)[1].dp_next_clip_norm, 0.1 * std::exp(0.2 / 3));
 }
 
 TEST(RunStoreTest, MalformedKillHookValueIsRefused) {

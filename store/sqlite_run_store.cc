@@ -48,7 +48,9 @@ CREATE TABLE IF NOT EXISTS rounds (
   federated_eval_accuracy REAL NOT NULL DEFAULT -1,
   federated_eval_samples INTEGER NOT NULL DEFAULT 0,
   dp_sampling_rate REAL NOT NULL DEFAULT 0,
-  dp_epsilon REAL NOT NULL DEFAULT -1
+  dp_epsilon REAL NOT NULL DEFAULT -1,
+  dp_clip_norm REAL NOT NULL DEFAULT 0,
+  dp_next_clip_norm REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS round_clients (
   round INTEGER NOT NULL,
@@ -222,6 +224,10 @@ class SqliteRunStore final : public RunStore {
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("rounds", "dp_sampling_rate", "REAL NOT NULL DEFAULT 0"));
     COHORT_RETURN_IF_ERROR(AddColumnIfMissing("rounds", "dp_epsilon", "REAL NOT NULL DEFAULT -1"));
+    // Adaptive clipping: the round's C and the next round's.
+    for (const char* column : {"dp_clip_norm", "dp_next_clip_norm"}) {
+      COHORT_RETURN_IF_ERROR(AddColumnIfMissing("rounds", column, "REAL NOT NULL DEFAULT 0"));
+    }
     // Lineage and traffic (issue 33).
     for (const char* column : {"config_sha256", "devices"}) {
       COHORT_RETURN_IF_ERROR(AddColumnIfMissing("runs", column, "TEXT NOT NULL DEFAULT ''"));
@@ -340,7 +346,8 @@ class SqliteRunStore final : public RunStore {
                   "test_accuracy, test_loss, seconds, coordinator_seconds, committed_unix_ms, "
                   "aggregation, outcome, outcome_reason, clock_seconds, federated_eval_loss, "
                   "federated_eval_accuracy, federated_eval_samples, dp_sampling_rate, "
-                  "dp_epsilon) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                  "dp_epsilon, dp_clip_norm, dp_next_clip_norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
+                  "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       if (!s.ok()) return Error("commit round");
       sqlite3_bind_int64(s.get(), 1, r.round);
       sqlite3_bind_int64(s.get(), 2, r.participants);
@@ -362,6 +369,8 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_int64(s.get(), 17, static_cast<int64_t>(r.federated_eval_samples));
       sqlite3_bind_double(s.get(), 18, r.dp_sampling_rate);
       sqlite3_bind_double(s.get(), 19, r.dp_epsilon);
+      sqlite3_bind_double(s.get(), 20, r.dp_clip_norm);
+      sqlite3_bind_double(s.get(), 21, r.dp_next_clip_norm);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
       COHORT_RETURN_IF_ERROR(PutClients(r.round, clients));
       COHORT_RETURN_IF_ERROR(PutTimings(r));
@@ -425,7 +434,8 @@ class SqliteRunStore final : public RunStore {
         columns_["rounds.outcome_reason"] + ", " + columns_["rounds.clock_seconds"] + ", " +
         columns_["rounds.federated_eval_loss"] + ", " + columns_["rounds.federated_eval_accuracy"] +
         ", " + columns_["rounds.federated_eval_samples"] + ", " +
-        columns_["rounds.dp_sampling_rate"] + ", " + columns_["rounds.dp_epsilon"] +
+        columns_["rounds.dp_sampling_rate"] + ", " + columns_["rounds.dp_epsilon"] + ", " +
+        columns_["rounds.dp_clip_norm"] + ", " + columns_["rounds.dp_next_clip_norm"] +
         " FROM rounds ORDER BY round";
     Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("read rounds");
@@ -452,6 +462,8 @@ class SqliteRunStore final : public RunStore {
       r.federated_eval_samples = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 16));
       r.dp_sampling_rate = sqlite3_column_double(s.get(), 17);
       r.dp_epsilon = sqlite3_column_double(s.get(), 18);
+      r.dp_clip_norm = sqlite3_column_double(s.get(), 19);
+      r.dp_next_clip_norm = sqlite3_column_double(s.get(), 20);
       out.push_back(r);
     }
     if (rc != SQLITE_DONE) return Error("read rounds");
@@ -556,6 +568,8 @@ class SqliteRunStore final : public RunStore {
         {"rounds", "federated_eval_samples", "0"},
         {"rounds", "dp_sampling_rate", "0"},
         {"rounds", "dp_epsilon", "-1"},
+        {"rounds", "dp_clip_norm", "0"},
+        {"rounds", "dp_next_clip_norm", "0"},
         {"runs", "config_sha256", "''"},
         {"runs", "world_size", "0"},
         {"runs", "devices", "''"},
