@@ -364,6 +364,8 @@ Status RoundEngine::LoadPrivacy() {
   if (dp_ == nullptr) return OkStatus();
   COHORT_ASSIGN_OR_RETURN(std::vector<store::RoundRecord> rounds, store_->Rounds());
   COHORT_RETURN_IF_ERROR(dp_->Restore(rounds));
+  COHORT_RETURN_IF_ERROR(dp_->RestoreClip(rounds));
+  if (dp_->adaptive()) env_->Log().info("privacy: adaptive clip norm {:.6g}", dp_->clip_norm());
   env_->Log().info("privacy: epsilon {:.4g} at delta {:g} after round {}", dp_->epsilon(),
                    dp_->privacy().target_delta(), round_);
   return OkStatus();
@@ -400,6 +402,13 @@ void RoundEngine::RecordPrivacy(store::RoundRecord& record) {
   const RoundPrivacy p = dp_->EndRound();
   record.dp_sampling_rate = p.sampling_rate;
   record.dp_epsilon = p.epsilon;
+  const RoundClip clip = dp_->EndRoundClip();
+  record.dp_clip_norm = clip.clip_norm;
+  record.dp_next_clip_norm = clip.next_clip_norm;
+  if (dp_->adaptive()) {
+    env_->Log().info("round {}: privacy: clipped at C {:.6g}; the next round clips at {:.6g}",
+                     record.round, clip.clip_norm, clip.next_clip_norm);
+  }
 }
 
 Status RoundEngine::LoadBans() {
@@ -655,6 +664,8 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     return;
   }
   p->Accept();
+  // Adaptive clipping's bit, from the update as it came (before clipping).
+  if (dp_ != nullptr && !aggregator_->masked()) dp_->CountUpdate(envelope.payloads[0]);
   // A masked update's metrics travel inside it, and only their sum counts.
   if (!aggregator_->masked()) KeepPlainMetrics(u, current, *p);
   Progress(now, out);
@@ -713,10 +724,10 @@ Status RoundEngine::StartPlain() {
   const config::ServerConfig& s = config_.server();
   if (dp_ != nullptr) {
     // DP-FedAvg: clipped, equally weighted, over the cohort (strategy_dp.h).
-    COHORT_ASSIGN_OR_RETURN(
-        aggregator_, aggregation::NewClippedSum(global_.size(), config_.privacy().clip_norm(),
-                                                static_cast<uint32_t>(participants_.size()),
-                                                s.max_update_norm()));
+    COHORT_ASSIGN_OR_RETURN(aggregator_,
+                            aggregation::NewClippedSum(global_.size(), dp_->clip_norm(),
+                                                       static_cast<uint32_t>(participants_.size()),
+                                                       s.max_update_norm()));
   } else if (s.has_robust()) {
     COHORT_ASSIGN_OR_RETURN(
         aggregator_, aggregation::NewRobustAggregator(RobustOptionsOf(s.robust()), global_.size(),

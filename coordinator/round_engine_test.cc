@@ -988,6 +988,83 @@ TEST_F(PrivacyTest, AResumedRunEndsWithTheSameModelAndEpsilon) {
   EXPECT_EQ((*store_->Rounds())[3].dp_epsilon, eps);
 }
 
+// Adaptive clipping (privacy.adaptive_clip): C starts at clip_norm and moves
+// each round from the noisy count of unclipped updates.
+config::RunConfig AdaptiveDpConfig(double z, double count_stddev, uint32_t rounds) {
+  config::RunConfig c = DpConfig(0, rounds);
+  c.mutable_privacy()->set_noise_multiplier(z);
+  config::AdaptiveClipConfig* a = c.mutable_privacy()->mutable_adaptive_clip();
+  a->set_target_quantile(0.5);
+  a->set_learning_rate(1.0);
+  a->set_clipped_count_stddev(count_stddev);
+  return c;
+}
+
+// Round 1's updates are short (0.01 per value, unclipped at C = 1): with
+// b̄ near 1, C shrinks by about exp(-0.5). Round 2's are long (norm
+// sqrt(10) x 10 and more): clipped at that C, the mean moves the model by
+// C / sqrt(10) per value. The store keeps each round's C and the next.
+TEST_F(PrivacyTest, UpdatesAreClippedAtTheAdaptiveClipOfTheRound) {
+  FakeEnv env;
+  Start(AdaptiveDpConfig(1e-3, 0.01, 2), &env);
+  engine_->SetNoiseKey(NoiseKey(9));
+  Register(6);
+  int sent = 0;
+  for (const auto& [peer, task] : std::map<std::string, wire::RoundTask>(tasks_)) {
+    if (task.round() != 1) continue;
+    Deliver(peer, UpdateFor(task, std::vector<float>(kParams, 0.01f)));
+    ++sent;
+  }
+  ASSERT_EQ(sent, 3);
+  ASSERT_EQ(FinishRound(10.0f), 3);
+  ASSERT_TRUE(engine_->done()) << engine_->store_error();
+  auto rounds = std::move(store_->Rounds()).value();
+  ASSERT_EQ(rounds.size(), 2u);
+  EXPECT_EQ(rounds[0].dp_clip_norm, 1.0);
+  const double c2 = rounds[0].dp_next_clip_norm;
+  EXPECT_NEAR(c2, std::exp(-0.5), 0.01);
+  EXPECT_EQ(rounds[1].dp_clip_norm, c2);
+  EXPECT_GT(rounds[1].dp_next_clip_norm, c2);  // All clipped: C grows again.
+  const double want = 1 + 0.01 + c2 / std::sqrt(10.0);
+  for (float v : Global()) EXPECT_NEAR(v, want, 5e-3);
+  EXPECT_NE(env.Lines().find("round 2: privacy: clipped at C 0.60"), std::string::npos)
+      << env.Lines();
+  engine_.reset();  // Before `env`.
+}
+
+// Kill-and-resume (the engine stops after round 2, a new one opens the
+// same store): the same model, C and ε as the run that never stopped.
+TEST_F(PrivacyTest, AnAdaptiveClipResumesToTheSameModelAndClip) {
+  const config::RunConfig config = AdaptiveDpConfig(1.0, 2.5, 4);
+  StartDp(config);
+  Register(6);
+  for (int r = 1; r <= 4; ++r) ASSERT_EQ(FinishRound(0.2f), 3);
+  ASSERT_TRUE(engine_->done());
+  const std::vector<float> uninterrupted = Global();
+  const std::vector<store::RoundRecord> straight = std::move(store_->Rounds()).value();
+
+  store_.reset();
+  tasks_.clear();
+  StartDp(config);
+  Register(6);
+  for (int r = 1; r <= 2; ++r) ASSERT_EQ(FinishRound(0.2f), 3);
+  engine_.reset();  // The coordinator stops; the store keeps rounds 1-2.
+  tasks_.clear();
+  StartDp(config);
+  Register(6);
+  for (int r = 3; r <= 4; ++r) ASSERT_EQ(FinishRound(0.2f), 3);
+  ASSERT_TRUE(engine_->done());
+  EXPECT_EQ(Global(), uninterrupted);
+  const std::vector<store::RoundRecord> resumed = std::move(store_->Rounds()).value();
+  ASSERT_EQ(resumed.size(), 4u);
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(resumed[r].dp_clip_norm, straight[r].dp_clip_norm) << "round " << r + 1;
+    EXPECT_EQ(resumed[r].dp_next_clip_norm, straight[r].dp_next_clip_norm) << "round " << r + 1;
+    EXPECT_EQ(resumed[r].dp_epsilon, straight[r].dp_epsilon) << "round " << r + 1;
+  }
+  EXPECT_NE(straight[3].dp_clip_norm, straight[0].dp_clip_norm);  // C moved.
+}
+
 TEST_F(PrivacyTest, NoRoundStartsWithoutANoiseKey) {
   Start(DpConfig());
   Register(6);

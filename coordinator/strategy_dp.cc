@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "common/rng.h"
+#include "coordinator/adaptive_clip.h"
 #include "crypto/keys.h"
 #include "crypto/prg.h"
 #include "privacy/rdp_wor.h"
@@ -24,6 +25,7 @@ namespace {
 constexpr size_t kNoiseChunk = size_t{1} << 16;
 constexpr char kNoiseLabel[] = "cohort dp-fedavg noise v2";
 constexpr char kSelectLabel[] = "cohort dp-fedavg cohort v1";
+constexpr char kCountLabel[] = "cohort adaptive-clip count v1";
 
 // A uniform double in (0, 1) from 64 random bits: the top 53, centred in
 // their interval, so log() never sees 0.
@@ -106,13 +108,91 @@ Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, const Secret
   return OkStatus();
 }
 
+StatusOr<double> CountNoise(const SecretBytes& run_key, uint32_t round, const SecretBytes& inputs,
+                            double stddev) {
+  if (run_key.size() != DpStrategy::kNoiseKeyBytes) {
+    return InvalidArgumentError("noise key has " + std::to_string(run_key.size()) +
+                                " bytes, expected 32");
+  }
+  if (inputs.size() != kNoiseInputsBytes) {
+    return InvalidArgumentError("noise inputs have " + std::to_string(inputs.size()) +
+                                " bytes, expected 64");
+  }
+  // 16 words (sodium_malloc's alignment, as AddGaussianNoise); 4 are used.
+  SecretBytes random(16 * sizeof(uint32_t));
+  std::span<uint32_t> w(reinterpret_cast<uint32_t*>(random.bytes().data()), 16);
+  const SecretBytes key = DeriveKey(run_key, kCountLabel, round, 0, inputs.bytes());
+  COHORT_RETURN_IF_ERROR(crypto::AddMask(key, w, /*subtract=*/false, crypto::PrgImpl::kAuto,
+                                         crypto::MaskPrg::kChaCha20));
+  const double r = std::sqrt(-2.0 * std::log(Uniform53(w[0], w[1])));
+  const double theta = 2.0 * std::numbers::pi * Uniform53(w[2], w[3]);
+  return stddev * r * std::cos(theta);
+}
+
 DpStrategy::DpStrategy(std::unique_ptr<Strategy> inner, const config::RunConfig& config)
-    : StrategyDecorator(std::move(inner)), privacy_(config.privacy()) {}
+    : StrategyDecorator(std::move(inner)), privacy_(config.privacy()) {
+  clip_ = privacy_.clip_norm();
+  update_noise_multiplier_ = privacy_.noise_multiplier();
+}
 
 StatusOr<std::unique_ptr<DpStrategy>> DpStrategy::Wrap(std::unique_ptr<Strategy> inner,
                                                        const config::RunConfig& config) {
   if (!config.has_privacy()) return InvalidArgumentError("privacy: the config has no privacy");
-  return std::unique_ptr<DpStrategy>(new DpStrategy(std::move(inner), config));
+  std::unique_ptr<DpStrategy> dp(new DpStrategy(std::move(inner), config));
+  if (config.privacy().has_adaptive_clip()) COHORT_RETURN_IF_ERROR(dp->SetUpAdaptiveClip(config));
+  return dp;
+}
+
+Status DpStrategy::SetUpAdaptiveClip(const config::RunConfig& config) {
+  if (privacy_.mechanism() == config::DISTRIBUTED_SKELLAM) {
+    return InvalidArgumentError(
+        "privacy.adaptive_clip with privacy.mechanism DISTRIBUTED_SKELLAM: the clipped-count "
+        "bit would need its own noise share in the masked vector; not built");
+  }
+  COHORT_ASSIGN_OR_RETURN(
+      update_noise_multiplier_,
+      AdaptiveUpdateNoiseMultiplier(privacy_.noise_multiplier(),
+                                    privacy_.adaptive_clip().clipped_count_stddev()));
+  max_clip_ = config.server().max_update_norm();
+  return OkStatus();
+}
+
+void DpStrategy::CountUpdate(std::span<const float> update) {
+  if (adaptive() && IsUnclipped(update, clip_)) ++unclipped_;
+}
+
+Status DpStrategy::NoiseTheCount(const SecretBytes& inputs) {
+  if (!adaptive()) return OkStatus();
+  const config::AdaptiveClipConfig& a = privacy_.adaptive_clip();
+  COHORT_ASSIGN_OR_RETURN(double noise,
+                          CountNoise(noise_key_, round_, inputs, a.clipped_count_stddev()));
+  next_clip_ =
+      NextClipNorm(clip_, unclipped_ + noise, static_cast<uint32_t>(cohort_), a, max_clip_);
+  count_noised_ = true;
+  return OkStatus();
+}
+
+RoundClip DpStrategy::EndRoundClip() {
+  if (!adaptive()) return {};
+  RoundClip out{clip_, clip_};
+  if (count_noised_) clip_ = out.next_clip_norm = next_clip_;
+  count_noised_ = false;
+  unclipped_ = 0;
+  return out;
+}
+
+Status DpStrategy::RestoreClip(std::span<const store::RoundRecord> rounds) {
+  clip_ = privacy_.clip_norm();
+  if (!adaptive()) return OkStatus();
+  for (const store::RoundRecord& r : rounds) {
+    if (r.dp_next_clip_norm == 0) continue;  // A record from before adaptive clipping.
+    if (!(r.dp_next_clip_norm > 0) || std::isinf(r.dp_next_clip_norm)) {
+      return DataLossError("round " + std::to_string(r.round) + ": adaptive clip norm " +
+                           std::to_string(r.dp_next_clip_norm) + " is not finite and > 0");
+    }
+    clip_ = r.dp_next_clip_norm;
+  }
+  return OkStatus();
 }
 
 std::vector<std::string> DpStrategy::SelectCohort(const CohortRequest& request) const {
@@ -172,6 +252,8 @@ void DpStrategy::BeginRound(uint32_t round, size_t cohort, size_t population) {
   sampling_rate_ =
       population > 0 ? static_cast<double>(cohort) / static_cast<double>(population) : 1.0;
   noised_ = false;
+  unclipped_ = 0;
+  count_noised_ = false;
 }
 
 RoundPrivacy DpStrategy::EndRound() {
@@ -205,14 +287,15 @@ Status DpStrategy::Aggregate(std::span<const float> mean_delta, std::span<float>
   }
   if (cohort_ == 0) return FailedPreconditionError("privacy: Aggregate before BeginRound");
   std::vector<float> noisy(mean_delta.begin(), mean_delta.end());
-  const double stddev =
-      privacy_.noise_multiplier() * privacy_.clip_norm() / static_cast<double>(cohort_);
+  // z C, or with adaptive clipping z_Δ C at the round's C.
+  const double stddev = update_noise_multiplier_ * clip_ / static_cast<double>(cohort_);
   // Keyed by the round's inputs too: a copy of the run directory resumed
   // beside the original, given other updates, draws independent noise
   // instead of the same noise over another sum (whose difference from
   // the original's model would be noise-free).
   const SecretBytes inputs = NoiseInputs(mean_delta, model);
   COHORT_RETURN_IF_ERROR(AddGaussianNoise(noise_key_, round_, inputs, stddev, noisy));
+  COHORT_RETURN_IF_ERROR(NoiseTheCount(inputs));
   noised_ = true;
   return inner_->Aggregate(noisy, model);
 }

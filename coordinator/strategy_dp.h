@@ -62,6 +62,12 @@ struct RoundPrivacy {
   double epsilon = 0;        // ε of the run after the round, at privacy.target_delta.
 };
 
+// What a round record says about adaptive clipping (privacy.adaptive_clip).
+struct RoundClip {
+  double clip_norm = 0;       // The C the round clipped at; 0: a fixed clip.
+  double next_clip_norm = 0;  // The C the next round clips at.
+};
+
 class DpStrategy final : public StrategyDecorator {
  public:
   // kInvalidArgument when `config` has no privacy section.
@@ -102,14 +108,37 @@ class DpStrategy final : public StrategyDecorator {
   double epsilon() const { return epsilon_; }
   const config::PrivacyConfig& privacy() const { return privacy_; }
 
+  // Adaptive clipping (privacy.adaptive_clip, coordinator/adaptive_clip.h),
+  // central DP only. The C the round in progress clips at:
+  // privacy.clip_norm, or with adaptive clipping the rule's current C.
+  double clip_norm() const { return clip_; }
+  bool adaptive() const { return privacy_.has_adaptive_clip(); }
+  // The update's noise multiplier: z_Δ with adaptive clipping, else z.
+  double update_noise_multiplier() const { return update_noise_multiplier_; }
+  // b_i of a cohort member's plain update (its norm before clipping against
+  // clip_norm()): call once for each update the round's sum holds, between
+  // BeginRound and Aggregate. Nothing without adaptive clipping.
+  void CountUpdate(std::span<const float> update);
+  // The round is over (beside EndRound): the C it clipped at and the C the
+  // next round clips at, which the rule moved from the noisy count when
+  // Aggregate drew it. {0, 0} without adaptive clipping.
+  RoundClip EndRoundClip();
+  // C from the rounds a store recorded: the last record's next_clip_norm
+  // (> 0 where the round had adaptive clipping), else privacy.clip_norm.
+  // kDataLoss, naming the round, for a recorded C that is not finite or
+  // not positive.
+  Status RestoreClip(std::span<const store::RoundRecord> rounds);
+
   // Strategy. SelectCohort: the wrapped strategy's selection from the
   // available clients in an order secretly permuted under the noise key
   // (empty without a key): its seeded shuffle is public (config.seed), and
   // amplification by sampling holds only for a cohort an observer of the
   // models cannot predict. Aggregate: `mean_delta` is NewClippedSum's mean;
   // noise with standard deviation noise_multiplier x clip_norm / cohort is
-  // added to it before the wrapped strategy steps. kFailedPrecondition
-  // without a noise key or BeginRound.
+  // added to it before the wrapped strategy steps (with adaptive clipping
+  // z_Δ x the current C / cohort, and the count of unclipped updates gets
+  // its own noise, CountNoise). kFailedPrecondition without a noise key or
+  // BeginRound.
   std::vector<std::string> SelectCohort(const CohortRequest& request) const override;
   Status Aggregate(std::span<const float> mean_delta, std::span<float> model) override;
 
@@ -120,6 +149,11 @@ class DpStrategy final : public StrategyDecorator {
 
   // One round's charge: the Gaussian's, or the Skellam mechanism's.
   Status Charge(privacy::RdpAccountant& accountant, double q, uint64_t steps) const;
+  // Adaptive clipping: z_Δ from the config (kInvalidArgument for distributed
+  // DP, or count noise that leaves none for the update).
+  Status SetUpAdaptiveClip(const config::RunConfig& config);
+  // Draws the count's noise under the round's `inputs` and moves next_clip_.
+  Status NoiseTheCount(const SecretBytes& inputs);
 
   config::PrivacyConfig privacy_;
   std::optional<privacy::SkellamParams> skellam_;
@@ -131,6 +165,15 @@ class DpStrategy final : public StrategyDecorator {
   size_t cohort_ = 0;
   double sampling_rate_ = 0;
   bool noised_ = false;
+  // Adaptive clipping: the current C, z_Δ (z without it), the bound C stays
+  // under (server.max_update_norm, 0: none), the round's count of
+  // unclipped updates, and the C the rule gave once the count was noised.
+  double clip_ = 0;
+  double update_noise_multiplier_ = 0;
+  double max_clip_ = 0;
+  uint32_t unclipped_ = 0;
+  double next_clip_ = 0;
+  bool count_noised_ = false;
 };
 
 // What a round's noise is keyed by besides the run secret and the round
@@ -150,6 +193,14 @@ SecretBytes NoiseInputs(std::span<const float> mean, std::span<const float> mode
 // kNoiseInputsBytes.
 Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, const SecretBytes& inputs,
                         double stddev, std::span<float> values);
+
+// Adaptive clipping's noise on the count of unclipped updates: one
+// N(0, stddev²) draw from a ChaCha20 stream keyed by BLAKE2b(key = `run_key`,
+// "cohort adaptive-clip count v1", round, `inputs`), a sub-stream apart
+// from AddGaussianNoise's (another label), replayed bit for bit like it.
+// Box-Muller on 53-bit uniforms. kInvalidArgument as AddGaussianNoise.
+StatusOr<double> CountNoise(const SecretBytes& run_key, uint32_t round, const SecretBytes& inputs,
+                            double stddev);
 
 }  // namespace cohort::coordinator
 
