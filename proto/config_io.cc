@@ -709,11 +709,14 @@ Status CheckAdaptiveClip(const PrivacyConfig& p) {
         "noise multiplier (z^-2 - (2 sigma_b)^-2)^-1/2, which needs 2 sigma_b > z; the paper "
         "suggests the expected cohort / 20)");
   }
-  // A config that asks for it must not run with a fixed clip unawares.
-  return InvalidArgumentError(
-      "privacy.adaptive_clip: not built into the round engine yet (the update rule is "
-      "coordinator/adaptive_clip.h; the clip would stay privacy.clip_norm every round); leave "
-      "adaptive_clip out");
+  // Built for central DP (coordinator/strategy_dp.h), where the
+  // coordinator sees each update; distributed DP sees only the masked sum.
+  if (p.mechanism() == DISTRIBUTED_SKELLAM) {
+    return InvalidArgumentError(
+        "privacy.adaptive_clip with privacy.mechanism DISTRIBUTED_SKELLAM: the clipped-count "
+        "bit would need its own noise share in the masked vector; not built");
+  }
+  return OkStatus();
 }
 
 // privacy.mechanism DISTRIBUTED_SKELLAM: the clients noise their own

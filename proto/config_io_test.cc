@@ -849,8 +849,9 @@ TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
 }
 
 // privacy.adaptive_clip (Andrew et al. 2021): each number checked, naming
-// the field; a valid one is refused too while the engine does not use it.
-TEST(ConfigTest, AdaptiveClippingChecksItsNumbersAndIsNotRunYet) {
+// the field; a valid one runs with central DP and is refused with
+// distributed DP.
+TEST(ConfigTest, AdaptiveClippingChecksItsNumbersAndRunsWithCentralDpOnly) {
   const std::string dp =
       "secagg { aggregation: PLAIN } privacy { noise_multiplier: 1 clip_norm: 1 ";
   const std::vector<std::pair<std::string, std::string>> bad = {
@@ -875,15 +876,20 @@ TEST(ConfigTest, AdaptiveClippingChecksItsNumbersAndIsNotRunYet) {
       {dp + "adaptive_clip { clipped_count_stddev: inf } }",
        "x.textproto: privacy.adaptive_clip.clipped_count_stddev: must be finite and above "
        "privacy.noise_multiplier / 2 = 0.5, got inf"},
-      {dp + "adaptive_clip { target_quantile: 0.9 learning_rate: 0.2 clipped_count_stddev: "
-            "2.5 } }",
-       "x.textproto: privacy.adaptive_clip: not built into the round engine yet (the update "
-       "rule is coordinator/adaptive_clip.h; the clip would stay privacy.clip_norm every "
-       "round); leave adaptive_clip out"},
   };
   for (const auto& [text, want] : bad) {
     EXPECT_TRUE(Contains(ErrorOf(text), want)) << text << "\n -> " << ErrorOf(text);
   }
+  // Central DP runs it (coordinator/strategy_dp.h).
+  EXPECT_EQ(ErrorOf(dp + "adaptive_clip { target_quantile: 0.9 learning_rate: 0.2 "
+                         "clipped_count_stddev: 2.5 } }"),
+            "");
+  // Distributed DP does not: the coordinator sees only the masked sum.
+  EXPECT_EQ(ErrorOf("rounds { max_clients_per_round: 10 } privacy { mechanism: "
+                    "DISTRIBUTED_SKELLAM noise_multiplier: 1 clip_norm: 1 adaptive_clip { "
+                    "clipped_count_stddev: 2.5 } }"),
+            "x.textproto: privacy.adaptive_clip with privacy.mechanism DISTRIBUTED_SKELLAM: the "
+            "clipped-count bit would need its own noise share in the masked vector; not built");
   // Under secure aggregation central DP itself is refused first.
   EXPECT_TRUE(Contains(ErrorOf("privacy { noise_multiplier: 1 clip_norm: 1 adaptive_clip { "
                                "clipped_count_stddev: 2.5 } }"),
