@@ -86,6 +86,23 @@ std::string PrivacyColumn(const std::vector<store::RoundRecord>& rounds, size_t 
   return buf;
 }
 
+bool HasAdaptiveClip(const std::vector<store::RoundRecord>& rounds) {
+  for (const auto& r : rounds) {
+    if (r.dp_clip_norm > 0) return true;
+  }
+  return false;
+}
+
+// The clip norm C each round clipped at, in a run with adaptive clipping
+// (privacy.adaptive_clip).
+std::string ClipColumn(const std::vector<store::RoundRecord>& rounds, size_t i) {
+  if (!HasAdaptiveClip(rounds)) return "";
+  if (rounds[i].dp_clip_norm <= 0) return "         -";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), " %9.4g", rounds[i].dp_clip_norm);
+  return buf;
+}
+
 // The q the accountant charged the run's noised rounds at: "0.5", or
 // "0.1 to 0.5" when the population moved; "" before any.
 std::string SamplingRates(const std::vector<store::RoundRecord>& rounds) {
@@ -217,10 +234,10 @@ Status PrintRows(store::RunStore& store, const std::vector<store::RoundRecord>& 
     }
     // No central evaluation (no test shard, or a model the clients bring): "-".
     std::printf(
-        "%5u %-8s %8u/%-3u %7u %10.4f %8s %9s %8.2f%s%s%s\n", r.round, r.aggregation.c_str(),
+        "%5u %-8s %8u/%-3u %7u %10.4f %8s %9s %8.2f%s%s%s%s\n", r.round, r.aggregation.c_str(),
         r.participants, r.selected, r.dropped, r.train_loss, Metric(r.test_accuracy).c_str(),
         Metric(r.test_loss).c_str(), r.seconds, FederatedEvalColumns(rounds, i).c_str(),
-        PrivacyColumn(rounds, i).c_str(),
+        PrivacyColumn(rounds, i).c_str(), ClipColumn(rounds, i).c_str(),
         r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
     if (clients_rows) {
       PrintClientRows(r, clients);
@@ -290,10 +307,10 @@ Status RunStatus(const std::string& run_dir, bool json, bool csv, bool clients_r
     // participants.
     const bool epochs = !rounds.empty() && rounds[0].aggregation.rfind("all-reduce", 0) == 0;
     PrintInitialFederatedEval(rounds);
-    std::printf("%5s %-8s %12s %7s %10s %8s %9s %8s%s%s\n", epochs ? "epoch" : "round", "agg",
+    std::printf("%5s %-8s %12s %7s %10s %8s %9s %8s%s%s%s\n", epochs ? "epoch" : "round", "agg",
                 epochs ? "workers" : "participants", "dropped", "train_loss", "test_acc",
                 "test_loss", "seconds", HasFederatedEval(rounds) ? "   fed_acc  fed_loss" : "",
-                HasPrivacy(rounds) ? "  epsilon" : "");
+                HasPrivacy(rounds) ? "  epsilon" : "", HasAdaptiveClip(rounds) ? " clip_norm" : "");
   }
   COHORT_RETURN_IF_ERROR(PrintRows(*store, rounds, 0, json, clients_rows));
   if (follow) return Follow(*store, rounds.size(), json, clients_rows);
