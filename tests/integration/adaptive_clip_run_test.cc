@@ -1,10 +1,16 @@
 // Adaptive clipping end to end (privacy.adaptive_clip with central DP):
 // `cohort simulate` runs DP-FedAvg whose clip norm C follows the target
 // quantile of the update norms; the store keeps each round's C and the
-// next, and `cohort status` shows each round's C in its clip_norm column.
+// next, and `cohort status` shows each round's C in its clip_norm column; a
+// simulation SIGKILLed inside round 3's commit resumes to the same model
+// and C as one that never stopped.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
 
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -60,6 +66,60 @@ TEST(AdaptiveClipRunTest, SimulateMovesTheClipAndStatusShowsIt) {
     std::snprintf(cell, sizeof(cell), " %9.4g\n", r.dp_clip_norm);
     EXPECT_NE(out.find(cell), std::string::npos) << "round " << r.round << ": " << cell << out;
   }
+}
+
+std::vector<store::RoundRecord> RoundsOf(const std::string& run_dir) {
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  return std::move(store->Rounds()).value();
+}
+
+std::vector<float> ModelOf(const std::string& run_dir) {
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  return std::move(store->LatestCheckpoint()).value().model;
+}
+
+// The run store's COHORT_FAULT_KILL_IN_COMMIT hook kills `cohort simulate`
+// with round 3's rows in the WAL but no commit; started again on the same
+// run directory it resumes after round 2 (C from round 2's record) and ends
+// where a run that was never killed ends, bit for bit. Both runs share the
+// noise key (copied before the first start), so the noise and the secret
+// cohorts are the same.
+TEST(AdaptiveClipRunTest, AKilledSimulationResumesToTheSameModelAndClip) {
+  TempDir dir("adaptive_clip_kill");
+  const std::string config = dir / "dp.textproto";
+  WriteFile(config, kConfig);
+  std::string out;
+  ASSERT_EQ(
+      RunCohort({"simulate", "--config", config, "--run-dir", dir / "ref"}, &out, dir / "ref.log"),
+      0)
+      << ReadFile(dir / "ref.log");
+  std::filesystem::create_directories(dir / "crash");
+  std::filesystem::copy_file(dir / "ref/privacy_noise.key", dir / "crash/privacy_noise.key");
+  std::filesystem::permissions(
+      dir / "crash/privacy_noise.key",
+      std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  setenv("COHORT_FAULT_KILL_IN_COMMIT", "3", 1);
+  const int killed = RunCohort({"simulate", "--config", config, "--run-dir", dir / "crash"}, &out,
+                               dir / "kill.log");
+  unsetenv("COHORT_FAULT_KILL_IN_COMMIT");
+  ASSERT_EQ(killed, 128 + SIGKILL) << ReadFile(dir / "kill.log");
+  ASSERT_EQ(RoundsOf(dir / "crash").size(), 2u);
+  ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", dir / "crash"}, &out,
+                      dir / "resume.log"),
+            0)
+      << ReadFile(dir / "resume.log");
+  const std::vector<store::RoundRecord> ref = RoundsOf(dir / "ref"),
+                                        resumed = RoundsOf(dir / "crash");
+  ASSERT_EQ(ref.size(), 4u);
+  ASSERT_EQ(resumed.size(), 4u);
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(resumed[r].dp_clip_norm, ref[r].dp_clip_norm) << "round " << r + 1;
+    EXPECT_EQ(resumed[r].dp_next_clip_norm, ref[r].dp_next_clip_norm) << "round " << r + 1;
+    EXPECT_EQ(resumed[r].dp_epsilon, ref[r].dp_epsilon) << "round " << r + 1;
+  }
+  const std::vector<float> a = ModelOf(dir / "ref"), b = ModelOf(dir / "crash");
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
 }
 
 }  // namespace
