@@ -1053,7 +1053,7 @@ TEST_F(DistributedDpLedgerTest, ARepeatOfANoisedRoundIsRefusedAcrossARestart) {
   ExpectLeft(restarted->OnMessage(DpTask(4, 13), 40), 13, Repeat(4));
   // Another run's round 3 (another name, or another coordinator) is not a
   // repeat; a task without distributed DP never looks at the ledger.
-  ASSERT_TRUE(Make("mnist-dp-2")->OnMessage(DpTask(3, 14), 20).train.has_value());
+  ASSERT_TRUE(Make("other-dp")->OnMessage(DpTask(3, 14), 20).train.has_value());
   std::unique_ptr<Session> elsewhere = Make();
   elsewhere->set_coordinator_key("another coordinator key");
   ASSERT_TRUE(elsewhere->OnMessage(DpTask(3, 15), 20).train.has_value());
