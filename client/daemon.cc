@@ -338,7 +338,20 @@ Status RunClient(const ClientOptions& options, LocalTrainer& trainer,
   if (options.share_label_counts) loop.session().set_label_counts(trainer.label_counts());
   if (options.require_secure) loop.session().set_require_secure(true);
   loop.session().set_min_corrupt_fraction(options.corrupt_fraction);
-  if (!options.state_dir.empty()) loop.session().set_state_dir(options.state_dir);
+  loop.session().set_dp_noise_multiplier(options.dp_noise_multiplier);
+  if (!options.state_dir.empty()) {
+    loop.session().set_state_dir(options.state_dir);
+  } else {
+    spdlog::info(
+        "no --state-dir: distributed DP's ledger of noised rounds (and SCAFFOLD's control "
+        "variate) live in this process only, and a restart forgets them");
+  }
+  if (!options.insecure && !options.coordinator_key.empty()) {
+    // Names the run in distributed DP's ledger, with the run's name.
+    COHORT_ASSIGN_OR_RETURN(crypto::Ed25519Public coordinator,
+                            crypto::LoadPublicKey(options.coordinator_key));
+    loop.session().set_coordinator_key(std::string(coordinator.begin(), coordinator.end()));
+  }
   return loop.Run(stop);
 }
 

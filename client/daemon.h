@@ -61,6 +61,10 @@ struct ClientOptions {
   // cohorts need 0: with one other client, that client is the only one
   // who could collude.
   double corrupt_fraction = 0.1;
+  // Distributed DP: this client's own noise multiplier (Session::
+  // set_dp_noise_multiplier); it refuses a round whose cohort is smaller
+  // than the survivors its noise share assumes. 0: no check.
+  double dp_noise_multiplier = 0;
   // A site that is data-parallel inside (client/site.h): with site_size > 1
   // this daemon is rank 0 of a group that meets at site_master, and its
   // site workers (`cohort site-worker`) train each task with it.

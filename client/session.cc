@@ -265,6 +265,7 @@ void Session::SendUpdate(const TrainTask& task, const train::TrainResult& result
 
 void Session::set_state_dir(const std::string& state_dir) {
   variate_path_ = ControlVariatePath(state_dir);
+  dp_ledger_ = DpLedger(DpLedgerPath(state_dir));
 }
 
 Status Session::PrepareScaffold(TrainTask& task) {
@@ -422,6 +423,9 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
           : !EncodeFixedPointInput(task, local, bounded, tail, result.mean_loss, rng, encoded, a)) {
     return;
   }
+  // Counted before it can leave: once masked and sent, the coordinator can
+  // unmask it through the other clients' shares, without asking this one.
+  if (secagg_->dp_scale > 0 && !RecordDpContribution(task.round, a)) return;
   if (secagg_->variate_weight > 0) {
     if (delta_c.size() != local.size()) {
       Refuse(InvalidArgumentError("train.scaffold: the setup expects the control variate's change"),
@@ -487,6 +491,57 @@ bool Session::EncodeDistributedDp(const TrainTask& task, std::span<const float> 
       "variance {:.6g} per coordinate (std {:.4g} units) before masking",
       task.round, secagg_->dp_clip_norm, secagg_->dp_share_variance,
       std::sqrt(secagg_->dp_share_variance) / secagg_->dp_scale);
+  return true;
+}
+
+namespace {
+
+// The run's name as a log line shows it: it comes from the coordinator.
+std::string Printable(const std::string& name) {
+  std::string out;
+  for (char c : name.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (name.size() > 64) out += "...";
+  return out.empty() ? "\"\"" : out;
+}
+
+}  // namespace
+
+Status Session::DpRepeatError(uint32_t round) const {
+  return FailedPreconditionError("already contributed a noised update to round " +
+                                 std::to_string(round) + " of run " + Printable(run_name_) +
+                                 ": refusing a repeat, which would let the coordinator average "
+                                 "away the noise");
+}
+
+Status Session::CheckDpLedger(uint32_t round) const {
+  StatusOr<bool> contains = dp_ledger_.Contains(RunId(), round);
+  if (!contains.ok()) {
+    // Never reset: an empty ledger would hand every noised round out again.
+    return FailedPreconditionError(
+        contains.status().message() +
+        "; this client noises no update until its operator repairs or removes the file "
+        "(removing it forgets which rounds were noised)");
+  }
+  return *contains ? DpRepeatError(round) : OkStatus();
+}
+
+bool Session::RecordDpContribution(uint32_t round, Actions& a) {
+  StatusOr<size_t> recorded = dp_ledger_.Record(RunId(), round);
+  if (recorded.status().code() == StatusCode::kAlreadyExists) {
+    Refuse(DpRepeatError(round), a);
+    return false;
+  }
+  if (!recorded.ok()) {
+    Refuse(FailedPreconditionError(recorded.status().message() +
+                                   "; the noised update is not sent, since it could not be "
+                                   "counted"),
+           a);
+    return false;
+  }
+  env_->Log().info(
+      "round {}: distributed DP: counted in {} ({} rounds of run {} noised so far)", round,
+      dp_ledger_.path().empty() ? "this process's ledger (no --state-dir)" : dp_ledger_.path(),
+      *recorded, Printable(run_name_));
   return true;
 }
 
@@ -568,6 +623,7 @@ void Session::OnWelcome(const wire::Welcome& w, Actions& a) {
     heartbeat_ms_ = std::clamp<TimeMs>(static_cast<TimeMs>(w.heartbeat_s() * 1000), 50, 60000);
   }
   if (!welcomed_) env_->Log().info("registered with run {}", w.run_name());
+  run_name_ = w.run_name();
   welcomed_ = true;
 }
 
@@ -755,6 +811,14 @@ void Session::StartSecureTask(uint32_t round, uint64_t task_id, const wire::SecA
   secagg_.reset();
   // From here on this task never sends a plaintext update.
   secure_task_ = task_id;
+  if (setup.dp_scale() != 0) {
+    // Refused before the key exchange and the training; the count that
+    // binds is taken again when the noised input is made.
+    if (Status fresh = CheckDpLedger(round); !fresh.ok()) {
+      LeaveTaskSaying(round, task_id, std::string(fresh.message()), a);
+      return;
+    }
+  }
   Status started = StartSecAgg(round, task_id, setup, scaffold, now, a);
   if (!started.ok()) {
     env_->Log().warn("round {}: refused the task: {}", round, started.message());
@@ -851,6 +915,20 @@ Status CheckDistributedDpSetup(const aggregation::SecAggSetup& s) {
 
 }  // namespace
 
+Status Session::CheckDpCohort(const aggregation::SecAggSetup& s) const {
+  if (dp_noise_multiplier_ <= 0 || s.dp_scale == 0) return OkStatus();
+  const double target = std::pow(s.dp_scale * dp_noise_multiplier_ * s.dp_clip_norm, 2);
+  // n shares of V / m carry V only when n >= m (a relative 1e-9 for the
+  // coordinator's rounding of V / m).
+  if (static_cast<double>(s.n) * s.dp_share_variance >= target * (1 - 1e-9)) return OkStatus();
+  const double assumed = std::ceil(target / s.dp_share_variance - 1e-9);
+  return FailedPreconditionError(fmt::format(
+      "secagg setup: a cohort of {} is smaller than the {:.0f} survivors this round's noise share "
+      "assumes (share variance {:.6g} per coordinate; this client's noise multiplier {:g} needs "
+      "{:.6g} from the survivors together)",
+      s.n, assumed, s.dp_share_variance, dp_noise_multiplier_, target));
+}
+
 Status Session::CheckSetupSums(const aggregation::SecAggSetup& s) const {
   if (!std::isfinite(s.clip) || s.clip <= 0 || !std::isfinite(s.scale) || s.scale < 1 ||
       !std::isfinite(s.total_weight) || s.total_weight < static_cast<double>(num_samples_)) {
@@ -865,6 +943,7 @@ Status Session::CheckSetupSums(const aggregation::SecAggSetup& s) const {
     return InvalidArgumentError("secagg setup: scale x clip overflows 32 bits");
   }
   COHORT_RETURN_IF_ERROR(CheckDistributedDpSetup(s));
+  COHORT_RETURN_IF_ERROR(CheckDpCohort(s));
   // The roster arrives as a root and this client's proof (checked by
   // AdvertiseKeys); the keys it relies on arrive with their proofs later,
   // and the secure-aggregation client checks each against --peers and for

@@ -18,6 +18,7 @@
 #include "aggregation/secagg_stage.h"
 #include "client/actions.h"
 #include "client/control_variate.h"
+#include "client/dp_ledger.h"
 #include "client/fault_filter.h"
 #include "common/clock.h"
 #include "common/env.h"
@@ -93,7 +94,26 @@ class Session {
   // it. A variate file that cannot be read (corrupt, another model's size)
   // is never overwritten: each SCAFFOLD task is then left with a Goodbye
   // naming the file.
+  //
+  // Distributed DP: the ledger of the rounds this client noised an update
+  // for (client/dp_ledger.h) is kept there too. Unset: in this session
+  // only, so a restarted client forgets it.
   void set_state_dir(const std::string& state_dir);
+  // The coordinator's public key this client pinned (raw bytes; empty, the
+  // default: none, as with --insecure). With the run's name from Welcome it
+  // names the run in distributed DP's ledger: a distributed-DP task of a
+  // round of that run this client already noised an update for is left
+  // with a Goodbye, as a dropout (a repeat would let the coordinator
+  // average the noise away); so is every distributed-DP task while the
+  // ledger file cannot be read.
+  void set_coordinator_key(std::string key) { coordinator_key_ = std::move(key); }
+  // Distributed DP: this client's own noise multiplier (sigma; 0, the
+  // default: none). The setup says the grid s, the clip norm C and each
+  // share's variance, sized by the coordinator for m survivors, but not m
+  // or sigma; with sigma pinned here, m = (s sigma C)^2 / share variance,
+  // and a setup whose cohort is smaller than that (its n shares together
+  // carry less than the target noise) is refused before the key exchange.
+  void set_dp_noise_multiplier(double sigma) { dp_noise_multiplier_ = sigma; }
   // c_i after the last update sent (empty before the first SCAFFOLD task).
   std::span<const float> control_variate() const {
     return variate_ ? std::span<const float>(variate_->after) : std::span<const float>();
@@ -160,6 +180,8 @@ class Session {
   // bounds and the roster proof's depth.
   StatusOr<double> CorruptBound(const aggregation::SecAggSetup& s) const;
   Status CheckSetupSums(const aggregation::SecAggSetup& s) const;
+  // set_dp_noise_multiplier's check of a distributed-DP setup's cohort.
+  Status CheckDpCohort(const aggregation::SecAggSetup& s) const;
   // OnMessage's handlers, one per body.
   void OnWelcome(const wire::Welcome& w, Actions& a);
   bool AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Actions& a);
@@ -220,6 +242,15 @@ class Session {
   bool EncodeDistributedDp(const TrainTask& task, std::span<const float> local,
                            std::span<const float> tail, Rng& rng, std::vector<uint32_t>& encoded,
                            Actions& a);
+  // Distributed DP's ledger: OK when this client has not noised an update
+  // for `round` of the current run; else why it must not (a repeat, or a
+  // ledger that cannot be read, naming the file).
+  Status CheckDpLedger(uint32_t round) const;
+  // Counts the noised update of `round` in the ledger before it is masked;
+  // false (and Refuse) on a repeat or when the ledger cannot be written.
+  bool RecordDpContribution(uint32_t round, Actions& a);
+  Status DpRepeatError(uint32_t round) const;
+  DpRunId RunId() const { return DpRunIdOf(coordinator_key_, run_name_); }
   void InsertVariate(uint32_t round, std::span<const float> delta_c, Rng& rng,
                      std::vector<uint32_t>& encoded) const;
   void SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
@@ -273,6 +304,12 @@ class Session {
   // SCAFFOLD: where c_i is kept (empty: memory only), and c_i once read.
   std::string variate_path_;
   std::optional<ClientVariate> variate_;
+  // Distributed DP: the run's name (Welcome), the pinned coordinator key,
+  // and the ledger of rounds noised.
+  std::string run_name_;
+  std::string coordinator_key_;
+  DpLedger dp_ledger_;
+  double dp_noise_multiplier_ = 0;
 };
 
 }  // namespace cohort::client

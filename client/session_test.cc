@@ -4,13 +4,17 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
+#include <memory>
 #include <sstream>
 
 #include "aggregation/secagg_wire.h"
 #include "client/control_variate.h"
+#include "client/dp_ledger.h"
 
 namespace cohort::client {
 namespace {
@@ -961,6 +965,192 @@ TEST(SecureSessionTest, WithPeersACohortTheColludersCouldFillIsRefused) {
   a = s.OnMessage(cohort(31, 10, 6), 30);
   EXPECT_FALSE(a.train.has_value());
   EXPECT_TRUE(s.OnMessage(cohort(32, 10, 7), 40).train.has_value());
+}
+
+// Distributed DP's ledger (client/dp_ledger.h): a client noises at most
+// one update per round of a run.
+class DistributedDpLedgerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir_template[] = "/tmp/cohort-dp-session-XXXXXX";
+    ASSERT_NE(mkdtemp(dir_template), nullptr);
+    dir_ = dir_template;
+  }
+  // A welcomed session of run `run`, its ledger in the test's state
+  // directory (or in memory), its encoded inputs counted.
+  std::unique_ptr<Session> Make(const std::string& run = "mnist-dp", bool state = true) {
+    auto s = std::make_unique<Session>(
+        "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
+        &identity_, FaultPlan{}, [this](uint32_t, std::span<const uint32_t>) { ++encoded_; });
+    if (state) s->set_state_dir(dir_);
+    s->set_coordinator_key("coordinator key");
+    s->Start(0);
+    net::Envelope welcome = Welcome();
+    welcome.header.mutable_welcome()->set_run_name(run);
+    s->OnMessage(welcome, 10);
+    return s;
+  }
+  // A securely aggregated task of `round` under distributed DP.
+  net::Envelope DpTask(uint32_t round, uint64_t task_id) const {
+    net::Envelope e = SecureTask(task_id, identity_.public_key);
+    e.header.mutable_task()->set_round(round);
+    auto* sa = e.header.mutable_task()->mutable_secagg();
+    sa->set_dp_scale(1024);
+    sa->set_dp_clip_norm(0.5);
+    sa->set_dp_l2_bound(600);
+    sa->set_dp_share_variance(1e6);
+    return e;
+  }
+  // Trains task `task_id` to the end: its noised input is then counted
+  // and encoded (it waits for the other clients to be masked and sent).
+  Actions Train(Session& s, uint64_t task_id) {
+    const std::vector<float> local = {0.1f, -0.2f, 0, 0.05f};
+    return s.OnTrainingDone(task_id, train::TrainResult{}, local, 40);
+  }
+  static void ExpectLeft(const Actions& a, uint64_t task_id, const std::string& reason) {
+    EXPECT_FALSE(a.train.has_value());
+    ASSERT_EQ(a.send.size(), 1u);
+    ASSERT_TRUE(a.send[0].header.has_goodbye());
+    EXPECT_EQ(a.send[0].header.goodbye().task_id(), task_id);
+    EXPECT_EQ(a.send[0].header.goodbye().reason(), reason);
+  }
+  std::string Repeat(uint32_t round, const std::string& run = "mnist-dp") const {
+    return "already contributed a noised update to round " + std::to_string(round) + " of run " +
+           run + ": refusing a repeat, which would let the coordinator average away the noise";
+  }
+  crypto::Ed25519KeyPair identity_ = std::move(crypto::GenerateEd25519()).value();
+  std::string dir_;
+  int encoded_ = 0;
+};
+
+// A round re-sent after this client noised an update for it is left at
+// its setup, before training, with a Goodbye naming the round and why;
+// the client takes the rounds after it, and so does a restarted client
+// on the same state directory.
+TEST_F(DistributedDpLedgerTest, ARepeatOfANoisedRoundIsRefusedAcrossARestart) {
+  {
+    std::unique_ptr<Session> s = Make();
+    ASSERT_TRUE(s->OnMessage(DpTask(3, 7), 20).train.has_value());
+    Actions a = Train(*s, 7);
+    EXPECT_TRUE(a.send.empty());  // The input waits for the key exchange.
+    EXPECT_TRUE(a.printed.empty()) << a.printed[0];
+    EXPECT_EQ(encoded_, 1);
+    a = s->OnMessage(DpTask(3, 8), 50);  // Round 3 again, a new task.
+    ExpectLeft(a, 8, Repeat(3));
+    ASSERT_EQ(a.printed.size(), 1u);
+    EXPECT_EQ(a.printed[0], "round 3: " + Repeat(3) + "; leaving the round");
+    // So is a repeat that starts with SecAggStart.
+    ExpectLeft(s->OnMessage(SecAggStartFor(DpTask(3, 9)), 60), 9, Repeat(3));
+    // The next round is this client's to noise.
+    ASSERT_TRUE(s->OnMessage(DpTask(4, 10), 70).train.has_value());
+  }
+  std::unique_ptr<Session> restarted = Make();
+  ExpectLeft(restarted->OnMessage(DpTask(3, 11), 20), 11, Repeat(3));
+  // Round 4 was set up but never noised: it counts for nothing.
+  ASSERT_TRUE(restarted->OnMessage(DpTask(4, 12), 30).train.has_value());
+  Train(*restarted, 12);
+  EXPECT_EQ(encoded_, 2);
+  ExpectLeft(restarted->OnMessage(DpTask(4, 13), 40), 13, Repeat(4));
+  // Another run's round 3 (another name, or another coordinator) is not a
+  // repeat; a task without distributed DP never looks at the ledger.
+  ASSERT_TRUE(Make("other-dp")->OnMessage(DpTask(3, 14), 20).train.has_value());
+  std::unique_ptr<Session> elsewhere = Make();
+  elsewhere->set_coordinator_key("another coordinator key");
+  ASSERT_TRUE(elsewhere->OnMessage(DpTask(3, 15), 20).train.has_value());
+  net::Envelope plain_secure = SecureTask(16, identity_.public_key);
+  plain_secure.header.mutable_task()->set_round(3);
+  ASSERT_TRUE(Make()->OnMessage(plain_secure, 20).train.has_value());
+}
+
+// Without a state directory the ledger lives in the session: a repeat is
+// refused all the same, until the process ends.
+TEST_F(DistributedDpLedgerTest, WithoutAStateDirectoryTheSessionStillRefusesARepeat) {
+  std::unique_ptr<Session> s = Make("mnist-dp", /*state=*/false);
+  ASSERT_TRUE(s->OnMessage(DpTask(2, 7), 20).train.has_value());
+  Train(*s, 7);
+  ExpectLeft(s->OnMessage(DpTask(2, 8), 50), 8, Repeat(2));
+  EXPECT_FALSE(std::filesystem::exists(DpLedgerPath(dir_)));
+  EXPECT_TRUE(Make("mnist-dp", /*state=*/false)->OnMessage(DpTask(2, 9), 20).train.has_value());
+}
+
+// The count that binds is taken when the noised input is made: two
+// sessions on one state directory (two client processes) that both set up
+// round 5 noise only one update for it.
+TEST_F(DistributedDpLedgerTest, TheCountIsTakenWhenTheNoisedInputIsMade) {
+  std::unique_ptr<Session> first = Make(), second = Make();
+  ASSERT_TRUE(first->OnMessage(DpTask(5, 20), 20).train.has_value());
+  ASSERT_TRUE(second->OnMessage(DpTask(5, 21), 20).train.has_value());
+  EXPECT_TRUE(Train(*second, 21).send.empty());
+  EXPECT_EQ(encoded_, 1);
+  Actions a = Train(*first, 20);
+  ExpectLeft(a, 20, "refused the round's secure aggregation: " + Repeat(5));
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0], "secagg refused in round 5: " + Repeat(5));
+  EXPECT_EQ(encoded_, 1);  // The refused one's input was never handed on.
+}
+
+// A ledger file that cannot be read is never taken for an empty one: every
+// distributed-DP task is left naming the file, which stays as it was, and
+// other tasks go on.
+TEST_F(DistributedDpLedgerTest, ACorruptLedgerRefusesEveryNoisedUpdateNamingTheFile) {
+  const std::string path = DpLedgerPath(dir_);
+  const std::string garbage = "CHTDPLG1 not a ledger";
+  std::ofstream(path, std::ios::binary) << garbage;
+  const std::string why = path +
+                          ": distributed DP's ledger of noised rounds: 21 bytes for "
+                          "7791334147371265568 entries; this client noises no update until "
+                          "its operator repairs or removes the file (removing it forgets which "
+                          "rounds were noised)";
+  std::unique_ptr<Session> s = Make();
+  ExpectLeft(s->OnMessage(DpTask(1, 7), 20), 7, why);
+  ExpectLeft(s->OnMessage(DpTask(2, 8), 30), 8, why);
+  ASSERT_TRUE(s->OnMessage(SecureTask(9, identity_.public_key), 40).train.has_value());
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()),
+            garbage);
+
+  // Corrupted between the setup and the noising: the input is not sent.
+  std::filesystem::remove(path);
+  std::unique_ptr<Session> t = Make();
+  ASSERT_TRUE(t->OnMessage(DpTask(3, 10), 20).train.has_value());
+  std::ofstream(path, std::ios::binary) << garbage;
+  Actions a = Train(*t, 10);
+  ASSERT_EQ(a.send.size(), 1u);
+  EXPECT_NE(a.send[0].header.goodbye().reason().find(
+                path + ": distributed DP's ledger of noised rounds: 21 bytes for"),
+            std::string::npos)
+      << a.send[0].header.goodbye().reason();
+  EXPECT_NE(a.send[0].header.goodbye().reason().find(
+                "the noised update is not sent, since it could not be counted"),
+            std::string::npos);
+  EXPECT_EQ(encoded_, 0);
+}
+
+// The setup says each share's variance, not the m survivors it is sized
+// for; with its own noise multiplier a client knows the target (s sigma
+// C)^2, and refuses a cohort too small to carry it at its setup.
+TEST_F(DistributedDpLedgerTest, ACohortSmallerThanTheSurvivorsItsShareAssumesIsRefused) {
+  const double target = std::pow(1024 * 0.5, 2);  // s 1024, C 0.5, sigma 1: 262144.
+  auto with_share = [&](uint64_t id, double share) {
+    net::Envelope e = DpTask(1, id);
+    e.header.mutable_task()->mutable_secagg()->set_dp_share_variance(share);
+    return e;
+  };
+  // Without a noise multiplier of its own, the share is the coordinator's word.
+  ASSERT_TRUE(Make("mnist-dp", false)->OnMessage(with_share(7, target / 10), 20).train.has_value());
+  std::unique_ptr<Session> pinned = Make("mnist-dp", false);
+  pinned->set_dp_noise_multiplier(1.0);
+  Actions a = pinned->OnMessage(with_share(8, target / 10), 20);  // A cohort of 3, sized for 10.
+  EXPECT_FALSE(a.train.has_value());
+  EXPECT_TRUE(a.send.empty());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0],
+            "secagg refused in round 1: secagg setup: a cohort of 3 is smaller than the 10 "
+            "survivors this round's noise share assumes (share variance 26214.4 per coordinate; "
+            "this client's noise multiplier 1 needs 262144 from the survivors together)");
+  // Sized for the three of the cohort (or fewer): the cohort carries the target.
+  ASSERT_TRUE(pinned->OnMessage(with_share(9, target / 3), 30).train.has_value());
+  ASSERT_TRUE(pinned->OnMessage(with_share(10, target / 2), 40).train.has_value());
 }
 
 TEST_F(SessionTest, UnknownClientReRegistersFinishedAcknowledgesAndRejectStops) {

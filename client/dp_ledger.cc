@@ -1,0 +1,192 @@
+#include "client/dp_ledger.h"
+
+#include <fcntl.h>
+#include <sodium.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <utility>
+
+#include "common/bytes.h"
+
+namespace cohort::client {
+namespace {
+
+constexpr char kMagic[8] = {'C', 'H', 'T', 'D', 'P', 'L', 'G', '1'};
+constexpr size_t kHeaderBytes = 8 + 8 + 4;
+constexpr size_t kEntryBytes = 32 + 4;
+constexpr char kWhat[] = ": distributed DP's ledger of noised rounds: ";
+
+Status WriteAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return UnavailableError(std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+// The whole file; kUnavailable naming it when it cannot be read (a
+// directory, no permission, an I/O error).
+StatusOr<std::string> ReadFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return UnavailableError(path + kWhat + "cannot open it: " + std::strerror(errno));
+  std::string data;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return UnavailableError(path + kWhat + "cannot read it: " + why);
+    }
+    if (n == 0) break;
+    data.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return data;
+}
+
+// Holds an exclusive flock on a file beside the ledger (not the ledger
+// itself, which rename replaces) for as long as it lives.
+class FileLock {
+ public:
+  static StatusOr<FileLock> Take(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return UnavailableError(path + ": cannot open: " + std::strerror(errno));
+    while (::flock(fd, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return UnavailableError(path + ": cannot lock: " + why);
+    }
+    return FileLock(fd);
+  }
+  FileLock(FileLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileLock& operator=(FileLock&&) = delete;
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  explicit FileLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+}  // namespace
+
+DpRunId DpRunIdOf(std::string_view coordinator_key, std::string_view run_name) {
+  std::string input = "cohort dp-ledger run v1";
+  PutU64(input, coordinator_key.size());
+  input.append(coordinator_key);
+  PutU64(input, run_name.size());
+  input.append(run_name);
+  DpRunId id;
+  crypto_generichash(id.data(), id.size(), reinterpret_cast<const uint8_t*>(input.data()),
+                     input.size(), nullptr, 0);
+  return id;
+}
+
+std::string DpLedgerPath(const std::string& state_dir) { return state_dir + "/dp_ledger.bin"; }
+
+StatusOr<std::vector<DpLedger::Entry>> DpLedger::Load() const {
+  if (path_.empty()) return memory_;
+  std::error_code ec;
+  if (!std::filesystem::exists(path_, ec) && !ec) return std::vector<Entry>();
+  COHORT_ASSIGN_OR_RETURN(const std::string data, ReadFile(path_));
+  const auto* p = reinterpret_cast<const uint8_t*>(data.data());
+  if (data.size() < kHeaderBytes || std::memcmp(p, kMagic, 8) != 0) {
+    return DataLossError(path_ + kWhat + "not a ledger file (bad magic or cut short)");
+  }
+  const uint64_t count = GetU64(p + 8);
+  const uint64_t body = data.size() - kHeaderBytes;
+  if (body % kEntryBytes != 0 || body / kEntryBytes != count) {
+    return DataLossError(path_ + kWhat + std::to_string(data.size()) + " bytes for " +
+                         std::to_string(count) + " entries");
+  }
+  if (Crc32({p + kHeaderBytes, body}) != GetU32(p + 16)) {
+    return DataLossError(path_ + kWhat + "CRC-32 mismatch");
+  }
+  std::vector<Entry> entries(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint8_t* e = p + kHeaderBytes + i * kEntryBytes;
+    std::memcpy(entries[i].run.data(), e, 32);
+    entries[i].round = GetU32(e + 32);
+  }
+  return entries;
+}
+
+Status DpLedger::Save(const std::vector<Entry>& entries) const {
+  std::string body;
+  for (const Entry& e : entries) {
+    body.append(reinterpret_cast<const char*>(e.run.data()), e.run.size());
+    PutU32(body, e.round);
+  }
+  std::string data(kMagic, 8);
+  PutU64(data, entries.size());
+  PutU32(data, Crc32({reinterpret_cast<const uint8_t*>(body.data()), body.size()}));
+  data += body;
+  const std::string tmp = path_ + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return UnavailableError(tmp + ": cannot create: " + std::strerror(errno));
+  Status written = WriteAll(fd, data);
+  if (written.ok() && ::fsync(fd) != 0) written = UnavailableError(std::strerror(errno));
+  ::close(fd);
+  if (!written.ok()) {
+    return UnavailableError(tmp + ": write failed: " + std::string(written.message()));
+  }
+  if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
+    return UnavailableError(path_ + ": rename failed: " + std::strerror(errno));
+  }
+  // The rename itself is durable only once the directory is.
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0 || ::fsync(dir_fd) != 0) {
+    const std::string why = std::strerror(errno);
+    if (dir_fd >= 0) ::close(dir_fd);
+    return UnavailableError(dir + ": cannot sync the directory after writing " + path_ + ": " +
+                            why);
+  }
+  ::close(dir_fd);
+  return OkStatus();
+}
+
+StatusOr<bool> DpLedger::Contains(const DpRunId& run, uint32_t round) const {
+  COHORT_ASSIGN_OR_RETURN(std::vector<Entry> entries, Load());
+  return std::any_of(entries.begin(), entries.end(),
+                     [&](const Entry& e) { return e.round == round && e.run == run; });
+}
+
+StatusOr<size_t> DpLedger::Record(const DpRunId& run, uint32_t round) {
+  std::optional<FileLock> lock;
+  if (!path_.empty()) {
+    COHORT_ASSIGN_OR_RETURN(FileLock taken, FileLock::Take(path_ + ".lock"));
+    lock.emplace(std::move(taken));
+  }
+  COHORT_ASSIGN_OR_RETURN(std::vector<Entry> entries, Load());
+  size_t of_run = 0;
+  for (const Entry& e : entries) {
+    if (e.run != run) continue;
+    if (e.round == round) {
+      return AlreadyExistsError("round " + std::to_string(round) + " is in the ledger already");
+    }
+    ++of_run;
+  }
+  entries.push_back({run, round});
+  if (path_.empty()) {
+    memory_ = std::move(entries);
+  } else {
+    COHORT_RETURN_IF_ERROR(Save(entries));
+  }
+  return of_run + 1;
+}
+
+}  // namespace cohort::client

@@ -1,0 +1,135 @@
+#include "client/dp_ledger.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+namespace cohort::client {
+namespace {
+
+std::string TempDir() {
+  char dir_template[] = "/tmp/cohort-dp-ledger-XXXXXX";
+  EXPECT_NE(mkdtemp(dir_template), nullptr);
+  return dir_template;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void WriteAll(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
+}
+
+TEST(DpLedgerTest, ARunIdNamesTheCoordinatorKeyAndTheRunUnambiguously) {
+  EXPECT_EQ(DpRunIdOf("key", "run"), DpRunIdOf("key", "run"));
+  EXPECT_NE(DpRunIdOf("key", "run"), DpRunIdOf("key", "run2"));
+  EXPECT_NE(DpRunIdOf("key", "run"), DpRunIdOf("other", "run"));
+  EXPECT_NE(DpRunIdOf("ab", "c"), DpRunIdOf("a", "bc"));  // Length-prefixed.
+  EXPECT_NE(DpRunIdOf("", "run"), DpRunIdOf("run", ""));
+}
+
+TEST(DpLedgerTest, ARoundIsCountedOncePerRun) {
+  for (const bool on_disk : {false, true}) {
+    SCOPED_TRACE(on_disk ? "file" : "memory");
+    DpLedger ledger(on_disk ? DpLedgerPath(TempDir()) : "");
+    const DpRunId run = DpRunIdOf("k", "a"), other = DpRunIdOf("k", "b");
+    EXPECT_FALSE(ledger.Contains(run, 3).value());
+    EXPECT_EQ(ledger.Record(run, 3).value(), 1u);
+    EXPECT_TRUE(ledger.Contains(run, 3).value());
+    StatusOr<size_t> again = ledger.Record(run, 3);
+    EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
+    EXPECT_EQ(again.status().message(), "round 3 is in the ledger already");
+    EXPECT_FALSE(ledger.Contains(run, 4).value());
+    EXPECT_FALSE(ledger.Contains(other, 3).value());
+    EXPECT_EQ(ledger.Record(other, 3).value(), 1u);  // Another run's round 3.
+    EXPECT_EQ(ledger.Record(run, 4).value(), 2u);    // Rounds of this run so far.
+  }
+}
+
+// What one ledger object wrote, another (a restarted client, or a second
+// process on the same state directory) reads; no temporary file is left.
+TEST(DpLedgerTest, TheFileOutlivesTheObjectThatWroteIt) {
+  const std::string dir = TempDir();
+  const DpRunId run = DpRunIdOf("k", "a");
+  {
+    DpLedger first(DpLedgerPath(dir));
+    ASSERT_TRUE(first.Record(run, 1).ok());
+    ASSERT_TRUE(first.Record(run, 2).ok());
+  }
+  DpLedger second(DpLedgerPath(dir));
+  EXPECT_TRUE(second.Contains(run, 1).value());
+  EXPECT_TRUE(second.Contains(run, 2).value());
+  EXPECT_EQ(second.Record(run, 2).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(second.Record(run, 7).value(), 3u);
+  EXPECT_FALSE(std::filesystem::exists(DpLedgerPath(dir) + ".tmp"));
+  // 20 header bytes and 36 per entry.
+  EXPECT_EQ(std::filesystem::file_size(DpLedgerPath(dir)), 20u + 3 * 36u);
+}
+
+// A ledger that cannot be read is an error naming the file, never an
+// empty ledger, and Record leaves it as it was.
+TEST(DpLedgerTest, ACorruptFileIsAnErrorNamingItAndIsNeverOverwritten) {
+  const std::string dir = TempDir(), path = DpLedgerPath(dir);
+  const DpRunId run = DpRunIdOf("k", "a");
+  {
+    DpLedger ledger(path);
+    ASSERT_TRUE(ledger.Record(run, 1).ok());
+  }
+  const std::string good = ReadAll(path);
+  struct Case {
+    std::string data, message;
+  };
+  std::string flipped = good;
+  flipped.back() ^= 1;  // The round's last byte.
+  std::string extra = good + "x";
+  std::string miscounted = good;
+  miscounted[8] = 2;  // Two entries claimed, one there.
+  const Case cases[] = {
+      {"", "not a ledger file (bad magic or cut short)"},
+      {"CHTSCAF1" + good.substr(8), "not a ledger file (bad magic or cut short)"},
+      {flipped, "CRC-32 mismatch"},
+      {extra, "57 bytes for 1 entries"},
+      {miscounted, "56 bytes for 2 entries"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.message);
+    WriteAll(path, c.data);
+    DpLedger ledger(path);
+    StatusOr<bool> contains = ledger.Contains(run, 1);
+    ASSERT_FALSE(contains.ok());
+    EXPECT_EQ(contains.status().code(), StatusCode::kDataLoss);
+    EXPECT_EQ(contains.status().message(),
+              path + ": distributed DP's ledger of noised rounds: " + c.message);
+    StatusOr<size_t> recorded = ledger.Record(run, 2);
+    ASSERT_FALSE(recorded.ok());
+    EXPECT_EQ(recorded.status().message(), contains.status().message());
+    EXPECT_EQ(ReadAll(path), c.data);
+  }
+  // A directory where the file should be cannot be read as one either.
+  std::filesystem::remove(path);
+  std::filesystem::create_directory(path);
+  StatusOr<bool> contains = DpLedger(path).Contains(run, 1);
+  ASSERT_FALSE(contains.ok());
+  EXPECT_EQ(contains.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(contains.status().message(),
+            path + ": distributed DP's ledger of noised rounds: cannot read it: Is a directory");
+}
+
+TEST(DpLedgerTest, AnUnwritableDirectoryIsAnErrorNamingTheFile) {
+  DpLedger ledger(DpLedgerPath("/nonexistent-cohort-state"));
+  EXPECT_FALSE(ledger.Contains(DpRunIdOf("k", "a"), 1).value());  // Missing: empty.
+  StatusOr<size_t> recorded = ledger.Record(DpRunIdOf("k", "a"), 1);
+  ASSERT_FALSE(recorded.ok());
+  EXPECT_EQ(recorded.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(recorded.status().message().find("/nonexistent-cohort-state/dp_ledger.bin"),
+            std::string::npos)
+      << recorded.status().message();
+}
+
+}  // namespace
+}  // namespace cohort::client

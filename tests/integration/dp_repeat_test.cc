@@ -1,0 +1,69 @@
+// Distributed DP's client ledger end to end (docs/privacy.md, "Repeated
+// rounds"): an honest coordinator runs a round again under its number only
+// when it restarts before that round's commit. The clients noised it before
+// the crash, and their ledgers (--state-dir) outlive it: each refuses the
+// replay as a dropout, saying why, the round aborts, and the run goes on
+// with the next rounds and finishes.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <stdexcept>
+
+#include "store/run_store.h"
+#include "tests/integration/cluster.h"
+
+namespace cohort::testing {
+namespace {
+
+constexpr int kClients = 4;
+constexpr uint32_t kRounds = 4;
+constexpr uint32_t kKilledRound = 2;
+
+TEST(DpRepeatTest, ARoundReplayedAfterACoordinatorCrashIsRefusedAndTheRunFinishes) {
+  Cluster cluster("dp-repeat", kClients);
+  cluster.EnableCurve({0, 1, 2, 3});  // The run is named by the pinned coordinator key too.
+  const std::string config = cluster.WriteConfig(
+      "run.textproto", kRounds, "min_clients: 3 start_clients: 4 max_clients_per_round: 4",
+      "secagg { aggregation: SECAGG_PLUS }\n"
+      "privacy { mechanism: DISTRIBUTED_SKELLAM noise_multiplier: 1.0 clip_norm: 1.0 }");
+  const std::string run_dir = cluster.dir() / "run";
+  // Killed inside round 2's commit: the clients' noised inputs were unmasked.
+  setenv("COHORT_FAULT_KILL_IN_COMMIT", std::to_string(kKilledRound).c_str(), 1);
+  const std::string endpoint = cluster.StartCoordinator(config, run_dir);
+  unsetenv("COHORT_FAULT_KILL_IN_COMMIT");
+  for (int k = 0; k < kClients; ++k) {
+    cluster.StartClient(k, endpoint,
+                        {"--state-dir", cluster.dir() / ("state-" + std::to_string(k))});
+  }
+  ASSERT_EQ(cluster.coordinator().Wait(), 128 + SIGKILL) << ReadFile(cluster.coordinator_log());
+
+  cluster.StartCoordinator(config, run_dir, endpoint);
+  ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
+  for (int k = 0; k < kClients; ++k) {
+    EXPECT_EQ(cluster.client(k).Wait(), 0) << ReadFile(cluster.client_log(k));
+    const std::string log = ReadFile(cluster.client_log(k));
+    EXPECT_NE(log.find("round 2: already contributed a noised update to round 2 of run run: "
+                       "refusing a repeat, which would let the coordinator average away the "
+                       "noise; leaving the round"),
+              std::string::npos)
+        << log;
+  }
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  const auto rounds = std::move(store->Rounds()).value();
+  ASSERT_EQ(rounds.size(), kRounds);
+  EXPECT_EQ(rounds[0].outcome, "committed");
+  EXPECT_EQ(rounds[1].outcome, "aborted");  // The replay: every client refused it.
+  EXPECT_EQ(rounds[1].participants, 0u);
+  EXPECT_EQ(rounds[2].outcome, "committed") << rounds[2].outcome_reason;
+  EXPECT_EQ(rounds[3].outcome, "committed") << rounds[3].outcome_reason;
+  EXPECT_EQ(rounds[3].participants, 4u);
+  for (const auto& c : std::move(store->ClientRounds(kKilledRound)).value()) {
+    EXPECT_EQ(c.status, "dropped");
+    EXPECT_NE(c.reason.find("already contributed a noised update to round 2"), std::string::npos)
+        << c.reason;
+  }
+}
+
+}  // namespace
+}  // namespace cohort::testing
