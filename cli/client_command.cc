@@ -81,6 +81,14 @@ void AddSecurityFlags(CLI::App* client, client::ClientOptions& o) {
                    "coordinator's own; with --peers cohorts under 3 are refused)")
       ->check(CLI::Range(0.0, 0.49))
       ->capture_default_str();
+  client
+      ->add_option("--dp-noise-multiplier", o.dp_noise_multiplier,
+                   "Distributed DP: the noise multiplier this client insists on. It refuses a "
+                   "round whose cohort's noise shares, all summed, carry less than this times "
+                   "the clip norm (a smaller cohort or a smaller share than claimed). 0: no "
+                   "check")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   client->add_option("--coordinator-key", o.coordinator_key,
                      "The coordinator's .pub file (pinned)");
   client->add_flag("--insecure", o.insecure, "No CURVE: plaintext (local development only)");

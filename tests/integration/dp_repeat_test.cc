@@ -65,5 +65,43 @@ TEST(DpRepeatTest, ARoundReplayedAfterACoordinatorCrashIsRefusedAndTheRunFinishe
   }
 }
 
+// --dp-noise-multiplier pins the noise a client insists on: a run noised at
+// 1 is refused, every round, by a client that asks for 2, with the numbers;
+// the clients that ask for 1 carry the rounds.
+TEST(DpRepeatTest, AClientPinnedToMoreNoiseRefusesEveryRoundAndTheOthersFinish) {
+  Cluster cluster("dp-pin", 6);
+  const std::string config = cluster.WriteConfig(
+      "run.textproto", 2, "min_clients: 4 start_clients: 6 max_clients_per_round: 6",
+      "secagg { aggregation: SECAGG_PLUS }\n"
+      "privacy { mechanism: DISTRIBUTED_SKELLAM noise_multiplier: 1.0 clip_norm: 1.0 }");
+  const std::string run_dir = cluster.dir() / "run";
+  const std::string endpoint = cluster.StartCoordinator(config, run_dir);
+  for (int k = 0; k < 6; ++k) {
+    cluster.StartClient(k, endpoint, {"--dp-noise-multiplier", k == 5 ? "2" : "1"});
+  }
+  ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
+  for (int k = 0; k < 6; ++k) {
+    EXPECT_EQ(cluster.client(k).Wait(), 0) << ReadFile(cluster.client_log(k));
+  }
+  const std::string log = ReadFile(cluster.client_log(5));
+  EXPECT_NE(log.find("is smaller than the 16 survivors this round's noise share assumes"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("this client's noise multiplier 2 needs"), std::string::npos) << log;
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  for (const auto& r : std::move(store->Rounds()).value()) {
+    EXPECT_EQ(r.outcome, "committed") << r.outcome_reason;
+    EXPECT_EQ(r.participants, 5u);
+  }
+}
+
+TEST(DpRepeatTest, ANegativeNoiseMultiplierIsAFlagError) {
+  Cluster cluster("dp-pin-flag", 1);
+  cluster.StartClient(0, "tcp://127.0.0.1:1", {"--dp-noise-multiplier", "-1"});
+  EXPECT_NE(cluster.client(0).Wait(), 0);
+  EXPECT_NE(ReadFile(cluster.client_log(0)).find("--dp-noise-multiplier"), std::string::npos)
+      << ReadFile(cluster.client_log(0));
+}
+
 }  // namespace
 }  // namespace cohort::testing
