@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS rounds (
   federated_eval_accuracy REAL NOT NULL DEFAULT -1,
   federated_eval_samples INTEGER NOT NULL DEFAULT 0,
   dp_sampling_rate REAL NOT NULL DEFAULT 0,
-  dp_epsilon REAL NOT NULL DEFAULT -1
+  dp_epsilon REAL NOT NULL DEFAULT -1,
+  dp_epsilon_released_model REAL NOT NULL DEFAULT -1
 );
 CREATE TABLE IF NOT EXISTS round_clients (
   round INTEGER NOT NULL,
@@ -222,6 +223,9 @@ class SqliteRunStore final : public RunStore {
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("rounds", "dp_sampling_rate", "REAL NOT NULL DEFAULT 0"));
     COHORT_RETURN_IF_ERROR(AddColumnIfMissing("rounds", "dp_epsilon", "REAL NOT NULL DEFAULT -1"));
+    // Distributed DP's released-model view.
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("rounds", "dp_epsilon_released_model", "REAL NOT NULL DEFAULT -1"));
     // Lineage and traffic (issue 33).
     for (const char* column : {"config_sha256", "devices"}) {
       COHORT_RETURN_IF_ERROR(AddColumnIfMissing("runs", column, "TEXT NOT NULL DEFAULT ''"));
@@ -340,7 +344,8 @@ class SqliteRunStore final : public RunStore {
                   "test_accuracy, test_loss, seconds, coordinator_seconds, committed_unix_ms, "
                   "aggregation, outcome, outcome_reason, clock_seconds, federated_eval_loss, "
                   "federated_eval_accuracy, federated_eval_samples, dp_sampling_rate, "
-                  "dp_epsilon) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                  "dp_epsilon, dp_epsilon_released_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                  "?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       if (!s.ok()) return Error("commit round");
       sqlite3_bind_int64(s.get(), 1, r.round);
       sqlite3_bind_int64(s.get(), 2, r.participants);
@@ -362,6 +367,7 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_int64(s.get(), 17, static_cast<int64_t>(r.federated_eval_samples));
       sqlite3_bind_double(s.get(), 18, r.dp_sampling_rate);
       sqlite3_bind_double(s.get(), 19, r.dp_epsilon);
+      sqlite3_bind_double(s.get(), 20, r.dp_epsilon_released_model);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
       COHORT_RETURN_IF_ERROR(PutClients(r.round, clients));
       COHORT_RETURN_IF_ERROR(PutTimings(r));
@@ -425,8 +431,8 @@ class SqliteRunStore final : public RunStore {
         columns_["rounds.outcome_reason"] + ", " + columns_["rounds.clock_seconds"] + ", " +
         columns_["rounds.federated_eval_loss"] + ", " + columns_["rounds.federated_eval_accuracy"] +
         ", " + columns_["rounds.federated_eval_samples"] + ", " +
-        columns_["rounds.dp_sampling_rate"] + ", " + columns_["rounds.dp_epsilon"] +
-        " FROM rounds ORDER BY round";
+        columns_["rounds.dp_sampling_rate"] + ", " + columns_["rounds.dp_epsilon"] + ", " +
+        columns_["rounds.dp_epsilon_released_model"] + " FROM rounds ORDER BY round";
     Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("read rounds");
     std::vector<RoundRecord> out;
@@ -452,6 +458,7 @@ class SqliteRunStore final : public RunStore {
       r.federated_eval_samples = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 16));
       r.dp_sampling_rate = sqlite3_column_double(s.get(), 17);
       r.dp_epsilon = sqlite3_column_double(s.get(), 18);
+      r.dp_epsilon_released_model = sqlite3_column_double(s.get(), 19);
       out.push_back(r);
     }
     if (rc != SQLITE_DONE) return Error("read rounds");
@@ -556,6 +563,7 @@ class SqliteRunStore final : public RunStore {
         {"rounds", "federated_eval_samples", "0"},
         {"rounds", "dp_sampling_rate", "0"},
         {"rounds", "dp_epsilon", "-1"},
+        {"rounds", "dp_epsilon_released_model", "-1"},
         {"runs", "config_sha256", "''"},
         {"runs", "world_size", "0"},
         {"runs", "devices", "''"},
