@@ -25,7 +25,16 @@ DISTRIBUTED_SKELLAM under SecAgg+: the clients' Skellam noise, shares sized
 for the whole cohort since the simulator drops nobody), with sigma from the
 independent Skellam accountant of tests/data/make_skellam_golden.py at the
 grid the coordinator picks for --dim values (privacy/skellam.cc); its
---baseline rows run under SecAgg+.
+--baseline rows run under SecAgg+. By default sigma is calibrated on the
+view against the coordinator (replace-one, no amplification); with
+--budget-view released it is calibrated on the view for the released model
+(Theorem 9 of Wang et al. 2019 at q, the independent decimal computation of
+tests/data/make_skellam_wor_golden.py) and the runs set privacy.budget_view
+RELEASED_MODEL, so the budget stop and the "run's epsilon" column are that
+view's (the table then also shows the epsilon against the coordinator).
+
+  /usr/bin/python3 bench/dp_accuracy.py --mechanism distributed --budget-view released
+      --epsilons 8
 
 Prints a Markdown table (epsilon target, sigma, the run's final epsilon,
 final and best test accuracy) and a JSON line.
@@ -43,6 +52,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "data"))
 import make_rdp_wor_golden as wor  # noqa: E402  (the independent accountant)
 import make_skellam_golden as skellam  # noqa: E402  (distributed DP's)
+import make_skellam_wor_golden as skellam_wor  # noqa: E402  (its released-model view)
 from robust_bench import fmnist_partition  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*roundoff error.*")  # scipy's quad, at tiny q.
@@ -57,16 +67,30 @@ def epsilon(q, sigma, rounds):
     return wor.epsilon(wor.float_rdps(q, sigma / 2), rounds, DELTA)[0]
 
 
-def skellam_epsilon(q, sigma, rounds, clip, dim):
-    """Distributed DP's epsilon at the grid ChooseSkellamParams picks (the
-    noise cap 2^21 binds at these cohorts: the wrap bound does not)."""
+def skellam_grid(sigma, clip, dim):
+    """(L1, L2, V) of the grid ChooseSkellamParams picks (the noise cap 2^21
+    binds at these cohorts: the wrap bound does not)."""
     import math
     scale = 2.0 ** math.floor(math.log2(2.0 ** 21 / (sigma * clip)))
     l2 = skellam.l2_bound(scale * clip, dim)
     l1 = l2 * min(math.sqrt(dim), l2)
-    # As the coordinator charges it (privacy/skellam.h ChargeSkellamRounds):
-    # replace-one (twice the sensitivities) and no amplification (q = 1).
-    return skellam.epsilon(1.0, 2 * l1, 2 * l2, (scale * sigma * clip) ** 2, rounds, DELTA)
+    return l1, l2, (scale * sigma * clip) ** 2
+
+
+def skellam_epsilon(q, sigma, rounds, clip, dim):
+    """Distributed DP's epsilon against the coordinator, as it charges it
+    (privacy/skellam.h ChargeSkellamRounds): replace-one (twice the
+    sensitivities) and no amplification (q = 1)."""
+    l1, l2, v = skellam_grid(sigma, clip, dim)
+    return skellam.epsilon(1.0, 2 * l1, 2 * l2, v, rounds, DELTA)
+
+
+def skellam_released_epsilon(q, sigma, rounds, clip, dim):
+    """Distributed DP's epsilon for the released model
+    (ChargeSkellamRoundsForReleasedModel): Theorem 9 at q over the same
+    replace-one curve, capped by it."""
+    l1, l2, v = skellam_grid(sigma, clip, dim)
+    return skellam_wor.epsilon(skellam_wor.released_rdps(q, l1, l2, v), rounds, DELTA)[0]
 
 
 def sigma_for(q, rounds, target, eps=None):
@@ -127,6 +151,9 @@ def main():
     p.add_argument("--baseline", action="store_true",
                    help="the none and clip-only rows too (they do not depend on the mechanism "
                         "or the accountant)")
+    p.add_argument("--budget-view", choices=["coordinator", "released"], default="coordinator",
+                   help="distributed DP: the view sigma is calibrated on and the budget stops "
+                        "on (privacy.budget_view)")
     p.add_argument("--dim", type=int, default=44426,
                    help="the model's values (Cohort's LeNet-5: 44,426)")
     args = p.parse_args()
@@ -135,10 +162,18 @@ def main():
     work = args.keep or tempfile.mkdtemp(prefix="dp-accuracy-")
     os.makedirs(work, exist_ok=True)
     distributed = args.mechanism == "distributed"
-    eps_of = (lambda q, s, r: skellam_epsilon(q, s, r, args.clip, args.dim)) if distributed else None
+    released = distributed and args.budget_view == "released"
+    if released:
+        eps_of = lambda q, s, r: skellam_released_epsilon(q, s, r, args.clip, args.dim)  # noqa
+    elif distributed:
+        eps_of = lambda q, s, r: skellam_epsilon(q, s, r, args.clip, args.dim)  # noqa
+    else:
+        eps_of = None
     plan = [("none", None), ("clip only", 0.001)] if args.baseline else []
     plan += [(e, sigma_for(q, args.rounds, float(e), eps_of)) for e in args.epsilons.split(",")]
     mechanism = " mechanism: DISTRIBUTED_SKELLAM" if distributed else ""
+    if released:
+        mechanism += " budget_view: RELEASED_MODEL"
     for target, sigma in plan:
         budget = 0 if target == "clip only" else target
         privacy = "" if sigma is None else (
@@ -146,26 +181,33 @@ def main():
             f"target_delta: {DELTA} epsilon_budget: {budget} }}")
         rounds, wall = run(args, work, f"eps-{target}".replace(" ", "-"), config(args, privacy))
         acc = [r["test_accuracy"] for r in rounds]
-        spent = rounds[-1].get("privacy", {}).get("epsilon")
+        views = rounds[-1].get("privacy", {})
+        spent = views.get("epsilon_released_model" if released else "epsilon")
         rows.append({"target_epsilon": target, "sigma": sigma, "epsilon": spent,
+                     "epsilon_against_coordinator": views.get("epsilon") if released else None,
                      "final_accuracy": acc[-1], "best_accuracy": max(acc), "wall_s": wall})
         print(f"epsilon {target}: sigma {sigma}, run's epsilon {spent}, "
               f"final accuracy {acc[-1]:.4f} ({wall:.0f} s)", file=sys.stderr, flush=True)
-    print(f"{args.mechanism} DP: "
+    view = ", sigma calibrated on the released model's view" if released else ""
+    print(f"{args.mechanism} DP{view}: "
           f"Fashion-MNIST, LeNet-5, {args.clients} IID clients, {args.per_round} a round "
           f"(q = {q:g}), {args.rounds} rounds, {args.local_epochs} local epochs of batch "
           f"{args.batch} at lr {args.lr}, server momentum 0.9, clip norm {args.clip}, "
           f"delta {DELTA:g}, seed {args.seed}\n")
+    against = " | epsilon against the coordinator" if released else ""
     print("| target epsilon | noise multiplier | epsilon after the last round (the run's "
-          "accountant) | final test accuracy | best round |")
-    print("|---|---|---|---|---|")
+          f"accountant){against} | final test accuracy | best round |")
+    print("|---|---|---|---|---|" + ("---|" if released else ""))
     for r in rows:
         sigma = "—" if r["sigma"] is None else f"{r['sigma']:.4f}"
         eps = "—" if r["epsilon"] is None else f"{r['epsilon']:.4g}"
-        print(f"| {r['target_epsilon']} | {sigma} | {eps} | {100 * r['final_accuracy']:.2f} % "
-              f"| {100 * r['best_accuracy']:.2f} % |")
-    print(json.dumps({"bench": "dp_accuracy", "mechanism": args.mechanism, "q": q, "rows": rows,
-                      "work": work}))
+        other = r["epsilon_against_coordinator"]
+        other = "" if not released else " | " + ("—" if other is None else f"{other:.4g}")
+        print(f"| {r['target_epsilon']} | {sigma} | {eps}{other} | "
+              f"{100 * r['final_accuracy']:.2f} % | {100 * r['best_accuracy']:.2f} % |")
+    print(json.dumps({"bench": "dp_accuracy", "mechanism": args.mechanism,
+                      "budget_view": args.budget_view if distributed else None, "q": q,
+                      "rows": rows, "work": work}))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
 // `cohort status`: the rounds of a run, read from its store.
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -77,13 +79,28 @@ bool HasPrivacy(const std::vector<store::RoundRecord>& rounds) {
   return false;
 }
 
-// The run's ε after each round, in a run with central DP (config privacy).
+bool HasReleasedModelView(const std::vector<store::RoundRecord>& rounds) {
+  for (const auto& r : rounds) {
+    if (r.dp_epsilon_released_model >= 0) return true;
+  }
+  return false;
+}
+
+// The run's ε after each round, in a run with privacy: central DP's, or
+// distributed DP's against the coordinator ("epsilon") and for the
+// released model ("released").
 std::string PrivacyColumn(const std::vector<store::RoundRecord>& rounds, size_t i) {
   if (!HasPrivacy(rounds)) return "";
-  if (rounds[i].dp_epsilon < 0) return "        -";
   char buf[32];
-  std::snprintf(buf, sizeof(buf), " %8.4g", rounds[i].dp_epsilon);
-  return buf;
+  std::string out = "        -";
+  if (rounds[i].dp_epsilon >= 0) {
+    std::snprintf(buf, sizeof(buf), " %8.4g", rounds[i].dp_epsilon);
+    out = buf;
+  }
+  if (!HasReleasedModelView(rounds)) return out;
+  if (rounds[i].dp_epsilon_released_model < 0) return out + "         -";
+  std::snprintf(buf, sizeof(buf), " %9.4g", rounds[i].dp_epsilon_released_model);
+  return out + buf;
 }
 
 bool HasAdaptiveClip(const std::vector<store::RoundRecord>& rounds) {
@@ -116,37 +133,57 @@ std::string SamplingRates(const std::vector<store::RoundRecord>& rounds) {
   return lo == hi ? Number(lo) : Number(lo) + " to " + Number(hi);
 }
 
+// Distributed DP's two epsilons after the last round, each named with whom
+// it holds against (docs/privacy.md, "Two views"), and the budget's view.
+std::string DistributedEpsilons(const config::PrivacyConfig& p,
+                                const std::vector<store::RoundRecord>& rounds,
+                                const std::string& q) {
+  const double against = rounds.empty() ? 0 : std::max(0.0, rounds.back().dp_epsilon);
+  const double released = rounds.empty() ? 0 : rounds.back().dp_epsilon_released_model;
+  const bool on_released = p.budget_view() == config::RELEASED_MODEL;
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "%.4g", released);
+  return fmt::format(
+      "epsilon {:.4g} against the coordinator (who picks the cohorts: no amplification by "
+      "sampling) and {} for the released model (amplified by the cohort's sampling without "
+      "replacement at q={}; holds only while cohort membership stays secret) at delta {:g} "
+      "after round {} ({})",
+      against, released < 0 ? std::string("not recorded (an older store)") : std::string(buf), q,
+      p.target_delta(), rounds.empty() ? 0u : rounds.back().round,
+      p.epsilon_budget() > 0
+          ? "budget " + Number(p.epsilon_budget()) +
+                (on_released ? " for the released model" : " against the coordinator")
+          : std::string("no budget"));
+}
+
 // Central DP's settings and what the run has spent, and what was accounted:
 // a fixed-size cohort drawn without replacement, replace-one adjacency, the
 // noise against the 2 x clip norm a replaced client moves the sum by
-// (coordinator/strategy_dp.h, docs/privacy.md).
+// (coordinator/strategy_dp.h, docs/privacy.md). Distributed DP: both its
+// views (DistributedEpsilons).
 void PrintPrivacy(const config::RunConfig& config, const std::vector<store::RoundRecord>& rounds) {
   if (!config.has_privacy()) return;
   const config::PrivacyConfig& p = config.privacy();
   const double eps = rounds.empty() ? 0 : std::max(0.0, rounds.back().dp_epsilon);
   std::string q = SamplingRates(rounds);
   if (q.empty()) q = "cohort/clients";
-  const bool distributed = p.mechanism() == config::DISTRIBUTED_SKELLAM;
-  // What the accountant assumed, which is not the same for the two mechanisms
-  // (docs/privacy.md).
-  const std::string accounted =
-      distributed
-          ? "accounted without amplification by the cohort's sampling (q=" + q +
-                " not used) and replace-one adjacency (a replaced client moves the sum by up to "
-                "2 x its clipped, rounded update; docs/privacy.md)"
-          : "accounted as a fixed-size cohort sampled without replacement at q=" + q +
-                ", replace-one adjacency (noise multiplier " + Number(p.noise_multiplier()) +
-                " / 2: a replaced client moves the sum by up to 2 x clip norm; "
-                "docs/privacy.md)";
+  if (p.mechanism() == config::DISTRIBUTED_SKELLAM) {
+    std::printf(
+        "privacy: distributed DP (Skellam noise from the clients under secure aggregation), "
+        "noise multiplier %g, clip norm %g; %s; replace-one adjacency (a replaced client moves "
+        "the sum by up to 2 x its clipped, rounded update; docs/privacy.md)\n",
+        p.noise_multiplier(), p.clip_norm(), DistributedEpsilons(p, rounds, q).c_str());
+    return;
+  }
   std::printf(
-      "privacy: %s, noise multiplier %g, clip norm %g; epsilon %.4g at delta %g after "
-      "round %u (%s), %s\n",
-      distributed ? "distributed DP (Skellam noise from the clients under secure aggregation)"
-                  : "DP-FedAvg",
+      "privacy: DP-FedAvg, noise multiplier %g, clip norm %g; epsilon %.4g at delta %g after "
+      "round %u (%s), accounted as a fixed-size cohort sampled without replacement at q=%s, "
+      "replace-one adjacency (noise multiplier %s / 2: a replaced client moves the sum by up "
+      "to 2 x clip norm; docs/privacy.md)\n",
       p.noise_multiplier(), p.clip_norm(), eps, p.target_delta(),
       rounds.empty() ? 0u : rounds.back().round,
       p.epsilon_budget() > 0 ? ("budget " + Number(p.epsilon_budget())).c_str() : "no budget",
-      accounted.c_str());
+      q.c_str(), Number(p.noise_multiplier()).c_str());
 }
 
 void PrintInitialFederatedEval(const std::vector<store::RoundRecord>& rounds) {
@@ -186,23 +223,24 @@ Status PrintCsv(const std::vector<store::RoundRecord>& rounds, store::RunStore& 
         "round,aggregation,outcome,outcome_reason,participants,selected,dropped,"
         "train_loss,test_accuracy,test_loss,seconds,federated_eval_of_round,"
         "federated_eval_accuracy,federated_eval_loss,federated_eval_samples,dp_sampling_rate,"
-        "dp_epsilon\n");
+        "dp_epsilon,dp_epsilon_released_model\n");
   }
   for (const auto& r : rounds) {
     if (!clients) {
       const bool fed = r.federated_eval_samples > 0;
-      std::printf("%u,%s,%s,%s,%u,%u,%u,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.round,
-                  CsvField(r.aggregation).c_str(), CsvField(r.outcome).c_str(),
-                  CsvField(r.outcome_reason).c_str(), r.participants, r.selected, r.dropped,
-                  Number(r.train_loss).c_str(),
-                  r.test_accuracy >= 0 ? Number(r.test_accuracy).c_str() : "",
-                  r.test_loss >= 0 ? Number(r.test_loss).c_str() : "", Number(r.seconds).c_str(),
-                  fed ? std::to_string(r.round - 1).c_str() : "",
-                  fed ? Number(r.federated_eval_accuracy).c_str() : "",
-                  fed ? Number(r.federated_eval_loss).c_str() : "",
-                  fed ? std::to_string(r.federated_eval_samples).c_str() : "",
-                  r.dp_epsilon >= 0 ? Number(r.dp_sampling_rate).c_str() : "",
-                  r.dp_epsilon >= 0 ? Number(r.dp_epsilon).c_str() : "");
+      std::printf(
+          "%u,%s,%s,%s,%u,%u,%u,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.round,
+          CsvField(r.aggregation).c_str(), CsvField(r.outcome).c_str(),
+          CsvField(r.outcome_reason).c_str(), r.participants, r.selected, r.dropped,
+          Number(r.train_loss).c_str(), r.test_accuracy >= 0 ? Number(r.test_accuracy).c_str() : "",
+          r.test_loss >= 0 ? Number(r.test_loss).c_str() : "", Number(r.seconds).c_str(),
+          fed ? std::to_string(r.round - 1).c_str() : "",
+          fed ? Number(r.federated_eval_accuracy).c_str() : "",
+          fed ? Number(r.federated_eval_loss).c_str() : "",
+          fed ? std::to_string(r.federated_eval_samples).c_str() : "",
+          r.dp_epsilon >= 0 ? Number(r.dp_sampling_rate).c_str() : "",
+          r.dp_epsilon >= 0 ? Number(r.dp_epsilon).c_str() : "",
+          r.dp_epsilon_released_model >= 0 ? Number(r.dp_epsilon_released_model).c_str() : "");
       continue;
     }
     COHORT_ASSIGN_OR_RETURN(auto rows, store.ClientRounds(r.round));
@@ -310,7 +348,10 @@ Status RunStatus(const std::string& run_dir, bool json, bool csv, bool clients_r
     std::printf("%5s %-8s %12s %7s %10s %8s %9s %8s%s%s%s\n", epochs ? "epoch" : "round", "agg",
                 epochs ? "workers" : "participants", "dropped", "train_loss", "test_acc",
                 "test_loss", "seconds", HasFederatedEval(rounds) ? "   fed_acc  fed_loss" : "",
-                HasPrivacy(rounds) ? "  epsilon" : "", HasAdaptiveClip(rounds) ? " clip_norm" : "");
+                HasPrivacy(rounds)
+                    ? (HasReleasedModelView(rounds) ? "  epsilon  released" : "  epsilon")
+                    : "",
+                HasAdaptiveClip(rounds) ? " clip_norm" : "");
   }
   COHORT_RETURN_IF_ERROR(PrintRows(*store, rounds, 0, json, clients_rows));
   if (follow) return Follow(*store, rounds.size(), json, clients_rows);

@@ -42,12 +42,17 @@ std::string FederatedEvalJson(const store::RoundRecord& r) {
          ",\"samples\":" + std::to_string(r.federated_eval_samples) + "}";
 }
 
-// Central DP (config privacy): the round's sampling rate and the run's ε
-// after it.
+// Privacy (config privacy): the round's sampling rate and the run's ε
+// after it (distributed DP: against the coordinator), and distributed DP's
+// ε for the released model.
 std::string PrivacyJson(const store::RoundRecord& r) {
   if (r.dp_epsilon < 0) return "";
+  const std::string released =
+      r.dp_epsilon_released_model < 0
+          ? ""
+          : ",\"epsilon_released_model\":" + JsonNumber(r.dp_epsilon_released_model);
   return ",\"privacy\":{\"sampling_rate\":" + JsonNumber(r.dp_sampling_rate) +
-         ",\"epsilon\":" + JsonNumber(r.dp_epsilon) + "}";
+         ",\"epsilon\":" + JsonNumber(r.dp_epsilon) + released + "}";
 }
 
 // The round's traffic (all its stages' bytes), its stages and its
@@ -139,6 +144,9 @@ void PrintRound(const store::RoundRecord& r, uint32_t total) {
     std::printf("  test_acc %.4f  test_loss %.4f", r.test_accuracy, r.test_loss);
   }
   if (r.dp_epsilon >= 0) std::printf("  epsilon %.4g", r.dp_epsilon);
+  if (r.dp_epsilon_released_model >= 0) {
+    std::printf(" (released model %.4g)", r.dp_epsilon_released_model);
+  }
   std::printf("  %.2fs\n", r.seconds);
   std::fflush(stdout);
 }

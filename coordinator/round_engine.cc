@@ -366,6 +366,13 @@ Status RoundEngine::LoadPrivacy() {
   COHORT_RETURN_IF_ERROR(dp_->Restore(rounds));
   COHORT_RETURN_IF_ERROR(dp_->RestoreClip(rounds));
   if (dp_->adaptive()) env_->Log().info("privacy: adaptive clip norm {:.6g}", dp_->clip_norm());
+  if (dp_->skellam()) {
+    env_->Log().info(
+        "privacy: epsilon {:.4g} against the coordinator, {:.4g} for the released model, at "
+        "delta {:g} after round {}",
+        dp_->epsilon(), dp_->epsilon_released_model(), dp_->privacy().target_delta(), round_);
+    return OkStatus();
+  }
   env_->Log().info("privacy: epsilon {:.4g} at delta {:g} after round {}", dp_->epsilon(),
                    dp_->privacy().target_delta(), round_);
   return OkStatus();
@@ -386,11 +393,14 @@ bool RoundEngine::PrivacyAllows(size_t cohort, const CohortRequest& request,
     return true;
   }
   const config::PrivacyConfig& p = dp_->privacy();
+  // Distributed DP names the view the budget is on (privacy.budget_view).
+  const std::string view = dp_->BudgetViewName();
   finish_reason_ = fmt::format(
-      "privacy budget spent: ε={:.4g} > {:.4g} (round {}, {} of {} clients, q={:.4g}, would "
+      "privacy budget spent: ε{}={:.4g} > {:.4g} (round {}, {} of {} clients, q={:.4g}, would "
       "take ε from {:.4g} to {:.4g} at δ={:g}); the run stops after round {}",
-      plan->epsilon_after, p.epsilon_budget(), request.round, cohort, population,
-      plan->sampling_rate, dp_->epsilon(), plan->epsilon_after, p.target_delta(), round_);
+      view.empty() ? "" : " " + view, plan->budget_epsilon_after, p.epsilon_budget(), request.round,
+      cohort, population, plan->sampling_rate, dp_->budget_epsilon(), plan->budget_epsilon_after,
+      p.target_delta(), round_);
   env_->Log().warn("{}", finish_reason_);
   phase_ = Phase::kDone;
   for (const auto& [name, c] : clients_.clients()) out.push_back(FinishedMessage(c.peer, round_));
@@ -409,6 +419,7 @@ void RoundEngine::RecordPrivacy(store::RoundRecord& record) {
     env_->Log().info("round {}: privacy: clipped at C {:.6g}; the next round clips at {:.6g}",
                      record.round, clip.clip_norm, clip.next_clip_norm);
   }
+  record.dp_epsilon_released_model = p.epsilon_released_model;
 }
 
 Status RoundEngine::LoadBans() {

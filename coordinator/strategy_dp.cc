@@ -218,14 +218,14 @@ Status DpStrategy::Restore(std::span<const store::RoundRecord> rounds) {
     if (r.dp_sampling_rate > 0) ++steps[r.dp_sampling_rate];
   }
   accountant_ = privacy::RdpAccountant();
+  released_ = privacy::RdpAccountant();
   for (const auto& [q, n] : steps) {
-    COHORT_RETURN_IF_ERROR(Charge(accountant_, q, n));
+    COHORT_RETURN_IF_ERROR(Charge(accountant_, released_, q, n));
   }
   epsilon_ = 0;
+  epsilon_released_ = 0;
   if (!steps.empty()) {
-    COHORT_ASSIGN_OR_RETURN(privacy::PrivacySpent spent,
-                            accountant_.Spent(privacy_.target_delta()));
-    epsilon_ = spent.epsilon;
+    COHORT_RETURN_IF_ERROR(Spend(accountant_, released_, epsilon_, epsilon_released_));
   }
   return OkStatus();
 }
@@ -237,12 +237,14 @@ StatusOr<DpStrategy::Plan> DpStrategy::PlanRound(size_t cohort, size_t populatio
   }
   Plan plan;
   plan.sampling_rate = static_cast<double>(cohort) / static_cast<double>(population);
-  privacy::RdpAccountant next = accountant_;
-  COHORT_RETURN_IF_ERROR(Charge(next, plan.sampling_rate, 1));
-  COHORT_ASSIGN_OR_RETURN(privacy::PrivacySpent spent, next.Spent(privacy_.target_delta()));
-  plan.epsilon_after = spent.epsilon;
+  privacy::RdpAccountant next = accountant_, next_released = released_;
+  COHORT_RETURN_IF_ERROR(Charge(next, next_released, plan.sampling_rate, 1));
+  double released = 0;
+  COHORT_RETURN_IF_ERROR(Spend(next, next_released, plan.epsilon_after, released));
+  if (skellam_) plan.epsilon_released_model_after = released;
+  plan.budget_epsilon_after = BudgetOnReleasedModel() ? released : plan.epsilon_after;
   plan.within_budget =
-      privacy_.epsilon_budget() <= 0 || plan.epsilon_after <= privacy_.epsilon_budget();
+      privacy_.epsilon_budget() <= 0 || plan.budget_epsilon_after <= privacy_.epsilon_budget();
   return plan;
 }
 
@@ -257,20 +259,36 @@ void DpStrategy::BeginRound(uint32_t round, size_t cohort, size_t population) {
 }
 
 RoundPrivacy DpStrategy::EndRound() {
-  RoundPrivacy out{0, epsilon_};
-  if (!noised_) return out;
+  if (!noised_) return {0, epsilon_, epsilon_released_model()};
   noised_ = false;
   // The config validator bounds σ and δ, so neither call can fail here.
-  if (Charge(accountant_, sampling_rate_, 1).ok()) {
-    auto spent = accountant_.Spent(privacy_.target_delta());
-    if (spent.ok()) epsilon_ = spent->epsilon;
+  if (Charge(accountant_, released_, sampling_rate_, 1).ok()) {
+    (void)Spend(accountant_, released_, epsilon_, epsilon_released_);
   }
-  return {sampling_rate_, epsilon_};
+  return {sampling_rate_, epsilon_, epsilon_released_model()};
 }
 
-Status DpStrategy::Charge(privacy::RdpAccountant& accountant, double q, uint64_t steps) const {
-  if (skellam_) return privacy::ChargeSkellamRounds(accountant, *skellam_, steps);
-  return ChargeDpFedAvgRounds(accountant, q, privacy_.noise_multiplier(), steps);
+std::string DpStrategy::BudgetViewName() const {
+  if (!skellam_) return "";
+  return BudgetOnReleasedModel() ? "for the released model" : "against the coordinator";
+}
+
+Status DpStrategy::Charge(privacy::RdpAccountant& accountant, privacy::RdpAccountant& released,
+                          double q, uint64_t steps) const {
+  if (!skellam_) return ChargeDpFedAvgRounds(accountant, q, privacy_.noise_multiplier(), steps);
+  COHORT_RETURN_IF_ERROR(privacy::ChargeSkellamRounds(accountant, *skellam_, steps));
+  return privacy::ChargeSkellamRoundsForReleasedModel(released, *skellam_, q, steps);
+}
+
+Status DpStrategy::Spend(const privacy::RdpAccountant& accountant,
+                         const privacy::RdpAccountant& released, double& epsilon,
+                         double& epsilon_released) const {
+  COHORT_ASSIGN_OR_RETURN(privacy::PrivacySpent spent, accountant.Spent(privacy_.target_delta()));
+  epsilon = spent.epsilon;
+  if (!skellam_) return OkStatus();
+  COHORT_ASSIGN_OR_RETURN(spent, released.Spent(privacy_.target_delta()));
+  epsilon_released = spent.epsilon;
+  return OkStatus();
 }
 
 Status DpStrategy::Aggregate(std::span<const float> mean_delta, std::span<float> model) {

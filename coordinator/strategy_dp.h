@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/secret_bytes.h"
@@ -59,7 +60,12 @@ Status ChargeDpFedAvgRounds(privacy::RdpAccountant& accountant, double q, double
 // What a round record says about privacy.
 struct RoundPrivacy {
   double sampling_rate = 0;  // q of the round's noise; 0: it drew none.
-  double epsilon = 0;        // ε of the run after the round, at privacy.target_delta.
+  // ε of the run after the round, at privacy.target_delta: central DP's,
+  // or distributed DP's against the coordinator (no amplification).
+  double epsilon = 0;
+  // Distributed DP's ε for the released model (amplified at q); -1 under
+  // central DP.
+  double epsilon_released_model = -1;
 };
 
 // What a round record says about adaptive clipping (privacy.adaptive_clip).
@@ -83,10 +89,13 @@ class DpStrategy final : public StrategyDecorator {
   Status Restore(std::span<const store::RoundRecord> rounds);
 
   // Before a round of `cohort` clients drawn from `population`: its q and
-  // the ε the run would reach with it.
+  // the ε the run would reach with it, in each view (RoundPrivacy's), and
+  // in the one privacy.budget_view picks (central DP: its only one).
   struct Plan {
     double sampling_rate = 0;
     double epsilon_after = 0;
+    double epsilon_released_model_after = -1;
+    double budget_epsilon_after = 0;
     bool within_budget = true;  // Always, without privacy.epsilon_budget.
   };
   StatusOr<Plan> PlanRound(size_t cohort, size_t population) const;
@@ -100,12 +109,24 @@ class DpStrategy final : public StrategyDecorator {
   // Distributed DP (privacy.mechanism DISTRIBUTED_SKELLAM): the clients
   // noise their own updates with `params`, so Aggregate adds nothing and
   // needs no noise key, and each round is charged as the Skellam
-  // mechanism's (privacy/skellam.h) instead of the Gaussian's. Set before
+  // mechanism's (privacy/skellam.h) instead of the Gaussian's, twice:
+  // against the coordinator, who knows the cohort (unsampled,
+  // ChargeSkellamRounds), and for the released model, to whoever does not
+  // (amplified at q, ChargeSkellamRoundsForReleasedModel). Set before
   // Restore.
   void SetSkellam(const privacy::SkellamParams& params) { skellam_ = params; }
   const std::optional<privacy::SkellamParams>& skellam() const { return skellam_; }
 
+  // The run's ε (central DP's, or distributed DP's against the
+  // coordinator), distributed DP's for the released model (-1 under central
+  // DP), and the one the budget stop uses.
   double epsilon() const { return epsilon_; }
+  double epsilon_released_model() const { return skellam_ ? epsilon_released_ : -1; }
+  double budget_epsilon() const { return BudgetOnReleasedModel() ? epsilon_released_ : epsilon_; }
+  // How the stop and status lines name the budget's view: "" under
+  // central DP (one view), else "against the coordinator" or "for the
+  // released model".
+  std::string BudgetViewName() const;
   const config::PrivacyConfig& privacy() const { return privacy_; }
 
   // Adaptive clipping (privacy.adaptive_clip, coordinator/adaptive_clip.h),
@@ -147,8 +168,17 @@ class DpStrategy final : public StrategyDecorator {
  private:
   DpStrategy(std::unique_ptr<Strategy> inner, const config::RunConfig& config);
 
-  // One round's charge: the Gaussian's, or the Skellam mechanism's.
-  Status Charge(privacy::RdpAccountant& accountant, double q, uint64_t steps) const;
+  // One round's charge: the Gaussian's, or the Skellam mechanism's against
+  // the coordinator; and, with skellam_, the released model's into
+  // `released`.
+  Status Charge(privacy::RdpAccountant& accountant, privacy::RdpAccountant& released, double q,
+                uint64_t steps) const;
+  // ε of `accountant` and (with skellam_) of `released`, at target_delta.
+  Status Spend(const privacy::RdpAccountant& accountant, const privacy::RdpAccountant& released,
+               double& epsilon, double& epsilon_released) const;
+  bool BudgetOnReleasedModel() const {
+    return skellam_ && privacy_.budget_view() == config::RELEASED_MODEL;
+  }
   // Adaptive clipping: z_Δ from the config (kInvalidArgument for distributed
   // DP, or count noise that leaves none for the update).
   Status SetUpAdaptiveClip(const config::RunConfig& config);
@@ -159,7 +189,9 @@ class DpStrategy final : public StrategyDecorator {
   std::optional<privacy::SkellamParams> skellam_;
   SecretBytes noise_key_;
   privacy::RdpAccountant accountant_;
+  privacy::RdpAccountant released_;  // Distributed DP's released-model view.
   double epsilon_ = 0;
+  double epsilon_released_ = 0;
   // The round in progress (BeginRound).
   uint32_t round_ = 0;
   size_t cohort_ = 0;

@@ -335,6 +335,84 @@ TEST(DpStrategyTest, DistributedDpAddsNoNoiseAndChargesTheSkellamMechanism) {
   EXPECT_FALSE(budgeted->PlanRound(5, 10)->within_budget);
 }
 
+// Distributed DP keeps two views: against the coordinator (unsampled, as
+// above) and for the released model (amplified at q by Theorem 9). With
+// privacy.budget_view RELEASED_MODEL the budget stops on the second: here
+// after 3 rounds of 5 of 50 clients, where the first view would have
+// refused the first round already.
+TEST(DpStrategyTest, DistributedDpBudgetOnTheReleasedModelViewStopsAtItsRound) {
+  auto params = privacy::ChooseSkellamParams(1.0, 2.0, 10, 3, 1000);
+  ASSERT_TRUE(params.ok());
+  std::vector<double> against, released;
+  privacy::RdpAccountant a, r;
+  for (int k = 0; k < 4; ++k) {
+    ASSERT_TRUE(privacy::ChargeSkellamRounds(a, *params).ok());
+    ASSERT_TRUE(privacy::ChargeSkellamRoundsForReleasedModel(r, *params, 0.1).ok());
+    against.push_back(a.Spent(1e-5)->epsilon);
+    released.push_back(r.Spent(1e-5)->epsilon);
+  }
+  const double budget = (released[2] + released[3]) / 2;  // Room for 3 rounds, not 4.
+  std::printf(
+      "sigma 2, q 0.1: against the coordinator %.4g %.4g %.4g %.4g, released model "
+      "%.4g %.4g %.4g %.4g; budget %.4g\n",
+      against[0], against[1], against[2], against[3], released[0], released[1], released[2],
+      released[3], budget);
+  ASSERT_GT(against[0], budget);
+  config::RunConfig config = DpConfig(2.0, 1.0);
+  config.mutable_secagg()->set_aggregation(config::SECAGG_PLUS);
+  config.mutable_privacy()->set_mechanism(config::DISTRIBUTED_SKELLAM);
+  config.mutable_privacy()->set_epsilon_budget(budget);
+  config.mutable_privacy()->set_budget_view(config::RELEASED_MODEL);
+  auto make = [&](const config::RunConfig& c) {
+    auto dp = std::move(DpStrategy::Wrap(std::move(MakeStrategy(c)).value(), c)).value();
+    dp->SetSkellam(*params);
+    return dp;
+  };
+  auto dp = make(config);
+  EXPECT_EQ(dp->BudgetViewName(), "for the released model");
+  std::vector<store::RoundRecord> records;
+  std::vector<float> mean(1000, 0.25f), model(1000, 0.0f);
+  for (uint32_t round = 1; round <= 3; ++round) {
+    auto plan = dp->PlanRound(5, 50);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_TRUE(plan->within_budget) << "round " << round;
+    EXPECT_DOUBLE_EQ(plan->epsilon_after, against[round - 1]);
+    EXPECT_DOUBLE_EQ(plan->epsilon_released_model_after, released[round - 1]);
+    EXPECT_DOUBLE_EQ(plan->budget_epsilon_after, released[round - 1]);
+    dp->BeginRound(round, 5, 50);
+    ASSERT_TRUE(dp->Aggregate(mean, model).ok());
+    const RoundPrivacy charged = dp->EndRound();
+    EXPECT_DOUBLE_EQ(charged.sampling_rate, 0.1);
+    EXPECT_DOUBLE_EQ(charged.epsilon, against[round - 1]);
+    EXPECT_DOUBLE_EQ(charged.epsilon_released_model, released[round - 1]);
+    records.push_back({});
+    records.back().round = round;
+    records.back().dp_sampling_rate = charged.sampling_rate;
+  }
+  auto fourth = dp->PlanRound(5, 50);
+  ASSERT_TRUE(fourth.ok());
+  EXPECT_FALSE(fourth->within_budget);
+  EXPECT_DOUBLE_EQ(fourth->budget_epsilon_after, released[3]);
+  EXPECT_DOUBLE_EQ(dp->budget_epsilon(), released[2]);
+  // A resumed run rebuilds both views from the recorded rates.
+  auto resumed = make(config);
+  ASSERT_TRUE(resumed->Restore(records).ok());
+  EXPECT_DOUBLE_EQ(resumed->epsilon(), against[2]);
+  EXPECT_DOUBLE_EQ(resumed->epsilon_released_model(), released[2]);
+  EXPECT_FALSE(resumed->PlanRound(5, 50)->within_budget);
+  // On the default view the same budget refuses the first round.
+  config.mutable_privacy()->set_budget_view(config::AGAINST_COORDINATOR);
+  auto strict = make(config);
+  EXPECT_EQ(strict->BudgetViewName(), "against the coordinator");
+  EXPECT_FALSE(strict->PlanRound(5, 50)->within_budget);
+  EXPECT_DOUBLE_EQ(strict->PlanRound(5, 50)->budget_epsilon_after, against[0]);
+  // Central DP has one view: no name, and no released-model ε.
+  auto central = MakeDp(DpConfig(2.0, 1.0));
+  EXPECT_EQ(central->BudgetViewName(), "");
+  EXPECT_EQ(central->PlanRound(5, 50)->epsilon_released_model_after, -1);
+  EXPECT_EQ(central->epsilon_released_model(), -1);
+}
+
 // The run secret's file: made once with mode 0600, read back the same, and
 // refused when others may read it or it is not one.
 TEST(NoiseKeyTest, IsCreatedOnceReadBackAndGuarded) {

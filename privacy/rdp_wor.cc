@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -51,50 +52,48 @@ std::vector<double> LogForwardDifferences(double z, int n) {
   return out;
 }
 
+// log of the j = 2 term's bound without q² C(α,2): min(4 (e^{ε(2)} - 1),
+// 2 e^{ε(2)}), the same in Theorems 9 and 27.
+double LogSecondTerm(double eps2) {
+  return std::min(std::log(4.0) + eps2 + std::log1p(-std::exp(-eps2)), eps2 + std::log(2.0));
+}
+
+// log(A) at integer `alpha`: log(1 + q² C(α,2) e^{log_second} + Σ_{j=3..α}
+// q^j C(α,j) e^{log_term(j)}), the shape both theorems share.
+template <typename LogTerm>
+double LogASum(double q, int alpha, double log_second, const LogTerm& log_term) {
+  if (alpha <= 1) return 0;
+  const double log_q = std::log(q);
+  double log_a = LogAdd(0, 2 * log_q + LogBinomial(alpha, 2) + log_second);
+  for (int j = 3; j <= alpha; ++j) {
+    log_a = LogAdd(log_a, log_term(j) + j * log_q + LogBinomial(alpha, j));
+  }
+  return log_a;
+}
+
 // log(A) at integer `alpha` (the header's sum); `diffs` from
 // LogForwardDifferences with n >= min(alpha, kMaxDifferencedOrder) + 1.
 double LogAInteger(double q, double z, int alpha, const std::vector<double>& diffs) {
-  if (alpha <= 1) return 0;
-  const double log_q = std::log(q);
-  // j = 2: min(4 (e^{ε(2)} - 1), 2 e^{ε(2)}), ε(2) = 1 / z².
-  const double e2 = 1 / (z * z);
-  const double second =
-      std::min(std::log(4.0) + e2 + std::log1p(-std::exp(-e2)), e2 + std::log(2.0));
-  double log_a = LogAdd(0, 2 * log_q + LogBinomial(alpha, 2) + second);
-  for (int j = 3; j <= alpha; ++j) {
+  return LogASum(q, alpha, LogSecondTerm(1 / (z * z)), [&](int j) {
     double s = std::log(2.0) + GaussianCgf(z, j);
     if (alpha <= kMaxDifferencedOrder) {
       const double lo = diffs[2 * (j / 2) - 1], hi = diffs[2 * ((j + 1) / 2) - 1];
       s = std::min(s, std::log(4.0) + 0.5 * (lo + hi));
     }
-    log_a = LogAdd(log_a, s + j * log_q + LogBinomial(alpha, j));
-  }
-  return log_a;
+    return s;
+  });
 }
 
-}  // namespace
-
-std::vector<double> SampledWithoutReplacementGaussianRdp(double q, double noise_multiplier,
-                                                         std::span<const double> orders) {
-  std::vector<double> rdp(orders.size(), 0.0);
-  if (q == 0) return rdp;
-  const double z = noise_multiplier;
-  int top = 1;  // The largest integer order needed.
-  for (size_t k = 0; k < orders.size(); ++k) {
-    if (z == 0 || std::isinf(orders[k])) {
-      rdp[k] = kInf;
-    } else if (q == 1) {
-      rdp[k] = orders[k] / (2 * z * z);
-    } else {
-      top = std::max(top, static_cast<int>(std::ceil(orders[k])));
-    }
-  }
-  if (z == 0 || q == 1) return rdp;
-  const std::vector<double> diffs =
-      LogForwardDifferences(z, std::min(top, kMaxDifferencedOrder) + 1);
+// RDP at each finite order of `orders` from log(A) at the integers (memoised
+// up to `top`, the largest ceil(order)): log(A) interpolated linearly
+// between neighbouring integers (Corollary 10), over α - 1; +inf where it is
+// NaN (two infinite terms). Infinite orders are left as `rdp` has them.
+template <typename LogAAt>
+void RdpFromLogA(std::span<const double> orders, int top, const LogAAt& log_a_integer,
+                 std::vector<double>& rdp) {
   std::vector<double> log_a(top + 1, -1);  // Memo; log(A) >= 0.
   auto log_a_at = [&](int alpha) {
-    if (log_a[alpha] < 0) log_a[alpha] = LogAInteger(q, z, alpha, diffs);
+    if (log_a[alpha] < 0) log_a[alpha] = log_a_integer(alpha);
     return log_a[alpha];
   };
   for (size_t k = 0; k < orders.size(); ++k) {
@@ -106,6 +105,56 @@ std::vector<double> SampledWithoutReplacementGaussianRdp(double q, double noise_
                : (1 - t) * log_a_at(static_cast<int>(lo)) + t * log_a_at(static_cast<int>(lo) + 1);
     rdp[k] = std::isnan(cgf) ? kInf : cgf / (alpha - 1);
   }
+}
+
+// The largest integer order `orders` needs (its finite ones, rounded up).
+int TopOrder(std::span<const double> orders) {
+  int top = 1;
+  for (double order : orders) {
+    if (!std::isinf(order)) top = std::max(top, static_cast<int>(std::ceil(order)));
+  }
+  return top;
+}
+
+}  // namespace
+
+std::vector<double> SampledWithoutReplacementGaussianRdp(double q, double noise_multiplier,
+                                                         std::span<const double> orders) {
+  std::vector<double> rdp(orders.size(), 0.0);
+  if (q == 0) return rdp;
+  const double z = noise_multiplier;
+  for (size_t k = 0; k < orders.size(); ++k) {
+    if (z == 0 || std::isinf(orders[k])) {
+      rdp[k] = kInf;
+    } else if (q == 1) {
+      rdp[k] = orders[k] / (2 * z * z);
+    }
+  }
+  if (z == 0 || q == 1) return rdp;
+  const int top = TopOrder(orders);
+  const std::vector<double> diffs =
+      LogForwardDifferences(z, std::min(top, kMaxDifferencedOrder) + 1);
+  RdpFromLogA(
+      orders, top, [&](int alpha) { return LogAInteger(q, z, alpha, diffs); }, rdp);
+  return rdp;
+}
+
+std::vector<double> SampledWithoutReplacementRdp(double q, const std::function<double(int)>& rdp_at,
+                                                 std::span<const double> orders) {
+  std::vector<double> rdp(orders.size(), 0.0);
+  if (q == 0) return rdp;
+  for (size_t k = 0; k < orders.size(); ++k) {
+    if (std::isinf(orders[k])) rdp[k] = kInf;
+  }
+  const int top = TopOrder(orders);
+  // log of the j-th term's bound, 2 e^{(j-1) ε(j)}, for j = 3..top.
+  std::vector<double> log_term(top + 1, kInf);
+  for (int j = 3; j <= top; ++j) log_term[j] = std::log(2.0) + (j - 1) * rdp_at(j);
+  const double log_second = top >= 2 ? LogSecondTerm(rdp_at(2)) : 0;
+  RdpFromLogA(
+      orders, top,
+      [&](int alpha) { return LogASum(q, alpha, log_second, [&](int j) { return log_term[j]; }); },
+      rdp);
   return rdp;
 }
 

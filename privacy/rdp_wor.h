@@ -25,11 +25,23 @@
 // analysis of rdp_accountant.h in one accountant composes two different
 // adjacencies and is not meaningful; the coordinator uses this one only.
 //
+// The GENERAL bound of the same paper (Theorem 9) needs only the base
+// mechanism's RDP curve ε(j) at the integer orders, and holds for any
+// mechanism under replace-one adjacency; with ε(∞) = ∞ its factor
+// min{2, (e^{ε(∞)} - 1)^j} is 2:
+//   A = 1 + q² C(α,2) min(4 (e^{ε(2)} - 1), 2 e^{ε(2)})
+//         + Σ_{j=3..α} q^j C(α,j) 2 e^{(j-1) ε(j)},
+// RDP(α) = log(A) / (α - 1), fractional orders interpolated as above. It is
+// an upper bound even at q = 1, where it lies above ε(α) (the caller may
+// take the smaller: sampling never hurts). Distributed DP's released-model
+// view (privacy/skellam.h) uses it with the Skellam mechanism's curve.
+//
 // Pure functions; thread-compatible.
 #ifndef COHORT_PRIVACY_RDP_WOR_H_
 #define COHORT_PRIVACY_RDP_WOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -45,9 +57,17 @@ namespace cohort::privacy {
 std::vector<double> SampledWithoutReplacementGaussianRdp(double q, double noise_multiplier,
                                                          std::span<const double> orders);
 
-// Adds `steps` such steps to `accountant` (at its orders). kInvalidArgument,
-// naming the value, for q outside [0, 1] or a noise multiplier that is not
-// finite and > 0; the accountant is then unchanged.
+// Theorem 9's bound at each of `orders` (each > 1) for a base mechanism
+// whose RDP at integer order j >= 2 is `rdp_at(j)` (>= 0, +inf allowed),
+// sampled at fraction `q` in [0, 1]: 0 when q is 0, +inf at an infinite
+// order or where a needed ε(j) is +inf. The caller checks q.
+std::vector<double> SampledWithoutReplacementRdp(double q, const std::function<double(int)>& rdp_at,
+                                                 std::span<const double> orders);
+
+// Adds `steps` steps of SampledWithoutReplacementGaussianRdp to `accountant`
+// (at its orders). kInvalidArgument, naming the value, for q outside [0, 1]
+// or a noise multiplier that is not finite and > 0; the accountant is then
+// unchanged.
 Status ComposeSampledWithoutReplacement(RdpAccountant& accountant, double q,
                                         double noise_multiplier, uint64_t steps = 1);
 

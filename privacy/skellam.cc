@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "privacy/log_space.h"
+#include "privacy/rdp_wor.h"
 
 namespace cohort::privacy {
 namespace {
@@ -85,6 +86,21 @@ Status ChargeSkellamRounds(RdpAccountant& accountant, const SkellamParams& param
   replace_one.l1_bound *= 2;
   replace_one.l2_bound *= 2;
   return ComposeSkellam(accountant, 1.0, replace_one, rounds);
+}
+
+Status ChargeSkellamRoundsForReleasedModel(RdpAccountant& accountant, const SkellamParams& params,
+                                           double q, uint64_t rounds) {
+  if (!(q >= 0 && q <= 1)) {
+    return InvalidArgumentError("privacy accounting: sampling fraction " + std::to_string(q) +
+                                " is not in [0, 1]");
+  }
+  const double l1 = 2 * params.l1_bound, l2 = 2 * params.l2_bound, v = params.variance;
+  std::vector<double> rdp = SampledWithoutReplacementRdp(
+      q, [&](int j) { return SkellamRdp(l1, l2, v, j); }, accountant.orders());
+  for (size_t k = 0; k < rdp.size(); ++k) {
+    rdp[k] = std::min(rdp[k], SkellamRdp(l1, l2, v, accountant.orders()[k]));
+  }
+  return accountant.AddRdp(rdp, rounds);
 }
 
 double RoundedL2Bound(double scaled_l2, double dim, double beta) {

@@ -106,9 +106,21 @@ Status ComposeSkellam(RdpAccountant& accountant, double q, const SkellamParams& 
 // runs differ by one client replaced (replace-one), which moves the sum by
 // up to 2 Δ2 (L2) and 2 Δ1 (L1); and no amplification by that sampling is
 // claimed (no without-replacement bound for the Skellam mechanism is built),
-// so every round is charged unsampled (q = 1). An upper bound.
+// so every round is charged unsampled (q = 1). An upper bound, and the
+// only one that holds against the coordinator, who picks the cohort.
 Status ChargeSkellamRounds(RdpAccountant& accountant, const SkellamParams& params,
                            uint64_t rounds = 1);
+
+// The same rounds as seen by whoever observes the released models but does
+// not learn the cohorts (the coordinator does: ChargeSkellamRounds is the
+// view against it): each round's cohort is a fixed-size sample, drawn
+// without replacement at fraction `q` (cohort / available clients), so the
+// replace-one Skellam curve above is amplified by Wang, Balle,
+// Kasiviswanathan 2019's general Theorem 9 (privacy/rdp_wor.h), at each
+// order the smaller of that and the unsampled value (sampling never hurts;
+// at q = 1 the two views agree). kInvalidArgument for q outside [0, 1].
+Status ChargeSkellamRoundsForReleasedModel(RdpAccountant& accountant, const SkellamParams& params,
+                                           double q, uint64_t rounds = 1);
 
 // The largest per-client share variance a client accepts (the coordinator
 // sends at most (2^21)^2 / min_survivors, 2^42): above it Poisson(λ) leaves

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "privacy/rdp_wor.h"
+
 namespace cohort::privacy {
 namespace {
 
@@ -144,6 +146,99 @@ TEST(SkellamAccountingTest, MatchesScipy) {
     }
   }
   EXPECT_EQ(lines, 96);
+}
+
+// Every line of tests/data/skellam_wor_golden.txt
+// (make_skellam_wor_golden.py): Theorem 9 over the Skellam curve, and the
+// released-model view's ε, summed in 60-digit decimals; within 1e-9.
+TEST(SkellamReleasedModelTest, MatchesDecimalComputation) {
+  std::ifstream in(std::string(COHORT_TEST_DATA) + "/skellam_wor_golden.txt");
+  ASSERT_TRUE(in) << "tests/data/skellam_wor_golden.txt";
+  std::string line;
+  int thm9 = 0, released = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream s(line);
+    std::string kind;
+    s >> kind;
+    double q, l1, l2, v;
+    ASSERT_TRUE(s >> q >> l1 >> l2 >> v) << line;
+    if (kind == "thm9") {
+      double order, want;
+      ASSERT_TRUE(s >> order >> want) << line;
+      const std::vector<double> orders = {order};
+      const double got = SampledWithoutReplacementRdp(
+          q, [&](int j) { return SkellamRdp(l1, l2, v, j); }, orders)[0];
+      EXPECT_NEAR(got, want, 1e-9 * want) << line;
+      ++thm9;
+    } else if (kind == "released") {
+      double delta, want, order;
+      uint64_t steps;
+      ASSERT_TRUE(s >> steps >> delta >> want >> order) << line;
+      SkellamParams p;
+      p.l1_bound = l1;
+      p.l2_bound = l2;
+      p.variance = v;
+      RdpAccountant accountant;
+      ASSERT_TRUE(ChargeSkellamRoundsForReleasedModel(accountant, p, q, steps).ok());
+      auto spent = accountant.Spent(delta);
+      ASSERT_TRUE(spent.ok());
+      EXPECT_NEAR(spent->epsilon, want, 1e-9 * want) << line;
+      EXPECT_EQ(spent->order, order) << line;
+      ++released;
+    } else {
+      FAIL() << "unknown line: " << line;
+    }
+  }
+  EXPECT_EQ(thm9, 180);
+  EXPECT_EQ(released, 54);
+}
+
+// A bench-like distributed-DP round: noise multiplier 1 on a 61,706-value
+// model, 10 clients a round.
+SkellamParams BenchParams() { return ChooseSkellamParams(1.0, 1.0, 10, 10, 61706).value(); }
+
+// Theorem 9 is an upper bound even at q = 1, so there it is at or above
+// the unsampled curve at every order; the released-model view takes the
+// smaller, so at q = 1 both views charge the same.
+TEST(SkellamReleasedModelTest, AtQOneEqualsTheViewAgainstTheCoordinator) {
+  const SkellamParams p = BenchParams();
+  const double l1 = 2 * p.l1_bound, l2 = 2 * p.l2_bound;
+  RdpAccountant against, released;
+  const std::vector<double> theorem = SampledWithoutReplacementRdp(
+      1.0, [&](int j) { return SkellamRdp(l1, l2, p.variance, j); }, against.orders());
+  for (size_t k = 0; k < theorem.size(); ++k) {
+    EXPECT_GE(theorem[k], SkellamRdp(l1, l2, p.variance, against.orders()[k]))
+        << "order " << against.orders()[k];
+  }
+  ASSERT_TRUE(ChargeSkellamRounds(against, p, 100).ok());
+  ASSERT_TRUE(ChargeSkellamRoundsForReleasedModel(released, p, 1.0, 100).ok());
+  EXPECT_DOUBLE_EQ(released.Spent(1e-5)->epsilon, against.Spent(1e-5)->epsilon);
+}
+
+// At q = 0.05 (10 of 200 clients) the released model's ε after 100 rounds
+// is a small fraction of the ε against the coordinator.
+TEST(SkellamReleasedModelTest, AmplifiesAtASmallSamplingFraction) {
+  const SkellamParams p = BenchParams();
+  RdpAccountant against, released;
+  ASSERT_TRUE(ChargeSkellamRounds(against, p, 100).ok());
+  ASSERT_TRUE(ChargeSkellamRoundsForReleasedModel(released, p, 0.05, 100).ok());
+  const double a = against.Spent(1e-5)->epsilon, r = released.Spent(1e-5)->epsilon;
+  EXPECT_LT(r, a / 5) << "against the coordinator " << a << ", released " << r;
+  EXPECT_GT(r, 0);
+  RdpAccountant none;
+  ASSERT_TRUE(ChargeSkellamRoundsForReleasedModel(none, p, 0.0, 100).ok());
+  for (double r : none.rdp()) EXPECT_EQ(r, 0);
+}
+
+TEST(SkellamReleasedModelTest, RefusesASamplingFractionOutsideZeroToOne) {
+  RdpAccountant accountant;
+  const Status s = ChargeSkellamRoundsForReleasedModel(accountant, BenchParams(), 1.5);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "privacy accounting: sampling fraction 1.500000 is not in [0, 1]");
+  EXPECT_EQ(ChargeSkellamRoundsForReleasedModel(accountant, BenchParams(), std::nan("")).code(),
+            StatusCode::kInvalidArgument);
+  for (double r : accountant.rdp()) EXPECT_EQ(r, 0);  // Unchanged.
 }
 
 // The scale keeps the worst-case sum below 2^31 with the stated

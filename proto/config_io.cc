@@ -807,6 +807,12 @@ Status CheckPrivacy(const RunConfig& c) {
   }
   COHORT_RETURN_IF_ERROR(
       CheckRange("privacy.epsilon_budget", p.epsilon_budget(), 0, 1e6, " (0: no budget)"));
+  if (!distributed && p.budget_view() == RELEASED_MODEL) {
+    return InvalidArgumentError(
+        "privacy.budget_view: RELEASED_MODEL is distributed DP's amplified view and needs "
+        "privacy.mechanism: DISTRIBUTED_SKELLAM; with privacy.mechanism: CENTRAL_GAUSSIAN the "
+        "one epsilon already amplifies by the cohort's sampling (leave budget_view out)");
+  }
   return p.has_adaptive_clip() ? CheckAdaptiveClip(p) : OkStatus();
 }
 

@@ -787,6 +787,24 @@ TEST(ConfigTest, DistributedPrivacyNeedsSecureRoundsAndABoundedCohort) {
   }
 }
 
+// privacy.budget_view: distributed DP's two epsilons; RELEASED_MODEL means
+// nothing for central DP, whose one epsilon is already amplified.
+TEST(ConfigTest, BudgetViewReleasedModelOnlyForDistributedPrivacy) {
+  const std::string bounded = "rounds { max_clients_per_round: 10 } ";
+  EXPECT_EQ(ErrorOf(bounded + "privacy { mechanism: DISTRIBUTED_SKELLAM noise_multiplier: 1 "
+                              "clip_norm: 1 epsilon_budget: 8 budget_view: RELEASED_MODEL }"),
+            "");
+  EXPECT_EQ(ErrorOf("secagg { aggregation: PLAIN } privacy { noise_multiplier: 1 clip_norm: 1 "
+                    "budget_view: AGAINST_COORDINATOR }"),
+            "");
+  EXPECT_EQ(ErrorOf("secagg { aggregation: PLAIN } privacy { noise_multiplier: 1 clip_norm: 1 "
+                    "epsilon_budget: 8 budget_view: RELEASED_MODEL }"),
+            "x.textproto: privacy.budget_view: RELEASED_MODEL is distributed DP's amplified view "
+            "and needs privacy.mechanism: DISTRIBUTED_SKELLAM; with privacy.mechanism: "
+            "CENTRAL_GAUSSIAN the one epsilon already amplifies by the cohort's sampling (leave "
+            "budget_view out)");
+}
+
 // Central DP (issue 34): plain federated rounds only, and its numbers in range.
 TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
   const std::string plain = "secagg { aggregation: PLAIN } ";

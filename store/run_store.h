@@ -95,6 +95,12 @@ struct RoundRecord {
   // store older than it). A resumed run takes C from the last record.
   double dp_clip_norm = 0;
   double dp_next_clip_norm = 0;
+  // Distributed DP (privacy.mechanism DISTRIBUTED_SKELLAM) has two views:
+  // dp_epsilon is the one against the coordinator (no amplification), this
+  // the one for the released model (amplified by the cohort's sampling at
+  // dp_sampling_rate; docs/privacy.md). -1: central DP (one view, in
+  // dp_epsilon), no privacy, or a store older than it.
+  double dp_epsilon_released_model = -1;
   // Timings (round_stages and round_ranks tables; empty in older stores and
   // where nothing measured them): per stage at the coordinator, per rank of
   // a data-parallel epoch.

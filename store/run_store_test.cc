@@ -673,6 +673,7 @@ TEST(RunStoreTest, PrivacyEpsilonIsCommittedAndOlderStoresReadNone) {
     auto rounds = (*store)->Rounds();
     ASSERT_TRUE(rounds.ok()) << rounds.status();
     EXPECT_EQ((*rounds)[0].dp_epsilon, -1.0);
+    EXPECT_EQ((*rounds)[0].dp_epsilon_released_model, -1.0);
     EXPECT_EQ((*rounds)[0].dp_sampling_rate, 0.0);
   }
   auto store = OpenSqliteRunStore(dir.db());
@@ -681,6 +682,7 @@ TEST(RunStoreTest, PrivacyEpsilonIsCommittedAndOlderStoresReadNone) {
   r.round = 2;
   r.dp_sampling_rate = 0.25;
   r.dp_epsilon = 1.75;
+  r.dp_epsilon_released_model = 0.5;  // Distributed DP's second view.
   ASSERT_TRUE((*store)->CommitRound(r, {}, Cp(2, 2), 3).ok());
   auto rounds = (*store)->Rounds();
   ASSERT_TRUE(rounds.ok()) << rounds.status();
@@ -688,6 +690,8 @@ TEST(RunStoreTest, PrivacyEpsilonIsCommittedAndOlderStoresReadNone) {
   EXPECT_EQ((*rounds)[0].dp_epsilon, -1.0);
   EXPECT_EQ((*rounds)[1].dp_sampling_rate, 0.25);
   EXPECT_EQ((*rounds)[1].dp_epsilon, 1.75);
+  EXPECT_EQ((*rounds)[0].dp_epsilon_released_model, -1.0);
+  EXPECT_EQ((*rounds)[1].dp_epsilon_released_model, 0.5);
 }
 
 // Adaptive clipping: each round's C and the next are committed bit for bit

@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS rounds (
   dp_sampling_rate REAL NOT NULL DEFAULT 0,
   dp_epsilon REAL NOT NULL DEFAULT -1,
   dp_clip_norm REAL NOT NULL DEFAULT 0,
-  dp_next_clip_norm REAL NOT NULL DEFAULT 0
+  dp_next_clip_norm REAL NOT NULL DEFAULT 0,
+  dp_epsilon_released_model REAL NOT NULL DEFAULT -1
 );
 CREATE TABLE IF NOT EXISTS round_clients (
   round INTEGER NOT NULL,
@@ -228,6 +229,9 @@ class SqliteRunStore final : public RunStore {
     for (const char* column : {"dp_clip_norm", "dp_next_clip_norm"}) {
       COHORT_RETURN_IF_ERROR(AddColumnIfMissing("rounds", column, "REAL NOT NULL DEFAULT 0"));
     }
+    // Distributed DP's released-model view.
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("rounds", "dp_epsilon_released_model", "REAL NOT NULL DEFAULT -1"));
     // Lineage and traffic (issue 33).
     for (const char* column : {"config_sha256", "devices"}) {
       COHORT_RETURN_IF_ERROR(AddColumnIfMissing("runs", column, "TEXT NOT NULL DEFAULT ''"));
@@ -346,8 +350,8 @@ class SqliteRunStore final : public RunStore {
                   "test_accuracy, test_loss, seconds, coordinator_seconds, committed_unix_ms, "
                   "aggregation, outcome, outcome_reason, clock_seconds, federated_eval_loss, "
                   "federated_eval_accuracy, federated_eval_samples, dp_sampling_rate, "
-                  "dp_epsilon, dp_clip_norm, dp_next_clip_norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
-                  "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                  "dp_epsilon, dp_clip_norm, dp_next_clip_norm, dp_epsilon_released_model) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       if (!s.ok()) return Error("commit round");
       sqlite3_bind_int64(s.get(), 1, r.round);
       sqlite3_bind_int64(s.get(), 2, r.participants);
@@ -371,6 +375,7 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_double(s.get(), 19, r.dp_epsilon);
       sqlite3_bind_double(s.get(), 20, r.dp_clip_norm);
       sqlite3_bind_double(s.get(), 21, r.dp_next_clip_norm);
+      sqlite3_bind_double(s.get(), 22, r.dp_epsilon_released_model);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
       COHORT_RETURN_IF_ERROR(PutClients(r.round, clients));
       COHORT_RETURN_IF_ERROR(PutTimings(r));
@@ -435,8 +440,8 @@ class SqliteRunStore final : public RunStore {
         columns_["rounds.federated_eval_loss"] + ", " + columns_["rounds.federated_eval_accuracy"] +
         ", " + columns_["rounds.federated_eval_samples"] + ", " +
         columns_["rounds.dp_sampling_rate"] + ", " + columns_["rounds.dp_epsilon"] + ", " +
-        columns_["rounds.dp_clip_norm"] + ", " + columns_["rounds.dp_next_clip_norm"] +
-        " FROM rounds ORDER BY round";
+        columns_["rounds.dp_clip_norm"] + ", " + columns_["rounds.dp_next_clip_norm"] + ", " +
+        columns_["rounds.dp_epsilon_released_model"] + " FROM rounds ORDER BY round";
     Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("read rounds");
     std::vector<RoundRecord> out;
@@ -464,6 +469,7 @@ class SqliteRunStore final : public RunStore {
       r.dp_epsilon = sqlite3_column_double(s.get(), 18);
       r.dp_clip_norm = sqlite3_column_double(s.get(), 19);
       r.dp_next_clip_norm = sqlite3_column_double(s.get(), 20);
+      r.dp_epsilon_released_model = sqlite3_column_double(s.get(), 21);
       out.push_back(r);
     }
     if (rc != SQLITE_DONE) return Error("read rounds");
@@ -570,6 +576,7 @@ class SqliteRunStore final : public RunStore {
         {"rounds", "dp_epsilon", "-1"},
         {"rounds", "dp_clip_norm", "0"},
         {"rounds", "dp_next_clip_norm", "0"},
+        {"rounds", "dp_epsilon_released_model", "-1"},
         {"runs", "config_sha256", "''"},
         {"runs", "world_size", "0"},
         {"runs", "devices", "''"},
