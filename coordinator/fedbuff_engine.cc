@@ -364,6 +364,9 @@ bool FedBuffEngine::CatchUp(TimeMs now, std::vector<Outgoing>& out) {
     if (!opened.ok()) store_error_ = opened.WithContext("fedbuff: re-opening a group");
   }
   if (!to_reopen_.empty() || now < *resume_at_) return false;
+  for (const std::string& name : scheduled_) {
+    if (members_.count(name) == 0) return false;  // New groups draw on every free client.
+  }
   for (const auto& [id, g] : groups_) {
     if (g.closes_at_commit) return false;
   }

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <functional>
+#include <set>
 
 #include "proto/checkpoint.pb.h"
 
@@ -87,6 +88,8 @@ struct Broken {
   std::string message;
 };
 
+void PrintTo(const Broken& b, std::ostream* os) { *os << b.name; }
+
 class BrokenScheduleTest : public ::testing::TestWithParam<Broken> {};
 
 TEST_P(BrokenScheduleTest, IsDataLossNamingWhatIsWrongAndKeepsTheVersions) {
@@ -134,6 +137,81 @@ TEST(FedBuffResumeScheduleTest, AScheduleThatDoesNotParseIsNamed) {
   EXPECT_EQ(engine.status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(engine.status().message(),
             "fedbuff: the schedule committed with version 1 does not parse");
+}
+
+net::Envelope Hello(const std::string& name) {
+  net::Envelope e;
+  e.header.set_version(wire::VERSION_1);
+  e.header.mutable_hello()->set_client_name(name);
+  e.header.mutable_hello()->set_num_samples(100);
+  return e;
+}
+
+// Version 1 committed at 5 s with c4, c5 free and group 1 (c2, c3, opened
+// at 1 s) in flight; `closing`: group 1 was done at that instant, to be
+// folded in as version 2 in the same pass.
+std::unique_ptr<store::RunStore> StoreClosingAtCommit(bool closing) {
+  checkpoint::FedBuffSchedule s;
+  s.set_version(1);
+  s.set_clock_ms(5000);
+  s.set_next_group(2);
+  s.add_free("c4");
+  s.add_free("c5");
+  checkpoint::FedBuffGroup& g = *s.add_groups();
+  g.set_id(1);
+  g.set_opened_ms(1000);
+  g.add_members("c2");
+  g.add_members("c3");
+  g.set_closes_at_commit(closing);
+  g.set_base_model(Bytes(std::vector<float>(kParams, 0.0f)));
+  return StoreWith(s.SerializeAsString());
+}
+
+// The restored group re-opens at its time once its members are back; no
+// new group opens before the commit's time, nor, when a group was done at
+// that instant, before that group has closed again (in the uninterrupted
+// run its members were free before the next groups formed).
+TEST(FedBuffResumeScheduleTest, NewGroupsWaitForTheGroupsDoneAtTheCommit) {
+  for (const bool closing : {false, true}) {
+    auto store = StoreClosingAtCommit(closing);
+    auto engine =
+        std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
+    EXPECT_EQ(engine->start_time(), 1000);
+    for (const char* name : {"c2", "c3", "c4", "c5"})
+      (void)engine->OnMessage(name, Hello(name), 1000, nullptr);
+    EXPECT_EQ(engine->groups_in_flight(), 1u) << "group 1 did not re-open at its time";
+    (void)engine->OnTick(4999);
+    EXPECT_EQ(engine->groups_in_flight(), 1u) << "a group opened before the commit's time";
+    (void)engine->OnTick(5000);
+    EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+    EXPECT_EQ(engine->groups_in_flight(), closing ? 1u : 2u) << "closing: " << closing;
+  }
+}
+
+// With no group in flight at the commit the clock starts at the commit,
+// and the first groups form, once every client is back, from the free
+// clients in their stored order, not in the order they register again.
+TEST(FedBuffResumeScheduleTest, GroupsFormFromTheStoredFreeOrderOnceAllAreBack) {
+  checkpoint::FedBuffSchedule s;
+  s.set_version(1);
+  s.set_clock_ms(5000);
+  s.set_next_group(2);
+  for (const char* name : {"c3", "c1", "c2", "c0"}) s.add_free(name);
+  auto store = StoreWith(s.SerializeAsString());
+  auto engine =
+      std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
+  EXPECT_EQ(engine->start_time(), 5000);
+  std::vector<std::string> tasked;
+  for (const char* name : {"c0", "c1", "c2", "c3"}) {
+    EXPECT_EQ(engine->groups_in_flight(), 0u) << "a group opened before " << name << " was back";
+    for (const Outgoing& o : engine->OnMessage(name, Hello(name), 5000, nullptr)) {
+      if (o.header.has_task()) tasked.push_back(o.peer);
+    }
+  }
+  EXPECT_EQ(engine->groups_in_flight(), 2u);
+  ASSERT_EQ(tasked.size(), 4u);
+  EXPECT_EQ(std::set<std::string>(tasked.begin(), tasked.begin() + 2),
+            (std::set<std::string>{"c1", "c3"}));
 }
 
 // A client the schedule names that does not register is an error at the
