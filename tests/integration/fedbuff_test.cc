@@ -48,11 +48,13 @@ void SetSchedule(const std::string& db_path, uint32_t v, const std::string& sche
 // Groups of 5, two in flight; a straggler is cut at the 25 s deadline, and
 // the SecAgg+ graph is planned for a fifth of each group dropping out
 // (with groups of 4 and the default plan, one straggler aborts its group).
-std::string FedBuffConfig(const Cluster& c) {
+std::string FedBuffConfig(const Cluster& c,
+                          const std::string& fedbuff = "buffer_size: 5 concurrency: 10") {
   return c.WriteConfig("run.textproto", kVersions,
                        "min_clients: 3 round_deadline_s: 25 keep_checkpoints: 100",
-                       "fedbuff { buffer_size: 5 concurrency: 10 }\nserver { momentum: 0.5 }\n"
-                       "secagg { expected_dropout: 0.3 }");
+                       "fedbuff { " + fedbuff +
+                           " }\nserver { momentum: 0.5 }\n"
+                           "secagg { expected_dropout: 0.3 }");
 }
 
 int Simulate(const Cluster& c, const std::string& config, const std::string& run,
@@ -155,15 +157,24 @@ int GroupsResumed(const std::string& log, uint32_t after) {
   return std::regex_search(log, m, line) ? std::stoi(m[1]) : -1;
 }
 
+struct Shape {
+  std::string name;
+  std::string fedbuff;  // The fedbuff section's fields.
+  int in_flight;        // Groups in flight after each commit.
+};
+
+class FedBuffResumeTest : public ::testing::TestWithParam<Shape> {};
+
 // Acceptance: a FedBuff simulation (SecAgg+, stragglers cut by the
 // deadline, server momentum) SIGKILLed mid-run and resumed ends bit for bit
 // as the uninterrupted run, every version alike, killed at two points:
 // inside version 4's commit (the store's test hook: the rows are in the
-// WAL, no COMMIT; two groups are in flight), and at whatever point the
-// run has reached once version 7 is committed (SIGKILL from outside).
-TEST(FedBuffResumeTest, AKilledRunResumesBitIdentical) {
+// WAL, no COMMIT), and at whatever point the run has reached once version
+// 7 is committed (SIGKILL from outside); with one, two and three groups at
+// a time (none, one and two left in flight at each commit).
+TEST_P(FedBuffResumeTest, AKilledRunResumesBitIdentical) {
   Cluster c("fedbuff-resume", kClients);
-  const std::string config = FedBuffConfig(c);
+  const std::string config = FedBuffConfig(c, GetParam().fedbuff);
   std::string out;
   ASSERT_EQ(Simulate(c, config, "ref", &out), 0) << ReadFile(c.dir() / "ref.log");
 
@@ -173,8 +184,7 @@ TEST(FedBuffResumeTest, AKilledRunResumesBitIdentical) {
   ASSERT_EQ(killed, 128 + SIGKILL) << ReadFile(c.dir() / "hook.log");
   ASSERT_EQ(Simulate(c, config, "hook", &out), 0) << ReadFile(c.dir() / "hook.log");
   const std::string hook_log = ReadFile(c.dir() / "hook.log");
-  EXPECT_GT(GroupsResumed(hook_log, 3), 0) << "no group was in flight: the test shows nothing\n"
-                                           << hook_log;
+  EXPECT_EQ(GroupsResumed(hook_log, 3), GetParam().in_flight) << hook_log;
   EXPECT_NE(hook_log.find("fedbuff: the resumed schedule has caught up"), std::string::npos)
       << hook_log;
   ExpectSameVersions(c.dir() / "ref/run.db", c.dir() / "hook/run.db");
@@ -200,10 +210,17 @@ TEST(FedBuffResumeTest, AKilledRunResumesBitIdentical) {
   ExpectSameVersions(c.dir() / "ref/run.db", c.dir() / "kill/run.db");
 }
 
+INSTANTIATE_TEST_SUITE_P(Shapes, FedBuffResumeTest,
+                         ::testing::Values(Shape{"OneGroup", "buffer_size: 5 concurrency: 5", 0},
+                                           Shape{"TwoGroups", "buffer_size: 5 concurrency: 10", 1},
+                                           Shape{"ThreeGroups", "buffer_size: 4 concurrency: 12",
+                                                 2}),
+                         [](const auto& info) { return info.param.name; });
+
 // A stored schedule that fails its checksum stops the resume with an error
 // naming it; the committed versions stay, and with the byte put back the
 // run resumes to the uninterrupted run's model.
-TEST(FedBuffResumeTest, ACorruptedScheduleIsNamedAndLosesNoVersion) {
+TEST(FedBuffCorruptResumeTest, ACorruptedScheduleIsNamedAndLosesNoVersion) {
   Cluster c("fedbuff-corrupt", kClients);
   const std::string config = FedBuffConfig(c);
   std::string out;
