@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/rng.h"
 #include "crypto/digest.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/config_io.h"
 
 namespace cohort::coordinator {
@@ -24,6 +26,46 @@ std::unique_ptr<Env> GroupEnv(Env* base) {
 
 bool AllFinite(std::span<const float> v) {
   return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+// A model as the schedule stores it: little-endian float32, as the store's
+// checkpoint blobs.
+std::string ModelBytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+std::vector<float> ModelFromBytes(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// One group of a committed schedule, against the schedule and the run:
+// kDataLoss naming the group and what is wrong.
+Status CheckScheduledGroup(const checkpoint::FedBuffGroup& pg, const checkpoint::FedBuffSchedule& s,
+                           uint32_t version, uint32_t buffer_size, size_t num_params,
+                           const std::string& what) {
+  const std::string group = what + ": group " + std::to_string(pg.id());
+  if (pg.id() == 0 || pg.id() >= s.next_group()) {
+    return DataLossError(group + " is not numbered below the next group, " +
+                         std::to_string(s.next_group()));
+  }
+  if (pg.base_version() > version) {
+    return DataLossError(group + " was sent version " + std::to_string(pg.base_version()) +
+                         ", after the commit");
+  }
+  if (pg.opened_ms() < 0 || pg.opened_ms() > s.clock_ms()) {
+    return DataLossError(group + " opened at " + std::to_string(pg.opened_ms()) +
+                         " ms, outside [0, " + std::to_string(s.clock_ms()) + "]");
+  }
+  if (pg.members_size() != static_cast<int>(buffer_size)) {
+    return DataLossError(group + " has " + std::to_string(pg.members_size()) +
+                         " members, fedbuff.buffer_size is " + std::to_string(buffer_size));
+  }
+  if (pg.base_model().size() != num_params * sizeof(float)) {
+    return DataLossError(group + ": its base model has " + std::to_string(pg.base_model().size()) +
+                         " bytes, the model " + std::to_string(num_params * sizeof(float)));
+  }
+  return OkStatus();
 }
 
 }  // namespace
@@ -96,11 +138,90 @@ Status FedBuffEngine::OpenStore(std::vector<float> init_model, std::string code_
   COHORT_RETURN_IF_ERROR(strategy_->LoadState(cp));
   global_ = std::move(cp.model);
   version_ = cp.round;
+  if (version_ == 0) return OkStatus();  // Nothing committed: a new run's schedule.
+  if (cp.schedule.empty()) {
+    env_->Log().info(
+        "fedbuff: resuming after committed version {}; the store holds no schedule (written by "
+        "an older build): groups in flight when the run stopped are abandoned, every client "
+        "starts free",
+        version_);
+    return OkStatus();
+  }
+  COHORT_RETURN_IF_ERROR(RestoreSchedule(cp));
   env_->Log().info(
-      "fedbuff: resuming after committed version {}; groups in flight when the run stopped are "
-      "abandoned, every client starts free",
-      version_);
+      "fedbuff: resuming after committed version {}: {} groups in flight re-open from their base "
+      "versions at their virtual times; the clock goes on from {:.3f} s",
+      version_, to_reopen_.size(), start_time_ / 1000.0);
   return OkStatus();
+}
+
+Status FedBuffEngine::RestoreSchedule(const store::Checkpoint& cp) {
+  const std::string what =
+      "fedbuff: the schedule committed with version " + std::to_string(cp.round);
+  checkpoint::FedBuffSchedule s;
+  if (!s.ParseFromString(cp.schedule)) return DataLossError(what + " does not parse");
+  if (s.version() != cp.round) {
+    return DataLossError(what + " names version " + std::to_string(s.version()));
+  }
+  if (s.clock_ms() < 0) return DataLossError(what + " has a negative virtual time");
+  std::set<std::string> names;
+  for (const std::string& name : s.free()) {
+    if (!names.insert(name).second) {
+      return DataLossError(what + ": client " + name + " is in the schedule twice");
+    }
+  }
+  start_time_ = s.clock_ms();
+  for (const checkpoint::FedBuffGroup& pg : s.groups()) {
+    COHORT_RETURN_IF_ERROR(CheckScheduledGroup(pg, s, cp.round, config_.fedbuff().buffer_size(),
+                                               global_.size(), what));
+    Group g;
+    g.id = pg.id();
+    g.base_version = pg.base_version();
+    g.base = ModelFromBytes(pg.base_model());
+    g.opened_at = pg.opened_ms();
+    g.closes_at_commit = pg.closes_at_commit();
+    for (const std::string& name : pg.members()) {
+      if (!names.insert(name).second) {
+        return DataLossError(what + ": client " + name + " is in the schedule twice");
+      }
+      g.members.push_back(name);
+    }
+    std::sort(g.members.begin(), g.members.end());
+    start_time_ = std::min(start_time_, g.opened_at);
+    to_reopen_.push_back(std::move(g));
+  }
+  std::stable_sort(to_reopen_.begin(), to_reopen_.end(), [](const Group& a, const Group& b) {
+    return a.opened_at != b.opened_at ? a.opened_at < b.opened_at : a.id < b.id;
+  });
+  free_.assign(s.free().begin(), s.free().end());
+  next_group_ = s.next_group();
+  resume_at_ = s.clock_ms();
+  scheduled_ = std::move(names);
+  return OkStatus();
+}
+
+std::string FedBuffEngine::SaveSchedule(const Group& g, uint32_t version, TimeMs now) const {
+  checkpoint::FedBuffSchedule s;
+  s.set_version(version);
+  s.set_clock_ms(now);
+  s.set_next_group(next_group_);
+  // g's members are freed right after this commit, in this order.
+  for (const std::string& name : free_) s.add_free(name);
+  for (const std::string& name : g.members) s.add_free(name);
+  auto put = [&s](const Group& o, bool closing) {
+    checkpoint::FedBuffGroup& pg = *s.add_groups();
+    pg.set_id(o.id);
+    pg.set_base_version(o.base_version);
+    pg.set_opened_ms(o.opened_at);
+    for (const std::string& name : o.members) pg.add_members(name);
+    pg.set_closes_at_commit(closing);
+    pg.set_base_model(ModelBytes(o.base));
+  };
+  for (const auto& [id, o] : groups_) {
+    if (id != g.id) put(o, o.engine->done());
+  }
+  for (const Group& o : to_reopen_) put(o, o.closes_at_commit);
+  return s.SerializeAsString();
 }
 
 std::vector<Outgoing> FedBuffEngine::OnMessage(const std::string& peer,
@@ -154,8 +275,8 @@ void FedBuffEngine::OnHello(const std::string& peer, const net::Envelope& envelo
   m.peer = peer;
   m.hello = envelope;
   m.sender = sender != nullptr ? std::optional<AuthenticatedPeer>(*sender) : std::nullopt;
-  if (is_new) {
-    free_.push_back(name);
+  if (is_new && scheduled_.count(name) == 0) {
+    free_.push_back(name);  // A resumed schedule already places the clients it names.
   } else if (m.group != 0) {
     // Its group's engine decides what a reconnection means for the round.
     Forward(groups_.at(m.group).engine->OnMessage(peer, envelope, now, sender), out);
@@ -197,6 +318,7 @@ void FedBuffEngine::Forward(std::vector<Outgoing> from_group, std::vector<Outgoi
 void FedBuffEngine::MaybeOpenGroups(TimeMs now, std::vector<Outgoing>& out) {
   const uint32_t k = config_.fedbuff().buffer_size();
   const size_t max_groups = config_.fedbuff().concurrency() / k;
+  if (resume_at_.has_value() && !CatchUp(now, out)) return;
   while (!done_ && store_error_.ok() && groups_.size() < max_groups && free_.size() >= k) {
     Status opened = OpenGroup(now, out);
     if (!opened.ok()) store_error_ = opened.WithContext("fedbuff: opening a group");
@@ -223,6 +345,38 @@ config::RunConfig FedBuffEngine::GroupConfig(uint64_t id) const {
   return g;
 }
 
+bool FedBuffEngine::CatchUp(TimeMs now, std::vector<Outgoing>& out) {
+  while (!done_ && store_error_.ok() && !to_reopen_.empty() &&
+         to_reopen_.front().opened_at <= now) {
+    const Group& next = to_reopen_.front();
+    for (const std::string& name : next.members) {
+      if (members_.count(name) == 0) return false;  // Not registered yet (OnTick reports).
+    }
+    if (next.opened_at < now) {
+      env_->Log().warn(
+          "fedbuff: group {} re-opens at {:.3f} s, after its opening at {:.3f} s: the resumed "
+          "run may depart from the uninterrupted one",
+          next.id, now / 1000.0, next.opened_at / 1000.0);
+    }
+    Group g = std::move(to_reopen_.front());
+    to_reopen_.pop_front();
+    Status opened = StartGroup(std::move(g), now, out);
+    if (!opened.ok()) store_error_ = opened.WithContext("fedbuff: re-opening a group");
+  }
+  if (!to_reopen_.empty() || now < *resume_at_) return false;
+  for (const std::string& name : scheduled_) {
+    if (members_.count(name) == 0) return false;  // New groups draw on every free client.
+  }
+  for (const auto& [id, g] : groups_) {
+    if (g.closes_at_commit) return false;
+  }
+  env_->Log().info("fedbuff: the resumed schedule has caught up at {:.3f} s (version {})",
+                   now / 1000.0, version_);
+  resume_at_.reset();
+  scheduled_.clear();
+  return true;
+}
+
 Status FedBuffEngine::OpenGroup(TimeMs now, std::vector<Outgoing>& out) {
   Group g;
   g.id = next_group_++;
@@ -233,6 +387,11 @@ Status FedBuffEngine::OpenGroup(TimeMs now, std::vector<Outgoing>& out) {
     free_.pop_front();
   }
   std::sort(g.members.begin(), g.members.end());
+  return StartGroup(std::move(g), now, out);
+}
+
+Status FedBuffEngine::StartGroup(Group g, TimeMs now, std::vector<Outgoing>& out) {
+  g.opened_at = now;
   COHORT_ASSIGN_OR_RETURN(g.store, store::OpenSqliteRunStore(":memory:", env_));
   COHORT_ASSIGN_OR_RETURN(g.engine,
                           RoundEngine::Create(GroupConfig(g.id), g.base, g.store.get(), Evaluator(),
@@ -261,7 +420,9 @@ void FedBuffEngine::CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out) {
     }
     const std::vector<store::RoundRecord> records = g.engine->TakeCommitted();
     if (!records.empty() && records.back().outcome == "committed") {
-      if (Status applied = ApplyGroup(g, records.back()); !applied.ok()) store_error_ = applied;
+      if (Status applied = ApplyGroup(g, records.back(), now); !applied.ok()) {
+        store_error_ = applied;
+      }
     } else {
       env_->Log().warn("fedbuff: group {} (from version {}) aborted: {}; the model is unchanged",
                        g.id, g.base_version,
@@ -277,7 +438,7 @@ void FedBuffEngine::CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out) {
   MaybeOpenGroups(now, out);
 }
 
-Status FedBuffEngine::ApplyGroup(Group& g, const store::RoundRecord& group_record) {
+Status FedBuffEngine::ApplyGroup(Group& g, const store::RoundRecord& group_record, TimeMs now) {
   // The group's server step was FedAvg at learning rate 1 from g.base.
   const std::span<const float> after = g.engine->global_model();
   std::vector<float> mean(after.size());
@@ -298,17 +459,18 @@ Status FedBuffEngine::ApplyGroup(Group& g, const store::RoundRecord& group_recor
   }
   strategy_->CommitAggregate();
   global_ = std::move(model);
-  return CommitVersion(g, group_record, staleness, metrics->value_or(EvalMetrics{-1, -1}));
+  return CommitVersion(g, group_record, staleness, metrics->value_or(EvalMetrics{-1, -1}), now);
 }
 
 Status FedBuffEngine::CommitVersion(const Group& g, store::RoundRecord record, uint32_t staleness,
-                                    const EvalMetrics& metrics) {
+                                    const EvalMetrics& metrics, TimeMs now) {
   record.round = version_ + 1;
   record.test_accuracy = metrics.accuracy;
   record.test_loss = metrics.loss;
   COHORT_ASSIGN_OR_RETURN(std::vector<store::ClientRoundRecord> clients, g.store->ClientRounds(1));
   store::Checkpoint cp{record.round, global_, {}};
   strategy_->SaveState(cp);
+  cp.schedule = SaveSchedule(g, record.round, now);
   COHORT_RETURN_IF_ERROR(
       store_->CommitRound(record, clients, cp, config_.rounds().keep_checkpoints()));
   version_ = record.round;
@@ -332,6 +494,19 @@ void FedBuffEngine::Finish(std::vector<Outgoing>& out) {
 
 std::vector<Outgoing> FedBuffEngine::OnTick(TimeMs now) {
   std::vector<Outgoing> out;
+  if (resume_at_.has_value()) {
+    // A driver ticks once the registrations at its start are in: each
+    // client the schedule names must be here by now.
+    for (const std::string& name : scheduled_) {
+      if (members_.count(name) == 0 && store_error_.ok()) {
+        store_error_ = FailedPreconditionError(
+            "fedbuff: resuming after version " + std::to_string(version_) + ": client " + name +
+            " of the committed schedule has not registered (the run's clients changed, or it is "
+            "offline)");
+      }
+    }
+    if (now >= *resume_at_) resume_ticked_ = true;
+  }
   for (auto& [id, g] : groups_) Forward(g.engine->OnTick(now), out);
   CloseDoneGroups(now, out);
   return out;
@@ -339,9 +514,12 @@ std::vector<Outgoing> FedBuffEngine::OnTick(TimeMs now) {
 
 std::optional<TimeMs> FedBuffEngine::NextWakeup() const {
   std::optional<TimeMs> next;
-  for (const auto& [id, g] : groups_) {
-    if (auto w = g.engine->NextWakeup(); w && (!next || *w < *next)) next = w;
-  }
+  auto earliest = [&next](std::optional<TimeMs> w) {
+    if (w && (!next || *w < *next)) next = w;
+  };
+  for (const auto& [id, g] : groups_) earliest(g.engine->NextWakeup());
+  if (!to_reopen_.empty()) earliest(to_reopen_.front().opened_at);
+  if (resume_at_.has_value() && !resume_ticked_) earliest(resume_at_);
   return next;
 }
 

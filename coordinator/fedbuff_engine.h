@@ -20,10 +20,18 @@
 // is plain FedAvg at learning rate 1, so its model minus the model it
 // started from is its mean.
 //
-// Resume: the store holds each version with the server state. Groups in
-// flight when the coordinator stopped are abandoned; a restarted engine
-// starts from the last committed version with every client free and forms
-// groups as a new run would.
+// Resume: each version commits, in the same store transaction as its model
+// and server state, the schedule (store::Checkpoint::schedule, a
+// checkpoint.FedBuffSchedule): the virtual time of the commit, the free
+// clients in their order, the next group number and every group in flight
+// (number, members, base version and model, opening time). A restarted
+// engine's clock starts at the earliest of those openings (start_time());
+// it re-opens each group at its opening time from its base model, with
+// the same number (so the same seeds), and opens no new group before the
+// commit's time and the groups that were due to close at that instant have
+// closed again. The groups re-run as they ran, so the resumed run retraces
+// the uninterrupted one bit for bit. A store written without a schedule
+// resumes as before: every client free, groups formed anew.
 #ifndef COHORT_COORDINATOR_FEDBUFF_ENGINE_H_
 #define COHORT_COORDINATOR_FEDBUFF_ENGINE_H_
 
@@ -31,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -65,6 +74,7 @@ class FedBuffEngine final : public ProtocolEngine {
   uint32_t last_committed_round() const override { return version_; }
   std::vector<store::RoundRecord> TakeCommitted() override { return std::exchange(committed_, {}); }
   const Status& store_error() const override { return store_error_; }
+  TimeMs start_time() const override { return start_time_; }
 
   std::span<const float> global_model() const { return global_; }
   size_t num_params() const { return global_.size(); }
@@ -84,8 +94,12 @@ class FedBuffEngine final : public ProtocolEngine {
     uint32_t base_version = 0;
     std::vector<float> base;  // The model its clients were sent.
     std::vector<std::string> members;
+    TimeMs opened_at = 0;
+    // A restored group that was done at the commit's instant (re-run, it
+    // closes again at that time before new groups open).
+    bool closes_at_commit = false;
     std::unique_ptr<store::RunStore> store;
-    std::unique_ptr<RoundEngine> engine;
+    std::unique_ptr<RoundEngine> engine;  // Null until (re-)opened.
   };
 
   FedBuffEngine(const config::RunConfig& config, store::RunStore* store, Env* env);
@@ -104,6 +118,17 @@ class FedBuffEngine final : public ProtocolEngine {
   // and buffer_size clients are free.
   void MaybeOpenGroups(TimeMs now, std::vector<Outgoing>& out);
   Status OpenGroup(TimeMs now, std::vector<Outgoing>& out);
+  // Gives g (id, base, sorted members set) its store and engine at `now`
+  // and registers its members there.
+  Status StartGroup(Group g, TimeMs now, std::vector<Outgoing>& out);
+  // The committed schedule in `cp`, checked (kDataLoss naming the version
+  // and what is wrong), into the resume state below.
+  Status RestoreSchedule(const store::Checkpoint& cp);
+  // The schedule committed with `version` at `now`, as group g closes.
+  std::string SaveSchedule(const Group& g, uint32_t version, TimeMs now) const;
+  // While resuming: re-opens the restored groups due by `now`; true once
+  // the schedule has caught up (new groups may open).
+  bool CatchUp(TimeMs now, std::vector<Outgoing>& out);
   // The config of group `id`'s engine: one round of buffer_size clients,
   // its server step FedAvg at learning rate 1.
   config::RunConfig GroupConfig(uint64_t id) const;
@@ -111,9 +136,9 @@ class FedBuffEngine final : public ProtocolEngine {
   // frees their clients; then opens what that allows.
   void CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out);
   // Folds group `g`'s mean into the global model and commits the version.
-  Status ApplyGroup(Group& g, const store::RoundRecord& group_record);
+  Status ApplyGroup(Group& g, const store::RoundRecord& group_record, TimeMs now);
   Status CommitVersion(const Group& g, store::RoundRecord record, uint32_t staleness,
-                       const EvalMetrics& metrics);
+                       const EvalMetrics& metrics, TimeMs now);
   void Finish(std::vector<Outgoing>& out);
 
   config::RunConfig config_;
@@ -132,6 +157,14 @@ class FedBuffEngine final : public ProtocolEngine {
   uint64_t next_group_ = 1;
   std::vector<store::RoundRecord> committed_;
   Status store_error_;
+  // Resuming a committed schedule: the groups still to re-open (by opening
+  // time), the commit's time (unset once caught up), whether a tick at or
+  // after it came, and every client the schedule names.
+  std::deque<Group> to_reopen_;
+  std::optional<TimeMs> resume_at_;
+  bool resume_ticked_ = false;
+  std::set<std::string> scheduled_;
+  TimeMs start_time_ = 0;
 };
 
 }  // namespace cohort::coordinator

@@ -35,6 +35,10 @@ class ProtocolEngine {
   virtual uint32_t last_committed_round() const = 0;
   virtual std::vector<store::RoundRecord> TakeCommitted() = 0;
   virtual const Status& store_error() const = 0;
+  // The virtual time a driver's clock starts at: 0 for a new run and for
+  // synchronous rounds; a resumed FedBuff run goes on from the opening of
+  // its earliest group in flight at the last commit (FedBuffEngine).
+  virtual TimeMs start_time() const { return 0; }
 
  protected:
   ProtocolEngine() = default;

@@ -242,6 +242,8 @@ class Simulation {
   }
 
   Status Run(const std::atomic<bool>& stop) {
+    // A resumed FedBuff run's clock goes on from its schedule (0 otherwise).
+    now_ = engine_->start_time();
     for (size_t i = 0; i < clients_.size(); ++i) {
       Apply(int(i), clients_[i].session->Start(now_));
     }

@@ -146,6 +146,11 @@ struct Checkpoint {
   // SaveState: one or two model sizes).
   std::vector<float> velocity;
   uint64_t optimizer_steps = 0;  // Steps behind `velocity` (Adam's bias correction).
+  // A FedBuff run's schedule at this version (a serialized
+  // checkpoint.FedBuffSchedule, coordinator/fedbuff_engine.h), committed in
+  // the same transaction as the model; empty: none (synchronous rounds,
+  // older stores). The store checks only its CRC-32.
+  std::string schedule;
 };
 
 // Not thread-safe. Errors are kUnavailable / kDataLoss with SQLite's message.
@@ -171,8 +176,8 @@ class RunStore {
                              const std::vector<ClientRoundRecord>& clients,
                              const Checkpoint& checkpoint, uint32_t keep) = 0;
   // The newest checkpoint. kDataLoss, naming the round and the part, when
-  // the model or the server velocity fails its CRC-32 or has an impossible
-  // size; kNotFound when there is none.
+  // the model, the server velocity or the schedule fails its CRC-32 or has
+  // an impossible size; kNotFound when there is none.
   virtual StatusOr<Checkpoint> LatestCheckpoint() = 0;
   // The checkpoint of `round`, checked as LatestCheckpoint's; kNotFound,
   // naming the round, when the store holds none for it (never committed, or

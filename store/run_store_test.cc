@@ -371,6 +371,39 @@ TEST(RunStoreTest, CorruptedVelocityOrTruncatedModelIsDataLoss) {
   }
 }
 
+// A FedBuff schedule commits with its checkpoint and reads back as it was
+// written; a changed byte, or a schedule without its checksum, is data
+// loss naming it, and the store's rounds stay.
+TEST(RunStoreTest, FedBuffScheduleIsCommittedWithTheCheckpointAndChecked) {
+  Checkpoint cp{1, Distinct(16, 3.0f), {}};
+  cp.schedule = std::string("schedule\0bytes", 14);
+  {
+    ScratchDir dir("schedule");
+    WriteOneRound(dir.db(), cp);
+    auto store = std::move(OpenSqliteRunStore(dir.db())).value();
+    auto loaded = store->LatestCheckpoint();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->schedule, cp.schedule);
+    EXPECT_TRUE(std::move(store->CheckpointAt(0)).value().schedule.empty());
+  }
+  {
+    ScratchDir dir("schedule-flip");
+    WriteOneRound(dir.db(), cp);
+    std::vector<uint8_t> bytes(cp.schedule.begin(), cp.schedule.end());
+    bytes[3] ^= 0x01;
+    RawSql(dir.db(), "UPDATE checkpoints SET fedbuff_schedule = ? WHERE round = 1", bytes);
+    ExpectDataLoss(dir.db(), "fedbuff schedule fails its CRC-32");
+    auto store = std::move(OpenSqliteRunStore(dir.db())).value();
+    EXPECT_EQ(std::move(store->Rounds()).value().size(), 1u);
+  }
+  {
+    ScratchDir dir("schedule-no-crc");
+    WriteOneRound(dir.db(), cp);
+    RawSql(dir.db(), "UPDATE checkpoints SET fedbuff_schedule_crc32 = NULL WHERE round = 1");
+    ExpectDataLoss(dir.db(), "fedbuff schedule fails its CRC-32 (stored none");
+  }
+}
+
 // A store written before the velocity checksum existed still loads.
 TEST(RunStoreTest, CheckpointWithoutVelocityChecksumLoads) {
   ScratchDir dir("old");

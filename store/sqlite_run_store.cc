@@ -104,6 +104,10 @@ uint32_t FloatsCrc(const std::vector<float>& v) {
   return Crc32({reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
 }
 
+uint32_t BytesCrc(const std::string& s) {
+  return Crc32({reinterpret_cast<const uint8_t*>(s.data()), s.size()});
+}
+
 std::string Hex32(uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "0x%08x", v);
@@ -214,6 +218,10 @@ class SqliteRunStore final : public RunStore {
     COHORT_RETURN_IF_ERROR(AddColumnIfMissing("checkpoints", "velocity_crc32", "INTEGER"));
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("checkpoints", "optimizer_steps", "INTEGER NOT NULL DEFAULT 0"));
+    // FedBuff's schedule at each version (empty: none).
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("checkpoints", "fedbuff_schedule", "BLOB NOT NULL DEFAULT x''"));
+    COHORT_RETURN_IF_ERROR(AddColumnIfMissing("checkpoints", "fedbuff_schedule_crc32", "INTEGER"));
     // Federated evaluation (issue 32); -1: none that round.
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("rounds", "federated_eval_loss", "REAL NOT NULL DEFAULT -1"));
@@ -518,7 +526,9 @@ class SqliteRunStore final : public RunStore {
   // The checkpoint columns CheckpointFromRow reads, then `tail`.
   std::string CheckpointSql(const std::string& tail) {
     return "SELECT round, model, velocity, model_crc32, " + columns_["checkpoints.velocity_crc32"] +
-           ", " + columns_["checkpoints.optimizer_steps"] + " FROM checkpoints " + tail;
+           ", " + columns_["checkpoints.optimizer_steps"] + ", " +
+           columns_["checkpoints.fedbuff_schedule"] + ", " +
+           columns_["checkpoints.fedbuff_schedule_crc32"] + " FROM checkpoints " + tail;
   }
 
   // One row of CheckpointSql, its sizes and checksums verified.
@@ -554,6 +564,24 @@ class SqliteRunStore final : public RunStore {
                              ", computed " + Hex32(crc) + ")");
       }
     }
+    return ScheduleFromRow(row, what, std::move(cp));
+  }
+
+  // The fedbuff schedule of CheckpointSql's row (columns 6 and 7) into cp.
+  StatusOr<Checkpoint> ScheduleFromRow(sqlite3_stmt* row, const std::string& what, Checkpoint cp) {
+    const void* p = sqlite3_column_blob(row, 6);
+    const int bytes = sqlite3_column_bytes(row, 6);
+    if (p != nullptr && bytes > 0) cp.schedule.assign(static_cast<const char*>(p), bytes);
+    if (cp.schedule.empty()) return cp;
+    const uint32_t crc = BytesCrc(cp.schedule);
+    if (sqlite3_column_type(row, 7) == SQLITE_NULL ||
+        static_cast<uint32_t>(sqlite3_column_int64(row, 7)) != crc) {
+      return DataLossError(what + ": fedbuff schedule fails its CRC-32 (stored " +
+                           (sqlite3_column_type(row, 7) == SQLITE_NULL
+                                ? std::string("none")
+                                : Hex32(static_cast<uint32_t>(sqlite3_column_int64(row, 7)))) +
+                           ", computed " + Hex32(crc) + ")");
+    }
     return cp;
   }
 
@@ -569,6 +597,8 @@ class SqliteRunStore final : public RunStore {
         {"round_clients", "misbehaved", "NULL"},
         {"checkpoints", "velocity_crc32", "NULL"},
         {"checkpoints", "optimizer_steps", "0"},
+        {"checkpoints", "fedbuff_schedule", "x''"},
+        {"checkpoints", "fedbuff_schedule_crc32", "NULL"},
         {"rounds", "federated_eval_loss", "-1"},
         {"rounds", "federated_eval_accuracy", "-1"},
         {"rounds", "federated_eval_samples", "0"},
@@ -659,7 +689,8 @@ class SqliteRunStore final : public RunStore {
   Status PutCheckpoint(const Checkpoint& cp) {
     Statement s(db_,
                 "INSERT OR REPLACE INTO checkpoints (round, model, velocity, model_crc32, "
-                "velocity_crc32, optimizer_steps) VALUES (?, ?, ?, ?, ?, ?)");
+                "velocity_crc32, optimizer_steps, fedbuff_schedule, fedbuff_schedule_crc32) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
     if (!s.ok()) return Error("write checkpoint");
     sqlite3_bind_int64(s.get(), 1, cp.round);
     BindFloats(s.get(), 2, cp.model);
@@ -667,6 +698,12 @@ class SqliteRunStore final : public RunStore {
     sqlite3_bind_int64(s.get(), 4, FloatsCrc(cp.model));
     sqlite3_bind_int64(s.get(), 5, FloatsCrc(cp.velocity));
     sqlite3_bind_int64(s.get(), 6, static_cast<int64_t>(cp.optimizer_steps));
+    sqlite3_bind_blob64(s.get(), 7, cp.schedule.data(), cp.schedule.size(), SQLITE_STATIC);
+    if (cp.schedule.empty()) {
+      sqlite3_bind_null(s.get(), 8);
+    } else {
+      sqlite3_bind_int64(s.get(), 8, BytesCrc(cp.schedule));
+    }
     if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("write checkpoint");
     return OkStatus();
   }

@@ -1,10 +1,11 @@
 // FedBuff (issue 34, item 5) in `cohort simulate`: groups of
 // fedbuff.buffer_size clients, each one SecAgg+ session, overlap on the
 // virtual clock with stragglers (--speed-sigma), stale groups are folded in
-// with their weight, and a run SIGKILLed inside a version's commit resumes
-// from the last committed version.
+// with their weight, and a run SIGKILLed mid-run resumes bit for bit as
+// the uninterrupted run (the schedule commits with each version).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <cstring>
@@ -22,17 +23,38 @@ constexpr int kClients = 12;
 constexpr int kVersions = 10;
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// Writes `schedule` over version `v`'s stored one, leaving its checksum,
+// as a disk error or an outside writer would.
+void SetSchedule(const std::string& db_path, uint32_t v, const std::string& schedule) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "UPDATE checkpoints SET fedbuff_schedule = ? WHERE round = ?",
+                               -1, &stmt, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_bind_blob(stmt, 1, schedule.data(), static_cast<int>(schedule.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(stmt, 2, v);
+  EXPECT_EQ(sqlite3_step(stmt), SQLITE_DONE) << sqlite3_errmsg(db);
+  EXPECT_EQ(sqlite3_changes(db), 1);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
 }
 
 // Groups of 5, two in flight; a straggler is cut at the 25 s deadline, and
 // the SecAgg+ graph is planned for a fifth of each group dropping out
 // (with groups of 4 and the default plan, one straggler aborts its group).
-std::string FedBuffConfig(const Cluster& c) {
+std::string FedBuffConfig(const Cluster& c,
+                          const std::string& fedbuff = "buffer_size: 5 concurrency: 10") {
   return c.WriteConfig("run.textproto", kVersions,
                        "min_clients: 3 round_deadline_s: 25 keep_checkpoints: 100",
-                       "fedbuff { buffer_size: 5 concurrency: 10 }\nserver { momentum: 0.5 }\n"
-                       "secagg { expected_dropout: 0.3 }");
+                       "fedbuff { " + fedbuff +
+                           " }\nserver { momentum: 0.5 }\n"
+                           "secagg { expected_dropout: 0.3 }");
 }
 
 int Simulate(const Cluster& c, const std::string& config, const std::string& run,
@@ -109,46 +131,127 @@ TEST(FedBuffSimulateTest, PerGroupRulesRunInsideEachGroup) {
   }
 }
 
-// A SIGKILL inside version 4's commit (the store's test hook) loses that
-// version; the run resumes after version 3 with every client free. The
-// groups in flight at the kill are abandoned, so the resumed run does not
-// retrace the uninterrupted one after version 3 (see FedBuffEngine); it is
-// deterministic: two resumes of the same crashed store end bit for bit
-// alike, and versions 1-3 are the uninterrupted run's.
-TEST(FedBuffResumeTest, AKilledRunResumesFromItsLastVersionDeterministically) {
+// Every committed version's model and server velocity of two runs (keep_
+// checkpoints covers them all), compared bit for bit.
+void ExpectSameVersions(const std::string& ref_db, const std::string& run_db) {
+  auto ref = OrThrow(store::OpenSqliteRunStore(ref_db), "open " + ref_db);
+  auto run = OrThrow(store::OpenSqliteRunStore(run_db), "open " + run_db);
+  const auto ref_rounds = OrThrow(ref->Rounds(), "rounds");
+  const auto run_rounds = OrThrow(run->Rounds(), "rounds");
+  ASSERT_EQ(ref_rounds.size(), size_t{kVersions});
+  ASSERT_EQ(run_rounds.size(), ref_rounds.size());
+  for (uint32_t v = 1; v <= kVersions; ++v) {
+    const auto a = OrThrow(ref->CheckpointAt(v), "ref"), b = OrThrow(run->CheckpointAt(v), "run");
+    EXPECT_TRUE(SameBits(a.model, b.model)) << run_db << ": version " << v << "'s model differs";
+    EXPECT_TRUE(SameBits(a.velocity, b.velocity)) << run_db << ": version " << v << "'s velocity";
+    EXPECT_EQ(ref_rounds[v - 1].participants, run_rounds[v - 1].participants) << "version " << v;
+    EXPECT_EQ(ref_rounds[v - 1].dropped, run_rounds[v - 1].dropped) << "version " << v;
+  }
+}
+
+// "N groups in flight" of the resume's log line, or -1.
+int GroupsResumed(const std::string& log, uint32_t after) {
+  const std::regex line("fedbuff: resuming after committed version " + std::to_string(after) +
+                        ": ([0-9]+) groups in flight re-open");
+  std::smatch m;
+  return std::regex_search(log, m, line) ? std::stoi(m[1]) : -1;
+}
+
+struct Shape {
+  std::string name;
+  std::string fedbuff;  // The fedbuff section's fields.
+  int in_flight;        // Groups in flight after each commit.
+};
+
+class FedBuffResumeTest : public ::testing::TestWithParam<Shape> {};
+
+// Acceptance: a FedBuff simulation (SecAgg+, stragglers cut by the
+// deadline, server momentum) SIGKILLed mid-run and resumed ends bit for bit
+// as the uninterrupted run, every version alike, killed at two points:
+// inside version 4's commit (the store's test hook: the rows are in the
+// WAL, no COMMIT), and at whatever point the run has reached once version
+// 7 is committed (SIGKILL from outside); with one, two and three groups at
+// a time (none, one and two left in flight at each commit).
+TEST_P(FedBuffResumeTest, AKilledRunResumesBitIdentical) {
   Cluster c("fedbuff-resume", kClients);
-  const std::string config = FedBuffConfig(c);
+  const std::string config = FedBuffConfig(c, GetParam().fedbuff);
   std::string out;
   ASSERT_EQ(Simulate(c, config, "ref", &out), 0) << ReadFile(c.dir() / "ref.log");
 
   setenv("COHORT_FAULT_KILL_IN_COMMIT", "4", 1);
+  const int killed = Simulate(c, config, "hook", &out);
+  unsetenv("COHORT_FAULT_KILL_IN_COMMIT");
+  ASSERT_EQ(killed, 128 + SIGKILL) << ReadFile(c.dir() / "hook.log");
+  ASSERT_EQ(Simulate(c, config, "hook", &out), 0) << ReadFile(c.dir() / "hook.log");
+  const std::string hook_log = ReadFile(c.dir() / "hook.log");
+  EXPECT_EQ(GroupsResumed(hook_log, 3), GetParam().in_flight) << hook_log;
+  EXPECT_NE(hook_log.find("fedbuff: the resumed schedule has caught up"), std::string::npos)
+      << hook_log;
+  ExpectSameVersions(c.dir() / "ref/run.db", c.dir() / "hook/run.db");
+
+  {
+    Process p({CohortBin(), "simulate", "--config", config, "--run-dir", c.dir() / "kill",
+               "--shards", c.dir() / "shards", "--sample-ms", "100", "--speed-sigma", "1.0",
+               "--latency-ms", "20", "--json"},
+              c.dir() / "kill.log");
+    ASSERT_TRUE(p.WaitForLine("{\"round\":7,")) << ReadFile(c.dir() / "kill.log");
+    p.Signal(SIGKILL);
+    ASSERT_EQ(p.Wait(), 128 + SIGKILL) << "the run ended before the kill";
+  }
+  auto killed_store = OrThrow(store::OpenSqliteRunStore(c.dir() / "kill/run.db"), "open kill");
+  const uint32_t at = OrThrow(killed_store->LoadRun(), "load")->last_round;
+  killed_store.reset();
+  EXPECT_GE(at, 7u);
+  ASSERT_EQ(Simulate(c, config, "kill", &out), 0) << ReadFile(c.dir() / "kill.log");
+  if (at < kVersions) {
+    EXPECT_GE(GroupsResumed(ReadFile(c.dir() / "kill.log"), at), 0)
+        << ReadFile(c.dir() / "kill.log");
+  }
+  ExpectSameVersions(c.dir() / "ref/run.db", c.dir() / "kill/run.db");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FedBuffResumeTest,
+                         ::testing::Values(Shape{"OneGroup", "buffer_size: 5 concurrency: 5", 0},
+                                           Shape{"TwoGroups", "buffer_size: 5 concurrency: 10", 1},
+                                           Shape{"ThreeGroups", "buffer_size: 4 concurrency: 12",
+                                                 2}),
+                         [](const auto& info) { return info.param.name; });
+
+// A stored schedule that fails its checksum stops the resume with an error
+// naming it; the committed versions stay, and with the byte put back the
+// run resumes to the uninterrupted run's model.
+TEST(FedBuffCorruptResumeTest, ACorruptedScheduleIsNamedAndLosesNoVersion) {
+  Cluster c("fedbuff-corrupt", kClients);
+  const std::string config = FedBuffConfig(c);
+  std::string out;
+  setenv("COHORT_FAULT_KILL_IN_COMMIT", "4", 1);
   const int killed = Simulate(c, config, "crash", &out);
   unsetenv("COHORT_FAULT_KILL_IN_COMMIT");
   ASSERT_EQ(killed, 128 + SIGKILL) << ReadFile(c.dir() / "crash.log");
-  std::filesystem::copy(c.dir() / "crash", c.dir() / "crash2",
-                        std::filesystem::copy_options::recursive);
-  auto ref = OrThrow(store::OpenSqliteRunStore(c.dir() / "ref/run.db"), "open ref");
-  {
-    auto crashed = OrThrow(store::OpenSqliteRunStore(c.dir() / "crash/run.db"), "open crash");
-    EXPECT_EQ(OrThrow(crashed->LoadRun(), "load")->last_round, 3u);
-    for (uint32_t v = 1; v <= 3; ++v) {
-      EXPECT_TRUE(SameBits(OrThrow(ref->CheckpointAt(v), "ref").model,
-                           OrThrow(crashed->CheckpointAt(v), "crash").model))
-          << "version " << v;
-    }
-  }
-  ASSERT_EQ(Simulate(c, config, "crash", &out), 0) << ReadFile(c.dir() / "crash.log");
-  EXPECT_NE(ReadFile(c.dir() / "crash.log").find("fedbuff: resuming after committed version 3"),
+  const std::string db = c.dir() / "crash/run.db";
+  const std::string schedule =
+      OrThrow(OrThrow(store::OpenSqliteRunStore(db), "open")->CheckpointAt(3), "version 3")
+          .schedule;
+  ASSERT_FALSE(schedule.empty()) << "version 3 was committed without a schedule";
+  std::string flipped = schedule;
+  flipped[flipped.size() / 2] ^= 0x20;
+  SetSchedule(db, 3, flipped);
+
+  EXPECT_NE(Simulate(c, config, "crash", &out), 0);
+  const std::string log = ReadFile(c.dir() / "crash.log");
+  EXPECT_NE(log.find("run store: checkpoint of round 3: fedbuff schedule fails its CRC-32"),
             std::string::npos)
-      << ReadFile(c.dir() / "crash.log");
-  ASSERT_EQ(Simulate(c, config, "crash2", &out), 0) << ReadFile(c.dir() / "crash2.log");
-  auto a = OrThrow(store::OpenSqliteRunStore(c.dir() / "crash/run.db"), "open crash");
-  auto b = OrThrow(store::OpenSqliteRunStore(c.dir() / "crash2/run.db"), "open crash2");
-  const auto cp_a = OrThrow(a->LatestCheckpoint(), "crash"),
-             cp_b = OrThrow(b->LatestCheckpoint(), "crash2");
-  EXPECT_EQ(cp_a.round, uint32_t{kVersions});
-  EXPECT_TRUE(SameBits(cp_a.model, cp_b.model));
-  EXPECT_TRUE(SameBits(cp_a.velocity, cp_b.velocity));
+      << log;
+  {
+    auto store = OrThrow(store::OpenSqliteRunStore(db), "open");
+    EXPECT_EQ(OrThrow(store->LoadRun(), "load")->last_round, 3u);
+    EXPECT_EQ(OrThrow(store->Rounds(), "rounds").size(), 3u);
+    for (uint32_t v = 1; v <= 2; ++v) EXPECT_TRUE(store->CheckpointAt(v).ok()) << v;
+  }
+  SetSchedule(db, 3, schedule);
+  ASSERT_EQ(Simulate(c, config, "ref", &out), 0) << ReadFile(c.dir() / "ref.log");
+  ASSERT_EQ(Simulate(c, config, "crash", &out), 0) << ReadFile(c.dir() / "crash.log");
+  ExpectSameVersions(c.dir() / "ref/run.db", db);
 }
 
 // What a user sees for a fedbuff config the simulator or the daemon does

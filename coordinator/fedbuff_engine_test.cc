@@ -1,0 +1,233 @@
+// FedBuffEngine's resume from a committed schedule: a schedule that does
+// not hold together is refused at start, naming the version and what is
+// wrong, and the store keeps its committed versions.
+#include "coordinator/fedbuff_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <set>
+
+#include "proto/checkpoint.pb.h"
+
+namespace cohort::coordinator {
+namespace {
+
+constexpr size_t kParams = 10;  // logreg 4 -> 2.
+
+config::RunConfig Config() {
+  config::RunConfig c;
+  c.set_seed(11);
+  c.mutable_model()->set_arch("logreg");
+  c.mutable_model()->set_input_dim(4);
+  c.mutable_model()->set_num_classes(2);
+  c.mutable_rounds()->set_num_rounds(5);
+  c.mutable_rounds()->set_min_clients(2);
+  c.mutable_rounds()->set_round_deadline_s(10);
+  c.mutable_rounds()->set_client_timeout_s(100);
+  c.mutable_secagg()->set_aggregation(config::PLAIN);
+  c.mutable_fedbuff()->set_buffer_size(2);
+  c.mutable_fedbuff()->set_concurrency(4);
+  return c;
+}
+
+std::string Bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+// Version 1 committed at 5 s: c4, c5 free, group 2 (c0, c1, from version
+// 1) and group 1 (c2, c3, from version 0) in flight.
+checkpoint::FedBuffSchedule ValidSchedule() {
+  checkpoint::FedBuffSchedule s;
+  s.set_version(1);
+  s.set_clock_ms(5000);
+  s.set_next_group(3);
+  s.add_free("c4");
+  s.add_free("c5");
+  for (const auto& [id, base, opened, a, b] :
+       {std::tuple{2u, 1u, 5000, "c0", "c1"}, std::tuple{1u, 0u, 1000, "c2", "c3"}}) {
+    checkpoint::FedBuffGroup& g = *s.add_groups();
+    g.set_id(id);
+    g.set_base_version(base);
+    g.set_opened_ms(opened);
+    g.add_members(a);
+    g.add_members(b);
+    g.set_base_model(Bytes(std::vector<float>(kParams, 0.5f * static_cast<float>(base))));
+  }
+  return s;
+}
+
+// A store with version 1 committed with `schedule` (serialized as is).
+std::unique_ptr<store::RunStore> StoreWith(const std::string& schedule) {
+  auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
+  auto created = FedBuffEngine::Create(Config(), std::vector<float>(kParams, 0.0f), store.get(),
+                                       Evaluator(), "test");
+  EXPECT_TRUE(created.ok()) << created.status();
+  store::RoundRecord r;
+  r.round = 1;
+  store::Checkpoint cp{1, std::vector<float>(kParams, 0.5f), {}};
+  cp.schedule = schedule;
+  EXPECT_TRUE(store->CommitRound(r, {}, cp, 3).ok());
+  return store;
+}
+
+TEST(FedBuffResumeScheduleTest, AValidScheduleResumesAtItsEarliestGroup) {
+  auto store = StoreWith(ValidSchedule().SerializeAsString());
+  auto engine = FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test");
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->last_committed_round(), 1u);
+  EXPECT_EQ((*engine)->start_time(), 1000);  // Group 1's opening.
+  EXPECT_EQ((*engine)->NextWakeup(), std::optional<TimeMs>(1000));
+  EXPECT_EQ((*engine)->groups_in_flight(), 0u);  // Until its members register.
+}
+
+struct Broken {
+  std::string name;
+  std::function<void(checkpoint::FedBuffSchedule&)> change;
+  std::string message;
+};
+
+void PrintTo(const Broken& b, std::ostream* os) { *os << b.name; }
+
+class BrokenScheduleTest : public ::testing::TestWithParam<Broken> {};
+
+TEST_P(BrokenScheduleTest, IsDataLossNamingWhatIsWrongAndKeepsTheVersions) {
+  checkpoint::FedBuffSchedule s = ValidSchedule();
+  GetParam().change(s);
+  auto store = StoreWith(s.SerializeAsString());
+  auto engine = FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test");
+  ASSERT_FALSE(engine.ok()) << "a broken schedule was resumed";
+  EXPECT_EQ(engine.status().code(), StatusCode::kDataLoss) << engine.status();
+  EXPECT_EQ(engine.status().message(),
+            "fedbuff: the schedule committed with version 1" + GetParam().message);
+  EXPECT_EQ(std::move(store->Rounds()).value().size(), 1u);
+  EXPECT_EQ(std::move(store->LatestCheckpoint()).value().model, std::vector<float>(kParams, 0.5f));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Checks, BrokenScheduleTest,
+    ::testing::Values(
+        Broken{"Version", [](auto& s) { s.set_version(2); }, " names version 2"},
+        Broken{"Clock", [](auto& s) { s.set_clock_ms(-1); }, " has a negative virtual time"},
+        Broken{"FreeTwice", [](auto& s) { s.add_free("c4"); },
+               ": client c4 is in the schedule twice"},
+        Broken{"FreeAndInAGroup", [](auto& s) { s.add_free("c0"); },
+               ": client c0 is in the schedule twice"},
+        Broken{"GroupNumber", [](auto& s) { s.set_next_group(2); },
+               ": group 2 is not numbered below the next group, 2"},
+        Broken{"GroupZero", [](auto& s) { s.mutable_groups(0)->set_id(0); },
+               ": group 0 is not numbered below the next group, 3"},
+        Broken{"BaseAfterCommit", [](auto& s) { s.mutable_groups(0)->set_base_version(2); },
+               ": group 2 was sent version 2, after the commit"},
+        Broken{"OpenedAfterCommit", [](auto& s) { s.mutable_groups(0)->set_opened_ms(5001); },
+               ": group 2 opened at 5001 ms, outside [0, 5000]"},
+        Broken{"OpenedBeforeZero", [](auto& s) { s.mutable_groups(1)->set_opened_ms(-3); },
+               ": group 1 opened at -3 ms, outside [0, 5000]"},
+        Broken{"Members", [](auto& s) { s.mutable_groups(1)->add_members("c9"); },
+               ": group 1 has 3 members, fedbuff.buffer_size is 2"},
+        Broken{"BaseModel", [](auto& s) { s.mutable_groups(1)->mutable_base_model()->resize(38); },
+               ": group 1: its base model has 38 bytes, the model 40"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(FedBuffResumeScheduleTest, AScheduleThatDoesNotParseIsNamed) {
+  auto store = StoreWith(std::string("\xff\xff\xff", 3));
+  auto engine = FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test");
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(engine.status().message(),
+            "fedbuff: the schedule committed with version 1 does not parse");
+}
+
+net::Envelope Hello(const std::string& name) {
+  net::Envelope e;
+  e.header.set_version(wire::VERSION_1);
+  e.header.mutable_hello()->set_client_name(name);
+  e.header.mutable_hello()->set_num_samples(100);
+  return e;
+}
+
+// Version 1 committed at 5 s with c4, c5 free and group 1 (c2, c3, opened
+// at 1 s) in flight; `closing`: group 1 was done at that instant, to be
+// folded in as version 2 in the same pass.
+std::unique_ptr<store::RunStore> StoreClosingAtCommit(bool closing) {
+  checkpoint::FedBuffSchedule s;
+  s.set_version(1);
+  s.set_clock_ms(5000);
+  s.set_next_group(2);
+  s.add_free("c4");
+  s.add_free("c5");
+  checkpoint::FedBuffGroup& g = *s.add_groups();
+  g.set_id(1);
+  g.set_opened_ms(1000);
+  g.add_members("c2");
+  g.add_members("c3");
+  g.set_closes_at_commit(closing);
+  g.set_base_model(Bytes(std::vector<float>(kParams, 0.0f)));
+  return StoreWith(s.SerializeAsString());
+}
+
+// The restored group re-opens at its time once its members are back; no
+// new group opens before the commit's time, nor, when a group was done at
+// that instant, before that group has closed again (in the uninterrupted
+// run its members were free before the next groups formed).
+TEST(FedBuffResumeScheduleTest, NewGroupsWaitForTheGroupsDoneAtTheCommit) {
+  for (const bool closing : {false, true}) {
+    auto store = StoreClosingAtCommit(closing);
+    auto engine =
+        std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
+    EXPECT_EQ(engine->start_time(), 1000);
+    for (const char* name : {"c2", "c3", "c4", "c5"})
+      (void)engine->OnMessage(name, Hello(name), 1000, nullptr);
+    EXPECT_EQ(engine->groups_in_flight(), 1u) << "group 1 did not re-open at its time";
+    (void)engine->OnTick(4999);
+    EXPECT_EQ(engine->groups_in_flight(), 1u) << "a group opened before the commit's time";
+    (void)engine->OnTick(5000);
+    EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+    EXPECT_EQ(engine->groups_in_flight(), closing ? 1u : 2u) << "closing: " << closing;
+  }
+}
+
+// With no group in flight at the commit the clock starts at the commit,
+// and the first groups form, once every client is back, from the free
+// clients in their stored order, not in the order they register again.
+TEST(FedBuffResumeScheduleTest, GroupsFormFromTheStoredFreeOrderOnceAllAreBack) {
+  checkpoint::FedBuffSchedule s;
+  s.set_version(1);
+  s.set_clock_ms(5000);
+  s.set_next_group(2);
+  for (const char* name : {"c3", "c1", "c2", "c0"}) s.add_free(name);
+  auto store = StoreWith(s.SerializeAsString());
+  auto engine =
+      std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
+  EXPECT_EQ(engine->start_time(), 5000);
+  std::vector<std::string> tasked;
+  for (const char* name : {"c0", "c1", "c2", "c3"}) {
+    EXPECT_EQ(engine->groups_in_flight(), 0u) << "a group opened before " << name << " was back";
+    for (const Outgoing& o : engine->OnMessage(name, Hello(name), 5000, nullptr)) {
+      if (o.header.has_task()) tasked.push_back(o.peer);
+    }
+  }
+  EXPECT_EQ(engine->groups_in_flight(), 2u);
+  ASSERT_EQ(tasked.size(), 4u);
+  EXPECT_EQ(std::set<std::string>(tasked.begin(), tasked.begin() + 2),
+            (std::set<std::string>{"c1", "c3"}));
+}
+
+// A client the schedule names that does not register is an error at the
+// driver's first tick, not a stall.
+TEST(FedBuffResumeScheduleTest, AScheduledClientThatNeverRegistersIsNamed) {
+  auto store = StoreWith(ValidSchedule().SerializeAsString());
+  auto engine =
+      std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
+  (void)engine->OnTick(1000);
+  EXPECT_EQ(engine->store_error().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(engine->store_error().message().find(
+                "fedbuff: resuming after version 1: client c0 of the committed schedule has not "
+                "registered"),
+            std::string::npos)
+      << engine->store_error();
+}
+
+}  // namespace
+}  // namespace cohort::coordinator
