@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "client/state_file.h"
 #include "common/bytes.h"
 
 namespace cohort::client {
@@ -20,17 +21,6 @@ constexpr size_t kHeaderBytes = 8 + 8 + 4 + 4;
 
 std::span<const uint8_t> Bytes(std::span<const float> values) {
   return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)};
-}
-
-Status WriteAll(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return UnavailableError(std::strerror(errno));
-    done += static_cast<size_t>(n);
-  }
-  return OkStatus();
 }
 
 }  // namespace
@@ -86,19 +76,7 @@ Status SaveControlVariate(const std::string& path, const ClientVariate& variate)
   PutU32(data, variate.round);
   PutU32(data, Crc32(Bytes(values)));
   data.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return UnavailableError(tmp + ": cannot create: " + std::strerror(errno));
-  Status written = WriteAll(fd, data);
-  if (written.ok() && ::fsync(fd) != 0) written = UnavailableError(std::strerror(errno));
-  ::close(fd);
-  if (!written.ok()) {
-    return UnavailableError(tmp + ": write failed: " + std::string(written.message()));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return UnavailableError(path + ": rename failed: " + std::strerror(errno));
-  }
-  return OkStatus();
+  return ReplaceFileDurably(path, data);
 }
 
 }  // namespace cohort::client

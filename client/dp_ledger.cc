@@ -12,6 +12,7 @@
 #include <optional>
 #include <utility>
 
+#include "client/state_file.h"
 #include "common/bytes.h"
 
 namespace cohort::client {
@@ -21,17 +22,6 @@ constexpr char kMagic[8] = {'C', 'H', 'T', 'D', 'P', 'L', 'G', '1'};
 constexpr size_t kHeaderBytes = 8 + 8 + 4;
 constexpr size_t kEntryBytes = 32 + 4;
 constexpr char kWhat[] = ": distributed DP's ledger of noised rounds: ";
-
-Status WriteAll(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return UnavailableError(std::strerror(errno));
-    done += static_cast<size_t>(n);
-  }
-  return OkStatus();
-}
 
 // The whole file; kUnavailable naming it when it cannot be read (a
 // directory, no permission, an I/O error).
@@ -134,29 +124,7 @@ Status DpLedger::Save(const std::vector<Entry>& entries) const {
   PutU64(data, entries.size());
   PutU32(data, Crc32({reinterpret_cast<const uint8_t*>(body.data()), body.size()}));
   data += body;
-  const std::string tmp = path_ + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return UnavailableError(tmp + ": cannot create: " + std::strerror(errno));
-  Status written = WriteAll(fd, data);
-  if (written.ok() && ::fsync(fd) != 0) written = UnavailableError(std::strerror(errno));
-  ::close(fd);
-  if (!written.ok()) {
-    return UnavailableError(tmp + ": write failed: " + std::string(written.message()));
-  }
-  if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
-    return UnavailableError(path_ + ": rename failed: " + std::strerror(errno));
-  }
-  // The rename itself is durable only once the directory is.
-  const std::string dir = std::filesystem::path(path_).parent_path().string();
-  const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0 || ::fsync(dir_fd) != 0) {
-    const std::string why = std::strerror(errno);
-    if (dir_fd >= 0) ::close(dir_fd);
-    return UnavailableError(dir + ": cannot sync the directory after writing " + path_ + ": " +
-                            why);
-  }
-  ::close(dir_fd);
-  return OkStatus();
+  return ReplaceFileDurably(path_, data);
 }
 
 StatusOr<bool> DpLedger::Contains(const DpRunId& run, uint32_t round) const {

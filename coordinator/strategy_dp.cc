@@ -75,8 +75,11 @@ SecretBytes NoiseInputs(std::span<const float> mean, std::span<const float> mode
   return inputs;
 }
 
-Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, const SecretBytes& inputs,
-                        double stddev, std::span<float> values) {
+namespace {
+
+// AddGaussianNoise's and CountNoise's arguments: a 32-byte key, 64 bytes of
+// round inputs.
+Status CheckNoiseKeyAndInputs(const SecretBytes& run_key, const SecretBytes& inputs) {
   if (run_key.size() != DpStrategy::kNoiseKeyBytes) {
     return InvalidArgumentError("noise key has " + std::to_string(run_key.size()) +
                                 " bytes, expected 32");
@@ -85,6 +88,14 @@ Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, const Secret
     return InvalidArgumentError("noise inputs have " + std::to_string(inputs.size()) +
                                 " bytes, expected 64");
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, const SecretBytes& inputs,
+                        double stddev, std::span<float> values) {
+  COHORT_RETURN_IF_ERROR(CheckNoiseKeyAndInputs(run_key, inputs));
   for (size_t start = 0, chunk = 0; start < values.size(); start += kNoiseChunk, ++chunk) {
     std::span<float> part = values.subspan(start, std::min(kNoiseChunk, values.size() - start));
     // Two words per value, an even count of values, 16 words at a time
@@ -110,14 +121,7 @@ Status AddGaussianNoise(const SecretBytes& run_key, uint32_t round, const Secret
 
 StatusOr<double> CountNoise(const SecretBytes& run_key, uint32_t round, const SecretBytes& inputs,
                             double stddev) {
-  if (run_key.size() != DpStrategy::kNoiseKeyBytes) {
-    return InvalidArgumentError("noise key has " + std::to_string(run_key.size()) +
-                                " bytes, expected 32");
-  }
-  if (inputs.size() != kNoiseInputsBytes) {
-    return InvalidArgumentError("noise inputs have " + std::to_string(inputs.size()) +
-                                " bytes, expected 64");
-  }
+  COHORT_RETURN_IF_ERROR(CheckNoiseKeyAndInputs(run_key, inputs));
   // 16 words (sodium_malloc's alignment, as AddGaussianNoise); 4 are used.
   SecretBytes random(16 * sizeof(uint32_t));
   std::span<uint32_t> w(reinterpret_cast<uint32_t*>(random.bytes().data()), 16);
