@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sodium.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,11 +24,21 @@ constexpr size_t kHeaderBytes = 8 + 8 + 4;
 constexpr size_t kEntryBytes = 32 + 4;
 constexpr char kWhat[] = ": distributed DP's ledger of noised rounds: ";
 
-// The whole file; kUnavailable naming it when it cannot be read (a
-// directory, no permission, an I/O error).
+// A ledger this size holds ~1.9 million rounds; a larger file is not one.
+constexpr off_t kMaxLedgerBytes = 64 << 20;
+
+// The whole file; kUnavailable naming it when it cannot be read (no
+// permission, an I/O error) or is not a regular file of at most
+// kMaxLedgerBytes (a directory, a FIFO, a symbolic link, a device), which
+// is read no further.
 StatusOr<std::string> ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return UnavailableError(path + kWhat + "cannot open it: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > kMaxLedgerBytes) {
+    ::close(fd);
+    return UnavailableError(path + kWhat + "not a regular file of at most 64 MiB");
+  }
   std::string data;
   char buffer[4096];
   for (;;) {
@@ -90,7 +101,10 @@ std::string DpLedgerPath(const std::string& state_dir) { return state_dir + "/dp
 StatusOr<std::vector<DpLedger::Entry>> DpLedger::Load() const {
   if (path_.empty()) return memory_;
   std::error_code ec;
-  if (!std::filesystem::exists(path_, ec) && !ec) return std::vector<Entry>();
+  // A link's own status: a dangling link is not a missing ledger.
+  if (std::filesystem::symlink_status(path_, ec).type() == std::filesystem::file_type::not_found) {
+    return std::vector<Entry>();
+  }
   COHORT_ASSIGN_OR_RETURN(const std::string data, ReadFile(path_));
   const auto* p = reinterpret_cast<const uint8_t*>(data.data());
   if (data.size() < kHeaderBytes || std::memcmp(p, kMagic, 8) != 0) {

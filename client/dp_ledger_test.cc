@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -116,8 +117,33 @@ TEST(DpLedgerTest, ACorruptFileIsAnErrorNamingItAndIsNeverOverwritten) {
   StatusOr<bool> contains = DpLedger(path).Contains(run, 1);
   ASSERT_FALSE(contains.ok());
   EXPECT_EQ(contains.status().code(), StatusCode::kUnavailable);
-  EXPECT_EQ(contains.status().message(),
-            path + ": distributed DP's ledger of noised rounds: cannot read it: Is a directory");
+  EXPECT_EQ(
+      contains.status().message(),
+      path + ": distributed DP's ledger of noised rounds: not a regular file of at most 64 MiB");
+  // Nor a FIFO (which would block the open or the read for ever), nor a
+  // symbolic link (to /dev/zero, say, which would be read for ever).
+  std::filesystem::remove(path);
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  contains = DpLedger(path).Contains(run, 1);
+  ASSERT_FALSE(contains.ok());
+  EXPECT_EQ(
+      contains.status().message(),
+      path + ": distributed DP's ledger of noised rounds: not a regular file of at most 64 MiB");
+  std::filesystem::remove(path);
+  std::filesystem::create_symlink("/dev/zero", path);
+  contains = DpLedger(path).Contains(run, 1);
+  ASSERT_FALSE(contains.ok());
+  EXPECT_EQ(contains.status().message(), path +
+                                             ": distributed DP's ledger of noised rounds: cannot "
+                                             "open it: Too many levels of symbolic links");
+  // A dangling link is not a missing (empty) ledger either.
+  std::filesystem::remove(path);
+  std::filesystem::create_symlink(dir + "/nowhere", path);
+  contains = DpLedger(path).Contains(run, 1);
+  ASSERT_FALSE(contains.ok());
+  EXPECT_NE(contains.status().message().find("Too many levels of symbolic links"),
+            std::string::npos)
+      << contains.status().message();
 }
 
 TEST(DpLedgerTest, AnUnwritableDirectoryIsAnErrorNamingTheFile) {

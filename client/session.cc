@@ -647,7 +647,7 @@ bool Session::AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Act
     env_->Log().warn("round {}: refused a task without secure aggregation", t.round());
     a.printed.push_back("refused round " + std::to_string(t.round()) +
                         ": its update would travel in the clear, and this client requires "
-                        "secure aggregation (--require-secure or --peers)");
+                        "secure aggregation (--require-secure, --peers or --dp-noise-multiplier)");
     return false;
   }
   return true;
@@ -916,7 +916,24 @@ Status CheckDistributedDpSetup(const aggregation::SecAggSetup& s) {
 }  // namespace
 
 Status Session::CheckDpCohort(const aggregation::SecAggSetup& s) const {
-  if (dp_noise_multiplier_ <= 0 || s.dp_scale == 0) return OkStatus();
+  if (dp_noise_multiplier_ <= 0) return OkStatus();
+  if (s.dp_scale == 0) {
+    return FailedPreconditionError(fmt::format(
+        "secagg setup: this client insists on distributed DP's noise (--dp-noise-multiplier "
+        "{:g}) and the round's setup carries none",
+        dp_noise_multiplier_));
+  }
+  // The grid: the rounded update's L2 bound is the sensitivity the noise
+  // covers; an honest coordinator keeps it within 2 s C (privacy/skellam.cc),
+  // so the noise is at least half the pinned multiplier times it.
+  const double scaled_clip = s.dp_scale * s.dp_clip_norm;
+  if (!(scaled_clip >= 1) || !(s.dp_l2_bound <= 2 * scaled_clip * (1 + 1e-9))) {
+    return FailedPreconditionError(fmt::format(
+        "secagg setup: the grid's L2 bound {:.6g} is above twice the scaled clip norm {:.6g} (or "
+        "that is below 1): the rounding would carry more of the update than this client's noise "
+        "multiplier {:g} covers",
+        s.dp_l2_bound, scaled_clip, dp_noise_multiplier_));
+  }
   const double target = std::pow(s.dp_scale * dp_noise_multiplier_ * s.dp_clip_norm, 2);
   // n shares of V / m carry V only when n >= m (a relative 1e-9 for the
   // coordinator's rounding of V / m).

@@ -113,7 +113,12 @@ class Session {
   // or sigma; with sigma pinned here, m = (s sigma C)^2 / share variance,
   // and a setup whose cohort is smaller than that (its n shares together
   // carry less than the target noise) is refused before the key exchange.
-  void set_dp_noise_multiplier(double sigma) { dp_noise_multiplier_ = sigma; }
+  // A pinned multiplier also refuses any round that is not securely
+  // aggregated (it would carry no noise at all).
+  void set_dp_noise_multiplier(double sigma) {
+    dp_noise_multiplier_ = sigma;
+    if (sigma > 0) require_secure_ = true;
+  }
   // c_i after the last update sent (empty before the first SCAFFOLD task).
   std::span<const float> control_variate() const {
     return variate_ ? std::span<const float>(variate_->after) : std::span<const float>();

@@ -860,10 +860,11 @@ TEST(SecureSessionTest, AClientThatRequiresSecureAggregationRefusesAPlainTask) {
         "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
         &identity);
   };
-  for (int how = 0; how < 3; ++how) {
+  for (int how = 0; how < 4; ++how) {
     Session s = make();
     if (how == 1) s.set_require_secure(true);
     if (how == 2) s.set_peers({identity.public_key});  // --peers implies it.
+    if (how == 3) s.set_dp_noise_multiplier(1);        // So does a pinned DP noise.
     s.Start(0);
     s.OnMessage(Welcome(), 10);
     Actions a = s.OnMessage(Task(1, 5, {0, 0, 0, 0}), 20);
@@ -1151,6 +1152,45 @@ TEST_F(DistributedDpLedgerTest, ACohortSmallerThanTheSurvivorsItsShareAssumesIsR
   // Sized for the three of the cohort (or fewer): the cohort carries the target.
   ASSERT_TRUE(pinned->OnMessage(with_share(9, target / 3), 30).train.has_value());
   ASSERT_TRUE(pinned->OnMessage(with_share(10, target / 2), 40).train.has_value());
+}
+
+// A pinned client refuses a setup that drops the noise (all DP fields 0:
+// the plain encoding) and a grid whose L2 bound is above 2 s C, where the
+// rounding (seeded from the coordinator's train seed) would carry more of
+// the update than the pinned noise covers.
+TEST_F(DistributedDpLedgerTest, APinnedClientRefusesNoNoiseAndACoarseGrid) {
+  auto setup = [&](uint64_t id, double scale, double l2) {
+    net::Envelope e = DpTask(1, id);
+    auto* sa = e.header.mutable_task()->mutable_secagg();
+    sa->set_dp_scale(scale);
+    sa->set_dp_l2_bound(l2);
+    sa->set_dp_share_variance(std::pow(1024 * 0.5, 2));
+    if (scale == 0) {
+      sa->set_dp_clip_norm(0);
+      sa->set_dp_share_variance(0);
+    }
+    return e;
+  };
+  std::unique_ptr<Session> pinned = Make("mnist-dp", false);
+  pinned->set_dp_noise_multiplier(1.0);
+  Actions a = pinned->OnMessage(setup(7, 0, 0), 20);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0],
+            "secagg refused in round 1: secagg setup: this client insists on distributed DP's "
+            "noise (--dp-noise-multiplier 1) and the round's setup carries none");
+  a = pinned->OnMessage(setup(8, 1024, 1025), 30);  // 2 s C is 1024.
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(
+      a.printed[0],
+      "secagg refused in round 1: secagg setup: the grid's L2 bound 1025 is above twice the "
+      "scaled clip norm 512 (or that is below 1): the rounding would carry more of the update "
+      "than this client's noise multiplier 1 covers");
+  ASSERT_TRUE(pinned->OnMessage(setup(9, 1024, 1024), 40).train.has_value());
+  // Unpinned, both are the coordinator's word, as before.
+  ASSERT_TRUE(Make("mnist-dp", false)->OnMessage(setup(10, 0, 0), 50).train.has_value());
+  ASSERT_TRUE(Make("mnist-dp", false)->OnMessage(setup(11, 1024, 1025), 60).train.has_value());
 }
 
 TEST_F(SessionTest, UnknownClientReRegistersFinishedAcknowledgesAndRejectStops) {

@@ -309,7 +309,23 @@ TEST(AdaptiveDpTest, ARestoredStrategyContinuesBitIdentically) {
   records[1].dp_next_clip_norm = -0.5;
   Status s = resumed->RestoreClip(records);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
-  EXPECT_NE(s.message().find("round 2: adaptive clip norm -0.5"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message(),
+            "round 2: adaptive clip norm -0.5 is outside [1e-09, inf] (the range the rule keeps it "
+            "in)");
+  records[1].dp_next_clip_norm = 1e-12;
+  EXPECT_EQ(resumed->RestoreClip(records).code(), StatusCode::kDataLoss);
+  // With server.max_update_norm, above it too (a huge C would make every
+  // round's noise infinite).
+  config::RunConfig capped = config;
+  capped.mutable_server()->set_max_update_norm(10);
+  auto bounded = MakeAdaptiveDp(capped);
+  records[1].dp_next_clip_norm = 1e300;
+  s = bounded->RestoreClip(records);
+  EXPECT_EQ(s.message(),
+            "round 2: adaptive clip norm 1e+300 is outside [1e-09, 10] (the range the rule keeps "
+            "it in)");
+  records[1].dp_next_clip_norm = 10;
+  EXPECT_TRUE(bounded->RestoreClip(records).ok());
 }
 
 // Distributed DP has no slot for the bit: DpStrategy refuses it too.

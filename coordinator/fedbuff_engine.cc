@@ -171,9 +171,14 @@ Status FedBuffEngine::RestoreSchedule(const store::Checkpoint& cp) {
     }
   }
   start_time_ = s.clock_ms();
+  std::set<uint64_t> ids;
   for (const checkpoint::FedBuffGroup& pg : s.groups()) {
     COHORT_RETURN_IF_ERROR(CheckScheduledGroup(pg, s, cp.round, config_.fedbuff().buffer_size(),
                                                global_.size(), what));
+    if (!ids.insert(pg.id()).second) {
+      return DataLossError(what + ": group " + std::to_string(pg.id()) +
+                           " is in the schedule twice");
+    }
     Group g;
     g.id = pg.id();
     g.base_version = pg.base_version();

@@ -127,7 +127,9 @@ INSTANTIATE_TEST_SUITE_P(
         Broken{"Members", [](auto& s) { s.mutable_groups(1)->add_members("c9"); },
                ": group 1 has 3 members, fedbuff.buffer_size is 2"},
         Broken{"BaseModel", [](auto& s) { s.mutable_groups(1)->mutable_base_model()->resize(38); },
-               ": group 1: its base model has 38 bytes, the model 40"}),
+               ": group 1: its base model has 38 bytes, the model 40"},
+        Broken{"GroupTwice", [](auto& s) { s.mutable_groups(1)->set_id(2); },
+               ": group 2 is in the schedule twice"}),
     [](const auto& info) { return info.param.name; });
 
 TEST(FedBuffResumeScheduleTest, AScheduleThatDoesNotParseIsNamed) {

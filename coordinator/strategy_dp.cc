@@ -1,5 +1,6 @@
 #include "coordinator/strategy_dp.h"
 
+#include <fmt/format.h>
 #include <sodium.h>
 
 #include <algorithm>
@@ -190,9 +191,15 @@ Status DpStrategy::RestoreClip(std::span<const store::RoundRecord> rounds) {
   if (!adaptive()) return OkStatus();
   for (const store::RoundRecord& r : rounds) {
     if (r.dp_next_clip_norm == 0) continue;  // A record from before adaptive clipping.
-    if (!(r.dp_next_clip_norm > 0) || std::isinf(r.dp_next_clip_norm)) {
-      return DataLossError("round " + std::to_string(r.round) + ": adaptive clip norm " +
-                           std::to_string(r.dp_next_clip_norm) + " is not finite and > 0");
+    // The rule keeps C in [kMinAdaptiveClip, max_update_norm] (no upper
+    // bound when that is 0); a stored C outside came from elsewhere, and a
+    // huge one would make every round's noise infinite.
+    const double c = r.dp_next_clip_norm;
+    if (!(c >= kMinAdaptiveClip) || std::isinf(c) || (max_clip_ > 0 && c > max_clip_)) {
+      return DataLossError(fmt::format(
+          "round {}: adaptive clip norm {:g} is outside [{:g}, {}] (the range the rule keeps it "
+          "in)",
+          r.round, c, kMinAdaptiveClip, max_clip_ > 0 ? fmt::format("{:g}", max_clip_) : "inf"));
     }
     clip_ = r.dp_next_clip_norm;
   }

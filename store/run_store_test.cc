@@ -402,6 +402,14 @@ TEST(RunStoreTest, FedBuffScheduleIsCommittedWithTheCheckpointAndChecked) {
     RawSql(dir.db(), "UPDATE checkpoints SET fedbuff_schedule_crc32 = NULL WHERE round = 1");
     ExpectDataLoss(dir.db(), "fedbuff schedule fails its CRC-32 (stored none");
   }
+  {
+    // An emptied schedule whose checksum is still there is not "a version
+    // without one": it fails the checksum too.
+    ScratchDir dir("schedule-emptied");
+    WriteOneRound(dir.db(), cp);
+    RawSql(dir.db(), "UPDATE checkpoints SET fedbuff_schedule = x'' WHERE round = 1");
+    ExpectDataLoss(dir.db(), "fedbuff schedule fails its CRC-32");
+  }
 }
 
 // A store written before the velocity checksum existed still loads.

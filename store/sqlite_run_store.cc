@@ -572,7 +572,9 @@ class SqliteRunStore final : public RunStore {
     const void* p = sqlite3_column_blob(row, 6);
     const int bytes = sqlite3_column_bytes(row, 6);
     if (p != nullptr && bytes > 0) cp.schedule.assign(static_cast<const char*>(p), bytes);
-    if (cp.schedule.empty()) return cp;
+    // No schedule and no checksum: a version without one (or an older
+    // store). A checksum over an emptied schedule is checked like any.
+    if (cp.schedule.empty() && sqlite3_column_type(row, 7) == SQLITE_NULL) return cp;
     const uint32_t crc = BytesCrc(cp.schedule);
     if (sqlite3_column_type(row, 7) == SQLITE_NULL ||
         static_cast<uint32_t>(sqlite3_column_int64(row, 7)) != crc) {
