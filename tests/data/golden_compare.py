@@ -22,3 +22,17 @@ def same(old, new, tolerance=1e-9):
                 print(f"differs: {a!r} / {b!r}")
                 return False
     return True
+
+
+def check_or_write(path, lines, argv):
+    """With --check in argv: 0 when `path` agrees with `lines` (same), else 1.
+    Without: writes `lines` to `path`. Prints what it did; returns the exit code."""
+    if "--check" in argv[1:]:
+        with open(path) as f:
+            ok = same(f.read().splitlines(), lines)
+        print(f"{path}: {'matches' if ok else 'differs from'} a fresh computation")
+        return 0 if ok else 1
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {len(lines)} lines to {path}")
+    return 0

@@ -27,7 +27,7 @@ import sys
 
 import numpy as np
 from scipy import special, stats
-from golden_compare import same  # noqa: E402
+from golden_compare import check_or_write  # noqa: E402
 
 # Opacus's DEFAULT_ALPHAS, as privacy/rdp_accountant.cc: the sampled bound
 # holds at integer orders only, so the fractional ones count only at q = 1.
@@ -104,18 +104,7 @@ def lines():
 def main():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "skellam_golden.txt")
     new = lines()
-    if "--check" in sys.argv:
-        with open(path) as f:
-            old = f.read().splitlines()
-        if not same(old, new):
-            print(f"{path} differs from a fresh computation; rerun this script")
-            return 1
-        print(f"{path}: {len(new)} lines agree")
-        return 0
-    with open(path, "w") as f:
-        f.write("\n".join(new) + "\n")
-    print(f"wrote {len(new)} lines to {path}")
-    return 0
+    return check_or_write(path, new, sys.argv)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ import os
 import sys
 from decimal import Decimal
 
-from golden_compare import same  # noqa: E402
+from golden_compare import check_or_write  # noqa: E402
 
 ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
 QS = [0.001, 0.01, 0.05, 0.1, 0.5, 1.0]
@@ -130,15 +130,7 @@ def lines():
 def main():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "skellam_wor_golden.txt")
     new = lines()
-    if "--check" in sys.argv[1:]:
-        with open(path) as f:
-            ok = same(f.read().splitlines(), new)
-        print(f"{path}: {'matches' if ok else 'differs from'} a fresh computation")
-        return 0 if ok else 1
-    with open(path, "w") as f:
-        f.write("\n".join(new) + "\n")
-    print(f"wrote {len(new)} lines to {path}")
-    return 0
+    return check_or_write(path, new, sys.argv)
 
 
 if __name__ == "__main__":
