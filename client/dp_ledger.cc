@@ -84,12 +84,17 @@ class FileLock {
 
 }  // namespace
 
-DpRunId DpRunIdOf(std::string_view coordinator_key, std::string_view run_name) {
+DpRunId DpRunIdOf(std::string_view coordinator_key, std::string_view run_name,
+                  std::string_view run_nonce) {
   std::string input = "cohort dp-ledger run v1";
   PutU64(input, coordinator_key.size());
   input.append(coordinator_key);
   PutU64(input, run_name.size());
   input.append(run_name);
+  if (!run_nonce.empty()) {
+    PutU64(input, run_nonce.size());
+    input.append(run_nonce);
+  }
   DpRunId id;
   crypto_generichash(id.data(), id.size(), reinterpret_cast<const uint8_t*>(input.data()),
                      input.size(), nullptr, 0);

@@ -34,8 +34,13 @@ using DpRunId = std::array<uint8_t, 32>;
 
 // A run as the ledger keys it: BLAKE2b-256 of the coordinator's pinned
 // public key (empty when the client pins none: --insecure, the simulator)
-// and the run's name (Welcome.run_name), length-prefixed.
-DpRunId DpRunIdOf(std::string_view coordinator_key, std::string_view run_name);
+// the run's name (Welcome.run_name) and, where the coordinator sends one,
+// the run's nonce (Welcome.run_nonce), each length-prefixed. The nonce
+// tells an honest coordinator's new run from an old one of the same name;
+// without it (older coordinators) the id is what it was before the nonce,
+// so ledgers written then still count.
+DpRunId DpRunIdOf(std::string_view coordinator_key, std::string_view run_name,
+                  std::string_view run_nonce = {});
 
 // The ledger file's path in `state_dir`.
 std::string DpLedgerPath(const std::string& state_dir);

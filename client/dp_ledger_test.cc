@@ -34,6 +34,26 @@ TEST(DpLedgerTest, ARunIdNamesTheCoordinatorKeyAndTheRunUnambiguously) {
   EXPECT_NE(DpRunIdOf("", "run"), DpRunIdOf("run", ""));
 }
 
+std::string HexOf(const DpRunId& id) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t b : id) hex += {kDigits[b >> 4], kDigits[b & 15]};
+  return hex;
+}
+
+// The nonce (Welcome.run_nonce) makes a new run of the same key and name a
+// new run; without one the id is the one ledgers held before the nonce
+// (BLAKE2b-256 by Python's hashlib, over the same length-prefixed input).
+TEST(DpLedgerTest, TheRunNonceTellsRunsOfOneNameApartAndNoNonceKeepsTheOldId) {
+  EXPECT_EQ(HexOf(DpRunIdOf("key", "run")),
+            "d1ef760dd1165a3aa34fb3b8cab03f7728da78c9af3a7826ef8a94a002a230b0");
+  EXPECT_EQ(HexOf(DpRunIdOf("key", "run", "00112233445566778899aabbccddeeff")),
+            "3c17f91f589a62e864e65ddd0119ffceaa53c135b735126c30db88d17366b345");
+  EXPECT_EQ(DpRunIdOf("key", "run", ""), DpRunIdOf("key", "run"));
+  EXPECT_NE(DpRunIdOf("key", "run", "a"), DpRunIdOf("key", "run", "b"));
+  EXPECT_NE(DpRunIdOf("key", "run", "n"), DpRunIdOf("key", "runn"));
+}
+
 TEST(DpLedgerTest, ARoundIsCountedOncePerRun) {
   for (const bool on_disk : {false, true}) {
     SCOPED_TRACE(on_disk ? "file" : "memory");

@@ -37,6 +37,9 @@ net::Envelope AsEnvelope(Outbound&& out) {
 }
 namespace {
 
+// Welcome.run_nonce: 32 hex digits from this build's coordinators.
+constexpr size_t kMaxRunNonceBytes = 64;
+
 Status CheckTask(const wire::RoundTask& task, const net::Envelope& env, size_t num_params) {
   if (task.round() == 0) return InvalidArgumentError("task for round 0");
   // SCAFFOLD: the server's control variate follows the model.
@@ -622,8 +625,14 @@ void Session::OnWelcome(const wire::Welcome& w, Actions& a) {
   if (std::isfinite(w.heartbeat_s()) && w.heartbeat_s() > 0) {
     heartbeat_ms_ = std::clamp<TimeMs>(static_cast<TimeMs>(w.heartbeat_s() * 1000), 50, 60000);
   }
+  if (w.run_nonce().size() > kMaxRunNonceBytes) {
+    a.exit = InvalidArgumentError("welcome: run_nonce has " + std::to_string(w.run_nonce().size()) +
+                                  " bytes, at most " + std::to_string(kMaxRunNonceBytes));
+    return;
+  }
   if (!welcomed_) env_->Log().info("registered with run {}", w.run_name());
   run_name_ = w.run_name();
+  run_nonce_ = w.run_nonce();
   welcomed_ = true;
 }
 

@@ -255,7 +255,7 @@ class Session {
   // false (and Refuse) on a repeat or when the ledger cannot be written.
   bool RecordDpContribution(uint32_t round, Actions& a);
   Status DpRepeatError(uint32_t round) const;
-  DpRunId RunId() const { return DpRunIdOf(coordinator_key_, run_name_); }
+  DpRunId RunId() const { return DpRunIdOf(coordinator_key_, run_name_, run_nonce_); }
   void InsertVariate(uint32_t round, std::span<const float> delta_c, Rng& rng,
                      std::vector<uint32_t>& encoded) const;
   void SendPlainUpdate(const TrainTask& task, const train::TrainResult& result,
@@ -309,9 +309,10 @@ class Session {
   // SCAFFOLD: where c_i is kept (empty: memory only), and c_i once read.
   std::string variate_path_;
   std::optional<ClientVariate> variate_;
-  // Distributed DP: the run's name (Welcome), the pinned coordinator key,
-  // and the ledger of rounds noised.
+  // Distributed DP: the run's name and nonce (Welcome), the pinned
+  // coordinator key, and the ledger of rounds noised.
   std::string run_name_;
+  std::string run_nonce_;
   std::string coordinator_key_;
   DpLedger dp_ledger_;
   double dp_noise_multiplier_ = 0;

@@ -979,7 +979,8 @@ class DistributedDpLedgerTest : public ::testing::Test {
   }
   // A welcomed session of run `run`, its ledger in the test's state
   // directory (or in memory), its encoded inputs counted.
-  std::unique_ptr<Session> Make(const std::string& run = "mnist-dp", bool state = true) {
+  std::unique_ptr<Session> Make(const std::string& run = "mnist-dp", bool state = true,
+                                const std::string& nonce = "") {
     auto s = std::make_unique<Session>(
         "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
         &identity_, FaultPlan{}, [this](uint32_t, std::span<const uint32_t>) { ++encoded_; });
@@ -988,6 +989,7 @@ class DistributedDpLedgerTest : public ::testing::Test {
     s->Start(0);
     net::Envelope welcome = Welcome();
     welcome.header.mutable_welcome()->set_run_name(run);
+    welcome.header.mutable_welcome()->set_run_nonce(nonce);
     s->OnMessage(welcome, 10);
     return s;
   }
@@ -1061,6 +1063,38 @@ TEST_F(DistributedDpLedgerTest, ARepeatOfANoisedRoundIsRefusedAcrossARestart) {
   net::Envelope plain_secure = SecureTask(16, identity_.public_key);
   plain_secure.header.mutable_task()->set_round(3);
   ASSERT_TRUE(Make()->OnMessage(plain_secure, 20).train.has_value());
+}
+
+// A coordinator's new run of the same name carries a new nonce
+// (Welcome.run_nonce): its round 3 is not the old run's; the old run's
+// nonce still names the old rounds.
+TEST_F(DistributedDpLedgerTest, ANewRunNonceIsANewRunAndTheOldNonceStillRefuses) {
+  const std::string old_nonce(32, 'a'), new_nonce(32, 'b');
+  {
+    std::unique_ptr<Session> s = Make("run", true, old_nonce);
+    ASSERT_TRUE(s->OnMessage(DpTask(3, 7), 20).train.has_value());
+    Train(*s, 7);
+  }
+  std::unique_ptr<Session> renewed = Make("run", true, new_nonce);
+  ASSERT_TRUE(renewed->OnMessage(DpTask(3, 8), 20).train.has_value());
+  ExpectLeft(Make("run", true, old_nonce)->OnMessage(DpTask(3, 9), 20), 9, Repeat(3, "run"));
+  // Without a nonce (an older coordinator) the run is another again.
+  ASSERT_TRUE(Make("run", true)->OnMessage(DpTask(3, 10), 20).train.has_value());
+}
+
+// A nonce is at most 64 bytes: a longer one ends the client, saying so.
+TEST_F(DistributedDpLedgerTest, AnOverlongRunNonceIsRefusedAtTheWelcome) {
+  auto s = std::make_unique<Session>(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity_,
+      FaultPlan{}, [](uint32_t, std::span<const uint32_t>) {});
+  s->Start(0);
+  net::Envelope welcome = Welcome();
+  welcome.header.mutable_welcome()->set_run_nonce(std::string(64, 'n'));
+  EXPECT_FALSE(s->OnMessage(welcome, 10).exit.has_value());
+  welcome.header.mutable_welcome()->set_run_nonce(std::string(65, 'n'));
+  Actions a = s->OnMessage(welcome, 20);
+  ASSERT_TRUE(a.exit.has_value());
+  EXPECT_EQ(a.exit->message(), "welcome: run_nonce has 65 bytes, at most 64");
 }
 
 // Without a state directory the ledger lives in the session: a repeat is

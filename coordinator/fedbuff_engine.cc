@@ -116,7 +116,9 @@ Status FedBuffEngine::OpenStore(std::vector<float> init_model, std::string code_
                         0,
                         crypto::Sha256Hex(text),
                         config_.fedbuff().concurrency(),
-                        evaluates ? "cpu" : ""};
+                        evaluates ? "cpu" : "",
+                        NewRunNonce(*env_)};
+    run_nonce_ = info.run_nonce;
     store::Checkpoint initial{0, init_model, {}};
     strategy_->SaveState(initial);
     COHORT_RETURN_IF_ERROR(replace ? store_->ReplaceUncommittedRun(info, initial)
@@ -125,6 +127,7 @@ Status FedBuffEngine::OpenStore(std::vector<float> init_model, std::string code_
     return OkStatus();
   }
   COHORT_RETURN_IF_ERROR(config::CheckResumable(existing->config_text, config_));
+  run_nonce_ = existing->run_nonce;
   COHORT_ASSIGN_OR_RETURN(store::Checkpoint cp, store_->LatestCheckpoint());
   if (cp.round != existing->last_round) {
     return DataLossError("newest checkpoint is of version " + std::to_string(cp.round) +
@@ -270,7 +273,8 @@ void FedBuffEngine::OnHello(const std::string& peer, const net::Envelope& envelo
   }
   const std::string& name = hello.client_name();
   clients_.Register(peer, hello, identity, now);
-  out.push_back(WelcomeMessage(peer, name, config_, static_cast<uint32_t>(global_.size())));
+  out.push_back(
+      WelcomeMessage(peer, name, config_, static_cast<uint32_t>(global_.size()), run_nonce_));
   if (done_) {
     out.push_back(FinishedMessage(peer, version_));
     return;

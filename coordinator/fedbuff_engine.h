@@ -144,6 +144,7 @@ class FedBuffEngine final : public ProtocolEngine {
   config::RunConfig config_;
   store::RunStore* store_;
   Env* env_;
+  std::string run_nonce_;           // store::RunInfo::run_nonce, sent in every Welcome.
   std::unique_ptr<Env> group_env_;  // The groups' engines log warnings only.
   std::unique_ptr<Strategy> strategy_;
   FedBuffStrategy* fedbuff_ = nullptr;  // Inside strategy_.

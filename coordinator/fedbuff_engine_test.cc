@@ -149,6 +149,24 @@ net::Envelope Hello(const std::string& name) {
   return e;
 }
 
+// As RoundEngine's: the Welcome's run nonce is drawn with the run and sent
+// again after a resume (client/dp_ledger.h tells runs apart by it).
+TEST(FedBuffEngineTest, TheRunNonceIsKeptAcrossAResume) {
+  auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
+  auto nonce_sent = [&](const std::string& name) {
+    auto engine = std::move(FedBuffEngine::Create(Config(), std::vector<float>(kParams, 0.0f),
+                                                  store.get(), Evaluator(), "test"))
+                      .value();
+    auto out = engine->OnMessage(name, Hello(name), 1000, nullptr);
+    return !out.empty() && out[0].header.has_welcome() ? out[0].header.welcome().run_nonce()
+                                                       : std::string("(no welcome)");
+  };
+  const std::string nonce = nonce_sent("c0");
+  EXPECT_EQ(nonce.size(), 32u);
+  EXPECT_EQ(store->LoadRun().value()->run_nonce, nonce);
+  EXPECT_EQ(nonce_sent("c1"), nonce);
+}
+
 // Version 1 committed at 5 s with c4, c5 free and group 1 (c2, c3, opened
 // at 1 s) in flight; `closing`: group 1 was done at that instant, to be
 // folded in as version 2 in the same pass.

@@ -1,7 +1,10 @@
 #include "coordinator/messages.h"
 
+#include <array>
+
 #include "aggregation/secagg_wire.h"
 #include "common/bytes.h"
+#include "crypto/key_files.h"
 
 namespace cohort::coordinator {
 
@@ -35,15 +38,23 @@ Outgoing RejectMessage(const std::string& peer, const std::string& reason) {
 }
 
 Outgoing WelcomeMessage(const std::string& peer, const std::string& name,
-                        const config::RunConfig& config, uint32_t num_params) {
+                        const config::RunConfig& config, uint32_t num_params,
+                        const std::string& run_nonce) {
   wire::Header h = NewHeader();
   auto* welcome = h.mutable_welcome();
   welcome->set_run_name(config.name());
+  welcome->set_run_nonce(run_nonce);
   welcome->set_client_id(Fnv1a64(name));
   *welcome->mutable_model() = config.model();
   welcome->set_num_params(num_params);
   welcome->set_heartbeat_s(config.net().heartbeat_s());
   return To(peer, std::move(h));
+}
+
+std::string NewRunNonce(Env& env) {
+  std::array<uint8_t, 16> bytes;
+  env.RandomBytes(bytes);
+  return crypto::Hex(bytes);
 }
 
 Outgoing HeartbeatAckMessage(const std::string& peer) {

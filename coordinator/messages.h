@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "aggregation/secagg.h"
+#include "common/env.h"
 #include "proto/config.pb.h"
 #include "proto/wire.pb.h"
 
@@ -36,9 +37,13 @@ Outgoing ErrorMessage(const std::string& peer, wire::ErrorCode code, std::string
                       uint32_t round);
 // The refusal of a Hello (a name or key the run does not accept).
 Outgoing RejectMessage(const std::string& peer, const std::string& reason);
-// The answer to an accepted Hello: the run, the model and the heartbeat.
+// The answer to an accepted Hello: the run (its name and `run_nonce`,
+// store::RunInfo::run_nonce), the model and the heartbeat.
 Outgoing WelcomeMessage(const std::string& peer, const std::string& name,
-                        const config::RunConfig& config, uint32_t num_params);
+                        const config::RunConfig& config, uint32_t num_params,
+                        const std::string& run_nonce);
+// A new run's nonce: 16 bytes from `env`'s RandomBytes, as 32 hex digits.
+std::string NewRunNonce(Env& env);
 Outgoing HeartbeatAckMessage(const std::string& peer);
 // The run is over after `rounds` committed rounds.
 Outgoing FinishedMessage(const std::string& peer, uint32_t rounds);

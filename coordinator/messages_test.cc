@@ -15,7 +15,7 @@ TEST(MessagesTest, EveryMessageSpeaksTheWireVersion) {
   const std::vector<Outgoing> sent = {
       ErrorMessage("p", wire::STALE, "late", 2),
       RejectMessage("p", "unknown key"),
-      WelcomeMessage("p", "c0", config, 4),
+      WelcomeMessage("p", "c0", config, 4, std::string(32, 'a')),
       HeartbeatAckMessage("p"),
       FinishedMessage("p", 5),
       TaskMessage("p", 3, 7, {}, 10, nullptr, model),

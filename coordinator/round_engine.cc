@@ -137,7 +137,9 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
                         0,
                         crypto::Sha256Hex(config_text),
                         rc.start_clients() > 0 ? rc.start_clients() : rc.min_clients(),
-                        evaluates ? "cpu" : ""};
+                        evaluates ? "cpu" : "",
+                        NewRunNonce(*env)};
+    engine->run_nonce_ = info.run_nonce;
     COHORT_RETURN_IF_ERROR(engine->SetUpDistributedDp(init_model.size()));
     store::Checkpoint initial{0, init_model, {}};
     engine->strategy_->SaveState(initial);
@@ -164,6 +166,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
                                      std::to_string(init_model.size()));
     }
     COHORT_RETURN_IF_ERROR(engine->strategy_->LoadState(cp));
+    engine->run_nonce_ = existing->run_nonce;
     engine->global_ = std::move(cp.model);
     engine->round_ = cp.round;
     COHORT_RETURN_IF_ERROR(engine->LoadBans());
@@ -546,7 +549,8 @@ void RoundEngine::OnHello(const std::string& peer, const wire::Hello& hello,
   }
   const std::string& name = hello.client_name();
   const ClientRegistry::Registration r = clients_.Register(peer, hello, identity, now);
-  out.push_back(WelcomeMessage(peer, name, config_, static_cast<uint32_t>(global_.size())));
+  out.push_back(
+      WelcomeMessage(peer, name, config_, static_cast<uint32_t>(global_.size()), run_nonce_));
   if (phase_ == Phase::kDone) {
     out.push_back(FinishedMessage(peer, round_));
     return;

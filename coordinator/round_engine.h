@@ -329,6 +329,7 @@ class RoundEngine {
   // The round in progress.
   uint64_t task_id_ = 0;
   Env* env_;
+  std::string run_nonce_;  // store::RunInfo::run_nonce, sent in every Welcome.
   uint64_t task_counter_ = 0;
   TimeMs round_started_ = 0;
   TimeMs deadline_ = 0;

@@ -367,7 +367,8 @@ TEST_F(RoundEngineTest, TimesIdsAndLinesComeFromTheInjectedEnv) {
   ASSERT_EQ(tasks_.size(), 2u);
   EXPECT_EQ(tasks_["p0"].task_id(), tasks_["p1"].task_id());
   EXPECT_GT(tasks_["p0"].task_id(), 1000u);
-  EXPECT_LT(tasks_["p0"].task_id(), 1010u);
+  EXPECT_LT(tasks_["p0"].task_id(), 1030u);  // After the run nonce's 16 bytes.
+  EXPECT_EQ(store_->LoadRun().value()->run_nonce, "e8e9eaebecedeeeff0f1f2f3f4f5f6f7");
   Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
   env.seconds = 52.5;
   Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
@@ -738,6 +739,27 @@ TEST_F(RoundEngineTest, RunFinishesAndResumesFromTheStore) {
       RoundEngine::Create(other, std::vector<float>(kParams), store_.get(), {}, "t").status();
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.message().find("seed"), std::string::npos) << refused;
+}
+
+// Welcome.run_nonce: drawn when the run is created, kept in the store and
+// sent again by a resumed coordinator; another run gets another. A client's
+// ledger of noised rounds tells runs apart by it (client/dp_ledger.h).
+TEST_F(RoundEngineTest, TheRunNonceIsKeptAcrossAResumeAndNewForANewRun) {
+  auto nonce_sent = [&](const std::string& peer) {
+    auto out = engine_->OnMessage(peer, Hello(peer), now_);
+    return !out.empty() && out[0].header.has_welcome() ? out[0].header.welcome().run_nonce()
+                                                       : std::string("(no welcome)");
+  };
+  Start(TestConfig(2, 2, 3));
+  const std::string nonce = nonce_sent("a0");
+  ASSERT_EQ(nonce.size(), 32u);
+  EXPECT_EQ(nonce.find_first_not_of("0123456789abcdef"), std::string::npos) << nonce;
+  EXPECT_EQ(store_->LoadRun().value()->run_nonce, nonce);
+  Start(config_);  // "Crash" and restart on the same store.
+  EXPECT_EQ(nonce_sent("a1"), nonce);
+  store_.reset();  // A new run directory.
+  Start(config_);
+  EXPECT_NE(nonce_sent("a2"), nonce);
 }
 
 // Client k's delta in round r: different per round, client and coordinate,

@@ -29,6 +29,12 @@ struct RunInfo {
   std::string config_sha256;
   uint32_t world_size = 0;
   std::string devices;
+  // 32 lowercase hex digits drawn when the run is created (empty in stores
+  // older than it), sent in every Welcome: it tells one run from another
+  // that has the same coordinator key and name, so a client's ledger of
+  // noised rounds (client/dp_ledger.h) does not refuse an honest new run.
+  // Not a secret: anyone the coordinator welcomes learns it.
+  std::string run_nonce;
 };
 
 // One stage of a round as the coordinator saw it: a secure round's

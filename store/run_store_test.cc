@@ -612,7 +612,8 @@ TEST(RunStoreTest, LineageAndTimingsAreCommittedWithTheRound) {
   {
     auto store = OpenSqliteRunStore(dir.db());
     ASSERT_TRUE(store.ok()) << store.status();
-    RunInfo info{"rounds { total: 2 }", 7, "0.9", 0, std::string(64, 'a'), 3, "cpu,cuda:0"};
+    RunInfo info{"rounds { total: 2 }", 7, "0.9",        0,
+                 std::string(64, 'a'),  3, "cpu,cuda:0", std::string(32, 'f')};
     ASSERT_TRUE((*store)->CreateRun(info, Cp(0, 0)).ok());
     RoundRecord r;
     r.round = 1;
@@ -637,6 +638,7 @@ TEST(RunStoreTest, LineageAndTimingsAreCommittedWithTheRound) {
   EXPECT_EQ((*info)->config_sha256, std::string(64, 'a'));
   EXPECT_EQ((*info)->world_size, 3u);
   EXPECT_EQ((*info)->devices, "cpu,cuda:0");
+  EXPECT_EQ((*info)->run_nonce, std::string(32, 'f'));
   auto rounds = (*store)->Rounds();
   ASSERT_TRUE(rounds.ok()) << rounds.status();
   ASSERT_EQ(rounds->size(), 2u);
@@ -679,6 +681,7 @@ TEST(RunStoreTest, AStoreOlderThanTheTimingsReadsAsNoneAndThenGainsThem) {
     ASSERT_TRUE(info.ok() && info->has_value()) << info.status();
     EXPECT_EQ((*info)->config_sha256, "");
     EXPECT_EQ((*info)->world_size, 0u);
+    EXPECT_EQ((*info)->run_nonce, "");  // Welcome then sends none: the old run id.
     auto rounds = (*store)->Rounds();
     ASSERT_TRUE(rounds.ok()) << rounds.status();
     ASSERT_EQ(rounds->size(), 1u);

@@ -27,7 +27,8 @@ CREATE TABLE IF NOT EXISTS runs (
   last_round INTEGER NOT NULL,
   config_sha256 TEXT NOT NULL DEFAULT '',
   world_size INTEGER NOT NULL DEFAULT 0,
-  devices TEXT NOT NULL DEFAULT ''
+  devices TEXT NOT NULL DEFAULT '',
+  run_nonce TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS rounds (
   round INTEGER PRIMARY KEY,
@@ -241,7 +242,8 @@ class SqliteRunStore final : public RunStore {
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("rounds", "dp_epsilon_released_model", "REAL NOT NULL DEFAULT -1"));
     // Lineage and traffic (issue 33).
-    for (const char* column : {"config_sha256", "devices"}) {
+    // run_nonce: issue 34 (RunInfo::run_nonce).
+    for (const char* column : {"config_sha256", "devices", "run_nonce"}) {
       COHORT_RETURN_IF_ERROR(AddColumnIfMissing("runs", column, "TEXT NOT NULL DEFAULT ''"));
     }
     COHORT_RETURN_IF_ERROR(AddColumnIfMissing("runs", "world_size", "INTEGER NOT NULL DEFAULT 0"));
@@ -299,7 +301,8 @@ class SqliteRunStore final : public RunStore {
   StatusOr<std::optional<RunInfo>> LoadRun() override {
     const std::string sql = "SELECT config, seed, code_version, last_round, " +
                             columns_["runs.config_sha256"] + ", " + columns_["runs.world_size"] +
-                            ", " + columns_["runs.devices"] + " FROM runs WHERE id = 1";
+                            ", " + columns_["runs.devices"] + ", " + columns_["runs.run_nonce"] +
+                            " FROM runs WHERE id = 1";
     Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("load run");
     const int rc = sqlite3_step(s.get());
@@ -313,6 +316,7 @@ class SqliteRunStore final : public RunStore {
     info.config_sha256 = Text(s.get(), 4);
     info.world_size = static_cast<uint32_t>(sqlite3_column_int64(s.get(), 5));
     info.devices = Text(s.get(), 6);
+    info.run_nonce = Text(s.get(), 7);
     return std::optional<RunInfo>(std::move(info));
   }
 
@@ -612,6 +616,7 @@ class SqliteRunStore final : public RunStore {
         {"runs", "config_sha256", "''"},
         {"runs", "world_size", "0"},
         {"runs", "devices", "''"},
+        {"runs", "run_nonce", "''"},
         {"round_clients", "data_sha256", "''"},
         {"round_clients", "upload_bytes", "0"},
         {"round_clients", "download_bytes", "0"},
@@ -636,9 +641,10 @@ class SqliteRunStore final : public RunStore {
   }
   // The run's row and its round-0 checkpoint, inside the caller's transaction.
   Status InsertRun(const RunInfo& info, const Checkpoint& initial) {
-    Statement s(db_,
-                "INSERT INTO runs (id, config, seed, code_version, created_unix_ms, last_round, "
-                "config_sha256, world_size, devices) VALUES (1, ?, ?, ?, ?, 0, ?, ?, ?)");
+    Statement s(
+        db_,
+        "INSERT INTO runs (id, config, seed, code_version, created_unix_ms, last_round, "
+        "config_sha256, world_size, devices, run_nonce) VALUES (1, ?, ?, ?, ?, 0, ?, ?, ?, ?)");
     if (!s.ok()) return Error("create run");
     sqlite3_bind_text(s.get(), 1, info.config_text.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(s.get(), 2, static_cast<int64_t>(info.seed));
@@ -647,6 +653,7 @@ class SqliteRunStore final : public RunStore {
     sqlite3_bind_text(s.get(), 5, info.config_sha256.c_str(), -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(s.get(), 6, info.world_size);
     sqlite3_bind_text(s.get(), 7, info.devices.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s.get(), 8, info.run_nonce.c_str(), -1, SQLITE_TRANSIENT);
     const int rc = sqlite3_step(s.get());
     if (rc == SQLITE_CONSTRAINT) return AlreadyExistsError("run store already holds a run");
     if (rc != SQLITE_DONE) return Error("create run");

@@ -65,6 +65,38 @@ TEST(DpRepeatTest, ARoundReplayedAfterACoordinatorCrashIsRefusedAndTheRunFinishe
   }
 }
 
+// The ledger binds a round to the run's nonce (Welcome.run_nonce), drawn
+// when the run is created: a new run with the same coordinator key and the
+// same name (the default, "run") is a new run to the clients, whose
+// ledgers already hold its round numbers from the last one.
+TEST(DpRepeatTest, ANewRunWithTheSameKeyAndNameIsNotRefused) {
+  Cluster cluster("dp-new-run", kClients);
+  cluster.EnableCurve({0, 1, 2, 3});
+  const std::string config = cluster.WriteConfig(
+      "run.textproto", 2, "min_clients: 3 start_clients: 4 max_clients_per_round: 4",
+      "secagg { aggregation: SECAGG_PLUS }\n"
+      "privacy { mechanism: DISTRIBUTED_SKELLAM noise_multiplier: 1.0 clip_norm: 1.0 }");
+  for (const char* run : {"first", "second"}) {
+    const std::string run_dir = cluster.dir() / run;
+    const std::string endpoint = cluster.StartCoordinator(config, run_dir);
+    for (int k = 0; k < kClients; ++k) {
+      cluster.StartClient(k, endpoint,
+                          {"--state-dir", cluster.dir() / ("state-" + std::to_string(k))});
+    }
+    ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
+    for (int k = 0; k < kClients; ++k) {
+      EXPECT_EQ(cluster.client(k).Wait(), 0) << ReadFile(cluster.client_log(k));
+      const std::string log = ReadFile(cluster.client_log(k));
+      EXPECT_EQ(log.find("already contributed"), std::string::npos) << run << ": " << log;
+    }
+    auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
+    for (const auto& r : std::move(store->Rounds()).value()) {
+      EXPECT_EQ(r.outcome, "committed") << run << ": round " << r.round << ": " << r.outcome_reason;
+      EXPECT_EQ(r.participants, 4u) << run << ": round " << r.round;
+    }
+  }
+}
+
 // --dp-noise-multiplier pins the noise a client insists on: a run noised at
 // 1 is refused, every round, by a client that asks for 2, with the numbers;
 // the clients that ask for 1 carry the rounds.
