@@ -65,9 +65,10 @@ void AddSecurityFlags(CLI::App* client, client::ClientOptions& o) {
                      "secure-aggregation cohort (default: trust the coordinator's list)");
   client->add_flag("--require-secure", o.require_secure,
                    "Refuse any task that is not securely aggregated (implied by --peers)");
-  client->add_option("--state-dir", o.state_dir,
-                     "Directory for this client's state across restarts (SCAFFOLD's control "
-                     "variate, train.scaffold); created if missing");
+  CLI::Option* state_dir = client->add_option(
+      "--state-dir", o.state_dir,
+      "Directory for this client's state across restarts (SCAFFOLD's control variate, "
+      "train.scaffold; distributed DP's ledger of noised rounds); created if missing");
   client->add_flag("--share-label-counts", o.share_label_counts,
                    "Tell the coordinator how many training samples of each class this client "
                    "has (the run report's label skew); off by default: it reveals the client's "
@@ -88,6 +89,15 @@ void AddSecurityFlags(CLI::App* client, client::ClientOptions& o) {
                    "the clip norm (a smaller cohort or a smaller share than claimed). 0: no "
                    "check")
       ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  client
+      ->add_option("--dp-max-rounds", o.dp_max_rounds,
+                   "Distributed DP: the most rounds this client ever adds noise to, counted in "
+                   "--state-dir's ledger over every run and coordinator. A coordinator that "
+                   "renumbers or renames rounds to average the noise away gets at most this "
+                   "many noised copies; later rounds are left as dropouts. 0: no cap")
+      ->check(CLI::Range(0u, 1000000000u))
+      ->needs(state_dir)
       ->capture_default_str();
   client->add_option("--coordinator-key", o.coordinator_key,
                      "The coordinator's .pub file (pinned)");

@@ -339,6 +339,7 @@ Status RunClient(const ClientOptions& options, LocalTrainer& trainer,
   if (options.require_secure) loop.session().set_require_secure(true);
   loop.session().set_min_corrupt_fraction(options.corrupt_fraction);
   loop.session().set_dp_noise_multiplier(options.dp_noise_multiplier);
+  loop.session().set_dp_max_rounds(options.dp_max_rounds);
   if (!options.state_dir.empty()) {
     loop.session().set_state_dir(options.state_dir);
   } else {

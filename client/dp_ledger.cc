@@ -152,7 +152,12 @@ StatusOr<bool> DpLedger::Contains(const DpRunId& run, uint32_t round) const {
                      [&](const Entry& e) { return e.round == round && e.run == run; });
 }
 
-StatusOr<size_t> DpLedger::Record(const DpRunId& run, uint32_t round) {
+StatusOr<size_t> DpLedger::Total() const {
+  COHORT_ASSIGN_OR_RETURN(std::vector<Entry> entries, Load());
+  return entries.size();
+}
+
+StatusOr<size_t> DpLedger::Record(const DpRunId& run, uint32_t round, size_t max_total) {
   std::optional<FileLock> lock;
   if (!path_.empty()) {
     COHORT_ASSIGN_OR_RETURN(FileLock taken, FileLock::Take(path_ + ".lock"));
@@ -166,6 +171,9 @@ StatusOr<size_t> DpLedger::Record(const DpRunId& run, uint32_t round) {
       return AlreadyExistsError("round " + std::to_string(round) + " is in the ledger already");
     }
     ++of_run;
+  }
+  if (max_total > 0 && entries.size() >= max_total) {
+    return ResourceExhaustedError(std::to_string(entries.size()) + " rounds are in the ledger");
   }
   entries.push_back({run, round});
   if (path_.empty()) {

@@ -59,12 +59,18 @@ class DpLedger {
   // fails its CRC; kUnavailable naming it when it cannot be read.
   StatusOr<bool> Contains(const DpRunId& run, uint32_t round) const;
 
+  // How many rounds the ledger holds, of every run together (Contains's
+  // errors).
+  StatusOr<size_t> Total() const;
+
   // Adds round `round` of `run` and has it on disk before returning;
   // returns how many rounds of `run` the ledger then holds.
   // kAlreadyExists when the round is there already (read again under the
-  // lock); Contains's errors; kUnavailable naming the file when it cannot
-  // be locked or written. A file that cannot be read is never overwritten.
-  StatusOr<size_t> Record(const DpRunId& run, uint32_t round);
+  // lock); `max_total` > 0: kResourceExhausted, nothing added, when the
+  // ledger holds that many rounds of all runs together already; Contains's
+  // errors; kUnavailable naming the file when it cannot be locked or
+  // written. A file that cannot be read is never overwritten.
+  StatusOr<size_t> Record(const DpRunId& run, uint32_t round, size_t max_total = 0);
 
  private:
   struct Entry {

@@ -54,6 +54,25 @@ TEST(DpLedgerTest, TheRunNonceTellsRunsOfOneNameApartAndNoNonceKeepsTheOldId) {
   EXPECT_NE(DpRunIdOf("key", "run", "n"), DpRunIdOf("key", "runn"));
 }
 
+// The cap (cohort client --dp-max-rounds) counts every run together and
+// adds nothing once reached.
+TEST(DpLedgerTest, ACapOnAllRunsRefusesTheRoundPastItAndAddsNothing) {
+  const std::string dir = TempDir();
+  DpLedger ledger(DpLedgerPath(dir));
+  const DpRunId a = DpRunIdOf("k", "a"), b = DpRunIdOf("k", "b");
+  EXPECT_EQ(ledger.Record(a, 1, 3).value(), 1u);
+  EXPECT_EQ(ledger.Record(b, 1, 3).value(), 1u);
+  EXPECT_EQ(ledger.Record(a, 2, 3).value(), 2u);
+  EXPECT_EQ(ledger.Total().value(), 3u);
+  const Status full = ledger.Record(b, 2, 3).status();
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(full.message(), "3 rounds are in the ledger");
+  EXPECT_EQ(ledger.Record(a, 2, 3).status().code(), StatusCode::kAlreadyExists);  // Repeat first.
+  EXPECT_EQ(DpLedger(DpLedgerPath(dir)).Total().value(), 3u);
+  EXPECT_EQ(ledger.Record(b, 2, 4).value(), 2u);
+  EXPECT_EQ(ledger.Record(b, 3).value(), 3u);  // 0: no cap.
+}
+
 TEST(DpLedgerTest, ARoundIsCountedOncePerRun) {
   for (const bool on_disk : {false, true}) {
     SCOPED_TRACE(on_disk ? "file" : "memory");

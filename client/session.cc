@@ -516,22 +516,44 @@ Status Session::DpRepeatError(uint32_t round) const {
                                  "away the noise");
 }
 
+Status Session::DpBudgetError(uint32_t round) const {
+  return ResourceExhaustedError(
+      "this client has noised " + std::to_string(dp_max_rounds_) +
+      " updates, the most --dp-max-rounds allows: refusing round " + std::to_string(round) +
+      " of run " + Printable(run_name_) +
+      " (the cap holds whatever a coordinator numbers or names its rounds)");
+}
+
+namespace {
+
+// Never reset: an empty ledger would hand every noised round out again.
+Status UnreadableLedger(const Status& s) {
+  return FailedPreconditionError(
+      s.message() +
+      "; this client noises no update until its operator repairs or removes the file "
+      "(removing it forgets which rounds were noised)");
+}
+
+}  // namespace
+
 Status Session::CheckDpLedger(uint32_t round) const {
   StatusOr<bool> contains = dp_ledger_.Contains(RunId(), round);
-  if (!contains.ok()) {
-    // Never reset: an empty ledger would hand every noised round out again.
-    return FailedPreconditionError(
-        contains.status().message() +
-        "; this client noises no update until its operator repairs or removes the file "
-        "(removing it forgets which rounds were noised)");
-  }
-  return *contains ? DpRepeatError(round) : OkStatus();
+  if (!contains.ok()) return UnreadableLedger(contains.status());
+  if (*contains) return DpRepeatError(round);
+  if (dp_max_rounds_ == 0) return OkStatus();
+  StatusOr<size_t> total = dp_ledger_.Total();
+  if (!total.ok()) return UnreadableLedger(total.status());
+  return *total >= dp_max_rounds_ ? DpBudgetError(round) : OkStatus();
 }
 
 bool Session::RecordDpContribution(uint32_t round, Actions& a) {
-  StatusOr<size_t> recorded = dp_ledger_.Record(RunId(), round);
+  StatusOr<size_t> recorded = dp_ledger_.Record(RunId(), round, dp_max_rounds_);
   if (recorded.status().code() == StatusCode::kAlreadyExists) {
     Refuse(DpRepeatError(round), a);
+    return false;
+  }
+  if (recorded.status().code() == StatusCode::kResourceExhausted) {
+    Refuse(DpBudgetError(round), a);
     return false;
   }
   if (!recorded.ok()) {

@@ -115,6 +115,11 @@ class Session {
   // carry less than the target noise) is refused before the key exchange.
   // A pinned multiplier also refuses any round that is not securely
   // aggregated (it would carry no noise at all).
+  // Distributed DP: the most noised updates this client makes, over every
+  // run and coordinator its ledger holds (with a state directory, across
+  // restarts). A coordinator that renumbers or renames rounds to average
+  // away the noise gets at most this many noised copies. 0: no cap.
+  void set_dp_max_rounds(uint32_t rounds) { dp_max_rounds_ = rounds; }
   void set_dp_noise_multiplier(double sigma) {
     dp_noise_multiplier_ = sigma;
     if (sigma > 0) require_secure_ = true;
@@ -255,6 +260,7 @@ class Session {
   // false (and Refuse) on a repeat or when the ledger cannot be written.
   bool RecordDpContribution(uint32_t round, Actions& a);
   Status DpRepeatError(uint32_t round) const;
+  Status DpBudgetError(uint32_t round) const;
   DpRunId RunId() const { return DpRunIdOf(coordinator_key_, run_name_, run_nonce_); }
   void InsertVariate(uint32_t round, std::span<const float> delta_c, Rng& rng,
                      std::vector<uint32_t>& encoded) const;
@@ -316,6 +322,7 @@ class Session {
   std::string coordinator_key_;
   DpLedger dp_ledger_;
   double dp_noise_multiplier_ = 0;
+  uint32_t dp_max_rounds_ = 0;
 };
 
 }  // namespace cohort::client

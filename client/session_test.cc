@@ -1021,6 +1021,11 @@ class DistributedDpLedgerTest : public ::testing::Test {
     return "already contributed a noised update to round " + std::to_string(round) + " of run " +
            run + ": refusing a repeat, which would let the coordinator average away the noise";
   }
+  std::string Budget(uint32_t round, const std::string& run, uint32_t cap) const {
+    return "this client has noised " + std::to_string(cap) +
+           " updates, the most --dp-max-rounds allows: refusing round " + std::to_string(round) +
+           " of run " + run + " (the cap holds whatever a coordinator numbers or names its rounds)";
+  }
   crypto::Ed25519KeyPair identity_ = std::move(crypto::GenerateEd25519()).value();
   std::string dir_;
   int encoded_ = 0;
@@ -1122,6 +1127,42 @@ TEST_F(DistributedDpLedgerTest, TheCountIsTakenWhenTheNoisedInputIsMade) {
   ASSERT_EQ(a.printed.size(), 1u);
   EXPECT_EQ(a.printed[0], "secagg refused in round 5: " + Repeat(5));
   EXPECT_EQ(encoded_, 1);  // The refused one's input was never handed on.
+}
+
+// --dp-max-rounds: a cap on the noised updates a client ever makes, over
+// every run, name and restart the ledger has seen, so a coordinator that
+// renumbers or renames rounds gets at most that many noised copies. The
+// cap binds at the setup and again when the noised input is made.
+TEST_F(DistributedDpLedgerTest, TheMaxRoundsCapHoldsOverRunsNamesAndRestarts) {
+  auto capped = [&](const std::string& run, uint32_t cap) {
+    std::unique_ptr<Session> s = Make(run);
+    s->set_dp_max_rounds(cap);
+    return s;
+  };
+  {
+    std::unique_ptr<Session> s = capped("run-a", 2);
+    ASSERT_TRUE(s->OnMessage(DpTask(1, 7), 20).train.has_value());
+    Train(*s, 7);
+    ASSERT_TRUE(s->OnMessage(DpTask(2, 8), 30).train.has_value());  // Not noised: not counted.
+  }
+  std::unique_ptr<Session> renamed = capped("run-b", 2);
+  ASSERT_TRUE(renamed->OnMessage(DpTask(9, 9), 20).train.has_value());
+  Train(*renamed, 9);
+  ExpectLeft(renamed->OnMessage(DpTask(10, 10), 30), 10, Budget(10, "run-b", 2));
+  // Restarted under a third name: refused at the setup, before training.
+  ExpectLeft(capped("run-c", 2)->OnMessage(DpTask(1, 11), 20), 11, Budget(1, "run-c", 2));
+  EXPECT_EQ(encoded_, 2);
+  // Set up under the cap, but the cap is reached before the noising (a
+  // second process on the state directory): the input is never handed on.
+  std::unique_ptr<Session> first = capped("run-d", 3), second = capped("run-e", 3);
+  ASSERT_TRUE(first->OnMessage(DpTask(4, 12), 20).train.has_value());
+  ASSERT_TRUE(second->OnMessage(DpTask(4, 13), 20).train.has_value());
+  Train(*second, 13);
+  Actions a = Train(*first, 12);
+  ExpectLeft(a, 12, "refused the round's secure aggregation: " + Budget(4, "run-d", 3));
+  EXPECT_EQ(encoded_, 3);
+  // Without a cap the ledger still refuses only repeats.
+  ASSERT_TRUE(Make("run-c")->OnMessage(DpTask(1, 14), 20).train.has_value());
 }
 
 // A ledger file that cannot be read is never taken for an empty one: every

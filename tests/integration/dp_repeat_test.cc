@@ -127,6 +127,52 @@ TEST(DpRepeatTest, AClientPinnedToMoreNoiseRefusesEveryRoundAndTheOthersFinish) 
   }
 }
 
+// cohort client --dp-max-rounds 2: each client noises two rounds, then
+// leaves every later one as a dropout saying why; the third round aborts.
+TEST(DpRepeatTest, ClientsCappedAtTwoNoisedRoundsLeaveTheThird) {
+  Cluster cluster("dp-cap", kClients);
+  const std::string config = cluster.WriteConfig(
+      "run.textproto", 3, "min_clients: 3 start_clients: 4 max_clients_per_round: 4",
+      "secagg { aggregation: SECAGG_PLUS }\n"
+      "privacy { mechanism: DISTRIBUTED_SKELLAM noise_multiplier: 1.0 clip_norm: 1.0 }");
+  const std::string run_dir = cluster.dir() / "run";
+  const std::string endpoint = cluster.StartCoordinator(config, run_dir);
+  for (int k = 0; k < kClients; ++k) {
+    cluster.StartClient(
+        k, endpoint,
+        {"--state-dir", cluster.dir() / ("state-" + std::to_string(k)), "--dp-max-rounds", "2"});
+  }
+  ASSERT_EQ(cluster.coordinator().Wait(), 0) << ReadFile(cluster.coordinator_log());
+  const std::string refusal =
+      "this client has noised 2 updates, the most --dp-max-rounds allows: refusing round 3 of "
+      "run run";
+  for (int k = 0; k < kClients; ++k) {
+    EXPECT_EQ(cluster.client(k).Wait(), 0) << ReadFile(cluster.client_log(k));
+    const std::string log = ReadFile(cluster.client_log(k));
+    EXPECT_NE(log.find(refusal), std::string::npos) << log;
+  }
+  auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
+  const auto rounds = std::move(store->Rounds()).value();
+  ASSERT_EQ(rounds.size(), 3u);
+  EXPECT_EQ(rounds[0].participants, 4u);
+  EXPECT_EQ(rounds[1].participants, 4u);
+  EXPECT_EQ(rounds[2].outcome, "aborted");
+  for (const auto& c : std::move(store->ClientRounds(3)).value()) {
+    EXPECT_NE(c.reason.find(refusal), std::string::npos) << c.reason;
+  }
+}
+
+// The cap counts in --state-dir's ledger: without one it would start
+// again at every restart, so the flag needs it.
+TEST(DpRepeatTest, AMaxRoundsCapWithoutAStateDirectoryIsAFlagError) {
+  Cluster cluster("dp-cap-flag", 1);
+  cluster.StartClient(0, "tcp://127.0.0.1:1", {"--dp-max-rounds", "2"});
+  EXPECT_NE(cluster.client(0).Wait(), 0);
+  EXPECT_NE(ReadFile(cluster.client_log(0)).find("--dp-max-rounds requires --state-dir"),
+            std::string::npos)
+      << ReadFile(cluster.client_log(0));
+}
+
 TEST(DpRepeatTest, ANegativeNoiseMultiplierIsAFlagError) {
   Cluster cluster("dp-pin-flag", 1);
   cluster.StartClient(0, "tcp://127.0.0.1:1", {"--dp-noise-multiplier", "-1"});
