@@ -35,7 +35,7 @@ while (($#)); do
     *) names+=("$1"); shift ;;
   esac
 done
-((${#names[@]})) || names=(envelope config shard idx csv secagg_server secagg_client secagg_wire)
+((${#names[@]})) || names=(envelope config shard idx csv secagg_server secagg_client secagg_wire dp_ledger)
 [[ -n $out ]] || out=$build/fuzz-runs
 [[ -n $seconds || -n $runs ]] || seconds=60
 
