@@ -1247,6 +1247,24 @@ TEST_F(DistributedDpLedgerTest, TheCountWordCarriesTheBitAndAPinnedClientChecksI
       pinned->OnMessage(with_count(11, 5, std::pow(0.6 * kGrid, 2) / 3), 70).train.has_value());
   // Without the count word, the pinned client's checks are as before.
   ASSERT_TRUE(pinned->OnMessage(DpTask(6, 12), 80).train.has_value());
+  // An honest coordinator at z 1, sigma_b 0.6 with shares sized for all 3:
+  // the update at z_Delta = (1 - 1/1.44)^-1/2, the pair exactly at z 1. A
+  // client pinned to 1 takes it; one pinned to 1.01 refuses it.
+  const double z_delta = 1 / std::sqrt(1 - 1 / 1.44);
+  auto honest = [&](uint64_t id, uint32_t round) {
+    net::Envelope e = with_count(id, round, std::pow(0.6 * kGrid, 2) / 3);
+    e.header.mutable_task()->mutable_secagg()->set_dp_share_variance(
+        std::pow(1024 * z_delta * 0.5, 2) / 3);
+    return e;
+  };
+  ASSERT_TRUE(pinned->OnMessage(honest(13, 7), 90).train.has_value());
+  std::unique_ptr<Session> stricter = Make("mnist-dp", false);
+  stricter->set_dp_noise_multiplier(1.01);
+  a = stricter->OnMessage(honest(14, 8), 100);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("together noise multiplier 1 (Andrew et al."), std::string::npos)
+      << a.printed[0];
 }
 
 TEST_F(SessionTest, UnknownClientReRegistersFinishedAcknowledgesAndRejectStops) {
