@@ -47,6 +47,9 @@ struct RoundMean {
   // FedNova in a secure round: tau_eff = Σ n_k a_k / Σ n_k over the
   // accepted inputs, from the slot after the others (fednova.h).
   std::optional<double> fednova_tau_eff;
+  // Adaptive clipping under distributed DP: the survivors' noised count of
+  // unclipped updates, in count units (as privacy::DecodeClipCount).
+  std::optional<double> dp_clip_count;
   // Observability for tests of secure rounds: the unmasked fixed-point sum.
   std::vector<uint32_t> masked_sum;
 };

@@ -97,9 +97,12 @@ namespace cohort::aggregation {
 
 // Distributed DP (privacy/skellam.h): dp_grid > 0 says the delta's words
 // are the clients' noised integers on that grid.
+// count_grid > 0: adaptive clipping's count word follows the delta (the
+// clients' noised bits on that grid, privacy::EncodeClipBit).
 struct DistributedDpDecoding {
   double dp_grid = 0;
   double dp_denominator = 0;
+  double count_grid = 0;
 };
 
 // The hub's secure sum behind the Aggregator interface (aggregator.h):
@@ -113,7 +116,10 @@ struct DistributedDpDecoding {
 //
 // With `ddp`.dp_grid > 0 the delta is decoded as int32(sum) /
 // dp_grid / dp_denominator (the cohort: DP-FedAvg's fixed denominator,
-// coordinator/strategy_dp.h) instead of the weighted mean.
+// coordinator/strategy_dp.h) instead of the weighted mean. With
+// `ddp`.count_grid > 0 the word after the delta is the count's
+// (params.length has one more), decoded into RoundMean::dp_clip_count as
+// int32(sum) / count_grid, and the slots follow it.
 StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
     const SecAggParams& params, std::vector<crypto::Ed25519Public> identities,
     const FixedPoint& fixed_point, double cohort_weight, size_t num_params,

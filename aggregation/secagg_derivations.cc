@@ -251,8 +251,13 @@ bool DealtShareValid(const crypto::Ed25519Public& dealer_identity,
 }
 
 InputRules InputRulesOf(const SecAggSetup& setup) {
-  return {setup.l2_clip, setup.dp_clip_norm, setup.dp_scale, setup.dp_l2_bound,
-          setup.dp_share_variance};
+  return {setup.l2_clip,
+          setup.dp_clip_norm,
+          setup.dp_scale,
+          setup.dp_l2_bound,
+          setup.dp_share_variance,
+          setup.dp_count_scale,
+          setup.dp_count_share_variance};
 }
 
 std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t round,
@@ -282,6 +287,12 @@ std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t r
   put(rules.dp_scale);
   put(rules.dp_l2_bound);
   put(rules.dp_share_variance);
+  // Only with adaptive clipping's count word: every other round's context
+  // stays byte for byte what v6 bound.
+  if (rules.dp_count_scale != 0 || rules.dp_count_share_variance != 0) {
+    put(rules.dp_count_scale);
+    put(rules.dp_count_share_variance);
+  }
   m.append(reinterpret_cast<const char*>(params.roster.data()), params.roster.size());
   return crypto::Hash256({AsBytes(m)});
 }

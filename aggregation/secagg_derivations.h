@@ -29,6 +29,9 @@ namespace cohort::aggregation {
 struct InputRules {
   float l2_clip = 0;
   double dp_clip_norm = 0, dp_scale = 0, dp_l2_bound = 0, dp_share_variance = 0;
+  // Adaptive clipping's count word (0, 0: none; then the context is what
+  // it was before the word existed).
+  double dp_count_scale = 0, dp_count_share_variance = 0;
 };
 InputRules InputRulesOf(const SecAggSetup& setup);
 std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t round,

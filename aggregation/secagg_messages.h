@@ -199,6 +199,11 @@ struct SecAggSetup {
   double dp_scale = 0;
   double dp_l2_bound = 0;
   double dp_share_variance = 0;
+  // Adaptive clipping under distributed DP: one word after the delta, the
+  // bit [||delta|| <= dp_clip_norm] times dp_count_scale plus Skellam noise
+  // of variance dp_count_share_variance. 0: no such word.
+  double dp_count_scale = 0;
+  double dp_count_share_variance = 0;
 };
 
 // Who broke the protocol, and how (for the run store and the logs).

@@ -236,6 +236,34 @@ TEST(SecAggTest, TheContextBindsTheInputRules) {
   }
 }
 
+// Adaptive clipping's count word (distributed DP): its grid and share are
+// bound too, so a client told a smaller count share than the others fails
+// their signatures like one told a smaller update share.
+TEST(SecAggTest, TheContextBindsTheCountWord) {
+  SecAggParams params;
+  params.n = 3;
+  params.k = 2;
+  params.t = 2;
+  params.length = 11;
+  const std::array<uint8_t, 16> nonce = {};
+  InputRules honest;
+  honest.dp_clip_norm = 0.5;
+  honest.dp_scale = 1024;
+  honest.dp_l2_bound = 600;
+  honest.dp_share_variance = 1e6;
+  InputRules without = honest;
+  honest.dp_count_scale = 2097152;
+  honest.dp_count_share_variance = 1e12;
+  const auto base = SecAggContext(nonce, 1, 7, params, 4, 1e6, 150, honest);
+  EXPECT_NE(SecAggContext(nonce, 1, 7, params, 4, 1e6, 150, without), base);
+  InputRules told = honest;
+  told.dp_count_share_variance = 1;
+  EXPECT_NE(SecAggContext(nonce, 1, 7, params, 4, 1e6, 150, told), base);
+  told = honest;
+  told.dp_count_scale = 1024;
+  EXPECT_NE(SecAggContext(nonce, 1, 7, params, 4, 1e6, 150, told), base);
+}
+
 TEST(SecAggTest, SumIsExactForThreeTenAndHundredClients) {
   for (uint32_t n : {3u, 10u, 100u}) {
     Harness h(Params(n, 1000, /*complete=*/n <= 10));

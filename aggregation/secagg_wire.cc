@@ -164,6 +164,8 @@ StatusOr<aggregation::SecAggSetup> FromWire(const wire::SecAggSetup& m) {
   s.dp_scale = m.dp_scale();
   s.dp_l2_bound = m.dp_l2_bound();
   s.dp_share_variance = m.dp_share_variance();
+  s.dp_count_scale = m.dp_count_scale();
+  s.dp_count_share_variance = m.dp_count_share_variance();
   return s;
 }
 
@@ -192,6 +194,8 @@ wire::SecAggSetup ToWire(const aggregation::SecAggSetup& s) {
   m.set_dp_scale(s.dp_scale);
   m.set_dp_l2_bound(s.dp_l2_bound);
   m.set_dp_share_variance(s.dp_share_variance);
+  m.set_dp_count_scale(s.dp_count_scale);
+  m.set_dp_count_share_variance(s.dp_count_share_variance);
   return m;
 }
 

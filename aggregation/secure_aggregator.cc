@@ -21,6 +21,7 @@ class SecureAggregator final : public Aggregator {
         ddp_(ddp),
         cohort_weight_(cohort_weight),
         num_params_(num_params),
+        count_words_(ddp.count_grid > 0 ? 1 : 0),
         length_(params.length) {}
 
   size_t frame_floats() const override { return length_; }
@@ -53,7 +54,14 @@ class SecureAggregator final : public Aggregator {
       }
     }
     RoundMean out;
-    const std::span<const float> tail = std::span<const float>(mean).subspan(num_params_);
+    if (count_words_ > 0) {
+      // The survivors' bits and noise, signed, over the count's grid (as
+      // privacy::DecodeClipCount, below this library).
+      out.dp_clip_count =
+          static_cast<double>(static_cast<int32_t>(sum[num_params_])) / ddp_.count_grid;
+    }
+    const std::span<const float> tail =
+        std::span<const float>(mean).subspan(num_params_ + count_words_);
     out.metrics = SlotsToMetrics(tail.first(kSecureMetricSlots), fixed_point_.clip);
     // The slot counts 3, 3 + 3, 3 + 1 and 3 + 3 + 1 are distinct, so the
     // length says which follow the metrics (NewSecureAggregator checks it).
@@ -78,8 +86,9 @@ class SecureAggregator final : public Aggregator {
   DistributedDpDecoding ddp_;
   double cohort_weight_;
   size_t num_params_;
-  size_t length_;      // num_params_ and the metric (and evaluation) slots.
-  double weight_ = 0;  // Σ n_k over the accepted inputs.
+  size_t count_words_;  // 1: adaptive clipping's count word after the delta.
+  size_t length_;       // num_params_, the count word and the metric (and evaluation) slots.
+  double weight_ = 0;   // Σ n_k over the accepted inputs.
   size_t accepted_ = 0;
 };
 
@@ -90,7 +99,8 @@ StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
     const FixedPoint& fixed_point, double cohort_weight, size_t num_params, Env* env,
     DistributedDpDecoding ddp) {
   if (num_params == 0) return InvalidArgumentError("secure aggregation: zero parameters");
-  const size_t slots = params.length - std::min(params.length, num_params);
+  const size_t words = num_params + (ddp.count_grid > 0 ? 1 : 0);
+  const size_t slots = params.length - std::min(params.length, words);
   if (slots != kSecureMetricSlots && slots != kSecureMetricSlots + kSecureEvalSlots &&
       slots != kSecureMetricSlots + kSecureFedNovaSlots &&
       slots != kSecureMetricSlots + kSecureEvalSlots + kSecureFedNovaSlots) {
@@ -101,6 +111,9 @@ StatusOr<std::unique_ptr<Aggregator>> NewSecureAggregator(
   if (!(cohort_weight > 0)) return InvalidArgumentError("secure aggregation: cohort weight 0");
   if (ddp.dp_grid > 0 && !(ddp.dp_denominator >= 1)) {
     return InvalidArgumentError("secure aggregation: distributed DP over an empty cohort");
+  }
+  if (ddp.count_grid > 0 && !(ddp.dp_grid > 0)) {
+    return InvalidArgumentError("secure aggregation: a clipped-count word without distributed DP");
   }
   return std::unique_ptr<Aggregator>(new SecureAggregator(
       params, std::move(identities), fixed_point, cohort_weight, num_params, env, ddp));

@@ -416,7 +416,9 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
   // Weighted, clipped and rounded to the fixed-point grid, straight from
   // the two models (no float copy of the delta); the rounding draws from
   // its own RNG, never from the mask PRG.
-  std::vector<uint32_t> encoded(local.size() + num_slots);
+  // Adaptive clipping under distributed DP: the bit's word after the delta.
+  const size_t count_words = secagg_->dp_count_scale > 0 ? 1 : 0;
+  std::vector<uint32_t> encoded(local.size() + count_words + num_slots);
   Rng rng(DeriveSeed(secagg_->train_seed, 0xf17ed));
   // The coordinator cannot check a masked vector, so the client does: a
   // diverged update leaves the round (a dropout) instead of being encoded.
@@ -486,9 +488,17 @@ bool Session::EncodeDistributedDp(const TrainTask& task, std::span<const float> 
     Refuse(encoded_ok, a);
     return false;
   }
+  size_t next = delta.size();
+  if (secagg_->dp_count_scale > 0) {
+    // Adaptive clipping's bit, against the C the delta was clipped at, with
+    // its own noise share from the same secret stream.
+    const bool unclipped = privacy::WithinL2Norm(delta, secagg_->dp_clip_norm);
+    encoded[next++] = privacy::EncodeClipBit(unclipped, secagg_->dp_count_scale,
+                                             secagg_->dp_count_share_variance, *sampler);
+  }
   // The slots: weighted means in fixed point, as without distributed DP.
   aggregation::EncodeFixedPoint(tail, secagg_->weight, secagg_->fixed_point, rng,
-                                std::span<uint32_t>(encoded).subspan(delta.size()));
+                                std::span<uint32_t>(encoded).subspan(next));
   env_->Log().info(
       "round {}: distributed DP: update clipped to L2 norm {:g} and noised with Skellam of "
       "variance {:.6g} per coordinate (std {:.4g} units) before masking",
@@ -944,7 +954,46 @@ Status CheckDistributedDpSetup(const aggregation::SecAggSetup& s) {
   return OkStatus();
 }
 
+// Adaptive clipping's count word: none (both 0), or only beside distributed
+// DP's noised delta, on a whole grid S >= 1 on which n bits fit 31 bits,
+// with a positive share the sampler can draw. A word without a share would
+// hand the coordinator each bit through the sum of a few clients.
+Status CheckClipCountSetup(const aggregation::SecAggSetup& s) {
+  const double scale = s.dp_count_scale, share = s.dp_count_share_variance;
+  if (scale == 0 && share == 0) return OkStatus();
+  const bool grid = std::isfinite(scale) && scale >= 1 && scale == std::floor(scale) &&
+                    scale * s.n < 2147483647.0;
+  const bool noise = std::isfinite(share) && share > 0 && share <= privacy::kMaxShareVariance;
+  if (s.dp_scale > 0 && grid && noise) return OkStatus();
+  return InvalidArgumentError(fmt::format(
+      "secagg setup: adaptive clipping's count word (grid {:g}, noise share {:g}) needs "
+      "distributed DP's noised delta, a whole grid >= 1 on which {} bits fit 31 bits, and a "
+      "noise share in (0, 2^42]",
+      scale, share, s.n));
+}
+
 }  // namespace
+
+// With the count word, the pinned client checks the pair as Andrew et al.
+// charge it: the update's noise multiplier over the cohort z_Δ = √(n V_Δ/m)
+// / (s C) and the count's σ_b = √(n V_b/m) / S must satisfy
+// z_Δ^-2 + (2 σ_b)^-2 <= Z^-2, what the update alone at Z spends.
+Status Session::CheckDpCountShare(const aggregation::SecAggSetup& s) const {
+  if (dp_noise_multiplier_ <= 0 || s.dp_count_scale == 0) return OkStatus();
+  const double n = static_cast<double>(s.n);
+  const double z_update = std::sqrt(n * s.dp_share_variance) / (s.dp_scale * s.dp_clip_norm);
+  const double count_stddev = std::sqrt(n * s.dp_count_share_variance) / s.dp_count_scale;
+  const double spent = 1 / (z_update * z_update) + 1 / (4 * count_stddev * count_stddev);
+  const double allowed = 1 / (dp_noise_multiplier_ * dp_noise_multiplier_);
+  if (spent <= allowed * (1 + 1e-9)) return OkStatus();
+  return FailedPreconditionError(fmt::format(
+      "secagg setup: adaptive clipping's count word carries too little noise for this client's "
+      "noise multiplier {:g}: over a cohort of {} the update's noise multiplier is {:.6g} and the "
+      "count's standard deviation {:.6g}, together noise multiplier {:.6g} (Andrew et al.: "
+      "z_update^-2 + (2 sigma_count)^-2 must not exceed {:g}^-2)",
+      dp_noise_multiplier_, s.n, z_update, count_stddev, 1 / std::sqrt(spent),
+      dp_noise_multiplier_));
+}
 
 Status Session::CheckDpCohort(const aggregation::SecAggSetup& s) const {
   if (dp_noise_multiplier_ <= 0) return OkStatus();
@@ -991,7 +1040,9 @@ Status Session::CheckSetupSums(const aggregation::SecAggSetup& s) const {
     return InvalidArgumentError("secagg setup: scale x clip overflows 32 bits");
   }
   COHORT_RETURN_IF_ERROR(CheckDistributedDpSetup(s));
+  COHORT_RETURN_IF_ERROR(CheckClipCountSetup(s));
   COHORT_RETURN_IF_ERROR(CheckDpCohort(s));
+  COHORT_RETURN_IF_ERROR(CheckDpCountShare(s));
   // The roster arrives as a root and this client's proof (checked by
   // AdvertiseKeys); the keys it relies on arrive with their proofs later,
   // and the secure-aggregation client checks each against --peers and for
@@ -1024,7 +1075,8 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   params.n = s.n;
   params.k = s.k;
   params.t = s.t;
-  params.length = num_params_ * (scaffold ? 2 : 1) + aggregation::kSecureMetricSlots +
+  params.length = num_params_ * (scaffold ? 2 : 1) + (s.dp_count_scale > 0 ? 1 : 0) +
+                  aggregation::kSecureMetricSlots +
                   (s.eval_slots ? aggregation::kSecureEvalSlots : 0) +
                   (s.fednova_slot ? aggregation::kSecureFedNovaSlots : 0);
   params.prg = s.prg;
@@ -1044,6 +1096,8 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.dp_scale = s.dp_scale;
   r.dp_l2_bound = s.dp_l2_bound;
   r.dp_share_variance = s.dp_share_variance;
+  r.dp_count_scale = s.dp_count_scale;
+  r.dp_count_share_variance = s.dp_count_share_variance;
   r.variate_weight = scaffold ? 1.0 / s.n : 0;
   r.stage_limit = std::min<TimeMs>(secagg_stage_limit_ms_, 2 * TimeMs{s.stage_timeout_ms} + 30000);
   r.survivors_limit =

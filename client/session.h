@@ -161,6 +161,10 @@ class Session {
     // Distributed DP (aggregation::SecAggSetup's dp_*): the delta is
     // encoded by privacy::EncodeSkellam; dp_scale 0: not.
     double dp_clip_norm = 0, dp_scale = 0, dp_l2_bound = 0, dp_share_variance = 0;
+    // Adaptive clipping under distributed DP: the word after the delta is
+    // the bit [||delta|| <= dp_clip_norm] on this grid, noised with this
+    // share (privacy::EncodeClipBit); dp_count_scale 0: no such word.
+    double dp_count_scale = 0, dp_count_share_variance = 0;
     std::unique_ptr<aggregation::SecAggClient> client;
     bool checked_in = false;  // U3 confirmed: ready to mask.
     // What this client waits for from the coordinator, and since when
@@ -192,6 +196,9 @@ class Session {
   Status CheckSetupSums(const aggregation::SecAggSetup& s) const;
   // set_dp_noise_multiplier's check of a distributed-DP setup's cohort.
   Status CheckDpCohort(const aggregation::SecAggSetup& s) const;
+  // And of adaptive clipping's count word: its noise with the update's must
+  // not spend more than the pinned noise multiplier alone.
+  Status CheckDpCountShare(const aggregation::SecAggSetup& s) const;
   // OnMessage's handlers, one per body.
   void OnWelcome(const wire::Welcome& w, Actions& a);
   bool AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Actions& a);

@@ -983,7 +983,11 @@ class DistributedDpLedgerTest : public ::testing::Test {
                                 const std::string& nonce = "") {
     auto s = std::make_unique<Session>(
         "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
-        &identity_, FaultPlan{}, [this](uint32_t, std::span<const uint32_t>) { ++encoded_; });
+        &identity_, FaultPlan{},
+        [this](uint32_t, std::span<const uint32_t> words) {
+          ++encoded_;
+          last_input_.assign(words.begin(), words.end());
+        });
     if (state) s->set_state_dir(dir_);
     s->set_coordinator_key("coordinator key");
     s->Start(0);
@@ -1029,6 +1033,7 @@ class DistributedDpLedgerTest : public ::testing::Test {
   crypto::Ed25519KeyPair identity_ = std::move(crypto::GenerateEd25519()).value();
   std::string dir_;
   int encoded_ = 0;
+  std::vector<uint32_t> last_input_;  // The last input encoded, before masking.
 };
 
 // A round re-sent after this client noised an update for it is left at
@@ -1266,6 +1271,75 @@ TEST_F(DistributedDpLedgerTest, APinnedClientRefusesNoNoiseAndACoarseGrid) {
   // Unpinned, both are the coordinator's word, as before.
   ASSERT_TRUE(Make("mnist-dp", false)->OnMessage(setup(10, 0, 0), 50).train.has_value());
   ASSERT_TRUE(Make("mnist-dp", false)->OnMessage(setup(11, 1024, 1025), 60).train.has_value());
+}
+
+// Adaptive clipping under distributed DP: the word after the delta is the
+// bit [||delta|| <= C] on the count grid S plus the client's noise share
+// (a share of 1e-9 draws 0 here, so the word is the bit exactly); the
+// metric slots follow it. A count word without a share is refused by any
+// client; a pinned client (--dp-noise-multiplier) refuses a share too small
+// for the pair to spend no more than its noise multiplier alone.
+TEST_F(DistributedDpLedgerTest, TheCountWordCarriesTheBitAndAPinnedClientChecksItsNoise) {
+  constexpr double kGrid = 2097152;  // 2^21.
+  auto with_count = [&](uint64_t id, uint32_t round, double share) {
+    net::Envelope e = DpTask(round, id);
+    e.header.mutable_task()->mutable_secagg()->set_dp_count_scale(kGrid);
+    e.header.mutable_task()->mutable_secagg()->set_dp_count_share_variance(share);
+    return e;
+  };
+  std::unique_ptr<Session> s = Make("mnist-dp", false);
+  ASSERT_TRUE(s->OnMessage(with_count(7, 1, 1e-9), 20).train.has_value());
+  (void)Train(*s, 7);  // Norm 0.229 <= C 0.5.
+  ASSERT_EQ(last_input_.size(), kParams + 1 + aggregation::kSecureMetricSlots);
+  EXPECT_EQ(last_input_[kParams], kGrid);
+  ASSERT_TRUE(s->OnMessage(with_count(8, 2, 1e-9), 30).train.has_value());
+  const std::vector<float> long_delta = {1.0f, 0, 0, 0};  // Norm 1 > C 0.5.
+  (void)s->OnTrainingDone(8, train::TrainResult{}, long_delta, 40);
+  EXPECT_EQ(last_input_[kParams], 0u);
+
+  Actions a = Make("mnist-dp", false)->OnMessage(with_count(9, 3, 0), 50);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0],
+            "secagg refused in round 3: secagg setup: adaptive clipping's count word (grid "
+            "2.09715e+06, noise share 0) needs distributed DP's noised delta, a whole grid >= 1 "
+            "on which 3 bits fit 31 bits, and a noise share in (0, 2^42]");
+
+  // Pinned to 1: the update's noise over the cohort of 3 is z 3.38; the
+  // count's must keep z_update^-2 + (2 sigma)^-2 <= 1, so sigma >= 0.523.
+  std::unique_ptr<Session> pinned = Make("mnist-dp", false);
+  pinned->set_dp_noise_multiplier(1.0);
+  a = pinned->OnMessage(with_count(10, 4, std::pow(0.3 * kGrid, 2) / 3), 60);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0],
+            "secagg refused in round 4: secagg setup: adaptive clipping's count word carries too "
+            "little noise for this client's noise multiplier 1: over a cohort of 3 the update's "
+            "noise multiplier is 3.38291 and the count's standard deviation 0.3, together noise "
+            "multiplier 0.59078 (Andrew et al.: z_update^-2 + (2 sigma_count)^-2 must not exceed "
+            "1^-2)");
+  ASSERT_TRUE(
+      pinned->OnMessage(with_count(11, 5, std::pow(0.6 * kGrid, 2) / 3), 70).train.has_value());
+  // Without the count word, the pinned client's checks are as before.
+  ASSERT_TRUE(pinned->OnMessage(DpTask(6, 12), 80).train.has_value());
+  // An honest coordinator at z 1, sigma_b 0.6 with shares sized for all 3:
+  // the update at z_Delta = (1 - 1/1.44)^-1/2, the pair exactly at z 1. A
+  // client pinned to 1 takes it; one pinned to 1.01 refuses it.
+  const double z_delta = 1 / std::sqrt(1 - 1 / 1.44);
+  auto honest = [&](uint64_t id, uint32_t round) {
+    net::Envelope e = with_count(id, round, std::pow(0.6 * kGrid, 2) / 3);
+    e.header.mutable_task()->mutable_secagg()->set_dp_share_variance(
+        std::pow(1024 * z_delta * 0.5, 2) / 3);
+    return e;
+  };
+  ASSERT_TRUE(pinned->OnMessage(honest(13, 7), 90).train.has_value());
+  std::unique_ptr<Session> stricter = Make("mnist-dp", false);
+  stricter->set_dp_noise_multiplier(1.01);
+  a = stricter->OnMessage(honest(14, 8), 100);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("together noise multiplier 1 (Andrew et al."), std::string::npos)
+      << a.printed[0];
 }
 
 TEST_F(SessionTest, UnknownClientReRegistersFinishedAcknowledgesAndRejectStops) {

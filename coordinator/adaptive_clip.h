@@ -1,7 +1,11 @@
-// Adaptive clipping for central DP (Andrew, Thakkar, McMahan, Ramaswamy
-// 2021, "Differentially Private Learning with Adaptive Clipping", Algorithm
-// 1 with the geometric update): the clip norm C follows a target quantile γ
-// of the cohort's update norms, estimated from one bit per client.
+// Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy 2021,
+// "Differentially Private Learning with Adaptive Clipping", Algorithm 1
+// with the geometric update): the clip norm C follows a target quantile γ
+// of the cohort's update norms, estimated from one bit per client. Under
+// central DP the coordinator takes the bits and noises their sum; under
+// distributed DP (privacy/skellam.h ChooseClipCountParams) each client
+// sends its bit with its Skellam noise share in one word of the masked
+// vector, and the same rule runs on the unmasked noisy count.
 //
 // Each round, every cohort member's bit b_i = [‖Δ_i‖ <= C] is summed, the
 // coordinator adds N(0, σ_b²) to the sum, b̄ = noisy sum / m with m the

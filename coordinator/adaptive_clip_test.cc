@@ -328,16 +328,137 @@ TEST(AdaptiveDpTest, ARestoredStrategyContinuesBitIdentically) {
   EXPECT_TRUE(bounded->RestoreClip(records).ok());
 }
 
-// Distributed DP has no slot for the bit: DpStrategy refuses it too.
-TEST(AdaptiveDpTest, DistributedDpWithAdaptiveClippingIsRefused) {
-  config::RunConfig config = AdaptiveConfig(1.0, 1.0, 2.5);
-  config.mutable_secagg()->set_aggregation(config::SECAGG_PLUS);
-  config.mutable_privacy()->set_mechanism(config::DISTRIBUTED_SKELLAM);
-  auto dp = DpStrategy::Wrap(std::move(MakeStrategy(config)).value(), config);
-  EXPECT_EQ(dp.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(dp.status().message(),
-            "privacy.adaptive_clip with privacy.mechanism DISTRIBUTED_SKELLAM: the clipped-count "
-            "bit would need its own noise share in the masked vector; not built");
+// Adaptive clipping under distributed DP: the clients' noised bits arrive
+// as the unmasked count (SetClipCount); the strategy adds no noise.
+
+config::RunConfig DistributedAdaptiveConfig(double z, double clip, double count_stddev) {
+  config::RunConfig c = AdaptiveConfig(z, clip, count_stddev, 0.5, 0.5);
+  c.mutable_secagg()->set_aggregation(config::SECAGG_PLUS);
+  c.mutable_privacy()->set_mechanism(config::DISTRIBUTED_SKELLAM);
+  return c;
+}
+
+std::unique_ptr<DpStrategy> MakeDistributedDp(const config::RunConfig& config) {
+  auto dp = MakeAdaptiveDp(config);
+  EXPECT_TRUE(dp->SetUpSkellam(10, 8, 1000).ok());
+  return dp;
+}
+
+// One distributed round: the unmasked count handed over, the mean stepped.
+store::RoundRecord RunDistributedRound(DpStrategy& dp, uint32_t round, double noisy_count,
+                                       std::vector<float>& model) {
+  dp.BeginRound(round, 10, 100);
+  dp.SetClipCount(noisy_count);
+  const std::vector<float> mean(model.size(), 0.001f * round);
+  EXPECT_TRUE(dp.Aggregate(mean, model).ok());
+  store::RoundRecord r;
+  r.round = round;
+  const RoundPrivacy p = dp.EndRound();
+  r.dp_sampling_rate = p.sampling_rate;
+  r.dp_epsilon = p.epsilon;
+  r.dp_epsilon_released_model = p.epsilon_released_model;
+  const RoundClip clip = dp.EndRoundClip();
+  r.dp_clip_norm = clip.clip_norm;
+  r.dp_next_clip_norm = clip.next_clip_norm;
+  return r;
+}
+
+// The update is noised at z_Δ on a grid that follows C; the count word has
+// its own grid; the next C is the rule on the unmasked count over the
+// cohort, and the next round's grid is chosen at it.
+TEST(AdaptiveDistributedDpTest, TheUnmaskedCountMovesTheClipAndTheGridFollows) {
+  const config::RunConfig config = DistributedAdaptiveConfig(1.0, 1.0, 0.6);
+  auto dp = MakeDistributedDp(config);
+  const double z_delta = *AdaptiveUpdateNoiseMultiplier(1.0, 0.6);
+  auto at_one = privacy::ChooseSkellamParams(1.0, z_delta, 10, 8, 1000);
+  ASSERT_TRUE(dp->skellam().has_value());
+  EXPECT_EQ(dp->skellam()->variance, at_one->variance);
+  EXPECT_EQ(dp->skellam()->l2_bound, at_one->l2_bound);
+  ASSERT_TRUE(dp->clip_count_skellam().has_value());
+  EXPECT_EQ(dp->clip_count_skellam()->scale, std::ldexp(1.0, 21));
+  std::vector<float> model(4, 0.0f);
+  const store::RoundRecord r = RunDistributedRound(*dp, 1, 8.3, model);
+  const double want = NextClipNorm(1.0, 8.3, 10, config.privacy().adaptive_clip());
+  EXPECT_EQ(r.dp_clip_norm, 1.0);
+  EXPECT_EQ(r.dp_next_clip_norm, want);
+  EXPECT_LT(want, 1.0);  // b̄ 0.83 > γ 0.5: C shrinks.
+  EXPECT_EQ(dp->clip_norm(), want);
+  auto at_next = privacy::ChooseSkellamParams(want, z_delta, 10, 8, 1000);
+  EXPECT_EQ(dp->skellam()->scale, at_next->scale);
+  EXPECT_EQ(dp->skellam()->variance, at_next->variance);
+  // A round whose sum carries no count word does not move C.
+  dp->BeginRound(2, 10, 100);
+  const std::vector<float> mean(4, 0.0f);
+  const Status s = dp->Aggregate(mean, model);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "privacy: adaptive clipping under distributed DP, but the round's sum carried no "
+            "clipped-count word");
+  (void)dp->EndRound();
+  EXPECT_EQ(dp->EndRoundClip().next_clip_norm, want);
+  // Without adaptive clipping nothing changes: no count grid, the fixed grid.
+  config::RunConfig fixed = config;
+  fixed.mutable_privacy()->clear_adaptive_clip();
+  auto plain = MakeDistributedDp(fixed);
+  EXPECT_FALSE(plain->clip_count_skellam().has_value());
+  auto at_z = privacy::ChooseSkellamParams(1.0, 1.0, 10, 8, 1000);
+  EXPECT_EQ(plain->skellam()->variance, at_z->variance);
+  EXPECT_EQ(plain->skellam()->l2_bound, at_z->l2_bound);
+}
+
+// The accountant charges the update at z_Δ composed with the count
+// (privacy::ChargeAdaptiveSkellamRounds): about what a fixed clip at z
+// charges, and more than the update alone at z_Δ (a test that fails if the
+// count is forgotten).
+TEST(AdaptiveDistributedDpTest, TheAccountantChargesTheConfiguredNoiseMultiplier) {
+  const config::RunConfig config = DistributedAdaptiveConfig(1.0, 1.0, 0.6);
+  config::RunConfig fixed = config;
+  fixed.mutable_privacy()->clear_adaptive_clip();
+  auto adaptive = MakeDistributedDp(config), plain = MakeDistributedDp(fixed);
+  const double a = adaptive->PlanRound(10, 100)->epsilon_after;
+  const double b = plain->PlanRound(10, 100)->epsilon_after;
+  privacy::RdpAccountant alone;
+  ASSERT_TRUE(privacy::ChargeSkellamRounds(alone, *adaptive->skellam()).ok());
+  const double c = alone.Spent(1e-5)->epsilon;
+  std::printf("one round: adaptive %.6g, fixed clip at z %.6g, update alone at z_delta %.6g\n", a,
+              b, c);
+  EXPECT_NEAR(a / b, 1.0, 0.01);
+  EXPECT_GT(a, 1.2 * c);
+  std::vector<float> model(4, 0.0f);
+  const store::RoundRecord r = RunDistributedRound(*adaptive, 1, 5, model);
+  EXPECT_EQ(r.dp_epsilon, a);
+  EXPECT_GT(r.dp_epsilon_released_model, 0);
+}
+
+// A strategy rebuilt from the first three records (C and the accountant,
+// each round charged at the grid of its recorded C) continues to the same
+// C, grid and ε, bit for bit, as one that never stopped.
+TEST(AdaptiveDistributedDpTest, ARestoredStrategyContinuesBitIdentically) {
+  const config::RunConfig config = DistributedAdaptiveConfig(1.0, 0.5, 0.6);
+  const double counts[] = {9.1, 8.7, 2.2, 6.4, 7.9, 1.5};
+  auto straight = MakeDistributedDp(config);
+  std::vector<float> model_a(4, 0.0f);
+  std::vector<store::RoundRecord> records;
+  for (uint32_t r = 1; r <= 6; ++r) {
+    records.push_back(RunDistributedRound(*straight, r, counts[r - 1], model_a));
+  }
+  auto resumed = MakeDistributedDp(config);
+  const std::span<const store::RoundRecord> kept(records.data(), 3);
+  ASSERT_TRUE(resumed->Restore(kept).ok());
+  ASSERT_TRUE(resumed->RestoreClip(kept).ok());
+  EXPECT_EQ(resumed->clip_norm(), records[2].dp_next_clip_norm);
+  EXPECT_EQ(resumed->epsilon(), records[2].dp_epsilon);
+  EXPECT_EQ(resumed->epsilon_released_model(), records[2].dp_epsilon_released_model);
+  std::vector<float> model_b(4, 0.0f);
+  for (uint32_t r = 4; r <= 6; ++r) {
+    const store::RoundRecord rec = RunDistributedRound(*resumed, r, counts[r - 1], model_b);
+    EXPECT_EQ(rec.dp_clip_norm, records[r - 1].dp_clip_norm) << "round " << r;
+    EXPECT_EQ(rec.dp_next_clip_norm, records[r - 1].dp_next_clip_norm) << "round " << r;
+    EXPECT_EQ(rec.dp_epsilon, records[r - 1].dp_epsilon) << "round " << r;
+    EXPECT_EQ(rec.dp_epsilon_released_model, records[r - 1].dp_epsilon_released_model);
+  }
+  EXPECT_EQ(resumed->skellam()->variance, straight->skellam()->variance);
+  EXPECT_NE(straight->clip_norm(), 0.5);
 }
 
 }  // namespace

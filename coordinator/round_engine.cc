@@ -279,6 +279,8 @@ aggregation::SecAggSetup RoundEngine::SecAggSetupFor(const std::string& name) co
   s.dp_scale = rules.dp_scale;
   s.dp_l2_bound = rules.dp_l2_bound;
   s.dp_share_variance = rules.dp_share_variance;
+  s.dp_count_scale = rules.dp_count_scale;
+  s.dp_count_share_variance = rules.dp_count_share_variance;
   return s;
 }
 
@@ -287,10 +289,15 @@ aggregation::InputRules RoundEngine::InputRules() const {
   rules.l2_clip = config_.secagg().l2_clip();
   if (dp_ != nullptr && dp_->skellam()) {
     const privacy::SkellamParams& ddp = *dp_->skellam();
-    rules.dp_clip_norm = config_.privacy().clip_norm();
+    // privacy.clip_norm, or with adaptive clipping the round's C.
+    rules.dp_clip_norm = dp_->clip_norm();
     rules.dp_scale = ddp.scale;
     rules.dp_l2_bound = ddp.l2_bound;
     rules.dp_share_variance = ddp.share_variance();
+    if (const auto& count = dp_->clip_count_skellam()) {
+      rules.dp_count_scale = count->scale;
+      rules.dp_count_share_variance = count->share_variance();
+    }
   }
   return rules;
 }
@@ -301,7 +308,8 @@ bool RoundEngine::EvaluatesRound(uint32_t round) const {
 }
 
 size_t RoundEngine::secure_length() const {
-  return update_values() + aggregation::kSecureMetricSlots +
+  const bool count_word = dp_ != nullptr && dp_->clip_count_skellam().has_value();
+  return update_values() + (count_word ? 1 : 0) + aggregation::kSecureMetricSlots +
          (federated_eval() ? aggregation::kSecureEvalSlots : 0) +
          (fednova_ != nullptr ? aggregation::kSecureFedNovaSlots : 0);
 }
@@ -353,13 +361,16 @@ Status RoundEngine::SetUpDistributedDp(size_t num_params) {
   if (dp_ == nullptr || p.mechanism() != config::DISTRIBUTED_SKELLAM) return OkStatus();
   // Each share is sized for the fewest survivors a round commits with, so
   // the survivors' noise reaches the target in every committed round.
-  COHORT_ASSIGN_OR_RETURN(privacy::SkellamParams params,
-                          privacy::ChooseSkellamParams(p.clip_norm(), p.noise_multiplier(),
-                                                       config_.rounds().max_clients_per_round(),
-                                                       MinClients(), num_params));
+  // (With adaptive clipping the grid follows C and the update is noised at
+  // z_Δ; the count word has a grid of its own.)
+  COHORT_RETURN_IF_ERROR(
+      dp_->SetUpSkellam(config_.rounds().max_clients_per_round(), MinClients(), num_params));
   env_->Log().info("privacy: distributed DP (Skellam) over {} values: {}", num_params,
-                   params.Describe());
-  dp_->SetSkellam(params);
+                   dp_->skellam()->Describe());
+  if (const auto& count = dp_->clip_count_skellam()) {
+    env_->Log().info("privacy: adaptive clipping's count word (noise std {:g} in count units): {}",
+                     p.adaptive_clip().clipped_count_stddev(), count->Describe());
+  }
   return OkStatus();
 }
 
@@ -979,6 +990,8 @@ Status RoundEngine::StepModel(const aggregation::RoundMean& mean, EvalMetrics& m
   std::span<const float> delta = mean.delta;
   COHORT_RETURN_IF_ERROR(PrepareScaffold(mean, delta));
   std::vector<float> model = global_;
+  // Adaptive clipping under distributed DP: the unmasked noisy count.
+  if (dp_ != nullptr && mean.dp_clip_count) dp_->SetClipCount(*mean.dp_clip_count);
   COHORT_RETURN_IF_ERROR(strategy_->Aggregate(delta, model));
   if (!AllFinite(model)) return FailedPreconditionError("the aggregated model is not finite");
   auto evaluated = strategy_->Evaluate(model);

@@ -120,6 +120,7 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
   aggregation::DistributedDpDecoding ddp;
   if (dp_ != nullptr && dp_->skellam()) {
     ddp = {dp_->skellam()->scale, static_cast<double>(cohort.size())};
+    if (const auto& count = dp_->clip_count_skellam()) ddp.count_grid = count->scale;
   }
   COHORT_ASSIGN_OR_RETURN(aggregator_, aggregation::NewSecureAggregator(
                                            secagg_params_, cohort_identities_, fixed_point_,

@@ -149,16 +149,52 @@ StatusOr<std::unique_ptr<DpStrategy>> DpStrategy::Wrap(std::unique_ptr<Strategy>
 }
 
 Status DpStrategy::SetUpAdaptiveClip(const config::RunConfig& config) {
-  if (privacy_.mechanism() == config::DISTRIBUTED_SKELLAM) {
-    return InvalidArgumentError(
-        "privacy.adaptive_clip with privacy.mechanism DISTRIBUTED_SKELLAM: the clipped-count "
-        "bit would need its own noise share in the masked vector; not built");
-  }
   COHORT_ASSIGN_OR_RETURN(
       update_noise_multiplier_,
       AdaptiveUpdateNoiseMultiplier(privacy_.noise_multiplier(),
                                     privacy_.adaptive_clip().clipped_count_stddev()));
   max_clip_ = config.server().max_update_norm();
+  return OkStatus();
+}
+
+StatusOr<privacy::SkellamParams> DpStrategy::SkellamAt(double clip) const {
+  return privacy::ChooseSkellamParams(clip, update_noise_multiplier_, grid_max_clients_,
+                                      grid_min_survivors_, grid_dim_);
+}
+
+Status DpStrategy::SetUpSkellam(uint32_t max_clients, uint32_t min_survivors, size_t dim) {
+  grid_max_clients_ = max_clients;
+  grid_min_survivors_ = min_survivors;
+  grid_dim_ = dim;
+  // Without adaptive clipping: privacy.clip_norm and z, the grid fixed for
+  // the run (as before adaptive clipping existed).
+  COHORT_ASSIGN_OR_RETURN(skellam_, SkellamAt(clip_));
+  if (adaptive()) {
+    COHORT_ASSIGN_OR_RETURN(count_skellam_, privacy::ChooseClipCountParams(
+                                                privacy_.adaptive_clip().clipped_count_stddev(),
+                                                max_clients, min_survivors));
+  }
+  return OkStatus();
+}
+
+Status DpStrategy::TakeTheCount() {
+  if (!count_skellam_) return OkStatus();
+  if (!noisy_count_) {
+    return FailedPreconditionError(
+        "privacy: adaptive clipping under distributed DP, but the round's sum carried no "
+        "clipped-count word");
+  }
+  next_clip_ = NextClipNorm(clip_, *noisy_count_, static_cast<uint32_t>(cohort_),
+                            privacy_.adaptive_clip(), max_clip_);
+  // The next round's grid follows its C; a C no grid fits leaves the model
+  // unchanged (the round aborts) and C where it was.
+  auto next = SkellamAt(next_clip_);
+  if (!next.ok()) {
+    return InvalidArgumentError("privacy: adaptive clip norm " + std::to_string(next_clip_) + ": " +
+                                next.status().message());
+  }
+  next_skellam_ = *next;
+  count_noised_ = true;
   return OkStatus();
 }
 
@@ -181,8 +217,11 @@ RoundClip DpStrategy::EndRoundClip() {
   if (!adaptive()) return {};
   RoundClip out{clip_, clip_};
   if (count_noised_) clip_ = out.next_clip_norm = next_clip_;
+  if (count_noised_ && next_skellam_) skellam_ = *next_skellam_;
   count_noised_ = false;
   unclipped_ = 0;
+  noisy_count_.reset();
+  next_skellam_.reset();
   return out;
 }
 
@@ -203,6 +242,10 @@ Status DpStrategy::RestoreClip(std::span<const store::RoundRecord> rounds) {
     }
     clip_ = r.dp_next_clip_norm;
   }
+  // Distributed DP: the grid of the C the next round clips at.
+  if (count_skellam_) {
+    COHORT_ASSIGN_OR_RETURN(skellam_, SkellamAt(clip_));
+  }
   return OkStatus();
 }
 
@@ -218,6 +261,23 @@ std::vector<std::string> DpStrategy::SelectCohort(const CohortRequest& request) 
   return inner_->SelectCohort(secret);
 }
 
+Status DpStrategy::RestoreAdaptiveSkellam(std::span<const store::RoundRecord> rounds) {
+  // Each round at the grid of the C it clipped at, in round order (the
+  // order the live run charged them in, so the sums are the same bits).
+  for (const store::RoundRecord& r : rounds) {
+    if (r.dp_sampling_rate <= 0) continue;
+    const double clip = r.dp_clip_norm > 0 ? r.dp_clip_norm : privacy_.clip_norm();
+    auto params = SkellamAt(clip);
+    if (!params.ok()) {
+      return DataLossError("round " + std::to_string(r.round) + ": adaptive clip norm " +
+                           std::to_string(clip) +
+                           " has no distributed-DP grid: " + params.status().message());
+    }
+    COHORT_RETURN_IF_ERROR(Charge(accountant_, released_, r.dp_sampling_rate, 1, &*params));
+  }
+  return OkStatus();
+}
+
 Status DpStrategy::Restore(std::span<const store::RoundRecord> rounds) {
   // Equal rates compose at once: one evaluation of the series per rate.
   std::map<double, uint64_t> steps;
@@ -230,12 +290,17 @@ Status DpStrategy::Restore(std::span<const store::RoundRecord> rounds) {
   }
   accountant_ = privacy::RdpAccountant();
   released_ = privacy::RdpAccountant();
-  for (const auto& [q, n] : steps) {
-    COHORT_RETURN_IF_ERROR(Charge(accountant_, released_, q, n));
+  const bool charged = !steps.empty();
+  if (count_skellam_) {
+    COHORT_RETURN_IF_ERROR(RestoreAdaptiveSkellam(rounds));
+  } else {
+    for (const auto& [q, n] : steps) {
+      COHORT_RETURN_IF_ERROR(Charge(accountant_, released_, q, n));
+    }
   }
   epsilon_ = 0;
   epsilon_released_ = 0;
-  if (!steps.empty()) {
+  if (charged) {
     COHORT_RETURN_IF_ERROR(Spend(accountant_, released_, epsilon_, epsilon_released_));
   }
   return OkStatus();
@@ -267,6 +332,8 @@ void DpStrategy::BeginRound(uint32_t round, size_t cohort, size_t population) {
   noised_ = false;
   unclipped_ = 0;
   count_noised_ = false;
+  noisy_count_.reset();
+  next_skellam_.reset();
 }
 
 RoundPrivacy DpStrategy::EndRound() {
@@ -285,10 +352,20 @@ std::string DpStrategy::BudgetViewName() const {
 }
 
 Status DpStrategy::Charge(privacy::RdpAccountant& accountant, privacy::RdpAccountant& released,
-                          double q, uint64_t steps) const {
+                          double q, uint64_t steps,
+                          const privacy::SkellamParams* round_params) const {
   if (!skellam_) return ChargeDpFedAvgRounds(accountant, q, privacy_.noise_multiplier(), steps);
-  COHORT_RETURN_IF_ERROR(privacy::ChargeSkellamRounds(accountant, *skellam_, steps));
-  return privacy::ChargeSkellamRoundsForReleasedModel(released, *skellam_, q, steps);
+  const privacy::SkellamParams& params = round_params != nullptr ? *round_params : *skellam_;
+  if (count_skellam_) {
+    // Adaptive clipping: the update at z_Δ and the count, composed (the
+    // pair spends what the update alone at z would; privacy/skellam.h).
+    COHORT_RETURN_IF_ERROR(
+        privacy::ChargeAdaptiveSkellamRounds(accountant, params, *count_skellam_, steps));
+    return privacy::ChargeAdaptiveSkellamRoundsForReleasedModel(released, params, *count_skellam_,
+                                                                q, steps);
+  }
+  COHORT_RETURN_IF_ERROR(privacy::ChargeSkellamRounds(accountant, params, steps));
+  return privacy::ChargeSkellamRoundsForReleasedModel(released, params, q, steps);
 }
 
 Status DpStrategy::Spend(const privacy::RdpAccountant& accountant,
@@ -306,7 +383,10 @@ Status DpStrategy::Aggregate(std::span<const float> mean_delta, std::span<float>
   if (skellam_) {
     // The clients' noise is in the unmasked sum already (distributed DP).
     if (cohort_ == 0) return FailedPreconditionError("privacy: Aggregate before BeginRound");
+    // The unmasked sum is charged even when C cannot move (TakeTheCount
+    // fails and the round aborts): the coordinator has seen it.
     noised_ = true;
+    COHORT_RETURN_IF_ERROR(TakeTheCount());
     return inner_->Aggregate(mean_delta, model);
   }
   if (!has_noise_key()) {

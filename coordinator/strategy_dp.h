@@ -116,6 +116,22 @@ class DpStrategy final : public StrategyDecorator {
   // Restore.
   void SetSkellam(const privacy::SkellamParams& params) { skellam_ = params; }
   const std::optional<privacy::SkellamParams>& skellam() const { return skellam_; }
+  // Distributed DP's grid chosen here (privacy::ChooseSkellamParams) for
+  // sums of at most `max_clients` inputs, shares sized for `min_survivors`,
+  // `dim` values, at the current C and the update's noise multiplier: what
+  // SetSkellam would be given without adaptive clipping. With adaptive
+  // clipping the grid follows C (each round's at that round's C, the update
+  // noised at z_Δ), and the count word's grid is chosen too
+  // (privacy::ChooseClipCountParams). Set before Restore and RestoreClip.
+  // kInvalidArgument as those two.
+  Status SetUpSkellam(uint32_t max_clients, uint32_t min_survivors, size_t dim);
+  // Adaptive clipping under distributed DP: the count word's grid and share
+  // (nullopt otherwise).
+  const std::optional<privacy::SkellamParams>& clip_count_skellam() const { return count_skellam_; }
+  // Adaptive clipping under distributed DP: the round's unmasked count of
+  // unclipped updates (the survivors' bits plus their noise, in count
+  // units), between BeginRound and Aggregate; Aggregate moves C from it.
+  void SetClipCount(double noisy_count) { noisy_count_ = noisy_count; }
 
   // The run's ε (central DP's, or distributed DP's against the
   // coordinator), distributed DP's for the released model (-1 under central
@@ -129,8 +145,10 @@ class DpStrategy final : public StrategyDecorator {
   std::string BudgetViewName() const;
   const config::PrivacyConfig& privacy() const { return privacy_; }
 
-  // Adaptive clipping (privacy.adaptive_clip, coordinator/adaptive_clip.h),
-  // central DP only. The C the round in progress clips at:
+  // Adaptive clipping (privacy.adaptive_clip, coordinator/adaptive_clip.h):
+  // under central DP the coordinator takes each bit (CountUpdate) and noises
+  // the count; under distributed DP the clients do, and the count arrives
+  // unmasked (SetClipCount). The C the round in progress clips at:
   // privacy.clip_norm, or with adaptive clipping the rule's current C.
   double clip_norm() const { return clip_; }
   bool adaptive() const { return privacy_.has_adaptive_clip(); }
@@ -171,17 +189,24 @@ class DpStrategy final : public StrategyDecorator {
   // One round's charge: the Gaussian's, or the Skellam mechanism's against
   // the coordinator; and, with skellam_, the released model's into
   // `released`.
+  // `round_params`: the round's grid (adaptive clipping), else skellam_.
   Status Charge(privacy::RdpAccountant& accountant, privacy::RdpAccountant& released, double q,
-                uint64_t steps) const;
+                uint64_t steps, const privacy::SkellamParams* round_params = nullptr) const;
   // ε of `accountant` and (with skellam_) of `released`, at target_delta.
   Status Spend(const privacy::RdpAccountant& accountant, const privacy::RdpAccountant& released,
                double& epsilon, double& epsilon_released) const;
   bool BudgetOnReleasedModel() const {
     return skellam_ && privacy_.budget_view() == config::RELEASED_MODEL;
   }
-  // Adaptive clipping: z_Δ from the config (kInvalidArgument for distributed
-  // DP, or count noise that leaves none for the update).
+  // Adaptive clipping: z_Δ from the config (kInvalidArgument for count
+  // noise that leaves none for the update).
   Status SetUpAdaptiveClip(const config::RunConfig& config);
+  // Restore's charges under adaptive clipping with distributed DP.
+  Status RestoreAdaptiveSkellam(std::span<const store::RoundRecord> rounds);
+  // Distributed DP's grid at clip norm `clip` (SetUpSkellam's sizes).
+  StatusOr<privacy::SkellamParams> SkellamAt(double clip) const;
+  // Under distributed DP: moves next_clip_ from the unmasked count.
+  Status TakeTheCount();
   // Draws the count's noise under the round's `inputs` and moves next_clip_.
   Status NoiseTheCount(const SecretBytes& inputs);
 
@@ -206,6 +231,14 @@ class DpStrategy final : public StrategyDecorator {
   uint32_t unclipped_ = 0;
   double next_clip_ = 0;
   bool count_noised_ = false;
+  // Adaptive clipping under distributed DP: SetUpSkellam's sizes, the count
+  // word's grid, the round's unmasked count and the next round's grid.
+  uint32_t grid_max_clients_ = 0;
+  uint32_t grid_min_survivors_ = 0;
+  size_t grid_dim_ = 0;
+  std::optional<privacy::SkellamParams> count_skellam_;
+  std::optional<double> noisy_count_;
+  std::optional<privacy::SkellamParams> next_skellam_;
 };
 
 // What a round's noise is keyed by besides the run secret and the round

@@ -103,6 +103,70 @@ Status ChargeSkellamRoundsForReleasedModel(RdpAccountant& accountant, const Skel
   return accountant.AddRdp(rdp, rounds);
 }
 
+namespace {
+
+// ε(α) of one round of adaptive clipping, replace-one: the update's curve
+// (2 Δ1, 2 Δ2) plus the count's (S, S).
+double AdaptiveRdp(const SkellamParams& p, const SkellamParams& count, double order) {
+  return SkellamRdp(2 * p.l1_bound, 2 * p.l2_bound, p.variance, order) +
+         SkellamRdp(count.l1_bound, count.l2_bound, count.variance, order);
+}
+
+}  // namespace
+
+Status ChargeAdaptiveSkellamRounds(RdpAccountant& accountant, const SkellamParams& params,
+                                   const SkellamParams& count, uint64_t rounds) {
+  std::vector<double> rdp;
+  for (double order : accountant.orders()) rdp.push_back(AdaptiveRdp(params, count, order));
+  return accountant.AddRdp(rdp, rounds);
+}
+
+Status ChargeAdaptiveSkellamRoundsForReleasedModel(RdpAccountant& accountant,
+                                                   const SkellamParams& params,
+                                                   const SkellamParams& count, double q,
+                                                   uint64_t rounds) {
+  if (!(q >= 0 && q <= 1)) {
+    return InvalidArgumentError("privacy accounting: sampling fraction " + std::to_string(q) +
+                                " is not in [0, 1]");
+  }
+  std::vector<double> rdp = SampledWithoutReplacementRdp(
+      q, [&](int j) { return AdaptiveRdp(params, count, j); }, accountant.orders());
+  for (size_t k = 0; k < rdp.size(); ++k) {
+    rdp[k] = std::min(rdp[k], AdaptiveRdp(params, count, accountant.orders()[k]));
+  }
+  return accountant.AddRdp(rdp, rounds);
+}
+
+StatusOr<SkellamParams> ChooseClipCountParams(double count_stddev, uint32_t max_clients,
+                                              uint32_t min_survivors) {
+  auto chosen = ChooseSkellamParams(1.0, count_stddev, max_clients, min_survivors, 1);
+  if (!chosen.ok() || chosen->scale < 1) {
+    return InvalidArgumentError(fmt::format(
+        "privacy.adaptive_clip.clipped_count_stddev {}: no integer grid keeps the 32-bit sum of "
+        "{} clipped-count bits (rounds.max_clients_per_round) with their noise from wrapping",
+        count_stddev, max_clients));
+  }
+  // b S is exact on the grid: no rounding, so the sensitivity is S itself.
+  chosen->l2_bound = chosen->scale;
+  chosen->l1_bound = chosen->scale;
+  return chosen;
+}
+
+bool WithinL2Norm(std::span<const float> delta, double clip_norm) {
+  double norm2 = 0;
+  for (float v : delta) norm2 += double{v} * v;
+  return std::sqrt(norm2) <= clip_norm;
+}
+
+uint32_t EncodeClipBit(bool unclipped, double scale, double share_variance, SkellamSampler& noise) {
+  const int64_t bit = unclipped ? static_cast<int64_t>(scale) : 0;
+  return static_cast<uint32_t>(static_cast<uint64_t>(bit + noise.Skellam(share_variance)));
+}
+
+double DecodeClipCount(uint32_t sum, double scale) {
+  return static_cast<double>(static_cast<int32_t>(sum)) / scale;
+}
+
 double RoundedL2Bound(double scaled_l2, double dim, double beta) {
   const double c = scaled_l2, root_d = std::sqrt(dim);
   const double plain = c + root_d;

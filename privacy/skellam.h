@@ -95,6 +95,22 @@ StatusOr<SkellamParams> ChooseSkellamParams(double clip_norm, double noise_multi
                                             uint32_t max_clients, uint32_t min_survivors,
                                             size_t dim);
 
+// Adaptive clipping under distributed DP (coordinator/adaptive_clip.h): each
+// client's bit b = [||update|| <= C] rides as one more word of the masked
+// vector, b times an integer grid S, plus the client's Skellam share of the
+// count's noise. The count is a one-coordinate Skellam mechanism of
+// sensitivity 1 (a replaced client changes its bit by at most 1) and noise
+// multiplier `count_stddev` (σ_b, in count units), so its grid is
+// ChooseSkellamParams's for clip 1, σ_b and one coordinate: the largest
+// power of two S >= 1 with S σ_b <= 2^21 such that max_clients · S plus the
+// tail of max_clients shares stays below 2^31 but with probability <=
+// kMaxWrapProbability. The bit needs no rounding (S is an integer), so
+// l2_bound = l1_bound = S; variance = (S σ_b)², from min_survivors shares.
+// kInvalidArgument, naming privacy.adaptive_clip.clipped_count_stddev,
+// when no S >= 1 fits.
+StatusOr<SkellamParams> ChooseClipCountParams(double count_stddev, uint32_t max_clients,
+                                              uint32_t min_survivors);
+
 // Composes `steps` rounds of the Skellam mechanism of `params` on Poisson
 // samples of rate `q` into `accountant` (at its orders). kInvalidArgument
 // for q outside [0, 1].
@@ -121,6 +137,22 @@ Status ChargeSkellamRounds(RdpAccountant& accountant, const SkellamParams& param
 // at q = 1 the two views agree). kInvalidArgument for q outside [0, 1].
 Status ChargeSkellamRoundsForReleasedModel(RdpAccountant& accountant, const SkellamParams& params,
                                            double q, uint64_t rounds = 1);
+
+// Both views of a round of adaptive clipping under distributed DP: the
+// update (`params`, replace-one as above) and the count of unclipped
+// updates (`count`, ChooseClipCountParams; a replaced client moves it by
+// count.l2_bound = S, not 2S: a bit changes by at most 1) are released
+// together, and RDP composes: each order's ε is the sum of the two
+// curves', before amplification (the released model's view amplifies the
+// summed curve). With the update's noise at z_Δ = (z^-2 - (2σ_b)^-2)^-1/2
+// the Gaussian terms sum to what the update alone has at z (Andrew et al.
+// 2021): α (2Δ2)² / (2 (s z_Δ C)²) + α / (2 σ_b²) = α 2 / z² when Δ2 = s C.
+Status ChargeAdaptiveSkellamRounds(RdpAccountant& accountant, const SkellamParams& params,
+                                   const SkellamParams& count, uint64_t rounds = 1);
+Status ChargeAdaptiveSkellamRoundsForReleasedModel(RdpAccountant& accountant,
+                                                   const SkellamParams& params,
+                                                   const SkellamParams& count, double q,
+                                                   uint64_t rounds = 1);
 
 // The largest per-client share variance a client accepts (the coordinator
 // sends at most (2^21)^2 / min_survivors, 2^42): above it Poisson(λ) leaves
@@ -166,6 +198,16 @@ class SkellamSampler {
 Status EncodeSkellam(std::span<const float> delta, double clip_norm, double scale, double l2_bound,
                      double share_variance, Rng& rounding, SkellamSampler& noise,
                      std::span<uint32_t> out);
+
+// The bit: whether `delta`'s L2 norm, summed in double as EncodeSkellam
+// sums it, is at most `clip_norm` (EncodeSkellam then leaves it unscaled).
+bool WithinL2Norm(std::span<const float> delta, double clip_norm);
+// The client's word for its bit: b · count.scale + Skellam(share) from
+// `noise`, mod 2^32.
+uint32_t EncodeClipBit(bool unclipped, double scale, double share_variance, SkellamSampler& noise);
+// The unmasked sum's word over the grid: the survivors' count of unclipped
+// updates plus their noise, in count units.
+double DecodeClipCount(uint32_t sum, double scale);
 
 // The unmasked sum's words as signed integers over the scale: the sum of
 // the clipped updates plus the survivors' noise, in the update's units.

@@ -295,5 +295,130 @@ TEST(SkellamEncodingTest, ClipsRoundsAndDecodes) {
   EXPECT_EQ(bad.message(), "local update has NaN or Inf");
 }
 
+// Adaptive clipping's count word: a whole power-of-two grid, the bit exact
+// on it (sensitivity S, no rounding), the count's noise (S σ_b)² from the
+// fewest survivors, and the sum of N words far from wrapping.
+TEST(ClipCountTest, GridIsAWholePowerOfTwoWithinTheWrapAroundBound) {
+  auto p = ChooseClipCountParams(0.6, 10, 8);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->scale, std::ldexp(1.0, 21));  // S σ_b <= 2^21.
+  EXPECT_EQ(p->l2_bound, p->scale);
+  EXPECT_EQ(p->l1_bound, p->scale);
+  EXPECT_DOUBLE_EQ(p->variance, std::pow(p->scale * 0.6, 2));
+  EXPECT_DOUBLE_EQ(p->share_variance(), p->variance / 8);
+  EXPECT_LE(p->wrap_probability, kMaxWrapProbability);
+  // Many clients: N S must stay below 2^31, so S shrinks.
+  auto crowded = ChooseClipCountParams(0.6, 5000, 4000);
+  ASSERT_TRUE(crowded.ok()) << crowded.status();
+  EXPECT_EQ(crowded->scale, std::ldexp(1.0, 18));
+  EXPECT_LT(crowded->scale * 5000, std::ldexp(1.0, 31));
+  EXPECT_LE(crowded->wrap_probability, kMaxWrapProbability);
+  // Noise so large that no whole grid keeps S σ_b <= 2^21.
+  auto none = ChooseClipCountParams(1e7, 10, 8);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().message(),
+            "privacy.adaptive_clip.clipped_count_stddev 10000000: no integer grid keeps the "
+            "32-bit sum of 10 clipped-count bits (rounds.max_clients_per_round) with their noise "
+            "from wrapping");
+}
+
+// The bit's word decodes to the bit, and the bit is the norm against C as
+// EncodeSkellam decides clipping.
+TEST(ClipCountTest, TheBitIsExactOnTheGrid) {
+  SkellamSampler noise = Sampler(11);
+  EXPECT_EQ(DecodeClipCount(EncodeClipBit(true, 1 << 21, 0, noise), 1 << 21), 1.0);
+  EXPECT_EQ(DecodeClipCount(EncodeClipBit(false, 1 << 21, 0, noise), 1 << 21), 0.0);
+  const std::vector<float> delta = {3.0f, 4.0f};  // Norm 5.
+  EXPECT_TRUE(WithinL2Norm(delta, 5.0));
+  EXPECT_FALSE(WithinL2Norm(delta, 4.999));
+  // Words wrap like any input: 10 negative noises decode below zero.
+  uint32_t sum = 0;
+  for (int i = 0; i < 10; ++i) sum += static_cast<uint32_t>(-(int64_t{1} << 20));
+  EXPECT_EQ(DecodeClipCount(sum, 1 << 21), -5.0);
+}
+
+// The survivors' noise on the decoded count has variance σ_b² (count
+// units) when m of n report, n/m σ_b² when all do: 20,000 rounds of ten
+// clients (six bits set), shares sized for m = 8, each round's words summed
+// mod 2^32 as the unmasked sum is; Σ noise² / claimed variance is tested as
+// chi-square on 20,000 degrees of freedom, two-sided at significance 0.001
+// (Wilson-Hilferty), fixed seeds. The dropout case also rejects "shares
+// sized for the whole cohort" (0.8 σ_b²), so the test can fail.
+TEST(ClipCountTest, TheSurvivorsNoiseOnTheCountHasTheTargetVarianceEvenWithDropouts) {
+  constexpr int kRounds = 20000, kClients = 10, kSurvivors = 8;
+  constexpr double kStddev = 0.6;
+  auto p = ChooseClipCountParams(kStddev, kClients, kSurvivors);
+  ASSERT_TRUE(p.ok()) << p.status();
+  SkellamSampler noise = Sampler(21);
+  for (int reporting : {kClients, kSurvivors}) {
+    double squares = 0;
+    for (int r = 0; r < kRounds; ++r) {
+      uint32_t sum = 0;
+      int count = 0;
+      for (int i = 0; i < reporting; ++i) {
+        const bool bit = i < 6;
+        count += bit ? 1 : 0;
+        sum += EncodeClipBit(bit, p->scale, p->share_variance(), noise);
+      }
+      const double e = DecodeClipCount(sum, p->scale) - count;
+      squares += e * e;
+    }
+    const double claimed = kStddev * kStddev * reporting / kSurvivors;
+    const double stat = squares / claimed;
+    std::printf("count noise with %d of %d reporting: variance %.6g (claimed %.6g), chi2 %.1f\n",
+                reporting, kClients, squares / kRounds, claimed, stat);
+    EXPECT_GT(stat, ChiSquareQuantile(kRounds, -kZ)) << reporting;
+    EXPECT_LT(stat, ChiSquareQuantile(kRounds, kZ)) << reporting;
+    if (reporting == kSurvivors) {
+      EXPECT_GT(squares / (0.8 * kStddev * kStddev), ChiSquareQuantile(kRounds, kZ));
+    }
+  }
+}
+
+// The pair is charged as two composed Skellam mechanisms; with the update
+// at z_Δ = (z^-2 - (2σ_b)^-2)^-1/2 the Gaussian terms are the update's
+// alone at z (Andrew et al.), so the ε is close to a fixed clip's at z, and
+// far above the update's alone at z_Δ (what forgetting the count charges).
+TEST(ClipCountTest, ThePairIsChargedAsTheUpdateAloneAtZ) {
+  constexpr double kZ1 = 1.0, kSb = 0.6;
+  const double z_delta = 1 / std::sqrt(1 / (kZ1 * kZ1) - 1 / (4 * kSb * kSb));
+  auto fixed = ChooseSkellamParams(0.5, kZ1, 10, 8, 10000);
+  auto update = ChooseSkellamParams(0.5, z_delta, 10, 8, 10000);
+  auto count = ChooseClipCountParams(kSb, 10, 8);
+  ASSERT_TRUE(fixed.ok() && update.ok() && count.ok());
+  RdpAccountant at_z, pair, alone, released_pair, released_alone;
+  ASSERT_TRUE(ChargeSkellamRounds(at_z, *fixed, 100).ok());
+  ASSERT_TRUE(ChargeAdaptiveSkellamRounds(pair, *update, *count, 100).ok());
+  ASSERT_TRUE(ChargeSkellamRounds(alone, *update, 100).ok());
+  const double e_z = at_z.Spent(1e-5)->epsilon, e_pair = pair.Spent(1e-5)->epsilon,
+               e_alone = alone.Spent(1e-5)->epsilon;
+  std::printf(
+      "100 rounds at delta 1e-5: fixed clip at z %.6g, adaptive pair %.6g, update alone "
+      "at z_delta %.6g\n",
+      e_z, e_pair, e_alone);
+  EXPECT_NEAR(e_pair / e_z, 1.0, 0.01);
+  EXPECT_GT(e_pair, 1.05 * e_alone);
+  // Each order: the sum of the two curves.
+  for (size_t k = 0; k < pair.orders().size(); ++k) {
+    const double a = pair.orders()[k];
+    const double want =
+        100 * (SkellamRdp(2 * update->l1_bound, 2 * update->l2_bound, update->variance, a) +
+               SkellamRdp(count->scale, count->scale, count->variance, a));
+    EXPECT_NEAR(pair.rdp()[k], want, 1e-12 * want) << a;
+  }
+  // The released model's view amplifies the summed curve; at q = 1 it is
+  // the view against the coordinator.
+  ASSERT_TRUE(
+      ChargeAdaptiveSkellamRoundsForReleasedModel(released_pair, *update, *count, 1.0, 100).ok());
+  EXPECT_NEAR(released_pair.Spent(1e-5)->epsilon, e_pair, 1e-9 * e_pair);
+  RdpAccountant sampled;
+  ASSERT_TRUE(
+      ChargeAdaptiveSkellamRoundsForReleasedModel(sampled, *update, *count, 0.01, 100).ok());
+  EXPECT_LT(sampled.Spent(1e-5)->epsilon, e_pair / 2);
+  RdpAccountant bad;
+  EXPECT_EQ(ChargeAdaptiveSkellamRoundsForReleasedModel(bad, *update, *count, 1.5).code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace cohort::privacy

@@ -709,13 +709,8 @@ Status CheckAdaptiveClip(const PrivacyConfig& p) {
         "noise multiplier (z^-2 - (2 sigma_b)^-2)^-1/2, which needs 2 sigma_b > z; the paper "
         "suggests the expected cohort / 20)");
   }
-  // Built for central DP (coordinator/strategy_dp.h), where the
-  // coordinator sees each update; distributed DP sees only the masked sum.
-  if (p.mechanism() == DISTRIBUTED_SKELLAM) {
-    return InvalidArgumentError(
-        "privacy.adaptive_clip with privacy.mechanism DISTRIBUTED_SKELLAM: the clipped-count "
-        "bit would need its own noise share in the masked vector; not built");
-  }
+  // Under DISTRIBUTED_SKELLAM the bit rides in the masked vector with the
+  // clients' noise share (coordinator/strategy_dp.h, privacy/skellam.h).
   return OkStatus();
 }
 

@@ -902,12 +902,18 @@ TEST(ConfigTest, AdaptiveClippingChecksItsNumbersAndRunsWithCentralDpOnly) {
   EXPECT_EQ(ErrorOf(dp + "adaptive_clip { target_quantile: 0.9 learning_rate: 0.2 "
                          "clipped_count_stddev: 2.5 } }"),
             "");
-  // Distributed DP does not: the coordinator sees only the masked sum.
+  // So does distributed DP: the bit rides in the masked vector with the
+  // clients' noise share (it was refused before that was built).
   EXPECT_EQ(ErrorOf("rounds { max_clients_per_round: 10 } privacy { mechanism: "
                     "DISTRIBUTED_SKELLAM noise_multiplier: 1 clip_norm: 1 adaptive_clip { "
                     "clipped_count_stddev: 2.5 } }"),
-            "x.textproto: privacy.adaptive_clip with privacy.mechanism DISTRIBUTED_SKELLAM: the "
-            "clipped-count bit would need its own noise share in the masked vector; not built");
+            "");
+  // Its count noise is checked the same way.
+  EXPECT_TRUE(Contains(ErrorOf("rounds { max_clients_per_round: 10 } privacy { mechanism: "
+                               "DISTRIBUTED_SKELLAM noise_multiplier: 1 clip_norm: 1 "
+                               "adaptive_clip { clipped_count_stddev: 0.5 } }"),
+                       "privacy.adaptive_clip.clipped_count_stddev: must be finite and above "
+                       "privacy.noise_multiplier / 2 = 0.5, got 0.5"));
   // Under secure aggregation central DP itself is refused first.
   EXPECT_TRUE(Contains(ErrorOf("privacy { noise_multiplier: 1 clip_norm: 1 adaptive_clip { "
                                "clipped_count_stddev: 2.5 } }"),

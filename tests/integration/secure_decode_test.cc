@@ -16,6 +16,7 @@
 
 #include "aggregation/fednova.h"
 #include "client/session.h"
+#include "coordinator/adaptive_clip.h"
 #include "coordinator/round_engine.h"
 #include "crypto/keys.h"
 #include "privacy/skellam.h"
@@ -97,6 +98,7 @@ class InProcessRun {
   // Errors the engine sent; without a tamper function each is a failure.
   const std::vector<std::string>& errors() const { return errors_; }
   std::span<const float> model() const { return engine_->global_model(); }
+  coordinator::RoundEngine& engine() { return *engine_; }
 
  private:
   struct ToEngine {
@@ -368,6 +370,101 @@ TEST(SecureDecodeTest, DistributedDpCommitsTheSurvivorsNoiseAtTheTargetVariance)
   ASSERT_TRUE(privacy::ChargeSkellamRounds(accountant, *ddp).ok());
   EXPECT_DOUBLE_EQ(rounds[0].dp_sampling_rate, 1.0);
   EXPECT_NEAR(rounds[0].dp_epsilon, accountant.Spent(1e-5)->epsilon, 1e-9);
+}
+
+// Adaptive clipping under distributed DP (Andrew et al. 2021 with the
+// bits in the masked vector): ten clients of known norms, six at 0.2 and
+// four at 2 (C starts at 0.5, gamma 0.9, so C grows), put their bit times
+// the count grid S plus their Skellam share in the word after the delta;
+// clients 2 and 7 drop before their masked input in round 1 (and are not
+// selected again). The coordinator sees only the unmasked word: per round
+// the 5 unclipped survivors plus noise of variance survivors / 8 x
+// sigma_b^2. Each round's next C is the rule on that decoded count over
+// the round's cohort, exactly; the next round's grid follows C and its
+// update noise is (s z_Delta C)^2 (chi-square on 3 x 21 coordinates at
+// 6 sigma); each round is charged as the update at z_Delta with the count.
+TEST(SecureDecodeTest, DistributedDpAdaptiveClipDecodesTheNoisedCountAndMovesTheClip) {
+  constexpr int kClients = 10;
+  constexpr double kSb = 0.6;
+  config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
+  config.mutable_rounds()->set_num_rounds(3);
+  config.mutable_rounds()->set_min_clients(8);
+  config.mutable_rounds()->set_max_clients_per_round(kClients);
+  config::PrivacyConfig& p = *config.mutable_privacy();
+  p.set_mechanism(config::DISTRIBUTED_SKELLAM);
+  p.set_noise_multiplier(1.0);
+  p.set_clip_norm(0.5);
+  p.mutable_adaptive_clip()->set_target_quantile(0.9);
+  p.mutable_adaptive_clip()->set_learning_rate(0.5);
+  p.mutable_adaptive_clip()->set_clipped_count_stddev(kSb);
+  const std::vector<uint64_t> samples(kClients, 100);
+  std::vector<std::vector<float>> deltas(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    const double norm = i < 6 ? 0.2 : 2.0;
+    deltas[i].assign(kParams, static_cast<float>(norm / std::sqrt(double{kParams})));
+  }
+  const std::map<int, aggregation::SecAggStage> faults = {
+      {2, aggregation::SecAggStage::kMaskedInput}, {7, aggregation::SecAggStage::kMaskedInput}};
+  InProcessRun run(config, samples, deltas, faults);
+  struct Seen {
+    std::vector<uint32_t> sum;
+    std::vector<std::string> names;
+  };
+  std::vector<Seen> seen;
+  run.engine().set_sum_observer(
+      [&](uint32_t, std::span<const uint32_t> sum, const std::vector<std::string>& names) {
+        seen.push_back({{sum.begin(), sum.end()}, names});
+      });
+  run.Run();
+  auto rounds = std::move(run.store().Rounds()).value();
+  ASSERT_EQ(rounds.size(), 3u);
+  ASSERT_EQ(seen.size(), 3u);
+  const double z_delta = *coordinator::AdaptiveUpdateNoiseMultiplier(1.0, kSb);
+  auto count_grid = privacy::ChooseClipCountParams(kSb, kClients, 8);
+  ASSERT_TRUE(count_grid.ok());
+  privacy::RdpAccountant accountant;
+  double chi2 = 0;
+  for (size_t r = 0; r < 3; ++r) {
+    ASSERT_EQ(rounds[r].outcome, "committed") << rounds[r].outcome_reason;
+    ASSERT_EQ(seen[r].sum.size(), kParams + 1 + aggregation::kSecureMetricSlots);
+    const double c = rounds[r].dp_clip_norm;
+    if (r > 0) EXPECT_EQ(c, rounds[r - 1].dp_next_clip_norm);
+    int unclipped = 0;
+    std::vector<double> signal(kParams, 0);
+    for (const std::string& name : seen[r].names) {
+      const int i = std::stoi(name.substr(1));
+      unclipped += i < 6 ? 1 : 0;
+      const double factor = std::min(1.0, c / (i < 6 ? 0.2 : 2.0));
+      for (size_t j = 0; j < kParams; ++j) signal[j] += factor * deltas[i][j];
+    }
+    // Round 1: two of ten drop; the engine then leaves them out until they
+    // speak again, so rounds 2 and 3 have cohorts of 8, all reporting.
+    EXPECT_EQ(seen[r].names.size(), 8u);
+    EXPECT_EQ(rounds[r].selected, r == 0 ? 10u : 8u);
+    const double count = privacy::DecodeClipCount(seen[r].sum[kParams], count_grid->scale);
+    const double survivors = static_cast<double>(seen[r].names.size());
+    std::printf("round %zu: C %.6g, %d unclipped of %.0f survivors, decoded count %.4f\n", r + 1, c,
+                unclipped, survivors, count);
+    EXPECT_LT(std::abs(count - unclipped), 6 * kSb * std::sqrt(survivors / 8));
+    EXPECT_EQ(rounds[r].dp_next_clip_norm,
+              coordinator::NextClipNorm(c, count, rounds[r].selected, p.adaptive_clip(), 100));
+    auto grid = privacy::ChooseSkellamParams(c, z_delta, kClients, 8, kParams);
+    ASSERT_TRUE(grid.ok());
+    for (size_t j = 0; j < kParams; ++j) {
+      // The rounding errs by under one unit per survivor.
+      const double noise = static_cast<int32_t>(seen[r].sum[j]) - grid->scale * signal[j];
+      chi2 += noise * noise / (grid->variance * survivors / 8);
+    }
+    ASSERT_TRUE(privacy::ChargeAdaptiveSkellamRounds(accountant, *grid, *count_grid).ok());
+    EXPECT_NEAR(rounds[r].dp_epsilon, accountant.Spent(1e-5)->epsilon, 1e-9) << r + 1;
+  }
+  EXPECT_GT(rounds[2].dp_next_clip_norm, 0.5);  // 0.5 / 0.9 unclipped: C grew.
+  const double df = 3 * kParams, h = 2.0 / (9.0 * df);
+  auto quantile = [&](double z) { return df * std::pow(1 - h + z * std::sqrt(h), 3); };
+  std::printf("update noise at z_delta %.4f: chi-square %.2f on %.0f (bounds %.2f, %.2f)\n",
+              z_delta, chi2, df, quantile(-6.0), quantile(6.0));
+  EXPECT_GT(chi2, quantile(-6.0));
+  EXPECT_LT(chi2, quantile(6.0));
 }
 
 // No grid keeps the 32-bit sum of a billion clients from wrapping: the
