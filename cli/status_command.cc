@@ -156,6 +156,20 @@ std::string DistributedEpsilons(const config::PrivacyConfig& p,
           : std::string("no budget"));
 }
 
+// "clip norm C" or, under adaptive clipping, where C started and where
+// the last round left it (each round's C is in the clip_norm column).
+std::string ClipNormText(const config::PrivacyConfig& p,
+                         const std::vector<store::RoundRecord>& rounds) {
+  if (!p.has_adaptive_clip()) return "clip norm " + Number(p.clip_norm());
+  std::string text = "adaptive clip norm from " + Number(p.clip_norm()) + " (target quantile " +
+                     Number(p.adaptive_clip().target_quantile()) + ")";
+  if (!rounds.empty() && rounds.back().dp_next_clip_norm > 0) {
+    text += ", " + Number(rounds.back().dp_next_clip_norm) + " for round " +
+            std::to_string(rounds.back().round + 1);
+  }
+  return text;
+}
+
 // Central DP's settings and what the run has spent, and what was accounted:
 // a fixed-size cohort drawn without replacement, replace-one adjacency, the
 // noise against the 2 x clip norm a replaced client moves the sum by
@@ -170,17 +184,18 @@ void PrintPrivacy(const config::RunConfig& config, const std::vector<store::Roun
   if (p.mechanism() == config::DISTRIBUTED_SKELLAM) {
     std::printf(
         "privacy: distributed DP (Skellam noise from the clients under secure aggregation), "
-        "noise multiplier %g, clip norm %g; %s; replace-one adjacency (a replaced client moves "
+        "noise multiplier %g, %s; %s; replace-one adjacency (a replaced client moves "
         "the sum by up to 2 x its clipped, rounded update; docs/privacy.md)\n",
-        p.noise_multiplier(), p.clip_norm(), DistributedEpsilons(p, rounds, q).c_str());
+        p.noise_multiplier(), ClipNormText(p, rounds).c_str(),
+        DistributedEpsilons(p, rounds, q).c_str());
     return;
   }
   std::printf(
-      "privacy: DP-FedAvg, noise multiplier %g, clip norm %g; epsilon %.4g at delta %g after "
+      "privacy: DP-FedAvg, noise multiplier %g, %s; epsilon %.4g at delta %g after "
       "round %u (%s), accounted as a fixed-size cohort sampled without replacement at q=%s, "
       "replace-one adjacency (noise multiplier %s / 2: a replaced client moves the sum by up "
       "to 2 x clip norm; docs/privacy.md)\n",
-      p.noise_multiplier(), p.clip_norm(), eps, p.target_delta(),
+      p.noise_multiplier(), ClipNormText(p, rounds).c_str(), eps, p.target_delta(),
       rounds.empty() ? 0u : rounds.back().round,
       p.epsilon_budget() > 0 ? ("budget " + Number(p.epsilon_budget())).c_str() : "no budget",
       q.c_str(), Number(p.noise_multiplier()).c_str());

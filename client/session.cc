@@ -662,7 +662,19 @@ void Session::OnWelcome(const wire::Welcome& w, Actions& a) {
                                   " bytes, at most " + std::to_string(kMaxRunNonceBytes));
     return;
   }
-  if (!welcomed_) env_->Log().info("registered with run {}", w.run_name());
+  if (!welcomed_) {
+    env_->Log().info("registered with run {} (nonce {})", Printable(w.run_name()),
+                     Printable(w.run_nonce()));
+  } else if (w.run_name() != run_name_ || w.run_nonce() != run_nonce_) {
+    // Distributed DP's ledger counts the rounds of another run apart: say so
+    // (a coordinator that changes its nonce gets fresh ledger entries, as
+    // one that renames its run does; --dp-max-rounds still holds).
+    env_->Log().warn(
+        "the coordinator now names run {} (nonce {}), not {} (nonce {}): its rounds count as "
+        "another run's in the ledger of noised rounds",
+        Printable(w.run_name()), Printable(w.run_nonce()), Printable(run_name_),
+        Printable(run_nonce_));
+  }
   run_name_ = w.run_name();
   run_nonce_ = w.run_nonce();
   welcomed_ = true;

@@ -92,8 +92,22 @@ TEST_F(SessionTest, LinesGoToTheInjectedEnvsLogger) {
       "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, nullptr,
       FaultPlan{}, InputObserver{}, &env);
   s.Start(0);
-  s.OnMessage(Welcome(), 300);
-  EXPECT_NE(out.str().find("registered with run"), std::string::npos) << out.str();
+  net::Envelope welcome = Welcome();
+  welcome.header.mutable_welcome()->set_run_name("mnist");
+  welcome.header.mutable_welcome()->set_run_nonce("0123abcd");
+  s.OnMessage(welcome, 300);
+  EXPECT_NE(out.str().find("registered with run mnist (nonce 0123abcd)"), std::string::npos)
+      << out.str();
+  // The same run again (a reconnect) says nothing; another nonce is said.
+  s.OnMessage(welcome, 350);
+  EXPECT_EQ(out.str().find("now names"), std::string::npos) << out.str();
+  welcome.header.mutable_welcome()->set_run_nonce("ffff\n");
+  s.OnMessage(welcome, 400);
+  EXPECT_NE(out.str().find("the coordinator now names run mnist (nonce ffff?), not mnist (nonce "
+                           "0123abcd): its rounds count as another run's in the ledger of noised "
+                           "rounds"),
+            std::string::npos)
+      << out.str();
 }
 
 // FedNova (train.fednova): the plain update is the delta divided by the

@@ -406,6 +406,32 @@ TEST(AdaptiveDistributedDpTest, TheUnmaskedCountMovesTheClipAndTheGridFollows) {
   EXPECT_EQ(plain->skellam()->l2_bound, at_z->l2_bound);
 }
 
+// One client's count word can hold anything up to 2^31 (about ±1024
+// counts at the grid of 2^21): the count is clamped to [0, cohort], so a
+// round moves C at most exp(±learning rate), as a whole honest cohort on
+// one side would. Central DP's rule is unchanged.
+TEST(AdaptiveDistributedDpTest, AHostileCountWordMovesTheClipNoFurtherThanAWholeCohort) {
+  const config::RunConfig config = DistributedAdaptiveConfig(1.0, 1.0, 0.6);
+  const config::AdaptiveClipConfig& rule = config.privacy().adaptive_clip();
+  for (const auto& [hostile, clamped] : {std::pair{1024.0, 10.0}, std::pair{-1024.0, 0.0},
+                                         std::pair{1e300, 10.0}, std::pair{-11.5, 0.0}}) {
+    auto dp = MakeDistributedDp(config);
+    std::vector<float> model(4, 0.0f);
+    const store::RoundRecord r = RunDistributedRound(*dp, 1, hostile, model);
+    EXPECT_EQ(r.dp_next_clip_norm, NextClipNorm(1.0, clamped, 10, rule)) << hostile;
+    EXPECT_GE(r.dp_next_clip_norm, std::exp(-0.5 * 0.5)) << hostile;
+    EXPECT_LE(r.dp_next_clip_norm, std::exp(0.5 * 0.5)) << hostile;
+  }
+  auto dp = MakeDistributedDp(config);
+  std::vector<float> model(4, 0.0f);
+  dp->BeginRound(1, 10, 100);
+  dp->SetClipCount(std::nan(""));
+  const Status s = dp->Aggregate(std::vector<float>(4, 0.0f), model);
+  EXPECT_EQ(s.message(), "privacy: the round's clipped count is not finite");
+  (void)dp->EndRound();
+  EXPECT_EQ(dp->EndRoundClip().next_clip_norm, 1.0);
+}
+
 // The accountant charges the update at z_Δ composed with the count
 // (privacy::ChargeAdaptiveSkellamRounds): about what a fixed clip at z
 // charges, and more than the update alone at z_Δ (a test that fails if the

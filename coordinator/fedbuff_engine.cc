@@ -117,7 +117,7 @@ Status FedBuffEngine::OpenStore(std::vector<float> init_model, std::string code_
                         crypto::Sha256Hex(text),
                         config_.fedbuff().concurrency(),
                         evaluates ? "cpu" : "",
-                        NewRunNonce(*env_)};
+                        KeptOrNewRunNonce(existing, *env_)};
     run_nonce_ = info.run_nonce;
     store::Checkpoint initial{0, init_model, {}};
     strategy_->SaveState(initial);

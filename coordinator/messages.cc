@@ -57,6 +57,11 @@ std::string NewRunNonce(Env& env) {
   return crypto::Hex(bytes);
 }
 
+std::string KeptOrNewRunNonce(const std::optional<store::RunInfo>& existing, Env& env) {
+  if (existing.has_value() && !existing->run_nonce.empty()) return existing->run_nonce;
+  return NewRunNonce(env);
+}
+
 Outgoing HeartbeatAckMessage(const std::string& peer) {
   wire::Header h = NewHeader();
   h.mutable_heartbeat_ack();

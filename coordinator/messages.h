@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "common/env.h"
 #include "proto/config.pb.h"
 #include "proto/wire.pb.h"
+#include "store/run_store.h"
 
 namespace cohort::coordinator {
 
@@ -44,6 +46,11 @@ Outgoing WelcomeMessage(const std::string& peer, const std::string& name,
                         const std::string& run_nonce);
 // A new run's nonce: 16 bytes from `env`'s RandomBytes, as 32 hex digits.
 std::string NewRunNonce(Env& env);
+// The nonce of a run about to be created over `existing` (the store's run,
+// if any): a run that had committed no round yet and is replaced by
+// another config keeps its nonce, since its clients may have noised its
+// first round before the restart (client/dp_ledger.h); else a new one.
+std::string KeptOrNewRunNonce(const std::optional<store::RunInfo>& existing, Env& env);
 Outgoing HeartbeatAckMessage(const std::string& peer);
 // The run is over after `rounds` committed rounds.
 Outgoing FinishedMessage(const std::string& peer, uint32_t rounds);

@@ -138,7 +138,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
                         crypto::Sha256Hex(config_text),
                         rc.start_clients() > 0 ? rc.start_clients() : rc.min_clients(),
                         evaluates ? "cpu" : "",
-                        NewRunNonce(*env)};
+                        KeptOrNewRunNonce(existing, *env)};
     engine->run_nonce_ = info.run_nonce;
     COHORT_RETURN_IF_ERROR(engine->SetUpDistributedDp(init_model.size()));
     store::Checkpoint initial{0, init_model, {}};

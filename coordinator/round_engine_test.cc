@@ -757,6 +757,13 @@ TEST_F(RoundEngineTest, TheRunNonceIsKeptAcrossAResumeAndNewForANewRun) {
   EXPECT_EQ(store_->LoadRun().value()->run_nonce, nonce);
   Start(config_);  // "Crash" and restart on the same store.
   EXPECT_EQ(nonce_sent("a1"), nonce);
+  // Restarted with another config before any round committed: the run is
+  // replaced, its nonce kept (its clients may have noised round 1).
+  config::RunConfig replaced = config_;
+  replaced.set_seed(12);
+  Start(replaced);
+  EXPECT_EQ(store_->LoadRun().value()->seed, 12u);
+  EXPECT_EQ(nonce_sent("a3"), nonce);
   store_.reset();  // A new run directory.
   Start(config_);
   EXPECT_NE(nonce_sent("a2"), nonce);

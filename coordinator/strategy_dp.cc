@@ -184,8 +184,16 @@ Status DpStrategy::TakeTheCount() {
         "privacy: adaptive clipping under distributed DP, but the round's sum carried no "
         "clipped-count word");
   }
-  next_clip_ = NextClipNorm(clip_, *noisy_count_, static_cast<uint32_t>(cohort_),
-                            privacy_.adaptive_clip(), max_clip_);
+  // The count is the sum of the clients' words, and one client's word can
+  // hold anything up to 2^31: clamped to what a cohort can count (post-
+  // processing, free of privacy cost), a hostile word moves C at most as
+  // far as a whole honest cohort on one side would, exp(±learning rate).
+  if (!std::isfinite(*noisy_count_)) {
+    return InvalidArgumentError("privacy: the round's clipped count is not finite");
+  }
+  const double count = std::clamp(*noisy_count_, 0.0, static_cast<double>(cohort_));
+  next_clip_ = NextClipNorm(clip_, count, static_cast<uint32_t>(cohort_), privacy_.adaptive_clip(),
+                            max_clip_);
   // The next round's grid follows its C; a C no grid fits leaves the model
   // unchanged (the round aborts) and C where it was.
   auto next = SkellamAt(next_clip_);

@@ -4,10 +4,10 @@
 //
 // Input: a flags byte (bit 0: write the body's true CRC-32 into the header,
 // so the fuzzer reaches past the checksum; bit 1: a cap of one more round
-// than the file holds, else none), the round to ask for (four bytes), then
-// the file. Checks that an unreadable ledger is refused by every call,
-// naming the file, and never written; that a readable one takes a new
-// round once, counting it, and refuses it the second time.
+// than the file holds, else none; bit 2: first try a cap the file has
+// reached), the round to ask for (four bytes), then the file. Checks that an unreadable ledger is
+// refused by every call, naming the file, and never written; that a readable one takes a new round
+// once, counting it, and refuses it the second time.
 #include <stdlib.h>
 
 #include <filesystem>
@@ -82,8 +82,14 @@ void Run(FuzzInput& in) {
   FUZZ_CHECK(data.size() >= 20 && data.compare(0, 8, "CHTDPLG1") == 0, "read a non-ledger");
   uint32_t stored_crc = 0;
   std::memcpy(&stored_crc, data.data() + 16, 4);
-  FUZZ_CHECK(Crc32({rest.data() + 20, rest.size() - 20}) == stored_crc || (flags & 1) != 0,
+  FUZZ_CHECK(Crc32({rest.data() + 20, rest.size() - 20}) == stored_crc,
              "read a ledger whose CRC-32 does not match its body");
+  if ((flags & 4) != 0 && *total > 0 && !*contains) {
+    // A cap the ledger has reached already: refused, nothing written.
+    const Status full = ledger.Record(run, round, *total).status();
+    FUZZ_CHECK(full.code() == StatusCode::kResourceExhausted, "a round past the cap was recorded");
+    FUZZ_CHECK(Slurp(path) == data, "a refused round changed the ledger");
+  }
   const size_t cap = (flags & 2) != 0 ? *total + 1 : 0;
   const StatusOr<size_t> recorded = ledger.Record(run, round, cap);
   if (*contains) {

@@ -67,6 +67,12 @@ TEST(AdaptiveClipRunTest, SimulateMovesTheClipAndStatusShowsIt) {
 
   ASSERT_EQ(RunCohort({"status", "--run-dir", dir / "run"}, &out, dir / "status.log"), 0);
   EXPECT_NE(out.find("  epsilon clip_norm\n"), std::string::npos) << out;
+  char line[160];
+  std::snprintf(line, sizeof(line),
+                "privacy: DP-FedAvg, noise multiplier 1, adaptive clip norm from 0.01 (target "
+                "quantile 0.5), %.6g for round 5; epsilon ",
+                rounds[3].dp_next_clip_norm);
+  EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
   for (const auto& r : rounds) {
     char cell[32];
     std::snprintf(cell, sizeof(cell), " %9.4g\n", r.dp_clip_norm);
@@ -202,6 +208,9 @@ TEST(AdaptiveClipRunTest, DistributedDpMovesTheClipUnderSecAggPlusWithDropouts) 
   EXPECT_GE(short_rounds, 1);  // Dropouts were in the sums.
   ASSERT_EQ(RunCohort({"status", "--run-dir", dir / "run"}, &out, dir / "status.log"), 0);
   EXPECT_NE(out.find(" clip_norm\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("noise multiplier 1, adaptive clip norm from 0.01 (target quantile 0.5), "),
+            std::string::npos)
+      << out;
 }
 
 // SIGKILLed inside round 3's commit and started again: the run resumes

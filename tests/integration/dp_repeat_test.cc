@@ -121,7 +121,9 @@ TEST(DpRepeatTest, AClientPinnedToMoreNoiseRefusesEveryRoundAndTheOthersFinish) 
       << log;
   EXPECT_NE(log.find("this client's noise multiplier 2 needs"), std::string::npos) << log;
   auto store = std::move(store::OpenSqliteRunStore(run_dir + "/run.db")).value();
-  for (const auto& r : std::move(store->Rounds()).value()) {
+  const auto rounds = std::move(store->Rounds()).value();
+  ASSERT_EQ(rounds.size(), 2u);
+  for (const auto& r : rounds) {
     EXPECT_EQ(r.outcome, "committed") << r.outcome_reason;
     EXPECT_EQ(r.participants, 5u);
   }
