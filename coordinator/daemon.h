@@ -1,4 +1,5 @@
-// The coordinator daemon: binds a RoundEngine to a ZeroMQ ROUTER socket.
+// The coordinator daemon: binds the run's protocol engine (RoundEngine, or
+// FedBuffEngine for a fedbuff run) to a ZeroMQ ROUTER socket.
 #ifndef COHORT_COORDINATOR_DAEMON_H_
 #define COHORT_COORDINATOR_DAEMON_H_
 
