@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "proto/checkpoint.pb.h"
@@ -291,6 +292,37 @@ TEST(FedBuffEngineTest, ARevokedClientIsDrawnIntoNoGroup) {
             (std::set<std::string>{"c0", "c3"}));
   // A member of a group in flight is rejected by its group's engine.
   EXPECT_TRUE(Rejected(engine->Revoke("c1", "key revoked", 4), "c1"));
+  EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+}
+
+// A revoked member is not freed when its group closes: the group commits
+// without it and the next group is drawn from the others.
+TEST(FedBuffEngineTest, ARevokedMemberIsNotFreedWhenItsGroupCloses) {
+  config::RunConfig config = Config();
+  config.mutable_rounds()->set_min_clients(1);
+  config.mutable_fedbuff()->set_concurrency(2);  // One group at a time.
+  auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
+  auto engine = std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f),
+                                                store.get(), Evaluator(), "test"))
+                    .value();
+  (void)engine->OnMessage("c0", Hello("c0"), 0, nullptr);
+  std::optional<wire::RoundTask> task;
+  for (const Outgoing& o : engine->OnMessage("c1", Hello("c1"), 1, nullptr)) {
+    if (o.peer == "c0" && o.header.has_task()) task = o.header.task();
+  }
+  ASSERT_TRUE(task.has_value());
+  EXPECT_TRUE(Rejected(engine->Revoke("c1", "key revoked", 2), "c1"));
+  net::Envelope update;
+  update.header.set_version(wire::VERSION_1);
+  update.header.mutable_update()->set_round(task->round());
+  update.header.mutable_update()->set_task_id(task->task_id());
+  update.header.mutable_update()->set_num_samples(100);
+  update.payloads.push_back(std::vector<float>(kParams, 1.0f));
+  EXPECT_TRUE(Tasked(engine->OnMessage("c0", update, 3, nullptr)).empty())
+      << "a group opened with the revoked c1";
+  EXPECT_EQ(engine->last_committed_round(), 1u);
+  EXPECT_EQ(Tasked(engine->OnMessage("c2", Hello("c2"), 4, nullptr)),
+            (std::set<std::string>{"c0", "c2"}));
   EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
 }
 

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <regex>
 
@@ -215,6 +216,51 @@ TEST(FedBuffDaemonTest, AScheduledClientThatDoesNotReturnIsNamed) {
       log, std::regex("fedbuff: resuming after version [0-9]+: client " + gone +
                       " of the committed schedule has not registered within 3 s of the restart")))
       << log;
+}
+
+// SIGHUP with a client's key gone from the allowlist (CURVE): the client is
+// rejected, leaves its group, is drawn into no later group, and the run
+// completes with the six others.
+TEST(FedBuffDaemonTest, ARevokedClientLeavesAndJoinsNoLaterGroup) {
+  constexpr int kWithRevoked = kClients + 1;
+  Cluster c("fedbuff-daemon-revoke", kWithRevoked);
+  std::vector<int> all;
+  for (int k = 0; k < kWithRevoked; ++k) all.push_back(k);
+  c.EnableCurve(all);
+  constexpr int kVersions = 100;
+  const std::string config = FedBuffConfig(c, kVersions);
+  const std::string run_dir = c.dir() / "run";
+  const std::string endpoint = c.StartCoordinator(config, run_dir);
+  for (int k = 0; k < kWithRevoked; ++k) c.StartClient(k, endpoint);
+  const std::string revoked = ClientName(kClients);
+  ASSERT_TRUE(WaitForText(c.coordinator_log(), "client " + revoked + " registered",
+                          std::chrono::seconds(60)))
+      << ReadFile(c.coordinator_log());
+  ASSERT_TRUE(c.coordinator().WaitForLine("round ")) << ReadFile(c.coordinator_log());
+  std::filesystem::remove(c.dir() / ("allow/" + revoked + ".pub"));
+  c.coordinator().Signal(SIGHUP);
+  ASSERT_EQ(c.coordinator().Wait(std::chrono::seconds(120)), 0) << ReadFile(c.coordinator_log());
+  for (int k = 0; k < kClients; ++k) {
+    EXPECT_EQ(c.client(k).Wait(), 0) << "client " << k << ": " << ReadFile(c.client_log(k));
+  }
+  EXPECT_EQ(c.client(kClients).Wait(), 1) << ReadFile(c.client_log(kClients));
+  EXPECT_NE(ReadFile(c.client_log(kClients)).find("coordinator rejected this client: key revoked"),
+            std::string::npos)
+      << ReadFile(c.client_log(kClients));
+
+  // The versions committed before the revocation took effect; the (at most
+  // two) groups in flight then commit next; no group opened later has it.
+  const std::string log = ReadFile(c.coordinator_log());
+  const size_t at = log.find("client " + revoked + ": key revoked");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int before = CountOf(log.substr(0, at), "fedbuff: version ");
+  EXPECT_EQ(CountOf(log, "fedbuff: version "), kVersions) << log;
+  auto store = OrThrow(store::OpenSqliteRunStore(run_dir + "/run.db"), "open run.db");
+  for (int v = before + 3; v <= kVersions; ++v) {
+    for (const auto& r : OrThrow(store->ClientRounds(v), "clients")) {
+      EXPECT_NE(r.client, revoked) << "version " << v << " (revoked after " << before << ")";
+    }
+  }
 }
 
 // What the daemon does not run with fedbuff, each refusal naming both.
