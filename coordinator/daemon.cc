@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -81,10 +82,11 @@ Status CheckDaemonOptions(const DaemonOptions& options) {
   return net::CheckEndpoint("--bind", options.bind);
 }
 
-// The first round's secure-aggregation plan, and a warning when it
-// tolerates no dropout (coordinator/secagg_plan.h).
+// The first round's (FedBuff: each group's) secure-aggregation plan, and a
+// warning when it tolerates no dropout (coordinator/secagg_plan.h).
 void AnnouncePlan(const config::RunConfig& config) {
-  const uint32_t first = FirstRoundClients(config);
+  const uint32_t first =
+      config.has_fedbuff() ? config.fedbuff().buffer_size() : FirstRoundClients(config);
   for (const std::string& line : DescribePlan(config, first)) spdlog::info("plan: {}", line);
   if (auto warning = NoDropoutWarning(config, first)) spdlog::warn("{}", *warning);
 }
@@ -102,6 +104,32 @@ RoundEngine::SumObserver DumpSumsTo(const std::string& dir) {
         if (st.ok()) st = WriteFileAtomically(base + ".names", list);
         if (!st.ok()) spdlog::error("--dump-sums: {}", st.message());
       };
+}
+
+// What the daemon cannot do for a fedbuff run (the config's own
+// conflicts are refused when it is loaded: proto/config_io.cc CheckFedBuff),
+// refused before the run directory is touched.
+Status CheckFedBuffOptions(const DaemonOptions& options) {
+  if (options.config.has_fedbuff() && !options.dump_sums.empty()) {
+    return InvalidArgumentError(
+        "--dump-sums and fedbuff: the daemon dumps the unmasked sums of synchronous rounds; a "
+        "fedbuff group's sum stays inside its group's engine and is not dumped (leave out "
+        "--dump-sums)");
+  }
+  return OkStatus();
+}
+
+// The engine the run has, set up for the daemon: --dump-sums on synchronous
+// rounds; a resumed FedBuff run waits rounds.client_timeout_s for the
+// clients of its schedule to register again (they reconnect by themselves).
+ProtocolEngine* PrepareEngine(const DaemonOptions& options, OpenRun& run) {
+  if (run.fedbuff) {
+    run.fedbuff->set_registration_grace(static_cast<TimeMs>(
+        std::llround(double{options.config.rounds().client_timeout_s()} * 1000)));
+  } else if (!options.dump_sums.empty()) {
+    run.engine->set_sum_observer(DumpSumsTo(options.dump_sums));
+  }
+  return run.protocol();
 }
 
 // Who may connect: under CURVE the ZAP handler (bound before the ROUTER
@@ -152,8 +180,8 @@ int64_t ConfigureRouter(const DaemonOptions& options, zmq::socket_t& socket) {
 }
 
 // Binds, then says where: the log, --endpoint-file and stdout.
-Status BindAndAnnounce(const DaemonOptions& options, int64_t max_frame, const RoundEngine& engine,
-                       zmq::socket_t& socket) {
+Status BindAndAnnounce(const DaemonOptions& options, int64_t max_frame,
+                       const ProtocolEngine& engine, zmq::socket_t& socket) {
   try {
     socket.bind(options.bind);
   } catch (const zmq::error_t& e) {
@@ -165,8 +193,9 @@ Status BindAndAnnounce(const DaemonOptions& options, int64_t max_frame, const Ro
       max_frame, options.handshake_timeout_ms, options.max_unauthenticated,
       (static_cast<uint64_t>(max_frame) * options.max_unauthenticated) >> 20);
   const std::string endpoint = net::LastEndpoint(socket);
-  spdlog::info("listening on {} (run {}, {} parameters, resuming after round {})", endpoint,
-               options.config.name(), engine.num_params(), engine.last_committed_round());
+  spdlog::info("listening on {} (run {}, {} parameters, resuming after {} {})", endpoint,
+               options.config.name(), engine.num_params(),
+               options.config.has_fedbuff() ? "version" : "round", engine.last_committed_round());
   if (!options.endpoint_file.empty()) {
     COHORT_RETURN_IF_ERROR(WriteFileAtomically(options.endpoint_file, endpoint + "\n"));
   }
@@ -175,19 +204,34 @@ Status BindAndAnnounce(const DaemonOptions& options, int64_t max_frame, const Ro
   return OkStatus();
 }
 
+// The engine's time line (protocol_engine.h) on the daemon's steady clock:
+// made at the daemon's start, it reads the engine's start_time() then (0,
+// or for a resumed FedBuff run the opening of its earliest group in flight)
+// and goes on with the steady clock. A resumed run's groups re-open at
+// their engine times as they come; their deadlines run from there.
+class EngineClock {
+ public:
+  explicit EngineClock(TimeMs start) : offset_(start - SteadyNowMs()) {}
+  TimeMs Now() const { return SteadyNowMs() + offset_; }
+
+ private:
+  TimeMs offset_;
+};
+
 // The daemon's I/O loop: the one place the engine meets the socket and the
 // real clock. Polls the ROUTER (and ZAP), hands the engine every decoded
 // message and the time, and sends what it returns.
 class IoLoop {
  public:
   // `metrics` (may be null) gets every committed round, with its clients'
-  // records read back from `store`.
-  IoLoop(const DaemonOptions& options, RoundEngine& engine, zmq::socket_t& socket,
+  // records read back from `store`. The engine's clock starts now.
+  IoLoop(const DaemonOptions& options, ProtocolEngine& engine, zmq::socket_t& socket,
          Security& security, net::ConnectionGuard& guard, store::RunStore& store,
          CoordinatorMetrics* metrics)
       : options_(options),
         config_(options.config),
         engine_(engine),
+        clock_(engine.start_time()),
         socket_(socket),
         security_(security),
         guard_(guard),
@@ -205,8 +249,8 @@ class IoLoop {
     while (!stop.load()) {
       if (options_.reload != nullptr && options_.reload->exchange(false)) Reload();
       if (engine_.done()) {
-        if (!done_at) done_at = SteadyNowMs();
-        const TimeMs now = SteadyNowMs();
+        if (!done_at) done_at = clock_.Now();
+        const TimeMs now = clock_.Now();
         if (engine_.all_acknowledged_finish(now) || now - *done_at > grace_ms) break;
       }
       if (!engine_.store_error().ok()) return engine_.store_error();
@@ -214,7 +258,8 @@ class IoLoop {
       if (!polled.ok()) return polled.status();
       if (!*polled) continue;
       Drain();
-      SendAll(engine_.OnTick(SteadyNowMs()));
+      ticked_at_ = clock_.Now();
+      SendAll(engine_.OnTick(*ticked_at_));
     }
     return OkStatus();
   }
@@ -222,11 +267,15 @@ class IoLoop {
  private:
   // Waits for a message, the engine's next deadline, or at most 200 ms (to
   // see `stop`: signals do not interrupt zmq_poll reliably across
-  // versions). False when interrupted.
+  // versions). A deadline the last tick already reached is one the engine
+  // waits out for a message (a resumed FedBuff group waiting for its
+  // members to register): no busy loop on it. False when interrupted.
   StatusOr<bool> Poll() {
-    const TimeMs now = SteadyNowMs();
+    const TimeMs now = clock_.Now();
     TimeMs wait = 200;
-    if (auto next = engine_.NextWakeup()) wait = std::clamp<TimeMs>(*next - now, 0, 200);
+    if (auto next = engine_.NextWakeup(); next && (!ticked_at_ || *next > *ticked_at_)) {
+      wait = std::clamp<TimeMs>(*next - now, 0, 200);
+    }
     net::ZapHandler* zap = security_.zap.get();
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                {zap ? zap->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
@@ -243,7 +292,7 @@ class IoLoop {
   // Hands the engine everything that is ready, then lets time advance.
   void Drain() {
     for (int budget = 0; budget < 10000 && net::TryReceive(socket_, true, raw_); ++budget) {
-      const TimeMs now = SteadyNowMs();
+      const TimeMs now = clock_.Now();
       guard_.Authenticated(raw_.source_fd);
       auto envelope = net::DecodeEnvelope(raw_.frames, engine_.limits());
       if (!envelope.ok()) {
@@ -259,10 +308,10 @@ class IoLoop {
           continue;
         }
         peers_of_[raw_.user_id].insert(raw_.peer);
-        const RoundEngine::AuthenticatedPeer sender{raw_.user_id, identity->second};
+        const AuthenticatedPeer sender{raw_.user_id, identity->second};
         SendAll(engine_.OnMessage(raw_.peer, *envelope, now, &sender));
       } else {
-        SendAll(engine_.OnMessage(raw_.peer, *envelope, now));
+        SendAll(engine_.OnMessage(raw_.peer, *envelope, now, nullptr));
       }
     }
   }
@@ -300,7 +349,7 @@ class IoLoop {
       refused_.erase(name);
       for (const std::string& peer : peers_of_[name]) revoked_peers_.insert(peer);
       peers_of_.erase(name);
-      SendAll(engine_.Revoke(name, kRevokedReason, SteadyNowMs()));
+      SendAll(engine_.Revoke(name, kRevokedReason, clock_.Now()));
     }
   }
 
@@ -342,7 +391,9 @@ class IoLoop {
 
   const DaemonOptions& options_;
   const config::RunConfig& config_;
-  RoundEngine& engine_;
+  ProtocolEngine& engine_;
+  EngineClock clock_;
+  std::optional<TimeMs> ticked_at_;  // The engine time of the last OnTick.
   zmq::socket_t& socket_;
   Security& security_;
   net::ConnectionGuard& guard_;
@@ -360,16 +411,11 @@ class IoLoop {
 
 Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop) {
   COHORT_RETURN_IF_ERROR(CheckDaemonOptions(options));
-  if (options.config.has_fedbuff()) {
-    return InvalidArgumentError(
-        "fedbuff: the coordinator daemon does not run buffered asynchronous aggregation yet; "
-        "`cohort simulate` does");
-  }
+  COHORT_RETURN_IF_ERROR(CheckFedBuffOptions(options));
   COHORT_ASSIGN_OR_RETURN(
       OpenRun run, OpenFederatedRun(options.config, options.run_dir, nullptr, "cohort coordinator",
                                     options.initial_model));
-  RoundEngine* engine = run.engine.get();
-  if (!options.dump_sums.empty()) engine->set_sum_observer(DumpSumsTo(options.dump_sums));
+  ProtocolEngine* engine = PrepareEngine(options, run);
   std::optional<CoordinatorMetrics> metrics;
   if (options.metrics != nullptr) {
     metrics.emplace(options.metrics->registry(), options.config.train().local_epochs());

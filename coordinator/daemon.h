@@ -1,4 +1,5 @@
-// The coordinator daemon: binds a RoundEngine to a ZeroMQ ROUTER socket.
+// The coordinator daemon: binds the run's protocol engine (RoundEngine, or
+// FedBuffEngine for a fedbuff run) to a ZeroMQ ROUTER socket.
 #ifndef COHORT_COORDINATOR_DAEMON_H_
 #define COHORT_COORDINATOR_DAEMON_H_
 
@@ -40,7 +41,8 @@ struct DaemonOptions {
   int handshake_timeout_ms = net::kHandshakeTimeoutMs;
   size_t max_unauthenticated = net::kMaxUnauthenticatedConnections;
   // Debugging: write each securely aggregated round's unmasked sum to
-  // DIR/round-N.u32 and the names it holds to DIR/round-N.names.
+  // DIR/round-N.u32 and the names it holds to DIR/round-N.names
+  // (synchronous rounds only: refused with fedbuff).
   std::string dump_sums;
   // A model.external run's initial values (open_run.h): an .npz.
   std::string initial_model;
@@ -52,6 +54,14 @@ struct DaemonOptions {
 // Runs until the configured rounds are committed (OK), `stop` becomes true
 // (kCancelled; committed rounds stay committed), or the store fails. Prints
 // one line per committed round on stdout.
+//
+// A fedbuff config runs FedBuffEngine's groups (one line per committed
+// version); kInvalidArgument with `dump_sums`. The engine's times run from
+// the run's start: the daemon's steady clock, offset so that the engine's
+// time at start is its start_time() (protocol_engine.h). A resumed fedbuff
+// run re-opens its groups in flight as their members register again and
+// stops, naming the client, if one its schedule names has not registered
+// rounds.client_timeout_s after the start.
 Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace cohort::coordinator

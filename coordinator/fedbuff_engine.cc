@@ -99,7 +99,9 @@ FedBuffEngine::FedBuffEngine(const config::RunConfig& config, store::RunStore* s
       env_(env),
       group_env_(GroupEnv(env)),
       clients_(static_cast<TimeMs>(std::llround(double{config.rounds().client_timeout_s()} * 1000)),
-               env) {}
+               env) {
+  idle_limits_.max_header_bytes = config.net().max_header_bytes();
+}
 
 Status FedBuffEngine::OpenStore(std::vector<float> init_model, std::string code_version,
                                 bool evaluates) {
@@ -284,7 +286,8 @@ void FedBuffEngine::OnHello(const std::string& peer, const net::Envelope& envelo
   m.peer = peer;
   m.hello = envelope;
   m.sender = sender != nullptr ? std::optional<AuthenticatedPeer>(*sender) : std::nullopt;
-  if (is_new && scheduled_.count(name) == 0) {
+  const bool was_revoked = std::exchange(m.revoked, false);
+  if ((is_new && scheduled_.count(name) == 0) || (was_revoked && m.group == 0)) {
     free_.push_back(name);  // A resumed schedule already places the clients it names.
   } else if (m.group != 0) {
     // Its group's engine decides what a reconnection means for the round.
@@ -405,6 +408,7 @@ Status FedBuffEngine::StartGroup(Group g, TimeMs now, std::vector<Outgoing>& out
   COHORT_ASSIGN_OR_RETURN(g.engine,
                           RoundEngine::Create(GroupConfig(g.id), g.base, g.store.get(), Evaluator(),
                                               "fedbuff group", group_env_.get()));
+  idle_limits_ = g.engine->limits();  // Before its round starts.
   Group& placed = groups_.emplace(g.id, std::move(g)).first->second;
   env_->Log().debug("fedbuff: group {} of {} clients from version {}", placed.id,
                     placed.members.size(), placed.base_version);
@@ -438,8 +442,9 @@ void FedBuffEngine::CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out) {
                        records.empty() ? "no record" : records.back().outcome_reason);
     }
     for (const std::string& name : g.members) {
-      members_.at(name).group = 0;
-      free_.push_back(name);
+      Member& m = members_.at(name);
+      m.group = 0;
+      if (!m.revoked) free_.push_back(name);
     }
     it = groups_.erase(it);
   }
@@ -503,15 +508,20 @@ void FedBuffEngine::Finish(std::vector<Outgoing>& out) {
 
 std::vector<Outgoing> FedBuffEngine::OnTick(TimeMs now) {
   std::vector<Outgoing> out;
-  if (resume_at_.has_value()) {
-    // A driver ticks once the registrations at its start are in: each
-    // client the schedule names must be here by now.
+  if (resume_at_.has_value() && now >= start_time_ + registration_grace_) {
+    // A driver ticks once the registrations at its start are in (or, with
+    // a grace, once it has passed): each client the schedule names must be
+    // here by now.
+    const std::string within =
+        registration_grace_ > 0
+            ? " within " + std::to_string(registration_grace_ / 1000) + " s of the restart"
+            : "";
     for (const std::string& name : scheduled_) {
       if (members_.count(name) == 0 && store_error_.ok()) {
         store_error_ = FailedPreconditionError(
             "fedbuff: resuming after version " + std::to_string(version_) + ": client " + name +
-            " of the committed schedule has not registered (the run's clients changed, or it is "
-            "offline)");
+            " of the committed schedule has not registered" + within +
+            " (the run's clients changed, or it is offline)");
       }
     }
     if (now >= *resume_at_) resume_ticked_ = true;
@@ -519,6 +529,50 @@ std::vector<Outgoing> FedBuffEngine::OnTick(TimeMs now) {
   for (auto& [id, g] : groups_) Forward(g.engine->OnTick(now), out);
   CloseDoneGroups(now, out);
   return out;
+}
+
+std::vector<Outgoing> FedBuffEngine::OnMalformed(const std::string& peer, const Status& why) {
+  const std::string* name = clients_.NameOf(peer);
+  env_->Log().warn("rejected message from {}: {}", name ? *name : "unregistered peer",
+                   why.message());
+  std::vector<Outgoing> out;
+  out.push_back(ErrorMessage(
+      peer, why.code() == StatusCode::kResourceExhausted ? wire::TOO_LARGE : wire::MALFORMED,
+      std::string(why.message()), version_));
+  return out;
+}
+
+std::vector<Outgoing> FedBuffEngine::Revoke(const std::string& name, const std::string& why,
+                                            TimeMs now) {
+  std::vector<Outgoing> out;
+  const ClientRegistry::Client* client = clients_.Find(name);
+  if (client == nullptr || client->peer.empty()) return out;
+  const std::string peer = client->peer;
+  clients_.SetInactive(name);
+  auto it = members_.find(name);
+  if (it == members_.end() || it->second.group == 0) {
+    out.push_back(RejectMessage(peer, why));
+  } else {
+    // Its group's engine sends the Reject and takes it out of the round.
+    Forward(groups_.at(it->second.group).engine->Revoke(name, why, now), out);
+  }
+  if (it != members_.end()) {
+    it->second.revoked = true;
+    free_.erase(std::remove(free_.begin(), free_.end(), name), free_.end());
+  }
+  CloseDoneGroups(now, out);
+  return out;
+}
+
+net::Limits FedBuffEngine::limits() const {
+  net::Limits l = idle_limits_;
+  for (const auto& [id, g] : groups_) {
+    const net::Limits group = g.engine->limits();
+    l.max_header_bytes = std::max(l.max_header_bytes, group.max_header_bytes);
+    l.max_payload_floats = std::max(l.max_payload_floats, group.max_payload_floats);
+    l.max_payload_frames = std::max(l.max_payload_frames, group.max_payload_frames);
+  }
+  return l;
 }
 
 std::optional<TimeMs> FedBuffEngine::NextWakeup() const {

@@ -69,15 +69,36 @@ class FedBuffEngine final : public ProtocolEngine {
   std::vector<Outgoing> OnMessage(const std::string& peer, const net::Envelope& envelope,
                                   TimeMs now, const AuthenticatedPeer* sender) override;
   std::vector<Outgoing> OnTick(TimeMs now) override;
+  std::vector<Outgoing> OnMalformed(const std::string& peer, const Status& why) override;
+  // A member of a group in flight leaves it through its engine's Revoke; a
+  // free one leaves the free list. Either is drawn again only after a new
+  // Hello (a daemon admits one only under a key the allowlist holds again).
+  std::vector<Outgoing> Revoke(const std::string& name, const std::string& why,
+                               TimeMs now) override;
   std::optional<TimeMs> NextWakeup() const override;
   bool done() const override { return done_; }
   uint32_t last_committed_round() const override { return version_; }
   std::vector<store::RoundRecord> TakeCommitted() override { return std::exchange(committed_, {}); }
   const Status& store_error() const override { return store_error_; }
   TimeMs start_time() const override { return start_time_; }
+  bool all_acknowledged_finish(TimeMs now) const override {
+    return clients_.AllAcknowledgedFinish(now);
+  }
+  // A FedBuff run ends at rounds.num_rounds versions only.
+  const std::string& finish_reason() const override { return finish_reason_; }
+  // The largest limits of the groups in flight (a secure stage's messages
+  // grow with the group), or between groups those of the last one opened.
+  net::Limits limits() const override;
+  size_t num_params() const override { return global_.size(); }
+
+  // For a driver whose clients register over real time (the coordinator
+  // daemon), not all at its start as the simulator's do: a resumed run
+  // waits `grace` after start_time() for the clients its schedule names
+  // before OnTick stops it naming one that has not registered. 0 (the
+  // default): the first tick checks.
+  void set_registration_grace(TimeMs grace) { registration_grace_ = grace; }
 
   std::span<const float> global_model() const { return global_; }
-  size_t num_params() const { return global_.size(); }
   size_t groups_in_flight() const { return groups_.size(); }
 
  private:
@@ -88,6 +109,7 @@ class FedBuffEngine final : public ProtocolEngine {
     net::Envelope hello;
     std::optional<AuthenticatedPeer> sender;
     uint64_t group = 0;
+    bool revoked = false;  // Revoke(): drawn into no group until it says Hello again.
   };
   struct Group {
     uint64_t id = 0;
@@ -166,6 +188,9 @@ class FedBuffEngine final : public ProtocolEngine {
   bool resume_ticked_ = false;
   std::set<std::string> scheduled_;
   TimeMs start_time_ = 0;
+  TimeMs registration_grace_ = 0;
+  net::Limits idle_limits_;          // A group engine's between its rounds.
+  const std::string finish_reason_;  // Always empty.
 };
 
 }  // namespace cohort::coordinator

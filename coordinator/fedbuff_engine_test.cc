@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "proto/checkpoint.pb.h"
@@ -247,6 +248,100 @@ TEST(FedBuffResumeScheduleTest, AScheduledClientThatNeverRegistersIsNamed) {
                 "registered"),
             std::string::npos)
       << engine->store_error();
+}
+
+// A driver whose clients register over real time (the daemon) gives them
+// a grace: no error before it has passed, the same one, saying so, after.
+TEST(FedBuffResumeScheduleTest, AGraceDefersTheMissingClientError) {
+  auto store = StoreWith(ValidSchedule().SerializeAsString());
+  auto engine =
+      std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
+  engine->set_registration_grace(3000);
+  (void)engine->OnTick(1000);
+  (void)engine->OnTick(3999);
+  EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+  (void)engine->OnTick(4000);
+  EXPECT_NE(engine->store_error().message().find(
+                "fedbuff: resuming after version 1: client c0 of the committed schedule has not "
+                "registered within 3 s of the restart"),
+            std::string::npos)
+      << engine->store_error();
+}
+
+// Who got a task in `out`.
+std::set<std::string> Tasked(const std::vector<Outgoing>& out) {
+  std::set<std::string> peers;
+  for (const Outgoing& o : out) {
+    if (o.header.has_task()) peers.insert(o.peer);
+  }
+  return peers;
+}
+
+bool Rejected(const std::vector<Outgoing>& out, const std::string& peer) {
+  for (const Outgoing& o : out) {
+    if (o.peer == peer && o.header.has_reject()) return true;
+  }
+  return false;
+}
+
+// A revoked client (the daemon's SIGHUP) is sent a Reject and drawn into no
+// group until it says Hello again; a member of a group in flight is
+// rejected through its group's engine; the limits grow with a group's
+// payloads.
+TEST(FedBuffEngineTest, ARevokedClientIsDrawnIntoNoGroup) {
+  auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
+  auto engine = std::move(FedBuffEngine::Create(Config(), std::vector<float>(kParams, 0.0f),
+                                                store.get(), Evaluator(), "test"))
+                    .value();
+  EXPECT_EQ(engine->limits().max_payload_floats, 0u) << "no group yet: no payload is due";
+  (void)engine->OnMessage("c0", Hello("c0"), 0, nullptr);
+  EXPECT_TRUE(Rejected(engine->Revoke("c0", "key revoked", 1), "c0"));
+  EXPECT_TRUE(engine->Revoke("nobody", "key revoked", 1).empty());
+  std::set<std::string> tasked;
+  for (const char* name : {"c1", "c2", "c3"}) {
+    for (const std::string& peer : Tasked(engine->OnMessage(name, Hello(name), 2, nullptr)))
+      tasked.insert(peer);
+  }
+  EXPECT_EQ(tasked, (std::set<std::string>{"c1", "c2"})) << "c0 was drawn after its revocation";
+  EXPECT_GE(engine->limits().max_payload_floats, kParams);
+  // A new Hello (its key allowed again) makes c0 drawable: c3 and c0 form
+  // the second group.
+  EXPECT_EQ(Tasked(engine->OnMessage("c0", Hello("c0"), 3, nullptr)),
+            (std::set<std::string>{"c0", "c3"}));
+  // A member of a group in flight is rejected by its group's engine.
+  EXPECT_TRUE(Rejected(engine->Revoke("c1", "key revoked", 4), "c1"));
+  EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+}
+
+// A revoked member is not freed when its group closes: the group commits
+// without it and the next group is drawn from the others.
+TEST(FedBuffEngineTest, ARevokedMemberIsNotFreedWhenItsGroupCloses) {
+  config::RunConfig config = Config();
+  config.mutable_rounds()->set_min_clients(1);
+  config.mutable_fedbuff()->set_concurrency(2);  // One group at a time.
+  auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
+  auto engine = std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f),
+                                                store.get(), Evaluator(), "test"))
+                    .value();
+  (void)engine->OnMessage("c0", Hello("c0"), 0, nullptr);
+  std::optional<wire::RoundTask> task;
+  for (const Outgoing& o : engine->OnMessage("c1", Hello("c1"), 1, nullptr)) {
+    if (o.peer == "c0" && o.header.has_task()) task = o.header.task();
+  }
+  ASSERT_TRUE(task.has_value());
+  EXPECT_TRUE(Rejected(engine->Revoke("c1", "key revoked", 2), "c1"));
+  net::Envelope update;
+  update.header.set_version(wire::VERSION_1);
+  update.header.mutable_update()->set_round(task->round());
+  update.header.mutable_update()->set_task_id(task->task_id());
+  update.header.mutable_update()->set_num_samples(100);
+  update.payloads.push_back(std::vector<float>(kParams, 1.0f));
+  EXPECT_TRUE(Tasked(engine->OnMessage("c0", update, 3, nullptr)).empty())
+      << "a group opened with the revoked c1";
+  EXPECT_EQ(engine->last_committed_round(), 1u);
+  EXPECT_EQ(Tasked(engine->OnMessage("c2", Hello("c2"), 4, nullptr)),
+            (std::set<std::string>{"c0", "c2"}));
+  EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "coordinator/fedbuff_engine.h"
+#include "coordinator/protocol_engine.h"
 #include "coordinator/round_engine.h"
 #include "datasets/dataset.h"
 #include "store/run_dir_lock.h"
@@ -32,6 +33,11 @@ struct OpenRun {
   // Synchronous rounds: `engine`; a fedbuff run: `fedbuff` (engine null).
   std::unique_ptr<RoundEngine> engine;
   std::unique_ptr<FedBuffEngine> fedbuff;
+
+  // Whichever of the two the run has, as a driver sees it.
+  ProtocolEngine* protocol() const {
+    return fedbuff ? static_cast<ProtocolEngine*>(fedbuff.get()) : engine.get();
+  }
 };
 
 // kInvalidArgument for a data-parallel config; kFailedPrecondition, naming

@@ -33,6 +33,7 @@
 #include "common/status.h"
 #include "coordinator/client_registry.h"
 #include "coordinator/messages.h"
+#include "coordinator/protocol_engine.h"
 #include "coordinator/round_timings.h"
 #include "coordinator/strategy.h"
 #include "coordinator/strategy_dp.h"
@@ -47,7 +48,7 @@
 namespace cohort::coordinator {
 
 // Not thread-safe. Never aborts on anything a peer sends.
-class RoundEngine {
+class RoundEngine final : public ProtocolEngine {
  public:
   // Opens the run in `store`: creates it (initial model from `init_model`)
   // when the store is empty, otherwise resumes after its last committed round.
@@ -67,33 +68,36 @@ class RoundEngine {
   // reply naming the problem, and the sender (if selected) is dropped from
   // the round.
   std::vector<Outgoing> OnMessage(const std::string& peer, const net::Envelope& envelope,
-                                  TimeMs now, const AuthenticatedPeer* sender = nullptr);
+                                  TimeMs now, const AuthenticatedPeer* sender = nullptr) override;
   // A message that could not be decoded.
-  std::vector<Outgoing> OnMalformed(const std::string& peer, const Status& why);
+  std::vector<Outgoing> OnMalformed(const std::string& peer, const Status& why) override;
   // `name`'s key left the allowlist (the daemon reloaded it): a registered
   // client is sent a Reject saying `why`, is not selected again, and leaves
   // the round in progress as a dropout at its stage. The transport must
   // refuse its messages from now on. Nothing for an unregistered name.
-  std::vector<Outgoing> Revoke(const std::string& name, const std::string& why, TimeMs now);
+  std::vector<Outgoing> Revoke(const std::string& name, const std::string& why,
+                               TimeMs now) override;
   // Time passed: deadlines, client timeouts, starting rounds.
-  std::vector<Outgoing> OnTick(TimeMs now);
+  std::vector<Outgoing> OnTick(TimeMs now) override;
 
   // When the engine next needs OnTick (absent: only a message can wake it).
-  std::optional<TimeMs> NextWakeup() const;
-  bool done() const { return phase_ == Phase::kDone; }
+  std::optional<TimeMs> NextWakeup() const override;
+  bool done() const override { return phase_ == Phase::kDone; }
   // After done(): every client heard from within the client timeout, dropped
   // from a round or not, has acknowledged Finished, so the daemon can close
   // without cutting anyone off.
-  bool all_acknowledged_finish(TimeMs now) const { return clients_.AllAcknowledgedFinish(now); }
-  uint32_t last_committed_round() const { return round_; }
+  bool all_acknowledged_finish(TimeMs now) const override {
+    return clients_.AllAcknowledgedFinish(now);
+  }
+  uint32_t last_committed_round() const override { return round_; }
   std::span<const float> global_model() const { return global_; }
-  size_t num_params() const { return global_.size(); }
+  size_t num_params() const override { return global_.size(); }
   // Rounds committed since the last call (for the daemon's per-round line).
-  std::vector<store::RoundRecord> TakeCommitted() { return std::exchange(committed_, {}); }
+  std::vector<store::RoundRecord> TakeCommitted() override { return std::exchange(committed_, {}); }
   // Limits for decoding a message from a client.
-  net::Limits limits() const;
+  net::Limits limits() const override;
   // The first error the store returned, if any (the daemon stops on it).
-  const Status& store_error() const { return store_error_; }
+  const Status& store_error() const override { return store_error_; }
 
   // Central differential privacy (config privacy): the run secret that keys
   // the noise and the secret cohort order (coordinator/noise_key.h loads
@@ -102,7 +106,7 @@ class RoundEngine {
   void SetNoiseKey(SecretBytes key);
   // Why a run is done before rounds.num_rounds ("privacy budget spent:
   // ε=... > ..."); empty otherwise.
-  const std::string& finish_reason() const { return finish_reason_; }
+  const std::string& finish_reason() const override { return finish_reason_; }
 
   // Debugging and tests: called with each securely aggregated round's
   // unmasked sum (fixed point, mod 2^32) and the names whose inputs it holds.

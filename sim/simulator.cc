@@ -195,26 +195,6 @@ bool IsSecAgg(const wire::Header& h) {
   }
 }
 
-// A RoundEngine behind the interface the simulation drives.
-class RoundEngineDriver final : public coordinator::ProtocolEngine {
- public:
-  explicit RoundEngineDriver(coordinator::RoundEngine* engine) : engine_(engine) {}
-  std::vector<coordinator::Outgoing> OnMessage(
-      const std::string& peer, const net::Envelope& envelope, TimeMs now,
-      const coordinator::AuthenticatedPeer* sender) override {
-    return engine_->OnMessage(peer, envelope, now, sender);
-  }
-  std::vector<coordinator::Outgoing> OnTick(TimeMs now) override { return engine_->OnTick(now); }
-  std::optional<TimeMs> NextWakeup() const override { return engine_->NextWakeup(); }
-  bool done() const override { return engine_->done(); }
-  uint32_t last_committed_round() const override { return engine_->last_committed_round(); }
-  std::vector<store::RoundRecord> TakeCommitted() override { return engine_->TakeCommitted(); }
-  const Status& store_error() const override { return engine_->store_error(); }
-
- private:
-  coordinator::RoundEngine* engine_;
-};
-
 // The engine, the sessions and the executors wired together.
 class Simulation {
  public:
@@ -870,10 +850,7 @@ Status RunEngine(const SimOptions& o_in, MpiRanks* ranks, const std::atomic<bool
       coordinator::OpenRun run,
       coordinator::OpenFederatedRun(o.config, o.run_dir, in_memory_test ? &test : nullptr,
                                     "cohort simulate"));
-  std::unique_ptr<RoundEngineDriver> rounds;
-  coordinator::ProtocolEngine* engine = run.fedbuff.get();
-  if (engine == nullptr)
-    engine = (rounds = std::make_unique<RoundEngineDriver>(run.engine.get())).get();
+  coordinator::ProtocolEngine* engine = run.protocol();
   if (engine->done()) {
     spdlog::info("run already complete ({} rounds committed)", engine->last_committed_round());
     return OkStatus();

@@ -254,8 +254,8 @@ TEST(FedBuffCorruptResumeTest, ACorruptedScheduleIsNamedAndLosesNoVersion) {
   ExpectSameVersions(c.dir() / "ref/run.db", db);
 }
 
-// What a user sees for a fedbuff config the simulator or the daemon does
-// not run.
+// What a user sees for a fedbuff config the simulator does not run (the
+// daemon's refusals: fedbuff_daemon_test.cc).
 TEST(FedBuffRefusalTest, EachRefusalNamesBothSettings) {
   Cluster c("fedbuff-refusal", 4);
   std::string out;
@@ -281,15 +281,6 @@ TEST(FedBuffRefusalTest, EachRefusalNamesBothSettings) {
                       "groups are not rounds of the run"),
             std::string::npos)
       << ReadFile(c.dir() / "drop.log");
-  EXPECT_NE(RunCohort({"coordinator", "--config", ok, "--run-dir", c.dir() / "daemon", "--bind",
-                       "tcp://127.0.0.1:0", "--insecure"},
-                      &out, c.dir() / "daemon.log"),
-            0);
-  EXPECT_NE(ReadFile(c.dir() / "daemon.log")
-                .find("fedbuff: the coordinator daemon does not run buffered asynchronous "
-                      "aggregation yet; `cohort simulate` does"),
-            std::string::npos)
-      << ReadFile(c.dir() / "daemon.log");
 }
 
 }  // namespace
