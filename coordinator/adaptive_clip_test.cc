@@ -432,6 +432,24 @@ TEST(AdaptiveDistributedDpTest, AHostileCountWordMovesTheClipNoFurtherThanAWhole
   EXPECT_EQ(dp->EndRoundClip().next_clip_norm, 1.0);
 }
 
+// A start-up no grid fits names what its numbers are under adaptive
+// clipping: this round's C and the update's share z_update, not the
+// fixed-clip settings the grid's own message speaks of.
+TEST(AdaptiveDistributedDpTest, ANoGridErrorSaysItsNumbersAreTheAdaptiveOnes) {
+  auto dp = MakeAdaptiveDp(DistributedAdaptiveConfig(1.0, 0.25, 0.6));
+  const Status s = dp->SetUpSkellam(1u << 30, 1, 1000000);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("privacy: no fixed-point scale keeps the 32-bit sum from wrapping"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find(" (under adaptive clipping the clip norm is this round's C, 0.25, "
+                             "and the noise multiplier is the update's share z_update 1.80907, "
+                             "what privacy.noise_multiplier 1 leaves beside "
+                             "privacy.adaptive_clip.clipped_count_stddev 0.6)"),
+            std::string::npos)
+      << s;
+}
+
 // The accountant charges the update at z_Δ composed with the count
 // (privacy::ChargeAdaptiveSkellamRounds): about what a fixed clip at z
 // charges, and more than the update alone at z_Δ (a test that fails if the

@@ -158,8 +158,19 @@ Status DpStrategy::SetUpAdaptiveClip(const config::RunConfig& config) {
 }
 
 StatusOr<privacy::SkellamParams> DpStrategy::SkellamAt(double clip) const {
-  return privacy::ChooseSkellamParams(clip, update_noise_multiplier_, grid_max_clients_,
-                                      grid_min_survivors_, grid_dim_);
+  StatusOr<privacy::SkellamParams> p = privacy::ChooseSkellamParams(
+      clip, update_noise_multiplier_, grid_max_clients_, grid_min_survivors_, grid_dim_);
+  if (p.ok() || !adaptive()) return p;
+  // The grid's error names the fixed-clip settings; under adaptive clipping
+  // its numbers are this round's C and the update's share of the noise.
+  return Status(p.status().code(),
+                p.status().message() +
+                    fmt::format(" (under adaptive clipping the clip norm is this round's C, {:g}, "
+                                "and the noise multiplier is the update's share z_update {:.6g}, "
+                                "what privacy.noise_multiplier {:g} leaves beside "
+                                "privacy.adaptive_clip.clipped_count_stddev {:g})",
+                                clip, update_noise_multiplier_, privacy_.noise_multiplier(),
+                                privacy_.adaptive_clip().clipped_count_stddev()));
 }
 
 Status DpStrategy::SetUpSkellam(uint32_t max_clients, uint32_t min_survivors, size_t dim) {
