@@ -125,6 +125,21 @@ std::unique_ptr<DpStrategy> MakeAdaptiveDp(const config::RunConfig& config) {
   return std::move(dp).value();
 }
 
+// The round's record as the engine commits it: what EndRound and
+// EndRoundClip report.
+store::RoundRecord EndRoundRecord(DpStrategy& dp, uint32_t round) {
+  store::RoundRecord r;
+  r.round = round;
+  const RoundPrivacy p = dp.EndRound();
+  r.dp_sampling_rate = p.sampling_rate;
+  r.dp_epsilon = p.epsilon;
+  r.dp_epsilon_released_model = p.epsilon_released_model;
+  const RoundClip clip = dp.EndRoundClip();
+  r.dp_clip_norm = clip.clip_norm;
+  r.dp_next_clip_norm = clip.next_clip_norm;
+  return r;
+}
+
 // One round as the engine drives it: the cohort's updates counted, the
 // mean noised and stepped, the round ended. The record the store would keep.
 store::RoundRecord RunRound(DpStrategy& dp, uint32_t round,
@@ -133,15 +148,7 @@ store::RoundRecord RunRound(DpStrategy& dp, uint32_t round,
   dp.BeginRound(round, updates.size(), 10 * updates.size());
   for (const auto& u : updates) dp.CountUpdate(u);
   EXPECT_TRUE(dp.Aggregate(mean, model).ok());
-  store::RoundRecord r;
-  r.round = round;
-  const RoundPrivacy p = dp.EndRound();
-  r.dp_sampling_rate = p.sampling_rate;
-  r.dp_epsilon = p.epsilon;
-  const RoundClip clip = dp.EndRoundClip();
-  r.dp_clip_norm = clip.clip_norm;
-  r.dp_next_clip_norm = clip.next_clip_norm;
-  return r;
+  return EndRoundRecord(dp, round);
 }
 
 // 101 updates of norms 10^(-1 + i/50), 0.1 to 10 (the median is 1, the
@@ -351,16 +358,7 @@ store::RoundRecord RunDistributedRound(DpStrategy& dp, uint32_t round, double no
   dp.SetClipCount(noisy_count);
   const std::vector<float> mean(model.size(), 0.001f * round);
   EXPECT_TRUE(dp.Aggregate(mean, model).ok());
-  store::RoundRecord r;
-  r.round = round;
-  const RoundPrivacy p = dp.EndRound();
-  r.dp_sampling_rate = p.sampling_rate;
-  r.dp_epsilon = p.epsilon;
-  r.dp_epsilon_released_model = p.epsilon_released_model;
-  const RoundClip clip = dp.EndRoundClip();
-  r.dp_clip_norm = clip.clip_norm;
-  r.dp_next_clip_norm = clip.next_clip_norm;
-  return r;
+  return EndRoundRecord(dp, round);
 }
 
 // The update is noised at z_Δ on a grid that follows C; the count word has
