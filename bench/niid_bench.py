@@ -10,7 +10,10 @@ default of its grid), on four partitions:
   Dir(0.5) scheme "dirichlet:0.5"    (noniid-labeldir, beta 0.5)
   #C=1     scheme "shards:1"         (noniid-#label1)
   #C=2     scheme "shards:2"         (noniid-#label2)
-Plain aggregation, as NIID-Bench has no secure aggregation. Each cell is
+Plain aggregation, as NIID-Bench has no secure aggregation, and no bound on
+an update's norm (server.max_update_norm 0: NIID-Bench bounds none; the
+cells run before this was set had no update over Cohort's default of 100,
+or a round would have been run again without end, as SCAFFOLD #C=1's was). Each cell is
 one run (seed 0 unless --seed); its final test accuracy is appended to
 --results as one JSON line, and cells already there are skipped, so the
 table can be filled over several invocations (one cell takes ~16 min on 2
@@ -48,6 +51,7 @@ seed: {args.seed}
 model {{ arch: "lenet5" }}
 train {{ local_epochs: 10 batch_size: 64 learning_rate: 0.01 momentum: 0.9 {extra} }}
 rounds {{ num_rounds: {args.rounds} min_clients: 10 start_clients: 10 fraction: 1 round_deadline_s: 100000 }}
+server {{ max_update_norm: 0 }}
 secagg {{ aggregation: PLAIN }}
 """
 

@@ -309,6 +309,11 @@ class EventLoop {
 
 Status RunClient(const ClientOptions& options, LocalTrainer& trainer,
                  const std::atomic<bool>& stop) {
+  if (options.dp_max_rounds > 0 && options.state_dir.empty()) {
+    // The cap counts noised rounds in the state directory's ledger: without
+    // one, a restart would forget them and the cap would hold per process.
+    return InvalidArgumentError("--dp-max-rounds requires --state-dir");
+  }
   if (!options.state_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.state_dir, ec);

@@ -66,7 +66,8 @@ struct ClientOptions {
   // than the survivors its noise share assumes. 0: no check.
   double dp_noise_multiplier = 0;
   // Distributed DP: the most noised updates this client makes, ever, as
-  // counted in state_dir's ledger (Session::set_dp_max_rounds). 0: no cap.
+  // counted in state_dir's ledger (Session::set_dp_max_rounds); needs state_dir
+  // (RunClient refuses it without one). 0: no cap.
   uint32_t dp_max_rounds = 0;
   // A site that is data-parallel inside (client/site.h): with site_size > 1
   // this daemon is rank 0 of a group that meets at site_master, and its

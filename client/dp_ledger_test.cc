@@ -8,6 +8,9 @@
 #include <fstream>
 #include <iterator>
 
+#include "client/daemon.h"
+#include "client/local_trainer.h"
+
 namespace cohort::client {
 namespace {
 
@@ -194,6 +197,32 @@ TEST(DpLedgerTest, AnUnwritableDirectoryIsAnErrorNamingTheFile) {
   EXPECT_NE(recorded.status().message().find("/nonexistent-cohort-state/dp_ledger.bin"),
             std::string::npos)
       << recorded.status().message();
+}
+
+// A trainer RunClient never gets to use.
+class UnusedTrainer : public LocalTrainer {
+ public:
+  uint64_t num_samples() const override { return 1; }
+  StatusOr<size_t> BuildModel(const config::ModelConfig&) override { return size_t{1}; }
+  StatusOr<train::TrainResult> Train(const TrainTask&, std::span<float>,
+                                     const std::atomic<bool>*) override {
+    return UnimplementedError("unused");
+  }
+};
+
+// The cap lives in the state directory's ledger: a library caller (not only
+// the CLI) asking for it without one is refused before anything connects.
+TEST(RunClientTest, ACapOnNoisedRoundsWithoutAStateDirIsRefused) {
+  ClientOptions o;
+  o.coordinator = "tcp://127.0.0.1:1";
+  o.name = "c0";
+  o.insecure = true;
+  o.dp_max_rounds = 2;
+  UnusedTrainer trainer;
+  std::atomic<bool> stop{true};
+  const Status s = RunClient(o, trainer, stop);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--dp-max-rounds requires --state-dir");
 }
 
 }  // namespace

@@ -911,14 +911,39 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
   for (const auto& p : participants_) ok += p.counts() ? 1 : 0;
   phase_ = Phase::kWaiting;
   if (ok < config_.rounds().min_clients()) {
-    env_->Log().warn("round {}: only {} updates accepted, need {}; the round is run again", round,
-                     ok, config_.rounds().min_clients());
+    const std::string shortfall =
+        fmt::format("only {} updates accepted, need {}", ok, config_.rounds().min_clients());
+    const std::string futile = WhyARerunIsFutile();
+    if (!futile.empty()) {
+      AbortRound(now, shortfall + "; " + futile, out);
+      return;
+    }
+    env_->Log().warn("round {}: {}; the round is run again (attempt {} of {})", round, shortfall,
+                     attempts_ + 1, kMaxRoundAttempts);
+    ++attempts_;
     participants_.clear();
     aggregator_.reset();
     MaybeStartRound(now, out);
     return;
   }
   FinishRound(now, env_->MonotonicSeconds(), out);
+}
+
+std::string RoundEngine::WhyARerunIsFutile() const {
+  // A plain round's task is the same model with the same seeds each time
+  // (strategy_fedavg: the seed is the run's, the round's and the
+  // client's), so an update a check refused would be refused again: only
+  // clients that did not answer can make a re-run differ.
+  for (const auto& p : participants_) {
+    if (p.state == Participant::State::kRejected) {
+      return "client " + p.name + "'s update was refused (" + p.reason +
+             ") and a re-run would train it from the same model with the same seeds";
+    }
+  }
+  if (attempts_ + 1 >= kMaxRoundAttempts) {
+    return "the round was tried " + std::to_string(kMaxRoundAttempts) + " times";
+  }
+  return "";
 }
 
 void RoundEngine::FinishRound(TimeMs now, double started, std::vector<Outgoing>& out) {
@@ -1121,6 +1146,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
     return;
   }
   round_ = round;
+  attempts_ = 0;
   committed_.push_back(record);
   participants_.clear();
   aggregator_.reset();

@@ -196,6 +196,9 @@ class RoundEngine final : public ProtocolEngine {
   // Sets up the aggregation of a round of `cohort` and sends its tasks.
   void StartRound(const std::vector<std::string>& cohort, TimeMs now, std::vector<Outgoing>& out);
   void CloseRound(TimeMs now, std::vector<Outgoing>& out);
+  // Why a plain round short of rounds.min_clients is not run again but
+  // committed aborted (the next round's seeds differ), or "" to re-run it.
+  std::string WhyARerunIsFutile() const;
   // Applies `mean` (null: an aborted round, model unchanged), evaluates and
   // commits the round, then starts the next one or finishes the run.
   // `spent_seconds`: coordinator time already spent aggregating.
@@ -323,6 +326,10 @@ class RoundEngine final : public ProtocolEngine {
   std::string finish_reason_;
   std::vector<float> global_;
   uint32_t round_ = 0;  // Last committed.
+  // A plain round short of updates is run again, at most this many times in
+  // all; then it is committed aborted, so a run always ends.
+  static constexpr uint32_t kMaxRoundAttempts = 3;
+  uint32_t attempts_ = 0;  // Tries of round_ + 1 that fell short.
   Phase phase_ = Phase::kWaiting;
   bool first_round_ = true;
   ClientRegistry clients_;

@@ -906,6 +906,87 @@ TEST_F(RoundEngineTest, TooFewUpdatesRunTheRoundAgainWithoutCommitting) {
   EXPECT_NE(tasks_["p0"].task_id(), first_task);
 }
 
+// A re-run trains the same model with the same seeds, so an update a check
+// refused is refused again: the round is committed aborted at once (it used
+// to be run again forever), and the run goes on to its end.
+TEST_F(RoundEngineTest, ARefusedUpdateShortOfMinClientsAbortsTheRoundInsteadOfRerunningIt) {
+  FakeEnv env;
+  config::RunConfig c = TestConfig(3, 3, 2);
+  c.mutable_server()->set_max_update_norm(5);
+  Start(c, &env);
+  Register(3);
+  for (uint32_t round = 1; round <= 2; ++round) {
+    ASSERT_EQ(tasks_["p0"].round(), round);
+    Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+    Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+    Deliver("p2", UpdateFor(tasks_["p2"], std::vector<float>(kParams, 100.0f)));
+    EXPECT_EQ(engine_->last_committed_round(), round);
+  }
+  EXPECT_TRUE(engine_->done());
+  for (float v : Global()) EXPECT_FLOAT_EQ(v, 1.0f);  // Never stepped.
+  auto rounds = store_->Rounds();
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_EQ((*rounds)[0].outcome, "aborted");
+  EXPECT_EQ((*rounds)[0].outcome_reason,
+            "only 2 updates accepted, need 3; client c2's update was refused (update has L2 norm "
+            "316.2, above server.max_update_norm 5) and a re-run would train it from the same "
+            "model with the same seeds");
+  EXPECT_NE(env.Lines().find("round 1: only 2 updates accepted, need 3; client c2's update was "
+                             "refused"),
+            std::string::npos)
+      << env.Lines();
+  EXPECT_EQ(env.Lines().find("run again"), std::string::npos) << env.Lines();
+}
+
+// Clients that do not answer may answer a re-run, so a round short of them
+// is run again, but at most three times in all: then it is aborted.
+TEST_F(RoundEngineTest, ARoundShortOfAnswersIsTriedThreeTimesThenAborted) {
+  FakeEnv env;
+  Start(TestConfig(3, 3, 2), &env);
+  Register(3);
+  net::Envelope hb;
+  hb.header.set_version(wire::VERSION_1);
+  hb.header.mutable_heartbeat();
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    ASSERT_EQ(tasks_["p0"].round(), 1u);
+    EXPECT_EQ(engine_->last_committed_round(), 0u);
+    Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+    Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+    Tick(11000);        // Past the deadline without c2.
+    Deliver("p2", hb);  // Back: the next try can start.
+  }
+  EXPECT_EQ(engine_->last_committed_round(), 1u);
+  EXPECT_EQ(tasks_["p0"].round(), 2u);
+  auto rounds = store_->Rounds();
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].outcome, "aborted");
+  EXPECT_EQ((*rounds)[0].outcome_reason,
+            "only 2 updates accepted, need 3; the round was tried 3 times");
+  const std::string lines = env.Lines();
+  EXPECT_NE(lines.find("round 1: only 2 updates accepted, need 3; the round is run again (attempt "
+                       "1 of 3)"),
+            std::string::npos)
+      << lines;
+  EXPECT_NE(lines.find("(attempt 2 of 3)"), std::string::npos);
+  EXPECT_EQ(lines.find("(attempt 3 of 3)"), std::string::npos);
+  // Round 2 is tried afresh: three tries again.
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+  Tick(11000);
+  EXPECT_NE(env.Lines().find("round 2: only 2 updates accepted, need 3; the round is run again "
+                             "(attempt 1 of 3)"),
+            std::string::npos)
+      << env.Lines();
+  Deliver("p2", hb);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+  Deliver("p2", UpdateFor(tasks_["p2"], std::vector<float>(kParams, 1.0f)));
+  EXPECT_EQ(engine_->last_committed_round(), 2u);
+  EXPECT_EQ((*store_->Rounds())[1].outcome, "committed");
+}
+
 // Central differential privacy (issue 34): DP-FedAvg on plain rounds.
 config::RunConfig DpConfig(double budget = 0, uint32_t rounds = 50) {
   config::RunConfig c = TestConfig(6, 2, rounds);
