@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <regex>
 
 #include "store/run_store.h"
 #include "tests/integration/harness.h"
@@ -147,7 +148,10 @@ TEST(SimulateMpiTest, ScaffoldOverRanksEndsWithTheSingleProcessModel) {
 // The run ends at a deadline while the stragglers still train on their
 // ranks (each job some 200 ms of wall time): rank 0 stops the hosting
 // ranks, which cancel those jobs, and the model is still the single
-// process's.
+// process's. Every job takes the same wall time (only its virtual time
+// differs), so which rank still has one in flight when rank 0 stops them
+// depends on how the two ranks were scheduled: under load one rank may have
+// finished its stragglers already. Some rank must have cancelled one.
 TEST(SimulateMpiTest, JobsStillTrainingAtTheEndAreCancelledOnTheirRanks) {
   const std::string mpirun = Mpirun();
   if (mpirun.empty()) return;
@@ -179,7 +183,12 @@ TEST(SimulateMpiTest, JobsStillTrainingAtTheEndAreCancelledOnTheirRanks) {
   const std::string log = ReadFile(dir / "mpi.log");
   EXPECT_NE(log.find("rank 1: stopped by rank 0, "), std::string::npos) << log;
   EXPECT_NE(log.find("rank 2: stopped by rank 0, "), std::string::npos) << log;
-  EXPECT_EQ(log.find("stopped by rank 0, 0 jobs cancelled"), std::string::npos) << log;
+  const std::regex stopped("rank [12]: stopped by rank 0, ([0-9]+) jobs cancelled");
+  int cancelled = 0;
+  for (std::sregex_iterator it(log.begin(), log.end(), stopped), end; it != end; ++it) {
+    cancelled += std::stoi((*it)[1].str());
+  }
+  EXPECT_GE(cancelled, 1) << log;
   const StoredRun a = Load(dir / "one"), b = Load(dir / "mpi");
   ASSERT_EQ(b.rounds.size(), 1u);
   EXPECT_LT(b.rounds[0].participants, 20u);
