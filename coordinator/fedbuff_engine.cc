@@ -250,6 +250,7 @@ std::vector<Outgoing> FedBuffEngine::OnMessage(const std::string& peer,
   } else {
     const std::string name = *registered;
     clients_.Seen(name, now);
+    WelcomeBack(name);
     if (!done_) {
       Route(name, peer, envelope, now, out);
     } else if (h.has_heartbeat() && h.heartbeat().finished()) {
@@ -286,8 +287,8 @@ void FedBuffEngine::OnHello(const std::string& peer, const net::Envelope& envelo
   m.peer = peer;
   m.hello = envelope;
   m.sender = sender != nullptr ? std::optional<AuthenticatedPeer>(*sender) : std::nullopt;
-  const bool was_revoked = std::exchange(m.revoked, false);
-  if ((is_new && scheduled_.count(name) == 0) || (was_revoked && m.group == 0)) {
+  const bool was_out = std::exchange(m.revoked, false) | std::exchange(m.silent, false);
+  if ((is_new && scheduled_.count(name) == 0) || (was_out && m.group == 0)) {
     free_.push_back(name);  // A resumed schedule already places the clients it names.
   } else if (m.group != 0) {
     // Its group's engine decides what a reconnection means for the round.
@@ -331,10 +332,35 @@ void FedBuffEngine::MaybeOpenGroups(TimeMs now, std::vector<Outgoing>& out) {
   const uint32_t k = config_.fedbuff().buffer_size();
   const size_t max_groups = config_.fedbuff().concurrency() / k;
   if (resume_at_.has_value() && !CatchUp(now, out)) return;
+  SetAsideSilent(now);
   while (!done_ && store_error_.ok() && groups_.size() < max_groups && free_.size() >= k) {
     Status opened = OpenGroup(now, out);
     if (!opened.ok()) store_error_ = opened.WithContext("fedbuff: opening a group");
   }
+}
+
+void FedBuffEngine::SetAsideSilent(TimeMs now) {
+  clients_.ExpireSilent(now);  // The registry's active flags, up to `now`.
+  for (auto it = free_.begin(); it != free_.end();) {
+    const ClientRegistry::Client* c = clients_.Find(*it);
+    if (c == nullptr || c->active) {
+      ++it;
+      continue;
+    }
+    env_->Log().warn(
+        "fedbuff: client {}: no message for {:.1f} s; drawn into no group until it "
+        "speaks again",
+        *it, (now - c->last_seen) / 1000.0);
+    members_.at(*it).silent = true;
+    it = free_.erase(it);
+  }
+}
+
+void FedBuffEngine::WelcomeBack(const std::string& name) {
+  auto it = members_.find(name);
+  if (it == members_.end() || !it->second.silent) return;
+  it->second.silent = false;
+  if (it->second.group == 0 && !it->second.revoked) free_.push_back(name);
 }
 
 config::RunConfig FedBuffEngine::GroupConfig(uint64_t id) const {
@@ -432,15 +458,18 @@ void FedBuffEngine::CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out) {
       continue;
     }
     const std::vector<store::RoundRecord> records = g.engine->TakeCommitted();
+    const uint32_t before = version_;
+    std::string why = "not applied";
     if (!records.empty() && records.back().outcome == "committed") {
       if (Status applied = ApplyGroup(g, records.back(), now); !applied.ok()) {
         store_error_ = applied;
       }
     } else {
+      why = records.empty() ? "no record" : records.back().outcome_reason;
       env_->Log().warn("fedbuff: group {} (from version {}) aborted: {}; the model is unchanged",
-                       g.id, g.base_version,
-                       records.empty() ? "no record" : records.back().outcome_reason);
+                       g.id, g.base_version, why);
     }
+    CountGroupsWithoutAVersion(version_ > before, why);
     for (const std::string& name : g.members) {
       Member& m = members_.at(name);
       m.group = 0;
@@ -450,6 +479,19 @@ void FedBuffEngine::CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out) {
   }
   if (!done_ && version_ >= versions) Finish(out);
   MaybeOpenGroups(now, out);
+}
+
+void FedBuffEngine::CountGroupsWithoutAVersion(bool committed, const std::string& why) {
+  if (committed) {
+    groups_without_version_ = 0;
+    return;
+  }
+  if (++groups_without_version_ < kMaxGroupsWithoutVersion || !store_error_.ok()) return;
+  store_error_ = FailedPreconditionError(fmt::format(
+      "fedbuff: {} groups in a row closed without a new version after version {} (the last: {}); "
+      "the run stops rather than retrain them forever: check rounds.round_deadline_s ({:g} s) "
+      "against the clients' training time, and secagg.expected_dropout",
+      groups_without_version_, version_, why, config_.rounds().round_deadline_s()));
 }
 
 Status FedBuffEngine::ApplyGroup(Group& g, const store::RoundRecord& group_record, TimeMs now) {
@@ -527,7 +569,7 @@ std::vector<Outgoing> FedBuffEngine::OnTick(TimeMs now) {
     if (now >= *resume_at_) resume_ticked_ = true;
   }
   for (auto& [id, g] : groups_) Forward(g.engine->OnTick(now), out);
-  CloseDoneGroups(now, out);
+  CloseDoneGroups(now, out);  // Then MaybeOpenGroups sets the silent aside.
   return out;
 }
 
@@ -583,6 +625,7 @@ std::optional<TimeMs> FedBuffEngine::NextWakeup() const {
   for (const auto& [id, g] : groups_) earliest(g.engine->NextWakeup());
   if (!to_reopen_.empty()) earliest(to_reopen_.front().opened_at);
   if (resume_at_.has_value() && !resume_ticked_) earliest(resume_at_);
+  if (!free_.empty()) earliest(clients_.NextTimeout());  // SetAsideSilent's.
   return next;
 }
 

@@ -110,6 +110,9 @@ class FedBuffEngine final : public ProtocolEngine {
     std::optional<AuthenticatedPeer> sender;
     uint64_t group = 0;
     bool revoked = false;  // Revoke(): drawn into no group until it says Hello again.
+    // Free, but silent past rounds.client_timeout_s: drawn into no group
+    // until it speaks again (then it is free once more, last in line).
+    bool silent = false;
   };
   struct Group {
     uint64_t id = 0;
@@ -139,6 +142,11 @@ class FedBuffEngine final : public ProtocolEngine {
   // Opens groups while fewer than concurrency / buffer_size are in flight
   // and buffer_size clients are free.
   void MaybeOpenGroups(TimeMs now, std::vector<Outgoing>& out);
+  // Takes the free clients the registry has timed out off the free list
+  // (Member::silent), so that a dead client is drawn into no group.
+  void SetAsideSilent(TimeMs now);
+  // A silent member that spoke again (at Seen) is free once more.
+  void WelcomeBack(const std::string& name);
   Status OpenGroup(TimeMs now, std::vector<Outgoing>& out);
   // Gives g (id, base, sorted members set) its store and engine at `now`
   // and registers its members there.
@@ -157,6 +165,11 @@ class FedBuffEngine final : public ProtocolEngine {
   // Closes the groups whose engines are done: folds each committed one in,
   // frees their clients; then opens what that allows.
   void CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out);
+  // After a group closes: `committed` whether it made a version, else
+  // `why` not. kMaxGroupsWithoutVersion in a row stop the run (store_error_)
+  // naming the last reason: groups that all abort (a deadline shorter than
+  // training) would otherwise be drawn forever, as no version ever ends it.
+  void CountGroupsWithoutAVersion(bool committed, const std::string& why);
   // Folds group `g`'s mean into the global model and commits the version.
   Status ApplyGroup(Group& g, const store::RoundRecord& group_record, TimeMs now);
   Status CommitVersion(const Group& g, store::RoundRecord record, uint32_t staleness,
@@ -178,6 +191,8 @@ class FedBuffEngine final : public ProtocolEngine {
   std::deque<std::string> free_;           // In the order they became free.
   std::map<uint64_t, Group> groups_;       // In flight, by id.
   uint64_t next_group_ = 1;
+  static constexpr uint32_t kMaxGroupsWithoutVersion = 50;
+  uint32_t groups_without_version_ = 0;  // Closed in a row since the last version.
   std::vector<store::RoundRecord> committed_;
   Status store_error_;
   // Resuming a committed schedule: the groups still to re-open (by opening

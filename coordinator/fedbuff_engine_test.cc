@@ -4,11 +4,14 @@
 #include "coordinator/fedbuff_engine.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <cstring>
 #include <functional>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "proto/checkpoint.pb.h"
 
@@ -341,6 +344,51 @@ TEST(FedBuffEngineTest, ARevokedMemberIsNotFreedWhenItsGroupCloses) {
   EXPECT_EQ(engine->last_committed_round(), 1u);
   EXPECT_EQ(Tasked(engine->OnMessage("c2", Hello("c2"), 4, nullptr)),
             (std::set<std::string>{"c0", "c2"}));
+  EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+}
+
+// A free client silent past rounds.client_timeout_s (a daemon that died
+// between groups) is drawn into no group, with a line naming it; once it
+// speaks again it is free, last in line.
+TEST(FedBuffEngineTest, AFreeClientSilentPastTheTimeoutIsDrawnIntoNoGroup) {
+  config::RunConfig config = Config();
+  config.mutable_fedbuff()->set_concurrency(6);  // Three groups in flight.
+  // The default Env logs to spdlog's default logger: read its lines.
+  std::ostringstream lines;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(lines);
+  spdlog::default_logger_raw()->sinks().push_back(sink);
+  auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
+  auto engine = std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f),
+                                                store.get(), Evaluator(), "test"))
+                    .value();
+  EXPECT_TRUE(Tasked(engine->OnMessage("c0", Hello("c0"), 0, nullptr)).empty());
+  // The driver wakes the engine when c0 times out (100 s).
+  ASSERT_TRUE(engine->NextWakeup().has_value());
+  EXPECT_LE(*engine->NextWakeup(), 100'001);
+  EXPECT_TRUE(engine->OnTick(150'000).empty());
+  EXPECT_TRUE(Tasked(engine->OnMessage("c1", Hello("c1"), 150'000, nullptr)).empty())
+      << "a group was drawn with the silent c0";
+  EXPECT_EQ(Tasked(engine->OnMessage("c2", Hello("c2"), 151'000, nullptr)),
+            (std::set<std::string>{"c1", "c2"}));
+  spdlog::default_logger_raw()->sinks().pop_back();
+  EXPECT_NE(lines.str().find("fedbuff: client c0: no message for 150.0 s; drawn into no group "
+                             "until it speaks again"),
+            std::string::npos)
+      << lines.str();
+  // c0 speaks again: free, and drawn with the next client.
+  net::Envelope heartbeat;
+  heartbeat.header.set_version(wire::VERSION_1);
+  heartbeat.header.mutable_heartbeat();
+  EXPECT_TRUE(Tasked(engine->OnMessage("c0", heartbeat, 152'000, nullptr)).empty());
+  EXPECT_EQ(Tasked(engine->OnMessage("c3", Hello("c3"), 153'000, nullptr)),
+            (std::set<std::string>{"c0", "c3"}));
+  // A silent client that comes back with a Hello (a restarted daemon) is
+  // free again too.
+  EXPECT_TRUE(Tasked(engine->OnMessage("c4", Hello("c4"), 154'000, nullptr)).empty());
+  (void)engine->OnTick(300'000);
+  EXPECT_TRUE(Tasked(engine->OnMessage("c4", Hello("c4"), 300'000, nullptr)).empty());
+  EXPECT_EQ(Tasked(engine->OnMessage("c5", Hello("c5"), 300'001, nullptr)),
+            (std::set<std::string>{"c4", "c5"}));
   EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
 }
 

@@ -283,5 +283,60 @@ TEST(FedBuffRefusalTest, EachRefusalNamesBothSettings) {
       << ReadFile(c.dir() / "drop.log");
 }
 
+// Groups that all abort (here a round deadline of 0.1 s against training of
+// seconds) commit no version, which alone would end the run: after 50 in a
+// row the run stops, saying why, and the store keeps what it had.
+TEST(FedBuffSimulateTest, GroupsThatAllAbortStopTheRunSayingWhy) {
+  Cluster c("fedbuff-all-abort", kClients);
+  const std::string config =
+      c.WriteConfig("abort.textproto", kVersions, "min_clients: 3 round_deadline_s: 0.1",
+                    "fedbuff { buffer_size: 5 concurrency: 10 }\nsecagg { expected_dropout: 0.3 }");
+  std::string out;
+  EXPECT_EQ(Simulate(c, config, "run", &out), 1);
+  const std::string log = ReadFile(c.dir() / "run.log");
+  EXPECT_NE(log.find("fedbuff: 50 groups in a row closed without a new version after version 0 "
+                     "(the last: secure aggregation aborted: "),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("check rounds.round_deadline_s (0.1 s) against the clients' training time"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("fedbuff: group 51 "), std::string::npos) << "it went on";
+  auto store = OrThrow(store::OpenSqliteRunStore(c.dir() / "run/run.db"), "open run.db");
+  EXPECT_TRUE(OrThrow(store->Rounds(), "rounds").empty());
+}
+
+// Groups that abort now and then do not stop the run, however many abort in
+// all: only 50 in a row without a version do. Here (40 synthetic clients,
+// stragglers at --speed-sigma 1.5 against a 12 s deadline) some 100 groups
+// abort over 60 versions, at most 4 of them in a row.
+TEST(FedBuffSimulateTest, GroupsThatAbortNowAndThenDoNotStopTheRun) {
+  TempDir dir("fedbuff-some-abort");
+  const std::string config = dir / "some.textproto";
+  WriteFile(config,
+            "name: \"fedbuff-some-abort\"\n"
+            "seed: 7\n"
+            "data { partition { format: \"synthetic\" samples: 4000 test_samples: 500 "
+            "features: 20 classes: 4 clients: 40 scheme: \"iid\" seed: 3 } }\n"
+            "model { arch: \"mlp\" input_dim: 20 num_classes: 4 hidden: 16 }\n"
+            "train { batch_size: 16 learning_rate: 0.05 }\n"
+            "rounds { num_rounds: 60 min_clients: 3 round_deadline_s: 12 }\n"
+            "fedbuff { buffer_size: 5 concurrency: 10 }\n"
+            "secagg { expected_dropout: 0.3 }\n");
+  std::string out;
+  ASSERT_EQ(RunCohort({"simulate", "--config", config, "--run-dir", dir / "run", "--sample-ms",
+                       "150", "--speed-sigma", "1.5", "--latency-ms", "20"},
+                      &out, dir / "run.log"),
+            0)
+      << ReadFile(dir / "run.log");
+  const std::string log = ReadFile(dir / "run.log");
+  const std::regex aborted("fedbuff: group [0-9]+ \\(from version [0-9]+\\) aborted");
+  const auto n =
+      std::distance(std::sregex_iterator(log.begin(), log.end(), aborted), std::sregex_iterator());
+  EXPECT_GT(n, 50) << "fewer than 50 groups aborted: the test shows nothing";
+  auto store = OrThrow(store::OpenSqliteRunStore(dir / "run/run.db"), "open run.db");
+  EXPECT_EQ(OrThrow(store->Rounds(), "rounds").size(), 60u);
+}
+
 }  // namespace
 }  // namespace cohort::testing
