@@ -550,6 +550,10 @@ void FedBuffEngine::Finish(std::vector<Outgoing>& out) {
 
 std::vector<Outgoing> FedBuffEngine::OnTick(TimeMs now) {
   std::vector<Outgoing> out;
+  // Before anything else: NextWakeup asks for the next timeout, so a tick
+  // at it must move the registry past it (while a resume catches up too,
+  // when no group is drawn), or a driver would wake at the same time forever.
+  clients_.ExpireSilent(now);
   if (resume_at_.has_value() && now >= start_time_ + registration_grace_) {
     // A driver ticks once the registrations at its start are in (or, with
     // a grace, once it has passed): each client the schedule names must be

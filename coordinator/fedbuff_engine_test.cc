@@ -63,9 +63,10 @@ checkpoint::FedBuffSchedule ValidSchedule() {
 }
 
 // A store with version 1 committed with `schedule` (serialized as is).
-std::unique_ptr<store::RunStore> StoreWith(const std::string& schedule) {
+std::unique_ptr<store::RunStore> StoreWith(const std::string& schedule,
+                                           const config::RunConfig& config = Config()) {
   auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
-  auto created = FedBuffEngine::Create(Config(), std::vector<float>(kParams, 0.0f), store.get(),
+  auto created = FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f), store.get(),
                                        Evaluator(), "test");
   EXPECT_TRUE(created.ok()) << created.status();
   store::RoundRecord r;
@@ -236,6 +237,30 @@ TEST(FedBuffResumeScheduleTest, GroupsFormFromTheStoredFreeOrderOnceAllAreBack) 
   ASSERT_EQ(tasked.size(), 4u);
   EXPECT_EQ(std::set<std::string>(tasked.begin(), tasked.begin() + 2),
             (std::set<std::string>{"c1", "c3"}));
+}
+
+// While a resume catches up (no group drawn yet), a client silent past
+// the timeout is still expired at the tick NextWakeup asked for: a driver
+// that ticks at each wakeup (the simulator) moves on instead of waking at
+// the same instant forever.
+TEST(FedBuffResumeScheduleTest, ATimeoutWhileCatchingUpDoesNotWakeTheDriverForever) {
+  config::RunConfig config = Config();
+  config.mutable_rounds()->set_client_timeout_s(3);  // Timed out at 4 s, before the 5 s commit.
+  auto store = StoreWith(ValidSchedule().SerializeAsString(), config);
+  auto created = FedBuffEngine::Create(config, {}, store.get(), Evaluator(), "test");
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto engine = std::move(created).value();
+  for (const char* name : {"c0", "c1", "c2", "c3", "c4", "c5"}) {
+    (void)engine->OnMessage(name, Hello(name), 1000, nullptr);
+  }
+  int ticks = 0;
+  for (std::optional<TimeMs> w = engine->NextWakeup(); w && *w < 5000 && ticks < 100; ++ticks) {
+    (void)engine->OnTick(*w);
+    const std::optional<TimeMs> next = engine->NextWakeup();
+    ASSERT_TRUE(!next || *next > *w) << "woken at " << *w << " again";
+    w = next;
+  }
+  EXPECT_LT(ticks, 100);
 }
 
 // A client the schedule names that does not register is an error at the

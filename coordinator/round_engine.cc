@@ -932,13 +932,23 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
 std::string RoundEngine::WhyARerunIsFutile() const {
   // A plain round's task is the same model with the same seeds each time
   // (strategy_fedavg: the seed is the run's, the round's and the
-  // client's), so an update a check refused would be refused again: only
-  // clients that did not answer can make a re-run differ.
+  // client's), so an update a check refused would be refused again (and a
+  // client banned for it is not selected again): only the clients that did
+  // not answer can add to a re-run. When even all of them could not reach
+  // min_clients, the re-run is futile.
+  const Participant* refused = nullptr;
+  uint32_t reachable = 0;
   for (const auto& p : participants_) {
-    if (p.state == Participant::State::kRejected) {
-      return "client " + p.name + "'s update was refused (" + p.reason +
-             ") and a re-run would train it from the same model with the same seeds";
+    if (p.state != Participant::State::kRejected) {
+      ++reachable;
+    } else if (refused == nullptr) {
+      refused = &p;
     }
+  }
+  if (refused != nullptr && reachable < config_.rounds().min_clients()) {
+    return "client " + refused->name + "'s update was refused (" + refused->reason +
+           "), and a re-run, with the same model and seeds, could accept at most " +
+           std::to_string(reachable);
   }
   if (attempts_ + 1 >= kMaxRoundAttempts) {
     return "the round was tried " + std::to_string(kMaxRoundAttempts) + " times";

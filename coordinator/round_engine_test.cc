@@ -930,13 +930,43 @@ TEST_F(RoundEngineTest, ARefusedUpdateShortOfMinClientsAbortsTheRoundInsteadOfRe
   EXPECT_EQ((*rounds)[0].outcome, "aborted");
   EXPECT_EQ((*rounds)[0].outcome_reason,
             "only 2 updates accepted, need 3; client c2's update was refused (update has L2 norm "
-            "316.2, above server.max_update_norm 5) and a re-run would train it from the same "
-            "model with the same seeds");
+            "316.2, above server.max_update_norm 5), and a re-run, with the same model and seeds, "
+            "could accept at most 2");
   EXPECT_NE(env.Lines().find("round 1: only 2 updates accepted, need 3; client c2's update was "
                              "refused"),
             std::string::npos)
       << env.Lines();
   EXPECT_EQ(env.Lines().find("run again"), std::string::npos) << env.Lines();
+}
+
+// A refused update does not make a re-run futile while the clients that
+// did not answer could still make up min_clients: the round is run again.
+// (At the deadline c2 became unavailable, so the re-run starts at once with
+// c0, c1 and c3, and c3's refusal then leaves at most 2: aborted.)
+TEST_F(RoundEngineTest, ARefusedUpdateBesideASilentClientStillGetsARerun) {
+  FakeEnv env;
+  config::RunConfig c = TestConfig(4, 3, 1);
+  c.mutable_server()->set_max_update_norm(5);
+  Start(c, &env);
+  Register(4);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
+  Deliver("p3", UpdateFor(tasks_["p3"], std::vector<float>(kParams, 100.0f)));  // Refused.
+  Tick(11000);  // c2 silent: 2 accepted, and c2 could have made 3.
+  EXPECT_EQ(engine_->last_committed_round(), 0u);
+  EXPECT_NE(env.Lines().find("round 1: only 2 updates accepted, need 3; the round is run again "
+                             "(attempt 1 of 3)"),
+            std::string::npos)
+      << env.Lines();
+  for (const char* peer : {"p0", "p1"}) {
+    Deliver(peer, UpdateFor(tasks_[peer], std::vector<float>(kParams, 1.0f)));
+  }
+  Deliver("p3", UpdateFor(tasks_["p3"], std::vector<float>(kParams, 100.0f)));
+  EXPECT_EQ(engine_->last_committed_round(), 1u);
+  EXPECT_EQ((*store_->Rounds())[0].outcome_reason,
+            "only 2 updates accepted, need 3; client c3's update was refused (update has L2 norm "
+            "316.2, above server.max_update_norm 5), and a re-run, with the same model and seeds, "
+            "could accept at most 2");
 }
 
 // Clients that do not answer may answer a re-run, so a round short of them
