@@ -19,7 +19,7 @@ Not copied: NIID-Bench's and Flower's weight decay of 1e-5.
 Each cell is one run (seed 0 unless --seed); its final test accuracy and
 its accuracy after every round are appended to --results as one JSON line,
 and cells already there are skipped, so the table can be filled over
-several invocations (one cell takes ~16 min on 2 cores). Prints the
+several invocations (one cell takes 16-37 min on 2 cores). Prints the
 Markdown table: our final and best-round accuracy beside Flower's
 reproduction (adap/flower baselines/niid_bench/README.md, "the best
 accuracies across all rounds", mean +- std over its runs).
