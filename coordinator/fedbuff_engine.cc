@@ -489,8 +489,9 @@ void FedBuffEngine::CountGroupsWithoutAVersion(bool committed, const std::string
   if (++groups_without_version_ < kMaxGroupsWithoutVersion || !store_error_.ok()) return;
   store_error_ = FailedPreconditionError(fmt::format(
       "fedbuff: {} groups in a row closed without a new version after version {} (the last: {}); "
-      "the run stops rather than retrain them forever: check rounds.round_deadline_s ({:g} s) "
-      "against the clients' training time, and secagg.expected_dropout",
+      "the run stops rather than retrain them forever: if clients were cut at the deadline, "
+      "check rounds.round_deadline_s ({:g} s) against the clients' training time, and "
+      "secagg.expected_dropout; if their updates were refused, the reason names the check",
       groups_without_version_, version_, why, config_.rounds().round_deadline_s()));
 }
 
@@ -555,26 +556,56 @@ std::vector<Outgoing> FedBuffEngine::OnTick(TimeMs now) {
   // when no group is drawn), or a driver would wake at the same time forever.
   clients_.ExpireSilent(now);
   if (resume_at_.has_value() && now >= start_time_ + registration_grace_) {
-    // A driver ticks once the registrations at its start are in (or, with
-    // a grace, once it has passed): each client the schedule names must be
-    // here by now.
-    const std::string within =
-        registration_grace_ > 0
-            ? " within " + std::to_string(registration_grace_ / 1000) + " s of the restart"
-            : "";
-    for (const std::string& name : scheduled_) {
-      if (members_.count(name) == 0 && store_error_.ok()) {
-        store_error_ = FailedPreconditionError(
-            "fedbuff: resuming after version " + std::to_string(version_) + ": client " + name +
-            " of the committed schedule has not registered" + within +
-            " (the run's clients changed, or it is offline)");
-      }
-    }
+    CheckScheduledClients();
     if (now >= *resume_at_) resume_ticked_ = true;
   }
   for (auto& [id, g] : groups_) Forward(g.engine->OnTick(now), out);
   CloseDoneGroups(now, out);  // Then MaybeOpenGroups sets the silent aside.
   return out;
+}
+
+void FedBuffEngine::CheckScheduledClients() {
+  std::vector<std::string> missing;
+  for (const std::string& name : scheduled_) {
+    if (members_.count(name) == 0) missing.push_back(name);
+  }
+  if (missing.empty() || !store_error_.ok()) return;
+  if (registration_grace_ == 0) {
+    // The simulator registers every client before its first tick.
+    store_error_ = FailedPreconditionError(
+        "fedbuff: resuming after version " + std::to_string(version_) + ": client " +
+        missing.front() +
+        " of the committed schedule has not registered (the run's clients changed, or it is "
+        "offline)");
+    return;
+  }
+  // A daemon's client may be down: the run goes on without it, and a group
+  // in flight that it was in is abandoned (its other members are free).
+  auto is_missing = [&missing](const std::string& name) {
+    return std::find(missing.begin(), missing.end(), name) != missing.end();
+  };
+  for (const std::string& name : missing) {
+    scheduled_.erase(name);  // Its Hello, if it comes, makes it free.
+    std::string abandoned;
+    for (auto it = to_reopen_.begin(); it != to_reopen_.end();) {
+      if (std::find(it->members.begin(), it->members.end(), name) == it->members.end()) {
+        ++it;
+        continue;
+      }
+      abandoned = fmt::format("; group {} (from version {}), which it was in, is abandoned", it->id,
+                              it->base_version);
+      for (const std::string& m : it->members) {
+        if (!is_missing(m)) free_.push_back(m);
+      }
+      it = to_reopen_.erase(it);
+    }
+    env_->Log().warn(
+        "fedbuff: resuming after version {}: client {} of the committed schedule has not "
+        "registered within {} s of the restart; the run goes on without it, and it is drawn "
+        "into no group until it registers{}",
+        version_, name, registration_grace_ / 1000, abandoned);
+  }
+  free_.erase(std::remove_if(free_.begin(), free_.end(), is_missing), free_.end());
 }
 
 std::vector<Outgoing> FedBuffEngine::OnMalformed(const std::string& peer, const Status& why) {

@@ -93,13 +93,15 @@ class FedBuffEngine final : public ProtocolEngine {
 
   // For a driver whose clients register over real time (the coordinator
   // daemon), not all at its start as the simulator's do: a resumed run
-  // waits `grace` after start_time() for the clients its schedule names
-  // before OnTick stops it naming one that has not registered. 0 (the
-  // default): the first tick checks.
+  // waits `grace` after start_time() for the clients its schedule names;
+  // one still missing then is set aside (CheckScheduledClients). 0 (the
+  // default): the first tick checks, and a missing client stops the run.
   void set_registration_grace(TimeMs grace) { registration_grace_ = grace; }
 
   std::span<const float> global_model() const { return global_; }
   size_t groups_in_flight() const { return groups_.size(); }
+  // The clients drawn into the next groups, in order.
+  const std::deque<std::string>& free_clients() const { return free_; }
 
  private:
   // A registered client: where it is, the Hello to replay to each group's
@@ -159,6 +161,12 @@ class FedBuffEngine final : public ProtocolEngine {
   // While resuming: re-opens the restored groups due by `now`; true once
   // the schedule has caught up (new groups may open).
   bool CatchUp(TimeMs now, std::vector<Outgoing>& out);
+  // While resuming, once the registrations are in (or the grace is over):
+  // a client the schedule names that has not registered stops the run
+  // when there is no grace (the simulator's clients changed); with a grace
+  // (a daemon's client is down) the run goes on without it, and the group
+  // in flight it was in, if any, is abandoned, its other members freed.
+  void CheckScheduledClients();
   // The config of group `id`'s engine: one round of buffer_size clients,
   // its server step FedAvg at learning rate 1.
   config::RunConfig GroupConfig(uint64_t id) const;
