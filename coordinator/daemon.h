@@ -59,9 +59,10 @@ struct DaemonOptions {
 // version); kInvalidArgument with `dump_sums`. The engine's times run from
 // the run's start: the daemon's steady clock, offset so that the engine's
 // time at start is its start_time() (protocol_engine.h). A resumed fedbuff
-// run re-opens its groups in flight as their members register again and
-// stops, naming the client, if one its schedule names has not registered
-// rounds.client_timeout_s after the start.
+// run re-opens its groups in flight as their members register again; a
+// client its schedule names that has not registered rounds.client_timeout_s
+// after the start is named and set aside, and the group it was in is
+// abandoned (FedBuffEngine::CheckScheduledClients).
 Status RunCoordinator(const DaemonOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace cohort::coordinator

@@ -288,7 +288,7 @@ void FedBuffEngine::OnHello(const std::string& peer, const net::Envelope& envelo
   m.hello = envelope;
   m.sender = sender != nullptr ? std::optional<AuthenticatedPeer>(*sender) : std::nullopt;
   const bool was_out = std::exchange(m.revoked, false) | std::exchange(m.silent, false);
-  if ((is_new && scheduled_.count(name) == 0) || (was_out && m.group == 0)) {
+  if ((is_new && scheduled_.count(name) == 0) || (was_out && m.group == 0 && !Reopening(name))) {
     free_.push_back(name);  // A resumed schedule already places the clients it names.
   } else if (m.group != 0) {
     // Its group's engine decides what a reconnection means for the round.
@@ -354,6 +354,12 @@ void FedBuffEngine::SetAsideSilent(TimeMs now) {
     members_.at(*it).silent = true;
     it = free_.erase(it);
   }
+}
+
+bool FedBuffEngine::Reopening(const std::string& name) const {
+  return std::any_of(to_reopen_.begin(), to_reopen_.end(), [&name](const Group& g) {
+    return std::find(g.members.begin(), g.members.end(), name) != g.members.end();
+  });
 }
 
 void FedBuffEngine::WelcomeBack(const std::string& name) {
@@ -546,7 +552,10 @@ void FedBuffEngine::Finish(std::vector<Outgoing>& out) {
                    version_, groups_.size());
   groups_.clear();
   free_.clear();
-  for (const auto& [name, m] : members_) out.push_back(FinishedMessage(m.peer, version_));
+  for (auto& [name, m] : members_) {
+    m.group = 0;  // Its group is gone: a later Revoke rejects it directly.
+    out.push_back(FinishedMessage(m.peer, version_));
+  }
 }
 
 std::vector<Outgoing> FedBuffEngine::OnTick(TimeMs now) {
@@ -595,15 +604,15 @@ void FedBuffEngine::CheckScheduledClients() {
       abandoned = fmt::format("; group {} (from version {}), which it was in, is abandoned", it->id,
                               it->base_version);
       for (const std::string& m : it->members) {
-        if (!is_missing(m)) free_.push_back(m);
+        if (!is_missing(m) && !members_.at(m).revoked) free_.push_back(m);
       }
       it = to_reopen_.erase(it);
     }
     env_->Log().warn(
         "fedbuff: resuming after version {}: client {} of the committed schedule has not "
-        "registered within {} s of the restart; the run goes on without it, and it is drawn "
+        "registered within {:g} s of the restart; the run goes on without it, and it is drawn "
         "into no group until it registers{}",
-        version_, name, registration_grace_ / 1000, abandoned);
+        version_, name, registration_grace_ / 1000.0, abandoned);
   }
   free_.erase(std::remove_if(free_.begin(), free_.end(), is_missing), free_.end());
 }

@@ -149,6 +149,8 @@ class FedBuffEngine final : public ProtocolEngine {
   void SetAsideSilent(TimeMs now);
   // A silent member that spoke again (at Seen) is free once more.
   void WelcomeBack(const std::string& name);
+  // Whether `name` is a member of a restored group still to re-open.
+  bool Reopening(const std::string& name) const;
   Status OpenGroup(TimeMs now, std::vector<Outgoing>& out);
   // Gives g (id, base, sorted members set) its store and engine at `now`
   // and registers its members there.

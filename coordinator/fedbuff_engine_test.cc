@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -440,6 +441,69 @@ TEST(FedBuffResumeScheduleTest, AfterTheGraceMissingClientsAreSetAsideAndTheRunG
   EXPECT_EQ(engine->free_clients(), (std::deque<std::string>{"c5", "c2"}));
   spdlog::default_logger_raw()->sinks().pop_back();
   EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+}
+
+// A member of a restored group that is revoked (SIGHUP) and says Hello
+// again before the group re-opens stays in its group, not also free; one
+// revoked when its group is abandoned is not freed.
+TEST(FedBuffResumeScheduleTest, ARevokedMemberOfARestoredGroupIsFreedNeitherTwiceNorWhenRevoked) {
+  for (const bool all_return : {true, false}) {
+    auto store = StoreWith(ValidSchedule().SerializeAsString());
+    auto engine =
+        std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
+    engine->set_registration_grace(3000);
+    (void)engine->OnMessage("c3", Hello("c3"), 500, nullptr);
+    EXPECT_TRUE(Rejected(engine->Revoke("c3", "its key was removed", 600), "c3"));
+    if (all_return) (void)engine->OnMessage("c3", Hello("c3"), 700, nullptr);
+    for (const char* name : {"c0", "c1", "c4", "c5"}) {
+      (void)engine->OnMessage(name, Hello(name), 1000, nullptr);
+    }
+    if (all_return) {
+      (void)engine->OnMessage("c2", Hello("c2"), 1000, nullptr);
+      EXPECT_EQ(engine->groups_in_flight(), 1u) << "group 1 (c2, c3) did not re-open";
+    }
+    (void)engine->OnTick(4000);
+    EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+    EXPECT_EQ(engine->free_clients(), (std::deque<std::string>{"c4", "c5"}))
+        << "c2 returns: " << all_return;
+  }
+}
+
+// A run that finishes drops its groups in flight; a member of one revoked
+// after that (the daemon reloads its allowlist until it exits) is
+// rejected, and the engine does not look for its dropped group.
+TEST(FedBuffResumeScheduleTest, ARevokeAfterTheRunFinishedRejectsTheClient) {
+  config::RunConfig config = Config();
+  config.mutable_rounds()->set_num_rounds(2);
+  auto store = StoreWith(ValidSchedule().SerializeAsString(), config);
+  auto engine =
+      std::move(FedBuffEngine::Create(config, {}, store.get(), Evaluator(), "test")).value();
+  std::map<std::string, wire::RoundTask> tasks;
+  auto keep_tasks = [&tasks](const std::vector<Outgoing>& out) {
+    for (const Outgoing& o : out) {
+      if (o.header.has_task()) tasks[o.peer] = o.header.task();
+    }
+  };
+  for (const char* name : {"c0", "c1", "c2", "c3", "c4", "c5"}) {
+    keep_tasks(engine->OnMessage(name, Hello(name), 1000, nullptr));
+  }
+  keep_tasks(engine->OnTick(5000));  // Group 2 (c0, c1) re-opens.
+  ASSERT_EQ(engine->groups_in_flight(), 2u);
+  // Group 1 (c2, c3) answers: version 2, the last; group 2 is dropped.
+  for (const char* name : {"c2", "c3"}) {
+    ASSERT_EQ(tasks.count(name), 1u) << name << " got no task";
+    net::Envelope e;
+    e.header.set_version(wire::VERSION_1);
+    wire::Update& u = *e.header.mutable_update();
+    u.set_round(tasks[name].round());
+    u.set_task_id(tasks[name].task_id());
+    u.set_num_samples(100);
+    u.set_train_loss(0.5);
+    e.payloads.push_back(std::vector<float>(kParams, 0.0f));
+    (void)engine->OnMessage(name, e, 5001, nullptr);
+  }
+  ASSERT_TRUE(engine->done()) << engine->store_error();
+  EXPECT_TRUE(Rejected(engine->Revoke("c0", "its key was removed", 5002), "c0"));
 }
 
 }  // namespace

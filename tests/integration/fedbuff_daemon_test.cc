@@ -201,8 +201,10 @@ TEST(FedBuffDaemonTest, AScheduledClientThatDoesNotReturnIsNamedAndTheRunGoesOn)
     auto store = OrThrow(store::OpenSqliteRunStore(run_dir + "/run.db"), "open run.db");
     ASSERT_TRUE(schedule.ParseFromString(OrThrow(store->LatestCheckpoint(), "cp").schedule));
   }
-  std::string gone = schedule.free_size() > 0 ? schedule.free(schedule.free_size() - 1) : "";
-  if (gone.empty() && schedule.groups_size() > 0) gone = schedule.groups(0).members(0);
+  // A member of a group in flight when there is one (its group is then
+  // abandoned), else the last free client.
+  std::string gone = schedule.groups_size() > 0 ? schedule.groups(0).members(0) : "";
+  if (gone.empty() && schedule.free_size() > 0) gone = schedule.free(schedule.free_size() - 1);
   ASSERT_EQ(gone.rfind("client-", 0), 0u) << schedule.DebugString();
   const int k = std::atoi(gone.c_str() + std::strlen("client-"));
   c.client(k).Signal(SIGKILL);
@@ -219,7 +221,12 @@ TEST(FedBuffDaemonTest, AScheduledClientThatDoesNotReturnIsNamedAndTheRunGoesOn)
   EXPECT_TRUE(std::regex_search(
       log, std::regex("fedbuff: resuming after version [0-9]+: client " + gone +
                       " of the committed schedule has not registered within 3 s of the restart; "
-                      "the run goes on without it")))
+                      "the run goes on without it, and it is drawn into no group until it "
+                      "registers" +
+                      std::string(schedule.groups_size() > 0
+                                      ? "; group [0-9]+ \\(from version [0-9]+\\), which it "
+                                        "was in, is abandoned"
+                                      : ""))))
       << log;
   auto store = OrThrow(store::OpenSqliteRunStore(run_dir + "/run.db"), "open run.db");
   const auto rounds = OrThrow(store->Rounds(), "rounds");
