@@ -4,8 +4,9 @@
 Li, Diao, Chen, He, "Federated Learning on Non-IID Data Silos: An
 Experimental Study" (ICDE 2022), Table 3's setting: 10 parties, all of them
 in every round, 50 rounds, NIID-Bench's simple CNN (= `arch: "lenet5"`),
-10 local epochs, batch 64, SGD lr 0.01 momentum 0.9, FedProx mu 0.01 (the
-default of its grid), on four partitions:
+10 local epochs, batch 64, SGD lr 0.01 momentum 0.9, FedProx mu from --mu
+(NIID-Bench tunes it over 0.001, 0.01, 0.1 and 1; 0.01 is its default), on
+four partitions:
   IID      scheme "iid"              (NIID-Bench's homo)
   Dir(0.5) scheme "dirichlet:0.5"    (noniid-labeldir, beta 0.5)
   #C=1     scheme "shards:1"         (noniid-#label1)
@@ -16,16 +17,19 @@ cells run before this was set had no update over Cohort's default of 100,
 or a round would have been run again without end, as SCAFFOLD #C=1's was).
 Not copied: NIID-Bench's and Flower's weight decay of 1e-5.
 
-Each cell is one run (seed 0 unless --seed); its final test accuracy and
-its accuracy after every round are appended to --results as one JSON line,
-and cells already there are skipped, so the table can be filled over
-several invocations (one cell takes 16-37 min on 2 cores). Prints the
-Markdown table: our final and best-round accuracy beside Flower's
-reproduction (adap/flower baselines/niid_bench/README.md, "the best
-accuracies across all rounds", mean +- std over its runs).
+Each cell is one run (seed 0 unless --seed, which also draws the partition);
+its final test accuracy and its accuracy after every round are appended to
+--results as one JSON line, and cells already there are skipped, so the
+table can be filled over several invocations and seeds (one cell takes
+16-37 min on 2 cores). Prints a Markdown table, one row per algorithm,
+partition and mu: each seed's final and best-round accuracy, the best
+round's mean +- sample std over the seeds, beside Flower's reproduction
+(adap/flower baselines/niid_bench/README.md, "the best accuracies across
+all rounds", mean +- std over its runs).
 
   /usr/bin/python3 bench/niid_bench.py [--cohort build/cli/cohort]
       [--results bench-niid.jsonl] [--only fedavg:iid,scaffold:dir] [--rounds 50]
+      [--seed 0] [--mu 0.01]
 """
 import argparse
 import json
@@ -39,7 +43,7 @@ from robust_bench import fmnist_partition  # noqa: E402
 
 PARTITIONS = [("iid", "IID", "iid"), ("dir", "Dir(0.5)", "dirichlet:0.5"),
               ("c1", "#C=1", "shards:1"), ("c2", "#C=2", "shards:2")]
-ALGORITHMS = [("fedavg", "FedAvg", ""), ("fedprox", "FedProx", "proximal_mu: 0.01"),
+ALGORITHMS = [("fedavg", "FedAvg", ""), ("fedprox", "FedProx", "proximal_mu: --mu"),
               ("scaffold", "SCAFFOLD", "scaffold: true")]
 # Flower's reproduction of the FMNIST rows: best round, mean and std, in
 # points (adap/flower fdef7afb1d, baselines/niid_bench/README.md).
@@ -64,8 +68,10 @@ secagg {{ aggregation: PLAIN }}
 
 def run_cell(args, work, alg, part):
     extra = dict((a, e) for a, _, e in ALGORITHMS)[alg]
+    if alg == "fedprox":
+        extra = "proximal_mu: %g" % args.mu
     scheme = dict((p, s) for p, _, s in PARTITIONS)[part]
-    name = "%s-%s-%d" % (alg, part, args.seed)
+    name = "%s-%s-%d-%g" % (alg, part, args.seed, args.mu)
     path = os.path.join(work, name + ".textproto")
     with open(path, "w") as f:
         f.write(config(args, scheme, extra))
@@ -75,6 +81,7 @@ def run_cell(args, work, alg, part):
         out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, check=True).stdout
     rounds = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return {"alg": alg, "part": part, "seed": args.seed, "rounds": len(rounds),
+            **({"mu": args.mu} if alg == "fedprox" else {}),
             "accuracy": 100 * rounds[-1]["test_accuracy"],
             "curve": [round(100 * r["test_accuracy"], 2) for r in rounds]}
 
@@ -86,18 +93,41 @@ def load(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def best(r):
+    return max(r["curve"]) if r.get("curve") else r["accuracy"]
+
+
+def mean_std(xs):
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, 0.0
+    return m, (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5
+
+
 def table(results, rounds):
-    done = {(r["alg"], r["part"]): r for r in results if r["rounds"] == rounds}
-    print("| partition | " + " | ".join("%s final / best (Flower best)" % n
-                                         for _, n, _ in ALGORITHMS) + " |")
-    print("|---|" + "---|" * len(ALGORITHMS))
-    for part, label, _ in PARTITIONS:
-        cells = []
-        for alg, _, _ in ALGORITHMS:
-            r = done.get((alg, part))
-            ours = ("%.2f / %.2f" % (r["accuracy"], max(r["curve"]))) if r else "not run"
-            cells.append("%s (%.2f ± %.2f)" % ((ours,) + FLOWER[alg, part]))
-        print("| %s | %s |" % (label, " | ".join(cells)))
+    """One row per (algorithm, partition, FedProx mu): every seed's final and
+    best-round accuracy, their mean +- sample std, and Flower's figure. A
+    cell stopped early shows its rounds."""
+    groups = {}
+    for r in results:
+        key = (r["alg"], r["part"], r.get("mu", 0.01) if r["alg"] == "fedprox" else None)
+        groups.setdefault(key, []).append(r)
+    print("| algorithm | partition | mu | seeds: final / best | best, mean ± std | Flower best | gap |")
+    print("|---|---|---|---|---|---|---|")
+    order = {a: i for i, (a, _, _) in enumerate(ALGORITHMS)}
+    order.update({p: i for i, (p, _, _) in enumerate(PARTITIONS)})
+    for (alg, part, mu) in sorted(groups, key=lambda k: (order[k[0]], order[k[1]], k[2] or 0)):
+        runs = sorted(groups[alg, part, mu], key=lambda r: r["seed"])
+        seeds = ", ".join("%d: %.2f / %.2f%s" % (r["seed"], r["accuracy"], best(r),
+                                                 "" if r["rounds"] == rounds
+                                                 else " (%d rounds)" % r["rounds"])
+                          for r in runs)
+        m, s = mean_std([best(r) for r in runs])
+        fm, fs = FLOWER[alg, part]
+        print("| %s | %s | %s | %s | %.2f ± %.2f | %.2f ± %.2f | %+.2f |" % (
+            dict((a, n) for a, n, _ in ALGORITHMS)[alg], dict((p, l) for p, l, _ in PARTITIONS)[part],
+            "%g" % mu if mu is not None else "", seeds, m, s, fm, fs, m - fm))
+
 
 def main():
     p = argparse.ArgumentParser()
@@ -107,6 +137,8 @@ def main():
     p.add_argument("--rounds", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--mu", type=float, default=0.01, help="FedProx's mu (NIID-Bench's grid: "
+                   "0.001, 0.01, 0.1, 1; records without one ran at 0.01)")
     args = p.parse_args()
     cells = [(a, q) for a, _, _ in ALGORITHMS for q, _, _ in PARTITIONS]
     if args.only:
@@ -114,7 +146,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="niid-bench-") as work:
         for alg, part in cells:
             have = {(r["alg"], r["part"]) for r in load(args.results)
-                    if r["rounds"] == args.rounds and r["seed"] == args.seed}
+                    if r["rounds"] == args.rounds and r["seed"] == args.seed
+                    and r.get("mu", 0.01) == (args.mu if r["alg"] == "fedprox" else 0.01)}
             if (alg, part) in have:
                 continue
             result = run_cell(args, work, alg, part)
