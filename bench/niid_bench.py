@@ -15,7 +15,9 @@ Plain aggregation, as NIID-Bench has no secure aggregation, and no bound on
 an update's norm (server.max_update_norm 0: NIID-Bench bounds none; the
 cells run before this was set had no update over Cohort's default of 100,
 or a round would have been run again without end, as SCAFFOLD #C=1's was).
-Not copied: NIID-Bench's and Flower's weight decay of 1e-5.
+NIID-Bench's and Flower's weight decay of 1e-5 only with --weight-decay 1e-5
+(the cells recorded so far ran without; Cohort's SGD adds it to the gradient,
+as torch.optim.SGD does).
 
 Each cell is one run (seed 0 unless --seed, which also draws the partition);
 its final test accuracy and its accuracy after every round are appended to
@@ -29,7 +31,7 @@ all rounds", mean +- std over its runs).
 
   /usr/bin/python3 bench/niid_bench.py [--cohort build/cli/cohort]
       [--results bench-niid.jsonl] [--only fedavg:iid,scaffold:dir] [--rounds 50]
-      [--seed 0] [--mu 0.01]
+      [--seed 0] [--mu 0.01] [--weight-decay 0]
 """
 import argparse
 import json
@@ -59,7 +61,7 @@ def config(args, scheme, extra):
 seed: {args.seed}
 {fmnist_partition(10, args.seed, scheme)}
 model {{ arch: "lenet5" }}
-train {{ local_epochs: 10 batch_size: 64 learning_rate: 0.01 momentum: 0.9 {extra} }}
+train {{ local_epochs: 10 batch_size: 64 learning_rate: 0.01 momentum: 0.9 weight_decay: {args.weight_decay:g} {extra} }}
 rounds {{ num_rounds: {args.rounds} min_clients: 10 start_clients: 10 fraction: 1 round_deadline_s: 100000 }}
 server {{ max_update_norm: 0 }}
 secagg {{ aggregation: PLAIN }}
@@ -71,7 +73,7 @@ def run_cell(args, work, alg, part):
     if alg == "fedprox":
         extra = "proximal_mu: %g" % args.mu
     scheme = dict((p, s) for p, _, s in PARTITIONS)[part]
-    name = "%s-%s-%d-%g" % (alg, part, args.seed, args.mu)
+    name = "%s-%s-%d-%g-%g" % (alg, part, args.seed, args.mu, args.weight_decay)
     path = os.path.join(work, name + ".textproto")
     with open(path, "w") as f:
         f.write(config(args, scheme, extra))
@@ -82,6 +84,7 @@ def run_cell(args, work, alg, part):
     rounds = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return {"alg": alg, "part": part, "seed": args.seed, "rounds": len(rounds),
             **({"mu": args.mu} if alg == "fedprox" else {}),
+            **({"weight_decay": args.weight_decay} if args.weight_decay else {}),
             "accuracy": 100 * rounds[-1]["test_accuracy"],
             "curve": [round(100 * r["test_accuracy"], 2) for r in rounds]}
 
@@ -110,23 +113,27 @@ def table(results, rounds):
     cell stopped early shows its rounds."""
     groups = {}
     for r in results:
-        key = (r["alg"], r["part"], r.get("mu", 0.01) if r["alg"] == "fedprox" else None)
+        key = (r["alg"], r["part"], r.get("mu", 0.01) if r["alg"] == "fedprox" else None,
+               r.get("weight_decay", 0))
         groups.setdefault(key, []).append(r)
-    print("| algorithm | partition | mu | seeds: final / best | best, mean ± std | Flower best | gap |")
-    print("|---|---|---|---|---|---|---|")
+    print("| algorithm | partition | mu | weight decay | seeds: final / best | best, mean ± std "
+          "| Flower best | gap |")
+    print("|---|---|---|---|---|---|---|---|")
     order = {a: i for i, (a, _, _) in enumerate(ALGORITHMS)}
     order.update({p: i for i, (p, _, _) in enumerate(PARTITIONS)})
-    for (alg, part, mu) in sorted(groups, key=lambda k: (order[k[0]], order[k[1]], k[2] or 0)):
-        runs = sorted(groups[alg, part, mu], key=lambda r: r["seed"])
+    for (alg, part, mu, wd) in sorted(groups, key=lambda k: (order[k[0]], order[k[1]], k[2] or 0,
+                                                              k[3])):
+        runs = sorted(groups[alg, part, mu, wd], key=lambda r: r["seed"])
         seeds = ", ".join("%d: %.2f / %.2f%s" % (r["seed"], r["accuracy"], best(r),
                                                  "" if r["rounds"] == rounds
                                                  else " (%d rounds)" % r["rounds"])
                           for r in runs)
         m, s = mean_std([best(r) for r in runs])
         fm, fs = FLOWER[alg, part]
-        print("| %s | %s | %s | %s | %.2f ± %.2f | %.2f ± %.2f | %+.2f |" % (
+        ours = "%.2f ± %.2f" % (m, s) if len(runs) > 1 else "%.2f (one run)" % m
+        print("| %s | %s | %s | %g | %s | %s | %.2f ± %.2f | %+.2f |" % (
             dict((a, n) for a, n, _ in ALGORITHMS)[alg], dict((p, l) for p, l, _ in PARTITIONS)[part],
-            "%g" % mu if mu is not None else "", seeds, m, s, fm, fs, m - fm))
+            "%g" % mu if mu is not None else "", wd, seeds, ours, fm, fs, m - fm))
 
 
 def main():
@@ -137,6 +144,8 @@ def main():
     p.add_argument("--rounds", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--weight-decay", type=float, default=0.0,
+                   help="SGD weight decay (NIID-Bench's and Flower's: 1e-5)")
     p.add_argument("--mu", type=float, default=0.01, help="FedProx's mu (NIID-Bench's grid: "
                    "0.001, 0.01, 0.1, 1; records without one ran at 0.01)")
     args = p.parse_args()
@@ -147,7 +156,8 @@ def main():
         for alg, part in cells:
             have = {(r["alg"], r["part"]) for r in load(args.results)
                     if r["rounds"] == args.rounds and r["seed"] == args.seed
-                    and r.get("mu", 0.01) == (args.mu if r["alg"] == "fedprox" else 0.01)}
+                    and r.get("mu", 0.01) == (args.mu if r["alg"] == "fedprox" else 0.01)
+                    and r.get("weight_decay", 0) == args.weight_decay}
             if (alg, part) in have:
                 continue
             result = run_cell(args, work, alg, part)
