@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <string>
+#include <type_traits>
 
 namespace cohort::collective {
 
@@ -105,13 +108,24 @@ constexpr uint32_t kDType<Fp16> = 4;
 template <>
 constexpr uint32_t kDType<uint8_t> = 5;
 
+}  // namespace
+
+std::string ReduceOpName(ReduceOp op) {
+  static const char* const kNames[] = {"sum",         "product",    "min",        "max",
+                                       "bitwise and", "bitwise or", "bitwise xor"};
+  const auto i = static_cast<size_t>(op);
+  return i < std::size(kNames) ? kNames[i] : "reduce op " + std::to_string(i);
+}
+
+namespace {
+
 std::string DTypeName(uint32_t dtype) {
   static const char* const kNames[] = {"?", "float32", "int64", "bfloat16", "float16", "byte"};
   return dtype < 6 ? kNames[dtype] : "type " + std::to_string(dtype);
 }
 
 struct MessageHeader {
-  uint32_t magic = 0x32764c43;  // "CLv2"
+  uint32_t magic = 0x33764c43;  // "CLv3"
   uint32_t dtype = 0;
   uint64_t sequence = 0;
   // The message's number among those this sender sends this receiver in
@@ -120,13 +134,78 @@ struct MessageHeader {
   uint64_t index = 0;
   uint64_t begin = 0;
   uint64_t count = 0;
+  uint32_t op = 0;  // ReduceOp: every rank of an all-reduce passes the same.
+  uint32_t unused = 0;
 };
 static_assert(sizeof(MessageHeader) + kSegmentBytes <= kMaxCollectiveMessageBytes);
 
+// Float max and min that give every rank the same bits whichever operand
+// is its own: NaN wins (one quiet NaN), +0 is above -0.
+float MaxOf(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
+  if (a == b) return std::signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+
+float MinOf(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<float>::quiet_NaN();
+  if (a == b) return std::signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+
+// a combined with b by `op` (any but kSum, and the bitwise ones only for
+// integers: ReduceWith checks).
 template <typename T>
-void Apply(CollectiveStep::Op op, const uint8_t* bytes, std::span<T> out) {
-  if (op == CollectiveStep::Op::kCopy) {
+T Combine(ReduceOp op, T a, T b) {
+  if constexpr (std::is_same_v<T, Bf16>) {
+    return ToBf16(Combine<float>(op, ToFloat(a), ToFloat(b)));
+  } else if constexpr (std::is_same_v<T, Fp16>) {
+    return ToFp16(Combine<float>(op, ToFloat(a), ToFloat(b)));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    switch (op) {
+      case ReduceOp::kProduct:
+        return a * b;
+      case ReduceOp::kMin:
+        return MinOf(a, b);
+      case ReduceOp::kMax:
+        return MaxOf(a, b);
+      default:
+        return a + b;
+    }
+  } else {
+    using U = std::make_unsigned_t<T>;  // Wrapping arithmetic.
+    switch (op) {
+      case ReduceOp::kProduct:
+        return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+      case ReduceOp::kMin:
+        return std::min(a, b);
+      case ReduceOp::kMax:
+        return std::max(a, b);
+      case ReduceOp::kBitAnd:
+        return a & b;
+      case ReduceOp::kBitOr:
+        return a | b;
+      case ReduceOp::kBitXor:
+        return a ^ b;
+      default:
+        return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    }
+  }
+}
+
+template <typename T>
+void Apply(CollectiveStep::Op step, ReduceOp op, const uint8_t* bytes, std::span<T> out) {
+  if (step == CollectiveStep::Op::kCopy) {
     std::memcpy(out.data(), bytes, out.size_bytes());
+    return;
+  }
+  if (op != ReduceOp::kSum) {
+    T* o = out.data();
+    for (size_t i = 0; i < out.size(); ++i) {
+      T v;
+      std::memcpy(&v, bytes + i * sizeof(T), sizeof(T));
+      o[i] = Combine(op, o[i], v);
+    }
     return;
   }
   // Each value read with its own memcpy (received bytes need not be
@@ -153,7 +232,7 @@ void Apply(CollectiveStep::Op op, const uint8_t* bytes, std::span<T> out) {
 // is.
 template <typename T>
 std::string Mismatch(std::span<const uint8_t> m, size_t size, uint64_t sequence, uint64_t i,
-                     Range want) {
+                     Range want, ReduceOp op) {
   MessageHeader h;
   if (m.size() < sizeof(h)) return "a message of " + std::to_string(size) + " bytes";
   std::memcpy(&h, m.data(), sizeof(h));
@@ -162,6 +241,10 @@ std::string Mismatch(std::span<const uint8_t> m, size_t size, uint64_t sequence,
     return "message " + std::to_string(h.index) + " of collective " + std::to_string(h.sequence) +
            " (expected message " + std::to_string(i) + " of collective " +
            std::to_string(sequence) + ")";
+  }
+  if (h.op != static_cast<uint32_t>(op)) {
+    return "values to combine by " + ReduceOpName(static_cast<ReduceOp>(h.op)) + " (expected " +
+           ReduceOpName(op) + ": every rank must pass the same reduce op)";
   }
   if (h.dtype != kDType<T> || h.begin != want.begin || h.count != want.size() ||
       size != sizeof(h) + want.size() * sizeof(T)) {
@@ -292,10 +375,10 @@ Status Communicator::ReceiveSegment(const CollectiveStep& s, Range seg, std::spa
     return UnavailableError(at() + " gave up: " + gave_up);
   }
   const size_t size = landed ? sizeof(MessageHeader) + into.size() : m->size();
-  const std::string bad = Mismatch<T>(m->bytes(), size, sequence, index, seg);
+  const std::string bad = Mismatch<T>(m->bytes(), size, sequence, index, seg, op_);
   if (!bad.empty()) return InvalidArgumentError(at() + " sent " + bad);
   if (!landed) {
-    Apply<T>(s.op, m->data() + sizeof(MessageHeader), data.subspan(seg.begin, seg.size()));
+    Apply<T>(s.op, op_, m->data() + sizeof(MessageHeader), data.subspan(seg.begin, seg.size()));
   }
   return OkStatus();
 }
@@ -326,7 +409,8 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
                         .sequence = sequence,
                         .index = sent[s.send_to]++,
                         .begin = seg.begin,
-                        .count = seg.size()};
+                        .count = seg.size(),
+                        .op = static_cast<uint32_t>(op_)};
         const auto* body = reinterpret_cast<const uint8_t*>(data.data() + seg.begin);
         const std::span<const uint8_t> head(reinterpret_cast<const uint8_t*>(&h), sizeof(h));
         // A copy step's range is final for the rest of the collective (no
@@ -360,6 +444,14 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
 template <typename T>
 Status Communicator::ReduceWith(std::span<T> data, const CollectiveOptions& options,
                                 const char* what) {
+  const bool bitwise = options.op == ReduceOp::kBitAnd || options.op == ReduceOp::kBitOr ||
+                       options.op == ReduceOp::kBitXor;
+  if (static_cast<uint8_t>(options.op) > static_cast<uint8_t>(ReduceOp::kBitXor) ||
+      (bitwise && !std::is_same_v<T, int64_t>)) {
+    return InvalidArgumentError(std::string(what) + ": no " + ReduceOpName(options.op) + " of " +
+                                DTypeName(kDType<T>) + " values (bitwise ops take integers)");
+  }
+  op_ = options.op;
   const TimeMs deadline = SteadyNowMs() + options.timeout_ms;
   timeout_ms_ = options.timeout_ms;
   Algorithm a = options.algorithm;
@@ -387,6 +479,10 @@ Status Communicator::AllReduce(std::span<Fp16> data, const CollectiveOptions& op
 Status Communicator::AllReduce(std::span<float> data, const CollectiveOptions& options) {
   if (options.exact && options.wire != WireType::kFloat32) {
     return InvalidArgumentError("exact all-reduce: the wire type must be float32");
+  }
+  if (options.exact && options.op != ReduceOp::kSum) {
+    return InvalidArgumentError("exact all-reduce: fixed point sums only, not " +
+                                ReduceOpName(options.op));
   }
   if (options.exact) return ReduceExact(data, options);
   switch (options.wire) {
@@ -439,6 +535,7 @@ Status Communicator::BroadcastAs(std::span<T> data, int root, const CollectiveOp
                                 std::to_string(size()));
   }
   timeout_ms_ = options.timeout_ms;
+  op_ = ReduceOp::kSum;
   return Run<T>(BroadcastSchedule(rank(), size(), data.size(), root), data,
                 SteadyNowMs() + options.timeout_ms, "broadcast");
 }
@@ -471,6 +568,7 @@ Status Communicator::BroadcastSized(std::vector<uint8_t>& bytes, int root, size_
 Status Communicator::Barrier(const CollectiveOptions& options) {
   int64_t token = 0;
   timeout_ms_ = options.timeout_ms;
+  op_ = ReduceOp::kSum;
   return Run<int64_t>(RecursiveDoublingSchedule(rank(), size(), 1), std::span<int64_t>(&token, 1),
                       SteadyNowMs() + options.timeout_ms, "barrier");
 }

@@ -16,6 +16,8 @@
 //  - Exact mode: floats become int64 fixed point (value * 2^scale_bits,
 //    rounded to nearest), summed as integers mod 2^64, decoded: the result is
 //    the same bits whatever the algorithm, transport or order of arrival.
+//  - Other reductions than the sum (ReduceOp): product, min, max, and the
+//    bitwise ones over integers, on the same schedules.
 #ifndef COHORT_COLLECTIVE_COLLECTIVE_H_
 #define COHORT_COLLECTIVE_COLLECTIVE_H_
 
@@ -80,6 +82,16 @@ enum class Algorithm { kAuto, kRing, kRecursiveDoubling };
 // or 11 bits of mantissa) and widened again at the end.
 enum class WireType { kFloat32, kBf16, kFp16 };
 
+// How an all-reduce combines the ranks' values. Each is commutative, so
+// every rank ends with the same bits: kMin and kMax give one quiet NaN where
+// any rank's value is NaN (as torch.max does), and +0 over -0 (kMax) or -0
+// over +0 (kMin); 16-bit floats combine in float32, rounded after each
+// step; integers wrap (kSum, kProduct). The bitwise ops take integers only,
+// and exact mode sums only.
+enum class ReduceOp : uint8_t { kSum, kProduct, kMin, kMax, kBitAnd, kBitOr, kBitXor };
+// "sum", "product", "min", "max", "bitwise and", ...
+std::string ReduceOpName(ReduceOp op);
+
 struct CollectiveOptions {
   Algorithm algorithm = Algorithm::kAuto;
   // kAuto: recursive doubling up to this many bytes, the ring above.
@@ -93,6 +105,8 @@ struct CollectiveOptions {
   int scale_bits = 32;
   // Float32 all-reduce only, not with `exact`.
   WireType wire = WireType::kFloat32;
+  // All-reduce only; every rank passes the same (checked in each message).
+  ReduceOp op = ReduceOp::kSum;
 };
 
 // Collectives of one group, numbered so a message from an earlier or later
@@ -161,7 +175,8 @@ class Communicator {
   Transport* transport_;
   uint64_t sequence_ = 0;
   uint64_t saturated_ = 0;
-  TimeMs timeout_ms_ = 30000;  // The running collective's.
+  TimeMs timeout_ms_ = 30000;     // The running collective's.
+  ReduceOp op_ = ReduceOp::kSum;  // The running collective's (kSum for a copy).
 };
 
 }  // namespace cohort::collective

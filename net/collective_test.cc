@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <climits>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -278,6 +281,161 @@ TEST_P(CollectiveTest, IntegersAndExactModeAreBitIdenticalWhateverTheAlgorithm) 
   }
   // Float sums in another order differ in the last bits; exact ones do not.
   EXPECT_EQ(results[0], results[1]);
+}
+
+// Product, min, max and the bitwise ops: the serial reduction, and the
+// same bits on every rank, whatever the schedule and world size.
+TEST_P(CollectiveTest, OtherReduceOpsEqualTheSerialReductionOnEveryRank) {
+  using collective::ReduceOp;
+  const ReduceOp float_ops[] = {ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax};
+  const ReduceOp int_ops[] = {ReduceOp::kProduct, ReduceOp::kMin,   ReduceOp::kMax,
+                              ReduceOp::kBitAnd,  ReduceOp::kBitOr, ReduceOp::kBitXor};
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+    for (int size : {1, 2, 3, 5, 8}) {
+      for (size_t n : {size_t{1}, size_t{7}, size_t{65539}}) {
+        SCOPED_TRACE("algorithm " + std::to_string(int(algorithm)) + ", size " +
+                     std::to_string(size) + ", n " + std::to_string(n));
+        // [rank][op] inputs; products of values near 1 stay in range.
+        std::vector<std::vector<std::vector<float>>> floats(size);
+        std::vector<std::vector<std::vector<int64_t>>> ints(size);
+        std::vector<std::vector<Bf16>> halves(size);
+        for (int r = 0; r < size; ++r) {
+          for (ReduceOp op : float_ops) {
+            floats[r].push_back(Input(r, n));
+            if (op == ReduceOp::kProduct) {
+              for (float& x : floats[r].back()) x = 1.0f + x / 64;
+            }
+          }
+          Rng rng(50 + r);
+          for (size_t k = 0; k < std::size(int_ops); ++k) {
+            ints[r].emplace_back(n);
+            for (int64_t& x : ints[r].back()) x = static_cast<int64_t>(rng.Next());
+          }
+          for (float x : Input(r, n)) halves[r].push_back(ToBf16(x));
+        }
+        const auto float_in = floats;
+        const auto int_in = ints;
+        const auto half_in = halves;
+        auto st = RunRanks(
+            size,
+            [&](int r, Communicator& c) -> Status {
+              for (size_t k = 0; k < std::size(float_ops); ++k) {
+                COHORT_RETURN_IF_ERROR(
+                    c.AllReduce(floats[r][k], {.algorithm = algorithm, .op = float_ops[k]}));
+              }
+              for (size_t k = 0; k < std::size(int_ops); ++k) {
+                COHORT_RETURN_IF_ERROR(
+                    c.AllReduce(ints[r][k], {.algorithm = algorithm, .op = int_ops[k]}));
+              }
+              return c.AllReduce(std::span<Bf16>(halves[r]),
+                                 {.algorithm = algorithm, .op = ReduceOp::kMax});
+            },
+            GetParam());
+        for (int r = 0; r < size; ++r) ASSERT_TRUE(st[r].ok()) << st[r];
+        for (size_t i = 0; i < n; ++i) {
+          double product = 1.0;
+          float lo = INFINITY, hi = -INFINITY, half_hi = -INFINITY;
+          uint64_t int_product = 1, all = ~uint64_t{0}, any = 0, odd = 0;
+          int64_t int_lo = INT64_MAX, int_hi = INT64_MIN;
+          for (int r = 0; r < size; ++r) {
+            product *= float_in[r][0][i];
+            lo = std::min(lo, float_in[r][1][i]);
+            hi = std::max(hi, float_in[r][2][i]);
+            half_hi = std::max(half_hi, ToFloat(half_in[r][i]));
+            const auto at = [&](size_t k) { return int_in[r][k][i]; };
+            int_product *= static_cast<uint64_t>(at(0));
+            int_lo = std::min(int_lo, at(1));
+            int_hi = std::max(int_hi, at(2));
+            all &= static_cast<uint64_t>(at(3));
+            any |= static_cast<uint64_t>(at(4));
+            odd ^= static_cast<uint64_t>(at(5));
+          }
+          ASSERT_NEAR(floats[0][0][i], product, 1e-5 * product) << i;
+          ASSERT_EQ(floats[0][1][i], lo) << i;
+          ASSERT_EQ(floats[0][2][i], hi) << i;
+          ASSERT_EQ(static_cast<uint64_t>(ints[0][0][i]), int_product) << i;
+          ASSERT_EQ(ints[0][1][i], int_lo) << i;
+          ASSERT_EQ(ints[0][2][i], int_hi) << i;
+          ASSERT_EQ(static_cast<uint64_t>(ints[0][3][i]), all) << i;
+          ASSERT_EQ(static_cast<uint64_t>(ints[0][4][i]), any) << i;
+          ASSERT_EQ(static_cast<uint64_t>(ints[0][5][i]), odd) << i;
+          ASSERT_EQ(ToFloat(halves[0][i]), half_hi) << i;
+        }
+        for (int r = 1; r < size; ++r) {
+          ASSERT_EQ(floats[r], floats[0]) << "rank " << r;
+          ASSERT_EQ(ints[r], ints[0]) << "rank " << r;
+          for (size_t i = 0; i < n; ++i) ASSERT_EQ(halves[r][i].bits, halves[0][i].bits);
+        }
+      }
+    }
+  }
+}
+
+uint32_t BitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// Min and max give every rank the same bits where operands compare equal
+// or not at all: one quiet NaN, and +0 over -0 (max) or -0 over +0 (min).
+// A rank passing another op, or an op its values cannot take, is named.
+TEST_P(CollectiveTest, MinAndMaxAgreeOnNaNAndSignedZeroAndMismatchedOpsAreNamed) {
+  using collective::ReduceOp;
+  const float nan = std::nanf("7");  // A NaN with a payload: not the one returned.
+  const std::vector<std::vector<float>> in = {
+      {nan, -0.0f, 1.0f, 4.0f}, {2.0f, 0.0f, -0.0f, -nan}, {3.0f, -0.0f, 0.0f, 5.0f}};
+  for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+    for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
+      std::vector<std::vector<float>> data = in;
+      auto st = RunRanks(
+          3,
+          [&](int r, Communicator& c) {
+            return c.AllReduce(data[r], {.algorithm = algorithm, .op = op});
+          },
+          GetParam());
+      const float q = std::numeric_limits<float>::quiet_NaN();
+      const std::vector<float> want =
+          op == ReduceOp::kMax ? std::vector{q, 0.0f, 1.0f, q} : std::vector{q, -0.0f, -0.0f, q};
+      for (int r = 0; r < 3; ++r) {
+        ASSERT_TRUE(st[r].ok()) << st[r];
+        for (size_t i = 0; i < want.size(); ++i) {
+          EXPECT_EQ(BitsOf(data[r][i]), BitsOf(want[i]))
+              << collective::ReduceOpName(op) << ", rank " << r << ", value " << i;
+        }
+      }
+    }
+  }
+  std::vector<std::vector<float>> data = in;
+  auto st = RunRanks(
+      2,
+      [&](int r, Communicator& c) {
+        return c.AllReduce(data[r], {.algorithm = Algorithm::kRecursiveDoubling,
+                                     .timeout_ms = 1000,
+                                     .op = r == 0 ? ReduceOp::kMax : ReduceOp::kSum});
+      },
+      GetParam());
+  EXPECT_EQ(st[0].code(), StatusCode::kInvalidArgument) << st[0];
+  EXPECT_NE(st[0].message().find("rank 1 sent values to combine by sum (expected max: every rank "
+                                 "must pass the same reduce op)"),
+            std::string::npos)
+      << st[0];
+  Status bitwise = RunRanks(
+      1, [&](int, Communicator& c) { return c.AllReduce(data[0], {.op = ReduceOp::kBitAnd}); })[0];
+  EXPECT_EQ(bitwise.code(), StatusCode::kInvalidArgument) << bitwise;
+  EXPECT_EQ(bitwise.message(),
+            "all-reduce: no bitwise and of float32 values (bitwise ops take integers)");
+  Status unknown = RunRanks(1, [&](int, Communicator& c) {
+    return c.AllReduce(data[0], {.op = static_cast<ReduceOp>(9)});
+  })[0];
+  EXPECT_EQ(unknown.message(),
+            "all-reduce: no reduce op 9 of float32 values (bitwise ops take "
+            "integers)");
+  Status exact = RunRanks(1, [&](int, Communicator& c) {
+    return c.AllReduce(data[0], {.exact = true, .op = ReduceOp::kMax});
+  })[0];
+  EXPECT_EQ(exact.code(), StatusCode::kInvalidArgument) << exact;
+  EXPECT_EQ(exact.message(), "exact all-reduce: fixed point sums only, not max");
 }
 
 // Gradient buckets (collective/bucket_reducer.h): reduced on a thread of

@@ -1,6 +1,8 @@
 """The `cohort` torch.distributed backend's collectives, at 2 to 4 ranks on
-this host: every dtype's result, what it refuses (by name), and that a rank
+this host: every dtype's result under every reduce op, what it refuses (by
+name), and that a rank
 that dies or stalls is an error on every other rank within the timeout."""
+import functools
 import os
 import signal
 import time
@@ -13,11 +15,27 @@ import torch.distributed as dist
 from dist_ranks import run_ranks, values
 
 LARGE = 100_000  # Above the ring threshold (64 KiB of float32).
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64)
+INTS = (torch.int32, torch.int64)
+OPS = {"product": (dist.ReduceOp.PRODUCT, torch.prod), "min": (dist.ReduceOp.MIN, torch.amin),
+       "max": (dist.ReduceOp.MAX, torch.amax)}
+BITWISE = {"band": (dist.ReduceOp.BAND, torch.bitwise_and),
+           "bor": (dist.ReduceOp.BOR, torch.bitwise_or),
+           "bxor": (dist.ReduceOp.BXOR, torch.bitwise_xor)}
 
 
 def _small(rank, dtype):
     # Small integers: every partial sum is exact even in bfloat16.
     return (torch.arange(1000) % 7 + rank).to(dtype)
+
+
+def _tiny(rank, dtype):
+    # At most 5: a product over 4 ranks (180 at most) is exact in every dtype.
+    return (torch.arange(1000) % 3 + rank + (rank == 0)).to(dtype)
+
+
+def _bits(rank, dtype):
+    return ((torch.arange(1000) * 37 + rank * 101) % 1024 - 300).to(dtype)
 
 
 def _large(rank):
@@ -34,9 +52,25 @@ def _reductions(rank, world):
         t = _small(rank, dtype)
         dist.all_reduce(t, op=dist.ReduceOp.AVG)
         out[f"avg {dtype}"] = (str(t.dtype), t.double().tolist())
+    for dtype in DTYPES:
+        for name, (op, _) in OPS.items():
+            t = _tiny(rank, dtype)
+            dist.all_reduce(t, op=op)
+            out[f"{name} {dtype}"] = (str(t.dtype), t.double().tolist())
+    for dtype in INTS:
+        for name, (op, _) in BITWISE.items():
+            t = _bits(rank, dtype)
+            dist.all_reduce(t, op=op)
+            out[f"{name} {dtype}"] = (str(t.dtype), t.tolist())
+    t = torch.tensor([float("nan") if rank == 0 else 1.0, -0.0 if rank == 0 else 0.0])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    out["max nan"] = (str(t[0].item()), str(t[1].item()))
     t = _large(rank)
     dist.all_reduce(t)
     out["large"] = t.numpy().tobytes()
+    t = _large(rank)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    out["large max"] = t.numpy().tobytes()
     t = torch.full((6, 4), float(rank)).t()  # Not contiguous.
     dist.all_reduce(t)
     out["strided"] = t.tolist()
@@ -68,8 +102,8 @@ def _refusals(rank, world):
     out = {}
     attempts = {
         "float64": lambda: dist.all_reduce(torch.ones(3, dtype=torch.float64)),
-        "max": lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.MAX),
-        "product": lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.PRODUCT),
+        "premul": lambda: dist.all_reduce(torch.ones(3), op=dist._make_nccl_premul_sum(2.0)),
+        "band float": lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),
         "sparse": lambda: dist.all_reduce(torch.eye(3).to_sparse()),
         "avg int": lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64),
                                            op=dist.ReduceOp.AVG),
@@ -135,11 +169,21 @@ class CollectivesTest(unittest.TestCase):
         for world in (2, 3, 4):
             got = values(run_ranks(_reductions, world), self)
             ranks = range(world)
-            for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int32,
-                          torch.int64):
+            for dtype in DTYPES:
                 want = sum(_small(r, torch.float64) for r in ranks).tolist()
                 for g in got:
                     self.assertEqual(g[f"sum {dtype}"], (str(dtype), want), (world, dtype))
+                for name, (_, reduce) in OPS.items():
+                    want = reduce(torch.stack([_tiny(r, torch.float64) for r in ranks]), 0)
+                    for g in got:
+                        self.assertEqual(g[f"{name} {dtype}"], (str(dtype), want.tolist()),
+                                         (world, name, dtype))
+            for dtype in INTS:
+                for name, (_, reduce) in BITWISE.items():
+                    want = functools.reduce(reduce, [_bits(r, dtype) for r in ranks]).tolist()
+                    for g in got:
+                        self.assertEqual(g[f"{name} {dtype}"], (str(dtype), want),
+                                         (world, name, dtype))
             for dtype in (torch.float32, torch.bfloat16, torch.float16):
                 want = torch.tensor(got[0][f"sum {dtype}"][1], dtype=dtype) / world
                 for g in got:
@@ -147,8 +191,11 @@ class CollectivesTest(unittest.TestCase):
             want = sum(_large(r).double() for r in ranks)
             mine = torch.frombuffer(bytearray(got[0]["large"]), dtype=torch.float32)
             self.assertTrue(torch.allclose(mine.double(), want, rtol=1e-5, atol=1e-5))
+            want = torch.stack([_large(r) for r in ranks]).amax(0).numpy().tobytes()
             for g in got:
                 self.assertEqual(g["large"], got[0]["large"], "bit-identical on every rank")
+                self.assertEqual(g["large max"], want)
+                self.assertEqual(g["max nan"], ("nan", "0.0"), "NaN wins; +0 over -0")
                 self.assertEqual(g["strided"], [[float(sum(ranks))] * 6] * 4)
 
     def test_broadcast_allgather_barrier(self):
@@ -165,8 +212,10 @@ class CollectivesTest(unittest.TestCase):
         for g in values(run_ranks(_refusals, 2), self):
             self.assertRegex(g["float64"], r"^TypeError: .*allreduce does not support dtype "
                                            r"torch\.float64")
-            self.assertRegex(g["max"], r"^NotImplementedError: .*reduce op MAX \(SUM and AVG")
-            self.assertRegex(g["product"], r"NotImplementedError: .*reduce op PRODUCT")
+            self.assertRegex(g["premul"], r"^NotImplementedError: .*reduce op PREMUL_SUM \(SUM, "
+                                          r"AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR\)")
+            self.assertRegex(g["band float"], r"^TypeError: .*allreduce BAND does not support "
+                                              r"dtype torch\.float32 \(integers only\)")
             self.assertRegex(g["sparse"], r"NotImplementedError: .*sparse tensors")
             self.assertRegex(g["avg int"], r"TypeError: .*AVG does not support dtype torch\.int64")
             self.assertEqual(g["after"], [2.0] * 4)

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "net/group.h"
 
@@ -65,6 +66,30 @@ std::string OpName(const c10d::ReduceOp& op) {
       return "PREMUL_SUM";
     default:
       return "op " + std::to_string(static_cast<int>(op.op_));
+  }
+}
+
+// The collective's reduction for a c10d op (AVG: the sum, divided after);
+// none for PREMUL_SUM (NCCL's alone) or an op torch adds later.
+std::optional<collective::ReduceOp> CollectiveOp(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::AVG:
+      return collective::ReduceOp::kSum;
+    case c10d::ReduceOp::PRODUCT:
+      return collective::ReduceOp::kProduct;
+    case c10d::ReduceOp::MIN:
+      return collective::ReduceOp::kMin;
+    case c10d::ReduceOp::MAX:
+      return collective::ReduceOp::kMax;
+    case c10d::ReduceOp::BAND:
+      return collective::ReduceOp::kBitAnd;
+    case c10d::ReduceOp::BOR:
+      return collective::ReduceOp::kBitOr;
+    case c10d::ReduceOp::BXOR:
+      return collective::ReduceOp::kBitXor;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -182,7 +207,8 @@ Status ProcessGroupCohort::ReduceOne(at::Tensor& flat,
     case at::kLong:
       return comm_.AllReduce(std::span<int64_t>(static_cast<int64_t*>(data), n), options);
     case at::kInt: {
-      // Summed as int64 (what Communicator adds), narrowed back.
+      // Reduced as int64 (what Communicator takes), narrowed back: the low
+      // 32 bits of a wrapped sum, product or bitwise op are int32's own.
       at::Tensor wide = flat.to(at::kLong);
       COHORT_RETURN_IF_ERROR(
           comm_.AllReduce(std::span<int64_t>(static_cast<int64_t*>(wide.data_ptr()), n), options));
@@ -197,9 +223,12 @@ Status ProcessGroupCohort::ReduceOne(at::Tensor& flat,
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
   const bool average = opts.reduceOp == c10d::ReduceOp::AVG;
-  TORCH_CHECK_NOT_IMPLEMENTED(average || opts.reduceOp == c10d::ReduceOp::SUM,
-                              "cohort process group: allreduce does not support reduce op ",
-                              OpName(opts.reduceOp), " (SUM and AVG only)");
+  const std::optional<collective::ReduceOp> op = CollectiveOp(opts.reduceOp);
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      op.has_value(), "cohort process group: allreduce does not support reduce op ",
+      OpName(opts.reduceOp), " (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)");
+  const bool bitwise = *op == collective::ReduceOp::kBitAnd ||
+                       *op == collective::ReduceOp::kBitOr || *op == collective::ReduceOp::kBitXor;
   for (const at::Tensor& t : tensors) {
     CheckTensor(t, "allreduce");
     TORCH_CHECK_TYPE(Reducible(t.scalar_type()),
@@ -209,11 +238,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce(std::vector<at::Ten
     TORCH_CHECK_TYPE(!average || at::isFloatingType(t.scalar_type()),
                      "cohort process group: allreduce AVG does not support dtype ",
                      DtypeName(t.scalar_type()), " (floating point only)");
+    TORCH_CHECK_TYPE(!bitwise || !at::isFloatingType(t.scalar_type()),
+                     "cohort process group: allreduce ", OpName(opts.reduceOp),
+                     " does not support dtype ", DtypeName(t.scalar_type()), " (integers only)");
   }
   for (at::Tensor& t : tensors) {
     at::Tensor flat = Flat(t);
-    Run("allreduce", opts.timeout,
-        [&](const collective::CollectiveOptions& o) { return ReduceOne(flat, o); });
+    Run("allreduce", opts.timeout, [&](collective::CollectiveOptions o) {
+      o.op = *op;
+      return ReduceOne(flat, o);
+    });
     if (average) flat.div_(size_);
     WriteBack(t, flat);
   }

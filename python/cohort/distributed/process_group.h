@@ -56,8 +56,9 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
   // How the group's bytes travel ("shared memory", "tcp: authenticated, ...").
   const std::string& description() const { return description_; }
 
-  // SUM and AVG over float32, bfloat16, float16 (and int32, int64 for DDP's
-  // bookkeeping). Every rank ends with the same bits.
+  // SUM, PRODUCT, MIN and MAX over float32, bfloat16, float16, int32 and
+  // int64; AVG over the floats; BAND, BOR and BXOR over the integers.
+  // (Not PREMUL_SUM, NCCL's own.) Every rank ends with the same bits.
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
