@@ -108,20 +108,36 @@ constexpr uint32_t kDType<Fp16> = 4;
 template <>
 constexpr uint32_t kDType<uint8_t> = 5;
 
-}  // namespace
-
-std::string ReduceOpName(ReduceOp op) {
+// A ReduceOp's name from its number (a peer's header holds any uint32).
+std::string OpNameOf(uint32_t op) {
   static const char* const kNames[] = {"sum",         "product",    "min",        "max",
                                        "bitwise and", "bitwise or", "bitwise xor"};
-  const auto i = static_cast<size_t>(op);
-  return i < std::size(kNames) ? kNames[i] : "reduce op " + std::to_string(i);
+  return op < std::size(kNames) ? kNames[op] : "reduce op " + std::to_string(op);
 }
+
+}  // namespace
+
+std::string ReduceOpName(ReduceOp op) { return OpNameOf(static_cast<uint32_t>(op)); }
 
 namespace {
 
 std::string DTypeName(uint32_t dtype) {
   static const char* const kNames[] = {"?", "float32", "int64", "bfloat16", "float16", "byte"};
   return dtype < 6 ? kNames[dtype] : "type " + std::to_string(dtype);
+}
+
+// Why `op` cannot reduce values of type T, or "" when it can.
+template <typename T>
+std::string Unfit(ReduceOp op) {
+  if (static_cast<uint8_t>(op) > static_cast<uint8_t>(ReduceOp::kBitXor)) {
+    return "unknown " + ReduceOpName(op);
+  }
+  const bool bitwise = op == ReduceOp::kBitAnd || op == ReduceOp::kBitOr || op == ReduceOp::kBitXor;
+  if (bitwise && !std::is_same_v<T, int64_t>) {
+    return "no " + ReduceOpName(op) + " of " + DTypeName(kDType<T>) +
+           " values (bitwise ops take integers)";
+  }
+  return "";
 }
 
 struct MessageHeader {
@@ -163,8 +179,11 @@ T Combine(ReduceOp op, T a, T b) {
     return ToFp16(Combine<float>(op, ToFloat(a), ToFloat(b)));
   } else if constexpr (std::is_floating_point_v<T>) {
     switch (op) {
-      case ReduceOp::kProduct:
-        return a * b;
+      case ReduceOp::kProduct: {
+        // x86 returns the first NaN operand: one quiet NaN for every rank.
+        const T p = a * b;
+        return std::isnan(p) ? std::numeric_limits<T>::quiet_NaN() : p;
+      }
       case ReduceOp::kMin:
         return MinOf(a, b);
       case ReduceOp::kMax:
@@ -243,8 +262,8 @@ std::string Mismatch(std::span<const uint8_t> m, size_t size, uint64_t sequence,
            std::to_string(sequence) + ")";
   }
   if (h.op != static_cast<uint32_t>(op)) {
-    return "values to combine by " + ReduceOpName(static_cast<ReduceOp>(h.op)) + " (expected " +
-           ReduceOpName(op) + ": every rank must pass the same reduce op)";
+    return "values to combine by " + OpNameOf(h.op) + " (expected " + ReduceOpName(op) +
+           ": every rank must pass the same reduce op)";
   }
   if (h.dtype != kDType<T> || h.begin != want.begin || h.count != want.size() ||
       size != sizeof(h) + want.size() * sizeof(T)) {
@@ -444,12 +463,8 @@ Status Communicator::RunSteps(const std::vector<CollectiveStep>& steps, std::spa
 template <typename T>
 Status Communicator::ReduceWith(std::span<T> data, const CollectiveOptions& options,
                                 const char* what) {
-  const bool bitwise = options.op == ReduceOp::kBitAnd || options.op == ReduceOp::kBitOr ||
-                       options.op == ReduceOp::kBitXor;
-  if (static_cast<uint8_t>(options.op) > static_cast<uint8_t>(ReduceOp::kBitXor) ||
-      (bitwise && !std::is_same_v<T, int64_t>)) {
-    return InvalidArgumentError(std::string(what) + ": no " + ReduceOpName(options.op) + " of " +
-                                DTypeName(kDType<T>) + " values (bitwise ops take integers)");
+  if (const std::string why = Unfit<T>(options.op); !why.empty()) {
+    return InvalidArgumentError(std::string(what) + ": " + why);
   }
   op_ = options.op;
   const TimeMs deadline = SteadyNowMs() + options.timeout_ms;
@@ -477,6 +492,10 @@ Status Communicator::AllReduce(std::span<Fp16> data, const CollectiveOptions& op
 }
 
 Status Communicator::AllReduce(std::span<float> data, const CollectiveOptions& options) {
+  // As float32 values, whatever the wire.
+  if (const std::string why = Unfit<float>(options.op); !why.empty()) {
+    return InvalidArgumentError("all-reduce: " + why);
+  }
   if (options.exact && options.wire != WireType::kFloat32) {
     return InvalidArgumentError("exact all-reduce: the wire type must be float32");
   }

@@ -86,8 +86,10 @@ enum class WireType { kFloat32, kBf16, kFp16 };
 // every rank ends with the same bits: kMin and kMax give one quiet NaN where
 // any rank's value is NaN (as torch.max does), and +0 over -0 (kMax) or -0
 // over +0 (kMin); 16-bit floats combine in float32, rounded after each
-// step; integers wrap (kSum, kProduct). The bitwise ops take integers only,
-// and exact mode sums only.
+// step; integers wrap (kSum, kProduct); a NaN product is one quiet NaN. (A
+// float sum keeps the NaN the hardware returns: NaNs of other bits on two
+// ranks can leave the ranks with different NaNs.) The bitwise ops take
+// integers only, and exact mode sums only.
 enum class ReduceOp : uint8_t { kSum, kProduct, kMin, kMax, kBitAnd, kBitOr, kBitXor };
 // "sum", "product", "min", "max", "bitwise and", ...
 std::string ReduceOpName(ReduceOp op);

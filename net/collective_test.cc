@@ -299,7 +299,9 @@ TEST_P(CollectiveTest, OtherReduceOpsEqualTheSerialReductionOnEveryRank) {
         std::vector<std::vector<std::vector<float>>> floats(size);
         std::vector<std::vector<std::vector<int64_t>>> ints(size);
         std::vector<std::vector<Bf16>> halves(size);
+        std::vector<std::vector<float>> wired(size);  // Travel as float16.
         for (int r = 0; r < size; ++r) {
+          wired[r] = Input(r, n);
           for (ReduceOp op : float_ops) {
             floats[r].push_back(Input(r, n));
             if (op == ReduceOp::kProduct) {
@@ -316,6 +318,7 @@ TEST_P(CollectiveTest, OtherReduceOpsEqualTheSerialReductionOnEveryRank) {
         const auto float_in = floats;
         const auto int_in = ints;
         const auto half_in = halves;
+        const auto wired_in = wired;
         auto st = RunRanks(
             size,
             [&](int r, Communicator& c) -> Status {
@@ -327,6 +330,9 @@ TEST_P(CollectiveTest, OtherReduceOpsEqualTheSerialReductionOnEveryRank) {
                 COHORT_RETURN_IF_ERROR(
                     c.AllReduce(ints[r][k], {.algorithm = algorithm, .op = int_ops[k]}));
               }
+              COHORT_RETURN_IF_ERROR(c.AllReduce(wired[r], {.algorithm = algorithm,
+                                                            .wire = collective::WireType::kFp16,
+                                                            .op = ReduceOp::kMin}));
               return c.AllReduce(std::span<Bf16>(halves[r]),
                                  {.algorithm = algorithm, .op = ReduceOp::kMax});
             },
@@ -334,7 +340,7 @@ TEST_P(CollectiveTest, OtherReduceOpsEqualTheSerialReductionOnEveryRank) {
         for (int r = 0; r < size; ++r) ASSERT_TRUE(st[r].ok()) << st[r];
         for (size_t i = 0; i < n; ++i) {
           double product = 1.0;
-          float lo = INFINITY, hi = -INFINITY, half_hi = -INFINITY;
+          float lo = INFINITY, hi = -INFINITY, half_hi = -INFINITY, wired_lo = INFINITY;
           uint64_t int_product = 1, all = ~uint64_t{0}, any = 0, odd = 0;
           int64_t int_lo = INT64_MAX, int_hi = INT64_MIN;
           for (int r = 0; r < size; ++r) {
@@ -342,6 +348,7 @@ TEST_P(CollectiveTest, OtherReduceOpsEqualTheSerialReductionOnEveryRank) {
             lo = std::min(lo, float_in[r][1][i]);
             hi = std::max(hi, float_in[r][2][i]);
             half_hi = std::max(half_hi, ToFloat(half_in[r][i]));
+            wired_lo = std::min(wired_lo, ToFloat(ToFp16(wired_in[r][i])));
             const auto at = [&](size_t k) { return int_in[r][k][i]; };
             int_product *= static_cast<uint64_t>(at(0));
             int_lo = std::min(int_lo, at(1));
@@ -360,10 +367,12 @@ TEST_P(CollectiveTest, OtherReduceOpsEqualTheSerialReductionOnEveryRank) {
           ASSERT_EQ(static_cast<uint64_t>(ints[0][4][i]), any) << i;
           ASSERT_EQ(static_cast<uint64_t>(ints[0][5][i]), odd) << i;
           ASSERT_EQ(ToFloat(halves[0][i]), half_hi) << i;
+          ASSERT_EQ(wired[0][i], wired_lo) << i;
         }
         for (int r = 1; r < size; ++r) {
           ASSERT_EQ(floats[r], floats[0]) << "rank " << r;
           ASSERT_EQ(ints[r], ints[0]) << "rank " << r;
+          ASSERT_EQ(wired[r], wired[0]) << "rank " << r;
           for (size_t i = 0; i < n; ++i) ASSERT_EQ(halves[r][i].bits, halves[0][i].bits);
         }
       }
@@ -406,12 +415,34 @@ TEST_P(CollectiveTest, MinAndMaxAgreeOnNaNAndSignedZeroAndMismatchedOpsAreNamed)
       }
     }
   }
+  // A product's NaN (from NaNs of other bits, or inf * 0) is that quiet NaN
+  // too, also as 16-bit floats on the wire.
+  for (auto wire :
+       {collective::WireType::kFloat32, collective::WireType::kBf16, collective::WireType::kFp16}) {
+    std::vector<std::vector<float>> data = {
+        {nan, INFINITY, 2.0f}, {-nan, 0.0f, 3.0f}, {1.0f, 1.0f, 1.0f}};
+    auto st = RunRanks(
+        3,
+        [&](int r, Communicator& c) {
+          return c.AllReduce(
+              data[r],
+              {.algorithm = Algorithm::kRecursiveDoubling, .wire = wire, .op = ReduceOp::kProduct});
+        },
+        GetParam());
+    const float q = std::numeric_limits<float>::quiet_NaN();
+    for (int r = 0; r < 3; ++r) {
+      ASSERT_TRUE(st[r].ok()) << st[r];
+      EXPECT_EQ(BitsOf(data[r][0]), BitsOf(q)) << "rank " << r << ", wire " << int(wire);
+      EXPECT_EQ(BitsOf(data[r][1]), BitsOf(q)) << "rank " << r << ", wire " << int(wire);
+      EXPECT_EQ(data[r][2], 6.0f);
+    }
+  }
   std::vector<std::vector<float>> data = in;
   auto st = RunRanks(
       2,
       [&](int r, Communicator& c) {
         return c.AllReduce(data[r], {.algorithm = Algorithm::kRecursiveDoubling,
-                                     .timeout_ms = 1000,
+                                     .timeout_ms = 10000,
                                      .op = r == 0 ? ReduceOp::kMax : ReduceOp::kSum});
       },
       GetParam());
@@ -420,17 +451,24 @@ TEST_P(CollectiveTest, MinAndMaxAgreeOnNaNAndSignedZeroAndMismatchedOpsAreNamed)
                                  "must pass the same reduce op)"),
             std::string::npos)
       << st[0];
-  Status bitwise = RunRanks(
-      1, [&](int, Communicator& c) { return c.AllReduce(data[0], {.op = ReduceOp::kBitAnd}); })[0];
-  EXPECT_EQ(bitwise.code(), StatusCode::kInvalidArgument) << bitwise;
-  EXPECT_EQ(bitwise.message(),
-            "all-reduce: no bitwise and of float32 values (bitwise ops take integers)");
+  for (auto wire : {collective::WireType::kFloat32, collective::WireType::kBf16}) {
+    Status bitwise = RunRanks(1, [&](int, Communicator& c) {
+      return c.AllReduce(data[0], {.wire = wire, .op = ReduceOp::kBitAnd});
+    })[0];
+    EXPECT_EQ(bitwise.code(), StatusCode::kInvalidArgument) << bitwise;
+    EXPECT_EQ(bitwise.message(),
+              "all-reduce: no bitwise and of float32 values (bitwise ops take integers)");
+  }
+  std::vector<Fp16> halves(3);
+  Status half_bitwise = RunRanks(1, [&](int, Communicator& c) {
+    return c.AllReduce(std::span<Fp16>(halves), {.op = ReduceOp::kBitXor});
+  })[0];
+  EXPECT_EQ(half_bitwise.message(),
+            "float16 all-reduce: no bitwise xor of float16 values (bitwise ops take integers)");
   Status unknown = RunRanks(1, [&](int, Communicator& c) {
     return c.AllReduce(data[0], {.op = static_cast<ReduceOp>(9)});
   })[0];
-  EXPECT_EQ(unknown.message(),
-            "all-reduce: no reduce op 9 of float32 values (bitwise ops take "
-            "integers)");
+  EXPECT_EQ(unknown.message(), "all-reduce: unknown reduce op 9");
   Status exact = RunRanks(1, [&](int, Communicator& c) {
     return c.AllReduce(data[0], {.exact = true, .op = ReduceOp::kMax});
   })[0];

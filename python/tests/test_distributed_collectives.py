@@ -64,7 +64,10 @@ def _reductions(rank, world):
             out[f"{name} {dtype}"] = (str(t.dtype), t.tolist())
     t = torch.tensor([float("nan") if rank == 0 else 1.0, -0.0 if rank == 0 else 0.0])
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    out["max nan"] = (str(t[0].item()), str(t[1].item()))
+    out["max nan"] = t.view(torch.int32).tolist()
+    t = torch.full((4,), 100_003 + rank, dtype=torch.int32)  # The product wraps.
+    dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+    out["product wraps"] = t.tolist()
     t = _large(rank)
     dist.all_reduce(t)
     out["large"] = t.numpy().tobytes()
@@ -195,7 +198,12 @@ class CollectivesTest(unittest.TestCase):
             for g in got:
                 self.assertEqual(g["large"], got[0]["large"], "bit-identical on every rank")
                 self.assertEqual(g["large max"], want)
-                self.assertEqual(g["max nan"], ("nan", "0.0"), "NaN wins; +0 over -0")
+                # One quiet NaN (0x7fc00000) wins; +0 over -0.
+                self.assertEqual(g["max nan"], [0x7fc00000, 0], "NaN wins; +0 over -0")
+                self.assertEqual(
+                    g["product wraps"],
+                    functools.reduce(torch.mul, [torch.full((4,), 100_003 + r, dtype=torch.int32)
+                                                 for r in ranks]).tolist())
                 self.assertEqual(g["strided"], [[float(sum(ranks))] * 6] * 4)
 
     def test_broadcast_allgather_barrier(self):
