@@ -83,7 +83,7 @@ class Reader {
     const auto n = Get<uint64_t>();
     if (n > bytes_.size() / sizeof(float) || !Have(n * sizeof(float))) return {};
     std::vector<float> v(n);
-    std::memcpy(v.data(), bytes_.data() + at_, n * sizeof(float));
+    if (n > 0) std::memcpy(v.data(), bytes_.data() + at_, n * sizeof(float));  // Else null.
     at_ += n * sizeof(float);
     return v;
   }
