@@ -49,7 +49,7 @@ test-asan: setup
 # project is built in build-fuzz/ with -fsanitize=fuzzer-no-link,address,undefined.
 # FUZZ_TARGETS picks harnesses; results and crash inputs go to build-fuzz/fuzz-runs/.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= envelope config shard idx csv secagg_server secagg_client secagg_wire dp_ledger
+FUZZ_TARGETS ?= envelope config shard idx csv npz secagg_server secagg_client secagg_wire dp_ledger
 FUZZ_CXXFLAGS := -fsanitize=fuzzer-no-link -Wno-unknown-warning-option
 
 fuzz:
