@@ -124,6 +124,76 @@ def _refusals(rank, world):
     return out
 
 
+def _rooted(rank, world):
+    """reduce, reduce_scatter, gather and scatter, rooted at the last rank."""
+    root = world - 1
+    out = {}
+    for dtype in DTYPES:
+        t = _tiny(rank, dtype)
+        dist.reduce(t, dst=root, op=dist.ReduceOp.MAX)
+        out[f"reduce max {dtype}"] = t.double().tolist()
+    t = _large(rank)
+    dist.reduce(t, dst=root)
+    out["reduce large"] = t.numpy().tobytes()
+    t = torch.full((3,), float(rank + 1))
+    dist.reduce(t, dst=root, op=dist.ReduceOp.AVG)
+    out["reduce avg"] = t.tolist()
+    parts = [torch.full((2, 3), rank * 10 + p, dtype=torch.int64) for p in range(world)]
+    mine = torch.zeros(2, 3, dtype=torch.int64)
+    dist.reduce_scatter(mine, parts)
+    out["reduce_scatter"] = mine.tolist()
+    whole = _large(rank)[: world * 1000].clone()
+    kept = whole.clone()
+    mine = torch.zeros(1000)
+    dist.reduce_scatter_tensor(mine, whole, op=dist.ReduceOp.MIN)
+    out["reduce_scatter tensor min"] = mine.numpy().tobytes()
+    out["reduce_scatter input kept"] = torch.equal(whole, kept)
+    gathered = ([torch.zeros(4, dtype=torch.bfloat16) for _ in range(world)]
+                if rank == root else None)
+    dist.gather(torch.full((4,), float(rank) / 2, dtype=torch.bfloat16), gathered, dst=root)
+    out["gather"] = [g.tolist() for g in gathered] if gathered else None
+    objects = [None] * world if rank == root else None
+    dist.gather_object({"rank": rank, "squares": [rank * rank]}, objects, dst=root)
+    out["gather_object"] = objects
+    given = torch.full((2, 2), -1.0).t()  # Not contiguous.
+    dist.scatter(given, [torch.full((2, 2), 100.0 + r) for r in range(world)]
+                 if rank == root else None, src=root)
+    out["scatter"] = given.tolist()
+    objects = [None]
+    dist.scatter_object_list(objects, [f"for rank {r}" for r in range(world)]
+                             if rank == root else None, src=root)
+    out["scatter_object_list"] = objects[0]
+    return out
+
+
+def _rooted_refusals(rank, world):
+    """Calls every rank refuses alike, so the group goes on after them."""
+    out = {}
+    attempts = {
+        "reduce root": lambda: dist.reduce(torch.ones(3), dst=world + 3),
+        "reduce float64": lambda: dist.reduce(torch.ones(3, dtype=torch.float64), dst=0),
+        "reduce_scatter parts": lambda: dist.reduce_scatter(
+            torch.zeros(2), [torch.ones(2)] * (world + 1)),
+        "reduce_scatter size": lambda: dist.reduce_scatter_tensor(torch.zeros(2),
+                                                                  torch.ones(2 * world + 1)),
+        "reduce_scatter band float": lambda: dist.reduce_scatter(
+            torch.zeros(2), [torch.ones(2)] * world, op=dist.ReduceOp.BAND),
+        # Every rank refuses, so the group goes on (gather's root checks
+        # its list the same way).
+        "allgather sizes": lambda: dist.all_gather([torch.zeros(2)] * world, torch.ones(3)),
+    }
+    for name, call in attempts.items():
+        try:
+            call()
+            out[name] = "no error"
+        except Exception as e:  # noqa: B902
+            out[name] = f"{type(e).__name__}: {e}"
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    out["after"] = t.tolist()
+    return out
+
+
 def _killed(victim):
     def run(rank, world):
         t = torch.ones(8)
@@ -226,6 +296,56 @@ class CollectivesTest(unittest.TestCase):
                                               r"dtype torch\.float32 \(integers only\)")
             self.assertRegex(g["sparse"], r"NotImplementedError: .*sparse tensors")
             self.assertRegex(g["avg int"], r"TypeError: .*AVG does not support dtype torch\.int64")
+            self.assertEqual(g["after"], [2.0] * 4)
+
+    def test_reduce_reduce_scatter_gather_scatter(self):
+        for world in (2, 3, 4):
+            got = values(run_ranks(_rooted, world), self)
+            ranks, root = range(world), world - 1
+            for rank, g in enumerate(got):
+                for dtype in DTYPES:
+                    want = (torch.stack([_tiny(r, torch.float64) for r in ranks]).amax(0)
+                            if rank == root else _tiny(rank, torch.float64))
+                    self.assertEqual(g[f"reduce max {dtype}"], want.tolist(), (world, dtype))
+                if rank == root:
+                    want = sum(_large(r).double() for r in ranks)
+                    mine = torch.frombuffer(bytearray(g["reduce large"]), dtype=torch.float32)
+                    self.assertTrue(torch.allclose(mine.double(), want, rtol=1e-5, atol=1e-5))
+                    self.assertEqual(g["reduce avg"], [(world + 1) / 2] * 3)
+                    self.assertEqual(g["gather"], [[r / 2] * 4 for r in ranks])
+                    self.assertEqual(g["gather_object"],
+                                     [{"rank": r, "squares": [r * r]} for r in ranks])
+                else:
+                    self.assertEqual(g["reduce large"], _large(rank).numpy().tobytes(),
+                                     "a rank but the root keeps its tensor")
+                    self.assertEqual(g["reduce avg"], [float(rank + 1)] * 3)
+                    self.assertIsNone(g["gather"])
+                self.assertEqual(g["reduce_scatter"],
+                                 [[sum(r * 10 + rank for r in ranks)] * 3] * 2)
+                want = torch.stack([_large(r)[: world * 1000] for r in ranks]).amin(0)
+                self.assertEqual(g["reduce_scatter tensor min"],
+                                 want[rank * 1000:(rank + 1) * 1000].numpy().tobytes())
+                self.assertTrue(g["reduce_scatter input kept"])
+                self.assertEqual(g["scatter"], [[100.0 + rank] * 2] * 2)
+                self.assertEqual(g["scatter_object_list"], f"for rank {rank}")
+
+    def test_rooted_refusals_are_named(self):
+        for g in values(run_ranks(_rooted_refusals, 2), self):
+            self.assertRegex(g["reduce root"], r"ValueError: .*reduce with root rank 5 in a "
+                                               r"group of 2")
+            self.assertRegex(g["reduce float64"], r"^TypeError: .*reduce does not support dtype "
+                                                  r"torch\.float64")
+            self.assertRegex(g["reduce_scatter parts"], r"ValueError: .*reduce_scatter has 3 "
+                                                        r"input tensors for a group of 2")
+            self.assertRegex(g["reduce_scatter size"], r"ValueError: .*reduce_scatter from a "
+                                                       r"tensor needs a torch\.float32 input of "
+                                                       r"4 elements, not torch\.float32\[5\]")
+            self.assertRegex(g["reduce_scatter band float"], r"TypeError: .*reduce_scatter BAND "
+                                                             r"does not support dtype "
+                                                             r"torch\.float32 \(integers only\)")
+            self.assertRegex(g["allgather sizes"], r"ValueError: .*allgather output "
+                                                   r"torch\.float32\[2\] differs from this "
+                                                   r"rank's torch\.float32\[3\]")
             self.assertEqual(g["after"], [2.0] * 4)
 
     def test_killed_rank_is_an_error_on_every_other_rank(self):

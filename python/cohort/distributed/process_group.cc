@@ -220,38 +220,121 @@ Status ProcessGroupCohort::ReduceOne(at::Tensor& flat,
   }
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce(std::vector<at::Tensor>& tensors,
-                                                             const c10d::AllreduceOptions& opts) {
-  const bool average = opts.reduceOp == c10d::ReduceOp::AVG;
-  const std::optional<collective::ReduceOp> op = CollectiveOp(opts.reduceOp);
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      op.has_value(), "cohort process group: allreduce does not support reduce op ",
-      OpName(opts.reduceOp), " (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)");
+void ProcessGroupCohort::CheckRoot(int64_t root, const char* what) const {
+  TORCH_CHECK_VALUE(root >= 0 && root < size_, "cohort process group: ", what, " with root rank ",
+                    root, " in a group of ", size_);
+}
+
+void ProcessGroupCohort::CheckParts(const std::vector<at::Tensor>& parts, const at::Tensor& mine,
+                                    const char* what, const char* kind) const {
+  TORCH_CHECK_VALUE(static_cast<int>(parts.size()) == size_, "cohort process group: ", what,
+                    " has ", parts.size(), " ", kind, " tensors for a group of ", size_);
+  for (const at::Tensor& p : parts) {
+    CheckTensor(p, what);
+    TORCH_CHECK_VALUE(p.scalar_type() == mine.scalar_type() && p.numel() == mine.numel(),
+                      "cohort process group: ", what, " ", kind, " ", DtypeName(p.scalar_type()),
+                      "[", p.numel(), "] differs from this rank's ", DtypeName(mine.scalar_type()),
+                      "[", mine.numel(), "]");
+  }
+}
+
+namespace {
+
+// The collective's op for a c10d reduce op over `tensors` (throws naming
+// an op, a dtype or a tensor it cannot take).
+collective::ReduceOp CheckReduce(const std::vector<at::Tensor>& tensors,
+                                 const c10d::ReduceOp& reduce_op, const char* what) {
+  const bool average = reduce_op == c10d::ReduceOp::AVG;
+  const std::optional<collective::ReduceOp> op = CollectiveOp(reduce_op);
+  TORCH_CHECK_NOT_IMPLEMENTED(op.has_value(), "cohort process group: ", what,
+                              " does not support reduce op ", OpName(reduce_op),
+                              " (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)");
   const bool bitwise = *op == collective::ReduceOp::kBitAnd ||
                        *op == collective::ReduceOp::kBitOr || *op == collective::ReduceOp::kBitXor;
   for (const at::Tensor& t : tensors) {
-    CheckTensor(t, "allreduce");
-    TORCH_CHECK_TYPE(Reducible(t.scalar_type()),
-                     "cohort process group: allreduce does not support dtype ",
-                     DtypeName(t.scalar_type()),
+    CheckTensor(t, what);
+    TORCH_CHECK_TYPE(Reducible(t.scalar_type()), "cohort process group: ", what,
+                     " does not support dtype ", DtypeName(t.scalar_type()),
                      " (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64)");
     TORCH_CHECK_TYPE(!average || at::isFloatingType(t.scalar_type()),
-                     "cohort process group: allreduce AVG does not support dtype ",
+                     "cohort process group: ", what, " AVG does not support dtype ",
                      DtypeName(t.scalar_type()), " (floating point only)");
     TORCH_CHECK_TYPE(!bitwise || !at::isFloatingType(t.scalar_type()),
-                     "cohort process group: allreduce ", OpName(opts.reduceOp),
+                     "cohort process group: ", what, " ", OpName(reduce_op),
                      " does not support dtype ", DtypeName(t.scalar_type()), " (integers only)");
   }
+  return *op;
+}
+
+}  // namespace
+
+void ProcessGroupCohort::ReduceInPlace(const char* what, at::Tensor& flat,
+                                       const c10d::ReduceOp& reduce_op, collective::ReduceOp op,
+                                       std::chrono::milliseconds timeout) {
+  Run(what, timeout, [&](collective::CollectiveOptions o) {
+    o.op = op;
+    return ReduceOne(flat, o);
+  });
+  if (reduce_op == c10d::ReduceOp::AVG) flat.div_(size_);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce(std::vector<at::Tensor>& tensors,
+                                                             const c10d::AllreduceOptions& opts) {
+  const collective::ReduceOp op = CheckReduce(tensors, opts.reduceOp, "allreduce");
   for (at::Tensor& t : tensors) {
     at::Tensor flat = Flat(t);
-    Run("allreduce", opts.timeout, [&](collective::CollectiveOptions o) {
-      o.op = *op;
-      return ReduceOne(flat, o);
-    });
-    if (average) flat.div_(size_);
+    ReduceInPlace("allreduce", flat, opts.reduceOp, op, opts.timeout);
     WriteBack(t, flat);
   }
   return Completed(tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::reduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::ReduceOptions& opts) {
+  CheckRoot(opts.rootRank, "reduce");
+  const collective::ReduceOp op = CheckReduce(tensors, opts.reduceOp, "reduce");
+  for (at::Tensor& t : tensors) {
+    // An all-reduce; the ranks but the root reduce a copy, so their
+    // tensors stay as they were.
+    at::Tensor flat = rank_ == opts.rootRank ? Flat(t) : t.contiguous().clone();
+    ReduceInPlace("reduce", flat, opts.reduceOp, op, opts.timeout);
+    if (rank_ == opts.rootRank) WriteBack(t, flat);
+  }
+  return Completed(tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK_VALUE(outputs.size() == 1 && inputs.size() == 1,
+                    "cohort process group: reduce_scatter takes one output tensor and one list of "
+                    "inputs, not ",
+                    outputs.size(), " and ", inputs.size());
+  at::Tensor& output = outputs[0];
+  const collective::ReduceOp op = CheckReduce({output}, opts.reduceOp, "reduce_scatter");
+  CheckParts(inputs[0], output, "reduce_scatter", "input");
+  std::vector<at::Tensor> parts;
+  for (const at::Tensor& in : inputs[0]) parts.push_back(in.reshape({-1}));
+  at::Tensor flat = at::cat(parts);
+  ReduceInPlace("reduce_scatter", flat, opts.reduceOp, op, opts.timeout);
+  const int64_t n = output.numel();
+  output.copy_(flat.narrow(0, rank_ * n, n).view(output.sizes()));
+  return Completed(outputs);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  const collective::ReduceOp op = CheckReduce({output, input}, opts.reduceOp, "reduce_scatter");
+  TORCH_CHECK_VALUE(
+      output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * size_,
+      "cohort process group: reduce_scatter from a tensor needs a ",
+      DtypeName(output.scalar_type()), " input of ", output.numel() * size_, " elements, not ",
+      DtypeName(input.scalar_type()), "[", input.numel(), "]");
+  at::Tensor flat = input.reshape({-1}).clone();  // The caller's input stays as it was.
+  ReduceInPlace("reduce_scatter", flat, opts.reduceOp, op, opts.timeout);
+  const int64_t n = output.numel();
+  output.copy_(flat.narrow(0, rank_ * n, n).view(output.sizes()));
+  return Completed({output});
 }
 
 Status ProcessGroupCohort::BroadcastBytes(const at::Tensor& flat, int root,
@@ -261,9 +344,7 @@ Status ProcessGroupCohort::BroadcastBytes(const at::Tensor& flat, int root,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
-  TORCH_CHECK_VALUE(opts.rootRank >= 0 && opts.rootRank < size_,
-                    "cohort process group: broadcast from rank ", opts.rootRank, " in a group of ",
-                    size_);
+  CheckRoot(opts.rootRank, "broadcast");
   for (const at::Tensor& t : tensors) CheckTensor(t, "broadcast");
   for (at::Tensor& t : tensors) {
     at::Tensor flat = Flat(t);
@@ -285,15 +366,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allgather(
   const at::Tensor& input = inputs[0];
   std::vector<at::Tensor>& out = outputs[0];
   CheckTensor(input, "allgather");
-  TORCH_CHECK_VALUE(static_cast<int>(out.size()) == size_, "cohort process group: allgather has ",
-                    out.size(), " output tensors for a group of ", size_);
-  for (const at::Tensor& o : out) {
-    CheckTensor(o, "allgather");
-    TORCH_CHECK_VALUE(o.scalar_type() == input.scalar_type() && o.numel() == input.numel(),
-                      "cohort process group: allgather output ", DtypeName(o.scalar_type()), "[",
-                      o.numel(), "] differs from the input ", DtypeName(input.scalar_type()), "[",
-                      input.numel(), "]");
-  }
+  CheckParts(out, input, "allgather", "output");
   // Each rank's tensor from that rank, one broadcast per rank.
   for (int r = 0; r < size_; ++r) {
     at::Tensor flat = r == rank_ ? Flat(input) : Flat(out[r]);
@@ -325,6 +398,79 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::_allgather_base(
         [&](const collective::CollectiveOptions& o) { return BroadcastBytes(slots[r], r, o); });
   }
   return Completed({output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  CheckRoot(opts.rootRank, "gather");
+  const bool root = rank_ == opts.rootRank;
+  TORCH_CHECK_VALUE(inputs.size() == 1 && outputs.size() == (root ? 1u : 0u),
+                    "cohort process group: gather takes one input tensor and, on the root only, "
+                    "one list of outputs, not ",
+                    inputs.size(), " and ", outputs.size());
+  const at::Tensor& input = inputs[0];
+  CheckTensor(input, "gather");
+  if (root) CheckParts(outputs[0], input, "gather", "output");
+  // Each rank's tensor from that rank, one broadcast per rank; the ranks
+  // but the root receive into scratch.
+  at::Tensor scratch;
+  for (int r = 0; r < size_; ++r) {
+    at::Tensor flat;
+    if (r == rank_) {
+      flat = Flat(input);
+    } else if (root) {
+      flat = Flat(outputs[0][r]);
+    } else {
+      if (!scratch.defined()) scratch = at::empty({input.numel()}, input.options());
+      flat = scratch;
+    }
+    Run("gather", opts.timeout,
+        [&](const collective::CollectiveOptions& o) { return BroadcastBytes(flat, r, o); });
+    if (!root) continue;
+    if (r == rank_) {
+      outputs[0][r].copy_(flat.view(outputs[0][r].sizes()));
+    } else {
+      WriteBack(outputs[0][r], flat);
+    }
+  }
+  return Completed(root ? outputs[0] : std::vector<at::Tensor>{});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  CheckRoot(opts.rootRank, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK_VALUE(outputs.size() == 1 && inputs.size() == (rank_ == root ? 1u : 0u),
+                    "cohort process group: scatter takes one output tensor and, on the root only, "
+                    "one list of inputs, not ",
+                    outputs.size(), " and ", inputs.size());
+  at::Tensor& output = outputs[0];
+  CheckTensor(output, "scatter");
+  if (rank_ == root) CheckParts(inputs[0], output, "scatter", "input");
+  // The root broadcasts each rank's part; the others keep their own.
+  at::Tensor scratch;
+  for (int r = 0; r < size_; ++r) {
+    at::Tensor flat;
+    if (rank_ == root) {
+      flat = Flat(inputs[0][r]);
+    } else if (r == rank_) {
+      flat = Flat(output);
+    } else {
+      if (!scratch.defined()) scratch = at::empty({output.numel()}, output.options());
+      flat = scratch;
+    }
+    Run("scatter", opts.timeout,
+        [&](const collective::CollectiveOptions& o) { return BroadcastBytes(flat, root, o); });
+    if (r != rank_) continue;
+    if (rank_ == root) {
+      output.copy_(flat.view(output.sizes()));
+    } else {
+      WriteBack(output, flat);
+    }
+  }
+  return Completed(outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::barrier(const c10d::BarrierOptions& opts) {

@@ -62,6 +62,19 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> allreduce(
       std::vector<at::Tensor>& tensors,
       const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  // The reduce ops and dtypes of allreduce. Both run as an all-reduce (of a
+  // copy on the ranks but the root; of every rank's whole input for
+  // reduce_scatter), so they move the bytes of one: up to twice what a
+  // dedicated reduce or reduce-scatter would.
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
   // Any dtype, as bytes.
   c10::intrusive_ptr<c10d::Work> broadcast(
       std::vector<at::Tensor>& tensors,
@@ -72,6 +85,15 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> _allgather_base(
       at::Tensor& output, at::Tensor& input,
       const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  // Any dtype, as bytes, as allgather: one broadcast per part, which every
+  // rank receives (the root's parts, for scatter), so fit for small
+  // tensors (a metric, a list of objects) more than for a model.
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
@@ -81,6 +103,13 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
   void Run(const char* what, std::chrono::milliseconds timeout,
            const std::function<Status(const collective::CollectiveOptions&)>& body);
   Status ReduceOne(at::Tensor& flat, const collective::CollectiveOptions& options);
+  // Reduces `flat` (contiguous) on every rank; AVG divides after.
+  void ReduceInPlace(const char* what, at::Tensor& flat, const c10d::ReduceOp& reduce_op,
+                     collective::ReduceOp op, std::chrono::milliseconds timeout);
+  void CheckRoot(int64_t root, const char* what) const;
+  // `parts` holds one tensor per rank, each of `mine`'s dtype and size.
+  void CheckParts(const std::vector<at::Tensor>& parts, const at::Tensor& mine, const char* what,
+                  const char* kind) const;
   Status BroadcastBytes(const at::Tensor& flat, int root,
                         const collective::CollectiveOptions& options);
 
