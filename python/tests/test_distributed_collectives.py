@@ -181,6 +181,7 @@ def _rooted_refusals(rank, world):
         # Every rank refuses, so the group goes on (gather's root checks
         # its list the same way).
         "allgather sizes": lambda: dist.all_gather([torch.zeros(2)] * world, torch.ones(3)),
+        "all_to_all": lambda: dist.all_to_all_single(torch.zeros(world), torch.ones(world)),
     }
     for name, call in attempts.items():
         try:
@@ -346,6 +347,7 @@ class CollectivesTest(unittest.TestCase):
             self.assertRegex(g["allgather sizes"], r"ValueError: .*allgather output "
                                                    r"torch\.float32\[2\] differs from this "
                                                    r"rank's torch\.float32\[3\]")
+            self.assertRegex(g["all_to_all"], r"RuntimeError: .*cohort.*does not support alltoall")
             self.assertEqual(g["after"], [2.0] * 4)
 
     def test_killed_rank_is_an_error_on_every_other_rank(self):
