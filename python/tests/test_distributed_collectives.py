@@ -101,8 +101,23 @@ def _moves(rank, world):
     return out
 
 
-def _refusals(rank, world):
+def _outcomes(attempts):
+    """Each call's error as the user sees it ("no error" if none), then an
+    all-reduce: the group goes on after a refusal."""
     out = {}
+    for name, call in attempts.items():
+        try:
+            call()
+            out[name] = "no error"
+        except Exception as e:  # noqa: B902
+            out[name] = f"{type(e).__name__}: {e}"
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    out["after"] = t.tolist()
+    return out
+
+
+def _refusals(rank, world):
     attempts = {
         "float64": lambda: dist.all_reduce(torch.ones(3, dtype=torch.float64)),
         "premul": lambda: dist.all_reduce(torch.ones(3), op=dist._make_nccl_premul_sum(2.0)),
@@ -111,17 +126,7 @@ def _refusals(rank, world):
         "avg int": lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64),
                                            op=dist.ReduceOp.AVG),
     }
-    for name, call in attempts.items():
-        try:
-            call()
-            out[name] = "no error"
-        except Exception as e:  # noqa: B902
-            out[name] = f"{type(e).__name__}: {e}"
-    # The group goes on after a refusal.
-    t = torch.ones(4)
-    dist.all_reduce(t)
-    out["after"] = t.tolist()
-    return out
+    return _outcomes(attempts)
 
 
 def _rooted(rank, world):
@@ -168,7 +173,6 @@ def _rooted(rank, world):
 
 def _rooted_refusals(rank, world):
     """Calls every rank refuses alike, so the group goes on after them."""
-    out = {}
     attempts = {
         "reduce root": lambda: dist.reduce(torch.ones(3), dst=world + 3),
         "reduce float64": lambda: dist.reduce(torch.ones(3, dtype=torch.float64), dst=0),
@@ -178,21 +182,11 @@ def _rooted_refusals(rank, world):
                                                                   torch.ones(2 * world + 1)),
         "reduce_scatter band float": lambda: dist.reduce_scatter(
             torch.zeros(2), [torch.ones(2)] * world, op=dist.ReduceOp.BAND),
-        # Every rank refuses, so the group goes on (gather's root checks
-        # its list the same way).
+        # gather's root checks its list the same way.
         "allgather sizes": lambda: dist.all_gather([torch.zeros(2)] * world, torch.ones(3)),
         "all_to_all": lambda: dist.all_to_all_single(torch.zeros(world), torch.ones(world)),
     }
-    for name, call in attempts.items():
-        try:
-            call()
-            out[name] = "no error"
-        except Exception as e:  # noqa: B902
-            out[name] = f"{type(e).__name__}: {e}"
-    t = torch.ones(4)
-    dist.all_reduce(t)
-    out["after"] = t.tolist()
-    return out
+    return _outcomes(attempts)
 
 
 def _killed(victim):
