@@ -135,8 +135,8 @@ def _rooted(rank, world):
     out = {}
     for dtype in DTYPES:
         t = _tiny(rank, dtype)
-        dist.reduce(t, dst=root, op=dist.ReduceOp.MAX)
-        out[f"reduce max {dtype}"] = t.double().tolist()
+        dist.reduce(t, dst=root, op=dist.ReduceOp.MIN)  # The root's values are the largest.
+        out[f"reduce min {dtype}"] = t.double().tolist()
     t = _large(rank)
     dist.reduce(t, dst=root)
     out["reduce large"] = t.numpy().tobytes()
@@ -153,15 +153,15 @@ def _rooted(rank, world):
     dist.reduce_scatter_tensor(mine, whole, op=dist.ReduceOp.MIN)
     out["reduce_scatter tensor min"] = mine.numpy().tobytes()
     out["reduce_scatter input kept"] = torch.equal(whole, kept)
-    gathered = ([torch.zeros(4, dtype=torch.bfloat16) for _ in range(world)]
+    gathered = ([torch.zeros(8, dtype=torch.bfloat16)[::2] for _ in range(world)]  # Strided.
                 if rank == root else None)
-    dist.gather(torch.full((4,), float(rank) / 2, dtype=torch.bfloat16), gathered, dst=root)
+    dist.gather(torch.arange(4, dtype=torch.bfloat16) / 2 + rank, gathered, dst=root)
     out["gather"] = [g.tolist() for g in gathered] if gathered else None
     objects = [None] * world if rank == root else None
     dist.gather_object({"rank": rank, "squares": [rank * rank]}, objects, dst=root)
     out["gather_object"] = objects
     given = torch.full((2, 2), -1.0).t()  # Not contiguous.
-    dist.scatter(given, [torch.full((2, 2), 100.0 + r) for r in range(world)]
+    dist.scatter(given, [torch.arange(4.0).reshape(2, 2) + 100 * r for r in range(world)]
                  if rank == root else None, src=root)
     out["scatter"] = given.tolist()
     objects = [None]
@@ -182,11 +182,97 @@ def _rooted_refusals(rank, world):
                                                                   torch.ones(2 * world + 1)),
         "reduce_scatter band float": lambda: dist.reduce_scatter(
             torch.zeros(2), [torch.ones(2)] * world, op=dist.ReduceOp.BAND),
-        # gather's root checks its list the same way.
         "allgather sizes": lambda: dist.all_gather([torch.zeros(2)] * world, torch.ones(3)),
-        "all_to_all": lambda: dist.all_to_all_single(torch.zeros(world), torch.ones(world)),
+        "all_to_all rows": lambda: dist.all_to_all_single(torch.zeros(world),
+                                                          torch.ones(world + 1)),
+        "all_to_all splits": lambda: dist.all_to_all_single(
+            torch.zeros(world), torch.ones(world), input_split_sizes=[world + 1] + [0] * (world - 1)),
+        "all_to_all negative": lambda: dist.all_to_all_single(
+            torch.zeros(world), torch.ones(world), input_split_sizes=[-1, world + 1]),
+        "all_to_all split count": lambda: dist.all_to_all_single(
+            torch.zeros(world), torch.ones(world), output_split_sizes=[world]),
+        "all_to_all splits short": lambda: dist.all_to_all_single(
+            torch.zeros(world), torch.ones(world), output_split_sizes=[1] + [0] * (world - 1)),
     }
     return _outcomes(attempts)
+
+
+def _exchanges(rank, world):
+    """all_to_all_single with equal and uneven splits, and all_to_all."""
+    out = {}
+    mine = torch.zeros(world * 4, dtype=torch.int64)[::2]  # Not contiguous.
+    dist.all_to_all_single(mine, torch.arange(world * 2) + rank * 100)
+    out["equal"] = mine.tolist()
+    # Rank r sends j + 1 rows of 3 to rank j.
+    rows = [rank * 1000 + j * 10 + k for j in range(world) for k in range(j + 1)]
+    given = torch.tensor(rows, dtype=torch.float32).repeat(3, 1).t()  # Not contiguous.
+    mine = torch.zeros((rank + 1) * world, 3)
+    dist.all_to_all_single(mine, given, output_split_sizes=[rank + 1] * world,
+                           input_split_sizes=[j + 1 for j in range(world)])
+    out["uneven"] = mine[:, 0].tolist()
+    out["uneven rows alike"] = bool((mine == mine[:, :1]).all())
+    parts = [torch.full((j + 1,), rank * 10 + j, dtype=torch.bfloat16) for j in range(world)]
+    mine = [torch.zeros(2 * (rank + 1), dtype=torch.bfloat16)[::2] for _ in range(world)]
+    dist.all_to_all(mine, parts)
+    out["list"] = [m.tolist() for m in mine]
+    return out
+
+
+def _exchange_mismatch(rank, world):
+    """Rank 0 expects two rows from rank 1, which sends it one."""
+    splits = [1, 1] if rank == 1 else [1, 2]
+    try:
+        dist.all_to_all_single(torch.zeros(sum(splits)), torch.ones(2),
+                               output_split_sizes=splits, input_split_sizes=[1, 1])
+        result = "no error"
+    except ValueError as e:
+        result = str(e)
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    return result, t.tolist()
+
+
+def _empties(rank, world):
+    """Every new collective on tensors of no elements."""
+    out = {}
+    t = torch.zeros(0)
+    dist.reduce(t, dst=0)
+    dist.reduce_scatter(torch.zeros(0), [torch.zeros(0)] * world)
+    dist.reduce_scatter_tensor(torch.zeros(0), torch.zeros(0))
+    dist.gather(torch.zeros(0), [torch.zeros(0)] * world if rank == 0 else None, dst=0)
+    dist.scatter(torch.zeros(0), [torch.zeros(0)] * world if rank == 0 else None, src=0)
+    dist.all_to_all_single(torch.zeros(0), torch.zeros(0))
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    out["after"] = t.tolist()
+    return out
+
+
+def _root_refuses(rank, world):
+    """Arguments only some ranks get wrong: every rank raises at once."""
+    out = {}
+    attempts = {
+        # The root's list is one short; the others cannot know.
+        "scatter short": lambda: dist.scatter(
+            torch.zeros(2), [torch.ones(2)] * (world - 1) if rank == 0 else None, src=0),
+        # Rank 1's part is int32, of the root's byte size.
+        "gather dtype": lambda: dist.gather(
+            torch.zeros(2, dtype=torch.int32 if rank == 1 else torch.float32),
+            [torch.zeros(2)] * world if rank == 0 else None, dst=0),
+        # Each rank names itself the root (and so passes a list).
+        "gather root": lambda: dist.gather(torch.zeros(2), [torch.zeros(2)] * world, dst=rank),
+    }
+    for name, call in attempts.items():
+        start = time.monotonic()
+        try:
+            call()
+            out[name] = "no error"
+        except Exception as e:  # noqa: B902
+            out[name] = (f"{type(e).__name__}: {e}", time.monotonic() - start)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    out["after"] = t.tolist()
+    return out
 
 
 def _killed(victim):
@@ -299,15 +385,15 @@ class CollectivesTest(unittest.TestCase):
             ranks, root = range(world), world - 1
             for rank, g in enumerate(got):
                 for dtype in DTYPES:
-                    want = (torch.stack([_tiny(r, torch.float64) for r in ranks]).amax(0)
+                    want = (torch.stack([_tiny(r, torch.float64) for r in ranks]).amin(0)
                             if rank == root else _tiny(rank, torch.float64))
-                    self.assertEqual(g[f"reduce max {dtype}"], want.tolist(), (world, dtype))
+                    self.assertEqual(g[f"reduce min {dtype}"], want.tolist(), (world, dtype))
                 if rank == root:
                     want = sum(_large(r).double() for r in ranks)
                     mine = torch.frombuffer(bytearray(g["reduce large"]), dtype=torch.float32)
                     self.assertTrue(torch.allclose(mine.double(), want, rtol=1e-5, atol=1e-5))
                     self.assertEqual(g["reduce avg"], [(world + 1) / 2] * 3)
-                    self.assertEqual(g["gather"], [[r / 2] * 4 for r in ranks])
+                    self.assertEqual(g["gather"], [[k / 2 + r for k in range(4)] for r in ranks])
                     self.assertEqual(g["gather_object"],
                                      [{"rank": r, "squares": [r * r]} for r in ranks])
                 else:
@@ -321,28 +407,77 @@ class CollectivesTest(unittest.TestCase):
                 self.assertEqual(g["reduce_scatter tensor min"],
                                  want[rank * 1000:(rank + 1) * 1000].numpy().tobytes())
                 self.assertTrue(g["reduce_scatter input kept"])
-                self.assertEqual(g["scatter"], [[100.0 + rank] * 2] * 2)
+                self.assertEqual(g["scatter"], [[100.0 * rank, 100.0 * rank + 1],
+                                                [100.0 * rank + 2, 100.0 * rank + 3]])
                 self.assertEqual(g["scatter_object_list"], f"for rank {rank}")
 
     def test_rooted_refusals_are_named(self):
+        want = {
+            "reduce root": r"ValueError: .*reduce with root rank 5 in a group of 2",
+            "reduce float64": r"^TypeError: .*reduce does not support dtype torch\.float64",
+            "reduce_scatter parts": r"ValueError: .*reduce_scatter has 3 input tensors for a "
+                                    r"group of 2",
+            "reduce_scatter size": r"ValueError: .*reduce_scatter from a tensor needs a "
+                                   r"torch\.float32 input of 4 elements, not torch\.float32\[5\]",
+            "reduce_scatter band float": r"TypeError: .*reduce_scatter BAND does not support "
+                                         r"dtype torch\.float32 \(integers only\)",
+            "allgather sizes": r"ValueError: .*allgather output torch\.float32\[2\] differs "
+                               r"from this rank's torch\.float32\[3\]",
+            "all_to_all rows": r"ValueError: .*alltoall input of 3 rows does not split into 2 "
+                               r"equal parts",
+            "all_to_all splits": r"ValueError: .*alltoall input split sizes add up to 3 rows, "
+                                 r"the tensor has 2",
+            "all_to_all negative": r"ValueError: .*alltoall input split size -1 is negative",
+            "all_to_all splits short": r"ValueError: .*alltoall output split sizes add up to 1 "
+                                       r"rows, the tensor has 2",
+            "all_to_all split count": r"ValueError: .*alltoall has 1 output split sizes for a "
+                                      r"group of 2",
+        }
         for g in values(run_ranks(_rooted_refusals, 2), self):
-            self.assertRegex(g["reduce root"], r"ValueError: .*reduce with root rank 5 in a "
-                                               r"group of 2")
-            self.assertRegex(g["reduce float64"], r"^TypeError: .*reduce does not support dtype "
-                                                  r"torch\.float64")
-            self.assertRegex(g["reduce_scatter parts"], r"ValueError: .*reduce_scatter has 3 "
-                                                        r"input tensors for a group of 2")
-            self.assertRegex(g["reduce_scatter size"], r"ValueError: .*reduce_scatter from a "
-                                                       r"tensor needs a torch\.float32 input of "
-                                                       r"4 elements, not torch\.float32\[5\]")
-            self.assertRegex(g["reduce_scatter band float"], r"TypeError: .*reduce_scatter BAND "
-                                                             r"does not support dtype "
-                                                             r"torch\.float32 \(integers only\)")
-            self.assertRegex(g["allgather sizes"], r"ValueError: .*allgather output "
-                                                   r"torch\.float32\[2\] differs from this "
-                                                   r"rank's torch\.float32\[3\]")
-            self.assertRegex(g["all_to_all"], r"RuntimeError: .*cohort.*does not support alltoall")
+            self.assertEqual(set(g) - {"after"}, set(want))
+            for name, pattern in want.items():
+                self.assertRegex(g[name], pattern, name)
             self.assertEqual(g["after"], [2.0] * 4)
+
+    def test_all_to_all(self):
+        for world in (2, 3, 4):
+            for rank, g in enumerate(values(run_ranks(_exchanges, world), self)):
+                self.assertEqual(g["equal"], [r * 100 + rank * 2 + k
+                                              for r in range(world) for k in range(2)])
+                self.assertEqual(g["uneven"], [float(r * 1000 + rank * 10 + k)
+                                               for r in range(world) for k in range(rank + 1)])
+                self.assertTrue(g["uneven rows alike"])
+                self.assertEqual(g["list"], [[float(r * 10 + rank)] * (rank + 1)
+                                             for r in range(world)])
+        got = values(run_ranks(_exchange_mismatch, 2), self)
+        self.assertRegex(got[0][0], r"cohort process group \(rank 0\): alltoall: rank 1 sent this "
+                                    r"rank 4 bytes, where its part holds 8")
+        self.assertEqual(got[1][0], "no error")
+        self.assertEqual([g[1] for g in got], [[2.0] * 4] * 2, "the group goes on")
+
+    def test_empty_tensors(self):
+        for g in values(run_ranks(_empties, 3), self):
+            self.assertEqual(g["after"], [3.0] * 2)
+
+    def test_rooted_arguments_one_rank_gets_wrong_fail_every_rank_at_once(self):
+        got = values(run_ranks(_root_refuses, 2, timeout_s=60), self)
+        for rank, g in enumerate(got):
+            for name in ("scatter short", "gather dtype", "gather root"):
+                self.assertLess(g[name][1], 30, "not a wait for the timeout")
+            if rank == 0:
+                self.assertRegex(g["scatter short"][0], r"^ValueError: .*scatter has 1 input "
+                                                        r"tensors for a group of 2")
+            else:
+                self.assertRegex(g["scatter short"][0], r"^ValueError: cohort process group "
+                                                        r"\(rank 1\): scatter refused: rank 0 "
+                                                        r"refused its arguments")
+            self.assertRegex(g["gather dtype"][0], r"ValueError: .*gather refused: rank 1 passed "
+                                                   r"a torch\.int32 part of 8 bytes, the root a "
+                                                   r"torch\.float32 part of 8 bytes")
+            self.assertRegex(g["gather root"][0], r"ValueError: .*gather refused: rank 1 passed "
+                                                  r"root 1, rank 0 root 0 \(every rank must pass "
+                                                  r"the same root\)")
+            self.assertEqual(g["after"], [2.0] * 2, "the group goes on")
 
     def test_killed_rank_is_an_error_on_every_other_rank(self):
         timeout_s = 8

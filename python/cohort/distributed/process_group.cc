@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <numeric>
 #include <optional>
 
 #include "net/group.h"
@@ -181,7 +183,6 @@ ProcessGroupCohort::~ProcessGroupCohort() = default;
 void ProcessGroupCohort::Run(
     const char* what, std::chrono::milliseconds timeout,
     const std::function<Status(const collective::CollectiveOptions&)>& body) {
-  std::lock_guard<std::mutex> lock(mu_);
   TORCH_CHECK(broken_.empty(), "cohort process group (rank ", rank_, "): ", what,
               " refused: an earlier collective failed (", broken_,
               "); the group cannot be used again");
@@ -280,6 +281,7 @@ void ProcessGroupCohort::ReduceInPlace(const char* what, at::Tensor& flat,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   const collective::ReduceOp op = CheckReduce(tensors, opts.reduceOp, "allreduce");
   for (at::Tensor& t : tensors) {
     at::Tensor flat = Flat(t);
@@ -291,6 +293,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::reduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::ReduceOptions& opts) {
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   CheckRoot(opts.rootRank, "reduce");
   const collective::ReduceOp op = CheckReduce(tensors, opts.reduceOp, "reduce");
   for (at::Tensor& t : tensors) {
@@ -306,6 +309,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::reduce(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   TORCH_CHECK_VALUE(outputs.size() == 1 && inputs.size() == 1,
                     "cohort process group: reduce_scatter takes one output tensor and one list of "
                     "inputs, not ",
@@ -324,6 +328,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   const collective::ReduceOp op = CheckReduce({output, input}, opts.reduceOp, "reduce_scatter");
   TORCH_CHECK_VALUE(
       output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * size_,
@@ -344,6 +349,7 @@ Status ProcessGroupCohort::BroadcastBytes(const at::Tensor& flat, int root,
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   CheckRoot(opts.rootRank, "broadcast");
   for (const at::Tensor& t : tensors) CheckTensor(t, "broadcast");
   for (at::Tensor& t : tensors) {
@@ -359,6 +365,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::broadcast(std::vector<at::Ten
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   TORCH_CHECK_VALUE(inputs.size() == 1 && outputs.size() == 1,
                     "cohort process group: allgather takes one input tensor and one list of "
                     "outputs, not ",
@@ -383,6 +390,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allgather(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   CheckTensor(input, "allgather");
   CheckTensor(output, "allgather");
   TORCH_CHECK_VALUE(output.scalar_type() == input.scalar_type() &&
@@ -400,18 +408,61 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::_allgather_base(
   return Completed({output});
 }
 
+void ProcessGroupCohort::Agree(const char* what, int64_t root, const std::exception_ptr& refused,
+                               const at::Tensor* mine, std::chrono::milliseconds timeout) {
+  // Four slots a rank, each rank filling its own; a sum fills them all.
+  const size_t n = static_cast<size_t>(size_);
+  at::Tensor slots = at::zeros({static_cast<int64_t>(4 * n)}, at::kLong);
+  int64_t* s = slots.data_ptr<int64_t>();
+  int64_t* own = s + 4 * rank_;
+  own[0] = refused ? 1 : 0;
+  own[1] = root;
+  own[2] = mine != nullptr ? static_cast<int64_t>(mine->scalar_type()) + 1 : 0;
+  own[3] = mine != nullptr ? static_cast<int64_t>(mine->nbytes()) : 0;
+  Run(what, timeout, [&](const collective::CollectiveOptions& o) {
+    return comm_.AllReduce(std::span<int64_t>(s, 4 * n), o);
+  });
+  if (refused) std::rethrow_exception(refused);
+  auto part = [&](size_t r) {
+    return (s[4 * r + 2] > 0 ? DtypeName(static_cast<at::ScalarType>(s[4 * r + 2] - 1))
+                             : std::string("no")) +
+           " part of " + std::to_string(s[4 * r + 3]) + " bytes";
+  };
+  for (size_t r = 0; r < n; ++r) {
+    TORCH_CHECK_VALUE(s[4 * r] == 0, "cohort process group (rank ", rank_, "): ", what,
+                      " refused: rank ", r, " refused its arguments (its own error says why)");
+    TORCH_CHECK_VALUE(s[4 * r + 1] == s[1], "cohort process group (rank ", rank_, "): ", what,
+                      " refused: rank ", r, " passed root ", s[4 * r + 1], ", rank 0 root ", s[1],
+                      " (every rank must pass the same root)");
+  }
+  const size_t at_root = static_cast<size_t>(s[1]);
+  for (size_t r = 0; r < n; ++r) {
+    TORCH_CHECK_VALUE(s[4 * r + 2] == s[4 * at_root + 2] && s[4 * r + 3] == s[4 * at_root + 3],
+                      "cohort process group (rank ", rank_, "): ", what, " refused: rank ", r,
+                      " passed a ", part(r), ", the root a ", part(at_root),
+                      " (every rank's part must be alike)");
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
-  CheckRoot(opts.rootRank, "gather");
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   const bool root = rank_ == opts.rootRank;
-  TORCH_CHECK_VALUE(inputs.size() == 1 && outputs.size() == (root ? 1u : 0u),
-                    "cohort process group: gather takes one input tensor and, on the root only, "
-                    "one list of outputs, not ",
-                    inputs.size(), " and ", outputs.size());
+  std::exception_ptr refused;
+  try {
+    CheckRoot(opts.rootRank, "gather");
+    TORCH_CHECK_VALUE(inputs.size() == 1 && outputs.size() == (root ? 1u : 0u),
+                      "cohort process group: gather takes one input tensor and, on the root "
+                      "only, one list of outputs, not ",
+                      inputs.size(), " and ", outputs.size());
+    CheckTensor(inputs[0], "gather");
+    if (root) CheckParts(outputs[0], inputs[0], "gather", "output");
+  } catch (const c10::Error&) {
+    refused = std::current_exception();
+  }
+  Agree("gather", opts.rootRank, refused, refused ? nullptr : &inputs[0], opts.timeout);
   const at::Tensor& input = inputs[0];
-  CheckTensor(input, "gather");
-  if (root) CheckParts(outputs[0], input, "gather", "output");
   // Each rank's tensor from that rank, one broadcast per rank; the ranks
   // but the root receive into scratch.
   at::Tensor scratch;
@@ -440,15 +491,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::gather(
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  CheckRoot(opts.rootRank, "scatter");
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   const int root = static_cast<int>(opts.rootRank);
-  TORCH_CHECK_VALUE(outputs.size() == 1 && inputs.size() == (rank_ == root ? 1u : 0u),
-                    "cohort process group: scatter takes one output tensor and, on the root only, "
-                    "one list of inputs, not ",
-                    outputs.size(), " and ", inputs.size());
+  std::exception_ptr refused;
+  try {
+    CheckRoot(opts.rootRank, "scatter");
+    TORCH_CHECK_VALUE(outputs.size() == 1 && inputs.size() == (rank_ == root ? 1u : 0u),
+                      "cohort process group: scatter takes one output tensor and, on the root "
+                      "only, one list of inputs, not ",
+                      outputs.size(), " and ", inputs.size());
+    CheckTensor(outputs[0], "scatter");
+    if (rank_ == root) CheckParts(inputs[0], outputs[0], "scatter", "input");
+  } catch (const c10::Error&) {
+    refused = std::current_exception();
+  }
+  Agree("scatter", opts.rootRank, refused, refused ? nullptr : &outputs[0], opts.timeout);
   at::Tensor& output = outputs[0];
-  CheckTensor(output, "scatter");
-  if (rank_ == root) CheckParts(inputs[0], output, "scatter", "input");
   // The root broadcasts each rank's part; the others keep their own.
   at::Tensor scratch;
   for (int r = 0; r < size_; ++r) {
@@ -473,7 +531,134 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::scatter(
   return Completed(outputs);
 }
 
+namespace {
+
+// The offsets of consecutive parts of the given sizes.
+std::vector<int64_t> Offsets(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> out(sizes.size(), 0);
+  for (size_t i = 1; i < sizes.size(); ++i) out[i] = out[i - 1] + sizes[i - 1];
+  return out;
+}
+
+// A tensor's parts along dimension 0, as `split` says (empty: equal parts).
+std::vector<int64_t> SplitSizes(const at::Tensor& t, const std::vector<int64_t>& split, int size,
+                                const char* which) {
+  TORCH_CHECK_VALUE(t.dim() >= 1, "cohort process group: alltoall ", which,
+                    " must have a dimension to split, not a scalar");
+  const int64_t rows = t.size(0);
+  if (split.empty()) {
+    TORCH_CHECK_VALUE(rows % size == 0, "cohort process group: alltoall ", which, " of ", rows,
+                      " rows does not split into ", size, " equal parts (pass split sizes)");
+    return std::vector<int64_t>(size, rows / size);
+  }
+  TORCH_CHECK_VALUE(static_cast<int>(split.size()) == size, "cohort process group: alltoall has ",
+                    split.size(), " ", which, " split sizes for a group of ", size);
+  int64_t sum = 0;
+  for (int64_t s : split) {
+    TORCH_CHECK_VALUE(s >= 0, "cohort process group: alltoall ", which, " split size ", s,
+                      " is negative");
+    sum += s;
+  }
+  TORCH_CHECK_VALUE(sum == rows, "cohort process group: alltoall ", which,
+                    " split sizes add up to ", sum, " rows, the tensor has ", rows);
+  return split;
+}
+
+}  // namespace
+
+void ProcessGroupCohort::Exchange(const char* what, const std::vector<at::Tensor>& send,
+                                  const std::vector<at::Tensor>& recv,
+                                  std::chrono::milliseconds timeout) {
+  // The bytes each rank sends each rank: rank r fills row r, a sum fills
+  // the matrix on every rank.
+  const size_t n = static_cast<size_t>(size_);
+  at::Tensor matrix = at::zeros({size_ * size_}, at::kLong);
+  int64_t* bytes = matrix.data_ptr<int64_t>();
+  for (size_t j = 0; j < n; ++j) bytes[rank_ * n + j] = static_cast<int64_t>(send[j].nbytes());
+  Run(what, timeout, [&](const collective::CollectiveOptions& o) {
+    return comm_.AllReduce(std::span<int64_t>(bytes, n * n), o);
+  });
+  // Each rank broadcasts all it sends; every rank keeps its part. Every
+  // rank takes part in every broadcast, so a part of the wrong size is
+  // named after the last one, the group still in step.
+  std::string wrong;
+  for (int r = 0; r < size_; ++r) {
+    const std::vector<int64_t> row(bytes + r * n, bytes + (r + 1) * n);
+    const int64_t total = std::accumulate(row.begin(), row.end(), int64_t{0});
+    if (total == 0) continue;  // Every rank sees the same row.
+    at::Tensor all = at::empty({total}, at::kByte);
+    if (r == rank_) {
+      const std::vector<int64_t> where = Offsets(row);
+      for (size_t j = 0; j < n; ++j) {
+        if (row[j] > 0) std::memcpy(all.data_ptr<uint8_t>() + where[j], send[j].data_ptr(), row[j]);
+      }
+    }
+    Run(what, timeout,
+        [&](const collective::CollectiveOptions& o) { return BroadcastBytes(all, r, o); });
+    const int64_t mine = row[rank_];
+    if (mine != static_cast<int64_t>(recv[r].nbytes())) {
+      if (wrong.empty()) {
+        wrong = "rank " + std::to_string(r) + " sent this rank " + std::to_string(mine) +
+                " bytes, where its part holds " + std::to_string(recv[r].nbytes());
+      }
+      continue;
+    }
+    if (mine > 0)
+      std::memcpy(recv[r].data_ptr(), all.data_ptr<uint8_t>() + Offsets(row)[rank_], mine);
+  }
+  TORCH_CHECK_VALUE(wrong.empty(), "cohort process group (rank ", rank_, "): ", what, ": ", wrong);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
+  CheckTensor(input, "alltoall");
+  CheckTensor(output, "alltoall");
+  TORCH_CHECK_TYPE(input.scalar_type() == output.scalar_type(),
+                   "cohort process group: alltoall from ", DtypeName(input.scalar_type()), " into ",
+                   DtypeName(output.scalar_type()));
+  const std::vector<int64_t> in = SplitSizes(input, input_split_sizes, size_, "input");
+  const std::vector<int64_t> out = SplitSizes(output, output_split_sizes, size_, "output");
+  const at::Tensor from = Flat(input);
+  at::Tensor into = Flat(output);
+  std::vector<at::Tensor> send, recv;
+  const std::vector<int64_t> in_at = Offsets(in), out_at = Offsets(out);
+  for (int r = 0; r < size_; ++r) {
+    send.push_back(from.narrow(0, in_at[r], in[r]));    // Dimension 0 of a contiguous tensor:
+    recv.push_back(into.narrow(0, out_at[r], out[r]));  // contiguous parts.
+  }
+  Exchange("alltoall", send, recv, opts.timeout);
+  WriteBack(output, into);
+  return Completed({output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::alltoall(std::vector<at::Tensor>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllToAllOptions& opts) {
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
+  TORCH_CHECK_VALUE(
+      static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+      "cohort process group: alltoall takes one input and one output tensor per "
+      "rank, not ",
+      inputs.size(), " and ", outputs.size(), " for a group of ", size_);
+  std::vector<at::Tensor> send, recv;
+  for (int r = 0; r < size_; ++r) {
+    CheckTensor(inputs[r], "alltoall");
+    CheckTensor(outputs[r], "alltoall");
+    TORCH_CHECK_TYPE(inputs[r].scalar_type() == outputs[r].scalar_type(),
+                     "cohort process group: alltoall from ", DtypeName(inputs[r].scalar_type()),
+                     " into ", DtypeName(outputs[r].scalar_type()));
+    send.push_back(Flat(inputs[r]));
+    recv.push_back(Flat(outputs[r]));
+  }
+  Exchange("alltoall", send, recv, opts.timeout);
+  for (int r = 0; r < size_; ++r) WriteBack(outputs[r], recv[r]);
+  return Completed(outputs);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::barrier(const c10d::BarrierOptions& opts) {
+  std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   Run("barrier", opts.timeout,
       [&](const collective::CollectiveOptions& o) { return comm_.Barrier(o); });
   return Completed({});

@@ -15,6 +15,7 @@
 #ifndef COHORT_PYTHON_COHORT_DISTRIBUTED_PROCESS_GROUP_H_
 #define COHORT_PYTHON_COHORT_DISTRIBUTED_PROCESS_GROUP_H_
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -94,18 +95,41 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> scatter(
       std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
       const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  // Any dtype, as bytes: each rank broadcasts all it sends, and every rank
+  // keeps its part (so every part reaches every rank: for small tensors).
+  // Split sizes along dimension 0, or equal parts. A part of the size the
+  // receiver did not expect is an error on that rank, named after the
+  // exchange (which every rank finishes, so the group goes on).
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+      std::vector<int64_t>& input_split_sizes,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
 
  private:
-  // Runs one collective under the mutex with the deadline `timeout` (or the
-  // group's); a failure breaks the group and throws.
+  // Runs one collective with the deadline `timeout` (or the group's); a
+  // failure breaks the group and throws. The caller holds mu_.
   void Run(const char* what, std::chrono::milliseconds timeout,
            const std::function<Status(const collective::CollectiveOptions&)>& body);
   Status ReduceOne(at::Tensor& flat, const collective::CollectiveOptions& options);
   // Reduces `flat` (contiguous) on every rank; AVG divides after.
   void ReduceInPlace(const char* what, at::Tensor& flat, const c10d::ReduceOp& reduce_op,
                      collective::ReduceOp op, std::chrono::milliseconds timeout);
+  // Sends send[j] (contiguous) to rank j and fills recv[r] (contiguous)
+  // from rank r.
+  void Exchange(const char* what, const std::vector<at::Tensor>& send,
+                const std::vector<at::Tensor>& recv, std::chrono::milliseconds timeout);
+  // Before a rooted gather or scatter moves data, every rank learns
+  // whether any rank refused its arguments (`refused`, rethrown on that
+  // rank) and every rank's root and part (`mine`: what it sends or
+  // receives): a refusal or a rank that differs is an error on every rank
+  // at once, the group still in step, not a wait for the timeout.
+  void Agree(const char* what, int64_t root, const std::exception_ptr& refused,
+             const at::Tensor* mine, std::chrono::milliseconds timeout);
   void CheckRoot(int64_t root, const char* what) const;
   // `parts` holds one tensor per rank, each of `mine`'s dtype and size.
   void CheckParts(const std::vector<at::Tensor>& parts, const at::Tensor& mine, const char* what,
