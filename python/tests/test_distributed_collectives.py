@@ -261,6 +261,21 @@ def _root_refuses(rank, world):
             [torch.zeros(2)] * world if rank == 0 else None, dst=0),
         # Each rank names itself the root (and so passes a list).
         "gather root": lambda: dist.gather(torch.zeros(2), [torch.zeros(2)] * world, dst=rank),
+        # Rank 1's output is expanded: a write-back into it would fail halfway.
+        "scatter expanded": lambda: dist.scatter(
+            torch.zeros(1).expand(2) if rank == 1 else torch.zeros(2),
+            [torch.ones(2)] * world if rank == 0 else None, src=0),
+        # Rank 1's split sizes do not add up.
+        "all_to_all splits": lambda: dist.all_to_all_single(
+            torch.zeros(2), torch.ones(2), input_split_sizes=[1, 1 + rank]),
+        "all_to_all dtype": lambda: dist.all_to_all_single(
+            torch.zeros(2, dtype=torch.int32 if rank == 1 else torch.float32),
+            torch.ones(2, dtype=torch.int32 if rank == 1 else torch.float32)),
+        # Rank 0 expects two rows from rank 1, which sends nothing at all.
+        "all_to_all nothing": lambda: dist.all_to_all_single(
+            torch.zeros(4 if rank == 0 else 0), torch.ones(2 if rank == 0 else 0),
+            output_split_sizes=[2, 2] if rank == 0 else [0, 0],
+            input_split_sizes=[2, 0] if rank == 0 else [0, 0]),
     }
     for name, call in attempts.items():
         start = time.monotonic()
@@ -462,7 +477,8 @@ class CollectivesTest(unittest.TestCase):
     def test_rooted_arguments_one_rank_gets_wrong_fail_every_rank_at_once(self):
         got = values(run_ranks(_root_refuses, 2, timeout_s=60), self)
         for rank, g in enumerate(got):
-            for name in ("scatter short", "gather dtype", "gather root"):
+            for name in ("scatter short", "gather dtype", "gather root", "scatter expanded",
+                         "all_to_all splits", "all_to_all dtype"):
                 self.assertLess(g[name][1], 30, "not a wait for the timeout")
             if rank == 0:
                 self.assertRegex(g["scatter short"][0], r"^ValueError: .*scatter has 1 input "
@@ -477,6 +493,26 @@ class CollectivesTest(unittest.TestCase):
             self.assertRegex(g["gather root"][0], r"ValueError: .*gather refused: rank 1 passed "
                                                   r"root 1, rank 0 root 0 \(every rank must pass "
                                                   r"the same root\)")
+            if rank == 1:
+                self.assertRegex(g["scatter expanded"][0], r"^ValueError: .*scatter cannot write "
+                                                           r"into a tensor whose elements share "
+                                                           r"memory \(expanded\)")
+                self.assertRegex(g["all_to_all splits"][0], r"^ValueError: .*alltoall input split "
+                                                            r"sizes add up to 3 rows, the tensor "
+                                                            r"has 2")
+                self.assertEqual(g["all_to_all nothing"], "no error")
+            else:
+                for name, what in (("scatter expanded", "scatter"),
+                                   ("all_to_all splits", "alltoall")):
+                    self.assertRegex(g[name][0], r"^ValueError: cohort process group \(rank 0\): "
+                                                 + what + r" refused: rank 1 refused its arguments")
+                self.assertRegex(g["all_to_all nothing"][0], r"^ValueError: .*alltoall: rank 1 "
+                                                             r"sent this rank 0 bytes, where its "
+                                                             r"part holds 8")
+            self.assertRegex(g["all_to_all dtype"][0], r"ValueError: .*alltoall refused: rank 1 "
+                                                       r"passed torch\.int32, rank 0 "
+                                                       r"torch\.float32 \(every rank must pass "
+                                                       r"one dtype\)")
             self.assertEqual(g["after"], [2.0] * 2, "the group goes on")
 
     def test_killed_rank_is_an_error_on_every_other_rank(self):

@@ -7,8 +7,8 @@ Collectives run over Cohort's: shared memory between the ranks of one host,
 TCP between hosts (authenticated with Cohort's keys). all_reduce, reduce,
 reduce_scatter (SUM, AVG, PRODUCT, MIN, MAX, and BAND, BOR, BXOR on integers;
 float32, bfloat16, float16, int32, int64), broadcast, all_gather, gather,
-scatter and barrier, on dense CPU tensors; anything else (all_to_all, send,
-recv included) raises an error naming what it was given. Every collective has finished when it
+scatter, all_to_all and barrier, on dense CPU tensors; anything else (send
+and recv included) raises an error naming what it was given. Every collective has finished when it
 returns, or raised: a rank that died or did not arrive within
 init_process_group's timeout is an error on every other rank, never a hang.
 

@@ -1,5 +1,6 @@
 #include "python/cohort/distributed/process_group.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
@@ -105,6 +106,26 @@ void CheckTensor(const at::Tensor& t, const char* what) {
                               " does not support tensors on ", t.device().str(),
                               " (CPU tensors only)");
 }
+
+// A tensor a collective writes into part by part: no two elements may
+// share memory (an expanded tensor), or a write-back would fail halfway.
+void CheckWritable(const at::Tensor& t, const char* what) {
+  TORCH_CHECK_VALUE(at::has_internal_overlap(t) != at::MemOverlap::Yes,
+                    "cohort process group: ", what,
+                    " cannot write into a tensor whose elements share memory (expanded)");
+}
+
+// A dtype number (plus one) as a peer reported it, named if torch knows it.
+std::string KnownDtypeName(int64_t code) {
+  if (code < 1 || code > static_cast<int64_t>(at::ScalarType::NumOptions)) {
+    return "dtype code " + std::to_string(code - 1);
+  }
+  return DtypeName(static_cast<at::ScalarType>(code - 1));
+}
+
+// The most bytes one rank may send another in one alltoall: 2^48, so the
+// sum of a row cannot overflow.
+constexpr int64_t kMaxPartBytes = int64_t{1} << 48;
 
 bool Reducible(at::ScalarType t) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf || t == at::kInt || t == at::kLong;
@@ -374,6 +395,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allgather(
   std::vector<at::Tensor>& out = outputs[0];
   CheckTensor(input, "allgather");
   CheckParts(out, input, "allgather", "output");
+  for (const at::Tensor& o : out) CheckWritable(o, "allgather");
   // Each rank's tensor from that rank, one broadcast per rank.
   for (int r = 0; r < size_; ++r) {
     at::Tensor flat = r == rank_ ? Flat(input) : Flat(out[r]);
@@ -424,9 +446,7 @@ void ProcessGroupCohort::Agree(const char* what, int64_t root, const std::except
   });
   if (refused) std::rethrow_exception(refused);
   auto part = [&](size_t r) {
-    return (s[4 * r + 2] > 0 ? DtypeName(static_cast<at::ScalarType>(s[4 * r + 2] - 1))
-                             : std::string("no")) +
-           " part of " + std::to_string(s[4 * r + 3]) + " bytes";
+    return KnownDtypeName(s[4 * r + 2]) + " part of " + std::to_string(s[4 * r + 3]) + " bytes";
   };
   for (size_t r = 0; r < n; ++r) {
     TORCH_CHECK_VALUE(s[4 * r] == 0, "cohort process group (rank ", rank_, "): ", what,
@@ -435,6 +455,9 @@ void ProcessGroupCohort::Agree(const char* what, int64_t root, const std::except
                       " refused: rank ", r, " passed root ", s[4 * r + 1], ", rank 0 root ", s[1],
                       " (every rank must pass the same root)");
   }
+  // Each rank checked its root, so this holds unless a rank forged a sum.
+  TORCH_CHECK_VALUE(s[1] >= 0 && s[1] < size_, "cohort process group (rank ", rank_, "): ", what,
+                    " refused: the agreed root ", s[1], " is not a rank of ", size_);
   const size_t at_root = static_cast<size_t>(s[1]);
   for (size_t r = 0; r < n; ++r) {
     TORCH_CHECK_VALUE(s[4 * r + 2] == s[4 * at_root + 2] && s[4 * r + 3] == s[4 * at_root + 3],
@@ -458,6 +481,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::gather(
                       inputs.size(), " and ", outputs.size());
     CheckTensor(inputs[0], "gather");
     if (root) CheckParts(outputs[0], inputs[0], "gather", "output");
+    for (const at::Tensor& o : root ? outputs[0] : std::vector<at::Tensor>{}) {
+      CheckWritable(o, "gather");
+    }
   } catch (const c10::Error&) {
     refused = std::current_exception();
   }
@@ -501,6 +527,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::scatter(
                       "only, one list of inputs, not ",
                       outputs.size(), " and ", inputs.size());
     CheckTensor(outputs[0], "scatter");
+    CheckWritable(outputs[0], "scatter");
     if (rank_ == root) CheckParts(inputs[0], outputs[0], "scatter", "input");
   } catch (const c10::Error&) {
     refused = std::current_exception();
@@ -566,97 +593,128 @@ std::vector<int64_t> SplitSizes(const at::Tensor& t, const std::vector<int64_t>&
 
 }  // namespace
 
-void ProcessGroupCohort::Exchange(const char* what, const std::vector<at::Tensor>& send,
+void ProcessGroupCohort::Exchange(const char* what, const std::exception_ptr& refused,
+                                  at::ScalarType dtype, const std::vector<at::Tensor>& send,
                                   const std::vector<at::Tensor>& recv,
                                   std::chrono::milliseconds timeout) {
-  // The bytes each rank sends each rank: rank r fills row r, a sum fills
-  // the matrix on every rank.
-  const size_t n = static_cast<size_t>(size_);
-  at::Tensor matrix = at::zeros({size_ * size_}, at::kLong);
-  int64_t* bytes = matrix.data_ptr<int64_t>();
-  for (size_t j = 0; j < n; ++j) bytes[rank_ * n + j] = static_cast<int64_t>(send[j].nbytes());
+  // Per rank: refused, its dtype + 1, and the bytes it sends each rank.
+  // Each rank fills its own row; a sum fills the matrix on every rank.
+  const size_t n = static_cast<size_t>(size_), width = n + 2;
+  at::Tensor matrix = at::zeros({static_cast<int64_t>(n * width)}, at::kLong);
+  int64_t* m = matrix.data_ptr<int64_t>();
+  int64_t* own = m + rank_ * width;
+  own[0] = refused ? 1 : 0;
+  own[1] = refused ? 0 : static_cast<int64_t>(dtype) + 1;
+  for (size_t j = 0; !refused && j < n; ++j) own[2 + j] = static_cast<int64_t>(send[j].nbytes());
   Run(what, timeout, [&](const collective::CollectiveOptions& o) {
-    return comm_.AllReduce(std::span<int64_t>(bytes, n * n), o);
+    return comm_.AllReduce(std::span<int64_t>(m, n * width), o);
   });
+  if (refused) std::rethrow_exception(refused);
+  // Every rank holds the same matrix, so every rank stops here alike.
+  const std::string prefix = "cohort process group (rank " + std::to_string(rank_) + "): " + what;
+  for (size_t r = 0; r < n; ++r) {
+    const int64_t* row = m + r * width;
+    TORCH_CHECK_VALUE(row[0] == 0, prefix, " refused: rank ", r,
+                      " refused its arguments (its own error says why)");
+    TORCH_CHECK_VALUE(row[1] == m[1], prefix, " refused: rank ", r, " passed ",
+                      KnownDtypeName(row[1]), ", rank 0 ", KnownDtypeName(m[1]),
+                      " (every rank must pass one dtype)");
+    for (size_t j = 0; j < n; ++j) {
+      TORCH_CHECK_VALUE(row[2 + j] >= 0 && row[2 + j] <= kMaxPartBytes, prefix, ": rank ", r,
+                        " would send rank ", j, " ", row[2 + j], " bytes (0 to 2^48)");
+    }
+  }
   // Each rank broadcasts all it sends; every rank keeps its part. Every
   // rank takes part in every broadcast, so a part of the wrong size is
   // named after the last one, the group still in step.
   std::string wrong;
   for (int r = 0; r < size_; ++r) {
-    const std::vector<int64_t> row(bytes + r * n, bytes + (r + 1) * n);
-    const int64_t total = std::accumulate(row.begin(), row.end(), int64_t{0});
+    const std::vector<int64_t> row(m + r * width + 2, m + (r + 1) * width);
+    const std::vector<int64_t> where = Offsets(row);
+    const int64_t total = where.back() + row.back();  // At most n * 2^48.
+    const int64_t mine = row[rank_];
+    if (mine != static_cast<int64_t>(recv[r].nbytes()) && wrong.empty()) {
+      wrong = "rank " + std::to_string(r) + " sent this rank " + std::to_string(mine) +
+              " bytes, where its part holds " + std::to_string(recv[r].nbytes());
+    }
     if (total == 0) continue;  // Every rank sees the same row.
-    at::Tensor all = at::empty({total}, at::kByte);
+    at::Tensor all = at::zeros({total}, at::kByte);
     if (r == rank_) {
-      const std::vector<int64_t> where = Offsets(row);
       for (size_t j = 0; j < n; ++j) {
-        if (row[j] > 0) std::memcpy(all.data_ptr<uint8_t>() + where[j], send[j].data_ptr(), row[j]);
+        // The sum is this rank's own row unless another rank added to it.
+        const int64_t bytes = std::min<int64_t>(row[j], send[j].nbytes());
+        if (bytes > 0) std::memcpy(all.data_ptr<uint8_t>() + where[j], send[j].data_ptr(), bytes);
       }
     }
     Run(what, timeout,
         [&](const collective::CollectiveOptions& o) { return BroadcastBytes(all, r, o); });
-    const int64_t mine = row[rank_];
-    if (mine != static_cast<int64_t>(recv[r].nbytes())) {
-      if (wrong.empty()) {
-        wrong = "rank " + std::to_string(r) + " sent this rank " + std::to_string(mine) +
-                " bytes, where its part holds " + std::to_string(recv[r].nbytes());
-      }
-      continue;
+    if (mine > 0 && mine == static_cast<int64_t>(recv[r].nbytes())) {
+      std::memcpy(recv[r].data_ptr(), all.data_ptr<uint8_t>() + where[rank_], mine);
     }
-    if (mine > 0)
-      std::memcpy(recv[r].data_ptr(), all.data_ptr<uint8_t>() + Offsets(row)[rank_], mine);
   }
-  TORCH_CHECK_VALUE(wrong.empty(), "cohort process group (rank ", rank_, "): ", what, ": ", wrong);
+  TORCH_CHECK_VALUE(wrong.empty(), prefix, ": ", wrong);
 }
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
-  CheckTensor(input, "alltoall");
-  CheckTensor(output, "alltoall");
-  TORCH_CHECK_TYPE(input.scalar_type() == output.scalar_type(),
-                   "cohort process group: alltoall from ", DtypeName(input.scalar_type()), " into ",
-                   DtypeName(output.scalar_type()));
-  const std::vector<int64_t> in = SplitSizes(input, input_split_sizes, size_, "input");
-  const std::vector<int64_t> out = SplitSizes(output, output_split_sizes, size_, "output");
-  const at::Tensor from = Flat(input);
-  at::Tensor into = Flat(output);
+  std::exception_ptr refused;
   std::vector<at::Tensor> send, recv;
-  const std::vector<int64_t> in_at = Offsets(in), out_at = Offsets(out);
-  for (int r = 0; r < size_; ++r) {
-    send.push_back(from.narrow(0, in_at[r], in[r]));    // Dimension 0 of a contiguous tensor:
-    recv.push_back(into.narrow(0, out_at[r], out[r]));  // contiguous parts.
+  at::Tensor into;
+  try {
+    CheckTensor(input, "alltoall");
+    CheckTensor(output, "alltoall");
+    CheckWritable(output, "alltoall");
+    TORCH_CHECK_TYPE(input.scalar_type() == output.scalar_type(),
+                     "cohort process group: alltoall from ", DtypeName(input.scalar_type()),
+                     " into ", DtypeName(output.scalar_type()));
+    const std::vector<int64_t> in = SplitSizes(input, input_split_sizes, size_, "input");
+    const std::vector<int64_t> out = SplitSizes(output, output_split_sizes, size_, "output");
+    const at::Tensor from = Flat(input);
+    into = Flat(output);
+    const std::vector<int64_t> in_at = Offsets(in), out_at = Offsets(out);
+    for (int r = 0; r < size_; ++r) {
+      send.push_back(from.narrow(0, in_at[r], in[r]));    // Dimension 0 of a contiguous tensor:
+      recv.push_back(into.narrow(0, out_at[r], out[r]));  // contiguous parts.
+    }
+  } catch (const c10::Error&) {
+    refused = std::current_exception();
   }
-  Exchange("alltoall", send, recv, opts.timeout);
+  Exchange("alltoall", refused, input.scalar_type(), send, recv, opts.timeout);
   WriteBack(output, into);
   return Completed({output});
 }
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::alltoall(std::vector<at::Tensor>& outputs,
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllToAllOptions& opts) {
   std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
-  TORCH_CHECK_VALUE(
-      static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
-      "cohort process group: alltoall takes one input and one output tensor per "
-      "rank, not ",
-      inputs.size(), " and ", outputs.size(), " for a group of ", size_);
+  std::exception_ptr refused;
   std::vector<at::Tensor> send, recv;
-  for (int r = 0; r < size_; ++r) {
-    CheckTensor(inputs[r], "alltoall");
-    CheckTensor(outputs[r], "alltoall");
-    TORCH_CHECK_TYPE(inputs[r].scalar_type() == outputs[r].scalar_type(),
-                     "cohort process group: alltoall from ", DtypeName(inputs[r].scalar_type()),
-                     " into ", DtypeName(outputs[r].scalar_type()));
-    send.push_back(Flat(inputs[r]));
-    recv.push_back(Flat(outputs[r]));
+  try {
+    TORCH_CHECK_VALUE(
+        static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
+        "cohort process group: alltoall takes one input and one output tensor per rank, not ",
+        inputs.size(), " and ", outputs.size(), " for a group of ", size_);
+    for (int r = 0; r < size_; ++r) {
+      CheckTensor(inputs[r], "alltoall");
+      CheckTensor(outputs[r], "alltoall");
+      CheckWritable(outputs[r], "alltoall");
+      TORCH_CHECK_TYPE(inputs[r].scalar_type() == inputs[0].scalar_type() &&
+                           outputs[r].scalar_type() == inputs[0].scalar_type(),
+                       "cohort process group: alltoall of ", DtypeName(inputs[0].scalar_type()),
+                       " with a ", DtypeName(inputs[r].scalar_type()), " input and a ",
+                       DtypeName(outputs[r].scalar_type()), " output");
+      send.push_back(Flat(inputs[r]));
+      recv.push_back(Flat(outputs[r]));
+    }
+  } catch (const c10::Error&) {
+    refused = std::current_exception();
   }
-  Exchange("alltoall", send, recv, opts.timeout);
+  Exchange("alltoall", refused, inputs.empty() ? at::kByte : inputs[0].scalar_type(), send, recv,
+           opts.timeout);
   for (int r = 0; r < size_; ++r) WriteBack(outputs[r], recv[r]);
   return Completed(outputs);
 }
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::barrier(const c10d::BarrierOptions& opts) {
   std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   Run("barrier", opts.timeout,

@@ -120,9 +120,12 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
   void ReduceInPlace(const char* what, at::Tensor& flat, const c10d::ReduceOp& reduce_op,
                      collective::ReduceOp op, std::chrono::milliseconds timeout);
   // Sends send[j] (contiguous) to rank j and fills recv[r] (contiguous)
-  // from rank r.
-  void Exchange(const char* what, const std::vector<at::Tensor>& send,
-                const std::vector<at::Tensor>& recv, std::chrono::milliseconds timeout);
+  // from rank r, after an all-reduce of every rank's refusal, dtype and
+  // byte counts (so a rank that refused, or passed another dtype, is an
+  // error on every rank at once).
+  void Exchange(const char* what, const std::exception_ptr& refused, at::ScalarType dtype,
+                const std::vector<at::Tensor>& send, const std::vector<at::Tensor>& recv,
+                std::chrono::milliseconds timeout);
   // Before a rooted gather or scatter moves data, every rank learns
   // whether any rank refused its arguments (`refused`, rethrown on that
   // rank) and every rank's root and part (`mine`: what it sends or
