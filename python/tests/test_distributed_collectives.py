@@ -480,39 +480,35 @@ class CollectivesTest(unittest.TestCase):
             for name in ("scatter short", "gather dtype", "gather root", "scatter expanded",
                          "all_to_all splits", "all_to_all dtype"):
                 self.assertLess(g[name][1], 30, "not a wait for the timeout")
+            # The rank that got its arguments wrong names what; the other
+            # names that rank.
+            culprits = {
+                "scatter short": (0, "scatter", r"scatter has 1 input tensors for a group of 2"),
+                "scatter expanded": (1, "scatter", r"scatter cannot write into a tensor whose "
+                                                   r"elements share memory \(expanded\)"),
+                "all_to_all splits": (1, "alltoall", r"alltoall input split sizes add up to 3 "
+                                                     r"rows, the tensor has 2"),
+            }
+            for name, (culprit, what, why) in culprits.items():
+                want = (r"^ValueError: .*" + why if rank == culprit else
+                        rf"^ValueError: cohort process group \(rank {rank}\): {what} refused: "
+                        rf"rank {culprit} refused its arguments")
+                self.assertRegex(g[name][0], want, name)
+            # Every rank names the rank that differs.
+            for name, why in (
+                    ("gather dtype", r"gather refused: rank 1 passed a torch\.int32 part of 8 "
+                                     r"bytes, the root a torch\.float32 part of 8 bytes"),
+                    ("gather root", r"gather refused: rank 1 passed root 1, rank 0 root 0 "
+                                    r"\(every rank must pass the same root\)"),
+                    ("all_to_all dtype", r"alltoall refused: rank 1 passed torch\.int32, rank 0 "
+                                         r"torch\.float32 \(every rank must pass one dtype\)")):
+                self.assertRegex(g[name][0], r"^ValueError: .*" + why, name)
             if rank == 0:
-                self.assertRegex(g["scatter short"][0], r"^ValueError: .*scatter has 1 input "
-                                                        r"tensors for a group of 2")
-            else:
-                self.assertRegex(g["scatter short"][0], r"^ValueError: cohort process group "
-                                                        r"\(rank 1\): scatter refused: rank 0 "
-                                                        r"refused its arguments")
-            self.assertRegex(g["gather dtype"][0], r"ValueError: .*gather refused: rank 1 passed "
-                                                   r"a torch\.int32 part of 8 bytes, the root a "
-                                                   r"torch\.float32 part of 8 bytes")
-            self.assertRegex(g["gather root"][0], r"ValueError: .*gather refused: rank 1 passed "
-                                                  r"root 1, rank 0 root 0 \(every rank must pass "
-                                                  r"the same root\)")
-            if rank == 1:
-                self.assertRegex(g["scatter expanded"][0], r"^ValueError: .*scatter cannot write "
-                                                           r"into a tensor whose elements share "
-                                                           r"memory \(expanded\)")
-                self.assertRegex(g["all_to_all splits"][0], r"^ValueError: .*alltoall input split "
-                                                            r"sizes add up to 3 rows, the tensor "
-                                                            r"has 2")
-                self.assertEqual(g["all_to_all nothing"], "no error")
-            else:
-                for name, what in (("scatter expanded", "scatter"),
-                                   ("all_to_all splits", "alltoall")):
-                    self.assertRegex(g[name][0], r"^ValueError: cohort process group \(rank 0\): "
-                                                 + what + r" refused: rank 1 refused its arguments")
                 self.assertRegex(g["all_to_all nothing"][0], r"^ValueError: .*alltoall: rank 1 "
                                                              r"sent this rank 0 bytes, where its "
                                                              r"part holds 8")
-            self.assertRegex(g["all_to_all dtype"][0], r"ValueError: .*alltoall refused: rank 1 "
-                                                       r"passed torch\.int32, rank 0 "
-                                                       r"torch\.float32 \(every rank must pass "
-                                                       r"one dtype\)")
+            else:
+                self.assertEqual(g["all_to_all nothing"], "no error")
             self.assertEqual(g["after"], [2.0] * 2, "the group goes on")
 
     def test_killed_rank_is_an_error_on_every_other_rank(self):
