@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "common/rng.h"
 #include "crypto/digest.h"
@@ -581,11 +582,18 @@ void FedBuffEngine::CheckScheduledClients() {
   if (missing.empty() || !store_error_.ok()) return;
   if (registration_grace_ == 0) {
     // The simulator registers every client before its first tick.
-    store_error_ = FailedPreconditionError(
-        "fedbuff: resuming after version " + std::to_string(version_) + ": client " +
-        missing.front() +
-        " of the committed schedule has not registered (the run's clients changed, or it is "
-        "offline)");
+    // Every one is named (the first five, and how many more), not only the
+    // first: one line tells the operator the whole of what changed.
+    const size_t shown = std::min<size_t>(missing.size(), 5);
+    std::string names;
+    for (size_t i = 0; i < shown; ++i) names += (i == 0 ? "" : ", ") + missing[i];
+    if (missing.size() > shown) names += fmt::format(" and {} more", missing.size() - shown);
+    const bool one = missing.size() == 1;
+    store_error_ = FailedPreconditionError(fmt::format(
+        "fedbuff: resuming after version {}: {} {} of the committed schedule {} not registered "
+        "(the run's clients changed, or {} offline)",
+        version_, one ? "client" : "clients", names, one ? "has" : "have",
+        one ? "it is" : "they are"));
     return;
   }
   // A daemon's client may be down: the run goes on without it, and a group
@@ -593,18 +601,23 @@ void FedBuffEngine::CheckScheduledClients() {
   auto is_missing = [&missing](const std::string& name) {
     return std::find(missing.begin(), missing.end(), name) != missing.end();
   };
+  // Each missing member of an abandoned group names it, not only the first.
+  std::map<std::string, std::string> abandoned;
   for (const std::string& name : missing) {
     scheduled_.erase(name);  // Its Hello, if it comes, makes it free.
-    std::string abandoned;
     for (auto it = to_reopen_.begin(); it != to_reopen_.end();) {
       if (std::find(it->members.begin(), it->members.end(), name) == it->members.end()) {
         ++it;
         continue;
       }
-      abandoned = fmt::format("; group {} (from version {}), which it was in, is abandoned", it->id,
-                              it->base_version);
+      const std::string why = fmt::format(
+          "; group {} (from version {}), which it was in, is abandoned", it->id, it->base_version);
       for (const std::string& m : it->members) {
-        if (!is_missing(m) && !members_.at(m).revoked) free_.push_back(m);
+        if (is_missing(m)) {
+          abandoned[m] = why;
+        } else if (!members_.at(m).revoked) {
+          free_.push_back(m);
+        }
       }
       it = to_reopen_.erase(it);
     }
@@ -612,7 +625,7 @@ void FedBuffEngine::CheckScheduledClients() {
         "fedbuff: resuming after version {}: client {} of the committed schedule has not "
         "registered within {:g} s of the restart; the run goes on without it, and it is drawn "
         "into no group until it registers{}",
-        version_, name, registration_grace_ / 1000.0, abandoned);
+        version_, name, registration_grace_ / 1000.0, abandoned[name]);
   }
   free_.erase(std::remove_if(free_.begin(), free_.end(), is_missing), free_.end());
 }

@@ -265,18 +265,27 @@ TEST(FedBuffResumeScheduleTest, ATimeoutWhileCatchingUpDoesNotWakeTheDriverForev
 }
 
 // A client the schedule names that does not register is an error at the
-// driver's first tick, not a stall.
+// driver's first tick, not a stall; every one missing is named.
 TEST(FedBuffResumeScheduleTest, AScheduledClientThatNeverRegistersIsNamed) {
-  auto store = StoreWith(ValidSchedule().SerializeAsString());
-  auto engine =
-      std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
-  (void)engine->OnTick(1000);
-  EXPECT_EQ(engine->store_error().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(engine->store_error().message().find(
-                "fedbuff: resuming after version 1: client c0 of the committed schedule has not "
-                "registered"),
-            std::string::npos)
-      << engine->store_error();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"c0", "c1", "c2", "c3", "c4"},
+       "client c5 of the committed schedule has not registered (the run's clients changed, or "
+       "it is offline)"},
+      {{"c1", "c4"},
+       "clients c0, c2, c3, c5 of the committed schedule have not registered (the run's clients "
+       "changed, or they are offline)"},
+      {{}, "clients c0, c1, c2, c3, c4 and 1 more of the committed schedule have not registered"}};
+  for (const auto& [back, names] : cases) {
+    auto store = StoreWith(ValidSchedule().SerializeAsString());
+    auto engine =
+        std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
+    for (const std::string& name : back) (void)engine->OnMessage(name, Hello(name), 500, nullptr);
+    (void)engine->OnTick(1000);
+    EXPECT_EQ(engine->store_error().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(engine->store_error().message().find("fedbuff: resuming after version 1: " + names),
+              std::string::npos)
+        << engine->store_error();
+  }
 }
 
 // Who got a task in `out`.
@@ -441,6 +450,35 @@ TEST(FedBuffResumeScheduleTest, AfterTheGraceMissingClientsAreSetAsideAndTheRunG
   EXPECT_EQ(engine->free_clients(), (std::deque<std::string>{"c5", "c2"}));
   spdlog::default_logger_raw()->sinks().pop_back();
   EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+}
+
+// Both members of a restored group missing after the grace: each one's line
+// names the abandoned group, not only the first's.
+TEST(FedBuffResumeScheduleTest, EveryMissingMemberNamesItsAbandonedGroup) {
+  std::ostringstream lines;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(lines);
+  spdlog::default_logger_raw()->sinks().push_back(sink);
+  auto store = StoreWith(ValidSchedule().SerializeAsString());
+  auto engine =
+      std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
+  engine->set_registration_grace(3000);
+  for (const char* name : {"c0", "c1", "c4", "c5"}) {
+    (void)engine->OnMessage(name, Hello(name), 1000, nullptr);
+  }
+  (void)engine->OnTick(4000);
+  spdlog::default_logger_raw()->sinks().pop_back();
+  EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+  for (const char* name : {"c2", "c3"}) {
+    EXPECT_NE(lines.str().find("client " + std::string(name) +
+                               " of the committed schedule has not registered within 3 s of the "
+                               "restart; the run goes on without it, and it is drawn into no "
+                               "group until it registers; group 1 (from version 0), which it was "
+                               "in, is abandoned\n"),
+              std::string::npos)
+        << name << ":\n"
+        << lines.str();
+  }
+  EXPECT_EQ(engine->free_clients(), (std::deque<std::string>{"c4", "c5"}));
 }
 
 // A member of a restored group that is revoked (SIGHUP) and says Hello
