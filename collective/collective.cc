@@ -150,8 +150,8 @@ struct MessageHeader {
   uint64_t index = 0;
   uint64_t begin = 0;
   uint64_t count = 0;
-  uint32_t op = 0;  // ReduceOp: every rank of an all-reduce passes the same.
-  uint32_t unused = 0;
+  uint32_t op = 0;      // ReduceOp: every rank of an all-reduce passes the same.
+  uint32_t unused = 0;  // Reserved: 0, checked.
 };
 static_assert(sizeof(MessageHeader) + kSegmentBytes <= kMaxCollectiveMessageBytes);
 
@@ -256,6 +256,10 @@ std::string Mismatch(std::span<const uint8_t> m, size_t size, uint64_t sequence,
   if (m.size() < sizeof(h)) return "a message of " + std::to_string(size) + " bytes";
   std::memcpy(&h, m.data(), sizeof(h));
   if (h.magic != MessageHeader{}.magic) return "a message that is not a collective's";
+  if (h.unused != 0) {
+    return "a message whose reserved header word is " + std::to_string(h.unused) +
+           ", not 0 (another build's format?)";
+  }
   if (h.sequence != sequence || h.index != i) {
     return "message " + std::to_string(h.index) + " of collective " + std::to_string(h.sequence) +
            " (expected message " + std::to_string(i) + " of collective " +

@@ -709,6 +709,30 @@ TEST_P(CollectiveTest, AWrongSizedOrStaleMessageIsAnErrorNotACrash) {
       << s;
 }
 
+// A message that is right in every field but the reserved header word
+// (bytes 44-47, 0 in this format) is refused, naming the word.
+TEST_P(CollectiveTest, AMessageWithItsReservedWordSetIsRefused) {
+  Group group(GetParam(), 2);
+  Communicator c0(group.transports[0].get());
+  // Collective 1's message 0 from rank 1: all 64 floats, summed.
+  struct {
+    uint32_t magic = 0x33764c43, dtype = 1;
+    uint64_t sequence = 1, index = 0, begin = 0, count = 64;
+    uint32_t op = 0, reserved = 7;
+  } header;
+  static_assert(sizeof(header) == 48);
+  std::vector<uint8_t> message(sizeof(header) + 64 * sizeof(float), 0);
+  std::memcpy(message.data(), &header, sizeof(header));
+  ASSERT_TRUE(group.transports[1]->Send(0, message).ok());
+  std::vector<float> v(64, 1.0f);
+  Status s = c0.AllReduce(v, {.algorithm = Algorithm::kRecursiveDoubling, .timeout_ms = 1000});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("rank 1 sent a message whose reserved header word is 7, not 0 "
+                             "(another build's format?)"),
+            std::string::npos)
+      << s;
+}
+
 TEST(ZmqTransportTest, MalformedFramesAreDroppedAndCounted) {
   Group group(Kind::kZmqTcp, 2);
   auto* receiver = static_cast<ZmqTransport*>(group.transports[1].get());
