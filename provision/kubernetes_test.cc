@@ -161,5 +161,30 @@ TEST_F(KubernetesTest, RefusesWhatItCannotWriteNamingIt) {
   EXPECT_EQ(none.code(), StatusCode::kFailedPrecondition);
 }
 
+// The README's command: deploy/kubernetes/project.textproto gives every
+// overlay; deploy/project.textproto, with its data-parallel site, is
+// refused by name.
+TEST_F(KubernetesTest, TheExampleProjectsAreProvisionedOrRefusedAsTheReadmeSays) {
+  const char* deploy = std::getenv("COHORT_DEPLOY");
+  if (deploy == nullptr) GTEST_SKIP() << "COHORT_DEPLOY not set (run through meson test)";
+  ProvisionRequest r;
+  r.project = std::string(deploy) + "/kubernetes/project.textproto";
+  r.out = out().string();
+  ASSERT_TRUE(provision::Provision(r).ok());
+  const Status s = WriteKubernetes(r.out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const char* overlay : {"base/coordinator", "base/client", "coordinator", "hospital-a",
+                              "hospital-b", "hospital-c"}) {
+    EXPECT_TRUE(fs::exists(k8s() / overlay / "kustomization.yaml")) << overlay;
+  }
+  EXPECT_NE(Read(k8s() / "hospital-a/kustomization.yaml").find("hospital-a"), std::string::npos);
+  r.project = std::string(deploy) + "/project.textproto";
+  r.out = (dir_ / "kits-dp").string();
+  ASSERT_TRUE(provision::Provision(r).ok());
+  const Status refused = WriteKubernetes(r.out);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("hospital-c"), std::string::npos) << refused.ToString();
+}
+
 }  // namespace
 }  // namespace cohort::provision
