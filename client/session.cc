@@ -855,7 +855,7 @@ constexpr uint32_t kMaxCohort = 1u << 20;
 // With --peers, a cohort must keep this many honest clients besides this
 // one even if every colluder of the allowlist is in it: the sum then mixes
 // this client's input with at least two others.
-constexpr double kMinHonestOthers = 2;
+constexpr int kMinHonestOthers = 2;
 
 }  // namespace
 
@@ -922,11 +922,13 @@ StatusOr<double> Session::CorruptBound(const aggregation::SecAggSetup& s) const 
   if (!peers_.empty()) {
     const double in_allowlist = std::ceil(corrupt * static_cast<double>(peers_.size()) - 1e-9);
     if (static_cast<double>(s.n) - 1 - in_allowlist < kMinHonestOthers) {
-      return FailedPreconditionError(
-          "secagg setup: a cohort of " + std::to_string(s.n) + " could hold " +
-          std::to_string(static_cast<int>(in_allowlist)) + " colluding clients of the " +
-          std::to_string(peers_.size()) + " in --peers and fewer than " +
-          std::to_string(kMinHonestOthers) + " honest ones besides this client");
+      return FailedPreconditionError(fmt::format(
+          "secagg setup: a cohort of {} could hold {} colluding client{} of the {} in --peers "
+          "(corrupt fraction {:g}) and fewer than {} honest ones besides this client (a larger "
+          "cohort, or --corrupt-fraction 0 and the run's secagg.corrupt_fraction 0 to trust that "
+          "none colludes with the coordinator)",
+          s.n, static_cast<int>(in_allowlist), in_allowlist == 1 ? "" : "s", peers_.size(), corrupt,
+          kMinHonestOthers));
     }
     corrupt = std::max(corrupt, in_allowlist / s.n);
     if (corrupt >= 0.5) {

@@ -975,7 +975,12 @@ TEST(SecureSessionTest, WithPeersACohortTheColludersCouldFillIsRefused) {
   Actions a = s.OnMessage(cohort(30, 5, 4), 20);
   EXPECT_FALSE(a.train.has_value());
   ASSERT_EQ(a.printed.size(), 1u);
-  EXPECT_NE(a.printed[0].find("could hold 3 colluding clients"), std::string::npos) << a.printed[0];
+  EXPECT_NE(a.printed[0].find("secagg setup: a cohort of 5 could hold 3 colluding clients of the "
+                              "30 in --peers (corrupt fraction 0.1) and fewer than 2 honest ones "
+                              "besides this client (a larger cohort, or --corrupt-fraction 0 and "
+                              "the run's secagg.corrupt_fraction 0"),
+            std::string::npos)
+      << a.printed[0];
   // Ten: the threshold must then count 3 colluders, not ceil(0.1 x 10) = 1.
   a = s.OnMessage(cohort(31, 10, 6), 30);
   EXPECT_FALSE(a.train.has_value());
