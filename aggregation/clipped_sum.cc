@@ -1,5 +1,7 @@
 #include "aggregation/clipped_sum.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -73,7 +75,7 @@ class ClippedSum final : public Aggregator {
 StatusOr<std::unique_ptr<Aggregator>> NewClippedSum(size_t num_params, double clip_norm,
                                                     uint32_t denominator, double max_norm) {
   if (!(clip_norm > 0) || std::isinf(clip_norm)) {
-    return InvalidArgumentError("clipped sum: clip norm " + std::to_string(clip_norm) +
+    return InvalidArgumentError("clipped sum: clip norm " + fmt::format("{}", clip_norm) +
                                 " is not finite and > 0");
   }
   if (denominator == 0) return InvalidArgumentError("clipped sum: a denominator of 0");

@@ -1,3 +1,5 @@
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -82,7 +84,7 @@ class StreamingFedAvg final : public Aggregator {
     double squares = 0;
     for (float v : update) squares += static_cast<double>(v) * v;
     COHORT_RETURN_IF_ERROR(CheckNorm(std::sqrt(squares)));
-    return InvalidArgumentError("update value " + std::to_string(update[first]) + " at index " +
+    return InvalidArgumentError("update value " + fmt::format("{}", update[first]) + " at index " +
                                 std::to_string(first) +
                                 " is outside (-2^23, 2^23), the range the exact sum holds");
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #if defined(__x86_64__)
+#include <fmt/format.h>
 #include <immintrin.h>
 #endif
 
@@ -20,8 +21,8 @@ StatusOr<FixedPoint> ChooseFixedPoint(float clip, double max_total_weight, uint3
   const double room = 2147483647.0 - max_clients;
   const double scale = std::floor(room / (double{clip} * max_total_weight));
   if (!(scale >= 1)) {
-    return InvalidArgumentError("fixed point: " + std::to_string(max_total_weight) +
-                                " total weight x clip " + std::to_string(clip) +
+    return InvalidArgumentError("fixed point: " + fmt::format("{}", max_total_weight) +
+                                " total weight x clip " + fmt::format("{}", clip) +
                                 " overflows 32 bits; lower the clip or the weights");
   }
   return FixedPoint{clip, scale};

@@ -1,5 +1,7 @@
 #include "aggregation/scaffold.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <string>
 
@@ -15,8 +17,8 @@ Status ScaffoldClientVariate(std::span<const float> global, std::span<const floa
         "has no K");
   }
   if (!(learning_rate > 0)) {
-    return InvalidArgumentError("train.scaffold: learning rate " + std::to_string(learning_rate) +
-                                " is not > 0");
+    return InvalidArgumentError("train.scaffold: learning rate " +
+                                fmt::format("{}", learning_rate) + " is not > 0");
   }
   const double scale = 1.0 / (static_cast<double>(steps) * learning_rate);
   bool finite = true;
@@ -66,8 +68,8 @@ class ScaffoldFedAvg final : public Aggregator {
     for (size_t j = 0; j < variate.size(); ++j) {
       if (!(std::fabs(variate[j]) < kStreamingMaxValue)) {
         return InvalidArgumentError("train.scaffold: the control variate's change has value " +
-                                    std::to_string(variate[j]) + " at index " + std::to_string(j) +
-                                    " (NaN, Inf or beyond 2^23)");
+                                    fmt::format("{}", variate[j]) + " at index " +
+                                    std::to_string(j) + " (NaN, Inf or beyond 2^23)");
       }
     }
     COHORT_RETURN_IF_ERROR(model_->Accept(participant, frame.first(num_params_), weight));

@@ -1,5 +1,6 @@
 #include "client/session.h"
 
+#include <fmt/format.h>
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
@@ -955,8 +956,8 @@ Status CheckDistributedDpSetup(const aggregation::SecAggSetup& s) {
     // A huge variance is no noise at all (Poisson(λ) past 2^63 converts to
     // one value for both draws), so it is refused, not logged as noise.
     return InvalidArgumentError("secagg setup: distributed DP's noise variance " +
-                                std::to_string(s.dp_share_variance) + " is above " +
-                                std::to_string(privacy::kMaxShareVariance) +
+                                fmt::format("{}", s.dp_share_variance) + " is above " +
+                                fmt::format("{}", privacy::kMaxShareVariance) +
                                 " (2^42), where the Skellam sampler cannot draw it");
   }
   if (!finite || !(s.dp_scale > 0) || !(s.dp_clip_norm > 0) || !(s.dp_share_variance > 0) ||
@@ -1046,7 +1047,7 @@ Status Session::CheckSetupSums(const aggregation::SecAggSetup& s) const {
     return InvalidArgumentError("secagg setup: bad clip, scale or total weight");
   }
   if (!std::isfinite(s.l2_clip) || s.l2_clip < 0) {
-    return InvalidArgumentError("secagg setup: l2_clip " + std::to_string(s.l2_clip) +
+    return InvalidArgumentError("secagg setup: l2_clip " + fmt::format("{}", s.l2_clip) +
                                 " is not a finite value >= 0");
   }
   // The whole cohort's encodings must fit 31 bits, or the sum wraps.

@@ -401,7 +401,7 @@ TEST(SessionLogTest, ATaskWithABadFedProxMuIsIgnoredNamingIt) {
   net::Envelope bad_mu = Task(1, 9, {1, 2, 3, 4});
   bad_mu.header.mutable_task()->mutable_train()->set_proximal_mu(-0.5f);
   EXPECT_FALSE(s.OnMessage(bad_mu, 20).train.has_value());
-  EXPECT_NE(out.str().find("round 1: bad task ignored: task: optimizer: proximal_mu -0.500000 "
+  EXPECT_NE(out.str().find("round 1: bad task ignored: task: optimizer: proximal_mu -0.5 "
                            "must be finite and >= 0"),
             std::string::npos)
       << out.str();
@@ -738,7 +738,7 @@ TEST(SecureSessionTest, AnUpdateAboveTheL2BoundIsScaledOntoItBeforeMasking) {
   Actions a = s.OnMessage(bad, 20);
   EXPECT_FALSE(a.train.has_value());
   ASSERT_EQ(a.printed.size(), 1u);
-  EXPECT_NE(a.printed[0].find("secagg setup: l2_clip -1.000000 is not a finite value >= 0"),
+  EXPECT_NE(a.printed[0].find("secagg setup: l2_clip -1 is not a finite value >= 0"),
             std::string::npos)
       << a.printed[0];
 }
@@ -795,7 +795,8 @@ TEST(SecureSessionTest, RefusesSetupsThatWouldExposeIt) {
   a = s.OnMessage(ddp(13, 1e300, 600), 50);
   EXPECT_FALSE(a.train.has_value());
   ASSERT_EQ(a.printed.size(), 1u);
-  EXPECT_NE(a.printed[0].find("noise variance 1000000"), std::string::npos) << a.printed[0];
+  EXPECT_NE(a.printed[0].find("noise variance 1e+300 is above 4398046511104"), std::string::npos)
+      << a.printed[0];
   EXPECT_NE(a.printed[0].find("(2^42), where the Skellam sampler cannot draw it"),
             std::string::npos)
       << a.printed[0];

@@ -1,5 +1,7 @@
 #include "coordinator/adaptive_clip.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -10,8 +12,8 @@ StatusOr<double> AdaptiveUpdateNoiseMultiplier(double noise_multiplier, double c
   const double z = noise_multiplier, two_sb = 2 * count_stddev;
   if (!(z > 0) || std::isinf(z) || !(two_sb > z) || std::isinf(two_sb)) {
     return InvalidArgumentError(
-        "privacy.adaptive_clip.clipped_count_stddev " + std::to_string(count_stddev) +
-        " must be finite and above privacy.noise_multiplier " + std::to_string(z) + " / 2");
+        "privacy.adaptive_clip.clipped_count_stddev " + fmt::format("{}", count_stddev) +
+        " must be finite and above privacy.noise_multiplier " + fmt::format("{}", z) + " / 2");
   }
   return 1 / std::sqrt(1 / (z * z) - 1 / (two_sb * two_sb));
 }

@@ -84,8 +84,8 @@ TEST(AdaptiveClipTest, RefusesCountNoiseThatLeavesNoBudgetForTheUpdate) {
   auto z = AdaptiveUpdateNoiseMultiplier(1.0, 0.5);
   EXPECT_EQ(z.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(z.status().message(),
-            "privacy.adaptive_clip.clipped_count_stddev 0.500000 must be finite and above "
-            "privacy.noise_multiplier 1.000000 / 2");
+            "privacy.adaptive_clip.clipped_count_stddev 0.5 must be finite and above "
+            "privacy.noise_multiplier 1 / 2");
   EXPECT_FALSE(AdaptiveUpdateNoiseMultiplier(0.0, 1.0).ok());
   EXPECT_FALSE(AdaptiveUpdateNoiseMultiplier(1.0, INFINITY).ok());
   EXPECT_FALSE(AdaptiveUpdateNoiseMultiplier(1.0, std::nan("")).ok());

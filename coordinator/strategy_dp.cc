@@ -209,8 +209,8 @@ Status DpStrategy::TakeTheCount() {
   // unchanged (the round aborts) and C where it was.
   auto next = SkellamAt(next_clip_);
   if (!next.ok()) {
-    return InvalidArgumentError("privacy: adaptive clip norm " + std::to_string(next_clip_) + ": " +
-                                next.status().message());
+    return InvalidArgumentError("privacy: adaptive clip norm " + fmt::format("{}", next_clip_) +
+                                ": " + next.status().message());
   }
   next_skellam_ = *next;
   count_noised_ = true;
@@ -289,7 +289,7 @@ Status DpStrategy::RestoreAdaptiveSkellam(std::span<const store::RoundRecord> ro
     auto params = SkellamAt(clip);
     if (!params.ok()) {
       return DataLossError("round " + std::to_string(r.round) + ": adaptive clip norm " +
-                           std::to_string(clip) +
+                           fmt::format("{}", clip) +
                            " has no distributed-DP grid: " + params.status().message());
     }
     COHORT_RETURN_IF_ERROR(Charge(accountant_, released_, r.dp_sampling_rate, 1, &*params));
@@ -303,7 +303,7 @@ Status DpStrategy::Restore(std::span<const store::RoundRecord> rounds) {
   for (const store::RoundRecord& r : rounds) {
     if (!(r.dp_sampling_rate >= 0 && r.dp_sampling_rate <= 1)) {
       return DataLossError("round " + std::to_string(r.round) + ": privacy sampling rate " +
-                           std::to_string(r.dp_sampling_rate) + " is not in [0, 1]");
+                           fmt::format("{}", r.dp_sampling_rate) + " is not in [0, 1]");
     }
     if (r.dp_sampling_rate > 0) ++steps[r.dp_sampling_rate];
   }

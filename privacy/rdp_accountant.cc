@@ -1,5 +1,7 @@
 #include "privacy/rdp_accountant.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -116,13 +118,13 @@ StatusOr<PrivacySpent> EpsilonFromRdp(std::span<const double> orders, std::span<
   }
   if (!(delta > 0 && delta < 1)) {
     return InvalidArgumentError("privacy accounting: delta must be in (0, 1), got " +
-                                std::to_string(delta));
+                                fmt::format("{}", delta));
   }
   PrivacySpent best{kInf, 0};
   for (size_t k = 0; k < orders.size(); ++k) {
     const double a = orders[k];
     if (!(a > 1) || std::isinf(a)) {
-      return InvalidArgumentError("privacy accounting: order " + std::to_string(a) +
+      return InvalidArgumentError("privacy accounting: order " + fmt::format("{}", a) +
                                   " is not a finite number above 1");
     }
     if (std::isnan(rdp[k]) || std::isinf(rdp[k])) continue;
@@ -141,12 +143,12 @@ RdpAccountant::RdpAccountant(std::span<const double> orders)
 
 Status RdpAccountant::Compose(double q, double noise_multiplier, uint64_t steps) {
   if (!(q >= 0 && q <= 1)) {
-    return InvalidArgumentError("privacy accounting: sampling rate " + std::to_string(q) +
+    return InvalidArgumentError("privacy accounting: sampling rate " + fmt::format("{}", q) +
                                 " is not in [0, 1]");
   }
   if (!(noise_multiplier > 0) || std::isinf(noise_multiplier)) {
     return InvalidArgumentError("privacy accounting: noise multiplier " +
-                                std::to_string(noise_multiplier) + " is not finite and > 0");
+                                fmt::format("{}", noise_multiplier) + " is not finite and > 0");
   }
   if (steps == 0 || q == 0) return OkStatus();
   for (size_t k = 0; k < orders_.size(); ++k) {
@@ -162,7 +164,7 @@ Status RdpAccountant::AddRdp(std::span<const double> rdp, uint64_t steps) {
   }
   for (double r : rdp) {
     if (!(r >= 0)) {
-      return InvalidArgumentError("privacy accounting: RDP value " + std::to_string(r) +
+      return InvalidArgumentError("privacy accounting: RDP value " + fmt::format("{}", r) +
                                   " is not >= 0");
     }
   }

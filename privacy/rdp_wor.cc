@@ -1,5 +1,7 @@
 #include "privacy/rdp_wor.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -161,12 +163,12 @@ std::vector<double> SampledWithoutReplacementRdp(double q, const std::function<d
 Status ComposeSampledWithoutReplacement(RdpAccountant& accountant, double q,
                                         double noise_multiplier, uint64_t steps) {
   if (!(q >= 0 && q <= 1)) {
-    return InvalidArgumentError("privacy accounting: sampling fraction " + std::to_string(q) +
+    return InvalidArgumentError("privacy accounting: sampling fraction " + fmt::format("{}", q) +
                                 " is not in [0, 1]");
   }
   if (!(noise_multiplier > 0) || std::isinf(noise_multiplier)) {
     return InvalidArgumentError("privacy accounting: noise multiplier " +
-                                std::to_string(noise_multiplier) + " is not finite and > 0");
+                                fmt::format("{}", noise_multiplier) + " is not finite and > 0");
   }
   if (steps == 0 || q == 0) return OkStatus();
   return accountant.AddRdp(

@@ -118,9 +118,9 @@ TEST(RdpWorTest, RefusesValuesOutOfRange) {
   RdpAccountant accountant;
   Status s = ComposeSampledWithoutReplacement(accountant, 1.5, 1.0);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "privacy accounting: sampling fraction 1.500000 is not in [0, 1]");
+  EXPECT_EQ(s.message(), "privacy accounting: sampling fraction 1.5 is not in [0, 1]");
   s = ComposeSampledWithoutReplacement(accountant, 0.1, -1.0);
-  EXPECT_EQ(s.message(), "privacy accounting: noise multiplier -1.000000 is not finite and > 0");
+  EXPECT_EQ(s.message(), "privacy accounting: noise multiplier -1 is not finite and > 0");
   EXPECT_EQ(ComposeSampledWithoutReplacement(accountant, 0.1, std::nan("")).code(),
             StatusCode::kInvalidArgument);
   // AddRdp refuses a curve of the wrong length or with a negative value.

@@ -70,7 +70,7 @@ double SampledSkellamRdp(double q, double l1, double l2, double variance, double
 Status ComposeSkellam(RdpAccountant& accountant, double q, const SkellamParams& params,
                       uint64_t steps) {
   if (!(q >= 0 && q <= 1)) {
-    return InvalidArgumentError("privacy accounting: sampling rate " + std::to_string(q) +
+    return InvalidArgumentError("privacy accounting: sampling rate " + fmt::format("{}", q) +
                                 " is not in [0, 1]");
   }
   std::vector<double> rdp;
@@ -91,7 +91,7 @@ Status ChargeSkellamRounds(RdpAccountant& accountant, const SkellamParams& param
 Status ChargeSkellamRoundsForReleasedModel(RdpAccountant& accountant, const SkellamParams& params,
                                            double q, uint64_t rounds) {
   if (!(q >= 0 && q <= 1)) {
-    return InvalidArgumentError("privacy accounting: sampling fraction " + std::to_string(q) +
+    return InvalidArgumentError("privacy accounting: sampling fraction " + fmt::format("{}", q) +
                                 " is not in [0, 1]");
   }
   const double l1 = 2 * params.l1_bound, l2 = 2 * params.l2_bound, v = params.variance;
@@ -126,7 +126,7 @@ Status ChargeAdaptiveSkellamRoundsForReleasedModel(RdpAccountant& accountant,
                                                    const SkellamParams& count, double q,
                                                    uint64_t rounds) {
   if (!(q >= 0 && q <= 1)) {
-    return InvalidArgumentError("privacy accounting: sampling fraction " + std::to_string(q) +
+    return InvalidArgumentError("privacy accounting: sampling fraction " + fmt::format("{}", q) +
                                 " is not in [0, 1]");
   }
   std::vector<double> rdp = SampledWithoutReplacementRdp(

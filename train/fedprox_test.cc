@@ -152,7 +152,7 @@ TEST(FedProxTest, BadMuAndAMissingAnchorAreErrorsNamingThem) {
   Status s = opt->Step(p, g);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(),
-            "optimizer: proximal_mu 0.500000 needs the round's starting model "
+            "optimizer: proximal_mu 0.5 needs the round's starting model "
             "(SetProximalAnchor)");
   std::vector<float> short_anchor(3);
   EXPECT_EQ(opt->SetProximalAnchor(short_anchor).code(), StatusCode::kInvalidArgument);

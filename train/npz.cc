@@ -1,5 +1,6 @@
 #include "train/npz.h"
 
+#include <fmt/format.h>
 #include <zip.h>
 
 #include <cmath>
@@ -333,7 +334,7 @@ StatusOr<std::vector<float>> LoadInitialModel(const std::string& path,
     for (size_t i = 0; i < a->values.size(); ++i) {
       if (!std::isfinite(a->values[i])) {
         return InvalidArgumentError(path + ": array '" + a->name + "' value " + std::to_string(i) +
-                                    " is not finite (" + std::to_string(a->values[i]) + ")");
+                                    " is not finite (" + fmt::format("{}", a->values[i]) + ")");
       }
     }
     flat.insert(flat.end(), a->values.begin(), a->values.end());

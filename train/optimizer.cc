@@ -1,5 +1,7 @@
 #include "train/optimizer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -9,7 +11,7 @@ namespace {
 
 bool Finite(float v) { return std::isfinite(v); }
 
-std::string Num(float v) { return std::to_string(v); }
+std::string Num(float v) { return fmt::format("{}", v); }
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 // run in C++ on a thread of their own, without the GIL; the thread that
 // called Client.run() holds the GIL only to call `fit` (and to check for
 // Ctrl-C), so `fit` runs on the caller's thread, as a plain loop would.
+#include <fmt/format.h>
 #include <pthread.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -321,7 +322,7 @@ std::unique_ptr<Client> MakeClient(const std::string& coordinator, uint64_t num_
   if (num_samples == 0) throw py::value_error("Client(num_samples=0): expected at least 1");
   if (num_params && *num_params == 0) throw py::value_error("Client(num_params=0): expected >= 1");
   if (corrupt_fraction < 0 || corrupt_fraction > 0.49) {
-    throw py::value_error("Client(corrupt_fraction=" + std::to_string(corrupt_fraction) +
+    throw py::value_error("Client(corrupt_fraction=" + fmt::format("{}", corrupt_fraction) +
                           "): expected 0 to 0.49");
   }
   spdlog::drop("cohort");  // A second Client in this process: its own name in the lines.
@@ -404,8 +405,8 @@ PYBIND11_MODULE(_client, m) {
       .def("__repr__", [](const PyTask& t) {
         return "Task(round=" + std::to_string(t.round) + ", epochs=" + std::to_string(t.epochs) +
                ", batch_size=" + std::to_string(t.batch_size) + ", optimizer='" + t.optimizer +
-               "', learning_rate=" + std::to_string(t.learning_rate) +
-               (t.proximal_mu != 0 ? ", proximal_mu=" + std::to_string(t.proximal_mu) : "") +
+               "', learning_rate=" + fmt::format("{}", t.learning_rate) +
+               (t.proximal_mu != 0 ? ", proximal_mu=" + fmt::format("{}", t.proximal_mu) : "") +
                (t.fednova ? ", fednova=True" : "") + ", secure=" + (t.secure ? "True" : "False") +
                ")";
       });

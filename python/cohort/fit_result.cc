@@ -1,5 +1,6 @@
 #include "python/cohort/fit_result.h"
 
+#include <fmt/format.h>
 #include <pybind11/numpy.h>
 
 #include <cmath>
@@ -117,13 +118,13 @@ Status ReadMetrics(py::handle metrics, const std::string& who, double& loss, dou
                                   FormatException(e) + ")");
     }
     if (!std::isfinite(x)) {
-      return InvalidArgumentError(who + "'s metrics['" + name + "'] is " + std::to_string(x) +
+      return InvalidArgumentError(who + "'s metrics['" + name + "'] is " + fmt::format("{}", x) +
                                   "; expected a finite number");
     }
     if (name == "loss") loss = x;
     if (name == "accuracy") {
       if (x < 0 || x > 1) {
-        return InvalidArgumentError(who + "'s metrics['accuracy'] is " + std::to_string(x) +
+        return InvalidArgumentError(who + "'s metrics['accuracy'] is " + fmt::format("{}", x) +
                                     "; expected 0 to 1");
       }
       accuracy = x;
@@ -177,7 +178,7 @@ StatusOr<train::EvalResult> ReadEvaluateResult(const py::object& out) {
   }
   COHORT_RETURN_IF_ERROR(ReadMetrics(metrics, "evaluate", result.loss, result.accuracy));
   if (result.loss < 0) {
-    return InvalidArgumentError("evaluate's metrics['loss'] is " + std::to_string(result.loss) +
+    return InvalidArgumentError("evaluate's metrics['loss'] is " + fmt::format("{}", result.loss) +
                                 "; expected 0 or more");
   }
   return result;

@@ -105,7 +105,7 @@ class FitResultTest(unittest.TestCase):
         self.assertRefused((np.zeros(N), 1, {"loss": "low"}),
                            "fit's metrics['loss'] is a str; expected a number")
         self.assertRefused((np.zeros(N), 1, {"accuracy": 3.0}),
-                           "fit's metrics['accuracy'] is 3.000000; expected 0 to 1")
+                           "fit's metrics['accuracy'] is 3; expected 0 to 1")
         self.assertRefused((np.zeros(N), 1, {1: 0.5}),
                            "fit's metrics have a key of type int; expected str")
 

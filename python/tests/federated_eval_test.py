@@ -107,7 +107,7 @@ class FederatedEvalTest(unittest.TestCase):
             self.assertEqual(c.wait(30), 0, c.output())
         self.assertIn("not evaluated: evaluate raised RuntimeError: planted evaluate failure in "
                       "round 1", broken.output())
-        self.assertIn("not evaluated: evaluate's metrics['loss'] is -1.000000; expected 0 or "
+        self.assertIn("not evaluated: evaluate's metrics['loss'] is -1; expected 0 or "
                       "more", negative.output())
         rounds = run.rounds()
         for r in (1, 2):
