@@ -413,19 +413,31 @@ TEST(FedBuffEngineTest, AFreeClientSilentPastTheTimeoutIsDrawnIntoNoGroup) {
 // a grace. A client still missing after it (a daemon that is down) does
 // not stop the run: it is set aside, the group in flight it was in is
 // abandoned, and its other members are free; its Hello makes it free too.
-TEST(FedBuffResumeScheduleTest, AfterTheGraceMissingClientsAreSetAsideAndTheRunGoesOn) {
+// ValidSchedule's run restored with a grace of 3 s, `back` registered at
+// 1 s, and the engine's log lines kept.
+struct GraceRestore {
+  explicit GraceRestore(std::initializer_list<const char*> back)
+      : sink(std::make_shared<spdlog::sinks::ostream_sink_st>(lines)),
+        store(StoreWith(ValidSchedule().SerializeAsString())),
+        engine(std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test"))
+                   .value()) {
+    spdlog::default_logger_raw()->sinks().push_back(sink);
+    engine->set_registration_grace(3000);
+    for (const char* name : back) (void)engine->OnMessage(name, Hello(name), 1000, nullptr);
+  }
+  ~GraceRestore() { spdlog::default_logger_raw()->sinks().pop_back(); }
   std::ostringstream lines;
-  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(lines);
-  spdlog::default_logger_raw()->sinks().push_back(sink);
-  auto store = StoreWith(ValidSchedule().SerializeAsString());
-  auto engine =
-      std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
-  engine->set_registration_grace(3000);
+  std::shared_ptr<spdlog::sinks::ostream_sink_st> sink;
+  std::unique_ptr<store::RunStore> store;
+  std::unique_ptr<FedBuffEngine> engine;
+};
+
+TEST(FedBuffResumeScheduleTest, AfterTheGraceMissingClientsAreSetAsideAndTheRunGoesOn) {
   // c2 (of group 1, with c3) and c5 (free) do not come back; group 1 cannot
   // re-open at 1 s, group 2 (c0, c1) is due at 5 s.
-  for (const char* name : {"c0", "c1", "c3", "c4"}) {
-    (void)engine->OnMessage(name, Hello(name), 1000, nullptr);
-  }
+  GraceRestore r({"c0", "c1", "c3", "c4"});
+  std::ostringstream& lines = r.lines;
+  FedBuffEngine* engine = r.engine.get();
   (void)engine->OnTick(1000);
   (void)engine->OnTick(3999);
   EXPECT_EQ(lines.str().find("of the committed schedule"), std::string::npos) << lines.str();
@@ -448,25 +460,16 @@ TEST(FedBuffResumeScheduleTest, AfterTheGraceMissingClientsAreSetAsideAndTheRunG
   EXPECT_EQ(engine->groups_in_flight(), 2u);
   for (const char* name : {"c5", "c2"}) (void)engine->OnMessage(name, Hello(name), 5001, nullptr);
   EXPECT_EQ(engine->free_clients(), (std::deque<std::string>{"c5", "c2"}));
-  spdlog::default_logger_raw()->sinks().pop_back();
   EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
 }
 
 // Both members of a restored group missing after the grace: each one's line
 // names the abandoned group, not only the first's.
 TEST(FedBuffResumeScheduleTest, EveryMissingMemberNamesItsAbandonedGroup) {
-  std::ostringstream lines;
-  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(lines);
-  spdlog::default_logger_raw()->sinks().push_back(sink);
-  auto store = StoreWith(ValidSchedule().SerializeAsString());
-  auto engine =
-      std::move(FedBuffEngine::Create(Config(), {}, store.get(), Evaluator(), "test")).value();
-  engine->set_registration_grace(3000);
-  for (const char* name : {"c0", "c1", "c4", "c5"}) {
-    (void)engine->OnMessage(name, Hello(name), 1000, nullptr);
-  }
+  GraceRestore r({"c0", "c1", "c4", "c5"});
+  std::ostringstream& lines = r.lines;
+  FedBuffEngine* engine = r.engine.get();
   (void)engine->OnTick(4000);
-  spdlog::default_logger_raw()->sinks().pop_back();
   EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
   for (const char* name : {"c2", "c3"}) {
     EXPECT_NE(lines.str().find("client " + std::string(name) +
