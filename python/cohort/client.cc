@@ -405,8 +405,11 @@ PYBIND11_MODULE(_client, m) {
       .def("__repr__", [](const PyTask& t) {
         return "Task(round=" + std::to_string(t.round) + ", epochs=" + std::to_string(t.epochs) +
                ", batch_size=" + std::to_string(t.batch_size) + ", optimizer='" + t.optimizer +
-               "', learning_rate=" + fmt::format("{}", t.learning_rate) +
-               (t.proximal_mu != 0 ? ", proximal_mu=" + fmt::format("{}", t.proximal_mu) : "") +
+               // The config's float32 values, as the config file wrote them.
+               "', learning_rate=" + fmt::format("{}", static_cast<float>(t.learning_rate)) +
+               (t.proximal_mu != 0
+                    ? ", proximal_mu=" + fmt::format("{}", static_cast<float>(t.proximal_mu))
+                    : "") +
                (t.fednova ? ", fednova=True" : "") + ", secure=" + (t.secure ? "True" : "False") +
                ")";
       });

@@ -48,7 +48,7 @@ class FedProxRunTest(unittest.TestCase):
         for c in clients:
             for r in range(1, ROUNDS + 1):
                 self.assertRegex(c.output(), f"fit round {r} zero-copy True Task\\(round={r}, .*"
-                                             "proximal_mu=0.250000")
+                                             r"learning_rate=0\.05, proximal_mu=0\.25, ")
         rounds = run.rounds()
         self.assertEqual(sorted(rounds), list(range(1, ROUNDS + 1)))
         for r in rounds.values():
