@@ -1,11 +1,12 @@
 #include "aggregation/fixed_point.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 
 #if defined(__x86_64__)
-#include <fmt/format.h>
 #include <immintrin.h>
 #endif
 

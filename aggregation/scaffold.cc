@@ -18,7 +18,7 @@ Status ScaffoldClientVariate(std::span<const float> global, std::span<const floa
   }
   if (!(learning_rate > 0)) {
     return InvalidArgumentError("train.scaffold: learning rate " +
-                                fmt::format("{}", learning_rate) + " is not > 0");
+                                fmt::format("{:g}", learning_rate) + " is not > 0");
   }
   const double scale = 1.0 / (static_cast<double>(steps) * learning_rate);
   bool finite = true;

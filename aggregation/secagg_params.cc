@@ -82,7 +82,7 @@ StatusOr<SecAggParams> ChooseSecAggParams(uint32_t n, double dropout, double cor
   p.t = SecureThreshold(n, p.k, corrupt);
   if (p.t > p.k) {
     return InvalidArgumentError("secagg: no threshold fits " + Str(n) + " clients with " +
-                                fmt::format("{}", corrupt) + " of them corrupt");
+                                fmt::format("{:g}", corrupt) + " of them corrupt");
   }
   return p;
 }
@@ -98,7 +98,7 @@ Status CheckSecAggParams(uint32_t n, uint32_t k, uint32_t t, double corrupt) {
         "secagg setup: threshold t=" + Str(t) + " is weaker than this client's t=" + Str(needed) +
         " for n=" + Str(n) + ", k=" + Str(k) + " with up to " +
         Str(MaxCorruptNeighbours(n, k, corrupt)) + " corrupt neighbours (corrupt fraction " +
-        fmt::format("{}", corrupt) + "): two halves of the neighbours could each reach t");
+        fmt::format("{:g}", corrupt) + "): two halves of the neighbours could each reach t");
   }
   return OkStatus();
 }

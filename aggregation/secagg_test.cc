@@ -416,8 +416,12 @@ TEST(SecAggTest, SmallCohortsSurviveExactlyKMinusTDropouts) {
 TEST(SecAggTest, TwoClientsAggregateOnlyWhenNeitherIsAssumedCorruptAndBothSurvive) {
   // Two sites, each the other's only neighbour: a threshold exists only when
   // the other client is not assumed to collude with the coordinator.
-  EXPECT_FALSE(ChooseSecAggParams(2, 0.1, 0.1, true, 1).ok());
-  EXPECT_FALSE(CheckSecAggParams(2, 1, 1, 0.1).ok());
+  // The config's float32 fraction reads as written in both refusals.
+  const Status none = ChooseSecAggParams(2, 0.1, 0.1f, true, 1).status();
+  EXPECT_EQ(none.message(), "secagg: no threshold fits 2 clients with 0.1 of them corrupt");
+  const Status weak = CheckSecAggParams(2, 1, 1, 0.1f);
+  EXPECT_EQ(weak.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(weak.message().find("(corrupt fraction 0.1): two halves"), std::string::npos) << weak;
   EXPECT_TRUE(CheckSecAggParams(2, 1, 1, 0.0).ok());
   auto p = ChooseSecAggParams(2, 0.1, 0.0, true, 300);
   ASSERT_TRUE(p.ok()) << p.status();

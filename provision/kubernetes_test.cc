@@ -183,7 +183,11 @@ TEST_F(KubernetesTest, TheExampleProjectsAreProvisionedOrRefusedAsTheReadmeSays)
   ASSERT_TRUE(provision::Provision(r).ok());
   const Status refused = WriteKubernetes(r.out);
   EXPECT_FALSE(refused.ok());
-  EXPECT_NE(refused.message().find("hospital-c"), std::string::npos) << refused.ToString();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("site hospital-c: ranks 2: --format kubernetes writes "
+                                   "single-rank sites only"),
+            std::string::npos)
+      << refused.ToString();
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 
 Collectives run over Cohort's: shared memory between the ranks of one host,
 TCP between hosts (authenticated with Cohort's keys). all_reduce, reduce,
-reduce_scatter (SUM, AVG, PRODUCT, MIN, MAX, and BAND, BOR, BXOR on integers;
-float32, bfloat16, float16, int32, int64), broadcast, all_gather, gather,
+reduce_scatter (SUM, PRODUCT, MIN, MAX; AVG on floating point; BAND, BOR,
+BXOR on integers; float32, bfloat16, float16, int32, int64), broadcast, all_gather, gather,
 scatter, all_to_all and barrier, on dense CPU tensors; anything else (send
 and recv included) raises an error naming what it was given. Every collective has finished when it
 returns, or raised: a rank that died or did not arrive within
