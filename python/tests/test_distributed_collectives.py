@@ -290,6 +290,41 @@ def _root_refuses(rank, world):
     return out
 
 
+# torch.float32's ScalarType (6) plus one, as the agreement step carries a dtype.
+FLOAT32_CODE = 7
+
+
+def _forged_sums(rank, world):
+    """Rank 1 stands in for a rank that forges the agreement's sum: where
+    rank 0 runs an alltoall or a gather, rank 1 all-reduces int64s of the
+    agreement's shape, with values that no rank checking its own arguments
+    sends. Rank 0 refuses each, naming the value, and the group goes on."""
+    out = {}
+    forged = {
+        # Rows of (refused, dtype + 1, bytes to rank 0, bytes to rank 1).
+        "alltoall over 2^48": [0, 0, 0, 0, 0, FLOAT32_CODE, 2**48 + 1, 4],
+        "alltoall negative": [0, 0, 0, 0, 0, FLOAT32_CODE, 4, -4],
+        # Slots of (refused, root, dtype + 1, bytes), added to rank 0's own.
+        "gather root": [0, 5, 0, 0, 0, 5, FLOAT32_CODE, 8],
+        "gather negative root": [0, -1, 0, 0, 0, -1, FLOAT32_CODE, 8],
+    }
+    for name, sums in forged.items():
+        try:
+            if rank == 1:
+                dist.all_reduce(torch.tensor(sums, dtype=torch.int64))
+            elif name.startswith("alltoall"):
+                dist.all_to_all_single(torch.zeros(2), torch.ones(2))
+            else:
+                dist.gather(torch.zeros(2), [torch.zeros(2)] * world, dst=0)
+            out[name] = "no error"
+        except Exception as e:  # noqa: B902
+            out[name] = f"{type(e).__name__}: {e}"
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    out["after"] = t.tolist()
+    return out
+
+
 def _killed(victim):
     def run(rank, world):
         t = torch.ones(8)
@@ -510,6 +545,22 @@ class CollectivesTest(unittest.TestCase):
             else:
                 self.assertEqual(g["all_to_all nothing"], "no error")
             self.assertEqual(g["after"], [2.0] * 2, "the group goes on")
+
+    def test_a_forged_agreement_is_refused_before_any_copy(self):
+        # The byte counts and the root are checked after the sum, so a rank
+        # that adds to the others' rows cannot make them allocate, read or
+        # write out of bounds.
+        got = values(run_ranks(_forged_sums, 2), self)
+        prefix = r"^ValueError: cohort process group \(rank 0\): "
+        for name, why in (
+                ("alltoall over 2^48", r"alltoall: rank 1 would send rank 0 281474976710657 bytes "
+                                       r"\(0 to 2\^48\)"),
+                ("alltoall negative", r"alltoall: rank 1 would send rank 1 -4 bytes"),
+                ("gather root", r"gather refused: the agreed root 5 is not a rank of 2"),
+                ("gather negative root", r"gather refused: the agreed root -1 is not a rank of 2")):
+            self.assertRegex(got[0][name], prefix + why, name)
+            self.assertEqual(got[1][name], "no error", name)
+        self.assertEqual([g["after"] for g in got], [[2.0] * 2] * 2, "the group goes on")
 
     def test_killed_rank_is_an_error_on_every_other_rank(self):
         timeout_s = 8
