@@ -8,7 +8,7 @@ script whose only Cohort line is the import that registers the backend.
 `cohort launch` (or torchrun, where it works: Debian 12's fails at start)
 sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; the `cohort`
 backend meets the other ranks through torch's store (env://) and runs over
-shared memory on one host (see cohort/distributed/__init__.py for tcp
+shared memory on one host (see python/cohort/distributed/__init__.py for tcp
 between hosts and its keys). `--backend gloo` runs the same script over
 gloo, for comparison.
 """

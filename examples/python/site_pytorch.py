@@ -6,8 +6,8 @@ torch.distributed backend.
 Rank 0 is the site's federated client. Each round its fit hands the global
 model to every rank; the ranks train one local round together with DDP
 (each rank on its own shard of the site's data, gradients all-reduced over
-shared memory); rank 0 returns the trained model and the site's total
-sample count to the coordinator. When the run finishes, rank 0 tells the
+shared memory); rank 0 returns the trained model to the coordinator,
+weighed by the site's total sample count (`Client(num_samples=site.total)`). When the run finishes, rank 0 tells the
 other ranks to stop and every rank exits 0.
 
     B=build/cli/cohort; export PYTHONPATH=build/python; D=runs/site

@@ -78,8 +78,8 @@ def fit_loop(model, loader, optimizer, epochs, loss_fn=None, mu=0.0):
     own engine. The reported loss stays the data loss. mu must be finite
     and >= 0 (ValueError otherwise); 0 trains exactly as without it.
 
-    Returns (num_samples, metrics): the samples of one epoch (the weight a
-    client reports) and {"loss": mean loss, "accuracy": of the predictions
+    Returns (num_samples, metrics): the samples of one epoch (logged; the weight
+    the coordinator uses is ``Client(num_samples=...)``) and {"loss": mean loss, "accuracy": of the predictions
     made while training} over every epoch, as Cohort's engine reports them,
     and "steps", the optimizer steps taken (FedNova's tau, which a task
     with ``task.fednova`` needs).
