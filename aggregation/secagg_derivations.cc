@@ -257,7 +257,8 @@ InputRules InputRulesOf(const SecAggSetup& setup) {
           setup.dp_l2_bound,
           setup.dp_share_variance,
           setup.dp_count_scale,
-          setup.dp_count_share_variance};
+          setup.dp_count_share_variance,
+          setup.task_digest};
 }
 
 std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t round,
@@ -269,7 +270,9 @@ std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t r
   // (the same size) for a bad signature.
   // v5: the roster travels as a Merkle root, the key list as proofs.
   // v6: the input rules (l2_clip, distributed DP's grid, bound and share).
-  std::string m = "cohort-secagg-context-v6";
+  // v7: the task's digest (TaskDigest), so that every client of a session
+  // trains the same model with the same settings.
+  std::string m = "cohort-secagg-context-v7";
   m.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   auto put = [&m](const auto& v) { m.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   put(round);
@@ -287,12 +290,12 @@ std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t r
   put(rules.dp_scale);
   put(rules.dp_l2_bound);
   put(rules.dp_share_variance);
-  // Only with adaptive clipping's count word: every other round's context
-  // stays byte for byte what v6 bound.
+  // Only with adaptive clipping's count word (which came after v6's rules).
   if (rules.dp_count_scale != 0 || rules.dp_count_share_variance != 0) {
     put(rules.dp_count_scale);
     put(rules.dp_count_share_variance);
   }
+  m.append(reinterpret_cast<const char*>(rules.task.data()), rules.task.size());
   m.append(reinterpret_cast<const char*>(params.roster.data()), params.roster.size());
   return crypto::Hash256({AsBytes(m)});
 }

@@ -32,6 +32,8 @@ struct InputRules {
   // Adaptive clipping's count word (0, 0: none; then the context is what
   // it was before the word existed).
   double dp_count_scale = 0, dp_count_share_variance = 0;
+  // The task the input is trained from (SecAggSetup::task_digest).
+  crypto::Digest task{};
 };
 InputRules InputRulesOf(const SecAggSetup& setup);
 std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t round,

@@ -204,6 +204,9 @@ struct SecAggSetup {
   // of variance dp_count_share_variance. 0: no such word.
   double dp_count_scale = 0;
   double dp_count_share_variance = 0;
+  // The round's task, as TaskDigest (secagg_wire.h) hashes it: every client
+  // signs it within the session context and checks its own task against it.
+  crypto::Digest task_digest{};
 };
 
 // Who broke the protocol, and how (for the run store and the logs).

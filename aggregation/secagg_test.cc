@@ -225,13 +225,14 @@ TEST(SecAggTest, TheContextBindsTheInputRules) {
   honest.dp_share_variance = 1e6;
   const auto base = SecAggContext(nonce, 1, 7, params, 4, 1e6, 150, honest);
   EXPECT_EQ(SecAggContext(nonce, 1, 7, params, 4, 1e6, 150, honest), base);
-  for (int field = 0; field < 5; ++field) {
+  for (int field = 0; field < 6; ++field) {
     InputRules told = honest;
     if (field == 0) told.l2_clip = 2;
     if (field == 1) told.dp_clip_norm = 1;
     if (field == 2) told.dp_scale = 2048;
     if (field == 3) told.dp_l2_bound = 700;
     if (field == 4) told.dp_share_variance = 1;
+    if (field == 5) told.task[31] ^= 1;  // Another task (model or settings).
     EXPECT_NE(SecAggContext(nonce, 1, 7, params, 4, 1e6, 150, told), base) << "field " << field;
   }
 }

@@ -166,6 +166,7 @@ StatusOr<aggregation::SecAggSetup> FromWire(const wire::SecAggSetup& m) {
   s.dp_share_variance = m.dp_share_variance();
   s.dp_count_scale = m.dp_count_scale();
   s.dp_count_share_variance = m.dp_count_share_variance();
+  COHORT_RETURN_IF_ERROR(CopySetupBytes(m.task_digest(), s.task_digest, "the task digest is not"));
   return s;
 }
 
@@ -196,7 +197,27 @@ wire::SecAggSetup ToWire(const aggregation::SecAggSetup& s) {
   m.set_dp_share_variance(s.dp_share_variance);
   m.set_dp_count_scale(s.dp_count_scale);
   m.set_dp_count_share_variance(s.dp_count_share_variance);
+  Put(m.mutable_task_digest(), s.task_digest);
   return m;
+}
+
+crypto::Digest TaskDigest(const config::TrainConfig& train, bool evaluate,
+                          std::span<const float> payload) {
+  static constexpr char kLabel[] = "cohort-secagg-task-v1";
+  // TrainConfig has no map fields, so its serialization is its fields in
+  // number order, on both sides.
+  const std::string settings = train.SerializeAsString();
+  const uint64_t settings_size = settings.size();  // The payload comes last.
+  const uint8_t eval = evaluate ? 1 : 0;
+  auto bytes = [](const auto& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&v), sizeof(v));
+  };
+  return crypto::Hash256(
+      {{reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)},
+       bytes(settings_size),
+       {reinterpret_cast<const uint8_t*>(settings.data()), settings.size()},
+       bytes(eval),
+       {reinterpret_cast<const uint8_t*>(payload.data()), payload.size_bytes()}});
 }
 
 StatusOr<aggregation::SeedCommit> FromWire(const wire::SecAggSeed& m, uint32_t from) {

@@ -8,6 +8,7 @@
 #define COHORT_AGGREGATION_SECAGG_WIRE_H_
 
 #include <cstdint>
+#include <span>
 
 #include "aggregation/secagg.h"
 #include "common/status.h"
@@ -20,6 +21,14 @@ namespace cohort::aggregation {
 // safe to take part with is the client's own check.
 StatusOr<aggregation::SecAggSetup> FromWire(const wire::SecAggSetup& m);
 wire::SecAggSetup ToWire(const aggregation::SecAggSetup& setup);
+
+// The digest of a secure round's task (SecAggSetup::task_digest): its
+// training settings, whether it asks for the federated evaluation, and its
+// payload (the model; with SCAFFOLD the server's variate after it). Not the
+// per-client train_seed or deadline. The coordinator hashes what it sends,
+// each client what it received; BLAKE2b, one pass over the payload.
+crypto::Digest TaskDigest(const config::TrainConfig& train, bool evaluate,
+                          std::span<const float> payload);
 
 // Client -> coordinator.
 StatusOr<aggregation::SeedCommit> FromWire(const wire::SecAggSeed& m, uint32_t from);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace cohort::aggregation {
 namespace {
 
@@ -34,6 +36,7 @@ TEST(SecAggWireTest, SetupRoundTripsAndBadFieldsAreRefused) {
   s.corrupt_fraction = 0.25f;
   s.stage_timeout_ms = 3000;
   s.round_deadline_ms = 60000;
+  s.task_digest.fill(5);
   const wire::SecAggSetup w = ToWire(s);
   EXPECT_EQ(w.mask_prg(), 1u);  // wire.SecAggSetup.mask_prg: 1 is ChaCha20.
   auto back = FromWire(w);
@@ -54,6 +57,7 @@ TEST(SecAggWireTest, SetupRoundTripsAndBadFieldsAreRefused) {
   EXPECT_EQ(back->corrupt_fraction, s.corrupt_fraction);
   EXPECT_EQ(back->stage_timeout_ms, s.stage_timeout_ms);
   EXPECT_EQ(back->round_deadline_ms, s.round_deadline_ms);
+  EXPECT_EQ(back->task_digest, s.task_digest);
   EXPECT_EQ(ToWire(*back).SerializeAsString(), w.SerializeAsString());
 
   auto refused = [&](auto&& spoil, const std::string& words) {
@@ -71,6 +75,34 @@ TEST(SecAggWireTest, SetupRoundTripsAndBadFieldsAreRefused) {
   refused([](wire::SecAggSetup& m) { m.mutable_roster(3)->resize(5); },
           "roster key 3 is not 32 bytes");
   refused([](wire::SecAggSetup& m) { m.set_mask_prg(3); }, "unknown mask PRG 3");
+  // A coordinator of a build before the digest sends none.
+  refused([](wire::SecAggSetup& m) { m.clear_task_digest(); }, "the task digest is not 32 bytes");
+}
+
+// The task digest changes with every part of the task a coordinator could
+// vary between clients to isolate one update, and with nothing else.
+TEST(SecAggWireTest, TheTaskDigestCoversTheSettingsTheFlagAndThePayload) {
+  config::TrainConfig train;
+  train.set_learning_rate(0.05f);
+  train.set_local_epochs(2);
+  const std::vector<float> model = {1, 2, 3, 4};
+  const crypto::Digest base = TaskDigest(train, false, model);
+  EXPECT_EQ(TaskDigest(train, false, model), base);
+  config::TrainConfig slower = train;
+  slower.set_learning_rate(1e-30f);
+  EXPECT_NE(TaskDigest(slower, false, model), base);
+  config::TrainConfig fewer = train;
+  fewer.set_local_epochs(1);
+  EXPECT_NE(TaskDigest(fewer, false, model), base);
+  EXPECT_NE(TaskDigest(train, true, model), base);
+  std::vector<float> other = model;
+  other[3] = -4;
+  EXPECT_NE(TaskDigest(train, false, other), base);
+  // A payload cut short, or with the SCAFFOLD variate after it.
+  EXPECT_NE(TaskDigest(train, false, std::span<const float>(model).first(3)), base);
+  std::vector<float> longer = model;
+  longer.resize(8, 0.0f);
+  EXPECT_NE(TaskDigest(train, false, longer), base);
 }
 
 // A survivor's tags reach the coordinator intact; a repeated recipient or a

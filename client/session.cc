@@ -709,7 +709,8 @@ bool Session::AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Act
 
 // A secure task joins (or starts) its secure-aggregation session; false when
 // the session was refused or left, so training would be for nothing.
-bool Session::BindSecureTask(const wire::RoundTask& t, TimeMs now, Actions& a) {
+bool Session::BindSecureTask(const wire::RoundTask& t, const net::Envelope& env, TimeMs now,
+                             Actions& a) {
   // Usually the key exchange began with SecAggStart; else start it now.
   const bool started_early = secure_task_ == t.task_id();
   if (!started_early) {
@@ -725,6 +726,17 @@ bool Session::BindSecureTask(const wire::RoundTask& t, TimeMs now, Actions& a) {
   }
   if (started_early && t.secagg().SerializeAsString() != secagg_->setup) {
     Refuse(InvalidArgumentError("the task's secagg setup differs from SecAggStart's"), a);
+    return false;
+  }
+  // The session's signed context binds one task digest for every client;
+  // a task other than that one could be a coordinator's way to make every
+  // other client's update zero, so that the sum would be this one's.
+  if (aggregation::TaskDigest(t.train(), t.evaluate(), env.payloads[0]) != secagg_->task_digest) {
+    Refuse(InvalidArgumentError(
+               "the task's model or training settings are not the ones its secure session "
+               "binds for every client (its task digest differs), so the sum might not mix this "
+               "update with the others"),
+           a);
     return false;
   }
   secagg_->train_seed = t.train_seed();
@@ -753,7 +765,7 @@ void Session::OnTask(const wire::RoundTask& t, const net::Envelope& env, TimeMs 
     }
   }
   if (t.has_secagg()) {
-    if (!BindSecureTask(t, now, a)) return;
+    if (!BindSecureTask(t, env, now, a)) return;
   } else {
     secagg_.reset();
     secure_task_ = 0;
@@ -1113,6 +1125,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.dp_share_variance = s.dp_share_variance;
   r.dp_count_scale = s.dp_count_scale;
   r.dp_count_share_variance = s.dp_count_share_variance;
+  r.task_digest = s.task_digest;
   r.variate_weight = scaffold ? 1.0 / s.n : 0;
   r.stage_limit = std::min<TimeMs>(secagg_stage_limit_ms_, 2 * TimeMs{s.stage_timeout_ms} + 30000);
   r.survivors_limit =

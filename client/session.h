@@ -165,6 +165,7 @@ class Session {
     // the bit [||delta|| <= dp_clip_norm] on this grid, noised with this
     // share (privacy::EncodeClipBit); dp_count_scale 0: no such word.
     double dp_count_scale = 0, dp_count_share_variance = 0;
+    crypto::Digest task_digest{};  // Its task must hash to this (TaskDigest).
     std::unique_ptr<aggregation::SecAggClient> client;
     bool checked_in = false;  // U3 confirmed: ready to mask.
     // What this client waits for from the coordinator, and since when
@@ -202,7 +203,7 @@ class Session {
   // OnMessage's handlers, one per body.
   void OnWelcome(const wire::Welcome& w, Actions& a);
   bool AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Actions& a);
-  bool BindSecureTask(const wire::RoundTask& t, TimeMs now, Actions& a);
+  bool BindSecureTask(const wire::RoundTask& t, const net::Envelope& env, TimeMs now, Actions& a);
   void OnTask(const wire::RoundTask& t, const net::Envelope& env, TimeMs now, Actions& a);
   void OnSecAggStart(const wire::SecAggStart& st, TimeMs now, Actions& a);
   void OnError(const wire::Error& e, TimeMs now, Actions& a);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -449,6 +450,14 @@ void SetRoster(wire::SecAggSetup* sa, const std::vector<crypto::Ed25519Public>& 
   for (const auto& id : ids) sa->add_roster(id.data(), id.size());
 }
 
+// The setup's task digest over the task itself, as an honest coordinator
+// sends it (again after a test changes the task's settings, flag or model).
+void Seal(net::Envelope& e) {
+  const wire::RoundTask& t = e.header.task();
+  const crypto::Digest d = aggregation::TaskDigest(t.train(), t.evaluate(), e.payloads[0]);
+  e.header.mutable_task()->mutable_secagg()->set_task_digest(d.data(), d.size());
+}
+
 net::Envelope SecureTask(uint64_t task_id, const crypto::Ed25519Public& own, uint32_t t = 2) {
   net::Envelope e = Task(1, task_id, {0, 0, 0, 0});
   auto* sa = e.header.mutable_task()->mutable_secagg();
@@ -461,6 +470,7 @@ net::Envelope SecureTask(uint64_t task_id, const crypto::Ed25519Public& own, uin
   sa->set_clip(4);
   sa->set_scale(1e6);
   sa->set_total_weight(150);
+  Seal(e);
   return e;
 }
 
@@ -478,6 +488,7 @@ TEST(SecureSessionTest, TheEvaluationRidesInTheMaskedVectorWhereTheSetupSaysSo) 
   net::Envelope task = SecureTask(7, identity.public_key);
   task.header.mutable_task()->set_evaluate(true);
   task.header.mutable_task()->mutable_secagg()->set_eval_slots(true);
+  Seal(task);
   ASSERT_TRUE(s.OnMessage(task, 20).train.has_value());
   std::vector<float> local = {0, 0, 0, 0};
   s.OnTrainingDone(7, train::TrainResult{}, local, 30,
@@ -637,6 +648,56 @@ TEST(SecureSessionTest, SecAggStartCommitsBeforeTheModelArrives) {
   std::vector<float> local(kParams, 1.0f);
   EXPECT_TRUE(s.OnTrainingDone(7, train::TrainResult{}, local, 60).send.empty());
   EXPECT_TRUE(s.OnTrainingDone(8, train::TrainResult{}, local, 70).send.empty());
+}
+
+// A malicious coordinator could give one client the real task and every
+// other client one that trains nothing (a learning rate of 1e-30, a model
+// with no gradient), so that the unmasked sum would be that one update. The
+// task digest every client signs in the session context (SecAggContext)
+// rules that out: a task that does not hash to it is refused before
+// training, whether its setup came first in SecAggStart or with the task.
+TEST(SecureSessionTest, ATaskOtherThanTheOneTheSessionBindsIsRefused) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  const std::string why =
+      "secagg refused in round 1: the task's model or training settings are not the ones its "
+      "secure session binds for every client (its task digest differs), so the sum might not mix "
+      "this update with the others";
+  std::vector<std::pair<std::string, std::function<void(net::Envelope&)>>> spoils = {
+      {"learning rate",
+       [](net::Envelope& e) {
+         e.header.mutable_task()->mutable_train()->set_learning_rate(1e-30f);
+       }},
+      {"model", [](net::Envelope& e) { e.payloads[0][2] = 0.5f; }},
+      {"evaluate", [](net::Envelope& e) { e.header.mutable_task()->set_evaluate(true); }},
+  };
+  for (const auto& [name, spoil] : spoils) {
+    for (const bool early : {false, true}) {
+      SCOPED_TRACE(name + (early ? " (after SecAggStart)" : " (setup in the task)"));
+      Session s(
+          "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
+          &identity);
+      s.Start(0);
+      s.OnMessage(Welcome(), 10);
+      const net::Envelope honest = SecureTask(7, identity.public_key);
+      if (early) ASSERT_TRUE(s.OnMessage(SecAggStartFor(honest), 20).send.size() == 1u);
+      net::Envelope task = honest;  // The setup (and its digest) as the others got it.
+      spoil(task);
+      Actions a = s.OnMessage(task, 30);
+      EXPECT_FALSE(a.train.has_value());
+      ASSERT_EQ(a.printed.size(), 1u);
+      EXPECT_EQ(a.printed[0], why);
+      ASSERT_FALSE(a.send.empty());
+      EXPECT_TRUE(a.send.back().header.has_goodbye());
+      // The same session would have taken the honest task.
+      Session t(
+          "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
+          &identity);
+      t.Start(0);
+      t.OnMessage(Welcome(), 10);
+      if (early) t.OnMessage(SecAggStartFor(honest), 20);
+      EXPECT_TRUE(t.OnMessage(honest, 30).train.has_value());
+    }
+  }
 }
 
 TEST(SecureSessionTest, ADivergedUpdateLeavesTheRoundInsteadOfBeingEncoded) {

@@ -281,12 +281,14 @@ aggregation::SecAggSetup RoundEngine::SecAggSetupFor(const std::string& name) co
   s.dp_share_variance = rules.dp_share_variance;
   s.dp_count_scale = rules.dp_count_scale;
   s.dp_count_share_variance = rules.dp_count_share_variance;
+  s.task_digest = rules.task;
   return s;
 }
 
 aggregation::InputRules RoundEngine::InputRules() const {
   aggregation::InputRules rules;
   rules.l2_clip = config_.secagg().l2_clip();
+  rules.task = task_digest_;
   if (dp_ != nullptr && dp_->skellam()) {
     const privacy::SkellamParams& ddp = *dp_->skellam();
     // privacy.clip_norm, or with adaptive clipping the round's C.
@@ -860,19 +862,6 @@ void RoundEngine::StartRound(const std::vector<std::string>& cohort, TimeMs now,
   }
   task_id_ = ++task_counter_;
   round_started_ = now;
-  Status started = secure() ? StartSecAgg(cohort) : StartPlain();
-  if (!started.ok()) {
-    // Only a configuration the validator let through can get here.
-    env_->Log().error("round {}: cannot set up aggregation: {}", round, started.message());
-    store_error_ = started;
-    participants_.clear();
-    return;
-  }
-  round_started_ = now;
-  round_start_wall_ = env_->MonotonicSeconds();
-  timings_.Start(now, secagg() ? aggregation::StageName(stage_) : "train");
-  deadline_ = now + SecondsToMs(config_.rounds().round_deadline_s());
-  phase_ = Phase::kTraining;
   // One copy per round, however many clients receive it. SCAFFOLD: the
   // server's control variate c follows the model.
   if (scaffold_ != nullptr) {
@@ -888,6 +877,20 @@ void RoundEngine::StartRound(const std::vector<std::string>& cohort, TimeMs now,
   } else {
     task_model_ = std::make_shared<const std::vector<float>>(global_);
   }
+  // (Before the secure setup: its task digest hashes this payload.)
+  Status started = secure() ? StartSecAgg(cohort) : StartPlain();
+  if (!started.ok()) {
+    // Only a configuration the validator let through can get here.
+    env_->Log().error("round {}: cannot set up aggregation: {}", round, started.message());
+    store_error_ = started;
+    participants_.clear();
+    return;
+  }
+  round_started_ = now;
+  round_start_wall_ = env_->MonotonicSeconds();
+  timings_.Start(now, secagg() ? aggregation::StageName(stage_) : "train");
+  deadline_ = now + SecondsToMs(config_.rounds().round_deadline_s());
+  phase_ = Phase::kTraining;
   env_->Log().info(
       "round {}: selected {} of {} available clients{}", round, cohort.size(), clients_.size(),
       secagg() ? fmt::format(" (secure aggregation, k={} t={})", secagg_params_.k, secagg_params_.t)

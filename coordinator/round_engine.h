@@ -360,6 +360,9 @@ class RoundEngine final : public ProtocolEngine {
   aggregation::FixedPoint fixed_point_;
   std::vector<crypto::Ed25519Public> cohort_identities_;
   std::array<uint8_t, 32> secagg_nonce_{};
+  // The round's task (aggregation::TaskDigest of the train settings, the
+  // evaluate flag and task_model_), bound into every client's session.
+  crypto::Digest task_digest_{};
   double cohort_weight_ = 0;        // Sum of the cohort's registered samples.
   double aggregation_seconds_ = 0;  // Coordinator time spent summing, this round.
   RoundTimings timings_;            // Its stages' seconds and bytes, each client's bytes.

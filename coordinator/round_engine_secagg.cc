@@ -114,6 +114,14 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
     env_->RandomBytes(secagg_nonce_);
   }
   secagg_params_.roster = aggregation::RosterTree(cohort_identities_).root();
+  {
+    // Every client's task carries the same settings (the strategy's
+    // ConfigureTask differs between clients only in train_seed) and the
+    // same payload; a client whose task hashes otherwise refuses it.
+    wire::RoundTask probe;
+    strategy_->ConfigureTask(round, cohort.front(), probe);
+    task_digest_ = aggregation::TaskDigest(probe.train(), EvaluatesRound(round), *task_model_);
+  }
   secagg_params_.context =
       aggregation::SecAggContext(secagg_nonce_, round, task_id_, secagg_params_, fixed_point_.clip,
                                  fixed_point_.scale, cohort_weight_, InputRules());
