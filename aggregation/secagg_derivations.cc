@@ -271,7 +271,8 @@ std::array<uint8_t, 32> SecAggContext(std::span<const uint8_t> nonce, uint32_t r
   // v5: the roster travels as a Merkle root, the key list as proofs.
   // v6: the input rules (l2_clip, distributed DP's grid, bound and share).
   // v7: the task's digest (TaskDigest), so that every client of a session
-  // trains the same model with the same settings.
+  // trains the same architecture from the same parameters with the same
+  // settings.
   std::string m = "cohort-secagg-context-v7";
   m.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
   auto put = [&m](const auto& v) { m.append(reinterpret_cast<const char*>(&v), sizeof(v)); };

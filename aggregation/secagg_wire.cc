@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <variant>
 
 namespace cohort::aggregation {
@@ -201,21 +202,26 @@ wire::SecAggSetup ToWire(const aggregation::SecAggSetup& s) {
   return m;
 }
 
-crypto::Digest TaskDigest(const config::TrainConfig& train, bool evaluate,
-                          std::span<const float> payload) {
+crypto::Digest TaskDigest(const config::ModelConfig& model, const config::TrainConfig& train,
+                          bool evaluate, std::span<const float> payload) {
   static constexpr char kLabel[] = "cohort-secagg-task-v1";
-  // TrainConfig has no map fields, so its serialization is its fields in
+  // Neither message has map fields, so each serializes as its fields in
   // number order, on both sides.
+  const std::string architecture = model.SerializeAsString();
   const std::string settings = train.SerializeAsString();
-  const uint64_t settings_size = settings.size();  // The payload comes last.
+  const uint64_t sizes[2] = {architecture.size(), settings.size()};  // The payload comes last.
   const uint8_t eval = evaluate ? 1 : 0;
   auto bytes = [](const auto& v) {
     return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&v), sizeof(v));
   };
+  auto text = [](std::string_view t) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(t.data()), t.size());
+  };
   return crypto::Hash256(
-      {{reinterpret_cast<const uint8_t*>(kLabel), sizeof(kLabel)},
-       bytes(settings_size),
-       {reinterpret_cast<const uint8_t*>(settings.data()), settings.size()},
+      {text(kLabel),
+       bytes(sizes),
+       text(architecture),
+       text(settings),
        bytes(eval),
        {reinterpret_cast<const uint8_t*>(payload.data()), payload.size_bytes()}});
 }

@@ -22,13 +22,15 @@ namespace cohort::aggregation {
 StatusOr<aggregation::SecAggSetup> FromWire(const wire::SecAggSetup& m);
 wire::SecAggSetup ToWire(const aggregation::SecAggSetup& setup);
 
-// The digest of a secure round's task (SecAggSetup::task_digest): its
-// training settings, whether it asks for the federated evaluation, and its
-// payload (the model; with SCAFFOLD the server's variate after it). Not the
-// per-client train_seed or deadline. The coordinator hashes what it sends,
-// each client what it received; BLAKE2b, one pass over the payload.
-crypto::Digest TaskDigest(const config::TrainConfig& train, bool evaluate,
-                          std::span<const float> payload);
+// The digest of a secure round's task (SecAggSetup::task_digest): the
+// model's architecture (the ModelConfig of the Welcome, which says what the
+// payload's values are), its training settings, whether it asks for the
+// federated evaluation, and its payload (the parameters; with SCAFFOLD the
+// server's variate after them). Not the per-client train_seed or deadline.
+// The coordinator hashes what it sends, each client what it built and
+// received; BLAKE2b, one pass over the payload.
+crypto::Digest TaskDigest(const config::ModelConfig& model, const config::TrainConfig& train,
+                          bool evaluate, std::span<const float> payload);
 
 // Client -> coordinator.
 StatusOr<aggregation::SeedCommit> FromWire(const wire::SecAggSeed& m, uint32_t from);

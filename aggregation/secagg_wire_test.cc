@@ -80,29 +80,36 @@ TEST(SecAggWireTest, SetupRoundTripsAndBadFieldsAreRefused) {
 }
 
 // The task digest changes with every part of the task a coordinator could
-// vary between clients to isolate one update, and with nothing else.
-TEST(SecAggWireTest, TheTaskDigestCoversTheSettingsTheFlagAndThePayload) {
+// vary between clients to isolate one update (the seed and deadline are
+// not among its inputs).
+TEST(SecAggWireTest, TheTaskDigestCoversTheArchitectureSettingsFlagAndPayload) {
+  config::ModelConfig model_config;
+  model_config.add_hidden(16);
   config::TrainConfig train;
   train.set_learning_rate(0.05f);
   train.set_local_epochs(2);
   const std::vector<float> model = {1, 2, 3, 4};
-  const crypto::Digest base = TaskDigest(train, false, model);
-  EXPECT_EQ(TaskDigest(train, false, model), base);
+  const crypto::Digest base = TaskDigest(model_config, train, false, model);
+  EXPECT_EQ(TaskDigest(model_config, train, false, model), base);
   config::TrainConfig slower = train;
   slower.set_learning_rate(1e-30f);
-  EXPECT_NE(TaskDigest(slower, false, model), base);
+  EXPECT_NE(TaskDigest(model_config, slower, false, model), base);
   config::TrainConfig fewer = train;
   fewer.set_local_epochs(1);
-  EXPECT_NE(TaskDigest(fewer, false, model), base);
-  EXPECT_NE(TaskDigest(train, true, model), base);
+  EXPECT_NE(TaskDigest(model_config, fewer, false, model), base);
+  EXPECT_NE(TaskDigest(model_config, train, true, model), base);
+  // Another architecture reads the same values otherwise.
+  config::ModelConfig deeper = model_config;
+  deeper.add_hidden(8);
+  EXPECT_NE(TaskDigest(deeper, train, false, model), base);
   std::vector<float> other = model;
   other[3] = -4;
-  EXPECT_NE(TaskDigest(train, false, other), base);
+  EXPECT_NE(TaskDigest(model_config, train, false, other), base);
   // A payload cut short, or with the SCAFFOLD variate after it.
-  EXPECT_NE(TaskDigest(train, false, std::span<const float>(model).first(3)), base);
+  EXPECT_NE(TaskDigest(model_config, train, false, std::span<const float>(model).first(3)), base);
   std::vector<float> longer = model;
   longer.resize(8, 0.0f);
-  EXPECT_NE(TaskDigest(train, false, longer), base);
+  EXPECT_NE(TaskDigest(model_config, train, false, longer), base);
 }
 
 // A survivor's tags reach the coordinator intact; a repeated recipient or a

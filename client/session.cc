@@ -648,6 +648,7 @@ void Session::OnWelcome(const wire::Welcome& w, Actions& a) {
       return;
     }
     num_params_ = *built;
+    model_config_ = w.model();
   }
   if (w.num_params() != num_params_) {
     a.exit =
@@ -728,10 +729,20 @@ bool Session::BindSecureTask(const wire::RoundTask& t, const net::Envelope& env,
     Refuse(InvalidArgumentError("the task's secagg setup differs from SecAggStart's"), a);
     return false;
   }
-  // The session's signed context binds one task digest for every client;
-  // a task other than that one could be a coordinator's way to make every
-  // other client's update zero, so that the sum would be this one's.
-  if (aggregation::TaskDigest(t.train(), t.evaluate(), env.payloads[0]) != secagg_->task_digest) {
+  // The session's signed context binds one task digest for every client:
+  // the model this client built, the settings and the parameters. A task
+  // other than that one could be a coordinator's way to make every other
+  // client's update zero, so that the sum would be this one's.
+  if (t.round() != secagg_->round) {
+    // The context (and the ledger's check) took the session's round.
+    Refuse(
+        InvalidArgumentError("a task of round " + std::to_string(t.round()) +
+                             " for the secure session of round " + std::to_string(secagg_->round)),
+        a);
+    return false;
+  }
+  if (aggregation::TaskDigest(model_config_, t.train(), t.evaluate(), env.payloads[0]) !=
+      secagg_->task_digest) {
     Refuse(InvalidArgumentError(
                "the task's model or training settings are not the ones its secure session "
                "binds for every client (its task digest differs), so the sum might not mix this "

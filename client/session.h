@@ -312,6 +312,7 @@ class Session {
   uint64_t secure_task_ = 0;  // The current task, if securely aggregated.
   bool require_secure_ = false;
   size_t num_params_ = 0;
+  config::ModelConfig model_config_;  // The Welcome's, that the model was built from.
   bool welcomed_ = false;
   TimeMs heartbeat_ms_ = 1000;
   TimeMs last_sent_ = 0;

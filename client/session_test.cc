@@ -452,9 +452,10 @@ void SetRoster(wire::SecAggSetup* sa, const std::vector<crypto::Ed25519Public>& 
 
 // The setup's task digest over the task itself, as an honest coordinator
 // sends it (again after a test changes the task's settings, flag or model).
-void Seal(net::Envelope& e) {
+// `model`: the architecture the client was welcomed with (Welcome()'s).
+void Seal(net::Envelope& e, const config::ModelConfig& model = {}) {
   const wire::RoundTask& t = e.header.task();
-  const crypto::Digest d = aggregation::TaskDigest(t.train(), t.evaluate(), e.payloads[0]);
+  const crypto::Digest d = aggregation::TaskDigest(model, t.train(), t.evaluate(), e.payloads[0]);
   e.header.mutable_task()->mutable_secagg()->set_task_digest(d.data(), d.size());
 }
 
@@ -662,6 +663,9 @@ TEST(SecureSessionTest, ATaskOtherThanTheOneTheSessionBindsIsRefused) {
       "secagg refused in round 1: the task's model or training settings are not the ones its "
       "secure session binds for every client (its task digest differs), so the sum might not mix "
       "this update with the others";
+  // Welcomed with an architecture, which the honest task's digest binds.
+  net::Envelope welcome = Welcome();
+  welcome.header.mutable_welcome()->mutable_model()->add_hidden(4);
   std::vector<std::pair<std::string, std::function<void(net::Envelope&)>>> spoils = {
       {"learning rate",
        [](net::Envelope& e) {
@@ -669,6 +673,15 @@ TEST(SecureSessionTest, ATaskOtherThanTheOneTheSessionBindsIsRefused) {
        }},
       {"model", [](net::Envelope& e) { e.payloads[0][2] = 0.5f; }},
       {"evaluate", [](net::Envelope& e) { e.header.mutable_task()->set_evaluate(true); }},
+      // The others were welcomed with another architecture of as many
+      // parameters, which reads the same values otherwise (dead ReLUs).
+      {"architecture",
+       [](net::Envelope& e) {
+         config::ModelConfig other;
+         other.add_hidden(3);
+         Seal(e, other);
+       }},
+      {"no architecture", [](net::Envelope& e) { Seal(e, config::ModelConfig{}); }},
   };
   for (const auto& [name, spoil] : spoils) {
     for (const bool early : {false, true}) {
@@ -677,11 +690,13 @@ TEST(SecureSessionTest, ATaskOtherThanTheOneTheSessionBindsIsRefused) {
           "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
           &identity);
       s.Start(0);
-      s.OnMessage(Welcome(), 10);
-      const net::Envelope honest = SecureTask(7, identity.public_key);
-      if (early) ASSERT_TRUE(s.OnMessage(SecAggStartFor(honest), 20).send.size() == 1u);
-      net::Envelope task = honest;  // The setup (and its digest) as the others got it.
+      s.OnMessage(welcome, 10);
+      net::Envelope honest = SecureTask(7, identity.public_key);
+      Seal(honest, welcome.header.welcome().model());
+      // This client's task; its setup (and digest) is the one the others got.
+      net::Envelope task = honest;
       spoil(task);
+      if (early) ASSERT_EQ(s.OnMessage(SecAggStartFor(task), 20).send.size(), 1u);
       Actions a = s.OnMessage(task, 30);
       EXPECT_FALSE(a.train.has_value());
       ASSERT_EQ(a.printed.size(), 1u);
@@ -693,11 +708,29 @@ TEST(SecureSessionTest, ATaskOtherThanTheOneTheSessionBindsIsRefused) {
           "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
           &identity);
       t.Start(0);
-      t.OnMessage(Welcome(), 10);
+      t.OnMessage(welcome, 10);
       if (early) t.OnMessage(SecAggStartFor(honest), 20);
       EXPECT_TRUE(t.OnMessage(honest, 30).train.has_value());
     }
   }
+}
+
+// SecAggStart's round is the one the context and the ledger took: a task of
+// the same id with another round is refused.
+TEST(SecureSessionTest, ATaskOfAnotherRoundThanItsSessionIsRefused) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  net::Envelope task = SecureTask(7, identity.public_key);
+  ASSERT_EQ(s.OnMessage(SecAggStartFor(task), 20).send.size(), 1u);
+  task.header.mutable_task()->set_round(2);
+  Actions a = s.OnMessage(task, 30);
+  EXPECT_FALSE(a.train.has_value());
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0],
+            "secagg refused in round 1: a task of round 2 for the secure session of round 1");
 }
 
 TEST(SecureSessionTest, ADivergedUpdateLeavesTheRoundInsteadOfBeingEncoded) {

@@ -115,12 +115,14 @@ Status RoundEngine::StartSecAgg(std::span<const std::string> cohort) {
   }
   secagg_params_.roster = aggregation::RosterTree(cohort_identities_).root();
   {
-    // Every client's task carries the same settings (the strategy's
-    // ConfigureTask differs between clients only in train_seed) and the
-    // same payload; a client whose task hashes otherwise refuses it.
+    // Every client was welcomed with config_.model(), and every client's
+    // task carries the same settings (the strategy's ConfigureTask differs
+    // between clients only in train_seed) and the same payload; a client
+    // whose task hashes otherwise refuses it.
     wire::RoundTask probe;
     strategy_->ConfigureTask(round, cohort.front(), probe);
-    task_digest_ = aggregation::TaskDigest(probe.train(), EvaluatesRound(round), *task_model_);
+    task_digest_ = aggregation::TaskDigest(config_.model(), probe.train(), EvaluatesRound(round),
+                                           *task_model_);
   }
   secagg_params_.context =
       aggregation::SecAggContext(secagg_nonce_, round, task_id_, secagg_params_, fixed_point_.clip,
