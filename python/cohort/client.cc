@@ -255,6 +255,16 @@ class Client {
   // until the daemon's loop ends.
   void ServeFits(FitBridge& bridge, const py::object& fit, const py::object& evaluate,
                  std::atomic<bool>& stop, std::optional<py::error_already_set>& interrupt) {
+    // After Ctrl-C or a SystemExit no fit is called again. Refused before a
+    // call is completed: the daemon's thread, released by the completion,
+    // could otherwise hand over the next round's task first (and fit would
+    // run it).
+    auto refuse_if_interrupted = [&] {
+      if (interrupt && !stop.load()) {
+        stop = true;
+        bridge.Refuse();
+      }
+    };
     for (;;) {
       FitBridge::Call* call = nullptr;
       bool closed = false;
@@ -269,6 +279,7 @@ class Client {
         } catch (const std::exception& e) {
           result = InternalError(std::string("calling evaluate: ") + e.what());
         }
+        refuse_if_interrupted();
         bridge.CompleteEvaluation(call, std::move(result));
       } else if (call != nullptr) {
         // A taken call must be completed: the daemon's thread waits for it.
@@ -278,14 +289,12 @@ class Client {
         } catch (const std::exception& e) {
           result = InternalError(std::string("calling fit: ") + e.what());
         }
+        refuse_if_interrupted();
         bridge.Complete(call, std::move(result));
       }
       if (closed) return;
       if (!interrupt && PyErr_CheckSignals() != 0) interrupt.emplace();
-      if (interrupt && !stop.load()) {
-        stop = true;
-        bridge.Refuse();  // No fit after Ctrl-C.
-      }
+      refuse_if_interrupted();
     }
   }
 
