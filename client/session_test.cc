@@ -618,6 +618,15 @@ net::Envelope SecAggStartFor(const net::Envelope& secure_task) {
   return Env(h);
 }
 
+// A session of `identity`, started and registered with `welcome`.
+Session Welcomed(const crypto::Ed25519KeyPair& identity, const net::Envelope& welcome) {
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.Start(0);
+  s.OnMessage(welcome, 10);
+  return s;
+}
+
 TEST(SecureSessionTest, SecAggStartCommitsBeforeTheModelArrives) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
   Session s(
@@ -686,11 +695,7 @@ TEST(SecureSessionTest, ATaskOtherThanTheOneTheSessionBindsIsRefused) {
   for (const auto& [name, spoil] : spoils) {
     for (const bool early : {false, true}) {
       SCOPED_TRACE(name + (early ? " (after SecAggStart)" : " (setup in the task)"));
-      Session s(
-          "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
-          &identity);
-      s.Start(0);
-      s.OnMessage(welcome, 10);
+      Session s = Welcomed(identity, welcome);
       net::Envelope honest = SecureTask(7, identity.public_key);
       Seal(honest, welcome.header.welcome().model());
       // This client's task; its setup (and digest) is the one the others got.
@@ -704,11 +709,7 @@ TEST(SecureSessionTest, ATaskOtherThanTheOneTheSessionBindsIsRefused) {
       ASSERT_FALSE(a.send.empty());
       EXPECT_TRUE(a.send.back().header.has_goodbye());
       // The same session would have taken the honest task.
-      Session t(
-          "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
-          &identity);
-      t.Start(0);
-      t.OnMessage(welcome, 10);
+      Session t = Welcomed(identity, welcome);
       if (early) t.OnMessage(SecAggStartFor(honest), 20);
       EXPECT_TRUE(t.OnMessage(honest, 30).train.has_value());
     }
@@ -719,10 +720,7 @@ TEST(SecureSessionTest, ATaskOtherThanTheOneTheSessionBindsIsRefused) {
 // the same id with another round is refused.
 TEST(SecureSessionTest, ATaskOfAnotherRoundThanItsSessionIsRefused) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
-  Session s(
-      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
-  s.Start(0);
-  s.OnMessage(Welcome(), 10);
+  Session s = Welcomed(identity, Welcome());
   net::Envelope task = SecureTask(7, identity.public_key);
   ASSERT_EQ(s.OnMessage(SecAggStartFor(task), 20).send.size(), 1u);
   task.header.mutable_task()->set_round(2);
