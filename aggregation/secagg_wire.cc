@@ -1,9 +1,13 @@
 #include "aggregation/secagg_wire.h"
 
+#include <google/protobuf/message.h>
+
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace cohort::aggregation {
 namespace {
@@ -202,13 +206,77 @@ wire::SecAggSetup ToWire(const aggregation::SecAggSetup& s) {
   return m;
 }
 
+namespace {
+
+// Clears every singular field of `m` that holds its default, and every
+// message field left empty, through the repeated fields' messages too.
+void ClearDefaults(google::protobuf::Message& m) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const FieldDescriptor* f : fields) {
+    const bool message = f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE;
+    if (f->is_repeated()) {
+      for (int i = 0; message && i < r->FieldSize(m, f); ++i) {
+        ClearDefaults(*r->MutableRepeatedMessage(&m, f, i));
+      }
+      continue;
+    }
+    bool is_default = false;
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_MESSAGE: {
+        google::protobuf::Message* sub = r->MutableMessage(&m, f);
+        ClearDefaults(*sub);
+        is_default = sub->ByteSizeLong() == 0;
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_INT32:
+        is_default = r->GetInt32(m, f) == f->default_value_int32();
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        is_default = r->GetInt64(m, f) == f->default_value_int64();
+        break;
+      case FieldDescriptor::CPPTYPE_UINT32:
+        is_default = r->GetUInt32(m, f) == f->default_value_uint32();
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        is_default = r->GetUInt64(m, f) == f->default_value_uint64();
+        break;
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        is_default = r->GetFloat(m, f) == f->default_value_float();
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        is_default = r->GetDouble(m, f) == f->default_value_double();
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        is_default = r->GetBool(m, f) == f->default_value_bool();
+        break;
+      case FieldDescriptor::CPPTYPE_ENUM:
+        is_default = r->GetEnumValue(m, f) == f->default_value_enum()->number();
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        is_default = r->GetString(m, f) == f->default_value_string();
+        break;
+    }
+    if (is_default) r->ClearField(&m, f);
+  }
+}
+
+}  // namespace
+
+std::string CanonicalBytes(const google::protobuf::Message& m) {
+  std::unique_ptr<google::protobuf::Message> copy(m.New());
+  copy->CopyFrom(m);
+  ClearDefaults(*copy);
+  return copy->SerializeAsString();
+}
+
 crypto::Digest TaskDigest(const config::ModelConfig& model, const config::TrainConfig& train,
                           bool evaluate, std::span<const float> payload) {
   static constexpr char kLabel[] = "cohort-secagg-task-v1";
-  // Neither message has map fields, so each serializes as its fields in
-  // number order, on both sides.
-  const std::string architecture = model.SerializeAsString();
-  const std::string settings = train.SerializeAsString();
+  const std::string architecture = CanonicalBytes(model);
+  const std::string settings = CanonicalBytes(train);
   const uint64_t sizes[2] = {architecture.size(), settings.size()};  // The payload comes last.
   const uint8_t eval = evaluate ? 1 : 0;
   auto bytes = [](const auto& v) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "aggregation/secagg.h"
 #include "common/status.h"
@@ -31,6 +32,13 @@ wire::SecAggSetup ToWire(const aggregation::SecAggSetup& setup);
 // received; BLAKE2b, one pass over the payload.
 crypto::Digest TaskDigest(const config::ModelConfig& model, const config::TrainConfig& train,
                           bool evaluate, std::span<const float> payload);
+
+// A message's bytes with every field that holds its default left out (and
+// message fields left empty): equal for two messages that
+// MessageDifferencer's EQUIVALENT calls equal (the resume check's), however
+// a config spells them. Neither config message has map fields, so the
+// serialization is otherwise its fields in number order.
+std::string CanonicalBytes(const google::protobuf::Message& m);
 
 // Client -> coordinator.
 StatusOr<aggregation::SeedCommit> FromWire(const wire::SecAggSeed& m, uint32_t from);

@@ -110,6 +110,18 @@ TEST(SecAggWireTest, TheTaskDigestCoversTheArchitectureSettingsFlagAndPayload) {
   std::vector<float> longer = model;
   longer.resize(8, 0.0f);
   EXPECT_NE(TaskDigest(model_config, train, false, longer), base);
+  // A config that spells out defaults (as a coordinator restarted with an
+  // equivalent config may: its resume check allows it) is the same task.
+  config::ModelConfig spelled = model_config;
+  spelled.set_arch("mlp");
+  spelled.set_input_dim(784);
+  spelled.mutable_input_shape();  // Set, but empty.
+  config::TrainConfig spelled_train = train;
+  spelled_train.set_fednova(false);
+  EXPECT_EQ(TaskDigest(spelled, spelled_train, false, model), base);
+  EXPECT_EQ(CanonicalBytes(spelled), CanonicalBytes(model_config));
+  spelled.set_input_dim(785);
+  EXPECT_NE(TaskDigest(spelled, train, false, model), base);
 }
 
 // A survivor's tags reach the coordinator intact; a repeated recipient or a

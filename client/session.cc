@@ -649,6 +649,14 @@ void Session::OnWelcome(const wire::Welcome& w, Actions& a) {
     }
     num_params_ = *built;
     model_config_ = w.model();
+  } else if (aggregation::CanonicalBytes(w.model()) != aggregation::CanonicalBytes(model_config_)) {
+    // A coordinator that restarted under another model (its resume check
+    // allows none, so another run): this client trains the one it built.
+    a.exit = FailedPreconditionError(
+        "welcome: the coordinator's model config differs from the one this client built its "
+        "model from (did the coordinator restart with another config?): restart the client to "
+        "build the new model");
+    return;
   }
   if (w.num_params() != num_params_) {
     a.exit =

@@ -716,6 +716,33 @@ TEST(SecureSessionTest, ATaskOtherThanTheOneTheSessionBindsIsRefused) {
   }
 }
 
+// A later Welcome (a reconnection, a restarted coordinator) may spell the
+// same model config otherwise; another model config stops the client, which
+// trains the model it built, not the coordinator's.
+TEST(SecureSessionTest, ALaterWelcomeOfAnotherModelStopsTheClient) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  net::Envelope welcome = Welcome();
+  welcome.header.mutable_welcome()->mutable_model()->add_hidden(4);
+  Session s = Welcomed(identity, welcome);
+  net::Envelope spelled = welcome;
+  spelled.header.mutable_welcome()->mutable_model()->set_input_dim(784);  // The default.
+  spelled.header.mutable_welcome()->set_run_name("run");
+  Actions a = s.OnMessage(spelled, 20);
+  EXPECT_FALSE(a.exit.has_value());
+  net::Envelope task = SecureTask(7, identity.public_key);
+  Seal(task, welcome.header.welcome().model());
+  EXPECT_TRUE(s.OnMessage(task, 30).train.has_value());
+  net::Envelope other = welcome;
+  other.header.mutable_welcome()->mutable_model()->set_hidden(0, 5);
+  a = s.OnMessage(other, 40);
+  ASSERT_TRUE(a.exit.has_value());
+  EXPECT_EQ(a.exit->code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a.exit->message(),
+            "welcome: the coordinator's model config differs from the one this client built its "
+            "model from (did the coordinator restart with another config?): restart the client to "
+            "build the new model");
+}
+
 // SecAggStart's round is the one the context and the ledger took: a task of
 // the same id with another round is refused.
 TEST(SecureSessionTest, ATaskOfAnotherRoundThanItsSessionIsRefused) {

@@ -41,9 +41,11 @@ StatusOr<train::EvalResult> FitBridge::Evaluate(const client::TrainTask& task,
 
 FitBridge::Call* FitBridge::Next(std::chrono::milliseconds timeout, bool* closed) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [this] { return (pending_ != nullptr && !taken_) || closed_; });
+  // Once refusing, a call still pending is the daemon's to cancel (Submit).
+  cv_.wait_for(lock, timeout,
+               [this] { return (pending_ != nullptr && !taken_ && !refusing_) || closed_; });
   *closed = closed_;
-  if (pending_ == nullptr || taken_) return nullptr;
+  if (pending_ == nullptr || taken_ || refusing_) return nullptr;
   taken_ = true;
   return pending_;
 }
