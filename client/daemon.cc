@@ -186,6 +186,15 @@ class EventLoop {
       if (!exit_) Apply(session_.OnTick(SteadyNowMs()));
       ExplainWait();
     }
+    if (!exit_) {
+      // A job that ended as `stop` came (a Python fit that raised
+      // SystemExit) still goes to the session: its Goodbye says why.
+      zmq::pollitem_t done[] = {{done_rx_.handle(), 0, ZMQ_POLLIN, 0}};
+      try {
+        if (zmq::poll(done, 1, std::chrono::milliseconds(0)) > 0) OnJobSignal();
+      } catch (const zmq::error_t&) {  // EINTR: the job is stopped below.
+      }
+    }
     StopJob();
     if (!exit_) Apply(session_.Leave(SteadyNowMs()));  // Sent within the socket's linger.
     trainer_.Finish();

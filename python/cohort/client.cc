@@ -255,11 +255,15 @@ class Client {
   // until the daemon's loop ends.
   void ServeFits(FitBridge& bridge, const py::object& fit, const py::object& evaluate,
                  std::atomic<bool>& stop, std::optional<py::error_already_set>& interrupt) {
-    // After Ctrl-C or a SystemExit no fit is called again. Refused before a
-    // call is completed: the daemon's thread, released by the completion,
-    // could otherwise hand over the next round's task first (and fit would
-    // run it).
+    // After Ctrl-C or a SystemExit no fit is called again: the bridge
+    // refuses before the call is completed, or the daemon's thread, released
+    // by the completion, could hand over the next round's task first. `stop`
+    // follows the completion, so that the daemon's loop usually hands the
+    // ended call (and the Goodbye that says why) to the session first.
     auto refuse_if_interrupted = [&] {
+      if (interrupt) bridge.Refuse();
+    };
+    auto stop_if_interrupted = [&] {
       if (interrupt && !stop.load()) {
         stop = true;
         bridge.Refuse();
@@ -292,9 +296,10 @@ class Client {
         refuse_if_interrupted();
         bridge.Complete(call, std::move(result));
       }
+      stop_if_interrupted();
       if (closed) return;
       if (!interrupt && PyErr_CheckSignals() != 0) interrupt.emplace();
-      refuse_if_interrupted();
+      stop_if_interrupted();
     }
   }
 
