@@ -737,10 +737,6 @@ bool Session::BindSecureTask(const wire::RoundTask& t, const net::Envelope& env,
     Refuse(InvalidArgumentError("the task's secagg setup differs from SecAggStart's"), a);
     return false;
   }
-  // The session's signed context binds one task digest for every client:
-  // the model this client built, the settings and the parameters. A task
-  // other than that one could be a coordinator's way to make every other
-  // client's update zero, so that the sum would be this one's.
   if (t.round() != secagg_->round) {
     // The context (and the ledger's check) took the session's round.
     Refuse(
@@ -749,6 +745,10 @@ bool Session::BindSecureTask(const wire::RoundTask& t, const net::Envelope& env,
         a);
     return false;
   }
+  // The session's signed context binds one task digest for every client:
+  // the model this client built, the settings and the parameters. A task
+  // other than that one could be a coordinator's way to make every other
+  // client's update zero, so that the sum would be this one's.
   if (aggregation::TaskDigest(model_config_, t.train(), t.evaluate(), env.payloads[0]) !=
       secagg_->task_digest) {
     Refuse(InvalidArgumentError(
