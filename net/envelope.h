@@ -22,6 +22,12 @@ inline constexpr size_t kPayloadChunkBytes = size_t{1} << 20;
 // every message it encrypts.
 inline constexpr size_t kFrameSlackBytes = 4096;
 
+// A header, once parsed, may take at most this many times max_header_bytes
+// of memory (net/parse_cost.h). Fair headers take 1 to 3.3 times their size
+// (a roster of 32-byte keys is the most); 2-byte empty entries of a repeated
+// field would take 60 times.
+inline constexpr size_t kParsedBytesPerHeaderByte = 4;
+
 struct Limits {
   size_t max_header_bytes = 65536;
   // The whole payload, over all its frames; 0 = no payload allowed.

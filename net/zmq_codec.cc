@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <string_view>
+
+#include "net/parse_cost.h"
 
 namespace cohort::net {
 
@@ -91,6 +94,21 @@ StatusOr<Envelope> DecodeEnvelope(std::span<const zmq::message_t> frames, const 
                                   std::to_string(kPayloadChunkBytes) + ", the last 4 to " +
                                   std::to_string(kPayloadChunkBytes));
     }
+  }
+  // What the header would take once parsed, before protobuf allocates it.
+  const uint64_t budget = uint64_t{kParsedBytesPerHeaderByte} * limits.max_header_bytes;
+  StatusOr<uint64_t> cost = ParseCost(*wire::Header::descriptor(),
+                                      std::string_view(head.data<char>(), head.size()), budget);
+  if (!cost.ok()) {
+    return InvalidArgumentError("malformed header frame (" + std::to_string(head.size()) +
+                                " bytes: " + std::string(cost.status().message()) + ")");
+  }
+  if (*cost > budget) {
+    return ResourceExhaustedError("header frame of " + std::to_string(head.size()) +
+                                  " bytes would take more than " + std::to_string(budget) +
+                                  " bytes of memory once parsed (" +
+                                  std::to_string(kParsedBytesPerHeaderByte) +
+                                  " times the header limit): too many entries for its size");
   }
   Envelope env;
   if (!env.header.ParseFromArray(head.data(), static_cast<int>(head.size()))) {

@@ -5,8 +5,9 @@
 // multi-frame payloads, which a 16-bit length cannot spell, are reached),
 // then frames, each a 16-bit little-endian length and that many
 // bytes (the last may be short). Checks that a decoded envelope honours the
-// limits, carries every payload byte for byte in one joined payload, and
-// survives EncodeEnvelope + DecodeEnvelope unchanged.
+// limits (its parse cost bounds what parsing took, within the budget),
+// carries every payload byte for byte in one joined payload, and survives
+// EncodeEnvelope + DecodeEnvelope unchanged.
 #include <google/protobuf/stubs/logging.h>
 
 #include <array>
@@ -15,6 +16,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "net/parse_cost.h"
 #include "net/zmq_codec.h"
 #include "tests/fuzz/fuzz_input.h"
 
@@ -66,6 +68,14 @@ void Run(FuzzInput& in) {
   FUZZ_CHECK(!frames.empty() && (frames.size() == 1 || limits.max_payload_frames > 0),
              "a payload only where one is allowed");
   FUZZ_CHECK(frames[0].size() <= limits.max_header_bytes, "header limit");
+  // The cost DecodeEnvelope checked bounds what parsing took.
+  StatusOr<uint64_t> cost =
+      net::ParseCost(*wire::Header::descriptor(),
+                     std::string_view(frames[0].data<char>(), frames[0].size()), ~uint64_t{0});
+  FUZZ_CHECK(cost.ok() && env->header.SpaceUsedLong() <= *cost,
+             "the parse cost bounds the parsed header's SpaceUsedLong");
+  FUZZ_CHECK(*cost <= net::kParsedBytesPerHeaderByte * limits.max_header_bytes,
+             "the parsed header within its budget");
   FUZZ_CHECK(env->header.version() == wire::VERSION_1, "version");
   FUZZ_CHECK(env->header.body_case() != wire::Header::BODY_NOT_SET, "body");
   FUZZ_CHECK(net::BodyName(env->header) != "unknown", "body name");
