@@ -63,6 +63,7 @@ class SecAggClient {
   StatusOr<std::optional<SecAggClientMessage>> Handle(const SecAggServerMessage& message);
 
   uint32_t index() const { return index_; }
+  const SecAggParams& params() const { return params_; }
   const std::vector<uint32_t>& neighbours() const { return neighbours_; }
   // Testing only: copies of the two shares `dealer` sealed for this client
   // (mask seed, then self mask), i.e. what a corrupt client could hand the

@@ -142,15 +142,15 @@ StatusOr<aggregation::SecAggSetup> FromWire(const wire::SecAggSetup& m) {
   s.index = m.index();
   COHORT_RETURN_IF_ERROR(CopySetupBytes(m.context(), s.nonce, "context is not"));
   COHORT_RETURN_IF_ERROR(CopySetupBytes(m.roster_root(), s.roster_root, "the roster root is not"));
-  s.roster_proof.resize(static_cast<size_t>(m.roster_proof_size()));
-  for (size_t i = 0; i < s.roster_proof.size(); ++i) {
-    COHORT_RETURN_IF_ERROR(CopySetupBytes(m.roster_proof(static_cast<int>(i)), s.roster_proof[i],
-                                          "a roster proof sibling is not"));
+  // Entry by entry, each checked as it is copied: a list of empty entries
+  // (2 bytes each on the wire) allocates nothing.
+  for (const std::string& sibling : m.roster_proof()) {
+    COHORT_RETURN_IF_ERROR(
+        CopySetupBytes(sibling, s.roster_proof.emplace_back(), "a roster proof sibling is not"));
   }
-  s.roster.resize(static_cast<size_t>(m.roster_size()));
-  for (size_t i = 0; i < s.roster.size(); ++i) {
-    COHORT_RETURN_IF_ERROR(CopySetupBytes(m.roster(static_cast<int>(i)), s.roster[i],
-                                          "roster key " + std::to_string(i) + " is not"));
+  for (const std::string& key : m.roster()) {
+    const std::string what = "roster key " + std::to_string(s.roster.size()) + " is not";
+    COHORT_RETURN_IF_ERROR(CopySetupBytes(key, s.roster.emplace_back(), what));
   }
   s.clip = m.clip();
   s.scale = m.scale();
@@ -597,6 +597,40 @@ wire::Header ToWire(uint32_t round, uint64_t task_id, const aggregation::SecAggS
 
 namespace {
 
+// What ServerMessageFromWire holds each list of a server message to.
+Status CheckListSizes(const wire::Header& h, uint32_t n, uint32_t k) {
+  const auto at_most = [&](int size, uint64_t most, const char* list) {
+    if (static_cast<uint64_t>(size) <= most) return OkStatus();
+    return InvalidArgumentError(std::string(list) + " of " + std::to_string(size) +
+                                " entries, more than the " + std::to_string(most) +
+                                " a cohort of " + std::to_string(n) + " with " + std::to_string(k) +
+                                " neighbours each can have");
+  };
+  const uint64_t own_and_neighbours = uint64_t{k} + 1;
+  switch (h.body_case()) {
+    case wire::Header::kSecaggKeys:
+      COHORT_RETURN_IF_ERROR(
+          at_most(h.secagg_keys().listed_size(), own_and_neighbours, "a key list"));
+      return at_most(h.secagg_keys().seeds_size(), n, "a list of seed contributions");
+    case wire::Header::kSecaggShares:
+      return at_most(h.secagg_shares().shares_size(), k, "a list of neighbours' shares");
+    case wire::Header::kSecaggChecked:
+      return at_most(h.secagg_checked().members_size(), n, "a checked list");
+    case wire::Header::kSecaggConfirm:
+      return at_most(h.secagg_confirm().tags_size(), k, "a list of confirmations");
+    case wire::Header::kSecaggSurvivors:
+      return at_most(h.secagg_survivors().survivors_size(), n, "a survivor list");
+    case wire::Header::kSecaggUnmaskRequest: {
+      const wire::SecAggUnmaskRequest& r = h.secagg_unmask_request();
+      COHORT_RETURN_IF_ERROR(at_most(r.survivors_size(), n, "an unmask request's survivors"));
+      COHORT_RETURN_IF_ERROR(at_most(r.dropped_size(), n, "an unmask request's dropped"));
+      return at_most(r.signatures_size(), n, "an unmask request's signatures");
+    }
+    default:  // The seed root's proof: ProofFromWire's 32 siblings.
+      return OkStatus();
+  }
+}
+
 template <typename M>
 StatusOr<aggregation::SecAggClientMessage> AsClientMessage(StatusOr<M> m) {
   if (!m.ok()) return m.status();
@@ -611,7 +645,9 @@ StatusOr<aggregation::SecAggServerMessage> AsServerMessage(StatusOr<M> m) {
 
 }  // namespace
 
-StatusOr<aggregation::SecAggServerMessage> ServerMessageFromWire(const wire::Header& h) {
+StatusOr<aggregation::SecAggServerMessage> ServerMessageFromWire(const wire::Header& h, uint32_t n,
+                                                                 uint32_t k) {
+  COHORT_RETURN_IF_ERROR(CheckListSizes(h, n, k));
   switch (h.body_case()) {
     case wire::Header::kSecaggSeed:
       return AsServerMessage(FromWire(h.secagg_seed()));

@@ -59,8 +59,13 @@ aggregation::SurvivorList FromWire(const wire::SecAggSurvivors& m);
 StatusOr<aggregation::UnmaskRequest> FromWire(const wire::SecAggUnmaskRequest& m);
 
 // A server's stage message (`h` one of the bodies above), as the client's
-// Handle takes it; kInvalidArgument for any other body.
-StatusOr<aggregation::SecAggServerMessage> ServerMessageFromWire(const wire::Header& h);
+// Handle takes it; kInvalidArgument for any other body. Each list is first
+// held to what a cohort of `n` clients with `k` neighbours each can send
+// (the key list to k + 1 entries, relayed shares and tags to k, member,
+// survivor and seed lists and signatures to n), naming the list: an empty
+// entry is 2 bytes on the wire and can be a few hundred bytes copied.
+StatusOr<aggregation::SecAggServerMessage> ServerMessageFromWire(const wire::Header& h, uint32_t n,
+                                                                 uint32_t k);
 
 // A client's stage message (`h` one of the bodies above), as the server's
 // Handle takes it; kInvalidArgument for any other body.

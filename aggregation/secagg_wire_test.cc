@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <vector>
 
 namespace cohort::aggregation {
@@ -201,7 +202,7 @@ TEST(SecAggWireTest, SeedAndConfirmationMessagesRoundTripAndBadOnesAreRefused) {
 // refused as that body would be, and a client's body is no server message.
 TEST(SecAggWireTest, ServerMessagesBecomeTheClientMachinesInput) {
   aggregation::SeedRoot root{TagOf(2), {TagOf(3)}};
-  auto r = ServerMessageFromWire(ToWire(2, 9, root));
+  auto r = ServerMessageFromWire(ToWire(2, 9, root), 10, 4);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(std::holds_alternative<aggregation::SeedRoot>(*r));
   EXPECT_EQ(std::get<aggregation::SeedRoot>(*r).root, root.root);
@@ -209,21 +210,70 @@ TEST(SecAggWireTest, ServerMessagesBecomeTheClientMachinesInput) {
   list.advert_root = TagOf(1);
   list.seeds = {TagOf(5), std::nullopt};
   wire::Header keys = ToWire(2, 9, list);
-  auto l = ServerMessageFromWire(keys);
+  auto l = ServerMessageFromWire(keys, 10, 4);
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(std::get<aggregation::KeyList>(*l).seeds, list.seeds);
   keys.mutable_secagg_keys()->mutable_seeds(0)->resize(5);
-  EXPECT_NE(ServerMessageFromWire(keys).status().message().find("seed contribution has 5"),
+  EXPECT_NE(ServerMessageFromWire(keys, 10, 4).status().message().find("seed contribution has 5"),
             std::string::npos);
   aggregation::CheckedConfirmation confirmation{3, {{1, TagOf(1)}}};
-  auto tags = ServerMessageFromWire(ToWire(2, 9, confirmation));
+  auto tags = ServerMessageFromWire(ToWire(2, 9, confirmation), 10, 4);
   ASSERT_TRUE(tags.ok()) << tags.status();
   EXPECT_TRUE(std::holds_alternative<aggregation::Confirmations>(*tags));
   wire::Header update;
   update.mutable_update()->set_round(2);
-  EXPECT_NE(ServerMessageFromWire(update).status().message().find(
-                "not a secure-aggregation message from the coordinator"),
+  EXPECT_NE(ServerMessageFromWire(update, 10, 4)
+                .status()
+                .message()
+                .find("not a secure-aggregation message from the coordinator"),
             std::string::npos);
+}
+
+// A malicious coordinator's list of empty entries would be tiny on the wire
+// and large once copied: each list is held to what a cohort of n = 10 with
+// k = 4 neighbours each can send, before the copy, naming the list.
+TEST(SecAggWireTest, ListsLongerThanTheCohortAllowsAreRefusedBeforeTheyAreCopied) {
+  struct List {
+    std::function<void(wire::Header&)> add;  // One entry.
+    int most;
+    std::string name;
+  };
+  const std::vector<List> lists = {
+      {[](wire::Header& h) { h.mutable_secagg_keys()->add_listed(); }, 5, "a key list"},
+      {[](wire::Header& h) { h.mutable_secagg_keys()->add_seeds(); }, 10,
+       "a list of seed contributions"},
+      {[](wire::Header& h) {
+         h.mutable_secagg_shares()->add_shares()->set_peer(h.secagg_shares().shares_size());
+       },
+       4, "a list of neighbours' shares"},
+      {[](wire::Header& h) { h.mutable_secagg_checked()->add_members(1); }, 10, "a checked list"},
+      {[](wire::Header& h) {
+         auto* tag = h.mutable_secagg_confirm()->add_tags();
+         tag->set_to(h.secagg_confirm().tags_size());
+         tag->set_tag(std::string(32, 't'));
+       },
+       4, "a list of confirmations"},
+      {[](wire::Header& h) { h.mutable_secagg_survivors()->add_survivors(1); }, 10,
+       "a survivor list"},
+      {[](wire::Header& h) { h.mutable_secagg_unmask_request()->add_survivors(1); }, 10,
+       "an unmask request's survivors"},
+      {[](wire::Header& h) { h.mutable_secagg_unmask_request()->add_dropped(1); }, 10,
+       "an unmask request's dropped"},
+      {[](wire::Header& h) { h.mutable_secagg_unmask_request()->add_signatures(); }, 10,
+       "an unmask request's signatures"},
+  };
+  for (const List& list : lists) {
+    wire::Header h;
+    h.set_version(wire::VERSION_1);
+    for (int i = 0; i < list.most; ++i) list.add(h);
+    auto at_most = ServerMessageFromWire(h, 10, 4);
+    EXPECT_EQ(at_most.status().message().find("more than the"), std::string::npos)
+        << list.name << ": " << at_most.status();
+    list.add(h);
+    EXPECT_EQ(ServerMessageFromWire(h, 10, 4).status().message(),
+              list.name + " of " + std::to_string(list.most + 1) + " entries, more than the " +
+                  std::to_string(list.most) + " a cohort of 10 with 4 neighbours each can have");
+  }
 }
 
 // In an unmask request, each signature carries its signer's tag for the

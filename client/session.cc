@@ -36,7 +36,18 @@ net::Envelope AsEnvelope(Outbound&& out) {
   }
   return e;
 }
+
 namespace {
+
+// Text from the coordinator (the run's name, an error or a rejection) as a
+// log line shows it: one line of printable ASCII, at most `most` bytes, so
+// a coordinator cannot forge lines of this client's log.
+std::string Printable(const std::string& text, size_t most = 64) {
+  std::string out;
+  for (char c : text.substr(0, most)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (text.size() > most) out += "...";
+  return out.empty() ? "\"\"" : out;
+}
 
 // Welcome.run_nonce: 32 hex digits from this build's coordinators.
 constexpr size_t kMaxRunNonceBytes = 64;
@@ -508,17 +519,7 @@ bool Session::EncodeDistributedDp(const TrainTask& task, std::span<const float> 
   return true;
 }
 
-namespace {
-
-// The run's name as a log line shows it: it comes from the coordinator.
-std::string Printable(const std::string& name) {
-  std::string out;
-  for (char c : name.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  if (name.size() > 64) out += "...";
-  return out.empty() ? "\"\"" : out;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Status Session::DpRepeatError(uint32_t round) const {
   return FailedPreconditionError("already contributed a noised update to round " +
@@ -818,7 +819,7 @@ void Session::OnError(const wire::Error& e, TimeMs now, Actions& a) {
     welcomed_ = false;
     SendHello(now, a);
   } else {
-    env_->Log().warn("coordinator error (round {}): {}", e.round(), e.message());
+    env_->Log().warn("coordinator error (round {}): {}", e.round(), Printable(e.message(), 1024));
   }
 }
 
@@ -865,7 +866,8 @@ Actions Session::OnMessage(const net::Envelope& env, TimeMs now) {
     case wire::Header::kReject:
       a.cancel_training = running_.has_value();
       running_.reset();
-      a.exit = FailedPreconditionError("coordinator rejected this client: " + h.reject().reason());
+      a.exit = FailedPreconditionError("coordinator rejected this client: " +
+                                       Printable(h.reject().reason(), 1024));
       break;
     case wire::Header::kFinished:
       OnFinished(h.finished(), now, a);
@@ -1226,7 +1228,8 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
     return;
   }
   secagg_->awaiting = nullptr;  // The wait is over; the next send starts another.
-  auto message = aggregation::ServerMessageFromWire(h);
+  const aggregation::SecAggParams& params = secagg_->client->params();
+  auto message = aggregation::ServerMessageFromWire(h, params.n, params.k);
   if (!message.ok()) return Refuse(message.status(), a);
   auto reply = secagg_->client->Handle(*message);
   if (!reply.ok()) return Refuse(reply.status(), a);

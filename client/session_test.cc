@@ -84,6 +84,9 @@ TEST_F(SessionTest, HelloUntilWelcomedThenHeartbeats) {
   EXPECT_TRUE(a.send[0].header.has_hello());
 }
 
+// Lines go to the injected Env's logger. What the coordinator says (the
+// run's name and nonce, an error, a rejection) is logged as one line of
+// printable text: it cannot forge lines of the client's log.
 TEST_F(SessionTest, LinesGoToTheInjectedEnvsLogger) {
   std::ostringstream out;
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(out);
@@ -109,6 +112,19 @@ TEST_F(SessionTest, LinesGoToTheInjectedEnvsLogger) {
                            "rounds"),
             std::string::npos)
       << out.str();
+  wire::Header error;
+  error.mutable_error()->set_round(3);
+  error.mutable_error()->set_message("disk full\nround 9 committed\x1b[2J");
+  s.OnMessage(Env(error), 450);
+  EXPECT_NE(out.str().find("\ncoordinator error (round 3): disk full?round 9 committed?[2J\n"),
+            std::string::npos)
+      << out.str();
+  wire::Header reject;
+  reject.mutable_reject()->set_reason("name taken\r\nc2 admitted" + std::string(2000, 'x'));
+  Actions a = s.OnMessage(Env(reject), 500);
+  ASSERT_TRUE(a.exit.has_value());
+  EXPECT_EQ(a.exit->message(), "coordinator rejected this client: name taken??c2 admitted" +
+                                   std::string(1024 - 23, 'x') + "...");
 }
 
 // FedNova (train.fednova): the plain update is the delta divided by the
@@ -475,6 +491,35 @@ net::Envelope SecureTask(uint64_t task_id, const crypto::Ed25519Public& own, uin
   return e;
 }
 
+// A session training the secure task 7 of round 1 (n = 3, k = 2).
+Session InSecureRound(const crypto::Ed25519KeyPair& identity) {
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  EXPECT_TRUE(s.OnMessage(SecureTask(7, identity.public_key), 20).train.has_value());
+  return s;
+}
+
+// A key list longer than the cohort's graph allows (n = 3, k = 2) is
+// refused before it is copied: an empty entry is 2 bytes on the wire and a
+// few hundred copied. The client leaves the round and says why.
+TEST(SecureSessionTest, AKeyListLongerThanTheGraphAllowsIsRefusedBeforeTheCopy) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  Session s = InSecureRound(identity);
+  wire::Header keys;
+  keys.mutable_secagg_keys()->set_round(1);
+  keys.mutable_secagg_keys()->set_task_id(7);
+  for (int i = 0; i < 100000; ++i) keys.mutable_secagg_keys()->add_listed();
+  Actions a = s.OnMessage(Env(keys), 30);
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0],
+            "secagg refused in round 1: a key list of 100000 entries, more than the 3 a cohort "
+            "of 3 with 2 neighbours each can have");
+  ASSERT_EQ(a.send.size(), 1u);
+  EXPECT_EQ(a.send[0].header.goodbye().task_id(), 7u);
+}
+
 TEST(SecureSessionTest, TheEvaluationRidesInTheMaskedVectorWhereTheSetupSaysSo) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
   std::vector<uint32_t> encoded;
@@ -701,7 +746,9 @@ TEST(SecureSessionTest, ATaskOtherThanTheOneTheSessionBindsIsRefused) {
       // This client's task; its setup (and digest) is the one the others got.
       net::Envelope task = honest;
       spoil(task);
-      if (early) ASSERT_EQ(s.OnMessage(SecAggStartFor(task), 20).send.size(), 1u);
+      if (early) {
+        ASSERT_EQ(s.OnMessage(SecAggStartFor(task), 20).send.size(), 1u);
+      }
       Actions a = s.OnMessage(task, 30);
       EXPECT_FALSE(a.train.has_value());
       ASSERT_EQ(a.printed.size(), 1u);
@@ -760,11 +807,7 @@ TEST(SecureSessionTest, ATaskOfAnotherRoundThanItsSessionIsRefused) {
 
 TEST(SecureSessionTest, ADivergedUpdateLeavesTheRoundInsteadOfBeingEncoded) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
-  Session s(
-      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
-  s.Start(0);
-  s.OnMessage(Welcome(), 10);
-  ASSERT_TRUE(s.OnMessage(SecureTask(7, identity.public_key), 20).train.has_value());
+  Session s = InSecureRound(identity);
   std::vector<float> local = {1.0f, std::numeric_limits<float>::quiet_NaN(), 0, 0};
   Actions a = s.OnTrainingDone(7, train::TrainResult{}, local, 30);
   ASSERT_EQ(a.send.size(), 1u);  // A goodbye to the round; no update.

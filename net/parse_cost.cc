@@ -17,15 +17,19 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::internal::WireFormatLite;
 using google::protobuf::io::CodedInputStream;
 
-// Each heap allocation's bookkeeping in glibc malloc, rounded up.
-constexpr uint64_t kMalloc = 16;
-// A repeated field's array: its header and the least capacity it reserves,
-// charged once per field, then at twice the element size per element (the
-// array doubles as it grows).
-constexpr uint64_t kRepeatedHeader = 64;
+// The chunk glibc's malloc hands out for `bytes`: 8 bytes of header,
+// rounded up to 16, at least 32.
+constexpr uint64_t Chunk(uint64_t bytes) {
+  return std::max<uint64_t>(32, (bytes + 8 + 15) & ~uint64_t{15});
+}
+
+// A repeated field's first array: its header and the least capacity it
+// reserves (14 4-byte elements, or 4 pointers), charged once per field, then
+// twice the element size per element (the array doubles as it grows).
+constexpr uint64_t kRepeatedHeader = 96;
 // A std::string allocated on its own (an element of a repeated string field,
 // a set singular string, an unknown length-delimited field's value).
-constexpr uint64_t kStringObject = sizeof(std::string) + kMalloc;
+constexpr uint64_t kStringObject = Chunk(sizeof(std::string));
 // An unknown field's entry in its UnknownFieldSet's vector, doubled.
 constexpr uint64_t kUnknownEntry = 2 * 16;
 // The first unknown field of a message allocates the set that holds them.
@@ -36,7 +40,7 @@ constexpr int kMaxDepth = 100;
 // A string's heap buffer beyond its small-string buffer: libstdc++ grows a
 // string to at least twice the 15 bytes it holds in place.
 uint64_t StringContents(uint64_t len) {
-  return len <= 15 ? 0 : std::max<uint64_t>(len, 30) + 1 + kMalloc;
+  return len <= 15 ? 0 : Chunk(std::max<uint64_t>(len, 30) + 1);
 }
 
 uint64_t ScalarBytes(const FieldDescriptor& field) {
@@ -58,7 +62,7 @@ class Walker {
 
   uint64_t cost() const { return cost_; }
 
-  // The message's own object, then its fields.
+  // The message's own heap object, then its fields.
   Status Message(const Descriptor& type, const uint8_t* data, size_t size, int depth) {
     if (depth > kMaxDepth) {
       return InvalidArgumentError("messages nested deeper than " + std::to_string(kMaxDepth));
@@ -113,15 +117,14 @@ class Walker {
       return InvalidArgumentError("a field value cut short in " + type.name());
     }
     if (field == nullptr || !Matches(*field, wire_type)) {
-      cost_ += kUnknownEntry + (unknown_seen ? 0 : kUnknownSet) +
-               (delimited ? kStringObject + StringContents(len) : 0);
-      unknown_seen = true;
+      Unknown(1, unknown_seen);
+      if (delimited) cost_ += kStringObject + StringContents(len);
       return OkStatus();
     }
     const uint64_t slot = field->is_repeated() ? 2 * sizeof(void*) : 0;
     switch (field->type()) {
       case FieldDescriptor::TYPE_MESSAGE:
-        cost_ += slot + kMalloc;
+        cost_ += slot;
         return Message(*field->message_type(), value, len, depth + 1);
       case FieldDescriptor::TYPE_STRING:
       case FieldDescriptor::TYPE_BYTES:
@@ -130,11 +133,17 @@ class Walker {
       default:
         break;
     }
-    if (!field->is_repeated()) return OkStatus();
-    uint64_t count = 1;
-    if (delimited) count = PackedCount(*field, value, len);
-    cost_ += 2 * ScalarBytes(*field) * count;
+    const uint64_t count = delimited ? PackedCount(*field, value, len) : 1;
+    // A closed (proto2) enum keeps a value it does not name as an unknown
+    // field, singular or not.
+    if (field->type() == FieldDescriptor::TYPE_ENUM) Unknown(count, unknown_seen);
+    if (field->is_repeated()) cost_ += 2 * ScalarBytes(*field) * count;
     return OkStatus();
+  }
+
+  void Unknown(uint64_t count, bool& unknown_seen) {
+    cost_ += count * kUnknownEntry + (unknown_seen ? 0 : kUnknownSet);
+    unknown_seen = true;
   }
 
   // Whether the parser takes this wire type for the field (else it keeps
@@ -177,14 +186,15 @@ class Walker {
     }
   }
 
-  // The object of a message type, as its default instance reports it.
+  // The heap chunk of a message type's object, as its default instance
+  // reports its size.
   uint64_t ObjectBytes(const Descriptor& type) {
     for (const auto& [t, bytes] : objects_) {
       if (t == &type) return bytes;
     }
     const google::protobuf::Message* prototype =
         google::protobuf::MessageFactory::generated_factory()->GetPrototype(&type);
-    const uint64_t bytes = prototype != nullptr ? prototype->SpaceUsedLong() : 256;
+    const uint64_t bytes = Chunk(prototype != nullptr ? prototype->SpaceUsedLong() : 256);
     objects_.emplace_back(&type, bytes);
     return bytes;
   }

@@ -29,15 +29,38 @@ wire::Header Keys() {
   return h;
 }
 
-// What the fair and the hostile headers of a client look like, at `entries`.
-std::vector<std::pair<std::string, wire::Header>> Shapes(int entries) {
-  std::vector<std::pair<std::string, wire::Header>> shapes;
-  wire::Header roster;  // The fairest large header: n 32-byte keys.
-  roster.set_version(wire::VERSION_1);
-  for (int i = 0; i < entries; ++i) {
-    roster.mutable_task()->mutable_secagg()->add_roster(std::string(32, static_cast<char>(i)));
+// A length-delimited field, as the wire spells it.
+std::string Delimited(int field, const std::string& bytes) {
+  std::string out;
+  for (uint64_t v : {uint64_t(field) << 3 | 2, uint64_t{bytes.size()}}) {
+    for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>(v | 0x80));
+    out.push_back(static_cast<char>(v));
   }
-  shapes.emplace_back("roster", roster);
+  return out + bytes;
+}
+
+// Fair: what a coordinator sends a client. Hostile: what would take more
+// than kParsedBytesPerHeaderByte times its bytes.
+enum class Kind { kFair, kHostile, kOther };
+
+struct Shape {
+  std::string name;
+  Kind kind;
+  wire::Header header;
+};
+
+// What the fair and the hostile headers of a client look like, at `entries`.
+std::vector<Shape> Shapes(int entries) {
+  std::vector<Shape> shapes;
+  for (size_t key : {32, 41}) {  // The fairest large header: n 32-byte keys.
+    wire::Header roster;
+    roster.set_version(wire::VERSION_1);
+    for (int i = 0; i < entries; ++i) {
+      roster.mutable_task()->mutable_secagg()->add_roster(std::string(key, static_cast<char>(i)));
+    }
+    shapes.push_back({"roster of " + std::to_string(key) + "-byte keys",
+                      key == 32 ? Kind::kFair : Kind::kOther, roster});
+  }
   wire::Header listed = Keys();
   for (int i = 0; i < entries / 20; ++i) {
     auto* l = listed.mutable_secagg_keys()->add_listed();
@@ -46,24 +69,24 @@ std::vector<std::pair<std::string, wire::Header>> Shapes(int entries) {
     l->set_identity(std::string(32, 'i'));
     for (int j = 0; j < 20; ++j) l->add_identity_proof(std::string(32, 'p'));
   }
-  shapes.emplace_back("listed adverts with proofs", listed);
+  shapes.push_back({"listed adverts with proofs", Kind::kFair, listed});
   wire::Header survivors;
   survivors.set_version(wire::VERSION_1);
   for (int i = 0; i < entries; ++i) {
     survivors.mutable_secagg_unmask_request()->add_survivors(i * 1000);
   }
-  shapes.emplace_back("packed survivors", survivors);
+  shapes.push_back({"packed survivors", Kind::kFair, survivors});
   wire::Header empty_listed = Keys();
   for (int i = 0; i < entries; ++i) empty_listed.mutable_secagg_keys()->add_listed();
-  shapes.emplace_back("empty listed entries", empty_listed);
+  shapes.push_back({"empty listed entries", Kind::kHostile, empty_listed});
   wire::Header one_proof = Keys();  // A repeated field's array in each entry.
   for (int i = 0; i < entries; ++i) {
     one_proof.mutable_secagg_keys()->add_listed()->add_identity_proof();
   }
-  shapes.emplace_back("empty entries of one empty proof", one_proof);
+  shapes.push_back({"empty entries of one empty proof", Kind::kHostile, one_proof});
   wire::Header empty_seeds = Keys();
   for (int i = 0; i < entries; ++i) empty_seeds.mutable_secagg_keys()->add_seeds();
-  shapes.emplace_back("empty seeds", empty_seeds);
+  shapes.push_back({"empty seeds", Kind::kHostile, empty_seeds});
   wire::Header unknown = Keys();
   auto* set = unknown.mutable_secagg_keys()->GetReflection()->MutableUnknownFields(
       unknown.mutable_secagg_keys());
@@ -71,7 +94,7 @@ std::vector<std::pair<std::string, wire::Header>> Shapes(int entries) {
     set->AddLengthDelimited(100, i % 2 ? "" : std::string(20, 'u'));
     set->AddVarint(101, i);
   }
-  shapes.emplace_back("unknown fields", unknown);
+  shapes.push_back({"unknown fields", Kind::kHostile, unknown});
   // Survivors (uint32, field 3) sent as fixed64: kept as unknown fields.
   wire::Header mismatched;
   mismatched.set_version(wire::VERSION_1);
@@ -79,7 +102,16 @@ std::vector<std::pair<std::string, wire::Header>> Shapes(int entries) {
   for (int i = 0; i < entries; ++i) {
     request->GetReflection()->MutableUnknownFields(request)->AddFixed64(3, i);
   }
-  shapes.emplace_back("survivors of another wire type", mismatched);
+  shapes.push_back({"survivors of another wire type", Kind::kOther, mismatched});
+  // TrainConfig.optimizer (field 6, a proto2 enum) = 3, which it does not
+  // name, over and over: each kept as an unknown field.
+  std::string train;
+  for (int i = 0; i < entries; ++i) train += std::string("\x30\x03", 2);
+  wire::Header enums;
+  EXPECT_TRUE(enums.ParseFromString(wire::Header().SerializeAsString() +
+                                    std::string("\x08\x01", 2) +
+                                    Delimited(13, Delimited(4, train))));
+  shapes.push_back({"values a closed enum does not name", Kind::kHostile, enums});
   return shapes;
 }
 
@@ -96,7 +128,7 @@ uint64_t HeapInUse() {
 
 TEST(ParseCostTest, BoundsWhatParsingAllocatesWithoutOverstatingIt) {
   for (int entries : {1, 3, 2000}) {
-    for (const auto& [name, h] : Shapes(entries)) {
+    for (const auto& [name, kind, h] : Shapes(entries)) {
       const std::string bytes = h.SerializeAsString();
       const uint64_t cost = Cost(h);
       const uint64_t before = HeapInUse();
@@ -107,28 +139,32 @@ TEST(ParseCostTest, BoundsWhatParsingAllocatesWithoutOverstatingIt) {
       EXPECT_GE(cost, parsed->SpaceUsedLong()) << where;
       if (allocated == 0) continue;  // Not glibc's malloc.
       EXPECT_GE(cost, allocated) << where;
-      EXPECT_LE(cost, 2 * allocated + 512) << where;
+      EXPECT_LE(cost, 2 * allocated + 1024) << where;
     }
   }
 }
 
-// Measured: roster 3.23, listed adverts 3.49, packed survivors 2.06; empty
-// listed entries 60, empty seeds 32, unknown fields 7.9.
-TEST(ParseCostTest, EmptyEntriesCostTensOfTimesTheirBytesAndFairHeadersAFew) {
-  for (const auto& [name, h] : Shapes(20000)) {
+// Measured: roster 3.2, listed adverts 3.5, packed survivors 2.1; empty
+// listed entries 60, empty seeds 32, unknown fields 7.9, unnamed enum
+// values 16.
+TEST(ParseCostTest, HostileEntriesCostTensOfTimesTheirBytesAndFairHeadersAFew) {
+  for (const auto& [name, kind, h] : Shapes(20000)) {
     const double ratio = static_cast<double>(Cost(h)) / h.ByteSizeLong();
-    if (name.rfind("empty", 0) == 0) {
-      EXPECT_GT(ratio, 15) << name;
-    } else if (name != "unknown fields") {
+    if (kind == Kind::kFair) {
       EXPECT_LT(ratio, kParsedBytesPerHeaderByte) << name;
+    } else if (kind == Kind::kHostile) {
+      EXPECT_GT(ratio, kParsedBytesPerHeaderByte) << name;
     }
   }
 }
 
 TEST(ParseCostTest, StopsOnceOverTheLimit) {
-  const wire::Header h = Shapes(20000)[3].second;
-  StatusOr<uint64_t> cost =
-      ParseCost(*wire::Header::descriptor(), h.SerializeAsString(), /*limit=*/10000);
+  std::string bytes;
+  for (const Shape& shape : Shapes(20000)) {
+    if (shape.name == "empty listed entries") bytes = shape.header.SerializeAsString();
+  }
+  ASSERT_EQ(bytes.size(), 40009u);
+  StatusOr<uint64_t> cost = ParseCost(*wire::Header::descriptor(), bytes, /*limit=*/10000);
   ASSERT_TRUE(cost.ok());
   EXPECT_GT(*cost, 10000u);
   EXPECT_LT(*cost, 11000u);
