@@ -39,9 +39,10 @@ net::Envelope AsEnvelope(Outbound&& out) {
 
 namespace {
 
-// Text from the coordinator (the run's name, an error or a rejection) as a
-// log line shows it: one line of printable ASCII, at most `most` bytes, so
-// a coordinator cannot forge lines of this client's log.
+// Text from the coordinator (the run's name, an error, a rejection, a model
+// it names) as a log line shows it: one line of printable ASCII, its first
+// `most` bytes and "..." if there were more, so a coordinator cannot forge
+// lines of this client's log.
 std::string Printable(const std::string& text, size_t most = 64) {
   std::string out;
   for (char c : text.substr(0, most)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
@@ -519,8 +520,6 @@ bool Session::EncodeDistributedDp(const TrainTask& task, std::span<const float> 
   return true;
 }
 
-namespace {}  // namespace
-
 Status Session::DpRepeatError(uint32_t round) const {
   return FailedPreconditionError("already contributed a noised update to round " +
                                  std::to_string(round) + " of run " + Printable(run_name_) +
@@ -644,8 +643,9 @@ void Session::SendPlainUpdate(const TrainTask& task, const train::TrainResult& r
 void Session::OnWelcome(const wire::Welcome& w, Actions& a) {
   if (num_params_ == 0) {
     auto built = build_model_(w.model());
-    if (!built.ok()) {
-      a.exit = built.status();
+    if (!built.ok()) {  // Its message may quote the coordinator's config.
+      a.exit =
+          Status(built.status().code(), Printable(std::string(built.status().message()), 1024));
       return;
     }
     num_params_ = *built;

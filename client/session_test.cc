@@ -84,6 +84,23 @@ TEST_F(SessionTest, HelloUntilWelcomedThenHeartbeats) {
   EXPECT_TRUE(a.send[0].header.has_hello());
 }
 
+// A model the client cannot build stops it, and the reason, which may quote
+// the coordinator's config, is one line of printable text.
+TEST_F(SessionTest, AModelItCannotBuildStopsItSayingWhyInPrintableText) {
+  Session s(
+      "c1", 50,
+      [](const config::ModelConfig& m) -> StatusOr<size_t> {
+        return InvalidArgumentError("unknown model.arch \"" + m.arch() + "\"");
+      },
+      nullptr);
+  s.Start(0);
+  net::Envelope welcome = Welcome();
+  welcome.header.mutable_welcome()->mutable_model()->set_arch("mlp\nround 9 committed");
+  Actions a = s.OnMessage(welcome, 10);
+  ASSERT_TRUE(a.exit.has_value());
+  EXPECT_EQ(a.exit->message(), "unknown model.arch \"mlp?round 9 committed\"");
+}
+
 // Lines go to the injected Env's logger. What the coordinator says (the
 // run's name and nonce, an error, a rejection) is logged as one line of
 // printable text: it cannot forge lines of the client's log.

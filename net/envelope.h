@@ -6,6 +6,7 @@
 #ifndef COHORT_NET_ENVELOPE_H_
 #define COHORT_NET_ENVELOPE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,10 +24,20 @@ inline constexpr size_t kPayloadChunkBytes = size_t{1} << 20;
 inline constexpr size_t kFrameSlackBytes = 4096;
 
 // A header, once parsed, may take at most this many times max_header_bytes
-// of memory (net/parse_cost.h). Fair headers take 1 to 3.3 times their size
-// (a roster of 32-byte keys is the most); 2-byte empty entries of a repeated
-// field would take 60 times.
+// of memory (net/parse_cost.h), and never less than kMinParsedBytes. The
+// large headers a client takes cost 2 to 3.5 times their bytes (a roster of
+// 32-byte keys 3.2); 2-byte empty entries of a repeated field would cost 60
+// times. Small headers can cost more per byte: a packed list of 1-byte
+// counts, 16 times (a Hello's label counts of 65,536 classes, 1 MiB), hence
+// the floor.
 inline constexpr size_t kParsedBytesPerHeaderByte = 4;
+inline constexpr size_t kMinParsedBytes = size_t{16} << 20;
+
+// What a header within `max_header_bytes` may take once parsed.
+inline uint64_t ParsedBytesBudget(size_t max_header_bytes) {
+  return std::max<uint64_t>(uint64_t{kParsedBytesPerHeaderByte} * max_header_bytes,
+                            kMinParsedBytes);
+}
 
 struct Limits {
   size_t max_header_bytes = 65536;

@@ -23,9 +23,9 @@ constexpr uint64_t Chunk(uint64_t bytes) {
   return std::max<uint64_t>(32, (bytes + 8 + 15) & ~uint64_t{15});
 }
 
-// A repeated field's first array: its header and the least capacity it
-// reserves (14 4-byte elements, or 4 pointers), charged once per field, then
-// twice the element size per element (the array doubles as it grows).
+// A repeated field's first array (its header and first capacity), charged
+// once per field with room to spare, then twice the element size per
+// element (the array doubles as it grows).
 constexpr uint64_t kRepeatedHeader = 96;
 // A std::string allocated on its own (an element of a repeated string field,
 // a set singular string, an unknown length-delimited field's value).

@@ -200,7 +200,7 @@ TEST(ParseCostTest, RefusesMalformedBytesNamingWhatWasWrong) {
 
 TEST(ParseCostTest, ADecodedHeaderOfEmptyEntriesIsRefusedBeforeItIsParsed) {
   Limits limits;
-  limits.max_header_bytes = 1 << 20;
+  limits.max_header_bytes = 4 << 20;  // A budget of 16 MiB, 4 times.
   wire::Header hostile = Keys();
   // Each empty entry is 2 bytes; 100 bytes to spare for the rest.
   for (size_t i = 0; i < (limits.max_header_bytes - 100) / 2; ++i) {
@@ -214,8 +214,8 @@ TEST(ParseCostTest, ADecodedHeaderOfEmptyEntriesIsRefusedBeforeItIsParsed) {
   ASSERT_EQ(env.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(env.status().message(),
             "header frame of " + std::to_string(hostile.ByteSizeLong()) +
-                " bytes would take more than 4194304 bytes of memory once parsed (4 times the "
-                "header limit): too many entries for its size");
+                " bytes would take more than 16777216 bytes of memory once parsed: too many "
+                "entries for its size");
 
   // A roster of 32-byte keys as large (35 bytes each) takes 3.2 times its
   // bytes: accepted.
@@ -227,6 +227,22 @@ TEST(ParseCostTest, ADecodedHeaderOfEmptyEntriesIsRefusedBeforeItIsParsed) {
   env = DecodeEnvelope(EncodeEnvelope(roster), limits);
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->header.task().secagg().roster_size(), roster.task().secagg().roster_size());
+}
+
+// Small limits get a floor: a Hello's label counts for 60,000 classes, 1 byte
+// each, cost 16 times their bytes, more than 4 times the coordinator's
+// default limit of 64 KiB, and are a fair Hello.
+TEST(ParseCostTest, AFairHelloOfManyClassesFitsTheFloor) {
+  wire::Header hello;
+  hello.set_version(wire::VERSION_1);
+  hello.mutable_hello()->set_client_name("c1");
+  for (int i = 0; i < 60000; ++i) hello.mutable_hello()->add_label_counts(i % 100);
+  const Limits limits;  // 64 KiB.
+  ASSERT_LT(hello.ByteSizeLong(), limits.max_header_bytes);
+  EXPECT_GT(Cost(hello), kParsedBytesPerHeaderByte * limits.max_header_bytes);
+  StatusOr<Envelope> env = DecodeEnvelope(EncodeEnvelope(hello), limits);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->header.hello().label_counts_size(), 60000);
 }
 
 }  // namespace

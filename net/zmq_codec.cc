@@ -96,7 +96,7 @@ StatusOr<Envelope> DecodeEnvelope(std::span<const zmq::message_t> frames, const 
     }
   }
   // What the header would take once parsed, before protobuf allocates it.
-  const uint64_t budget = uint64_t{kParsedBytesPerHeaderByte} * limits.max_header_bytes;
+  const uint64_t budget = ParsedBytesBudget(limits.max_header_bytes);
   StatusOr<uint64_t> cost = ParseCost(*wire::Header::descriptor(),
                                       std::string_view(head.data<char>(), head.size()), budget);
   if (!cost.ok()) {
@@ -106,9 +106,7 @@ StatusOr<Envelope> DecodeEnvelope(std::span<const zmq::message_t> frames, const 
   if (*cost > budget) {
     return ResourceExhaustedError("header frame of " + std::to_string(head.size()) +
                                   " bytes would take more than " + std::to_string(budget) +
-                                  " bytes of memory once parsed (" +
-                                  std::to_string(kParsedBytesPerHeaderByte) +
-                                  " times the header limit): too many entries for its size");
+                                  " bytes of memory once parsed: too many entries for its size");
   }
   Envelope env;
   if (!env.header.ParseFromArray(head.data(), static_cast<int>(head.size()))) {

@@ -74,7 +74,7 @@ void Run(FuzzInput& in) {
                      std::string_view(frames[0].data<char>(), frames[0].size()), ~uint64_t{0});
   FUZZ_CHECK(cost.ok() && env->header.SpaceUsedLong() <= *cost,
              "the parse cost bounds the parsed header's SpaceUsedLong");
-  FUZZ_CHECK(*cost <= net::kParsedBytesPerHeaderByte * limits.max_header_bytes,
+  FUZZ_CHECK(*cost <= net::ParsedBytesBudget(limits.max_header_bytes),
              "the parsed header within its budget");
   FUZZ_CHECK(env->header.version() == wire::VERSION_1, "version");
   FUZZ_CHECK(env->header.body_case() != wire::Header::BODY_NOT_SET, "body");
