@@ -17,13 +17,13 @@ namespace {
 
 // Where clients stop answering.
 struct Drops {
-  std::set<uint32_t> before_advertise;  // Committed to a seed; never reveals it.
-  std::set<uint32_t> before_share_keys;
-  std::set<uint32_t> before_check;    // Shared keys; never checks what it received.
-  std::set<uint32_t> before_confirm;  // Never confirms the checked list.
-  std::set<uint32_t> before_masked_input;
-  std::set<uint32_t> before_consistency;  // Sent input; silent afterwards.
-  std::set<uint32_t> before_unmask;       // Signed; no unmask response.
+  std::set<uint32_t> before_advertise{};  // Committed to a seed; never reveals it.
+  std::set<uint32_t> before_share_keys{};
+  std::set<uint32_t> before_check{};    // Shared keys; never checks what it received.
+  std::set<uint32_t> before_confirm{};  // Never confirms the checked list.
+  std::set<uint32_t> before_masked_input{};
+  std::set<uint32_t> before_consistency{};  // Sent input; silent afterwards.
+  std::set<uint32_t> before_unmask{};       // Signed; no unmask response.
 };
 
 // What malicious clients do to their own messages (each may be empty).

@@ -26,15 +26,15 @@ struct RunInfo {
   // devices its creator trained or evaluated on (the coordinator's "cpu"
   // where it evaluates; a data-parallel run's backend names, one per rank,
   // "; "-separated).
-  std::string config_sha256;
+  std::string config_sha256{};
   uint32_t world_size = 0;
-  std::string devices;
+  std::string devices{};
   // 32 lowercase hex digits drawn when the run is created (empty in stores
   // older than it), sent in every Welcome: it tells one run from another
   // that has the same coordinator key and name, so a client's ledger of
   // noised rounds (client/dp_ledger.h) does not refuse an honest new run.
   // Not a secret: anyone the coordinator welcomes learns it.
-  std::string run_nonce;
+  std::string run_nonce{};
 };
 
 // One stage of a round as the coordinator saw it: a secure round's
@@ -136,10 +136,10 @@ struct ClientRoundRecord {
   // Lineage and traffic: the SHA-256 its client reported of its training
   // shard (hex; empty: none reported), and the bytes the coordinator
   // received from and sent to it in the round (headers and payloads).
-  std::string data_sha256;
+  std::string data_sha256{};
   // Its training samples per class where it shared them (opt-in; every
   // client of `cohort simulate`); empty: not shared.
-  std::vector<uint64_t> label_counts;
+  std::vector<uint64_t> label_counts{};
   uint64_t upload_bytes = 0;
   uint64_t download_bytes = 0;
 };
@@ -156,7 +156,7 @@ struct Checkpoint {
   // checkpoint.FedBuffSchedule, coordinator/fedbuff_engine.h), committed in
   // the same transaction as the model; empty: none (synchronous rounds,
   // older stores). The store checks only its CRC-32.
-  std::string schedule;
+  std::string schedule{};
 };
 
 // Not thread-safe. Errors are kUnavailable / kDataLoss with SQLite's message.

@@ -45,15 +45,15 @@ struct TrainOptions {
   uint32_t batch_size = 32;
   // Fresh state for each call (each round); a proximal term (FedProx)
   // pulls towards the params the call starts from.
-  OptimizerOptions optimizer;
+  OptimizerOptions optimizer{};
   uint64_t seed = 0;  // Shuffling; the caller derives it from run, round, client.
   // SCAFFOLD (train.scaffold, aggregation/scaffold.h): c - c_i, the
   // server's control variate less the client's, one value per parameter.
   // After each optimizer step the parameters move by -learning_rate times
   // it (NIID-Bench's order: outside the optimizer's momentum and weight
   // decay). Empty: no correction.
-  std::vector<float> scaffold_correction;
-  ProgressFn progress;  // Empty: none. Never changes what is computed.
+  std::vector<float> scaffold_correction{};
+  ProgressFn progress{};  // Empty: none. Never changes what is computed.
 };
 
 struct TrainResult {

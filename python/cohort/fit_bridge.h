@@ -28,8 +28,8 @@ class FitBridge {
     Kind kind = Kind::kFit;
     const client::TrainTask* task = nullptr;
     std::span<float> params;  // The daemon's buffer: fit's array views it.
-    std::optional<StatusOr<train::TrainResult>> result;      // kFit.
-    std::optional<StatusOr<train::EvalResult>> eval_result;  // kEvaluate.
+    std::optional<StatusOr<train::TrainResult>> result{};      // kFit.
+    std::optional<StatusOr<train::EvalResult>> eval_result{};  // kEvaluate.
     bool done() const { return kind == Kind::kFit ? result.has_value() : eval_result.has_value(); }
   };
 

@@ -62,7 +62,9 @@ TEST(AdaptiveClipRunTest, SimulateMovesTheClipAndStatusShowsIt) {
   EXPECT_EQ(rounds[0].dp_clip_norm, 0.01);
   for (size_t r = 0; r < 4; ++r) {
     EXPECT_GT(rounds[r].dp_next_clip_norm, rounds[r].dp_clip_norm) << "round " << r + 1;
-    if (r > 0) EXPECT_EQ(rounds[r].dp_clip_norm, rounds[r - 1].dp_next_clip_norm);
+    if (r > 0) {
+      EXPECT_EQ(rounds[r].dp_clip_norm, rounds[r - 1].dp_next_clip_norm);
+    }
   }
 
   ASSERT_EQ(RunCohort({"status", "--run-dir", dir / "run"}, &out, dir / "status.log"), 0);
@@ -194,7 +196,9 @@ TEST(AdaptiveClipRunTest, DistributedDpMovesTheClipUnderSecAggPlusWithDropouts) 
   int committed = 0, short_rounds = 0;
   const std::vector<double> eps = RecomputedEpsilons(rounds);
   for (size_t r = 0; r < rounds.size(); ++r) {
-    if (r > 0) EXPECT_EQ(rounds[r].dp_clip_norm, rounds[r - 1].dp_next_clip_norm);
+    if (r > 0) {
+      EXPECT_EQ(rounds[r].dp_clip_norm, rounds[r - 1].dp_next_clip_norm);
+    }
     std::printf("round %zu: %s, %u of %u, C %.6g -> %.6g, epsilon %.6g\n", r + 1,
                 rounds[r].outcome.c_str(), rounds[r].participants, rounds[r].selected,
                 rounds[r].dp_clip_norm, rounds[r].dp_next_clip_norm, rounds[r].dp_epsilon);
@@ -249,7 +253,9 @@ TEST(AdaptiveClipRunTest, AKilledDistributedSimulationResumesFromTheStoredClip) 
   EXPECT_EQ(after[2].dp_clip_norm, before[1].dp_next_clip_norm);
   const std::vector<double> eps = RecomputedEpsilons(after);
   for (size_t r = 0; r < after.size(); ++r) {
-    if (r > 0) EXPECT_EQ(after[r].dp_clip_norm, after[r - 1].dp_next_clip_norm);
+    if (r > 0) {
+      EXPECT_EQ(after[r].dp_clip_norm, after[r - 1].dp_next_clip_norm);
+    }
     EXPECT_NEAR(after[r].dp_epsilon, eps[r], 1e-9 * eps[r]) << "round " << r + 1;
   }
   EXPECT_GT(after[4].dp_next_clip_norm, after[0].dp_clip_norm);

@@ -428,7 +428,9 @@ TEST(SecureDecodeTest, DistributedDpAdaptiveClipDecodesTheNoisedCountAndMovesThe
     ASSERT_EQ(rounds[r].outcome, "committed") << rounds[r].outcome_reason;
     ASSERT_EQ(seen[r].sum.size(), kParams + 1 + aggregation::kSecureMetricSlots);
     const double c = rounds[r].dp_clip_norm;
-    if (r > 0) EXPECT_EQ(c, rounds[r - 1].dp_next_clip_norm);
+    if (r > 0) {
+      EXPECT_EQ(c, rounds[r - 1].dp_next_clip_norm);
+    }
     int unclipped = 0;
     std::vector<double> signal(kParams, 0);
     for (const std::string& name : seen[r].names) {
