@@ -921,7 +921,13 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
       AbortRound(now, shortfall + "; " + futile, out);
       return;
     }
-    env_->Log().warn("round {}: {}; the round is run again (attempt {} of {})", round, shortfall,
+    const std::string why = shortfall + "; " + NotCounted();
+    if (attempts_ + 1 >= kMaxRoundAttempts) {
+      AbortRound(now, why + "; the round was tried " + std::to_string(kMaxRoundAttempts) + " times",
+                 out);
+      return;
+    }
+    env_->Log().warn("round {}: {}; the round is run again (attempt {} of {})", round, why,
                      attempts_ + 1, kMaxRoundAttempts);
     ++attempts_;
     participants_.clear();
@@ -953,10 +959,22 @@ std::string RoundEngine::WhyARerunIsFutile() const {
            "), and a re-run, with the same model and seeds, could accept at most " +
            std::to_string(reachable);
   }
-  if (attempts_ + 1 >= kMaxRoundAttempts) {
-    return "the round was tried " + std::to_string(kMaxRoundAttempts) + " times";
-  }
   return "";
+}
+
+std::string RoundEngine::NotCounted() const {
+  constexpr size_t kNamed = 3;
+  std::string named;
+  size_t count = 0;
+  for (const auto& p : participants_) {
+    if (p.counts()) continue;
+    if (++count > kNamed) continue;
+    const bool refused = p.state == Participant::State::kRejected;
+    named += (count > 1 ? ", " : "") + p.name + " (" + (refused ? "update refused: " : "") +
+             p.reason + ")";
+  }
+  if (count > kNamed) named += fmt::format(" and {} more", count - kNamed);
+  return "not counted: " + named;
 }
 
 void RoundEngine::FinishRound(TimeMs now, double started, std::vector<Outgoing>& out) {

@@ -196,9 +196,15 @@ class RoundEngine final : public ProtocolEngine {
   // Sets up the aggregation of a round of `cohort` and sends its tasks.
   void StartRound(const std::vector<std::string>& cohort, TimeMs now, std::vector<Outgoing>& out);
   void CloseRound(TimeMs now, std::vector<Outgoing>& out);
-  // Why a plain round short of rounds.min_clients is not run again but
-  // committed aborted (the next round's seeds differ), or "" to re-run it.
+  // Why re-running a plain round short of rounds.min_clients could not reach
+  // it (an update a check refused would be refused again), so the round is
+  // committed aborted (the next round's seeds differ); "" if a re-run could.
   std::string WhyARerunIsFutile() const;
+  // "not counted: c2 (missed the round deadline), c3 (update refused: ...)":
+  // the participants whose updates are not in the round and why, the first
+  // three by name, then how many more. (A round short of min_clients has
+  // at least one: its cohort was at least min_clients.)
+  std::string NotCounted() const;
   // Applies `mean` (null: an aborted round, model unchanged), evaluates and
   // commits the round, then starts the next one or finishes the run.
   // `spent_seconds`: coordinator time already spent aggregating.

@@ -954,8 +954,11 @@ TEST_F(RoundEngineTest, ARefusedUpdateBesideASilentClientStillGetsARerun) {
   Deliver("p3", UpdateFor(tasks_["p3"], std::vector<float>(kParams, 100.0f)));  // Refused.
   Tick(11000);  // c2 silent: 2 accepted, and c2 could have made 3.
   EXPECT_EQ(engine_->last_committed_round(), 0u);
-  EXPECT_NE(env.Lines().find("round 1: only 2 updates accepted, need 3; the round is run again "
-                             "(attempt 1 of 3)"),
+  // The line names who did not count and why.
+  EXPECT_NE(env.Lines().find("round 1: only 2 updates accepted, need 3; not counted: c2 (missed "
+                             "the round deadline), c3 (update refused: update has L2 norm 316.2, "
+                             "above server.max_update_norm 5); the round is run again (attempt 1 "
+                             "of 3)"),
             std::string::npos)
       << env.Lines();
   for (const char* peer : {"p0", "p1"}) {
@@ -993,10 +996,11 @@ TEST_F(RoundEngineTest, ARoundShortOfAnswersIsTriedThreeTimesThenAborted) {
   ASSERT_EQ(rounds->size(), 1u);
   EXPECT_EQ((*rounds)[0].outcome, "aborted");
   EXPECT_EQ((*rounds)[0].outcome_reason,
-            "only 2 updates accepted, need 3; the round was tried 3 times");
+            "only 2 updates accepted, need 3; not counted: c2 (missed the round deadline); the "
+            "round was tried 3 times");
   const std::string lines = env.Lines();
-  EXPECT_NE(lines.find("round 1: only 2 updates accepted, need 3; the round is run again (attempt "
-                       "1 of 3)"),
+  EXPECT_NE(lines.find("round 1: only 2 updates accepted, need 3; not counted: c2 (missed the "
+                       "round deadline); the round is run again (attempt 1 of 3)"),
             std::string::npos)
       << lines;
   EXPECT_NE(lines.find("(attempt 2 of 3)"), std::string::npos);
@@ -1005,8 +1009,8 @@ TEST_F(RoundEngineTest, ARoundShortOfAnswersIsTriedThreeTimesThenAborted) {
   Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
   Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams, 1.0f)));
   Tick(11000);
-  EXPECT_NE(env.Lines().find("round 2: only 2 updates accepted, need 3; the round is run again "
-                             "(attempt 1 of 3)"),
+  EXPECT_NE(env.Lines().find("round 2: only 2 updates accepted, need 3; not counted: c2 (missed "
+                             "the round deadline); the round is run again (attempt 1 of 3)"),
             std::string::npos)
       << env.Lines();
   Deliver("p2", hb);
@@ -1015,6 +1019,32 @@ TEST_F(RoundEngineTest, ARoundShortOfAnswersIsTriedThreeTimesThenAborted) {
   Deliver("p2", UpdateFor(tasks_["p2"], std::vector<float>(kParams, 1.0f)));
   EXPECT_EQ(engine_->last_committed_round(), 2u);
   EXPECT_EQ((*store_->Rounds())[1].outcome, "committed");
+}
+
+// Clients that fail their own training (a SCAFFOLD variate gone to NaN, say)
+// leave with their reason: the re-run line says who did not count and why,
+// the first three by name, so the operator need not dig it out of the store.
+TEST_F(RoundEngineTest, ARerunNamesTheClientsThatDidNotCountAndWhy) {
+  FakeEnv env;
+  Start(TestConfig(5, 5, 1), &env);
+  Register(5);
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 1.0f)));
+  for (const char* peer : {"p1", "p2", "p3", "p4"}) {
+    net::Envelope bye;
+    bye.header.set_version(wire::VERSION_1);
+    bye.header.mutable_goodbye()->set_task_id(tasks_[peer].task_id());
+    bye.header.mutable_goodbye()->set_reason(
+        "train.scaffold: the new control variate has NaN or Inf");
+    Deliver(peer, bye);
+  }
+  EXPECT_EQ(engine_->last_committed_round(), 0u);
+  EXPECT_NE(env.Lines().find("round 1: only 1 updates accepted, need 5; not counted: c1 (left: "
+                             "train.scaffold: the new control variate has NaN or Inf), c2 (left: "
+                             "train.scaffold: the new control variate has NaN or Inf), c3 (left: "
+                             "train.scaffold: the new control variate has NaN or Inf) and 1 more; "
+                             "the round is run again (attempt 1 of 3)"),
+            std::string::npos)
+      << env.Lines();
 }
 
 // Central differential privacy (issue 34): DP-FedAvg on plain rounds.
