@@ -224,11 +224,12 @@ def summary(results, rounds):
             p = welch_p(m, s, len(runs), fm, fs)
             within += abs(m - fm) <= 1.5
             mu = " mu %g" % runs[0].get("mu", 0.01) if alg == "fedprox" else ""
-            print("| %s %s%s | %s%s | %.2f ± %.2f | %.2f ± %.2f | %+.2f | %s | %s |" % (
+            ours = "%.2f ± %.2f" % (m, s) if len(runs) > 1 else "%.2f (one run)" % m
+            print("| %s %s%s | %s%s | %s | %.2f ± %.2f | %+.2f | %s | %s |" % (
                 name, label, mu,
                 ", ".join("%d: %.2f%s" % (r["seed"], best(r), "" if r["rounds"] == rounds
                                           else " (%d rounds)" % r["rounds"]) for r in runs),
-                " (%s)" % "; ".join(lacks) if lacks else "", m, s, fm, fs, m - fm,
+                " (%s)" % "; ".join(lacks) if lacks else "", ours, fm, fs, m - fm,
                 "-" if p is None else "%.2f" % p, "yes" if abs(m - fm) <= 1.5 else "no"))
     print("\nWithin 1.5 points of Flower's figure: %d of %d cells." % (
         within, len(ALGORITHMS) * len(PARTITIONS)))
