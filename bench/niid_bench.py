@@ -28,8 +28,9 @@ partition and mu: each seed's final and best-round accuracy, the best
 round's mean +- sample std over the seeds, beside Flower's reproduction
 (adap/flower baselines/niid_bench/README.md, "the best accuracies across
 all rounds", mean +- std over its runs). A last table takes each of the
-twelve cells from its runs closest to the protocol (weight decay 1e-5, all
-rounds, FedProx's best mu), with Welch's p against Flower's figure and
+twelve cells from its runs closest to the protocol (weight decay 1e-5,
+FedProx's best mu; a run stopped after it diverged counts with its best
+round), with Welch's p against Flower's figure and
 whether it is within the issue's 1.5 points. `--table FILE,...` prints the
 tables over several results files and runs nothing.
 

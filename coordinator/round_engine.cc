@@ -914,8 +914,8 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
   for (const auto& p : participants_) ok += p.counts() ? 1 : 0;
   phase_ = Phase::kWaiting;
   if (ok < config_.rounds().min_clients()) {
-    const std::string shortfall =
-        fmt::format("only {} updates accepted, need {}", ok, config_.rounds().min_clients());
+    const std::string shortfall = fmt::format("only {} update{} accepted, need {}", ok,
+                                              ok == 1 ? "" : "s", config_.rounds().min_clients());
     const std::string futile = WhyARerunIsFutile();
     if (!futile.empty()) {
       AbortRound(now, shortfall + "; " + futile, out);

@@ -1038,7 +1038,7 @@ TEST_F(RoundEngineTest, ARerunNamesTheClientsThatDidNotCountAndWhy) {
     Deliver(peer, bye);
   }
   EXPECT_EQ(engine_->last_committed_round(), 0u);
-  EXPECT_NE(env.Lines().find("round 1: only 1 updates accepted, need 5; not counted: c1 (left: "
+  EXPECT_NE(env.Lines().find("round 1: only 1 update accepted, need 5; not counted: c1 (left: "
                              "train.scaffold: the new control variate has NaN or Inf), c2 (left: "
                              "train.scaffold: the new control variate has NaN or Inf), c3 (left: "
                              "train.scaffold: the new control variate has NaN or Inf) and 1 more; "
