@@ -62,8 +62,9 @@ struct ClientOptions {
   // who could collude.
   double corrupt_fraction = 0.1;
   // Distributed DP: this client's own noise multiplier (Session::
-  // set_dp_noise_multiplier); it refuses a round whose cohort is smaller
-  // than the survivors its noise share assumes. 0: no check.
+  // set_dp_noise_multiplier); it refuses a round whose cohort, or whose
+  // survivor list, is smaller than the survivors its noise share assumes.
+  // 0: no check.
   double dp_noise_multiplier = 0;
   // Distributed DP: the most noised updates this client makes, ever, as
   // counted in state_dir's ledger (Session::set_dp_max_rounds); needs state_dir

@@ -1074,6 +1074,38 @@ Status Session::CheckDpCohort(const aggregation::SecAggSetup& s) const {
       s.n, assumed, s.dp_share_variance, dp_noise_multiplier_, target));
 }
 
+// The fewest survivors whose noise shares together carry this client's
+// noise multiplier Z (0 when none is pinned), from the two checks above:
+// the update's m V_share >= (s Z C)^2 and, with the count word, Andrew et
+// al.'s pair, m >= Z^2 ((s C)^2 / V_share + S^2 / (4 V_count)). Called once
+// the setup passed them, so it is at most the cohort.
+uint32_t Session::DpSurvivorsNeeded(const aggregation::SecAggSetup& s) const {
+  if (dp_noise_multiplier_ <= 0) return 0;
+  const double z2 = dp_noise_multiplier_ * dp_noise_multiplier_;
+  const double grid = s.dp_scale * s.dp_clip_norm;
+  const double update = grid * grid / s.dp_share_variance;
+  double m = z2 * update * (1 - 1e-9);
+  if (s.dp_count_scale > 0) {
+    const double count = s.dp_count_scale * s.dp_count_scale / (4 * s.dp_count_share_variance);
+    m = std::max(m, z2 * (update + count) / (1 + 1e-9));
+  }
+  return static_cast<uint32_t>(std::ceil(m));
+}
+
+// A coordinator that drops masked inputs until fewer than that survive
+// would release a sum with less noise than this client's multiplier; the
+// survivor list says how many inputs the sum holds, and unmasking needs t
+// neighbours' signatures on it, so a client refuses to sign a short one.
+Status Session::CheckDpSurvivors(size_t survivors) const {
+  if (survivors >= secagg_->dp_survivors) return OkStatus();
+  return FailedPreconditionError(fmt::format(
+      "survivor list: {} survivor{}, fewer than the {} whose noise shares (variance {:.6g} per "
+      "coordinate) together carry this client's noise multiplier {:g}; the sum would be "
+      "under-noised",
+      survivors, survivors == 1 ? "" : "s", secagg_->dp_survivors, secagg_->dp_share_variance,
+      dp_noise_multiplier_));
+}
+
 Status Session::CheckSetupSums(const aggregation::SecAggSetup& s) const {
   if (!std::isfinite(s.clip) || s.clip <= 0 || !std::isfinite(s.scale) || s.scale < 1 ||
       !std::isfinite(s.total_weight) || s.total_weight < static_cast<double>(num_samples_)) {
@@ -1146,6 +1178,7 @@ Status Session::StartSecAgg(uint32_t round, uint64_t task_id, const wire::SecAgg
   r.dp_share_variance = s.dp_share_variance;
   r.dp_count_scale = s.dp_count_scale;
   r.dp_count_share_variance = s.dp_count_share_variance;
+  r.dp_survivors = DpSurvivorsNeeded(s);
   r.task_digest = s.task_digest;
   r.variate_weight = scaffold ? 1.0 / s.n : 0;
   r.stage_limit = std::min<TimeMs>(secagg_stage_limit_ms_, 2 * TimeMs{s.stage_timeout_ms} + 30000);
@@ -1231,6 +1264,10 @@ void Session::OnSecAggMessage(const wire::Header& h, TimeMs now, Actions& a) {
   const aggregation::SecAggParams& params = secagg_->client->params();
   auto message = aggregation::ServerMessageFromWire(h, params.n, params.k);
   if (!message.ok()) return Refuse(message.status(), a);
+  if (const auto* list = std::get_if<aggregation::SurvivorList>(&*message)) {
+    Status enough = CheckDpSurvivors(list->survivors.size());
+    if (!enough.ok()) return Refuse(enough, a);
+  }
   auto reply = secagg_->client->Handle(*message);
   if (!reply.ok()) return Refuse(reply.status(), a);
   if (!reply->has_value()) {  // Confirmed: it masks once its input is there.

@@ -112,7 +112,8 @@ class Session {
   // share's variance, sized by the coordinator for m survivors, but not m
   // or sigma; with sigma pinned here, m = (s sigma C)^2 / share variance,
   // and a setup whose cohort is smaller than that (its n shares together
-  // carry less than the target noise) is refused before the key exchange.
+  // carry less than the target noise) is refused before the key exchange,
+  // as is a survivor list shorter than m (this client does not sign it).
   // A pinned multiplier also refuses any round that is not securely
   // aggregated (it would carry no noise at all).
   // Distributed DP: the most noised updates this client makes, over every
@@ -165,6 +166,10 @@ class Session {
     // the bit [||delta|| <= dp_clip_norm] on this grid, noised with this
     // share (privacy::EncodeClipBit); dp_count_scale 0: no such word.
     double dp_count_scale = 0, dp_count_share_variance = 0;
+    // With this client's own noise multiplier: the fewest survivors whose
+    // noise shares carry it (DpSurvivorsNeeded); a shorter survivor list is
+    // refused. 0: no floor.
+    uint32_t dp_survivors = 0;
     crypto::Digest task_digest{};  // Its task must hash to this (TaskDigest).
     std::unique_ptr<aggregation::SecAggClient> client;
     bool checked_in = false;  // U3 confirmed: ready to mask.
@@ -200,6 +205,8 @@ class Session {
   // And of adaptive clipping's count word: its noise with the update's must
   // not spend more than the pinned noise multiplier alone.
   Status CheckDpCountShare(const aggregation::SecAggSetup& s) const;
+  uint32_t DpSurvivorsNeeded(const aggregation::SecAggSetup& s) const;
+  Status CheckDpSurvivors(size_t survivors) const;
   // OnMessage's handlers, one per body.
   void OnWelcome(const wire::Welcome& w, Actions& a);
   bool AcceptTask(const wire::RoundTask& t, const net::Envelope& env, Actions& a);

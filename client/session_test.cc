@@ -1207,6 +1207,14 @@ class DistributedDpLedgerTest : public ::testing::Test {
     sa->set_dp_share_variance(1e6);
     return e;
   }
+  // The coordinator's survivor list for task `task_id` of `round`.
+  static net::Envelope SurvivorsFor(uint32_t round, uint64_t task_id, std::vector<uint32_t> who) {
+    wire::Header h;
+    h.mutable_secagg_survivors()->set_round(round);
+    h.mutable_secagg_survivors()->set_task_id(task_id);
+    for (uint32_t v : who) h.mutable_secagg_survivors()->add_survivors(v);
+    return Env(h);
+  }
   // Trains task `task_id` to the end: its noised input is then counted
   // and encoded (it waits for the other clients to be masked and sent).
   Actions Train(Session& s, uint64_t task_id) {
@@ -1433,6 +1441,55 @@ TEST_F(DistributedDpLedgerTest, ACohortSmallerThanTheSurvivorsItsShareAssumesIsR
   ASSERT_TRUE(pinned->OnMessage(with_share(10, target / 2), 40).train.has_value());
 }
 
+// A coordinator that drops masked inputs until fewer than the m survivors
+// the share is sized for remain would release an under-noised sum: a
+// pinned client refuses to sign a survivor list shorter than m and leaves
+// the round. Here m = 2 of a cohort of 3. A list of m, or any list for an
+// unpinned client, goes on to the protocol's own checks (here it comes
+// before this client masked: out of order).
+TEST_F(DistributedDpLedgerTest, APinnedClientRefusesToSignAShortSurvivorList) {
+  const double target = std::pow(1024 * 0.5, 2);  // s 1024, C 0.5, sigma 1.
+  auto task = [&](uint64_t id) {
+    net::Envelope e = DpTask(1, id);
+    e.header.mutable_task()->mutable_secagg()->set_dp_share_variance(target / 2);
+    return e;
+  };
+  std::unique_ptr<Session> pinned = Make("mnist-dp", false);
+  pinned->set_dp_noise_multiplier(1.0);
+  ASSERT_TRUE(pinned->OnMessage(task(7), 20).train.has_value());
+  Actions a = pinned->OnMessage(SurvivorsFor(1, 7, {0}), 30);
+  const std::string why =
+      "survivor list: 1 survivor, fewer than the 2 whose noise shares (variance 131072 per "
+      "coordinate) together carry this client's noise multiplier 1; the sum would be "
+      "under-noised";
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0], "secagg refused in round 1: " + why);
+  ExpectLeft(a, 7, "refused the round's secure aggregation: " + why);
+
+  ASSERT_TRUE(pinned->OnMessage(task(8), 40).train.has_value());
+  a = pinned->OnMessage(SurvivorsFor(1, 8, {0, 2}), 50);
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0], "secagg refused in round 1: secagg client: SignSurvivors out of order");
+  // V / m in floating point can come out a hair short: (1024 x 1.3 x 0.7)^2
+  // / 2 as the share makes V / share 2.0000000000000004, still 2 survivors.
+  std::unique_ptr<Session> rounded = Make("mnist-dp", false);
+  rounded->set_dp_noise_multiplier(1.3);
+  net::Envelope e = DpTask(1, 10);
+  e.header.mutable_task()->mutable_secagg()->set_dp_clip_norm(0.7);
+  e.header.mutable_task()->mutable_secagg()->set_dp_l2_bound(800);
+  e.header.mutable_task()->mutable_secagg()->set_dp_share_variance(std::pow(1024 * 1.3 * 0.7, 2) /
+                                                                   2);
+  ASSERT_TRUE(rounded->OnMessage(e, 20).train.has_value());
+  a = rounded->OnMessage(SurvivorsFor(1, 10, {1, 2}), 30);
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0], "secagg refused in round 1: secagg client: SignSurvivors out of order");
+  std::unique_ptr<Session> unpinned = Make("mnist-dp", false);
+  ASSERT_TRUE(unpinned->OnMessage(task(9), 20).train.has_value());
+  a = unpinned->OnMessage(SurvivorsFor(1, 9, {0}), 30);
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0], "secagg refused in round 1: secagg client: SignSurvivors out of order");
+}
+
 // A pinned client refuses a setup that drops the noise (all DP fields 0:
 // the plain encoding) and a grid whose L2 bound is above 2 s C, where the
 // rounding (seeded from the coordinator's train seed) would carry more of
@@ -1532,6 +1589,16 @@ TEST_F(DistributedDpLedgerTest, TheCountWordCarriesTheBitAndAPinnedClientChecksI
     return e;
   };
   ASSERT_TRUE(pinned->OnMessage(honest(13, 7), 90).train.has_value());
+  // The pair sets the survivors it needs: all 3 (the update alone, 1).
+  a = pinned->OnMessage(SurvivorsFor(7, 13, {0, 1}), 95);
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_NE(a.printed[0].find("survivor list: 2 survivors, fewer than the 3 whose noise shares"),
+            std::string::npos)
+      << a.printed[0];
+  ASSERT_TRUE(pinned->OnMessage(honest(15, 9), 96).train.has_value());
+  a = pinned->OnMessage(SurvivorsFor(9, 15, {0, 1, 2}), 97);
+  ASSERT_EQ(a.printed.size(), 1u);
+  EXPECT_EQ(a.printed[0], "secagg refused in round 9: secagg client: SignSurvivors out of order");
   std::unique_ptr<Session> stricter = Make("mnist-dp", false);
   stricter->set_dp_noise_multiplier(1.01);
   a = stricter->OnMessage(honest(14, 8), 100);
