@@ -40,13 +40,27 @@ double LogPoissonPmf(int64_t k, double lambda) {
 
 }  // namespace
 
-double SkellamRdp(double l1, double l2, double variance, double order) {
-  if (!(variance > 0)) return kInf;
-  const double a = order, v = variance;
+namespace {
+
+// Theorem 3.5's bound at integer order `a`.
+double SkellamRdpInteger(double l1, double l2, double v, double a) {
   const double gaussian = a * l2 * l2 / (2 * v);
   const double correction =
       std::min(((2 * a - 1) * l2 * l2 + 6 * l1) / (4 * v * v), 3 * l1 / (2 * v));
   return gaussian + correction;
+}
+
+}  // namespace
+
+double SkellamRdp(double l1, double l2, double variance, double order) {
+  if (!(variance > 0)) return kInf;
+  const double lo = std::floor(order), t = order - lo;
+  if (t == 0) return SkellamRdpInteger(l1, l2, variance, lo);
+  // Between integers, the chord of (α - 1) ε(α), which is convex in α (a
+  // log moment) and 0 at α = 1: as rdp_wor.cc interpolates.
+  const double cgf = (1 - t) * (lo - 1) * SkellamRdpInteger(l1, l2, variance, lo) +
+                     t * lo * SkellamRdpInteger(l1, l2, variance, lo + 1);
+  return cgf / (order - 1);
 }
 
 double SampledSkellamRdp(double q, double l1, double l2, double variance, double order) {

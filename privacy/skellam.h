@@ -36,7 +36,11 @@ namespace cohort::privacy {
 //   ε(α) = α Δ2² / (2V) + min(((2α - 1) Δ2² + 6 Δ1) / (4V²), 3 Δ1 / (2V))
 // (Agarwal et al. 2021, Theorem 3.5 with μ = V / 2, in the integer domain;
 // google-research/federated distributed_dp/accounting_utils.py states the
-// same bound in real units). +inf for a variance that is not > 0.
+// same bound in real units). The theorem is stated for integer orders: at
+// a fractional order α this is the chord of (α - 1) ε(α) between the
+// integers around it, an upper bound because (α - 1) times a Rényi
+// divergence is convex in α (and 0 at α = 1). +inf for a variance that is
+// not > 0.
 double SkellamRdp(double l1, double l2, double variance, double order);
 
 // RDP at integer `order` >= 2 of a mechanism with RDP `rdp(α)` (α = 2..order)

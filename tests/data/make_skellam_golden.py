@@ -35,9 +35,21 @@ ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
 BETA = math.exp(-0.5)
 
 
-def skellam_rdp(l1, l2, v, a):
+def skellam_rdp_integer(l1, l2, v, a):
     return a * l2 * l2 / (2 * v) + min(((2 * a - 1) * l2 * l2 + 6 * l1) / (4 * v * v),
                                        3 * l1 / (2 * v))
+
+
+def skellam_rdp(l1, l2, v, a):
+    # Theorem 3.5 holds at integer orders; between them, the chord of the
+    # convex (a - 1) eps(a), which is 0 at a = 1.
+    lo = math.floor(a)
+    if lo == a:
+        return skellam_rdp_integer(l1, l2, v, a)
+    t = a - lo
+    cgf = ((1 - t) * (lo - 1) * skellam_rdp_integer(l1, l2, v, lo) +
+           t * lo * skellam_rdp_integer(l1, l2, v, lo + 1))
+    return cgf / (a - 1)
 
 
 def sampled_rdp(q, l1, l2, v, a):
