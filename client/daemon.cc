@@ -323,6 +323,11 @@ Status RunClient(const ClientOptions& options, LocalTrainer& trainer,
     // one, a restart would forget them and the cap would hold per process.
     return InvalidArgumentError("--dp-max-rounds requires --state-dir");
   }
+  if (options.share_label_counts && options.dp_noise_multiplier > 0) {
+    return InvalidArgumentError(
+        "--share-label-counts with --dp-noise-multiplier: the label counts would reach the "
+        "coordinator in the clear, and distributed DP does not trust it with this client's data");
+  }
   if (!options.state_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.state_dir, ec);

@@ -154,7 +154,9 @@ void Session::SendHello(TimeMs now, Actions& a) {
   h.mutable_hello()->set_client_name(name_);
   h.mutable_hello()->set_num_samples(num_samples_);
   h.mutable_hello()->set_code_version(COHORT_VERSION);
-  h.mutable_hello()->set_data_sha256(data_sha256_);
+  // Not for a client pinned to distributed DP: the digest would let the
+  // coordinator, which it does not trust, confirm a guess of its data.
+  if (dp_noise_multiplier_ <= 0) h.mutable_hello()->set_data_sha256(data_sha256_);
   for (uint64_t c : label_counts_) h.mutable_hello()->add_label_counts(c);
   if (identity_ != nullptr) {
     h.mutable_hello()->set_identity_key(identity_->public_key.data(), identity_->public_key.size());

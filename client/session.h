@@ -73,7 +73,8 @@ class Session {
   // Identity keys allowed in a secure-aggregation cohort (--peers); a setup
   // naming any other key is refused. Empty (the default): no check.
   // The SHA-256 (hex) of this client's training shard, for the run's
-  // lineage: sent in Hello. Empty (the default): none sent.
+  // lineage: sent in Hello, unless the client is pinned to distributed DP
+  // (set_dp_noise_multiplier). Empty (the default): none sent.
   void set_data_sha256(std::string digest) { data_sha256_ = std::move(digest); }
   // Samples per class, sent in Hello where the client opted in (empty:
   // none sent).

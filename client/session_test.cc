@@ -84,6 +84,22 @@ TEST_F(SessionTest, HelloUntilWelcomedThenHeartbeats) {
   EXPECT_TRUE(a.send[0].header.has_hello());
 }
 
+// Hello carries the shard's digest for the run's lineage, except from a
+// client pinned to distributed DP: it would let the coordinator, which
+// that client does not trust, confirm a guess of its data.
+TEST_F(SessionTest, HelloCarriesTheDataDigestUnlessTheClientIsPinnedToDistributedDp) {
+  Session s = Make();
+  s.set_data_sha256("ab12");
+  EXPECT_EQ(s.Start(0).send.at(0).header.hello().data_sha256(), "ab12");
+  Session pinned = Make();
+  pinned.set_data_sha256("ab12");
+  pinned.set_dp_noise_multiplier(1.0);
+  Actions a = pinned.Start(0);
+  ASSERT_TRUE(a.send.at(0).header.has_hello());
+  EXPECT_EQ(a.send[0].header.hello().data_sha256(), "");
+  EXPECT_EQ(a.send[0].header.hello().client_name(), "c1");
+}
+
 // A model the client cannot build stops it, and the reason, which may quote
 // the coordinator's config, is one line of printable text.
 TEST_F(SessionTest, AModelItCannotBuildStopsItSayingWhyInPrintableText) {

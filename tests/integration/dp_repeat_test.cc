@@ -183,5 +183,20 @@ TEST(DpRepeatTest, ANegativeNoiseMultiplierIsAFlagError) {
       << ReadFile(cluster.client_log(0));
 }
 
+// Label counts go to the coordinator in the clear; a client pinned to
+// distributed DP does not trust it with them.
+TEST(DpRepeatTest, LabelCountsWithAPinnedNoiseMultiplierIsAFlagError) {
+  Cluster cluster("dp-labels-flag", 1);
+  cluster.StartClient(0, "tcp://127.0.0.1:1",
+                      {"--dp-noise-multiplier", "1", "--share-label-counts"});
+  EXPECT_NE(cluster.client(0).Wait(), 0);
+  EXPECT_NE(ReadFile(cluster.client_log(0))
+                .find("--share-label-counts with --dp-noise-multiplier: the label counts would "
+                      "reach the coordinator in the clear, and distributed DP does not trust it "
+                      "with this client's data"),
+            std::string::npos)
+      << ReadFile(cluster.client_log(0));
+}
+
 }  // namespace
 }  // namespace cohort::testing
