@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -16,12 +15,8 @@ constexpr double kClipMargin = 1.0 - 1.0 / (1 << 20);
 
 class ClippedSum final : public Aggregator {
  public:
-  ClippedSum(std::unique_ptr<Aggregator> sum, double clip_norm, uint32_t denominator,
-             double max_norm)
-      : sum_(std::move(sum)),
-        clip_norm_(clip_norm),
-        denominator_(denominator),
-        max_norm_(max_norm) {}
+  ClippedSum(std::unique_ptr<Aggregator> sum, double clip_norm, uint32_t denominator)
+      : sum_(std::move(sum)), clip_norm_(clip_norm), denominator_(denominator) {}
 
   size_t frame_floats() const override { return sum_->frame_floats(); }
   bool masked() const override { return false; }
@@ -34,12 +29,6 @@ class ClippedSum final : public Aggregator {
     // A wrong length or a NaN: the streaming sum's own error.
     if (update.size() != sum_->frame_floats() || !std::isfinite(norm)) {
       return sum_->Accept(participant, update, 1);
-    }
-    if (max_norm_ > 0 && norm > max_norm_) {
-      char text[128];
-      std::snprintf(text, sizeof(text),
-                    "update has L2 norm %.4g, above server.max_update_norm %.4g", norm, max_norm_);
-      return InvalidArgumentError(text);
     }
     // Kept as it is only inside the margin the clipped path keeps: every
     // update summed is at most C(1 - 2^-20) long, whichever path it took,
@@ -67,21 +56,19 @@ class ClippedSum final : public Aggregator {
   std::unique_ptr<Aggregator> sum_;
   double clip_norm_;
   uint32_t denominator_;
-  double max_norm_;
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<Aggregator>> NewClippedSum(size_t num_params, double clip_norm,
-                                                    uint32_t denominator, double max_norm) {
+                                                    uint32_t denominator) {
   if (!(clip_norm > 0) || std::isinf(clip_norm)) {
     return InvalidArgumentError("clipped sum: clip norm " + fmt::format("{}", clip_norm) +
                                 " is not finite and > 0");
   }
   if (denominator == 0) return InvalidArgumentError("clipped sum: a denominator of 0");
   COHORT_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> sum, NewStreamingFedAvg(num_params));
-  return std::unique_ptr<Aggregator>(
-      new ClippedSum(std::move(sum), clip_norm, denominator, max_norm));
+  return std::unique_ptr<Aggregator>(new ClippedSum(std::move(sum), clip_norm, denominator));
 }
 
 }  // namespace cohort::aggregation

@@ -21,12 +21,13 @@ namespace cohort::aggregation {
 // so a replayed round gives the same result. An update longer than
 // clip_norm x (1 - 2^-20) is scaled to that length, so float rounding never
 // takes it past the clip; a shorter one is summed as it is.
-// With `max_norm` > 0 an update longer than that is refused before
-// clipping, as NewStreamingFedAvg refuses it. kInvalidArgument for a
-// clip_norm that is not finite and > 0, a denominator of 0 or no
-// parameters.
+// No update is refused for its length (server.max_update_norm does not
+// apply): a refusal that left a round short would abort it, and whether a
+// round commits would then hinge on one client's update, which the released
+// models show. kInvalidArgument for a clip_norm that is not finite and > 0,
+// a denominator of 0 or no parameters.
 StatusOr<std::unique_ptr<Aggregator>> NewClippedSum(size_t num_params, double clip_norm,
-                                                    uint32_t denominator, double max_norm = 0);
+                                                    uint32_t denominator);
 
 }  // namespace cohort::aggregation
 

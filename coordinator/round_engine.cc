@@ -751,11 +751,11 @@ Status RoundEngine::StartPlain() {
   // A robust rule needs every update; the weighted mean only a running sum.
   const config::ServerConfig& s = config_.server();
   if (dp_ != nullptr) {
-    // DP-FedAvg: clipped, equally weighted, over the cohort (strategy_dp.h).
-    COHORT_ASSIGN_OR_RETURN(aggregator_,
-                            aggregation::NewClippedSum(global_.size(), dp_->clip_norm(),
-                                                       static_cast<uint32_t>(participants_.size()),
-                                                       s.max_update_norm()));
+    // DP-FedAvg: clipped, equally weighted, over the cohort (strategy_dp.h);
+    // no update is refused for its length, every one is clipped.
+    COHORT_ASSIGN_OR_RETURN(
+        aggregator_, aggregation::NewClippedSum(global_.size(), dp_->clip_norm(),
+                                                static_cast<uint32_t>(participants_.size())));
   } else if (s.has_robust()) {
     COHORT_ASSIGN_OR_RETURN(
         aggregator_, aggregation::NewRobustAggregator(RobustOptionsOf(s.robust()), global_.size(),

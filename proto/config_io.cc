@@ -776,16 +776,17 @@ Status CheckPrivacy(const RunConfig& c) {
   const PrivacyConfig& p = c.privacy();
   COHORT_RETURN_IF_ERROR(CheckRange("privacy.noise_multiplier", p.noise_multiplier(), 1e-3, 1e6));
   COHORT_RETURN_IF_ERROR(CheckRange("privacy.clip_norm", p.clip_norm(), 1e-9, 1e6));
-  // An update between the two would be refused instead of clipped, and a
-  // round left short by the refusals reruns with the same cohort. Compared
+  // Central DP refuses no update for its length (it clips every one);
+  // server.max_update_norm is the clip norm's upper bound there (adaptive
+  // clipping's cap), so a clip norm above it is a contradiction. Compared
   // in float, the field's type, so the same number in both passes.
   const float max_norm = c.server().max_update_norm();
   if (!distributed && max_norm > 0 && max_norm < static_cast<float>(p.clip_norm())) {
     return InvalidArgumentError(
         "server.max_update_norm " + Number(max_norm) + " is below privacy.clip_norm " +
         Number(p.clip_norm()) +
-        ": updates privacy should clip would be refused (and a round they leave short reruns "
-        "with the same cohort); set server.max_update_norm to 0 (no bound) or to at least "
+        ": under central DP it bounds the clip norm (updates are clipped, never refused for "
+        "their length); set server.max_update_norm to 0 (no bound) or to at least "
         "privacy.clip_norm");
   }
   // delta is the chance the epsilon bound fails outright: publishing the

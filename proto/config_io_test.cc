@@ -851,8 +851,8 @@ TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
        "privacy.epsilon_budget: must be in [0, 1e+06] (0: no budget), got -1"},
       // The default server.max_update_norm is 100.
       {plain + "privacy { noise_multiplier: 1 clip_norm: 250 }",
-       "server.max_update_norm 100 is below privacy.clip_norm 250: updates privacy should clip "
-       "would be refused (and a round they leave short reruns with the same cohort); set "
+       "server.max_update_norm 100 is below privacy.clip_norm 250: under central DP it bounds "
+       "the clip norm (updates are clipped, never refused for their length); set "
        "server.max_update_norm to 0 (no bound) or to at least privacy.clip_norm"},
       {plain + "server { max_update_norm: 0.3 } " + dp + "}",
        "server.max_update_norm 0.3 is below privacy.clip_norm 0.5"},
