@@ -339,7 +339,11 @@ Status EncodeSkellam(std::span<const float> delta, double clip_norm, double scal
     }
     within = std::sqrt(rounded2) <= l2_bound;
   }
+  // The rounded update before its noise is wiped, not just freed (a fill
+  // before the free is a dead store the compiler may drop).
+  const auto wipe = [&x] { sodium_memzero(x.data(), x.size() * sizeof(int64_t)); };
   if (!within) {
+    wipe();
     return InternalError("distributed DP: no stochastic rounding met the L2 bound in " +
                          std::to_string(kMaxRoundingDraws) + " draws");
   }
@@ -347,7 +351,7 @@ Status EncodeSkellam(std::span<const float> delta, double clip_norm, double scal
     const int64_t noisy = x[i] + noise.Skellam(share_variance);
     out[i] = static_cast<uint32_t>(static_cast<uint64_t>(noisy));
   }
-  std::fill(x.begin(), x.end(), 0);
+  wipe();
   return OkStatus();
 }
 
