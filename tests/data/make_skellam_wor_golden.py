@@ -45,9 +45,12 @@ import decimal
 import math
 import os
 import sys
-from decimal import ROUND_FLOOR, Decimal
+from decimal import Decimal
 
 from golden_compare import check_or_write  # noqa: E402
+# The Skellam bound, and its chord between integer orders, in whatever
+# arithmetic its arguments are: decimals here.
+from make_skellam_golden import skellam_rdp  # noqa: E402
 
 ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
 QS = [0.001, 0.01, 0.05, 0.1, 0.5, 1.0]
@@ -63,24 +66,6 @@ decimal.getcontext().prec = 60
 
 def d(x):
     return Decimal(repr(x))
-
-
-def skellam_rdp_integer(l1, l2, v, a):
-    return a * l2 * l2 / (2 * v) + min(((2 * a - 1) * l2 * l2 + 6 * l1) / (4 * v * v),
-                                       3 * l1 / (2 * v))
-
-
-def skellam_rdp(l1, l2, v, a):
-    """The Skellam bound, in decimals (every argument a Decimal). Theorem 3.5
-    holds at integer orders; between them, the chord of the convex
-    (a - 1) eps(a), which is 0 at a = 1."""
-    lo = a.to_integral_value(rounding=ROUND_FLOOR)
-    if lo == a:
-        return skellam_rdp_integer(l1, l2, v, a)
-    t = a - lo
-    cgf = ((1 - t) * (lo - 1) * skellam_rdp_integer(l1, l2, v, lo) +
-           t * lo * skellam_rdp_integer(l1, l2, v, lo + 1))
-    return cgf / (a - 1)
 
 
 def log_a(q, l1, l2, v, alpha):
