@@ -372,6 +372,36 @@ TEST(SecureDecodeTest, DistributedDpCommitsTheSurvivorsNoiseAtTheTargetVariance)
   EXPECT_NEAR(rounds[0].dp_epsilon, accountant.Spent(1e-5)->epsilon, 1e-9);
 }
 
+// Each share is sized for m = min_clients survivors, so the coordinator
+// unmasks only with at least max(t, m) masked inputs: with three of ten
+// gone before their input, 7 are left, at or above the threshold t but
+// below m = 8, and the round is aborted before anything is unmasked (7
+// shares would carry 7/8 of the target noise).
+TEST(SecureDecodeTest, DistributedDpAbortsBelowTheSurvivorsTheSharesAreSizedFor) {
+  constexpr int kClients = 10;
+  config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
+  config.mutable_rounds()->set_min_clients(8);
+  config.mutable_rounds()->set_max_clients_per_round(kClients);
+  config::PrivacyConfig& p = *config.mutable_privacy();
+  p.set_mechanism(config::DISTRIBUTED_SKELLAM);
+  p.set_noise_multiplier(1.0);
+  p.set_clip_norm(0.5);
+  const std::vector<uint64_t> samples(kClients, 100);
+  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams, 0.0f));
+  const std::map<int, aggregation::SecAggStage> faults = {
+      {2, aggregation::SecAggStage::kMaskedInput},
+      {5, aggregation::SecAggStage::kMaskedInput},
+      {7, aggregation::SecAggStage::kMaskedInput}};
+  InProcessRun run(config, samples, deltas, faults);
+  run.Run();
+  auto rounds = std::move(run.store().Rounds()).value();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].outcome, "aborted");
+  EXPECT_NE(rounds[0].outcome_reason.find("7 masked inputs, need 8"), std::string::npos)
+      << rounds[0].outcome_reason;
+  EXPECT_EQ(rounds[0].dp_epsilon, 0);  // Nothing unmasked, nothing charged.
+}
+
 // Adaptive clipping under distributed DP (Andrew et al. 2021 with the
 // bits in the masked vector): ten clients of known norms, six at 0.2 and
 // four at 2 (C starts at 0.5, gamma 0.9, so C grows), put their bit times
