@@ -637,9 +637,27 @@ Status CheckRobustFields(const RobustConfig& r) {
   return OkStatus();
 }
 
-// Krum's and Bulyan's smallest cohort, known from rounds.min_clients: a
-// round commits with no fewer updates.
+// Each rule's smallest cohort, known from rounds.min_clients: a round
+// commits with no fewer updates. At fewer, the median and the trimmed mean
+// would be the plain mean, silently.
 Status CheckRobustCohort(const RobustConfig& r, const RoundsConfig& rounds) {
+  const uint32_t n = rounds.min_clients();
+  if (r.rule() == MEDIAN && n < 3) {
+    return InvalidArgumentError(
+        "server.robust.rule: MEDIAN of fewer than 3 updates is their mean, and "
+        "rounds.min_clients is " +
+        std::to_string(n) + " (a round commits with as few); raise rounds.min_clients to 3");
+  }
+  // As aggregation/robust.cc's TrimmedMean counts (the margin for float).
+  const auto cut = static_cast<uint64_t>(std::floor(r.trim_fraction() * double{n} + 1e-6));
+  if (r.rule() == TRIMMED_MEAN && cut == 0) {
+    return InvalidArgumentError(
+        "server.robust.trim_fraction: " + Number(r.trim_fraction()) + " of rounds.min_clients " +
+        std::to_string(n) +
+        " updates rounds down to 0 cut from each end (a round commits with as few), which is "
+        "the plain mean; raise trim_fraction to at least 1 / rounds.min_clients or raise "
+        "rounds.min_clients");
+  }
   if (!IsKrumFamily(r.rule())) return OkStatus();
   const std::string name = RobustRule_Name(r.rule());
   const uint64_t f = r.byzantine_clients();
@@ -878,6 +896,12 @@ Status CheckScaffold(const RunConfig& c) {
     return InvalidArgumentError(
         "train.scaffold: privacy's clipping and noise cover the model's update, not the control "
         "variates that would ride with it; leave one of them out");
+  }
+  if (c.model().has_external()) {
+    return InvalidArgumentError(
+        "train.scaffold: model.external is trained by the Python client's fit, which does not "
+        "apply SCAFFOLD's control variates (every client would refuse every round); leave one of "
+        "them out");
   }
   return OkStatus();
 }

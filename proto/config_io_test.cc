@@ -542,8 +542,13 @@ TEST(ConfigTest, AdaptiveServerOptimizersTakeTheirOwnSettingsOnly) {
 
 TEST(ConfigTest, ARobustRuleNeedsPlainRoundsItsOwnSettingsAndEnoughClients) {
   const std::string plain = "secagg { aggregation: PLAIN } ";
-  EXPECT_EQ(ErrorOf(plain + "server { robust { rule: MEDIAN } }"), "");
-  EXPECT_EQ(ErrorOf(plain + "server { robust { rule: TRIMMED_MEAN trim_fraction: 0.2 } }"), "");
+  EXPECT_EQ(ErrorOf(plain + "rounds { min_clients: 3 } server { robust { rule: MEDIAN } }"), "");
+  EXPECT_EQ(ErrorOf(plain + "rounds { min_clients: 5 } server { robust { rule: TRIMMED_MEAN "
+                            "trim_fraction: 0.2 } }"),
+            "");
+  EXPECT_EQ(ErrorOf(plain + "rounds { min_clients: 20 } server { robust { rule: TRIMMED_MEAN "
+                            "trim_fraction: 0.35 } }"),
+            "");
   EXPECT_EQ(ErrorOf(plain + "rounds { min_clients: 5 } server { robust { rule: KRUM } }"), "");
   EXPECT_EQ(ErrorOf(plain + "rounds { min_clients: 7 } server { optimizer: FEDADAM "
                             "learning_rate: 0.1 robust { rule: BULYAN byzantine_clients: 1 } }"),
@@ -563,7 +568,17 @@ TEST(ConfigTest, ARobustRuleNeedsPlainRoundsItsOwnSettingsAndEnoughClients) {
        "shows the coordinator only the sum"},
       {plain + "server { robust { } }",
        "server.robust.rule: must be MEDIAN, TRIMMED_MEAN, KRUM, MULTI_KRUM or BULYAN"},
-      {plain + "server { robust { rule: MEDIAN trim_fraction: 0.1 } }",
+      {plain + "server { robust { rule: MEDIAN } }",
+       "server.robust.rule: MEDIAN of fewer than 3 updates is their mean, and rounds.min_clients "
+       "is 2 (a round commits with as few); raise rounds.min_clients to 3"},
+      {plain + "rounds { min_clients: 9 } server { robust { rule: TRIMMED_MEAN } }",
+       "server.robust.trim_fraction: 0.1 of rounds.min_clients 9 updates rounds down to 0 cut "
+       "from each end (a round commits with as few), which is the plain mean; raise "
+       "trim_fraction to at least 1 / rounds.min_clients or raise rounds.min_clients"},
+      {plain + "rounds { min_clients: 4 } server { robust { rule: TRIMMED_MEAN trim_fraction: 0.2 "
+               "} }",
+       "server.robust.trim_fraction: 0.2 of rounds.min_clients 4 updates rounds down to 0"},
+      {plain + "rounds { min_clients: 3 } server { robust { rule: MEDIAN trim_fraction: 0.1 } }",
        "server.robust.trim_fraction: a setting of TRIMMED_MEAN, but server.robust.rule is MEDIAN"},
       {plain + "server { robust { rule: TRIMMED_MEAN byzantine_clients: 1 } }",
        "server.robust.byzantine_clients: a setting of KRUM, MULTI_KRUM and BULYAN, but "
@@ -645,7 +660,7 @@ TEST(ConfigTest, FedNovaNeedsHeavyBallSgdAndAWeightedMean) {
        "train.fednova: with FedProx's term (train.proximal_mu) the steps have another "
        "normaliser, which is not built; leave one of them out"},
       {"train { fednova: true } secagg { aggregation: PLAIN } "
-       "server { robust { rule: MEDIAN } }",
+       "rounds { min_clients: 3 } server { robust { rule: MEDIAN } }",
        "train.fednova: server.robust replaces the weighted mean that FedNova rescales by the "
        "clients' tau_eff; leave one of them out"},
       {"train { fednova: true } secagg { aggregation: PLAIN } "
@@ -677,13 +692,17 @@ TEST(ConfigTest, ScaffoldNeedsSgdAndPlainSums) {
        "train.scaffold: train.fednova rescales the deltas that SCAFFOLD's variates are computed "
        "from; leave one of them out"},
       {"train { scaffold: true } secagg { aggregation: PLAIN } "
-       "server { robust { rule: MEDIAN } }",
+       "rounds { min_clients: 3 } server { robust { rule: MEDIAN } }",
        "train.scaffold: server.robust replaces the sums that SCAFFOLD's control variates need; "
        "leave one of them out"},
       {"train { scaffold: true } secagg { aggregation: PLAIN } "
        "privacy { noise_multiplier: 1 clip_norm: 1 }",
        "train.scaffold: privacy's clipping and noise cover the model's update, not the control "
        "variates that would ride with it; leave one of them out"},
+      {"train { scaffold: true } model { external { num_params: 8 } }",
+       "train.scaffold: model.external is trained by the Python client's fit, which does not "
+       "apply SCAFFOLD's control variates (every client would refuse every round); leave one of "
+       "them out"},
   };
   for (const auto& [text, message] : bad) {
     EXPECT_TRUE(Contains(ErrorOf(text), "x.textproto: " + message)) << ErrorOf(text);
@@ -699,7 +718,7 @@ TEST(ConfigTest, FedBuffGroupsAndWhatDoesNotComposeWithThem) {
   // Per group, FedNova's normalised mean and (plain) a robust rule compose.
   EXPECT_EQ(ErrorOf("fedbuff { buffer_size: 5 concurrency: 10 } train { fednova: true }"), "");
   EXPECT_EQ(ErrorOf("fedbuff { buffer_size: 5 concurrency: 10 } secagg { aggregation: PLAIN } "
-                    "server { robust { rule: MEDIAN } }"),
+                    "rounds { min_clients: 3 } server { robust { rule: MEDIAN } }"),
             "");
   EXPECT_EQ(ErrorOf("fedbuff { buffer_size: 2 concurrency: 4 } secagg { aggregation: PLAIN }"), "");
   const std::string plain = "secagg { aggregation: PLAIN } ";
@@ -832,7 +851,7 @@ TEST(ConfigTest, CentralPrivacyNeedsPlainRoundsAndItsNumbersInRange) {
   EXPECT_TRUE(Contains(ErrorOf("secagg { aggregation: SECAGG } " + dp + "}"),
                        "but secagg.aggregation SECAGG hides the updates"));
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {plain + "server { robust { rule: MEDIAN } } " + dp + "}",
+      {plain + "rounds { min_clients: 3 } server { robust { rule: MEDIAN } } " + dp + "}",
        "privacy: the noise is calibrated to the sum of clipped updates; server.robust"},
       {plain + "privacy { clip_norm: 1 }",
        "privacy.noise_multiplier: must be in [0.001, 1e+06], got 0"},
