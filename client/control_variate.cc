@@ -16,11 +16,16 @@
 namespace cohort::client {
 namespace {
 
-constexpr char kMagic[8] = {'C', 'H', 'T', 'S', 'C', 'A', 'F', '1'};
-constexpr size_t kHeaderBytes = 8 + 8 + 4 + 4;
+constexpr char kMagic[8] = {'C', 'H', 'T', 'S', 'C', 'A', 'F', '2'};
+constexpr char kMagicBeforeRunId[8] = {'C', 'H', 'T', 'S', 'C', 'A', 'F', '1'};
+constexpr size_t kRunBytes = 32;
 
 std::span<const uint8_t> Bytes(std::span<const float> values) {
   return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)};
+}
+
+uint32_t Checksum(std::span<const uint8_t> run, std::span<const float> values) {
+  return Crc32(Bytes(values), Crc32(run));
 }
 
 }  // namespace
@@ -43,7 +48,9 @@ StatusOr<ClientVariate> LoadControlVariate(const std::string& path, size_t num_p
   const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto* p = reinterpret_cast<const uint8_t*>(data.data());
   const std::string what = path + ": SCAFFOLD control variate: ";
-  if (data.size() < kHeaderBytes || std::memcmp(p, kMagic, 8) != 0) {
+  const bool with_run = data.size() >= 8 && std::memcmp(p, kMagic, 8) == 0;
+  const size_t header = 8 + 8 + 4 + (with_run ? kRunBytes : 0) + 4;
+  if (data.size() < header || (!with_run && std::memcmp(p, kMagicBeforeRunId, 8) != 0)) {
     return DataLossError(what + "not a control variate file (bad magic or cut short)");
   }
   const uint64_t count = GetU64(p + 8);
@@ -51,17 +58,19 @@ StatusOr<ClientVariate> LoadControlVariate(const std::string& path, size_t num_p
     return DataLossError(what + "holds " + std::to_string(count) + " values, the model has " +
                          std::to_string(num_params));
   }
-  if (data.size() != kHeaderBytes + 2 * count * sizeof(float)) {
+  if (data.size() != header + 2 * count * sizeof(float)) {
     return DataLossError(what + std::to_string(data.size()) + " bytes, expected " +
-                         std::to_string(kHeaderBytes + 2 * count * sizeof(float)));
+                         std::to_string(header + 2 * count * sizeof(float)));
   }
+  ClientVariate out;
+  if (with_run) std::memcpy(out.run.data(), p + 20, kRunBytes);
   std::vector<float> values(2 * count);
-  std::memcpy(values.data(), p + kHeaderBytes, values.size() * sizeof(float));
-  if (Crc32(Bytes(values)) != GetU32(p + 20)) return DataLossError(what + "CRC-32 mismatch");
+  std::memcpy(values.data(), p + header, values.size() * sizeof(float));
+  const uint32_t crc = with_run ? Checksum(out.run, values) : Crc32(Bytes(values));
+  if (crc != GetU32(p + header - 4)) return DataLossError(what + "CRC-32 mismatch");
   for (float v : values) {
     if (!std::isfinite(v)) return DataLossError(what + "holds NaN or Inf");
   }
-  ClientVariate out;
   out.round = GetU32(p + 16);
   out.before.assign(values.begin(), values.begin() + static_cast<ptrdiff_t>(count));
   out.after.assign(values.begin() + static_cast<ptrdiff_t>(count), values.end());
@@ -74,7 +83,8 @@ Status SaveControlVariate(const std::string& path, const ClientVariate& variate)
   std::string data(kMagic, 8);
   PutU64(data, variate.after.size());
   PutU32(data, variate.round);
-  PutU32(data, Crc32(Bytes(values)));
+  data.append(reinterpret_cast<const char*>(variate.run.data()), kRunBytes);
+  PutU32(data, Checksum(variate.run, values));
   data.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
   return ReplaceFileDurably(path, data);
 }

@@ -287,16 +287,30 @@ void Session::set_state_dir(const std::string& state_dir) {
 }
 
 Status Session::PrepareScaffold(TrainTask& task) {
+  const std::vector<float> zeros(num_params_, 0.0f);
   if (!variate_) {
     if (variate_path_.empty()) {
-      const std::vector<float> zeros(num_params_, 0.0f);
-      variate_ = ClientVariate{0, zeros, zeros};
+      variate_ = ClientVariate{0, zeros, zeros, RunId()};
     } else {
       COHORT_ASSIGN_OR_RETURN(ClientVariate loaded, LoadControlVariate(variate_path_, num_params_));
-      env_->Log().info("SCAFFOLD: control variate c_i from {} (last update in round {})",
-                       variate_path_, loaded.round);
+      if (loaded.round > 0 && loaded.run == RunId()) {
+        env_->Log().info("SCAFFOLD: control variate c_i from {} (last update in round {})",
+                         variate_path_, loaded.round);
+      }
       variate_ = std::move(loaded);
     }
+  }
+  if (variate_->run != RunId()) {
+    // Another run's c_i (or one from before files named their run): this
+    // run's c started at zero, and so does its c_i.
+    if (variate_->round > 0) {
+      env_->Log().warn(
+          "SCAFFOLD: the control variate c_i {}is another run's (its last update was in that "
+          "run's round {}); run {} starts c_i at zero",
+          variate_path_.empty() ? "" : "in " + variate_path_ + " ", variate_->round,
+          Printable(run_name_));
+    }
+    variate_ = ClientVariate{0, zeros, zeros, RunId()};
   }
   task.client_variate = variate_->For(task.round);
   task.options.scaffold_correction.resize(num_params_);
@@ -308,7 +322,7 @@ Status Session::PrepareScaffold(TrainTask& task) {
 
 Status Session::AdvanceVariate(const TrainTask& task, const train::TrainResult& result,
                                std::span<const float> local, std::vector<float>& delta_c) {
-  ClientVariate next{task.round, task.client_variate, std::vector<float>(num_params_)};
+  ClientVariate next{task.round, task.client_variate, std::vector<float>(num_params_), RunId()};
   delta_c.resize(num_params_);
   COHORT_RETURN_IF_ERROR(aggregation::ScaffoldClientVariate(
       task.global, local, task.server_variate, task.client_variate, result.steps,

@@ -4,6 +4,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <stdlib.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "aggregation/secagg_wire.h"
 #include "client/control_variate.h"
 #include "client/dp_ledger.h"
+#include "common/bytes.h"
 
 namespace cohort::client {
 namespace {
@@ -272,6 +274,81 @@ TEST_F(SessionTest, AScaffoldTaskKeepsTheClientVariateAcrossARestart) {
   EXPECT_EQ(kept.round, 1u);
   EXPECT_EQ(kept.before, (std::vector<float>(kParams, 0.0f)));
   EXPECT_EQ(kept.after, (std::vector<float>{0.5f, 0, 0, -0.5f}));
+  std::filesystem::remove_all(dir);
+}
+
+// c_i is one run's: a client that joins another run (here another run
+// name; a new run nonce or coordinator key too) starts its c_i at zero, as
+// that run's c starts, whether c_i was in its state directory or only in
+// memory. A file from before variates named their run is no run's.
+TEST_F(SessionTest, AControlVariateIsNotCarriedIntoAnotherRun) {
+  char dir_template[] = "/tmp/cohort-scaffold-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  auto welcome = [](const std::string& run) {
+    net::Envelope w = Welcome();
+    w.header.mutable_welcome()->set_run_name(run);
+    return w;
+  };
+  // c = {0.5, 0, 0, -0.5} in round `round`.
+  auto scaffold_task = [](uint32_t round, uint64_t id) {
+    net::Envelope t = Task(round, id, {1, 2, 3, 4, 0.5f, 0, 0, -0.5f});
+    t.header.mutable_task()->mutable_train()->set_scaffold(true);
+    t.header.mutable_task()->mutable_train()->set_learning_rate(0.125f);
+    return t;
+  };
+  // One round of run-a: c_i+ = {0.5, 0, 0, -0.5} (as in the test above).
+  auto train_round_one = [&](Session& s) {
+    ASSERT_TRUE(s.OnMessage(scaffold_task(1, 7), 20).train.has_value());
+    train::TrainResult r;
+    r.steps = 2;
+    s.OnTrainingDone(7, r, std::vector<float>{0.75f, 2, 3, 4.25f}, 40);
+    ASSERT_EQ(std::vector<float>(s.control_variate().begin(), s.control_variate().end()),
+              (std::vector<float>{0.5f, 0, 0, -0.5f}));
+  };
+  const std::vector<float> c = {0.5f, 0, 0, -0.5f}, zero(kParams, 0.0f);
+  {
+    Session s = Make();
+    s.set_state_dir(dir);
+    s.Start(0);
+    s.OnMessage(welcome("run-a"), 10);
+    train_round_one(s);
+  }
+  // Run-a again (a restart): round 2's correction is c - c_i = 0.
+  Session same = Make();
+  same.set_state_dir(dir);
+  same.Start(0);
+  same.OnMessage(welcome("run-a"), 10);
+  EXPECT_EQ(same.OnMessage(scaffold_task(2, 8), 20).train->options.scaffold_correction, zero);
+  // Run-b on the same state directory: c_i is zero, the correction is c.
+  Session other = Make();
+  other.set_state_dir(dir);
+  other.Start(0);
+  other.OnMessage(welcome("run-b"), 10);
+  EXPECT_EQ(other.OnMessage(scaffold_task(2, 9), 20).train->options.scaffold_correction, c);
+  // In memory: the coordinator's next Welcome names another run.
+  Session memory = Make();
+  memory.Start(0);
+  memory.OnMessage(welcome("run-a"), 10);
+  train_round_one(memory);
+  memory.OnMessage(welcome("run-b"), 50);
+  EXPECT_EQ(memory.OnMessage(scaffold_task(2, 10), 60).train->options.scaffold_correction, c);
+  // The format before the run id ("CHTSCAF1": count, round, CRC, values).
+  std::vector<float> values = {0, 0, 0, 0, 0.5f, 0, 0, -0.5f};
+  std::string old_file = "CHTSCAF1";
+  PutU64(old_file, kParams);
+  PutU32(old_file, 1);
+  PutU32(old_file, Crc32({reinterpret_cast<const uint8_t*>(values.data()), 32}));
+  old_file.append(reinterpret_cast<const char*>(values.data()), 32);
+  std::ofstream(ControlVariatePath(dir), std::ios::binary | std::ios::trunc) << old_file;
+  const ClientVariate loaded = LoadControlVariate(ControlVariatePath(dir), kParams).value();
+  EXPECT_EQ(loaded.after, c);
+  EXPECT_EQ(loaded.run, (std::array<uint8_t, 32>{}));
+  Session upgraded = Make();
+  upgraded.set_state_dir(dir);
+  upgraded.Start(0);
+  upgraded.OnMessage(welcome("run-a"), 10);
+  EXPECT_EQ(upgraded.OnMessage(scaffold_task(2, 11), 20).train->options.scaffold_correction, c);
   std::filesystem::remove_all(dir);
 }
 
