@@ -205,6 +205,7 @@ Status FedBuffEngine::RestoreSchedule(const store::Checkpoint& cp) {
     return a.opened_at != b.opened_at ? a.opened_at < b.opened_at : a.id < b.id;
   });
   free_.assign(s.free().begin(), s.free().end());
+  banned_.insert(s.banned().begin(), s.banned().end());
   next_group_ = s.next_group();
   resume_at_ = s.clock_ms();
   scheduled_ = std::move(names);
@@ -218,7 +219,10 @@ std::string FedBuffEngine::SaveSchedule(const Group& g, uint32_t version, TimeMs
   s.set_next_group(next_group_);
   // g's members are freed right after this commit, in this order.
   for (const std::string& name : free_) s.add_free(name);
-  for (const std::string& name : g.members) s.add_free(name);
+  for (const std::string& name : g.members) {
+    if (Drawable(name)) s.add_free(name);
+  }
+  for (const auto& [name, why] : banned_) (*s.mutable_banned())[name] = why;
   auto put = [&s](const Group& o, bool closing) {
     checkpoint::FedBuffGroup& pg = *s.add_groups();
     pg.set_id(o.id);
@@ -289,7 +293,10 @@ void FedBuffEngine::OnHello(const std::string& peer, const net::Envelope& envelo
   m.hello = envelope;
   m.sender = sender != nullptr ? std::optional<AuthenticatedPeer>(*sender) : std::nullopt;
   const bool was_out = std::exchange(m.revoked, false) | std::exchange(m.silent, false);
-  if ((is_new && scheduled_.count(name) == 0) || (was_out && m.group == 0 && !Reopening(name))) {
+  if (banned_.count(name) != 0) {
+    // Registered (it is told the run is done at the end), never drawn.
+  } else if ((is_new && scheduled_.count(name) == 0) ||
+             (was_out && m.group == 0 && !Reopening(name))) {
     free_.push_back(name);  // A resumed schedule already places the clients it names.
   } else if (m.group != 0) {
     // Its group's engine decides what a reconnection means for the round.
@@ -367,7 +374,11 @@ void FedBuffEngine::WelcomeBack(const std::string& name) {
   auto it = members_.find(name);
   if (it == members_.end() || !it->second.silent) return;
   it->second.silent = false;
-  if (it->second.group == 0 && !it->second.revoked) free_.push_back(name);
+  if (it->second.group == 0 && Drawable(name)) free_.push_back(name);
+}
+
+bool FedBuffEngine::Drawable(const std::string& name) const {
+  return !members_.at(name).revoked && banned_.count(name) == 0;
 }
 
 config::RunConfig FedBuffEngine::GroupConfig(uint64_t id) const {
@@ -464,6 +475,13 @@ void FedBuffEngine::CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out) {
       ++it;
       continue;
     }
+    // Before the commit, whose schedule keeps them.
+    for (const auto& [name, why] : g.engine->banned()) {
+      if (banned_.emplace(name, why).second) {
+        env_->Log().warn("fedbuff: client {} is drawn into no later group: {} (group {})", name,
+                         why, g.id);
+      }
+    }
     const std::vector<store::RoundRecord> records = g.engine->TakeCommitted();
     const uint32_t before = version_;
     std::string why = "not applied";
@@ -480,7 +498,7 @@ void FedBuffEngine::CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out) {
     for (const std::string& name : g.members) {
       Member& m = members_.at(name);
       m.group = 0;
-      if (!m.revoked) free_.push_back(name);
+      if (Drawable(name)) free_.push_back(name);
     }
     it = groups_.erase(it);
   }
@@ -615,7 +633,7 @@ void FedBuffEngine::CheckScheduledClients() {
       for (const std::string& m : it->members) {
         if (is_missing(m)) {
           abandoned[m] = why;
-        } else if (!members_.at(m).revoked) {
+        } else if (Drawable(m)) {
           free_.push_back(m);
         }
       }

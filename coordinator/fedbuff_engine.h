@@ -151,6 +151,8 @@ class FedBuffEngine final : public ProtocolEngine {
   void WelcomeBack(const std::string& name);
   // Whether `name` is a member of a restored group still to re-open.
   bool Reopening(const std::string& name) const;
+  // Neither revoked nor banned: may be drawn into a group.
+  bool Drawable(const std::string& name) const;
   Status OpenGroup(TimeMs now, std::vector<Outgoing>& out);
   // Gives g (id, base, sorted members set) its store and engine at `now`
   // and registers its members there.
@@ -199,7 +201,10 @@ class FedBuffEngine final : public ProtocolEngine {
   ClientRegistry clients_;
   std::map<std::string, Member> members_;  // By name.
   std::deque<std::string> free_;           // In the order they became free.
-  std::map<uint64_t, Group> groups_;       // In flight, by id.
+  // Proven to misbehave in a group (its engine's ban), with why: drawn into
+  // no later group; kept in the schedule.
+  std::map<std::string, std::string> banned_;
+  std::map<uint64_t, Group> groups_;  // In flight, by id.
   uint64_t next_group_ = 1;
   static constexpr uint32_t kMaxGroupsWithoutVersion = 50;
   uint32_t groups_without_version_ = 0;  // Closed in a row since the last version.

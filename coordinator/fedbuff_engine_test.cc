@@ -364,6 +364,61 @@ TEST(FedBuffEngineTest, ARevokedMemberIsNotFreedWhenItsGroupCloses) {
   EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
 }
 
+// A client a group's engine bans (here: it changed its sample count during
+// the round) is drawn into no later group, and the schedule committed after
+// it keeps the ban, so a resumed run draws it into none either. (Each group
+// has an engine and an in-memory store of its own: the ban used to end
+// with the group.)
+TEST(FedBuffEngineTest, AClientBannedInAGroupIsDrawnIntoNoLaterGroup) {
+  config::RunConfig config = Config();
+  config.mutable_rounds()->set_min_clients(1);
+  config.mutable_fedbuff()->set_concurrency(2);  // One group at a time.
+  auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
+  auto engine = std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f),
+                                                store.get(), Evaluator(), "test"))
+                    .value();
+  (void)engine->OnMessage("c0", Hello("c0"), 0, nullptr);
+  std::optional<wire::RoundTask> task;
+  for (const Outgoing& o : engine->OnMessage("c1", Hello("c1"), 1, nullptr)) {
+    if (o.peer == "c0" && o.header.has_task()) task = o.header.task();
+  }
+  ASSERT_TRUE(task.has_value());
+  net::Envelope recount = Hello("c1");
+  recount.header.mutable_hello()->set_num_samples(200);
+  (void)engine->OnMessage("c1", recount, 2, nullptr);
+  net::Envelope update;
+  update.header.set_version(wire::VERSION_1);
+  update.header.mutable_update()->set_round(task->round());
+  update.header.mutable_update()->set_task_id(task->task_id());
+  update.header.mutable_update()->set_num_samples(100);
+  update.payloads.push_back(std::vector<float>(kParams, 1.0f));
+  EXPECT_TRUE(Tasked(engine->OnMessage("c0", update, 3, nullptr)).empty())
+      << "a group opened with the banned c1";
+  EXPECT_EQ(engine->last_committed_round(), 1u);
+  EXPECT_TRUE(Tasked(engine->OnMessage("c1", Hello("c1"), 4, nullptr)).empty());
+  EXPECT_EQ(Tasked(engine->OnMessage("c2", Hello("c2"), 5, nullptr)),
+            (std::set<std::string>{"c0", "c2"}));
+  EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+
+  // The schedule of version 1 names the ban, and a resumed run keeps it.
+  checkpoint::FedBuffSchedule schedule;
+  ASSERT_TRUE(schedule.ParseFromString(std::move(store->LatestCheckpoint()).value().schedule));
+  ASSERT_EQ(schedule.banned().count("c1"), 1u);
+  EXPECT_NE(schedule.banned().at("c1").find("changed its sample count from 100 to 200"),
+            std::string::npos)
+      << schedule.banned().at("c1");
+  EXPECT_EQ(std::vector<std::string>(schedule.free().begin(), schedule.free().end()),
+            (std::vector<std::string>{"c0"}));
+  engine.reset();
+  auto resumed = std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f),
+                                                 store.get(), Evaluator(), "test"))
+                     .value();
+  (void)resumed->OnMessage("c0", Hello("c0"), 10, nullptr);
+  EXPECT_TRUE(Tasked(resumed->OnMessage("c1", Hello("c1"), 11, nullptr)).empty());
+  EXPECT_EQ(Tasked(resumed->OnMessage("c3", Hello("c3"), 12, nullptr)),
+            (std::set<std::string>{"c0", "c3"}));
+}
+
 // A free client silent past rounds.client_timeout_s (a daemon that died
 // between groups) is drawn into no group, with a line naming it; once it
 // speaks again it is free, last in line.

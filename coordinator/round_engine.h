@@ -98,6 +98,9 @@ class RoundEngine final : public ProtocolEngine {
   net::Limits limits() const override;
   // The first error the store returned, if any (the daemon stops on it).
   const Status& store_error() const override { return store_error_; }
+  // Clients proven to misbehave, with why: excluded from the rest of the
+  // run (FedBuffEngine carries a group's into its own list).
+  const std::map<std::string, std::string>& banned() const { return banned_; }
 
   // Central differential privacy (config privacy): the run secret that keys
   // the noise and the secret cohort order (coordinator/noise_key.h loads
