@@ -364,6 +364,46 @@ TEST(FedBuffEngineTest, ARevokedMemberIsNotFreedWhenItsGroupCloses) {
   EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
 }
 
+// The engine's fold, by value: two groups open from version 0; the first
+// to finish (mean delta 1) makes version 1 = 0 + 1; the second (mean delta
+// 0.5, now one version stale) is weighed by 1 / sqrt(1 + 1): version 2 =
+// 1 + 0.5 / sqrt(2). The model and each version's base are what the
+// paper's rule gives, not what the engine reports about itself.
+TEST(FedBuffEngineTest, EachGroupIsFoldedInWeighedByItsStaleness) {
+  config::RunConfig config = Config();
+  auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
+  auto engine = std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f),
+                                                store.get(), Evaluator(), "test"))
+                    .value();
+  std::map<std::string, wire::RoundTask> tasks;
+  auto hello = [&](const std::string& name, TimeMs now) {
+    for (const Outgoing& o : engine->OnMessage(name, Hello(name), now, nullptr)) {
+      if (o.header.has_task()) tasks[o.peer] = o.header.task();
+    }
+  };
+  auto send = [&](const std::string& name, float delta, TimeMs now) {
+    net::Envelope update;
+    update.header.set_version(wire::VERSION_1);
+    update.header.mutable_update()->set_round(tasks.at(name).round());
+    update.header.mutable_update()->set_task_id(tasks.at(name).task_id());
+    update.header.mutable_update()->set_num_samples(100);
+    update.payloads.push_back(std::vector<float>(kParams, delta));
+    (void)engine->OnMessage(name, update, now, nullptr);
+  };
+  for (const char* name : {"c0", "c1", "c2", "c3"}) hello(name, 0);
+  ASSERT_EQ(tasks.size(), 4u);
+  send("c2", 1.0f, 10);
+  send("c3", 1.0f, 11);
+  ASSERT_EQ(engine->last_committed_round(), 1u);
+  for (float v : engine->global_model()) EXPECT_FLOAT_EQ(v, 1.0f);
+  send("c0", 0.5f, 12);
+  send("c1", 0.5f, 13);
+  ASSERT_EQ(engine->last_committed_round(), 2u);
+  const float want = static_cast<float>(1.0 + 0.5 / std::sqrt(2.0));
+  for (float v : engine->global_model()) EXPECT_NEAR(v, want, 1e-6f);
+  EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+}
+
 // A client a group's engine bans (here: it changed its sample count during
 // the round) is drawn into no later group, and the schedule committed after
 // it keeps the ban, so a resumed run draws it into none either. (Each group
