@@ -25,7 +25,9 @@ PARAMS = 7
 ROUNDS = 6
 
 # (optimizer, learning_rate, beta_1, beta_2, tau); beta_2 is unused by
-# FEDADAGRAD. Flower's defaults first, then settings that stress one term.
+# FEDADAGRAD. Flower's default learning rates and betas first (with
+# Cohort's default tau 1e-3; Flower's is 1e-9 for FEDADAM and FEDADAGRAD),
+# then settings that stress one term.
 CASES = [
     ("FEDADAM", 0.1, 0.9, 0.99, 1e-3),
     ("FEDADAM", 0.5, 0.5, 0.9, 0.1),
