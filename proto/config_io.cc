@@ -906,6 +906,28 @@ Status CheckScaffold(const RunConfig& c) {
   return OkStatus();
 }
 
+// A setting only the other mode reads, set explicitly: a config error
+// rather than a setting silently ignored.
+Status CheckModeFields(const RunConfig& c) {
+  if (c.mode() == FEDERATED) {
+    if (!c.has_data_parallel()) return OkStatus();
+    return InvalidArgumentError(
+        "data_parallel: settings of mode DATA_PARALLEL, but mode is FEDERATED (its rounds are "
+        "rounds.num_rounds of local training); set mode: DATA_PARALLEL or leave data_parallel "
+        "out");
+  }
+  const char* field = c.server().has_learning_rate()          ? "server.learning_rate"
+                      : c.server().has_momentum()             ? "server.momentum"
+                      : c.secagg().has_l2_clip()              ? "secagg.l2_clip"
+                      : c.rounds().has_federated_eval_every() ? "rounds.federated_eval_every"
+                                                              : nullptr;
+  if (field == nullptr) return OkStatus();
+  return InvalidArgumentError(
+      std::string(field) +
+      ": a setting of federated rounds; DATA_PARALLEL workers step their own optimizer "
+      "(train.*) on all-reduced gradients and have no rounds; leave it out");
+}
+
 // The largest fedbuff.buffer_size and concurrency.
 constexpr uint32_t kMaxFedBuffClients = 100000;
 
@@ -1037,6 +1059,7 @@ Status ValidateRunConfig(const RunConfig& c) {
         ": a federated server step; DATA_PARALLEL workers are trusted and step their own "
         "optimizer (train.optimizer) on all-reduced gradients");
   }
+  COHORT_RETURN_IF_ERROR(CheckModeFields(c));
   COHORT_RETURN_IF_ERROR(CheckServerOptimizer(s));
   COHORT_RETURN_IF_ERROR(CheckNet(c.net(), c.rounds()));
   if (!std::isfinite(s.max_update_norm()) || s.max_update_norm() < 0) {

@@ -534,6 +534,19 @@ TEST(ConfigTest, AdaptiveServerOptimizersTakeTheirOwnSettingsOnly) {
        "server.tau: must be in [1e-18, 1e+06], got 0"},
       {"mode: DATA_PARALLEL data { train_shard: \"t\" } server { optimizer: FEDADAM }",
        "server.optimizer: a federated server step; DATA_PARALLEL workers are trusted"},
+      {"mode: DATA_PARALLEL data { train_shard: \"t\" } server { learning_rate: 0.5 }",
+       "server.learning_rate: a setting of federated rounds; DATA_PARALLEL workers step their "
+       "own optimizer (train.*) on all-reduced gradients and have no rounds; leave it out"},
+      {"mode: DATA_PARALLEL data { train_shard: \"t\" } server { momentum: 0.9 }",
+       "server.momentum: a setting of federated rounds"},
+      {"mode: DATA_PARALLEL data { train_shard: \"t\" } secagg { l2_clip: 1 }",
+       "secagg.l2_clip: a setting of federated rounds"},
+      {"mode: DATA_PARALLEL data { train_shard: \"t\" } rounds { federated_eval_every: 2 }",
+       "rounds.federated_eval_every: a setting of federated rounds"},
+      {"data_parallel { epochs: 2 }",
+       "data_parallel: settings of mode DATA_PARALLEL, but mode is FEDERATED (its rounds are "
+       "rounds.num_rounds of local training); set mode: DATA_PARALLEL or leave data_parallel "
+       "out"},
   };
   for (const auto& [text, message] : bad) {
     EXPECT_TRUE(Contains(ErrorOf(text), "x.textproto: " + message)) << ErrorOf(text);
