@@ -304,6 +304,42 @@ bool Rejected(const std::vector<Outgoing>& out, const std::string& peer) {
   return false;
 }
 
+// A new run's engine (or a resumed one, on a store that holds versions).
+std::unique_ptr<FedBuffEngine> NewEngine(const config::RunConfig& config, store::RunStore* store) {
+  return std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f), store,
+                                         Evaluator(), "test"))
+      .value();
+}
+
+// Config(), one group at a time, which commits with one update.
+config::RunConfig OneGroupAtATime() {
+  config::RunConfig config = Config();
+  config.mutable_rounds()->set_min_clients(1);
+  config.mutable_fedbuff()->set_concurrency(2);
+  return config;
+}
+
+// c0 and c1 say Hello and form the first group: c0's task.
+std::optional<wire::RoundTask> FirstGroup(FedBuffEngine& engine) {
+  (void)engine.OnMessage("c0", Hello("c0"), 0, nullptr);
+  std::optional<wire::RoundTask> task;
+  for (const Outgoing& o : engine.OnMessage("c1", Hello("c1"), 1, nullptr)) {
+    if (o.peer == "c0" && o.header.has_task()) task = o.header.task();
+  }
+  return task;
+}
+
+// A plain update of `task`: `delta` in every value, 100 samples.
+net::Envelope UpdateFor(const wire::RoundTask& task, float delta) {
+  net::Envelope update;
+  update.header.set_version(wire::VERSION_1);
+  update.header.mutable_update()->set_round(task.round());
+  update.header.mutable_update()->set_task_id(task.task_id());
+  update.header.mutable_update()->set_num_samples(100);
+  update.payloads.push_back(std::vector<float>(kParams, delta));
+  return update;
+}
+
 // A revoked client (the daemon's SIGHUP) is sent a Reject and drawn into no
 // group until it says Hello again; a member of a group in flight is
 // rejected through its group's engine; the limits grow with a group's
@@ -336,26 +372,13 @@ TEST(FedBuffEngineTest, ARevokedClientIsDrawnIntoNoGroup) {
 // A revoked member is not freed when its group closes: the group commits
 // without it and the next group is drawn from the others.
 TEST(FedBuffEngineTest, ARevokedMemberIsNotFreedWhenItsGroupCloses) {
-  config::RunConfig config = Config();
-  config.mutable_rounds()->set_min_clients(1);
-  config.mutable_fedbuff()->set_concurrency(2);  // One group at a time.
+  const config::RunConfig config = OneGroupAtATime();
   auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
-  auto engine = std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f),
-                                                store.get(), Evaluator(), "test"))
-                    .value();
-  (void)engine->OnMessage("c0", Hello("c0"), 0, nullptr);
-  std::optional<wire::RoundTask> task;
-  for (const Outgoing& o : engine->OnMessage("c1", Hello("c1"), 1, nullptr)) {
-    if (o.peer == "c0" && o.header.has_task()) task = o.header.task();
-  }
+  auto engine = NewEngine(config, store.get());
+  const std::optional<wire::RoundTask> task = FirstGroup(*engine);
   ASSERT_TRUE(task.has_value());
   EXPECT_TRUE(Rejected(engine->Revoke("c1", "key revoked", 2), "c1"));
-  net::Envelope update;
-  update.header.set_version(wire::VERSION_1);
-  update.header.mutable_update()->set_round(task->round());
-  update.header.mutable_update()->set_task_id(task->task_id());
-  update.header.mutable_update()->set_num_samples(100);
-  update.payloads.push_back(std::vector<float>(kParams, 1.0f));
+  const net::Envelope update = UpdateFor(*task, 1.0f);
   EXPECT_TRUE(Tasked(engine->OnMessage("c0", update, 3, nullptr)).empty())
       << "a group opened with the revoked c1";
   EXPECT_EQ(engine->last_committed_round(), 1u);
@@ -372,9 +395,7 @@ TEST(FedBuffEngineTest, ARevokedMemberIsNotFreedWhenItsGroupCloses) {
 TEST(FedBuffEngineTest, EachGroupIsFoldedInWeighedByItsStaleness) {
   config::RunConfig config = Config();
   auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
-  auto engine = std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f),
-                                                store.get(), Evaluator(), "test"))
-                    .value();
+  auto engine = NewEngine(config, store.get());
   std::map<std::string, wire::RoundTask> tasks;
   auto hello = [&](const std::string& name, TimeMs now) {
     for (const Outgoing& o : engine->OnMessage(name, Hello(name), now, nullptr)) {
@@ -382,13 +403,7 @@ TEST(FedBuffEngineTest, EachGroupIsFoldedInWeighedByItsStaleness) {
     }
   };
   auto send = [&](const std::string& name, float delta, TimeMs now) {
-    net::Envelope update;
-    update.header.set_version(wire::VERSION_1);
-    update.header.mutable_update()->set_round(tasks.at(name).round());
-    update.header.mutable_update()->set_task_id(tasks.at(name).task_id());
-    update.header.mutable_update()->set_num_samples(100);
-    update.payloads.push_back(std::vector<float>(kParams, delta));
-    (void)engine->OnMessage(name, update, now, nullptr);
+    (void)engine->OnMessage(name, UpdateFor(tasks.at(name), delta), now, nullptr);
   };
   for (const char* name : {"c0", "c1", "c2", "c3"}) hello(name, 0);
   ASSERT_EQ(tasks.size(), 4u);
@@ -410,28 +425,15 @@ TEST(FedBuffEngineTest, EachGroupIsFoldedInWeighedByItsStaleness) {
 // has an engine and an in-memory store of its own: the ban used to end
 // with the group.)
 TEST(FedBuffEngineTest, AClientBannedInAGroupIsDrawnIntoNoLaterGroup) {
-  config::RunConfig config = Config();
-  config.mutable_rounds()->set_min_clients(1);
-  config.mutable_fedbuff()->set_concurrency(2);  // One group at a time.
+  const config::RunConfig config = OneGroupAtATime();
   auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
-  auto engine = std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f),
-                                                store.get(), Evaluator(), "test"))
-                    .value();
-  (void)engine->OnMessage("c0", Hello("c0"), 0, nullptr);
-  std::optional<wire::RoundTask> task;
-  for (const Outgoing& o : engine->OnMessage("c1", Hello("c1"), 1, nullptr)) {
-    if (o.peer == "c0" && o.header.has_task()) task = o.header.task();
-  }
+  auto engine = NewEngine(config, store.get());
+  const std::optional<wire::RoundTask> task = FirstGroup(*engine);
   ASSERT_TRUE(task.has_value());
   net::Envelope recount = Hello("c1");
   recount.header.mutable_hello()->set_num_samples(200);
   (void)engine->OnMessage("c1", recount, 2, nullptr);
-  net::Envelope update;
-  update.header.set_version(wire::VERSION_1);
-  update.header.mutable_update()->set_round(task->round());
-  update.header.mutable_update()->set_task_id(task->task_id());
-  update.header.mutable_update()->set_num_samples(100);
-  update.payloads.push_back(std::vector<float>(kParams, 1.0f));
+  const net::Envelope update = UpdateFor(*task, 1.0f);
   EXPECT_TRUE(Tasked(engine->OnMessage("c0", update, 3, nullptr)).empty())
       << "a group opened with the banned c1";
   EXPECT_EQ(engine->last_committed_round(), 1u);
@@ -450,9 +452,7 @@ TEST(FedBuffEngineTest, AClientBannedInAGroupIsDrawnIntoNoLaterGroup) {
   EXPECT_EQ(std::vector<std::string>(schedule.free().begin(), schedule.free().end()),
             (std::vector<std::string>{"c0"}));
   engine.reset();
-  auto resumed = std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f),
-                                                 store.get(), Evaluator(), "test"))
-                     .value();
+  auto resumed = NewEngine(config, store.get());
   (void)resumed->OnMessage("c0", Hello("c0"), 10, nullptr);
   EXPECT_TRUE(Tasked(resumed->OnMessage("c1", Hello("c1"), 11, nullptr)).empty());
   EXPECT_EQ(Tasked(resumed->OnMessage("c3", Hello("c3"), 12, nullptr)),
@@ -470,9 +470,7 @@ TEST(FedBuffEngineTest, AFreeClientSilentPastTheTimeoutIsDrawnIntoNoGroup) {
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(lines);
   spdlog::default_logger_raw()->sinks().push_back(sink);
   auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
-  auto engine = std::move(FedBuffEngine::Create(config, std::vector<float>(kParams, 0.0f),
-                                                store.get(), Evaluator(), "test"))
-                    .value();
+  auto engine = NewEngine(config, store.get());
   EXPECT_TRUE(Tasked(engine->OnMessage("c0", Hello("c0"), 0, nullptr)).empty());
   // The driver wakes the engine when c0 times out (100 s).
   ASSERT_TRUE(engine->NextWakeup().has_value());

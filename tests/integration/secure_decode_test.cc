@@ -333,15 +333,22 @@ TEST(SecureDecodeTest, TheUnmaskedSumIsTheSumOfTheL2ClippedUpdates) {
 // when the noise is missing or off by a factor of ~3 (the exact,
 // fixed-seed test at 0.001 is aggregation/secagg_test.cc's). The store
 // records q = 1 and the Skellam mechanism's ε for the round.
-TEST(SecureDecodeTest, DistributedDpCommitsTheSurvivorsNoiseAtTheTargetVariance) {
-  constexpr int kClients = 10;
-  config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
+// Distributed DP over `clients` under SecAgg+, shares sized for m = 8
+// survivors: noise multiplier 1, clip norm 0.5.
+config::RunConfig DistributedDpConfig(int clients) {
+  config::RunConfig config = Config(clients, config::SECAGG_PLUS);
   config.mutable_rounds()->set_min_clients(8);
-  config.mutable_rounds()->set_max_clients_per_round(kClients);
+  config.mutable_rounds()->set_max_clients_per_round(clients);
   config::PrivacyConfig& p = *config.mutable_privacy();
   p.set_mechanism(config::DISTRIBUTED_SKELLAM);
   p.set_noise_multiplier(1.0);
   p.set_clip_norm(0.5);
+  return config;
+}
+
+TEST(SecureDecodeTest, DistributedDpCommitsTheSurvivorsNoiseAtTheTargetVariance) {
+  constexpr int kClients = 10;
+  const config::RunConfig config = DistributedDpConfig(kClients);
   const std::vector<uint64_t> samples(kClients, 100);
   std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams, 0.0f));
   const std::map<int, aggregation::SecAggStage> faults = {
@@ -379,13 +386,7 @@ TEST(SecureDecodeTest, DistributedDpCommitsTheSurvivorsNoiseAtTheTargetVariance)
 // shares would carry 7/8 of the target noise).
 TEST(SecureDecodeTest, DistributedDpAbortsBelowTheSurvivorsTheSharesAreSizedFor) {
   constexpr int kClients = 10;
-  config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
-  config.mutable_rounds()->set_min_clients(8);
-  config.mutable_rounds()->set_max_clients_per_round(kClients);
-  config::PrivacyConfig& p = *config.mutable_privacy();
-  p.set_mechanism(config::DISTRIBUTED_SKELLAM);
-  p.set_noise_multiplier(1.0);
-  p.set_clip_norm(0.5);
+  const config::RunConfig config = DistributedDpConfig(kClients);
   const std::vector<uint64_t> samples(kClients, 100);
   std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams, 0.0f));
   const std::map<int, aggregation::SecAggStage> faults = {
