@@ -649,7 +649,8 @@ Status CheckRobustCohort(const RobustConfig& r, const RoundsConfig& rounds) {
         std::to_string(n) + " (a round commits with as few); raise rounds.min_clients to 3");
   }
   // As aggregation/robust.cc's TrimmedMean counts (the margin for float).
-  const auto cut = static_cast<uint64_t>(std::floor(r.trim_fraction() * double{n} + 1e-6));
+  const auto cut =
+      static_cast<uint64_t>(std::floor(r.trim_fraction() * static_cast<double>(n) + 1e-6));
   if (r.rule() == TRIMMED_MEAN && cut == 0) {
     return InvalidArgumentError(
         "server.robust.trim_fraction: " + Number(r.trim_fraction()) + " of rounds.min_clients " +
