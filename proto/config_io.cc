@@ -968,6 +968,11 @@ Status CheckFedBuffSizes(const RunConfig& c) {
                                 ": fedbuff.buffer_size sets how many clients each group has; leave "
                                 "rounds.max_clients_per_round at 0 and rounds.fraction at 1");
   }
+  if (r.has_start_clients()) {
+    return InvalidArgumentError(
+        "rounds.start_clients: a fedbuff group starts as soon as fedbuff.buffer_size clients are "
+        "free, so there is no first round to wait for; leave rounds.start_clients out");
+  }
   return OkStatus();
 }
 
@@ -986,8 +991,9 @@ Status CheckFedBuff(const RunConfig& c) {
         "fedbuff and privacy do not compose: privacy's accountant takes each round's cohort as a "
         "random sample of the clients (amplification by subsampling, q = cohort / "
         "population), but under fedbuff a client joins whichever group is open when it becomes "
-        "free, so who contributes follows the clients' speed, not a random draw; leave one of "
-        "them out");
+        "free, so who contributes follows the clients' speed, not a random draw (and distributed "
+        "DP's clients count their noised rounds by round number, which is 1 in every group); "
+        "leave one of them out");
   }
   if (c.train().scaffold()) {
     return InvalidArgumentError(

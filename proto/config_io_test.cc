@@ -749,6 +749,9 @@ TEST(ConfigTest, FedBuffGroupsAndWhatDoesNotComposeWithThem) {
       {"fedbuff { buffer_size: 3 concurrency: 6 } rounds { min_clients: 5 }",
        "fedbuff.buffer_size 3 is below rounds.min_clients 5: a group commits only with "
        "rounds.min_clients updates, so no group could ever commit"},
+      {"fedbuff {} rounds { start_clients: 8 }",
+       "rounds.start_clients: a fedbuff group starts as soon as fedbuff.buffer_size clients are "
+       "free, so there is no first round to wait for; leave rounds.start_clients out"},
       {"fedbuff {} rounds { max_clients_per_round: 8 }",
        "rounds.max_clients_per_round: fedbuff.buffer_size sets how many clients each group has; "
        "leave rounds.max_clients_per_round at 0 and rounds.fraction at 1"},
@@ -762,7 +765,9 @@ TEST(ConfigTest, FedBuffGroupsAndWhatDoesNotComposeWithThem) {
        "fedbuff and privacy do not compose: privacy's accountant takes each round's cohort as a "
        "random sample of the clients (amplification by subsampling, q = cohort / population), "
        "but under fedbuff a client joins whichever group is open when it becomes free, so who "
-       "contributes follows the clients' speed, not a random draw; leave one of them out"},
+       "contributes follows the clients' speed, not a random draw (and distributed DP's clients "
+       "count their noised rounds by round number, which is 1 in every group); leave one of them "
+       "out"},
       {"fedbuff {} train { scaffold: true }",
        "fedbuff and train.scaffold are not built together: SCAFFOLD's server variate c must take "
        "each group's variate changes in full (c stays the mean of the clients' c_i) while the "
