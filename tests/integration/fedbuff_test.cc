@@ -97,8 +97,17 @@ TEST(FedBuffSimulateTest, SecureGroupsOverlapAndStaleOnesAreFoldedIn) {
   EXPECT_EQ(staleness[0], 0);
   EXPECT_GT(*std::max_element(staleness.begin(), staleness.end()), 0)
       << "no group was stale: the groups did not overlap";
-  // The virtual clock at each commit goes forward.
-  EXPECT_NE(out.find("\"virtual_time_s\""), std::string::npos) << out;
+  // The virtual clock at each commit goes forward, one time per version.
+  std::vector<double> times;
+  const std::regex at("\"virtual_time_s\":([0-9.]+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), at); it != std::sregex_iterator();
+       ++it) {
+    times.push_back(std::stod((*it)[1]));
+  }
+  ASSERT_EQ(times.size(), size_t{kVersions}) << out;
+  EXPECT_GT(times[0], 0) << out;
+  for (size_t i = 1; i < times.size(); ++i) EXPECT_GE(times[i], times[i - 1]) << out;
+  EXPECT_GT(times.back(), times.front()) << out;
 }
 
 // The per-round rules that compose with FedBuff run inside each group:
