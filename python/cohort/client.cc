@@ -15,6 +15,7 @@
 #include <csignal>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -201,6 +202,40 @@ StatusOr<train::EvalResult> CallEvaluate(const py::object& evaluate, FitBridge::
   }
 }
 
+// SIGTERM (Kubernetes, Slurm, `docker stop`) stops a client as Ctrl-C
+// does: its Goodbye is sent, then SystemExit(143) is raised. Python leaves
+// SIGTERM at SIG_DFL, which ends the process at once with no Goodbye. Put
+// in place on the main thread only and only over SIG_DFL (an application's
+// own handler stays), and taken away when Run returns.
+class TermStopsTheClient {
+ public:
+  TermStopsTheClient() {
+    const py::module_ signal = py::module_::import("signal");
+    const py::module_ threading = py::module_::import("threading");
+    if (!threading.attr("current_thread")().is(threading.attr("main_thread")())) return;
+    if (!signal.attr("getsignal")(signal.attr("SIGTERM")).equal(signal.attr("SIG_DFL"))) return;
+    signal.attr("signal")(signal.attr("SIGTERM"), py::cpp_function([](int, py::object) {
+                            PyErr_SetObject(PyExc_SystemExit, py::int_(128 + SIGTERM).ptr());
+                            throw py::error_already_set();
+                          }));
+    installed_ = true;
+  }
+  ~TermStopsTheClient() {
+    if (!installed_) return;
+    try {
+      const py::module_ signal = py::module_::import("signal");
+      signal.attr("signal")(signal.attr("SIGTERM"), signal.attr("SIG_DFL"));
+    } catch (py::error_already_set&) {
+      // Interpreter shutting down: nothing to restore.
+    }
+  }
+  TermStopsTheClient(const TermStopsTheClient&) = delete;
+  TermStopsTheClient& operator=(const TermStopsTheClient&) = delete;
+
+ private:
+  bool installed_ = false;
+};
+
 class Client {
  public:
   Client(client::ClientOptions options, uint64_t num_samples, std::optional<size_t> num_params,
@@ -211,11 +246,14 @@ class Client {
         delta_(delta) {}
 
   // Runs the daemon until the run finishes (returns), fails (raises
-  // RuntimeError) or Ctrl-C (Goodbye sent, then KeyboardInterrupt raised).
+  // RuntimeError), Ctrl-C (Goodbye sent, then KeyboardInterrupt raised) or
+  // SIGTERM (Goodbye sent, then SystemExit(143) raised).
   void Run(const py::object& fit, const py::object& evaluate) {
+    if (!PyCallable_Check(fit.ptr())) throw py::type_error("fit must be callable");
     if (!evaluate.is_none() && !PyCallable_Check(evaluate.ptr())) {
       throw py::type_error("evaluate must be callable (or None)");
     }
+    const TermStopsTheClient term;
     FitBridge bridge;
     PyTrainer trainer(num_samples_, num_params_, bridge);
     std::atomic<bool> stop{false};
@@ -338,6 +376,13 @@ std::unique_ptr<Client> MakeClient(const std::string& coordinator, uint64_t num_
   if (corrupt_fraction < 0 || corrupt_fraction > 0.49) {
     throw py::value_error("Client(corrupt_fraction=" + fmt::format("{}", corrupt_fraction) +
                           "): expected 0 to 0.49");
+  }
+  // As `cohort --log-level`: spdlog takes any other name for "off", which
+  // would hide the very lines that name a bad fit result.
+  static const std::set<std::string> kLevels = {"trace", "debug", "info", "warn", "error"};
+  if (kLevels.count(log_level) == 0) {
+    throw py::value_error("Client(log_level=" + std::string(py::str(py::repr(py::str(log_level)))) +
+                          "): expected 'trace', 'debug', 'info', 'warn' or 'error'");
   }
   spdlog::drop("cohort");  // A second Client in this process: its own name in the lines.
   InitLogging("client", o.name, log_level);

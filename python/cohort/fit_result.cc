@@ -42,17 +42,19 @@ Status ReadValues(py::handle values, std::span<float> params, std::span<const fl
     return InvalidArgumentError("fit returned a " + TypeName(values) + " for the parameters; " +
                                 expected);
   }
-  py::array_t<float, py::array::c_style | py::array::forcecast> arr;
-  try {
-    arr = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(values);
-  } catch (py::error_already_set& e) {
-    return InvalidArgumentError("fit returned a " + TypeName(values) +
-                                " for the parameters that NumPy cannot read (" +
-                                FormatException(e) + "); " + expected);
-  }
+  // ensure() clears NumPy's error and returns null: asked again, NumPy says
+  // why (a tensor that requires grad: "Can't call numpy() on Tensor that
+  // requires grad. Use tensor.detach().numpy() instead.").
+  auto arr = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(values);
   if (!arr) {
-    return InvalidArgumentError("fit returned a " + TypeName(values) + " for the parameters; " +
-                                expected);
+    std::string why;
+    try {
+      (void)py::module_::import("numpy").attr("asarray")(values, py::arg("dtype") = "float32");
+    } catch (py::error_already_set& e) {
+      why = " that NumPy cannot read (" + FormatException(e) + ")";
+    }
+    return InvalidArgumentError("fit returned a " + TypeName(values) + " for the parameters" + why +
+                                "; " + expected);
   }
   const size_t n = static_cast<size_t>(arr.size());
   if (n != params.size()) {
@@ -78,15 +80,26 @@ Status ReadValues(py::handle values, std::span<float> params, std::span<const fl
   return OkStatus();
 }
 
+// An int (not a bool) as a count: -1 for one below 0, and for one beyond
+// 2^63 - 1 (which pybind11's cast would refuse without naming the value).
+long long CountOf(py::handle h) {
+  int overflow = 0;
+  const long long n = PyLong_AsLongLongAndOverflow(
+      py::int_(py::reinterpret_borrow<py::object>(h)).ptr(), &overflow);
+  return overflow != 0 ? -1 : n;
+}
+
+std::string Repr(py::handle h) { return std::string(py::str(py::repr(h))).substr(0, 40); }
+
 StatusOr<uint64_t> ReadNumSamples(py::handle h, const std::string& who) {
   if (py::isinstance<py::bool_>(h) || !PyIndex_Check(h.ptr())) {
     return InvalidArgumentError(who + " returned num_samples of type " + TypeName(h) +
                                 "; expected an int");
   }
-  const long long n = py::int_(py::reinterpret_borrow<py::object>(h)).cast<long long>();
+  const long long n = CountOf(h);
   if (n < 0) {
-    return InvalidArgumentError(who + " returned num_samples=" + std::to_string(n) +
-                                "; expected 0 or more");
+    return InvalidArgumentError(who + " returned num_samples=" + Repr(h) +
+                                "; expected 0 or more, below 2^63");
   }
   return static_cast<uint64_t>(n);
 }
@@ -150,13 +163,12 @@ StatusOr<train::TrainResult> ReadFitResult(const py::object& out, std::span<floa
   if (py::isinstance<py::dict>(metrics) && metrics.contains("steps")) {
     // FedNova's tau (train.fednova): the optimizer steps fit took.
     const py::object steps = metrics["steps"];
-    if (py::isinstance<py::bool_>(steps) || !PyIndex_Check(steps.ptr()) ||
-        py::int_(steps).cast<long long>() < 0) {
-      return InvalidArgumentError("fit's metrics['steps'] is " +
-                                  std::string(py::str(py::repr(steps))).substr(0, 40) +
-                                  "; expected an int >= 0 (the optimizer steps it took)");
+    if (py::isinstance<py::bool_>(steps) || !PyIndex_Check(steps.ptr()) || CountOf(steps) < 0) {
+      return InvalidArgumentError("fit's metrics['steps'] is " + Repr(steps) +
+                                  "; expected an int from 0 to 2^63 - 1 (the optimizer steps it "
+                                  "took)");
     }
-    result.steps = py::int_(steps).cast<uint64_t>();
+    result.steps = static_cast<uint64_t>(CountOf(steps));
   }
   return result;
 }

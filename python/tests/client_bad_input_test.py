@@ -20,7 +20,8 @@ FAULTS = {
                "of 204; leaving the round"),
     4: ("type", "round 4: training failed: fit returned a str for the parameters; expected a "
                 "NumPy array (or a CPU tensor) of 204 float32 values; leaving the round"),
-    5: ("samples", "round 5: training failed: fit returned num_samples=-5; expected 0 or more"),
+    5: ("samples", "round 5: training failed: fit returned num_samples=-5; expected 0 or more, "
+        "below 2^63"),
     6: ("metrics", "round 6: training failed: fit's metrics['loss'] is nan; expected a finite "
                    "number"),
 }
@@ -85,6 +86,25 @@ class BadInputTest(unittest.TestCase):
         self.assertIn("the coordinator's model has 204 parameters; this client's has 200 "
                       "(Client(num_params=200))", wrong.output())
 
+        run.coordinator.signal(signal.SIGTERM)
+        self.assertEqual(run.coordinator.wait(30), 0, run.coordinator.output())
+
+    # SIGTERM (Kubernetes, Slurm, docker stop) stops the client as Ctrl-C
+    # does: it says goodbye, then exits with 143 (128 + SIGTERM). Python's
+    # own default would end it at once, with no goodbye.
+    def test_sigterm_says_goodbye(self):
+        run = Run("sigterm")
+        self.addCleanup(run.close)
+        config = run.write_config(1, "min_clients: 2 start_clients: 2 round_deadline_s: 10",
+                                  extra="secagg { aggregation: PLAIN }")
+        run.start_coordinator(config)
+        waiting = run.start_python_client("waiting", "--numpy", "--plain")
+        self.assertIsNotNone(waiting.wait_for_line("registered with run"), waiting.output())
+        waiting.signal(signal.SIGTERM)
+        self.assertEqual(waiting.wait(30), 128 + signal.SIGTERM, waiting.output())
+        self.assertIsNotNone(run.coordinator.wait_for_line(
+            "client waiting: said goodbye (stopped by its operator)", timeout=30),
+            run.coordinator.output())
         run.coordinator.signal(signal.SIGTERM)
         self.assertEqual(run.coordinator.wait(30), 0, run.coordinator.output())
 

@@ -40,10 +40,10 @@ class FitResultTest(unittest.TestCase):
     def test_steps_are_read_for_fednova(self):
         self.assertEqual(check((np.zeros(N, np.float32), 7, {"steps": 12}))[3], 12)
         self.assertEqual(check((np.zeros(N, np.float32), 7, {"steps": np.int64(3)}))[3], 3)
-        for bad, shown in ((-1, "-1"), (2.5, "2.5")):
+        for bad, shown in ((-1, "-1"), (2.5, "2.5"), (2**70, str(2**70)), (-2**70, str(-2**70))):
             self.assertRefused((np.zeros(N, np.float32), 7, {"steps": bad}),
-                               "fit's metrics['steps'] is %s; expected an int >= 0 (the "
-                               "optimizer steps it took)" % shown)
+                               "fit's metrics['steps'] is %s; expected an int from 0 to 2^63 - 1 "
+                               "(the optimizer steps it took)" % shown)
 
     def test_delta_is_added_to_the_global_model(self):
         params = np.zeros(N, np.float32)
@@ -55,6 +55,16 @@ class FitResultTest(unittest.TestCase):
         params = np.zeros(N, np.float32)
         check((torch.full((2, 5), 4.0), np.int64(3), {}), params=params)
         np.testing.assert_array_equal(params, np.full(N, 4.0, np.float32))
+
+    def test_a_tensor_numpy_cannot_read_says_why(self):
+        # The usual fit: torch.cat of the parameters, which still requires grad.
+        with self.assertRaises(ValueError) as e:
+            check((torch.ones(N, requires_grad=True), 1, {}))
+        self.assertTrue(str(e.exception).startswith(
+            "fit returned a Tensor for the parameters that NumPy cannot read (RuntimeError: "
+            "Can't call numpy() on Tensor that requires grad"), str(e.exception))
+        self.assertTrue(str(e.exception).endswith(
+            "; expected a NumPy array (or a CPU tensor) of 10 float32 values"), str(e.exception))
 
     def test_wrong_length_names_both_sizes(self):
         self.assertRefused((np.zeros(N - 4, np.float32), 1, {}),
@@ -91,7 +101,12 @@ class FitResultTest(unittest.TestCase):
 
     def test_bad_num_samples_is_named(self):
         self.assertRefused((np.zeros(N), -5, {}),
-                           "fit returned num_samples=-5; expected 0 or more")
+                           "fit returned num_samples=-5; expected 0 or more, below 2^63")
+        self.assertRefused((np.zeros(N), 2**70, {}),
+                           "fit returned num_samples=%d; expected 0 or more, below 2^63" % 2**70)
+        self.assertRefused((np.zeros(N), np.uint64(2**64 - 1), {}),
+                           "fit returned num_samples=%d; expected 0 or more, below 2^63"
+                           % (2**64 - 1))
         self.assertRefused((np.zeros(N), 2.5, {}),
                            "fit returned num_samples of type float; expected an int")
         self.assertRefused((np.zeros(N), True, {}),
@@ -117,6 +132,23 @@ class ClientArgumentsTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"corrupt_fraction"):
             cohort.Client(coordinator="tcp://127.0.0.1:1", num_samples=1, insecure=True,
                           corrupt_fraction=0.7)
+
+    def test_an_unknown_log_level_is_refused_not_taken_for_off(self):
+        for level in ("WARNING", "warning", "INFO"):
+            with self.assertRaises(ValueError) as e:
+                cohort.Client(coordinator="tcp://127.0.0.1:1", num_samples=1, insecure=True,
+                              log_level=level)
+            self.assertEqual(str(e.exception),
+                             "Client(log_level='%s'): expected 'trace', 'debug', 'info', 'warn' "
+                             "or 'error'" % level)
+        cohort.Client(coordinator="tcp://127.0.0.1:1", num_samples=1, insecure=True,
+                      log_level="warn")
+
+    def test_a_fit_that_is_not_callable_is_refused_before_connecting(self):
+        client = cohort.Client(coordinator="tcp://127.0.0.1:1", num_samples=1, insecure=True)
+        with self.assertRaises(TypeError) as e:
+            client.run(fit=None)
+        self.assertEqual(str(e.exception), "fit must be callable")
 
     def test_missing_keys_are_named(self):
         with self.assertRaisesRegex(ValueError, r"Client needs identity= .* and "
