@@ -42,6 +42,13 @@ def get_flat(model, out=None):
     elif out.dtype != np.float32 or out.size != n:
         raise ValueError(f"get_flat: out has {out.size} {out.dtype} values; "
                          f"the model has {n} float32")
+    elif not out.flags.writeable or not out.flags.c_contiguous:
+        # A read-only array (what evaluate receives: the round's model) would
+        # be written anyway through torch; a non-contiguous one would be
+        # filled through a copy and come back unchanged.
+        raise ValueError("get_flat: out must be a writable, C-contiguous array "
+                         f"(writeable={out.flags.writeable}, "
+                         f"c_contiguous={out.flags.c_contiguous})")
     flat = torch.from_numpy(out.reshape(-1))  # Shares out's memory.
     offset = 0
     with torch.no_grad():

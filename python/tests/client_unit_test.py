@@ -195,6 +195,19 @@ class TorchHelpersTest(unittest.TestCase):
         self.assertIs(ct.get_flat(net, out=out), out)
         np.testing.assert_array_equal(out, ct.get_flat(net))
 
+    def test_get_flat_refuses_an_out_it_cannot_fill_in_place(self):
+        net = small_net()
+        n = ct.num_params(net)
+        frozen = np.zeros(n, np.float32)
+        frozen.flags.writeable = False  # As the array evaluate receives.
+        with self.assertRaisesRegex(ValueError, r"get_flat: out must be a writable, C-contiguous "
+                                                r"array \(writeable=False, c_contiguous=True\)"):
+            ct.get_flat(net, out=frozen)
+        self.assertFalse(frozen.any())
+        strided = np.zeros(2 * n, np.float32)[::2]
+        with self.assertRaisesRegex(ValueError, r"c_contiguous=False"):
+            ct.get_flat(net, out=strided)
+
     def test_save_initial_writes_the_state_dict_in_order_as_float32(self):
         net = small_net()
         with tempfile.TemporaryDirectory() as d:

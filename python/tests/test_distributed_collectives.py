@@ -91,6 +91,10 @@ def _moves(rank, world):
     gathered = [torch.zeros(3, dtype=torch.int64) for _ in range(world)]
     dist.all_gather(gathered, torch.full((3,), 10 + rank, dtype=torch.int64))
     out["allgather"] = [g.tolist() for g in gathered]
+    # Outputs of another shape with the input's count: each takes its own.
+    shaped = [torch.zeros(6) for _ in range(world)]
+    dist.all_gather(shaped, torch.full((2, 3), float(rank)))
+    out["allgather reshaped"] = [g.tolist() for g in shaped]
     flat = torch.zeros(world * 2, dtype=torch.bfloat16)
     dist.all_gather_into_tensor(flat, torch.full((2,), float(rank), dtype=torch.bfloat16))
     out["allgather into tensor"] = flat.tolist()
@@ -125,6 +129,8 @@ def _refusals(rank, world):
         "sparse": lambda: dist.all_reduce(torch.eye(3).to_sparse()),
         "avg int": lambda: dist.all_reduce(torch.ones(3, dtype=torch.int64),
                                            op=dist.ReduceOp.AVG),
+        "two tensors": lambda: dist.distributed_c10d._get_default_group().allreduce(
+            [torch.ones(2), torch.ones(2)]).wait(),
     }
     return _outcomes(attempts)
 
@@ -406,6 +412,7 @@ class CollectivesTest(unittest.TestCase):
                 self.assertEqual(g["broadcast"], [float(world - 1)] * 5)
                 self.assertTrue(g["broadcast large"])
                 self.assertEqual(g["allgather"], [[10 + r] * 3 for r in range(world)])
+                self.assertEqual(g["allgather reshaped"], [[float(r)] * 6 for r in range(world)])
                 self.assertEqual(g["allgather into tensor"],
                                  [float(r) for r in range(world) for _ in range(2)])
                 self.assertEqual(g["objects"], [{"rank": r} for r in range(world)])
@@ -420,6 +427,9 @@ class CollectivesTest(unittest.TestCase):
                                               r"dtype torch\.float32 \(integers only\)")
             self.assertRegex(g["sparse"], r"NotImplementedError: .*sparse tensors")
             self.assertRegex(g["avg int"], r"TypeError: .*AVG does not support dtype torch\.int64")
+            self.assertRegex(g["two tensors"], r"ValueError: .*allreduce takes one tensor a call, "
+                                               r"not 2 \(a list of several is the deprecated "
+                                               r"multi-GPU form, not built\)")
             self.assertEqual(g["after"], [2.0] * 4)
 
     def test_reduce_reduce_scatter_gather_scatter(self):

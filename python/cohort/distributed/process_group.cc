@@ -155,6 +155,15 @@ int64_t CollectiveDeadline(int64_t timeout_ms) {
 // The tensor itself when contiguous, else a contiguous copy (written back
 // by WriteBack).
 at::Tensor Flat(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+// One tensor a call: gloo reads a list of several as the deprecated
+// multi-GPU form (summing them all together), which this backend does not
+// build; taking them one by one would silently differ from gloo.
+void CheckOne(const std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK_VALUE(tensors.size() == 1, "cohort process group: ", what,
+                    " takes one tensor a call, not ", tensors.size(),
+                    " (a list of several is the deprecated multi-GPU form, not built)");
+}
 void WriteBack(at::Tensor& t, const at::Tensor& flat) {
   if (!flat.is_same(t)) t.copy_(flat);
 }
@@ -303,6 +312,7 @@ void ProcessGroupCohort::ReduceInPlace(const char* what, at::Tensor& flat,
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
   std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
+  CheckOne(tensors, "allreduce");
   const collective::ReduceOp op = CheckReduce(tensors, opts.reduceOp, "allreduce");
   for (at::Tensor& t : tensors) {
     at::Tensor flat = Flat(t);
@@ -316,6 +326,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::reduce(std::vector<at::Tensor
                                                           const c10d::ReduceOptions& opts) {
   std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   CheckRoot(opts.rootRank, "reduce");
+  CheckOne(tensors, "reduce");
   const collective::ReduceOp op = CheckReduce(tensors, opts.reduceOp, "reduce");
   for (at::Tensor& t : tensors) {
     // An all-reduce; the ranks but the root reduce a copy, so their
@@ -372,6 +383,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::broadcast(std::vector<at::Ten
                                                              const c10d::BroadcastOptions& opts) {
   std::lock_guard<std::mutex> lock(mu_);  // One call at a time, whole.
   CheckRoot(opts.rootRank, "broadcast");
+  CheckOne(tensors, "broadcast");
   for (const at::Tensor& t : tensors) CheckTensor(t, "broadcast");
   for (at::Tensor& t : tensors) {
     at::Tensor flat = Flat(t);
@@ -402,7 +414,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::allgather(
     Run("allgather", opts.timeout,
         [&](const collective::CollectiveOptions& o) { return BroadcastBytes(flat, r, o); });
     if (r == rank_) {
-      out[r].copy_(flat);
+      out[r].copy_(flat.reshape(out[r].sizes()));  // Same count (CheckParts), its own shape.
     } else {
       WriteBack(out[r], flat);
     }
