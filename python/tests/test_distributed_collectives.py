@@ -619,5 +619,44 @@ class CollectivesTest(unittest.TestCase):
             self.assertIn("set COHORT_IDENTITY, COHORT_ALLOW and COHORT_MASTER_KEY", out[r][1])
 
 
+class _Store:
+    """torch's store as create_process_group uses it: set and get."""
+    def __init__(self, hosts):
+        self.kv = {f"cohort/host/{r}": h.encode() for r, h in enumerate(hosts)}
+
+    def set(self, key, value):
+        self.kv[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key):
+        return self.kv[key]
+
+
+class MeetingTest(unittest.TestCase):
+    # Ranks on two hosts with COHORT_HOST unset: rank 0 would publish the
+    # loopback address, which the other host's ranks would dial in vain
+    # until the timeout. Refused at once, on every rank, naming COHORT_HOST.
+    def test_several_hosts_without_cohort_host_are_refused_at_once_on_every_rank(self):
+        import cohort.distributed as cd
+        import socket
+        store = _Store(["(rank 0 sets its own)", "node-b"])
+        hosts = ", ".join(sorted([socket.gethostname(), "node-b"]))
+        saved = dict(os.environ)
+        try:
+            os.environ.pop("COHORT_HOST", None)
+            os.environ["COHORT_INSECURE"] = "1"
+            with self.assertRaises(RuntimeError) as e:
+                cd.create_process_group(store, 0, 2, timedelta(seconds=5))
+            self.assertEqual(str(e.exception),
+                             f"cohort process group: the ranks run on 2 hosts ({hosts}), and "
+                             "rank 0 would be reached at 127.0.0.1, which only its own host can: "
+                             "set COHORT_HOST to the address the other hosts reach rank 0 at")
+            with self.assertRaises(RuntimeError) as other:
+                cd.create_process_group(store, 1, 2, timedelta(seconds=5))
+            self.assertEqual(str(other.exception), str(e.exception))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

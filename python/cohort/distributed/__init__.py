@@ -66,6 +66,13 @@ def _choose_master(store, size, transport, host):
         # Short (Unix socket paths end at ~107 bytes) and private to this group.
         folder = tempfile.mkdtemp(prefix="cohort-pg-", dir="/tmp")
         return f"ipc://{folder}/m", "shm", folder
+    if host in ("127.0.0.1", "localhost") and len(hosts) > 1:
+        # The other hosts would dial their own loopback and wait out the
+        # whole timeout.
+        raise RuntimeError(f"cohort process group: the ranks run on {len(hosts)} hosts "
+                           f"({', '.join(sorted(hosts))}), and rank 0 would be reached at "
+                           f"{host}, which only its own host can: set COHORT_HOST to the "
+                           f"address the other hosts reach rank 0 at")
     return f"tcp://{host}:{_free_port(host)}", "tcp", None
 
 
@@ -93,9 +100,16 @@ def create_process_group(store, rank, size, timeout):
     store.set(f"{_KEY}host/{rank}", socket.gethostname())
     folder = None
     if rank == 0:
-        master, transport, folder = _choose_master(store, size, transport, config.host)
+        try:
+            master, transport, folder = _choose_master(store, size, transport, config.host)
+        except RuntimeError as e:
+            # Every rank raises it at once, rather than waiting for a master.
+            store.set(f"{_KEY}master", f"error {e}")
+            raise
         store.set(f"{_KEY}master", f"{transport} {master}")
     transport, master = store.get(f"{_KEY}master").decode().split(" ", 1)
+    if transport == "error":
+        raise RuntimeError(master)
     if transport == "tcp" and not config.identity_file and not config.insecure:
         raise RuntimeError(
             "cohort process group: ranks on several hosts meet over tcp, which authenticates "
