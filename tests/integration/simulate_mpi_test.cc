@@ -145,14 +145,15 @@ TEST(SimulateMpiTest, ScaffoldOverRanksEndsWithTheSingleProcessModel) {
   EXPECT_EQ(a.model, b.model);  // Bit for bit.
 }
 
-// The run ends at a deadline while the stragglers still train on their
-// ranks (each job some 200 ms of wall time): rank 0 stops the hosting
-// ranks, which cancel those jobs, and the model is still the single
-// process's. Every job takes the same wall time (only its virtual time
-// differs), so which rank still has one in flight when rank 0 stops them
-// depends on how the two ranks were scheduled: under load one rank may have
-// finished its stragglers already. Some rank must have cancelled one.
-TEST(SimulateMpiTest, JobsStillTrainingAtTheEndAreCancelledOnTheirRanks) {
+// The run ends at a (virtual) deadline with stragglers left out: rank 0
+// stops the hosting ranks, each says how many jobs it still had in flight
+// and cancelled, and the model is still the single process's. Every job
+// takes the same wall time (some 200 ms; only its virtual time differs), so
+// whether a straggler's job is still training when rank 0 stops the ranks
+// is a race of wall time: it was asserted (some rank cancelled one) until
+// a CI run on 2026-12-07 found none in flight, both ranks having finished
+// their stragglers. The count is read, not asserted.
+TEST(SimulateMpiTest, AtTheDeadlineRank0StopsTheHostingRanksWithTheSingleProcesssModel) {
   const std::string mpirun = Mpirun();
   if (mpirun.empty()) return;
   TempDir dir("simulate-mpi-cancel");
@@ -184,11 +185,12 @@ TEST(SimulateMpiTest, JobsStillTrainingAtTheEndAreCancelledOnTheirRanks) {
   EXPECT_NE(log.find("rank 1: stopped by rank 0, "), std::string::npos) << log;
   EXPECT_NE(log.find("rank 2: stopped by rank 0, "), std::string::npos) << log;
   const std::regex stopped("rank [12]: stopped by rank 0, ([0-9]+) jobs cancelled");
-  int cancelled = 0;
+  int ranks = 0;
   for (std::sregex_iterator it(log.begin(), log.end(), stopped), end; it != end; ++it) {
-    cancelled += std::stoi((*it)[1].str());
+    EXPECT_LE(std::stoi((*it)[1].str()), 10) << log;  // At most the rank's clients.
+    ++ranks;
   }
-  EXPECT_GE(cancelled, 1) << log;
+  EXPECT_EQ(ranks, 2) << log;
   const StoredRun a = Load(dir / "one"), b = Load(dir / "mpi");
   ASSERT_EQ(b.rounds.size(), 1u);
   EXPECT_LT(b.rounds[0].participants, 20u);
