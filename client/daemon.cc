@@ -133,6 +133,7 @@ struct Job {
   TrainTask task;
   std::vector<float> local;
   std::atomic<bool> cancel{false};
+  std::atomic<bool> done{false};  // The trainer returned.
   StatusOr<train::TrainResult> result = CancelledError("not run");
   std::optional<train::EvalResult> eval;  // Federated evaluation, when asked and done.
 };
@@ -243,6 +244,7 @@ class EventLoop {
     worker_ = std::thread([this, j = job_.get()]() {
       if (j->task.evaluate) Evaluate(*j);
       j->result = trainer_.Train(j->task, j->local, &j->cancel);
+      j->done = true;
       // The signal names its task: a cancelled job's signal is recognised
       // as stale. This PAIR end is used only by the one live worker.
       const uint64_t id = j->task.task_id;
@@ -264,6 +266,14 @@ class EventLoop {
 
   void StopJob() {
     if (job_) job_->cancel = true;
+    if (job_ && worker_.joinable() && !job_->done) {
+      // Cohort's trainer stops at its next batch; a Python fit cannot be
+      // interrupted, and this loop waits for it to return.
+      spdlog::info(
+          "round {}: the coordinator moved on; waiting for this client's training of it to "
+          "stop (a Python fit runs until it returns)",
+          job_->task.round);
+    }
     if (worker_.joinable()) worker_.join();
     job_.reset();
   }

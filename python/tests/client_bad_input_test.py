@@ -42,6 +42,10 @@ class BadInputTest(unittest.TestCase):
         victim = run.start_python_client("victim", *common, "--fault", "2:hang")
         self.assertIsNotNone(victim.wait_for_line("hanging in fit of round 2"), victim.output())
         victim.kill()  # SIGKILL, mid-round.
+        # Joins now, so from round 3: a fit past round 3's deadline. What
+        # comes next (rounds are quick here: the run's end) waits for it to
+        # return, saying so, and the client then ends as the others do.
+        slow = run.start_python_client("slow", *common, "--fault", "3:slow")
 
         self.assertEqual(run.coordinator.wait(120), 0, run.coordinator.output())
         self.assertEqual(bad.wait(30), 0, bad.output())
@@ -52,6 +56,9 @@ class BadInputTest(unittest.TestCase):
         self.assertIn("run finished", out)
         for g in good:
             self.assertEqual(g.wait(30), 0, g.output())
+        self.assertEqual(slow.wait(30), 0, slow.output())
+        self.assertIn("round 3: the coordinator moved on; waiting for this client's training of it "
+                      "to stop (a Python fit runs until it returns)", slow.output())
         rounds = run.rounds()
         self.assertEqual(sorted(rounds), list(range(1, ROUNDS + 1)))
         for r, row in rounds.items():
@@ -73,6 +80,7 @@ class BadInputTest(unittest.TestCase):
         self.assertIn("victim", rounds[2]["dropped_clients"], rounds[2])
         self.assertEqual(rounds[1]["participants"], 3, rounds[1])
         self.assertEqual(rounds[ROUNDS]["dropped_clients"], [], rounds[ROUNDS])
+        self.assertIn("slow", rounds[3]["dropped_clients"], rounds[3])
         self.assertEqual(rounds[ROUNDS]["participants"], 3, rounds[ROUNDS])
 
     def test_another_model_size_is_refused(self):

@@ -14,7 +14,8 @@ import numpy as np
 
 import cohort
 
-FAULTS = ("raise", "short", "nan", "inf", "type", "samples", "metrics", "hang", "delta_nan")
+FAULTS = ("raise", "short", "nan", "inf", "type", "samples", "metrics", "hang", "delta_nan",
+          "slow")
 
 
 def parse_args():
@@ -91,6 +92,8 @@ def main():
         if kind == "hang":
             print(f"hanging in fit of round {task.round}", flush=True)
             time.sleep(3600)  # The test SIGKILLs this process.
+        if kind == "slow":  # Past the round's deadline, then a good result.
+            time.sleep(8)
         out, n, metrics = train(params, task)
         if kind == "short":
             return out[:-4], n, metrics
