@@ -34,6 +34,22 @@ size_t FirstNonFinite(std::span<const float> x) {
   return x.size();
 }
 
+// A complex NumPy array or tensor (a tensor's is_complex(), an array's
+// dtype kind 'c').
+bool IsComplex(py::handle v) {
+  if (py::isinstance<py::array>(v)) {
+    return py::reinterpret_borrow<py::array>(v).dtype().kind() == 'c';
+  }
+  if (!py::hasattr(v, "is_complex")) return false;
+  try {
+    return v.attr("is_complex")().cast<bool>();
+  } catch (py::error_already_set&) {
+    return false;  // Not a tensor's is_complex: left to NumPy's reading.
+  } catch (py::cast_error&) {
+    return false;
+  }
+}
+
 Status ReadValues(py::handle values, std::span<float> params, std::span<const float> global,
                   bool delta) {
   const std::string expected = "expected a NumPy array (or a CPU tensor) of " +
@@ -41,6 +57,10 @@ Status ReadValues(py::handle values, std::span<float> params, std::span<const fl
   if (py::isinstance<py::str>(values) || py::isinstance<py::bytes>(values) || values.is_none()) {
     return InvalidArgumentError("fit returned a " + TypeName(values) + " for the parameters; " +
                                 expected);
+  }
+  // NumPy would drop the imaginary parts (with only a warning).
+  if (IsComplex(values)) {
+    return InvalidArgumentError("fit returned complex values for the parameters; " + expected);
   }
   // ensure() clears NumPy's error and returns null: asked again, NumPy says
   // why (a tensor that requires grad: "Can't call numpy() on Tensor that

@@ -66,6 +66,12 @@ class FitResultTest(unittest.TestCase):
         self.assertTrue(str(e.exception).endswith(
             "; expected a NumPy array (or a CPU tensor) of 10 float32 values"), str(e.exception))
 
+    def test_complex_values_are_refused_not_cut_to_their_real_parts(self):
+        for values in (np.zeros(N, np.complex64), torch.zeros(N, dtype=torch.complex64)):
+            self.assertRefused((values, 1, {}),
+                               "fit returned complex values for the parameters; expected a NumPy "
+                               "array (or a CPU tensor) of 10 float32 values")
+
     def test_wrong_length_names_both_sizes(self):
         self.assertRefused((np.zeros(N - 4, np.float32), 1, {}),
                            "fit returned 6 values; the model has 10")
