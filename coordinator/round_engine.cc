@@ -172,6 +172,7 @@ StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(const config::RunConf
     COHORT_RETURN_IF_ERROR(engine->LoadBans());
     COHORT_RETURN_IF_ERROR(engine->SetUpDistributedDp(engine->global_.size()));
     COHORT_RETURN_IF_ERROR(engine->LoadPrivacy());
+    COHORT_RETURN_IF_ERROR(engine->LoadScaffoldPopulation());
     env->Log().info("resuming run after committed round {}", cp.round);
   }
   if (engine->round_ >= config.rounds().num_rounds()) engine->phase_ = Phase::kDone;
@@ -436,6 +437,21 @@ void RoundEngine::RecordPrivacy(store::RoundRecord& record) {
                      record.round, clip.clip_norm, clip.next_clip_norm);
   }
   record.dp_epsilon_released_model = p.epsilon_released_model;
+}
+
+Status RoundEngine::LoadScaffoldPopulation() {
+  if (scaffold_ == nullptr) return OkStatus();
+  COHORT_ASSIGN_OR_RETURN(std::vector<store::RoundRecord> rounds, store_->Rounds());
+  for (const store::RoundRecord& r : rounds) {
+    scaffold_population_ = std::max(scaffold_population_, r.scaffold_population);
+  }
+  if (scaffold_population_ > 0) {
+    env_->Log().info(
+        "SCAFFOLD: c moves by the sum of changes / N, N at least {} (the clients "
+        "registered before the restart)",
+        scaffold_population_);
+  }
+  return OkStatus();
 }
 
 Status RoundEngine::LoadBans() {
@@ -873,7 +889,9 @@ void RoundEngine::StartRound(const std::vector<std::string>& cohort, TimeMs now,
       payload.insert(payload.end(), c.begin(), c.end());
     }
     task_model_ = std::make_shared<const std::vector<float>>(std::move(payload));
-    scaffold_population_ = clients_.size();
+    // N never falls: a resumed coordinator starts from the last record's
+    // (LoadScaffoldPopulation), whoever has registered again so far.
+    scaffold_population_ = std::max<uint64_t>(scaffold_population_, clients_.size());
   } else {
     task_model_ = std::make_shared<const std::vector<float>>(global_);
   }
@@ -1162,6 +1180,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
                                                           : 0;
   if (mean != nullptr && EvaluatesRound(round)) RecordFederatedEval(*mean, record);
   RecordPrivacy(record);
+  if (scaffold_ != nullptr) record.scaffold_population = scaffold_population_;
   store::Checkpoint cp{round, global_, {}};
   strategy_->SaveState(cp);
   record.coordinator_seconds = env_->MonotonicSeconds() - close_start;

@@ -281,6 +281,8 @@ class RoundEngine final : public ProtocolEngine {
   void Ban(Participant& p, const std::string& why);
   // Bans from the client records of rounds 1..round_ (on resume).
   Status LoadBans();
+  // SCAFFOLD: N from the stored rounds (on resume): the highest recorded.
+  Status LoadScaffoldPopulation();
   // Privacy (dp_): the accountant rebuilt from the stored rounds (on
   // resume); whether the budget allows a round of `cohort` (else the run
   // finishes, saying so, with Finished to every client); the round's
@@ -329,7 +331,8 @@ class RoundEngine final : public ProtocolEngine {
   // The FedNova decorator inside strategy_ (train.fednova), else null.
   FedNovaStrategy* fednova_ = nullptr;
   // The SCAFFOLD decorator inside strategy_ (train.scaffold), else null;
-  // its N for the round in progress (the clients registered at its start).
+  // its N for the round in progress: the clients registered at its start,
+  // or more (N never falls, and a resumed run starts from the stored N).
   ScaffoldStrategy* scaffold_ = nullptr;
   uint64_t scaffold_population_ = 0;
   std::string finish_reason_;

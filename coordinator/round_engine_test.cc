@@ -113,7 +113,7 @@ class RoundEngineTest : public ::testing::Test {
       if (o.header.has_task()) {
         tasks_[o.peer] = o.header.task();
         ASSERT_TRUE(o.payload);
-        EXPECT_EQ(o.payload->size(), kParams);
+        EXPECT_EQ(o.payload->size(), task_floats_);
       }
       if (o.header.has_error()) errors_[o.peer].push_back(o.header.error());
       if (o.header.has_finished()) finished_.insert(o.peer);
@@ -128,6 +128,7 @@ class RoundEngineTest : public ::testing::Test {
   std::unique_ptr<store::RunStore> store_;
   std::unique_ptr<RoundEngine> engine_;
   TimeMs now_ = 1000;
+  size_t task_floats_ = kParams;  // A task's payload: the model (SCAFFOLD: and c).
   std::map<std::string, wire::RoundTask> tasks_;
   std::map<std::string, std::vector<wire::Error>> errors_;
   std::set<std::string> finished_;
@@ -1045,6 +1046,50 @@ TEST_F(RoundEngineTest, ARerunNamesTheClientsThatDidNotCountAndWhy) {
                              "the round is run again (attempt 1 of 3)"),
             std::string::npos)
       << env.Lines();
+}
+
+// SCAFFOLD's N, the clients c's step divides by, is stored with each round
+// and never falls: a coordinator restarted after round 2, whose round 3
+// starts once 2 of the 4 clients are back, moves c by their changes / 4,
+// as the uninterrupted run would, not / 2 (a review found it did).
+TEST_F(RoundEngineTest, ScaffoldsNIsStoredAndAResumedRunDividesByNoFewer) {
+  config::RunConfig config = TestConfig(4, 2, 3);
+  config.mutable_rounds()->set_start_clients(0);  // Round 1 starts with 2.
+  config.mutable_train()->set_scaffold(true);
+  task_floats_ = 2 * kParams;
+  auto send = [&](const std::string& peer) {
+    std::vector<float> update(2 * kParams, 0.0f);  // [y_i - x | delta c_i = 1].
+    std::fill(update.begin() + kParams, update.end(), 1.0f);
+    Deliver(peer, UpdateFor(tasks_[peer], update));
+  };
+  auto c = [&] { return std::move(store_->LatestCheckpoint()).value().velocity; };
+  Start(config);
+  Register(4);
+  send("p0");
+  send("p1");  // Round 1: c0 and c1 of 2 registered at its start: c = 2 / 2.
+  EXPECT_EQ(c(), std::vector<float>(kParams, 1.0f));
+  for (const char* peer : {"p0", "p1", "p2", "p3"}) send(peer);  // c += 4 / 4.
+  EXPECT_EQ(c(), std::vector<float>(kParams, 2.0f));
+  ASSERT_EQ(engine_->last_committed_round(), 2u);
+
+  tasks_.clear();
+  FakeEnv env;
+  Start(config, &env);
+  EXPECT_NE(env.Lines().find("SCAFFOLD: c moves by the sum of changes / N, N at least 4 (the "
+                             "clients registered before the restart)"),
+            std::string::npos)
+      << env.Lines();
+  Register(2);
+  ASSERT_EQ(tasks_.size(), 2u);
+  send("p0");
+  send("p1");
+  EXPECT_EQ(engine_->last_committed_round(), 3u);
+  EXPECT_EQ(c(), std::vector<float>(kParams, 2.5f)) << "c moved by 2 / N with N below 4";
+  const std::vector<store::RoundRecord> rounds = std::move(store_->Rounds()).value();
+  ASSERT_EQ(rounds.size(), 3u);
+  EXPECT_EQ(rounds[0].scaffold_population, 2u);
+  EXPECT_EQ(rounds[1].scaffold_population, 4u);
+  EXPECT_EQ(rounds[2].scaffold_population, 4u);
 }
 
 // Central differential privacy (issue 34): DP-FedAvg on plain rounds.

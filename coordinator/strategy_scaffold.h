@@ -10,8 +10,9 @@
 //      (FedAvg with server.learning_rate 1: NIID-Bench's weighted average
 //      of the local models);
 //   c <- c + (1 / N) Σ_{i in S} Δc_i, N the clients registered with the
-//      coordinator when the round started (the paper's |S| / N times the
-//      mean; NIID-Bench's n_parties).
+//      coordinator when the round started, never fewer than an earlier
+//      round's (the engine stores it with the round, for a resume); the
+//      paper's |S| / N times the mean; NIID-Bench's n_parties.
 // c moves only on CommitAggregate, and travels in every checkpoint after
 // the wrapped strategy's velocity (store::Checkpoint::velocity), so a
 // resumed run goes on with the same c, bit for bit.

@@ -107,6 +107,10 @@ struct RoundRecord {
   // dp_sampling_rate; docs/privacy.md). -1: central DP (one view, in
   // dp_epsilon), no privacy, or a store older than it.
   double dp_epsilon_released_model = -1;
+  // SCAFFOLD (train.scaffold): N, the clients the round's c step divided
+  // by (coordinator/strategy_scaffold.h); 0: not SCAFFOLD, or a store older
+  // than it. A resumed run takes N no lower than the last record's.
+  uint64_t scaffold_population = 0;
   // Timings (round_stages and round_ranks tables; empty in older stores and
   // where nothing measured them): per stage at the coordinator, per rank of
   // a data-parallel epoch.

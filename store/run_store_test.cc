@@ -738,6 +738,31 @@ TEST(RunStoreTest, PrivacyEpsilonIsCommittedAndOlderStoresReadNone) {
   EXPECT_EQ((*rounds)[1].dp_epsilon_released_model, 0.5);
 }
 
+// SCAFFOLD's N: committed with its round (a resumed run divides by no
+// fewer); an older store reads 0 and gains the column when opened for
+// writing.
+TEST(RunStoreTest, ScaffoldPopulationIsCommittedAndOlderStoresReadNone) {
+  ScratchDir dir("scaffold_column");
+  WriteOlderStore(dir.db());
+  RawSql(dir.db(), "INSERT INTO runs VALUES (1, 'c', 1, 'v', 0, 1)");
+  RawSql(dir.db(), "INSERT INTO checkpoints VALUES (1, ?, x'', 0)", FloatBytes({1, 2}));
+  {
+    auto store = OpenSqliteRunStoreReadOnly(dir.db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ(std::move((*store)->Rounds()).value().at(0).scaffold_population, 0u);
+  }
+  auto store = OpenSqliteRunStore(dir.db());
+  ASSERT_TRUE(store.ok()) << store.status();
+  RoundRecord r;
+  r.round = 2;
+  r.scaffold_population = (uint64_t{1} << 33) + 7;  // Beyond 32 bits.
+  ASSERT_TRUE((*store)->CommitRound(r, {}, Cp(2, 2), 3).ok());
+  const std::vector<RoundRecord> rounds = std::move((*store)->Rounds()).value();
+  ASSERT_EQ(rounds.size(), 2u);
+  EXPECT_EQ(rounds[0].scaffold_population, 0u);
+  EXPECT_EQ(rounds[1].scaffold_population, (uint64_t{1} << 33) + 7);
+}
+
 // Adaptive clipping: each round's C and the next are committed bit for bit
 // (a resumed run clips at the stored double); an older store reads 0 (no
 // adaptive clipping) and gains the columns when opened for writing.

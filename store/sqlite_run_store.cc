@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS rounds (
   dp_epsilon REAL NOT NULL DEFAULT -1,
   dp_clip_norm REAL NOT NULL DEFAULT 0,
   dp_next_clip_norm REAL NOT NULL DEFAULT 0,
-  dp_epsilon_released_model REAL NOT NULL DEFAULT -1
+  dp_epsilon_released_model REAL NOT NULL DEFAULT -1,
+  scaffold_population INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS round_clients (
   round INTEGER NOT NULL,
@@ -241,6 +242,9 @@ class SqliteRunStore final : public RunStore {
     // Distributed DP's released-model view.
     COHORT_RETURN_IF_ERROR(
         AddColumnIfMissing("rounds", "dp_epsilon_released_model", "REAL NOT NULL DEFAULT -1"));
+    // SCAFFOLD's N (0: not SCAFFOLD, or a store older than it).
+    COHORT_RETURN_IF_ERROR(
+        AddColumnIfMissing("rounds", "scaffold_population", "INTEGER NOT NULL DEFAULT 0"));
     // Lineage and traffic (issue 33).
     // run_nonce: issue 34 (RunInfo::run_nonce).
     for (const char* column : {"config_sha256", "devices", "run_nonce"}) {
@@ -362,8 +366,9 @@ class SqliteRunStore final : public RunStore {
                   "test_accuracy, test_loss, seconds, coordinator_seconds, committed_unix_ms, "
                   "aggregation, outcome, outcome_reason, clock_seconds, federated_eval_loss, "
                   "federated_eval_accuracy, federated_eval_samples, dp_sampling_rate, "
-                  "dp_epsilon, dp_clip_norm, dp_next_clip_norm, dp_epsilon_released_model) "
-                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                  "dp_epsilon, dp_clip_norm, dp_next_clip_norm, dp_epsilon_released_model, "
+                  "scaffold_population) "
+                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
       if (!s.ok()) return Error("commit round");
       sqlite3_bind_int64(s.get(), 1, r.round);
       sqlite3_bind_int64(s.get(), 2, r.participants);
@@ -388,6 +393,7 @@ class SqliteRunStore final : public RunStore {
       sqlite3_bind_double(s.get(), 20, r.dp_clip_norm);
       sqlite3_bind_double(s.get(), 21, r.dp_next_clip_norm);
       sqlite3_bind_double(s.get(), 22, r.dp_epsilon_released_model);
+      sqlite3_bind_int64(s.get(), 23, static_cast<int64_t>(r.scaffold_population));
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("commit round");
       COHORT_RETURN_IF_ERROR(PutClients(r.round, clients));
       COHORT_RETURN_IF_ERROR(PutTimings(r));
@@ -453,7 +459,8 @@ class SqliteRunStore final : public RunStore {
         ", " + columns_["rounds.federated_eval_samples"] + ", " +
         columns_["rounds.dp_sampling_rate"] + ", " + columns_["rounds.dp_epsilon"] + ", " +
         columns_["rounds.dp_clip_norm"] + ", " + columns_["rounds.dp_next_clip_norm"] + ", " +
-        columns_["rounds.dp_epsilon_released_model"] + " FROM rounds ORDER BY round";
+        columns_["rounds.dp_epsilon_released_model"] + ", " +
+        columns_["rounds.scaffold_population"] + " FROM rounds ORDER BY round";
     Statement s(db_, sql.c_str());
     if (!s.ok()) return Error("read rounds");
     std::vector<RoundRecord> out;
@@ -482,6 +489,7 @@ class SqliteRunStore final : public RunStore {
       r.dp_clip_norm = sqlite3_column_double(s.get(), 19);
       r.dp_next_clip_norm = sqlite3_column_double(s.get(), 20);
       r.dp_epsilon_released_model = sqlite3_column_double(s.get(), 21);
+      r.scaffold_population = static_cast<uint64_t>(sqlite3_column_int64(s.get(), 22));
       out.push_back(r);
     }
     if (rc != SQLITE_DONE) return Error("read rounds");
@@ -613,6 +621,7 @@ class SqliteRunStore final : public RunStore {
         {"rounds", "dp_clip_norm", "0"},
         {"rounds", "dp_next_clip_norm", "0"},
         {"rounds", "dp_epsilon_released_model", "-1"},
+        {"rounds", "scaffold_population", "0"},
         {"runs", "config_sha256", "''"},
         {"runs", "world_size", "0"},
         {"runs", "devices", "''"},
