@@ -103,11 +103,14 @@ std::optional<std::string> NoDropoutWarning(const config::RunConfig& config, uin
       break;
     }
   }
+  // FedBuff: each group is one secure aggregation of fedbuff.buffer_size
+  // (rounds.start_clients is refused there).
   return fmt::format(
-      "a secure round of n={} tolerates no dropout (t={} of k={}): one client leaving aborts it. "
-      "Raise rounds.min_clients and rounds.start_clients{}, or lower secagg.corrupt_fraction "
-      "(now {})",
-      plan->n, plan->t, plan->k, larger, config.secagg().corrupt_fraction());
+      "a secure {} of n={} tolerates no dropout (t={} of k={}): one client leaving aborts it. "
+      "Raise {}{}, or lower secagg.corrupt_fraction (now {})",
+      config.has_fedbuff() ? "fedbuff group" : "round", plan->n, plan->t, plan->k,
+      config.has_fedbuff() ? "fedbuff.buffer_size" : "rounds.min_clients and rounds.start_clients",
+      larger, config.secagg().corrupt_fraction());
 }
 
 }  // namespace cohort::coordinator

@@ -50,6 +50,22 @@ TEST(SecAggPlanTest, ALargerCohortSurvivesDropoutsAndIsNotWarnedAbout) {
   EXPECT_NE(warning->find("survives"), std::string::npos) << *warning;
 }
 
+// FedBuff's groups of 3 or 4 tolerate no dropout either; the advice names
+// the field that sizes them (rounds.start_clients is refused with fedbuff).
+TEST(SecAggPlanTest, ASmallFedBuffGroupIsWarnedAboutByItsOwnField) {
+  config::RunConfig c;
+  c.mutable_rounds()->set_min_clients(3);
+  c.mutable_fedbuff()->set_buffer_size(3);
+  c.mutable_fedbuff()->set_concurrency(3);
+  auto warning = NoDropoutWarning(c, 3);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_EQ(*warning,
+            "a secure fedbuff group of n=3 tolerates no dropout (t=2 of k=2): one client leaving "
+            "aborts it. Raise fedbuff.buffer_size (n=5 survives 1), or lower "
+            "secagg.corrupt_fraction (now 0.1)");
+  EXPECT_FALSE(NoDropoutWarning(c, 5).has_value());
+}
+
 TEST(SecAggPlanTest, TooFewClientsAndPlainAggregation) {
   config::RunConfig c = Secure(5, 0);
   auto few = PlanSecureRound(c, 4);
