@@ -18,10 +18,24 @@
 namespace cohort::coordinator {
 namespace {
 
-// An update's FedNova normaliser: in [1, kMaxFedNovaNorm] where a plain
-// FedNova round expects one (a client of at least one step), else absent
-// (a masked update carries its own inside the sum).
-Status CheckFedNovaNorm(double norm, bool expected) {
+// The largest FedNova normaliser an honest client of `num_samples` sends:
+// that of the native trainer's train.local_epochs x ceil(n /
+// train.batch_size) steps (a client may take fewer, never more). A run of
+// model.external trusts each fit's own count up to kMaxFedNovaNorm: its
+// loader's batches are the client's.
+double FedNovaNormBound(const config::RunConfig& config, uint64_t num_samples) {
+  if (config.model().has_external()) return aggregation::kMaxFedNovaNorm;
+  const uint64_t batch = std::max<uint64_t>(1, config.train().batch_size());
+  const uint64_t steps =
+      uint64_t{config.train().local_epochs()} * ((num_samples + batch - 1) / batch);
+  return std::min(aggregation::kMaxFedNovaNorm,
+                  aggregation::FedNovaNorm(steps, config.train().momentum()));
+}
+
+// An update's FedNova normaliser: in [1, bound] where a plain FedNova round
+// expects one (a client of at least one step, at most FedNovaNormBound's),
+// else absent (a masked update carries its own inside the sum).
+Status CheckFedNovaNorm(double norm, bool expected, double bound) {
   if (!expected) {
     if (norm == 0) return OkStatus();
     return InvalidArgumentError(fmt::format(
@@ -29,11 +43,14 @@ Status CheckFedNovaNorm(double norm, bool expected) {
         "train.fednova is off, or the update is masked",
         norm));
   }
-  if (std::isfinite(norm) && norm >= 1 && norm <= aggregation::kMaxFedNovaNorm) return OkStatus();
+  // (The client computes the bound's own arithmetic; the slack is for a
+  // compiler that fuses it differently.)
+  if (std::isfinite(norm) && norm >= 1 && norm <= bound * (1 + 1e-12)) return OkStatus();
   return InvalidArgumentError(
       fmt::format("FedNova update's normaliser fednova_norm {:g} is not in [1, {:g}] "
-                  "(train.fednova)",
-                  norm, aggregation::kMaxFedNovaNorm));
+                  "(train.fednova: {:g} is what train.local_epochs x ceil(samples / "
+                  "train.batch_size) steps give; a client may take fewer steps, not more)",
+                  norm, bound, bound));
 }
 
 // A Goodbye's reason as the dropout's: the client's words, untrusted, so at
@@ -749,7 +766,8 @@ Status RoundEngine::CheckUpdate(const wire::Update& u, const net::Envelope& enve
       !std::isfinite(u.train_seconds())) {
     return InvalidArgumentError("non-finite training metrics");
   }
-  if (Status norm = CheckFedNovaNorm(u.fednova_norm(), fednova_ != nullptr && !masked);
+  if (Status norm = CheckFedNovaNorm(u.fednova_norm(), fednova_ != nullptr && !masked,
+                                     FedNovaNormBound(config_, p.num_samples));
       !norm.ok()) {
     return norm;
   }
@@ -1017,7 +1035,7 @@ Status RoundEngine::PrepareFedNova(const aggregation::RoundMean& mean) {
   if (fednova_ == nullptr) return OkStatus();
   double tau_eff = 0;
   if (mean.fednova_tau_eff) {
-    tau_eff = *mean.fednova_tau_eff;  // Secure: only the sum's slot.
+    tau_eff = ClampSecureTauEff(*mean.fednova_tau_eff);  // Secure: only the sum's slot.
   } else {
     double weighted = 0, weight = 0;
     for (const auto& p : participants_) {
@@ -1029,6 +1047,29 @@ Status RoundEngine::PrepareFedNova(const aggregation::RoundMean& mean) {
   }
   env_->Log().info("round {}: FedNova tau_eff {:.6g}", round_ + 1, tau_eff);
   return fednova_->SetTauEff(tau_eff);
+}
+
+double RoundEngine::ClampSecureTauEff(double tau_eff) const {
+  // Honest clients' normalisers lie in [1, FedNovaNormBound], so their
+  // weighted mean does, give or take the masked sum's grid: kMaxFedNovaNorm
+  // over about 2^31 per client, divided by the accepted share of the
+  // cohort's weight.
+  double most = 1, accepted_weight = 0;
+  for (const auto& p : participants_) {
+    if (!p.counts()) continue;
+    most = std::max(most, FedNovaNormBound(config_, p.num_samples));
+    accepted_weight += static_cast<double>(p.num_samples);
+  }
+  const double grid = aggregation::kMaxFedNovaNorm * static_cast<double>(participants_.size() + 1) /
+                      std::ldexp(1.0, 30) * cohort_weight_ / std::max(accepted_weight, 1.0);
+  if (tau_eff >= 1 - grid && tau_eff <= most + grid) return tau_eff;
+  const double clamped = std::isfinite(tau_eff) ? std::clamp(tau_eff, 1.0, most) : 1.0;
+  env_->Log().warn(
+      "round {}: FedNova tau_eff {:.6g} from the masked sum is outside [1, {:.6g}], the range "
+      "of the selected clients' honest normalisers: some client's slot is not its normaliser. "
+      "Stepping with {:.6g}",
+      round_ + 1, tau_eff, most, clamped);
+  return clamped;
 }
 
 Status RoundEngine::PrepareScaffold(const aggregation::RoundMean& mean,

@@ -297,6 +297,10 @@ class RoundEngine final : public ProtocolEngine {
   // FedNova (fednova_): the round's tau_eff, from the masked sum's slot or
   // the plain updates' normalisers, handed to the decorator before the step.
   Status PrepareFedNova(const aggregation::RoundMean& mean);
+  // A secure round's decoded tau_eff, clamped (with a warning) into what
+  // the counted clients' honest normalisers can average to: one client's
+  // slot can move it anywhere, also below 0 by wrapping the 32-bit sum.
+  double ClampSecureTauEff(double tau_eff) const;
   // SCAFFOLD (scaffold_): the round's Σ Δc_i, from the second half of
   // `mean`'s delta (a secure sum's decoded back from the 1 / n weights),
   // handed to the decorator; `delta` becomes the first half.

@@ -545,6 +545,7 @@ TEST(SecureDecodeTest, FedNovaCommitsTheNormalisedStepUnderSecAggPlusAndInTheCle
     config::RunConfig config = Config(kClients, mode);
     config.mutable_train()->set_fednova(true);
     config.mutable_train()->set_momentum(kMomentum);
+    config.mutable_train()->set_batch_size(1);  // Up to n steps: each client's are fewer.
     std::map<int, aggregation::SecAggStage> faults;
     if (secure) {
       faults = {{1, aggregation::SecAggStage::kMaskedInput},
@@ -721,6 +722,7 @@ TEST(SecureDecodeTest, FedNovaWithEqualStepsCommitsFedAvgsModel) {
     config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
     config.mutable_train()->set_fednova(fednova);
     config.mutable_train()->set_momentum(0.5f);
+    config.mutable_train()->set_batch_size(1);  // Up to n steps: 12 are fewer.
     InProcessRun run(config, samples, deltas, {});
     run.set_steps(std::vector<uint64_t>(kClients, 12));
     run.Run();
@@ -743,9 +745,10 @@ TEST(SecureDecodeTest, FedNovaWithEqualStepsCommitsFedAvgsModel) {
               largest_gap, bound);
 }
 
-// A plain update's normaliser is untrusted: outside [1, 1e5] in a FedNova
-// round, or present in a round without FedNova, the update is rejected
-// naming fednova_norm, and the round goes on with the others.
+// A plain update's normaliser is untrusted: outside [1, what the config's
+// steps give] in a FedNova round, or present in a round without FedNova,
+// the update is rejected naming fednova_norm, and the round goes on with
+// the others.
 TEST(SecureDecodeTest, APlainUpdatesFedNovaNormaliserIsChecked) {
   constexpr int kClients = 4;
   const std::vector<uint64_t> samples(kClients, 100);
@@ -753,6 +756,7 @@ TEST(SecureDecodeTest, APlainUpdatesFedNovaNormaliserIsChecked) {
   for (bool fednova : {true, false}) {
     config::RunConfig config = Config(kClients, config::PLAIN);
     config.mutable_train()->set_fednova(fednova);
+    config.mutable_train()->set_batch_size(20);  // 100 samples: at most 5 steps.
     InProcessRun run(config, samples, deltas, {});
     run.set_steps(std::vector<uint64_t>(kClients, 5));
     run.set_tamper([fednova](int client, net::Envelope& e) {
@@ -764,7 +768,9 @@ TEST(SecureDecodeTest, APlainUpdatesFedNovaNormaliserIsChecked) {
     ASSERT_EQ(run.errors().size(), 1u);
     const std::string expected =
         fednova ? "p2: INVALID_UPDATE: client c2, round 1: FedNova update's normaliser "
-                  "fednova_norm 0.5 is not in [1, 100000] (train.fednova)"
+                  "fednova_norm 0.5 is not in [1, 5] (train.fednova: 5 is what "
+                  "train.local_epochs x ceil(samples / train.batch_size) steps give; a client "
+                  "may take fewer steps, not more)"
                 : "p2: INVALID_UPDATE: client c2, round 1: update carries a FedNova normaliser "
                   "(fednova_norm 3) where the round expects none: train.fednova is off, or the "
                   "update is masked";
@@ -776,6 +782,83 @@ TEST(SecureDecodeTest, APlainUpdatesFedNovaNormaliserIsChecked) {
     // Equal steps and deltas: the model moved by the delta either way.
     for (size_t j = 0; j < kParams; ++j) EXPECT_NEAR(run.model()[j], 0.5f, 1e-6) << j;
   }
+}
+
+// A client that claims more steps than the config allows (found by an
+// independent review): in the clear its update is refused by name, and
+// the round's step is the honest clients'; under SecAgg+ its normaliser is
+// inside the masked sum, so the coordinator clamps the decoded tau_eff to
+// the most honest clients could send (here 5: 100 samples, batches of 20,
+// one epoch) rather than step 200 / 5 + ... times too far. Deltas of 0.5
+// and 1 step each: the honest clients' d is 0.5 / 5 = 0.1; the liar's,
+// 0.5 / 1000.
+TEST(SecureDecodeTest, AFedNovaClientClaimingTooManyStepsIsRefusedOrClamped) {
+  constexpr int kClients = 5;
+  const std::vector<uint64_t> samples(kClients, 100);
+  const std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams, 0.5f));
+  for (config::Aggregation mode : {config::PLAIN, config::SECAGG_PLUS}) {
+    config::RunConfig config = Config(kClients, mode);
+    config.mutable_train()->set_fednova(true);
+    config.mutable_train()->set_batch_size(20);
+    InProcessRun run(config, samples, deltas, {});
+    run.set_steps({5, 5, 5, 5, 1000});
+    run.set_tamper([](int, net::Envelope&) {});  // Errors are expected, not failures.
+    run.Run();
+    auto rounds = std::move(run.store().Rounds()).value();
+    ASSERT_EQ(rounds.size(), 1u);
+    ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+    if (mode == config::PLAIN) {
+      ASSERT_EQ(run.errors().size(), 1u);
+      EXPECT_EQ(run.errors()[0],
+                "p4: INVALID_UPDATE: client c4, round 1: FedNova update's normaliser "
+                "fednova_norm 1000 is not in [1, 5] (train.fednova: 5 is what "
+                "train.local_epochs x ceil(samples / train.batch_size) steps give; a client "
+                "may take fewer steps, not more)");
+      EXPECT_EQ(rounds[0].participants, 4u);
+      // tau_eff 5 times the honest d of 0.1.
+      for (size_t j = 0; j < kParams; ++j) EXPECT_NEAR(run.model()[j], 0.5f, 1e-6) << j;
+    } else {
+      EXPECT_TRUE(run.errors().empty());
+      EXPECT_EQ(rounds[0].participants, 5u);
+      // Clamped tau_eff 5 (not 204) times the mean d, (4 x 0.1 + 0.0005) / 5.
+      const double want = 5 * (4 * 0.1 + 0.5 / 1000) / 5;
+      for (size_t j = 0; j < kParams; ++j) EXPECT_NEAR(run.model()[j], want, 1e-4) << j;
+    }
+  }
+  // A masked slot can be anything: 2^31 added to it wraps the 32-bit sum
+  // below zero (the round was aborted for a tau_eff not > 0). Clamped to
+  // 1: the step is the mean d, 0.1.
+  {
+    config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
+    config.mutable_train()->set_fednova(true);
+    config.mutable_train()->set_batch_size(20);
+    InProcessRun run(config, samples, deltas, {});
+    run.set_steps({5, 5, 5, 5, 5});
+    run.set_tamper([](int client, net::Envelope& e) {
+      if (client != 4 || !e.header.has_update() || e.payloads.empty()) return;
+      uint32_t word;
+      std::memcpy(&word, &e.payloads[0].back(), 4);
+      word += 0x80000000u;
+      std::memcpy(&e.payloads[0].back(), &word, 4);
+    });
+    run.Run();
+    auto rounds = std::move(run.store().Rounds()).value();
+    ASSERT_EQ(rounds.size(), 1u);
+    ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+    for (size_t j = 0; j < kParams; ++j) EXPECT_NEAR(run.model()[j], 0.1, 1e-4) << j;
+  }
+  // A run of model.external trusts each fit's count (its loader's batches
+  // are its own) up to 1e5: the same update is taken.
+  config::RunConfig external = Config(kClients, config::PLAIN);
+  external.mutable_model()->clear_arch();
+  external.mutable_model()->mutable_external()->set_num_params(kParams);
+  external.mutable_train()->set_fednova(true);
+  external.mutable_train()->set_batch_size(20);
+  InProcessRun run(external, samples, deltas, {});
+  run.set_steps({5, 5, 5, 5, 1000});
+  run.Run();
+  EXPECT_TRUE(run.errors().empty());
+  EXPECT_EQ(std::move(run.store().Rounds()).value().at(0).participants, 5u);
 }
 
 }  // namespace
