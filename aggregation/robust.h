@@ -31,7 +31,7 @@ const char* RobustRuleName(RobustRule rule);
 
 struct RobustOptions {
   RobustRule rule = RobustRule::kMedian;
-  double trim_fraction = 0;   // kTrimmedMean: cut from each end, in [0, 0.5).
+  float trim_fraction = 0;    // kTrimmedMean: cut from each end, in [0, 0.5).
   uint32_t byzantine = 0;     // f: kKrum, kMultiKrum, kBulyan.
   uint32_t multi_krum_m = 0;  // kMultiKrum: updates averaged; 0: n - f.
 };
@@ -43,8 +43,9 @@ using Updates = std::span<const std::span<const float>>;
 // unweighted. `updates` is not empty.
 void CoordinateMedian(Updates updates, std::span<float> out);
 // Per coordinate, the unweighted mean after cutting k = floor(trim_fraction
-// x n) values from each end (k < n / 2 always). `updates` is not empty.
-void TrimmedMean(Updates updates, double trim_fraction, std::span<float> out);
+// x n) values from each end, trim_fraction as the config wrote it
+// (common/decimal.h; k < n / 2 always). `updates` is not empty.
+void TrimmedMean(Updates updates, float trim_fraction, std::span<float> out);
 
 // Krum's score of each update (Blanchard et al. 2017): the sum of its
 // squared L2 distances to its max(1, n - f - 2) nearest other updates (all

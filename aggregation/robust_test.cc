@@ -45,6 +45,12 @@ TEST(RobustTest, TrimmedMeanCutsFloorOfTheFractionFromEachEnd) {
   for (int j = 20; j >= 1; --j) squares.push_back({static_cast<float>(j * j)});
   o.trim_fraction = 0.35f;
   EXPECT_FLOAT_EQ(Apply(o, squares)[0], 679.0f / 6);
+  // j² for j = 1..100 with 0.45f: k = 45 (the float's own 44.99999... x
+  // would cut 44), the mean of 46²..55².
+  squares.clear();
+  for (int j = 100; j >= 1; --j) squares.push_back({static_cast<float>(j * j)});
+  o.trim_fraction = 0.45f;
+  EXPECT_FLOAT_EQ(Apply(o, squares)[0], 2558.5f);
   // However close to 0.5, one value is left.
   o.trim_fraction = 0.49999997f;
   EXPECT_EQ(Apply(o, {{1}, {7}})[0], 4);
@@ -97,6 +103,10 @@ TEST(RobustTest, BulyanSelectsByIteratedKrumThenAveragesTheValuesNearestTheMedia
   BulyanTrimmedMean(Spans(selected), 1, out);
   EXPECT_EQ(out[0], 1);
   EXPECT_FLOAT_EQ(out[1], 16.0f / 3);
+  // Called with theta <= 2f it would wrap beta and read past the column:
+  // a programmer's error, stopped (independent review).
+  const std::vector<std::vector<float>> two(selected.begin(), selected.begin() + 2);
+  EXPECT_DEATH(BulyanTrimmedMean(Spans(two), 1, out), "check failed: theta > 2");
 }
 
 TEST(RobustTest, TooFewUpdatesForTheRuleSayWhy) {
