@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/decimal.h"
+
 namespace cohort::config {
 namespace {
 
@@ -648,9 +650,8 @@ Status CheckRobustCohort(const RobustConfig& r, const RoundsConfig& rounds) {
         "rounds.min_clients is " +
         std::to_string(n) + " (a round commits with as few); raise rounds.min_clients to 3");
   }
-  // As aggregation/robust.cc's TrimmedMean counts (the margin for float).
-  const auto cut =
-      static_cast<uint64_t>(std::floor(r.trim_fraction() * static_cast<double>(n) + 1e-6));
+  // As aggregation/robust.cc's TrimmedMean counts.
+  const uint64_t cut = FloorOfDecimalTimes(r.trim_fraction(), n);
   if (r.rule() == TRIMMED_MEAN && cut == 0) {
     return InvalidArgumentError(
         "server.robust.trim_fraction: " + Number(r.trim_fraction()) + " of rounds.min_clients " +
@@ -662,6 +663,14 @@ Status CheckRobustCohort(const RobustConfig& r, const RoundsConfig& rounds) {
   if (!IsKrumFamily(r.rule())) return OkStatus();
   const std::string name = RobustRule_Name(r.rule());
   const uint64_t f = r.byzantine_clients();
+  if (f == 0) {
+    // (Independent review: MULTI_KRUM then averaged every update, BULYAN
+    // took the plain mean, KRUM one update for no reason.)
+    return InvalidArgumentError(
+        "server.robust.byzantine_clients: " + name +
+        " tolerating f = 0 Byzantine clients defends against none (MULTI_KRUM and BULYAN "
+        "would be the plain mean); set f, at least 1, to the Byzantine clients to tolerate");
+  }
   const bool bulyan = r.rule() == BULYAN;
   const uint64_t least = bulyan ? 4 * f + 3 : 2 * f + 3;
   if (rounds.min_clients() < least) {

@@ -607,6 +607,13 @@ TEST(ConfigTest, ARobustRuleNeedsPlainRoundsItsOwnSettingsAndEnoughClients) {
       {plain + "rounds { min_clients: 10 } server { robust { rule: BULYAN byzantine_clients: 2 } }",
        "server.robust.byzantine_clients: BULYAN tolerating f = 2 Byzantine clients needs n >= "
        "4f + 3 = 11 updates a round, but rounds.min_clients is 10"},
+      {plain + "rounds { min_clients: 5 } server { robust { rule: MULTI_KRUM byzantine_clients: 0 "
+               "} }",
+       "server.robust.byzantine_clients: MULTI_KRUM tolerating f = 0 Byzantine clients defends "
+       "against none (MULTI_KRUM and BULYAN would be the plain mean); set f, at least 1, to the "
+       "Byzantine clients to tolerate"},
+      {plain + "rounds { min_clients: 5 } server { robust { rule: BULYAN byzantine_clients: 0 } }",
+       "server.robust.byzantine_clients: BULYAN tolerating f = 0"},
       {plain + "rounds { min_clients: 5 } server { robust { rule: MULTI_KRUM multi_krum_m: 5 } }",
        "server.robust.multi_krum_m: must be in [1, rounds.min_clients - byzantine_clients] = "
        "[1, 4] (0: n - f), got 5"},
