@@ -378,6 +378,17 @@ StatusOr<double> Session::FedNovaNormOf(const TrainTask& task,
         "train.fednova: the trainer reports no local steps (a Python fit must return "
         "metrics['steps']), so the update has no normaliser");
   }
+  // The coordinator refuses more steps than its native trainer takes on
+  // this client's samples (a model.external run's fits count their own).
+  const uint64_t batch = std::max<uint64_t>(1, task.options.batch_size);
+  const uint64_t most = uint64_t{task.options.epochs} * ((num_samples_ + batch - 1) / batch);
+  if (!model_config_.has_external() && result.steps > most) {
+    return InvalidArgumentError(fmt::format(
+        "train.fednova: {} steps, more than the {} of train.local_epochs {} x ceil({} samples / "
+        "train.batch_size {}), the most the coordinator accepts (a Python fit must batch by "
+        "task.batch_size over the num_samples it declared)",
+        result.steps, most, task.options.epochs, num_samples_, task.options.batch_size));
+  }
   const double norm = aggregation::FedNovaNorm(result.steps, task.options.optimizer.momentum);
   if (!(norm >= 1 && norm <= aggregation::kMaxFedNovaNorm)) {
     return InvalidArgumentError(fmt::format(

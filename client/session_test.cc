@@ -193,25 +193,62 @@ TEST_F(SessionTest, AFedNovaTaskSendsTheNormalisedDeltaAndItsNormaliser) {
             "training failed: train.fednova: the trainer reports no local steps (a Python fit "
             "must return metrics['steps']), so the update has no normaliser");
 
-  // More steps than a normaliser of 1e5: the update is not sent.
+  // More steps than the coordinator's trainer takes on 50 samples in
+  // batches of 8 (7): the update is not sent (the coordinator would refuse
+  // it), and a Python fit learns why.
   net::Envelope long_task = Task(3, 10, {1, 2, 3, 4});
   long_task.header.mutable_task()->mutable_train()->set_fednova(true);
   ASSERT_TRUE(s.OnMessage(long_task, 62).train.has_value());
   train::TrainResult too_many;
-  too_many.steps = 200000;
+  too_many.steps = 8;
   a = s.OnTrainingDone(10, too_many, local, 64);
   ASSERT_EQ(a.send.size(), 1u);
   ASSERT_TRUE(a.send[0].header.has_goodbye());
   EXPECT_EQ(a.send[0].header.goodbye().reason(),
-            "training failed: train.fednova: 200000 steps with momentum 0 give the normaliser "
-            "200000, above the 100000 an update carries; lower train.local_epochs or raise "
-            "train.batch_size");
+            "training failed: train.fednova: 8 steps, more than the 7 of train.local_epochs 1 x "
+            "ceil(50 samples / train.batch_size 8), the most the coordinator accepts (a Python "
+            "fit must batch by task.batch_size over the num_samples it declared)");
+  net::Envelope seven = Task(3, 11, {1, 2, 3, 4});
+  seven.header.mutable_task()->mutable_train()->set_fednova(true);
+  ASSERT_TRUE(s.OnMessage(seven, 65).train.has_value());
+  too_many.steps = 7;
+  a = s.OnTrainingDone(11, too_many, local, 66);
+  ASSERT_EQ(a.send.size(), 1u);
+  EXPECT_EQ(a.send[0].header.update().fednova_norm(), 7);
 
   // A task that asks FedNova of Adam is refused before training.
   net::Envelope adam = Task(4, 9, {1, 2, 3, 4});
   adam.header.mutable_task()->mutable_train()->set_fednova(true);
   adam.header.mutable_task()->mutable_train()->set_optimizer(config::ADAM);
   EXPECT_FALSE(s.OnMessage(adam, 70).train.has_value());
+}
+
+// A model.external run's fit counts its own steps (its loader's batches are
+// its own): only a normaliser above 1e5 stops the update.
+TEST_F(SessionTest, AnExternalModelsFedNovaStepsAreBoundedOnlyBy1e5) {
+  Session s = Make();
+  s.Start(0);
+  net::Envelope welcome = Welcome();
+  welcome.header.mutable_welcome()->mutable_model()->mutable_external()->set_num_params(kParams);
+  s.OnMessage(welcome, 10);
+  const std::vector<float> local = {1.5f, 2, 2.5f, 4};
+  for (uint64_t steps : {1000u, 200000u}) {
+    net::Envelope task = Task(1, steps, {1, 2, 3, 4});
+    task.header.mutable_task()->mutable_train()->set_fednova(true);
+    ASSERT_TRUE(s.OnMessage(task, 20).train.has_value());
+    train::TrainResult r;
+    r.steps = steps;
+    Actions a = s.OnTrainingDone(steps, r, local, 40);
+    ASSERT_EQ(a.send.size(), 1u);
+    if (steps == 1000) {
+      EXPECT_EQ(a.send[0].header.update().fednova_norm(), 1000);
+      continue;
+    }
+    EXPECT_EQ(a.send[0].header.goodbye().reason(),
+              "training failed: train.fednova: 200000 steps with momentum 0 give the normaliser "
+              "200000, above the 100000 an update carries; lower train.local_epochs or raise "
+              "train.batch_size");
+  }
 }
 
 // SCAFFOLD (train.scaffold): the task carries [x | c]; the trainer gets

@@ -467,6 +467,12 @@ Status RoundEngine::LoadScaffoldPopulation() {
         "SCAFFOLD: c moves by the sum of changes / N, N at least {} (the clients "
         "registered before the restart)",
         scaffold_population_);
+  } else if (!rounds.empty()) {
+    env_->Log().warn(
+        "SCAFFOLD: the store's {} round{} keep no N (written before it was stored): N is the "
+        "clients registered when each round starts; set rounds.start_clients to the population "
+        "so that the first round after this restart waits for every one",
+        rounds.size(), rounds.size() == 1 ? "" : "s");
   }
   return OkStatus();
 }
@@ -1051,9 +1057,11 @@ Status RoundEngine::PrepareFedNova(const aggregation::RoundMean& mean) {
 
 double RoundEngine::ClampSecureTauEff(double tau_eff) const {
   // Honest clients' normalisers lie in [1, FedNovaNormBound], so their
-  // weighted mean does, give or take the masked sum's grid: kMaxFedNovaNorm
+  // weighted mean does, give or take the masked sum's grid (kMaxFedNovaNorm
   // over about 2^31 per client, divided by the accepted share of the
-  // cohort's weight.
+  // cohort's weight) and two float roundings, the client's slot and the
+  // decoded mean, 2^-24 of the value each (a review found honest rounds of
+  // 2000 steps clamped without them).
   double most = 1, accepted_weight = 0;
   for (const auto& p : participants_) {
     if (!p.counts()) continue;
@@ -1061,7 +1069,8 @@ double RoundEngine::ClampSecureTauEff(double tau_eff) const {
     accepted_weight += static_cast<double>(p.num_samples);
   }
   const double grid = aggregation::kMaxFedNovaNorm * static_cast<double>(participants_.size() + 1) /
-                      std::ldexp(1.0, 30) * cohort_weight_ / std::max(accepted_weight, 1.0);
+                          std::ldexp(1.0, 30) * cohort_weight_ / std::max(accepted_weight, 1.0) +
+                      8 * most * std::ldexp(1.0, -24);
   if (tau_eff >= 1 - grid && tau_eff <= most + grid) return tau_eff;
   const double clamped = std::isfinite(tau_eff) ? std::clamp(tau_eff, 1.0, most) : 1.0;
   env_->Log().warn(

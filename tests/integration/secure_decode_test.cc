@@ -5,6 +5,7 @@
 // out, so a decode that divided by the cohort's weight instead of the
 // survivors' (or ignored dropouts) would miss the plain weighted mean.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,9 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
+#include <sstream>
+#include <string>
 
 #include "aggregation/fednova.h"
 #include "client/session.h"
@@ -671,6 +675,7 @@ TEST(SecureDecodeTest, FedNovaBoundsTheNormalisedDeltasL2Norm) {
   }
   config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
   config.mutable_train()->set_fednova(true);
+  config.mutable_train()->set_batch_size(1);  // Up to n steps: each client's are fewer.
   config.mutable_secagg()->set_l2_clip(static_cast<float>(kBound));
   InProcessRun run(config, samples, deltas, {});
   run.set_steps(steps);
@@ -784,81 +789,133 @@ TEST(SecureDecodeTest, APlainUpdatesFedNovaNormaliserIsChecked) {
   }
 }
 
-// A client that claims more steps than the config allows (found by an
-// independent review): in the clear its update is refused by name, and
-// the round's step is the honest clients'; under SecAgg+ its normaliser is
-// inside the masked sum, so the coordinator clamps the decoded tau_eff to
-// the most honest clients could send (here 5: 100 samples, batches of 20,
-// one epoch) rather than step 200 / 5 + ... times too far. Deltas of 0.5
-// and 1 step each: the honest clients' d is 0.5 / 5 = 0.1; the liar's,
-// 0.5 / 1000.
-TEST(SecureDecodeTest, AFedNovaClientClaimingTooManyStepsIsRefusedOrClamped) {
+// The engine's log lines while it lives (the default logger's).
+struct LogLines {
+  LogLines() { spdlog::default_logger_raw()->sinks().push_back(sink); }
+  ~LogLines() { spdlog::default_logger_raw()->sinks().pop_back(); }
+  std::string str() const { return lines.str(); }
+  std::ostringstream lines;
+  std::shared_ptr<spdlog::sinks::ostream_sink_st> sink =
+      std::make_shared<spdlog::sinks::ostream_sink_st>(lines);
+};
+
+// FedNova's normaliser is bounded by the config (found by an independent
+// review): an honest client of n samples takes at most local_epochs x
+// ceil(n / batch_size) steps (its session refuses to send more:
+// session_test). Here 101 samples in batches of 20, two epochs: 12.
+// In the clear, a normaliser of 13 is refused by name and the round steps
+// with the honest ones' tau_eff; under SecAgg+ the normaliser is inside
+// the masked sum, where one client's slot can move the decoded tau_eff
+// anywhere: 2^28 added to it would inflate the step, 2^31 wraps the sum
+// below zero (which aborted the round). The coordinator clamps tau_eff to
+// [1, 12] and says so. Deltas of 0.5 over 12 steps: d = 0.5 / 12, and the
+// committed model is tau_eff x d.
+TEST(SecureDecodeTest, AFedNovaNormaliserBeyondTheConfigsStepsIsRefusedOrClamped) {
   constexpr int kClients = 5;
-  const std::vector<uint64_t> samples(kClients, 100);
+  const std::vector<uint64_t> samples(kClients, 101);
   const std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams, 0.5f));
-  for (config::Aggregation mode : {config::PLAIN, config::SECAGG_PLUS}) {
+  auto config_for = [](config::Aggregation mode) {
     config::RunConfig config = Config(kClients, mode);
     config.mutable_train()->set_fednova(true);
     config.mutable_train()->set_batch_size(20);
-    InProcessRun run(config, samples, deltas, {});
-    run.set_steps({5, 5, 5, 5, 1000});
-    run.set_tamper([](int, net::Envelope&) {});  // Errors are expected, not failures.
+    config.mutable_train()->set_local_epochs(2);
+    return config;
+  };
+  {
+    InProcessRun run(config_for(config::PLAIN), samples, deltas, {});
+    run.set_steps(std::vector<uint64_t>(kClients, 12));
+    run.set_tamper([](int client, net::Envelope& e) {
+      if (client == 4 && e.header.has_update()) e.header.mutable_update()->set_fednova_norm(13);
+    });
     run.Run();
+    ASSERT_EQ(run.errors().size(), 1u);
+    EXPECT_EQ(run.errors()[0],
+              "p4: INVALID_UPDATE: client c4, round 1: FedNova update's normaliser "
+              "fednova_norm 13 is not in [1, 12] (train.fednova: 12 is what "
+              "train.local_epochs x ceil(samples / train.batch_size) steps give; a client "
+              "may take fewer steps, not more)");
     auto rounds = std::move(run.store().Rounds()).value();
     ASSERT_EQ(rounds.size(), 1u);
-    ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
-    if (mode == config::PLAIN) {
-      ASSERT_EQ(run.errors().size(), 1u);
-      EXPECT_EQ(run.errors()[0],
-                "p4: INVALID_UPDATE: client c4, round 1: FedNova update's normaliser "
-                "fednova_norm 1000 is not in [1, 5] (train.fednova: 5 is what "
-                "train.local_epochs x ceil(samples / train.batch_size) steps give; a client "
-                "may take fewer steps, not more)");
-      EXPECT_EQ(rounds[0].participants, 4u);
-      // tau_eff 5 times the honest d of 0.1.
-      for (size_t j = 0; j < kParams; ++j) EXPECT_NEAR(run.model()[j], 0.5f, 1e-6) << j;
-    } else {
-      EXPECT_TRUE(run.errors().empty());
-      EXPECT_EQ(rounds[0].participants, 5u);
-      // Clamped tau_eff 5 (not 204) times the mean d, (4 x 0.1 + 0.0005) / 5.
-      const double want = 5 * (4 * 0.1 + 0.5 / 1000) / 5;
-      for (size_t j = 0; j < kParams; ++j) EXPECT_NEAR(run.model()[j], want, 1e-4) << j;
-    }
+    EXPECT_EQ(rounds[0].participants, 4u);
+    for (size_t j = 0; j < kParams; ++j) EXPECT_NEAR(run.model()[j], 0.5f, 1e-6) << j;
   }
-  // A masked slot can be anything: 2^31 added to it wraps the 32-bit sum
-  // below zero (the round was aborted for a tau_eff not > 0). Clamped to
-  // 1: the step is the mean d, 0.1.
-  {
-    config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
-    config.mutable_train()->set_fednova(true);
-    config.mutable_train()->set_batch_size(20);
-    InProcessRun run(config, samples, deltas, {});
-    run.set_steps({5, 5, 5, 5, 5});
-    run.set_tamper([](int client, net::Envelope& e) {
+  for (uint32_t added : {1u << 28, 1u << 31}) {
+    LogLines log;
+    InProcessRun run(config_for(config::SECAGG_PLUS), samples, deltas, {});
+    run.set_steps(std::vector<uint64_t>(kClients, 12));
+    run.set_tamper([added](int client, net::Envelope& e) {
       if (client != 4 || !e.header.has_update() || e.payloads.empty()) return;
-      uint32_t word;
+      uint32_t word;  // The last word: the FedNova slot.
       std::memcpy(&word, &e.payloads[0].back(), 4);
-      word += 0x80000000u;
+      word += added;
       std::memcpy(&e.payloads[0].back(), &word, 4);
     });
     run.Run();
     auto rounds = std::move(run.store().Rounds()).value();
     ASSERT_EQ(rounds.size(), 1u);
     ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
-    for (size_t j = 0; j < kParams; ++j) EXPECT_NEAR(run.model()[j], 0.1, 1e-4) << j;
+    EXPECT_EQ(rounds[0].participants, 5u);
+    const double tau_eff = added == (1u << 28) ? 12 : 1;
+    for (size_t j = 0; j < kParams; ++j) {
+      EXPECT_NEAR(run.model()[j], tau_eff * 0.5 / 12, 1e-4) << added << ", parameter " << j;
+    }
+    EXPECT_NE(log.str().find("from the masked sum is outside [1, 12], the range of the selected "
+                             "clients' honest normalisers: some client's slot is not its "
+                             "normaliser. Stepping with " +
+                             std::to_string(static_cast<int>(tau_eff))),
+              std::string::npos)
+        << log.str();
   }
   // A run of model.external trusts each fit's count (its loader's batches
-  // are its own) up to 1e5: the same update is taken.
-  config::RunConfig external = Config(kClients, config::PLAIN);
+  // are its own) up to 1e5: a normaliser of 1000 is taken.
+  config::RunConfig external = config_for(config::PLAIN);
   external.mutable_model()->clear_arch();
   external.mutable_model()->mutable_external()->set_num_params(kParams);
-  external.mutable_train()->set_fednova(true);
-  external.mutable_train()->set_batch_size(20);
   InProcessRun run(external, samples, deltas, {});
-  run.set_steps({5, 5, 5, 5, 1000});
+  run.set_steps({12, 12, 12, 12, 1000});
   run.Run();
   EXPECT_TRUE(run.errors().empty());
   EXPECT_EQ(std::move(run.store().Rounds()).value().at(0).participants, 5u);
+}
+
+// Honest clients at their bound are never clamped: tau_eff is then the
+// largest bound itself, and neither the masked sum's grid nor two float
+// roundings may read as a lie. Three clients taking the 2000 steps of 20
+// epochs over 1000 samples in batches of 10 with momentum 0.9 (a =
+// 19909.995: the float roundings dominate), and nine taking 2 steps each
+// (the grid dominates, a client dropping after its input).
+TEST(SecureDecodeTest, HonestFedNovaClientsAtTheirBoundAreNotClamped) {
+  struct Case {
+    int clients;
+    uint64_t samples, steps;
+    uint32_t batch, epochs;
+    float momentum;
+    std::string tau_eff;
+  };
+  for (const Case& c :
+       {Case{3, 1000, 2000, 10, 20, 0.9f, "1991"}, Case{9, 100, 2, 50, 1, 0, "2"}}) {
+    std::vector<std::vector<float>> deltas(c.clients, std::vector<float>(kParams));
+    for (int i = 0; i < c.clients; ++i) {
+      for (size_t j = 0; j < kParams; ++j) deltas[i][j] = 0.01f * static_cast<float>((i + j) % 7);
+    }
+    config::RunConfig config = Config(c.clients, config::SECAGG_PLUS);
+    config.mutable_train()->set_fednova(true);
+    config.mutable_train()->set_batch_size(c.batch);
+    config.mutable_train()->set_local_epochs(c.epochs);
+    config.mutable_train()->set_momentum(c.momentum);
+    std::map<int, aggregation::SecAggStage> faults;
+    if (c.clients == 9) faults = {{4, aggregation::SecAggStage::kConsistency}};
+    LogLines log;
+    InProcessRun run(config, std::vector<uint64_t>(c.clients, c.samples), deltas, faults);
+    run.set_steps(std::vector<uint64_t>(c.clients, c.steps));
+    run.Run();
+    auto rounds = std::move(run.store().Rounds()).value();
+    ASSERT_EQ(rounds.size(), 1u);
+    ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+    EXPECT_EQ(log.str().find("outside [1"), std::string::npos) << log.str();
+    EXPECT_NE(log.str().find("round 1: FedNova tau_eff " + c.tau_eff), std::string::npos)
+        << log.str();
+  }
 }
 
 }  // namespace
