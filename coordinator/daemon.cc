@@ -85,8 +85,7 @@ Status CheckDaemonOptions(const DaemonOptions& options) {
 // The first round's (FedBuff: each group's) secure-aggregation plan, and a
 // warning when it tolerates no dropout (coordinator/secagg_plan.h).
 void AnnouncePlan(const config::RunConfig& config) {
-  const uint32_t first =
-      config.has_fedbuff() ? config.fedbuff().buffer_size() : FirstRoundClients(config);
+  const uint32_t first = FirstRoundClients(config);
   for (const std::string& line : DescribePlan(config, first)) spdlog::info("plan: {}", line);
   if (auto warning = NoDropoutWarning(config, first)) spdlog::warn("{}", *warning);
 }

@@ -44,6 +44,8 @@ uint32_t MinRoundClients(const config::RunConfig& config) {
 }
 
 uint32_t FirstRoundClients(const config::RunConfig& config) {
+  // FedBuff: every group is one aggregation of fedbuff.buffer_size.
+  if (config.has_fedbuff()) return config.fedbuff().buffer_size();
   return std::max(config.rounds().start_clients(), MinRoundClients(config));
 }
 
@@ -109,7 +111,8 @@ std::optional<std::string> NoDropoutWarning(const config::RunConfig& config, uin
       "a secure {} of n={} tolerates no dropout (t={} of k={}): one client leaving aborts it. "
       "Raise {}{}, or lower secagg.corrupt_fraction (now {})",
       config.has_fedbuff() ? "fedbuff group" : "round", plan->n, plan->t, plan->k,
-      config.has_fedbuff() ? "fedbuff.buffer_size" : "rounds.min_clients and rounds.start_clients",
+      config.has_fedbuff() ? "fedbuff.buffer_size (and fedbuff.concurrency, a multiple of it)"
+                           : "rounds.min_clients and rounds.start_clients",
       larger, config.secagg().corrupt_fraction());
 }
 

@@ -20,7 +20,8 @@ namespace cohort::coordinator {
 // secure aggregation to the smallest n that has a threshold for
 // secagg.corrupt_fraction.
 uint32_t MinRoundClients(const config::RunConfig& config);
-// The first round after a (re)start waits for this many clients.
+// The first round after a (re)start waits for this many clients (fedbuff:
+// each group has fedbuff.buffer_size).
 uint32_t FirstRoundClients(const config::RunConfig& config);
 
 struct SecureRoundPlan {

@@ -57,13 +57,19 @@ TEST(SecAggPlanTest, ASmallFedBuffGroupIsWarnedAboutByItsOwnField) {
   c.mutable_rounds()->set_min_clients(3);
   c.mutable_fedbuff()->set_buffer_size(3);
   c.mutable_fedbuff()->set_concurrency(3);
+  EXPECT_EQ(FirstRoundClients(c), 3u);
   auto warning = NoDropoutWarning(c, 3);
   ASSERT_TRUE(warning.has_value());
   EXPECT_EQ(*warning,
             "a secure fedbuff group of n=3 tolerates no dropout (t=2 of k=2): one client leaving "
-            "aborts it. Raise fedbuff.buffer_size (n=5 survives 1), or lower "
-            "secagg.corrupt_fraction (now 0.1)");
-  EXPECT_FALSE(NoDropoutWarning(c, 5).has_value());
+            "aborts it. Raise fedbuff.buffer_size (and fedbuff.concurrency, a multiple of it) "
+            "(n=5 survives 1), or lower secagg.corrupt_fraction (now 0.1)");
+  // `cohort plan` and `cohort status` plan a fedbuff run's groups, not
+  // rounds.min_clients (a review found the plan warned about n=3 here).
+  c.mutable_fedbuff()->set_buffer_size(10);
+  c.mutable_fedbuff()->set_concurrency(10);
+  EXPECT_EQ(FirstRoundClients(c), 10u);
+  EXPECT_FALSE(NoDropoutWarning(c, FirstRoundClients(c)).has_value());
 }
 
 TEST(SecAggPlanTest, TooFewClientsAndPlainAggregation) {
