@@ -331,7 +331,26 @@ Status Session::AdvanceVariate(const TrainTask& task, const train::TrainResult& 
   // from the c_i its update counted.
   if (!variate_path_.empty()) COHORT_RETURN_IF_ERROR(SaveControlVariate(variate_path_, next));
   variate_ = std::move(next);
+  variate_task_ = task.task_id;
   return OkStatus();
+}
+
+void Session::RollBackVariate(const wire::Error& e) {
+  if (!variate_ || e.task_id() == 0 || e.task_id() != variate_task_) return;
+  variate_task_ = 0;
+  ClientVariate back = *variate_;
+  back.after = back.before;
+  if (!variate_path_.empty()) {
+    if (Status saved = SaveControlVariate(variate_path_, back); !saved.ok()) {
+      // The file keeps c_i+; this session goes on from memory.
+      env_->Log().error("SCAFFOLD: {}", saved.message());
+    }
+  }
+  variate_ = std::move(back);
+  env_->Log().warn(
+      "SCAFFOLD: round {}'s update did not count, so c_i goes back to what the round trained "
+      "from",
+      variate_->round);
 }
 
 void Session::LeaveTaskSaying(uint32_t round, uint64_t task_id, const std::string& why,
@@ -847,6 +866,7 @@ void Session::OnError(const wire::Error& e, TimeMs now, Actions& a) {
     SendHello(now, a);
   } else {
     env_->Log().warn("coordinator error (round {}): {}", e.round(), Printable(e.message(), 1024));
+    RollBackVariate(e);
   }
 }
 

@@ -288,6 +288,10 @@ class Session {
   Status PrepareScaffold(TrainTask& task);
   // SCAFFOLD after training: c_i+ kept (saved first) and Δc_i into
   // `delta_c`; an error leaves c_i as it was.
+  // SCAFFOLD: the coordinator refused the update that moved c_i (an error
+  // naming its task): c_i goes back to what that round trained from, as
+  // the coordinator's c never had the change.
+  void RollBackVariate(const wire::Error& e);
   Status AdvanceVariate(const TrainTask& task, const train::TrainResult& result,
                         std::span<const float> local, std::vector<float>& delta_c);
   // Leaves task `task_id` before or after training with a Goodbye saying
@@ -332,6 +336,7 @@ class Session {
   // SCAFFOLD: where c_i is kept (empty: memory only), and c_i once read.
   std::string variate_path_;
   std::optional<ClientVariate> variate_;
+  uint64_t variate_task_ = 0;  // The task whose update moved it last.
   // Distributed DP: the run's name and nonce (Welcome), the pinned
   // coordinator key, and the ledger of rounds noised.
   std::string run_name_;

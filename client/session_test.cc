@@ -314,6 +314,58 @@ TEST_F(SessionTest, AScaffoldTaskKeepsTheClientVariateAcrossARestart) {
   std::filesystem::remove_all(dir);
 }
 
+// An update the coordinator refuses (an error naming its task: late,
+// invalid, not selected) did not move the coordinator's c, so c_i goes
+// back to what the round trained from, in memory and in the state
+// directory; an error about another task, or none, leaves it.
+TEST_F(SessionTest, ARefusedScaffoldUpdateTakesBackItsVariateChange) {
+  char dir_template[] = "/tmp/cohort-scaffold-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  auto scaffold_task = [](uint32_t round, uint64_t id) {
+    net::Envelope t = Task(round, id, {1, 2, 3, 4, 0.5f, 0, 0, -0.5f});
+    t.header.mutable_task()->mutable_train()->set_scaffold(true);
+    t.header.mutable_task()->mutable_train()->set_learning_rate(0.125f);
+    return t;
+  };
+  auto error_for = [](uint64_t task_id) {
+    wire::Header h;
+    h.mutable_error()->set_code(wire::STALE);
+    h.mutable_error()->set_round(2);
+    h.mutable_error()->set_message("update for round 1, current round is 2");
+    h.mutable_error()->set_task_id(task_id);
+    return Env(h);
+  };
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(out);
+  spdlog::default_logger_raw()->sinks().push_back(sink);
+  Session s = Make();
+  s.set_state_dir(dir);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  ASSERT_TRUE(s.OnMessage(scaffold_task(1, 7), 20).train.has_value());
+  train::TrainResult r;
+  r.steps = 2;  // c_i+ = {0.5, 0, 0, -0.5}, as in the test above.
+  ASSERT_EQ(s.OnTrainingDone(7, r, std::vector<float>{0.75f, 2, 3, 4.25f}, 40).send.size(), 1u);
+  const std::vector<float> moved = {0.5f, 0, 0, -0.5f}, zeros(kParams, 0.0f);
+  s.OnMessage(error_for(8), 50);  // Another task's: c_i stays.
+  s.OnMessage(error_for(0), 55);  // Not about an update: c_i stays.
+  EXPECT_EQ(std::vector<float>(s.control_variate().begin(), s.control_variate().end()), moved);
+  s.OnMessage(error_for(7), 60);
+  EXPECT_EQ(std::vector<float>(s.control_variate().begin(), s.control_variate().end()), zeros);
+  EXPECT_EQ(LoadControlVariate(ControlVariatePath(dir), kParams).value().after, zeros);
+  EXPECT_NE(out.str().find("SCAFFOLD: round 1's update did not count, so c_i goes back to what "
+                           "the round trained from"),
+            std::string::npos)
+      << out.str();
+  // Round 2 starts from c_i = 0: its correction is c itself.
+  Actions a = s.OnMessage(scaffold_task(2, 9), 70);
+  ASSERT_TRUE(a.train.has_value());
+  EXPECT_EQ(a.train->options.scaffold_correction, (std::vector<float>{0.5f, 0, 0, -0.5f}));
+  spdlog::default_logger_raw()->sinks().pop_back();
+  std::filesystem::remove_all(dir);
+}
+
 // c_i is one run's: a client that joins another run (here another run
 // name; a new run nonce or coordinator key too) starts its c_i at zero, as
 // that run's c starts, whether c_i was in its state directory or only in

@@ -677,6 +677,13 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
   }
   const std::string name = *name_ptr;
   clients_.Seen(name, now);
+  // A refusal names the update's task, so the client knows which update
+  // did not count (SCAFFOLD: its c_i goes back).
+  auto refuse = [&](wire::ErrorCode code, const std::string& why) {
+    Outgoing error = MakeError(peer, code, why);
+    error.header.mutable_error()->set_task_id(u.task_id());
+    out.push_back(std::move(error));
+  };
   const uint32_t current = round_ + 1;
   if (phase_ != Phase::kTraining || u.round() != current || u.task_id() != task_id_) {
     const std::string why =
@@ -687,14 +694,13 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
                   std::to_string(current)
             : "update for a task of round " + std::to_string(current) + " that was replaced";
     env_->Log().warn("client {}: rejected update: {}", name, why);
-    out.push_back(MakeError(peer, wire::STALE, why));
+    refuse(wire::STALE, why);
     return;
   }
   Participant* p = FindParticipant(name);
   if (p == nullptr) {
     env_->Log().warn("client {}: rejected update: not selected for round {}", name, current);
-    out.push_back(
-        MakeError(peer, wire::NOT_SELECTED, "not selected for round " + std::to_string(current)));
+    refuse(wire::NOT_SELECTED, "not selected for round " + std::to_string(current));
     return;
   }
   if (p->state != Participant::State::kTraining) {
@@ -702,7 +708,7 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
                                         : "update after being dropped from round " +
                                               std::to_string(current) + " (" + p->reason + ")";
     env_->Log().warn("client {}: rejected update: {}", name, why);
-    out.push_back(MakeError(peer, wire::STALE, why));
+    refuse(wire::STALE, why);
     return;
   }
   if (secagg() && (stage_ != aggregation::SecAggStage::kMaskedInput ||
@@ -711,7 +717,7 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     const std::string why = "masked update during stage " + std::string(SecAggStageName()) +
                             " of round " + std::to_string(current);
     env_->Log().warn("client {}: rejected {}", name, why);
-    out.push_back(MakeError(peer, wire::STALE, why));
+    refuse(wire::STALE, why);
     return;
   }
   Status status = CheckUpdate(u, envelope, *p, aggregator_->masked());
@@ -725,7 +731,7 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     const std::string why =
         "client " + name + ", round " + std::to_string(current) + ": " + status.message();
     env_->Log().warn("rejected update: {}", why);
-    out.push_back(MakeError(peer, wire::INVALID_UPDATE, why));
+    refuse(wire::INVALID_UPDATE, why);
     Exclude(*p, Participant::State::kRejected, status.message());
     Progress(now, out);
     return;

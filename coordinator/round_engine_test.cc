@@ -858,6 +858,29 @@ TEST_F(RoundEngineTest, ARobustRuleKeepsAFarUpdateOutOfTheModel) {
   }
 }
 
+// An error refusing an update names its task, so the client knows which
+// of its updates did not count (a SCAFFOLD client takes back its c_i
+// change: session_test).
+TEST_F(RoundEngineTest, ARefusedUpdatesErrorNamesItsTask) {
+  Start(TestConfig(2, 2));
+  Register(2);
+  wire::RoundTask stale = tasks_["p0"];
+  stale.set_task_id(stale.task_id() + 1000);
+  Deliver("p0", UpdateFor(stale, std::vector<float>(kParams, 0.1f)));
+  Deliver("p1", UpdateFor(tasks_["p1"], std::vector<float>(kParams - 1, 0.1f)));
+  ASSERT_EQ(errors_["p0"].size(), 1u);
+  EXPECT_EQ(errors_["p0"][0].code(), wire::STALE);
+  EXPECT_EQ(errors_["p0"][0].task_id(), stale.task_id());
+  ASSERT_EQ(errors_["p1"].size(), 1u);
+  EXPECT_EQ(errors_["p1"][0].code(), wire::INVALID_UPDATE);
+  EXPECT_EQ(errors_["p1"][0].task_id(), tasks_["p1"].task_id());
+  // Not about an update: no task.
+  Deliver("p9", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 0.1f)));
+  ASSERT_EQ(errors_["p9"].size(), 1u);
+  EXPECT_EQ(errors_["p9"][0].code(), wire::UNKNOWN_CLIENT);
+  EXPECT_EQ(errors_["p9"][0].task_id(), 0u);
+}
+
 TEST_F(RoundEngineTest, SelectionIsASeededFraction) {
   config::RunConfig c = TestConfig(10, 2);
   c.mutable_rounds()->set_fraction(0.5f);
