@@ -311,6 +311,7 @@ Status Session::PrepareScaffold(TrainTask& task) {
           Printable(run_name_));
     }
     variate_ = ClientVariate{0, zeros, zeros, RunId()};
+    variate_task_ = 0;
   }
   task.client_variate = variate_->For(task.round);
   task.options.scaffold_correction.resize(num_params_);
@@ -327,6 +328,14 @@ Status Session::AdvanceVariate(const TrainTask& task, const train::TrainResult& 
   COHORT_RETURN_IF_ERROR(aggregation::ScaffoldClientVariate(
       task.global, local, task.server_variate, task.client_variate, result.steps,
       task.options.optimizer.learning_rate, next.after, delta_c));
+  // An earlier update's refusal that came while this task trained
+  // (RollBackVariate) moved c_i back under it: Δc_i = -c + (x - y) / (K lr)
+  // does not depend on c_i, so the change goes onto the c_i this round
+  // should have started from, and only its correction was off.
+  if (variate_ && variate_->For(task.round) != task.client_variate) {
+    next.before = variate_->For(task.round);
+    for (size_t j = 0; j < num_params_; ++j) next.after[j] = next.before[j] + delta_c[j];
+  }
   // Kept before it is sent: a client that restarts after sending goes on
   // from the c_i its update counted.
   if (!variate_path_.empty()) COHORT_RETURN_IF_ERROR(SaveControlVariate(variate_path_, next));
@@ -342,8 +351,10 @@ void Session::RollBackVariate(const wire::Error& e) {
   back.after = back.before;
   if (!variate_path_.empty()) {
     if (Status saved = SaveControlVariate(variate_path_, back); !saved.ok()) {
-      // The file keeps c_i+; this session goes on from memory.
-      env_->Log().error("SCAFFOLD: {}", saved.message());
+      // As AdvanceVariate: memory and file stay as they were, together.
+      env_->Log().error("SCAFFOLD: cannot take back round {}'s c_i change: {}", back.round,
+                        saved.message());
+      return;
     }
   }
   variate_ = std::move(back);

@@ -362,6 +362,38 @@ TEST_F(SessionTest, ARefusedScaffoldUpdateTakesBackItsVariateChange) {
   Actions a = s.OnMessage(scaffold_task(2, 9), 70);
   ASSERT_TRUE(a.train.has_value());
   EXPECT_EQ(a.train->options.scaffold_correction, (std::vector<float>{0.5f, 0, 0, -0.5f}));
+
+  // Round 2's update moves c_i to Δc_i = -c + 4 (x - y) = -c (y = x); round
+  // 3 trains from it, and round 2's refusal comes while round 3 trains
+  // (the coordinator sent round 3's task before it read the late update):
+  // c_i goes back under round 3, whose change then lands on round 3's
+  // rightful start, 0, not on the -c it trained from.
+  ASSERT_EQ(s.OnTrainingDone(9, r, std::vector<float>{1, 2, 3, 4}, 80).send.size(), 1u);
+  const std::vector<float> minus_c = {-0.5f, 0, 0, 0.5f};
+  EXPECT_EQ(std::vector<float>(s.control_variate().begin(), s.control_variate().end()), minus_c);
+  a = s.OnMessage(scaffold_task(3, 11), 90);
+  ASSERT_TRUE(a.train.has_value());
+  EXPECT_EQ(a.train->options.scaffold_correction, (std::vector<float>{1, 0, 0, -1}));
+  s.OnMessage(error_for(9), 95);
+  ASSERT_EQ(s.OnTrainingDone(11, r, std::vector<float>{1, 2, 3, 4}, 100).send.size(), 1u);
+  EXPECT_EQ(std::vector<float>(s.control_variate().begin(), s.control_variate().end()), minus_c)
+      << "round 3's change landed on the c_i round 2's refusal took back";
+  const ClientVariate kept = LoadControlVariate(ControlVariatePath(dir), kParams).value();
+  EXPECT_EQ(kept.round, 3u);
+  EXPECT_EQ(kept.before, zeros);
+  EXPECT_EQ(kept.after, minus_c);
+
+  // A restarted client never saw which task moved c_i: an error naming no
+  // task leaves it.
+  Session restarted = Make();
+  restarted.set_state_dir(dir);
+  restarted.Start(200);
+  restarted.OnMessage(Welcome(), 210);
+  ASSERT_TRUE(restarted.OnMessage(scaffold_task(4, 13), 220).train.has_value());
+  restarted.OnMessage(error_for(0), 230);
+  EXPECT_EQ(
+      std::vector<float>(restarted.control_variate().begin(), restarted.control_variate().end()),
+      minus_c);
   spdlog::default_logger_raw()->sinks().pop_back();
   std::filesystem::remove_all(dir);
 }

@@ -666,6 +666,43 @@ void RoundEngine::HelloInRound(const std::string& peer, const wire::Hello& hello
   }
 }
 
+std::optional<RoundEngine::UpdateRefusal> RoundEngine::AdmitUpdate(const std::string& name,
+                                                                   const wire::Update& u,
+                                                                   Participant*& p) {
+  const uint32_t current = round_ + 1;
+  if (phase_ != Phase::kTraining || u.round() != current || u.task_id() != task_id_) {
+    return UpdateRefusal{
+        wire::STALE, phase_ != Phase::kTraining ? "update for round " + std::to_string(u.round()) +
+                                                      " while no round is open"
+                     : u.round() != current ? "update for round " + std::to_string(u.round()) +
+                                                  ", current round is " + std::to_string(current)
+                                            : "update for a task of round " +
+                                                  std::to_string(current) + " that was replaced"};
+  }
+  p = FindParticipant(name);
+  if (p == nullptr) {
+    return UpdateRefusal{wire::NOT_SELECTED, "not selected for round " + std::to_string(current)};
+  }
+  if (p->state != Participant::State::kTraining) {
+    // A second copy of an update that counted names no task: its first
+    // copy is in the sum.
+    if (p->counts()) {
+      return UpdateRefusal{wire::STALE, "a second update for round " + std::to_string(current),
+                           false};
+    }
+    return UpdateRefusal{wire::STALE, "update after being dropped from round " +
+                                          std::to_string(current) + " (" + p->reason + ")"};
+  }
+  if (secagg() && (stage_ != aggregation::SecAggStage::kMaskedInput ||
+                   p->answered != aggregation::PreviousStage(stage_))) {
+    // The protocol's earlier stages come first.
+    return UpdateRefusal{wire::STALE, "masked update during stage " +
+                                          std::string(SecAggStageName()) + " of round " +
+                                          std::to_string(current)};
+  }
+  return std::nullopt;
+}
+
 void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelope, TimeMs now,
                            std::vector<Outgoing>& out) {
   const wire::Update& u = envelope.header.update();
@@ -677,49 +714,17 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
   }
   const std::string name = *name_ptr;
   clients_.Seen(name, now);
-  // A refusal names the update's task, so the client knows which update
-  // did not count (SCAFFOLD: its c_i goes back).
-  auto refuse = [&](wire::ErrorCode code, const std::string& why) {
-    Outgoing error = MakeError(peer, code, why);
-    error.header.mutable_error()->set_task_id(u.task_id());
+  Participant* p = nullptr;
+  if (std::optional<UpdateRefusal> refusal = AdmitUpdate(name, u, p)) {
+    env_->Log().warn("client {}: rejected update: {}", name, refusal->why);
+    Outgoing error = MakeError(peer, refusal->code, refusal->why);
+    // Naming the task tells the client which update did not count
+    // (SCAFFOLD: its c_i goes back).
+    if (refusal->names_task) error.header.mutable_error()->set_task_id(u.task_id());
     out.push_back(std::move(error));
-  };
+    return;
+  }
   const uint32_t current = round_ + 1;
-  if (phase_ != Phase::kTraining || u.round() != current || u.task_id() != task_id_) {
-    const std::string why =
-        phase_ != Phase::kTraining
-            ? "update for round " + std::to_string(u.round()) + " while no round is open"
-        : u.round() != current
-            ? "update for round " + std::to_string(u.round()) + ", current round is " +
-                  std::to_string(current)
-            : "update for a task of round " + std::to_string(current) + " that was replaced";
-    env_->Log().warn("client {}: rejected update: {}", name, why);
-    refuse(wire::STALE, why);
-    return;
-  }
-  Participant* p = FindParticipant(name);
-  if (p == nullptr) {
-    env_->Log().warn("client {}: rejected update: not selected for round {}", name, current);
-    refuse(wire::NOT_SELECTED, "not selected for round " + std::to_string(current));
-    return;
-  }
-  if (p->state != Participant::State::kTraining) {
-    const std::string why = p->counts() ? "a second update for round " + std::to_string(current)
-                                        : "update after being dropped from round " +
-                                              std::to_string(current) + " (" + p->reason + ")";
-    env_->Log().warn("client {}: rejected update: {}", name, why);
-    refuse(wire::STALE, why);
-    return;
-  }
-  if (secagg() && (stage_ != aggregation::SecAggStage::kMaskedInput ||
-                   p->answered != aggregation::PreviousStage(stage_))) {
-    // The protocol's earlier stages come first.
-    const std::string why = "masked update during stage " + std::string(SecAggStageName()) +
-                            " of round " + std::to_string(current);
-    env_->Log().warn("client {}: rejected {}", name, why);
-    refuse(wire::STALE, why);
-    return;
-  }
   Status status = CheckUpdate(u, envelope, *p, aggregator_->masked());
   if (status.ok()) {
     const double started = env_->MonotonicSeconds();
@@ -731,7 +736,9 @@ void RoundEngine::OnUpdate(const std::string& peer, const net::Envelope& envelop
     const std::string why =
         "client " + name + ", round " + std::to_string(current) + ": " + status.message();
     env_->Log().warn("rejected update: {}", why);
-    refuse(wire::INVALID_UPDATE, why);
+    Outgoing error = MakeError(peer, wire::INVALID_UPDATE, why);
+    error.header.mutable_error()->set_task_id(u.task_id());
+    out.push_back(std::move(error));
     Exclude(*p, Participant::State::kRejected, status.message());
     Progress(now, out);
     return;

@@ -191,6 +191,16 @@ class RoundEngine final : public ProtocolEngine {
                     bool reconnected, TimeMs now, std::vector<Outgoing>& out);
   void OnUpdate(const std::string& peer, const net::Envelope& envelope, TimeMs now,
                 std::vector<Outgoing>& out);
+  // Why client `name`'s update `u` is not for the open round's sum, and
+  // whether the refusal names the update's task (not for a second copy of
+  // one that counted); nullopt: admitted, with its participant in `p`.
+  struct UpdateRefusal {
+    wire::ErrorCode code;
+    std::string why;
+    bool names_task = true;
+  };
+  std::optional<UpdateRefusal> AdmitUpdate(const std::string& name, const wire::Update& u,
+                                           Participant*& p);
   // Starts a round when the strategy selects a cohort from the clients
   // available.
   void MaybeStartRound(TimeMs now, std::vector<Outgoing>& out);

@@ -827,19 +827,21 @@ TEST_F(RoundEngineTest, AnAdaptiveServerOptimizerResumesToTheBitIdenticalModel) 
 }
 
 TEST_F(RoundEngineTest, ARobustRuleKeepsAFarUpdateOutOfTheModel) {
-  // Six honest deltas 0.10 .. 0.15 and one of 30 (L2 norm 95, under the
-  // default server.max_update_norm 100); f = 1, n = 7 = 4f + 3. The median
-  // and the mean of the middle five (trim 0.2: floor(1.4) = 1 each end) are
-  // 0.13. Krum (4 neighbours): 0.12 and 0.13 score least, tied; the lower
-  // index wins, 0.12. Multi-Krum (m = n - f = 6): the six honest ones,
-  // 0.125. Bulyan picks 0.12, 0.13, 0.11, 0.14, 0.10 (iterated Krum, ties
-  // to the lower index); per coordinate the 3 nearest the median 0.12 are
-  // 0.12, 0.13, 0.11: 0.12.
-  const std::pair<config::RobustRule, float> rules[] = {{config::MEDIAN, 0.13f},
-                                                        {config::TRIMMED_MEAN, 0.13f},
-                                                        {config::KRUM, 0.12f},
-                                                        {config::MULTI_KRUM, 0.125f},
-                                                        {config::BULYAN, 0.12f}};
+  // Six honest deltas 0.125 + k / 64 (k = 0..5; dyadic, so every distance
+  // and tie is exact) and one of 30 (L2 norm 95, under the default
+  // server.max_update_norm 100); f = 1, n = 7 = 4f + 3. In units of 1/64
+  // above 0.125: the median and the mean of the middle five (trim 0.2:
+  // floor(1.4) = 1 each end) are 3. Krum (4 neighbours, squared
+  // distances): k = 2 and 3 score 10, tied; the lower index wins, 2.
+  // Multi-Krum (m = n - f = 6): the six honest ones, 2.5. Bulyan picks 2,
+  // 3, 1, 4, 0 (iterated Krum, ties to the lower index); per coordinate the
+  // 3 nearest the median 2 are 2, 3, 1: 2.
+  const auto at = [](double units) { return static_cast<float>(0.125 + units / 64); };
+  const std::pair<config::RobustRule, float> rules[] = {{config::MEDIAN, at(3)},
+                                                        {config::TRIMMED_MEAN, at(3)},
+                                                        {config::KRUM, at(2)},
+                                                        {config::MULTI_KRUM, at(2.5)},
+                                                        {config::BULYAN, at(2)}};
   for (const auto& [rule, exact] : rules) {
     config::RunConfig c = TestConfig(7, 7, 1);
     c.mutable_server()->mutable_robust()->set_rule(rule);
@@ -850,7 +852,7 @@ TEST_F(RoundEngineTest, ARobustRuleKeepsAFarUpdateOutOfTheModel) {
     Register(7);
     for (int k = 0; k < 7; ++k) {
       const std::string peer = "p" + std::to_string(k);
-      const float v = k == 6 ? 30.0f : 0.1f + 0.01f * static_cast<float>(k);
+      const float v = k == 6 ? 30.0f : at(k);
       Deliver(peer, UpdateFor(tasks_[peer], std::vector<float>(kParams, v)));
     }
     ASSERT_EQ(engine_->last_committed_round(), 1u) << config::RobustRule_Name(rule);
@@ -862,8 +864,8 @@ TEST_F(RoundEngineTest, ARobustRuleKeepsAFarUpdateOutOfTheModel) {
 // of its updates did not count (a SCAFFOLD client takes back its c_i
 // change: session_test).
 TEST_F(RoundEngineTest, ARefusedUpdatesErrorNamesItsTask) {
-  Start(TestConfig(2, 2));
-  Register(2);
+  Start(TestConfig(3, 2));
+  Register(3);
   wire::RoundTask stale = tasks_["p0"];
   stale.set_task_id(stale.task_id() + 1000);
   Deliver("p0", UpdateFor(stale, std::vector<float>(kParams, 0.1f)));
@@ -874,6 +876,13 @@ TEST_F(RoundEngineTest, ARefusedUpdatesErrorNamesItsTask) {
   ASSERT_EQ(errors_["p1"].size(), 1u);
   EXPECT_EQ(errors_["p1"][0].code(), wire::INVALID_UPDATE);
   EXPECT_EQ(errors_["p1"][0].task_id(), tasks_["p1"].task_id());
+  // A second copy of an update that counted: its first copy counts, so the
+  // error names no task (the client must not take its change back).
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 0.1f)));
+  Deliver("p0", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 0.1f)));
+  ASSERT_EQ(errors_["p0"].size(), 2u);
+  EXPECT_EQ(errors_["p0"][1].message(), "a second update for round 1");
+  EXPECT_EQ(errors_["p0"][1].task_id(), 0u);
   // Not about an update: no task.
   Deliver("p9", UpdateFor(tasks_["p0"], std::vector<float>(kParams, 0.1f)));
   ASSERT_EQ(errors_["p9"].size(), 1u);
