@@ -27,6 +27,15 @@ namespace cohort::aggregation {
 // steps. Computed in double.
 double FedNovaNorm(uint64_t steps, double momentum);
 
+// The most steps an honest client of `samples` takes: `epochs` x
+// ceil(samples / batch_size), the native trainer's (a client may take
+// fewer). The coordinator refuses more and a client's session does not
+// send more (model.external runs count their own).
+inline uint64_t FedNovaMaxSteps(uint32_t epochs, uint32_t batch_size, uint64_t samples) {
+  const uint64_t batch = batch_size == 0 ? 1 : batch_size;
+  return uint64_t{epochs} * ((samples + batch - 1) / batch);
+}
+
 // The update a FedNova client sends: out = (after - before) / norm, each
 // difference taken in float (as a plain delta is), divided in double and
 // rounded to float once. All three spans have one size; `norm` > 0. False

@@ -410,8 +410,8 @@ StatusOr<double> Session::FedNovaNormOf(const TrainTask& task,
   }
   // The coordinator refuses more steps than its native trainer takes on
   // this client's samples (a model.external run's fits count their own).
-  const uint64_t batch = std::max<uint64_t>(1, task.options.batch_size);
-  const uint64_t most = uint64_t{task.options.epochs} * ((num_samples_ + batch - 1) / batch);
+  const uint64_t most =
+      aggregation::FedNovaMaxSteps(task.options.epochs, task.options.batch_size, num_samples_);
   if (!model_config_.has_external() && result.steps > most) {
     return InvalidArgumentError(fmt::format(
         "train.fednova: {} steps, more than the {} of train.local_epochs {} x ceil({} samples / "

@@ -25,9 +25,8 @@ namespace {
 // loader's batches are the client's.
 double FedNovaNormBound(const config::RunConfig& config, uint64_t num_samples) {
   if (config.model().has_external()) return aggregation::kMaxFedNovaNorm;
-  const uint64_t batch = std::max<uint64_t>(1, config.train().batch_size());
-  const uint64_t steps =
-      uint64_t{config.train().local_epochs()} * ((num_samples + batch - 1) / batch);
+  const uint64_t steps = aggregation::FedNovaMaxSteps(config.train().local_epochs(),
+                                                      config.train().batch_size(), num_samples);
   return std::min(aggregation::kMaxFedNovaNorm,
                   aggregation::FedNovaNorm(steps, config.train().momentum()));
 }
