@@ -73,6 +73,8 @@ class BadInputTest(unittest.TestCase):
         import sqlite3
         db = sqlite3.connect(f"file:{run.path('run/run.db')}?mode=ro", uri=True)
         reasons = dict(db.execute("SELECT round, reason FROM round_clients WHERE client = 'bad'"))
+        last = {c for (c,) in db.execute(
+            "SELECT client FROM round_clients WHERE round = ? AND status = 'ok'", (ROUNDS,))}
         db.close()
         for r, (kind, line) in FAULTS.items():
             why = line.split("training failed: ", 1)[1].removesuffix("; leaving the round")
@@ -81,7 +83,13 @@ class BadInputTest(unittest.TestCase):
         self.assertEqual(rounds[1]["participants"], 3, rounds[1])
         self.assertEqual(rounds[ROUNDS]["dropped_clients"], [], rounds[ROUNDS])
         self.assertIn("slow", rounds[3]["dropped_clients"], rounds[3])
-        self.assertEqual(rounds[ROUNDS]["participants"], 3, rounds[ROUNDS])
+        # The last round sums the good clients and the bad one; the slow one
+        # too if its round-3 fit (8 s) returned before that round began,
+        # which on a loaded machine it can (rounds 4 to 7 then take longer
+        # than the 4 s left): which, is timing, not what this test checks.
+        self.assertIn(last - {"good-1", "good-2", "bad"}, (set(), {"slow"}), last)
+        self.assertTrue({"good-1", "good-2", "bad"} <= last, last)
+        self.assertEqual(rounds[ROUNDS]["participants"], len(last), rounds[ROUNDS])
 
     def test_another_model_size_is_refused(self):
         run = Run("size")
