@@ -65,15 +65,12 @@ double ScoreWithin(const std::vector<double>& distances, size_t n, std::span<con
   return std::accumulate(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(k), 0.0);
 }
 
-// The sample-weighted mean of `chosen` updates, in double.
-void WeightedMean(Updates updates, std::span<const uint64_t> weights,
-                  std::span<const size_t> chosen, std::span<float> out) {
-  double total = 0;
-  for (size_t i : chosen) total += static_cast<double>(weights[i]);
+// The unweighted mean of the `chosen` updates, in double.
+void MeanOf(Updates updates, std::span<const size_t> chosen, std::span<float> out) {
   for (size_t j = 0; j < out.size(); ++j) {
     double sum = 0;
-    for (size_t i : chosen) sum += static_cast<double>(weights[i]) * updates[i][j];
-    out[j] = static_cast<float>(sum / total);
+    for (size_t i : chosen) sum += updates[i][j];
+    out[j] = static_cast<float>(sum / static_cast<double>(chosen.size()));
   }
 }
 
@@ -193,8 +190,7 @@ size_t RobustMinUpdates(const RobustOptions& options) {
   }
 }
 
-Status ApplyRobustRule(const RobustOptions& options, Updates updates,
-                       std::span<const uint64_t> weights, std::span<float> out) {
+Status ApplyRobustRule(const RobustOptions& options, Updates updates, std::span<float> out) {
   const size_t n = updates.size(), least = RobustMinUpdates(options);
   const uint32_t f = options.byzantine;
   if (n < least) {
@@ -223,7 +219,7 @@ Status ApplyRobustRule(const RobustOptions& options, Updates updates,
         return FailedPreconditionError("MULTI_KRUM averages multi_krum_m = " + std::to_string(m) +
                                        " updates, more than n - f = " + std::to_string(n - f));
       }
-      WeightedMean(updates, weights, KrumSelect(updates, f, m), out);
+      MeanOf(updates, KrumSelect(updates, f, m), out);
       return OkStatus();
     }
     case RobustRule::kBulyan: {
@@ -268,34 +264,27 @@ class RobustAggregator final : public Aggregator {
     if (updates_.count(participant) != 0) {
       return AlreadyExistsError("client already sent an update this round");
     }
-    updates_[participant] = Entry{{update.begin(), update.end()}, weight};
+    updates_[participant].assign(update.begin(), update.end());
     return OkStatus();
   }
 
   StatusOr<RoundMean> Finalize() override {
     if (updates_.empty()) return FailedPreconditionError("no update was accepted");
     std::vector<std::span<const float>> spans;
-    std::vector<uint64_t> weights;
-    for (const auto& [participant, entry] : updates_) {  // By participant: arrival order is lost.
-      spans.emplace_back(entry.values);
-      weights.push_back(entry.weight);
+    for (const auto& [participant, values] : updates_) {  // By participant: arrival order is lost.
+      spans.emplace_back(values);
     }
     RoundMean mean;
     mean.delta.resize(num_params_);
-    COHORT_RETURN_IF_ERROR(ApplyRobustRule(options_, spans, weights, mean.delta));
+    COHORT_RETURN_IF_ERROR(ApplyRobustRule(options_, spans, mean.delta));
     return mean;
   }
 
  private:
-  struct Entry {
-    std::vector<float> values;
-    uint64_t weight = 0;
-  };
-
   RobustOptions options_;
   size_t num_params_;
   double max_norm_;
-  std::map<uint32_t, Entry> updates_;
+  std::map<uint32_t, std::vector<float>> updates_;
 };
 
 }  // namespace

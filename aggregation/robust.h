@@ -52,7 +52,9 @@ void TrimmedMean(Updates updates, float trim_fraction, std::span<float> out);
 // of them, when there are fewer).
 std::vector<double> KrumScores(Updates updates, uint32_t f);
 // The indices of the `m` updates with the lowest Krum scores, lowest first
-// (ties: the lower index). Krum is m = 1; Multi-Krum averages them.
+// (ties: the lower index). Krum is m = 1; Multi-Krum averages them,
+// unweighted (Blanchard et al.): a selected update's claimed sample count
+// would otherwise let it outweigh the rest.
 std::vector<size_t> KrumSelect(Updates updates, uint32_t f, size_t m);
 // Bulyan's selection (El Mhamdi et al. 2018): theta = n - 2f updates picked
 // one at a time, each Krum's choice among those not yet picked (scored
@@ -66,19 +68,18 @@ void BulyanTrimmedMean(Updates selected, uint32_t f, std::span<float> out);
 // The fewest updates `options` takes: 1 for MEDIAN and TRIMMED_MEAN,
 // 2f + 3 for KRUM and MULTI_KRUM, 4f + 3 for BULYAN.
 size_t RobustMinUpdates(const RobustOptions& options);
-// options.rule over `updates` into `out`. `weights` (sample counts, one per
-// update) weigh only Multi-Krum's mean of its selection; the other rules
-// are unweighted. kFailedPrecondition, saying why, for fewer updates than
-// RobustMinUpdates or a Multi-Krum m above n - f.
-Status ApplyRobustRule(const RobustOptions& options, Updates updates,
-                       std::span<const uint64_t> weights, std::span<float> out);
+// options.rule over `updates` into `out`. Every rule is unweighted: the
+// sample counts clients claim never move a robust aggregate.
+// kFailedPrecondition, saying why, for fewer updates than RobustMinUpdates
+// or a Multi-Krum m above n - f.
+Status ApplyRobustRule(const RobustOptions& options, Updates updates, std::span<float> out);
 
 // A plain round's Aggregator that keeps every accepted update and applies
 // options.rule at Finalize. Accept refuses what NewStreamingFedAvg refuses
-// (a wrong length, a weight outside [1, 2^40], NaN or Inf, an L2 norm above
-// `max_norm` when it is > 0, a second update), with the same messages;
-// Finalize fails (kFailedPrecondition, the reason) when the rule cannot run
-// on the accepted updates: the round engine then aborts the round with it.
+// (a wrong length, a weight outside [1, 2^40] although no rule uses it, NaN or Inf, an L2 norm
+// above `max_norm` when it is > 0, a second update), with the same messages; Finalize fails
+// (kFailedPrecondition, the reason) when the rule cannot run on the accepted updates: the round
+// engine then aborts the round with it.
 StatusOr<std::unique_ptr<Aggregator>> NewRobustAggregator(const RobustOptions& options,
                                                           size_t num_params, double max_norm = 0);
 

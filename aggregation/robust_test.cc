@@ -14,11 +14,9 @@ std::vector<std::span<const float>> Spans(const std::vector<std::vector<float>>&
   return {rows.begin(), rows.end()};
 }
 
-std::vector<float> Apply(const RobustOptions& o, const std::vector<std::vector<float>>& rows,
-                         std::vector<uint64_t> weights = {}) {
-  if (weights.empty()) weights.assign(rows.size(), 1);
+std::vector<float> Apply(const RobustOptions& o, const std::vector<std::vector<float>>& rows) {
   std::vector<float> out(rows[0].size());
-  const Status status = ApplyRobustRule(o, Spans(rows), weights, out);
+  const Status status = ApplyRobustRule(o, Spans(rows), out);
   EXPECT_TRUE(status.ok()) << status;
   return out;
 }
@@ -71,16 +69,13 @@ TEST(RobustTest, KrumScoresAndPicksTheUpdateClosestToItsNeighbours) {
   EXPECT_EQ(Apply({RobustRule::kKrum, 0, 1}, kKrumRows), (std::vector<float>{1, 0}));
 }
 
-TEST(RobustTest, MultiKrumAveragesTheBestByScoreWeighedBySamples) {
+TEST(RobustTest, MultiKrumAveragesTheBestByScoreUnweighted) {
   // Equal scores (u0, u2) keep the lower index first.
   EXPECT_EQ(KrumSelect(Spans(kKrumRows), 1, 3), (std::vector<size_t>{1, 0, 2}));
-  const std::vector<uint64_t> weights = {1, 2, 1, 1, 1};
-  // m = 3: (u0 + 2 u1 + u2) / 4.
-  EXPECT_EQ(Apply({RobustRule::kMultiKrum, 0, 1, 3}, kKrumRows, weights),
-            (std::vector<float>{1, 0}));
-  // m = 0: n - f = 4, (u0 + 2 u1 + u2 + u3) / 5; the far update never counts.
-  EXPECT_EQ(Apply({RobustRule::kMultiKrum, 0, 1, 0}, kKrumRows, weights),
-            (std::vector<float>{0.8f, 0.4f}));
+  // m = 3: (u0 + u1 + u2) / 3.
+  EXPECT_EQ(Apply({RobustRule::kMultiKrum, 0, 1, 3}, kKrumRows), (std::vector<float>{1, 0}));
+  // m = 0: n - f = 4, (u0 + u1 + u2 + u3) / 4; the far update never counts.
+  EXPECT_EQ(Apply({RobustRule::kMultiKrum, 0, 1, 0}, kKrumRows), (std::vector<float>{0.75f, 0.5f}));
 }
 
 // Six honest values 0..5 and 100, f = 1 (n = 7 = 4f + 3): theta = 5 picks,
@@ -112,15 +107,12 @@ TEST(RobustTest, BulyanSelectsByIteratedKrumThenAveragesTheValuesNearestTheMedia
 TEST(RobustTest, TooFewUpdatesForTheRuleSayWhy) {
   const std::vector<std::vector<float>> four(kKrumRows.begin(), kKrumRows.begin() + 4);
   std::vector<float> out(2);
-  const std::vector<uint64_t> weights(4, 1);
-  Status s = ApplyRobustRule({RobustRule::kKrum, 0, 1}, Spans(four), weights, out);
+  Status s = ApplyRobustRule({RobustRule::kKrum, 0, 1}, Spans(four), out);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(), "KRUM tolerating f = 1 needs n >= 2f + 3 = 5 updates, the round has 4");
-  s = ApplyRobustRule({RobustRule::kBulyan, 0, 1}, Spans(kKrumRows), std::vector<uint64_t>(5, 1),
-                      out);
+  s = ApplyRobustRule({RobustRule::kBulyan, 0, 1}, Spans(kKrumRows), out);
   EXPECT_EQ(s.message(), "BULYAN tolerating f = 1 needs n >= 4f + 3 = 7 updates, the round has 5");
-  s = ApplyRobustRule({RobustRule::kMultiKrum, 0, 1, 5}, Spans(kKrumRows),
-                      std::vector<uint64_t>(5, 1), out);
+  s = ApplyRobustRule({RobustRule::kMultiKrum, 0, 1, 5}, Spans(kKrumRows), out);
   EXPECT_EQ(s.message(), "MULTI_KRUM averages multi_krum_m = 5 updates, more than n - f = 4");
   EXPECT_EQ(RobustMinUpdates({RobustRule::kMedian, 0, 3}), 1u);
   EXPECT_EQ(RobustMinUpdates({RobustRule::kMultiKrum, 0, 3}), 9u);
@@ -176,6 +168,24 @@ TEST(RobustTest, TheAggregatorsResultDoesNotDependOnArrivalOrder) {
   for (uint32_t i = 0; i < 6; ++i) ASSERT_TRUE(krum->Accept(i, std::vector<float>{1}, 1).ok());
   EXPECT_EQ(krum->Finalize().status().message(),
             "KRUM tolerating f = 2 needs n >= 2f + 3 = 7 updates, the round has 6");
+}
+
+TEST(RobustTest, AClaimedSampleCountMovesNoRobustAggregate) {
+  // kKrumRows, u1 claiming 2^40 samples (the most Accept takes) and the
+  // rest 1: every rule gives what it gives unweighted. Multi-Krum selects u1
+  // among its m = 4; weighed by the claims, its mean would be u1 = (1, 0)
+  // where the four's mean is (0.75, 0.5).
+  for (RobustRule rule :
+       {RobustRule::kMedian, RobustRule::kTrimmedMean, RobustRule::kKrum, RobustRule::kMultiKrum}) {
+    const RobustOptions o{rule, 0.2, 1, 0};
+    auto agg = Robust(o, 2);
+    for (uint32_t i = 0; i < kKrumRows.size(); ++i) {
+      ASSERT_TRUE(agg->Accept(i, kKrumRows[i], i == 1 ? uint64_t{1} << 40 : 1).ok());
+    }
+    auto mean = agg->Finalize();
+    ASSERT_TRUE(mean.ok()) << mean.status();
+    EXPECT_EQ(mean->delta, Apply(o, kKrumRows)) << RobustRuleName(rule);
+  }
 }
 
 }  // namespace
