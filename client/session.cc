@@ -130,6 +130,7 @@ void Session::Refuse(const Status& why, Actions& a) {
     h.mutable_goodbye()->set_reason("refused the round's secure aggregation: " +
                                     std::string(why.message()));
     a.send.push_back({std::move(h), {}, {}});
+    if (!secagg_->input_sent) RollBackVariate(secagg_->task_id);
   }
   secagg_.reset();
 }
@@ -267,6 +268,10 @@ Actions Session::OnTrainingDone(uint64_t task_id, const StatusOr<train::TrainRes
 void Session::SendUpdate(const TrainTask& task, const train::TrainResult& result,
                          const std::optional<train::EvalResult>& eval, std::span<const float> local,
                          double fednova_norm, TimeMs now, Actions& a) {
+  // A securely aggregated task never sends a plaintext update: when the
+  // session was refused or abandoned, nothing is sent at all, and c_i
+  // stays as the round found it.
+  if (task.secure && (!secagg_ || secagg_->task_id != task.task_id)) return;
   std::vector<float> delta_c;
   if (task.scaffold) {
     if (Status advanced = AdvanceVariate(task, result, local, delta_c); !advanced.ok()) {
@@ -344,8 +349,8 @@ Status Session::AdvanceVariate(const TrainTask& task, const train::TrainResult& 
   return OkStatus();
 }
 
-void Session::RollBackVariate(const wire::Error& e) {
-  if (!variate_ || e.task_id() == 0 || e.task_id() != variate_task_) return;
+void Session::RollBackVariate(uint64_t task_id) {
+  if (!variate_ || task_id == 0 || task_id != variate_task_) return;
   variate_task_ = 0;
   ClientVariate back = *variate_;
   back.after = back.before;
@@ -467,9 +472,6 @@ void Session::SendSecureUpdate(const TrainTask& task, const train::TrainResult& 
                                const std::optional<train::EvalResult>& eval,
                                std::span<const float> local, double fednova_norm,
                                std::span<const float> delta_c, TimeMs now, Actions& a) {
-  // A securely aggregated task never sends a plaintext update: when the
-  // session was refused or abandoned, nothing is sent at all.
-  if (!secagg_ || secagg_->task_id != task.task_id) return;
   // FedNova's normalisation, then the norm bound (secagg.l2_clip), then the
   // per-coordinate clip of the encoding: the warning counts what the
   // encoding will clip.
@@ -877,7 +879,7 @@ void Session::OnError(const wire::Error& e, TimeMs now, Actions& a) {
     SendHello(now, a);
   } else {
     env_->Log().warn("coordinator error (round {}): {}", e.round(), Printable(e.message(), 1024));
-    RollBackVariate(e);
+    RollBackVariate(e.task_id());
   }
 }
 
@@ -1262,6 +1264,7 @@ void Session::SendMaskedInput(TimeMs now, Actions& a) {
   *h.mutable_update() = secagg_->update;
   last_sent_ = now;
   a.send.push_back({std::move(h), {}, std::move(masked->values)});
+  secagg_->input_sent = true;
   // The survivor list waits for the others' training too.
   secagg_->awaiting = "survivor list";
   secagg_->awaiting_since = now;

@@ -182,6 +182,10 @@ class Session {
     TimeMs stage_limit = 0, survivors_limit = 0;  // From the setup, within the client's.
     std::optional<std::vector<uint32_t>> input;   // Encoded, awaiting U3.
     wire::Update update;                          // Its header.
+    // The masked input left: from then on the sum may count it without
+    // this client (the others' shares unmask it), so leaving the round
+    // keeps c_i's change.
+    bool input_sent = false;
   };
   // Starts the session of a secure task (from SecAggStart or the task);
   // on a refusal it prints why and leaves no session.
@@ -288,10 +292,12 @@ class Session {
   Status PrepareScaffold(TrainTask& task);
   // SCAFFOLD after training: c_i+ kept (saved first) and Δc_i into
   // `delta_c`; an error leaves c_i as it was.
-  // SCAFFOLD: the coordinator refused the update that moved c_i (an error
-  // naming its task): c_i goes back to what that round trained from, as
-  // the coordinator's c never had the change.
-  void RollBackVariate(const wire::Error& e);
+  // SCAFFOLD: the update of task `task_id` moved c_i and will not count
+  // (the coordinator refused it, in an error naming its task, or this
+  // client left its secure round before its masked input was sent): c_i
+  // goes back to what that round trained from, as the coordinator's c never
+  // has the change. Any other task (or 0): nothing.
+  void RollBackVariate(uint64_t task_id);
   Status AdvanceVariate(const TrainTask& task, const train::TrainResult& result,
                         std::span<const float> local, std::vector<float>& delta_c);
   // Leaves task `task_id` before or after training with a Goodbye saying

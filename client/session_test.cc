@@ -751,6 +751,35 @@ TEST(SecureSessionTest, AKeyListLongerThanTheGraphAllowsIsRefusedBeforeTheCopy) 
   EXPECT_EQ(a.send[0].header.goodbye().task_id(), 7u);
 }
 
+// A SCAFFOLD client whose secure round ended (here it refused a stage
+// message) before its training did sends nothing when the training ends,
+// and its c_i stays as the round found it: the coordinator's c will not
+// have the change (secure_decode_test follows c_i through a whole round).
+TEST(SecureSessionTest, AScaffoldTaskWhoseSessionEndedBeforeItsTrainingKeepsItsVariate) {
+  auto identity = std::move(crypto::GenerateEd25519()).value();
+  Session s(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  s.Start(0);
+  s.OnMessage(Welcome(), 10);
+  net::Envelope task = SecureTask(7, identity.public_key);
+  task.payloads[0] = {0, 0, 0, 0, 0.5f, 0, 0, -0.5f};  // [x | c].
+  task.header.mutable_task()->mutable_train()->set_scaffold(true);
+  task.header.mutable_task()->mutable_train()->set_learning_rate(0.125f);
+  Seal(task);
+  ASSERT_TRUE(s.OnMessage(task, 20).train.has_value());
+  wire::Header keys;
+  keys.mutable_secagg_keys()->set_round(1);
+  keys.mutable_secagg_keys()->set_task_id(7);
+  for (int i = 0; i < 4; ++i) keys.mutable_secagg_keys()->add_listed();
+  ASSERT_EQ(s.OnMessage(Env(keys), 30).printed.size(), 1u);  // Refused: left the round.
+  train::TrainResult r;
+  r.steps = 2;
+  Actions a = s.OnTrainingDone(7, r, std::vector<float>{-0.25f, 0, 0, 0.25f}, 40);
+  EXPECT_TRUE(a.send.empty());
+  EXPECT_EQ(std::vector<float>(s.control_variate().begin(), s.control_variate().end()),
+            std::vector<float>(kParams, 0.0f));
+}
+
 TEST(SecureSessionTest, TheEvaluationRidesInTheMaskedVectorWhereTheSetupSaysSo) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
   std::vector<uint32_t> encoded;

@@ -99,6 +99,13 @@ class InProcessRun {
   void set_tamper(std::function<void(int client, net::Envelope&)> tamper) {
     tamper_ = std::move(tamper);
   }
+  // Called on each message to a client; true drops it (the client never
+  // hears it).
+  void set_drop(std::function<bool(int client, const wire::Header&)> drop) {
+    drop_ = std::move(drop);
+  }
+  client::Session& session(int i) { return *sessions_[i]; }
+  TimeMs now() const { return now_; }
   // Errors the engine sent; without a tamper function each is a failure.
   const std::vector<std::string>& errors() const { return errors_; }
   std::span<const float> model() const { return engine_->global_model(); }
@@ -133,6 +140,7 @@ class InProcessRun {
       if (!tamper_) ADD_FAILURE() << errors_.back();
     }
     const int i = std::stoi(o.peer.substr(1));
+    if (drop_ && drop_(i, o.header)) return;
     Handle(i, sessions_[i]->OnMessage(e, now_));
   }
 
@@ -173,6 +181,7 @@ class InProcessRun {
   std::deque<ToEngine> to_engine_;
   std::deque<Job> pending_training_;
   std::function<void(int, net::Envelope&)> tamper_;
+  std::function<bool(int, const wire::Header&)> drop_;
   std::vector<std::string> errors_;
 };
 
@@ -656,6 +665,69 @@ TEST(SecureDecodeTest, ScaffoldCommitsTheModelAndVariateUnderSecAggPlusAndInTheC
     }
     // The slots after the variate's block decode as ever.
     EXPECT_NEAR(rounds[0].train_loss, loss / weight, 1e-4);
+  }
+}
+
+// SCAFFOLD's invariant, c = (1 / N) sum of the clients' c_i, through
+// clients that leave a secure round on their own. Client 1 never hears the
+// confirmations, so its masked input never leaves: when it gives up on
+// them, its update cannot count and it takes c_i back (the rollback
+// reaches a client's own refusals, not only the coordinator's errors).
+// Client 4 never hears the survivor list after its masked input left: its
+// update counts through the others' shares, so when it gives up, its c_i
+// keeps the change. Either way wrong, c and the c_i part.
+TEST(SecureDecodeTest, AScaffoldClientLeavingItsSecureRoundKeepsItsVariateAsTheSumCountedIt) {
+  constexpr int kClients = 9;
+  constexpr float kLr = 0.125f;
+  const std::vector<uint64_t> samples(kClients, 50);
+  const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 2, 15, 5, 20};
+  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
+  for (int i = 0; i < kClients; ++i) {
+    for (size_t j = 0; j < kParams; ++j) {
+      deltas[i][j] = 0.04f * static_cast<float>((3 * i + j) % 11) - 0.2f;
+    }
+  }
+  config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
+  config.mutable_train()->set_scaffold(true);
+  config.mutable_train()->set_learning_rate(kLr);
+  InProcessRun run(config, samples, deltas, {});
+  run.set_steps(steps);
+  run.set_drop([](int client, const wire::Header& h) {
+    return (client == 1 && h.has_secagg_confirm()) || (client == 4 && h.has_secagg_survivors());
+  });
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(out);
+  spdlog::default_logger_raw()->sinks().push_back(sink);
+  run.Run();
+  auto rounds = std::move(run.store().Rounds()).value();
+  ASSERT_EQ(rounds.size(), 1u);
+  ASSERT_EQ(rounds[0].outcome, "committed") << rounds[0].outcome_reason;
+  ASSERT_EQ(rounds[0].participants, 8u);
+  // Both wait out their stage's deadline and leave the round.
+  for (int i : {1, 4}) {
+    client::Actions a = run.session(i).OnTick(run.now() + 3'600'000);
+    ASSERT_EQ(a.printed.size(), 1u) << "client " << i;
+    EXPECT_NE(a.printed[0].find(i == 1 ? "sent no confirmations" : "sent no survivor list"),
+              std::string::npos)
+        << a.printed[0];
+  }
+  spdlog::default_logger_raw()->sinks().pop_back();
+  EXPECT_NE(out.str().find("SCAFFOLD: round 1's update did not count, so c_i goes back"),
+            std::string::npos)
+      << out.str();
+
+  // c_i+ = c_i - c + (x - y) / (K lr) = -delta / (K lr) from c = c_i = 0.
+  const store::Checkpoint cp = std::move(run.store().LatestCheckpoint()).value();
+  ASSERT_EQ(cp.velocity.size(), kParams);
+  for (size_t j = 0; j < kParams; ++j) {
+    double sum = 0;
+    for (int i = 0; i < kClients; ++i) {
+      const double expected = i == 1 ? 0 : -deltas[i][j] / (static_cast<double>(steps[i]) * kLr);
+      const float held = run.session(i).control_variate()[j];
+      EXPECT_NEAR(held, expected, 1e-5) << "client " << i << ", c_i at " << j;
+      sum += held;
+    }
+    EXPECT_NEAR(cp.velocity[j], sum / kClients, 1e-5) << "c at " << j;
   }
 }
 
