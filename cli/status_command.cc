@@ -201,6 +201,19 @@ void PrintPrivacy(const config::RunConfig& config, const std::vector<store::Roun
       q.c_str(), Number(p.noise_multiplier()).c_str());
 }
 
+// SCAFFOLD's N, which divides c's step: the most clients registered in the
+// run so far (it never falls, and a resumed coordinator keeps it), after
+// the last round. Stores from before N was kept have none to show.
+void PrintScaffold(const config::RunConfig& config, const std::vector<store::RoundRecord>& rounds) {
+  if (!config.train().scaffold() || rounds.empty()) return;
+  const store::RoundRecord& last = rounds.back();
+  if (last.scaffold_population == 0) return;
+  std::printf(
+      "SCAFFOLD: c steps by the sum of the counted clients' c_i changes / N, N = %llu after "
+      "round %u (the most clients registered in the run; it never falls)\n",
+      static_cast<unsigned long long>(last.scaffold_population), last.round);
+}
+
 void PrintInitialFederatedEval(const std::vector<store::RoundRecord>& rounds) {
   if (rounds.empty() || rounds[0].federated_eval_samples == 0) return;
   std::printf(
@@ -354,6 +367,7 @@ Status RunStatus(const std::string& run_dir, bool json, bool csv, bool clients_r
         std::printf("version %s\n", info->code_version.c_str());
         PrintLineage(*info);
         PrintPrivacy(*config, rounds);
+        PrintScaffold(*config, rounds);
       }
     }
     // A data-parallel run commits one record per epoch, its workers as the

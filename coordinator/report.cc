@@ -127,7 +127,11 @@ std::string RoundJson(const store::RoundRecord& r,
          ",\"seconds\":" + JsonNumber(r.seconds) +
          ",\"coordinator_seconds\":" + JsonNumber(r.coordinator_seconds) +
          ",\"clock_seconds\":" + JsonNumber(r.clock_seconds) + FederatedEvalJson(r) +
-         PrivacyJson(r) + TimingsJson(r) + "}";
+         PrivacyJson(r) +
+         (r.scaffold_population > 0
+              ? ",\"scaffold_population\":" + std::to_string(r.scaffold_population)
+              : "") +
+         TimingsJson(r) + "}";
 }
 
 void PrintRound(const store::RoundRecord& r, uint32_t total) {

@@ -7,6 +7,7 @@
 // run is not resumed.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 
 #include <cmath>
 #include <cstring>
@@ -97,6 +98,34 @@ TEST_P(ScaffoldRunTest, DaemonsWithARestartedClientCommitTheSimulatorsModelAndVa
     for (float v : ci->after) ci_norm += double{v} * v;
     EXPECT_GT(ci_norm, 0) << "client " << k << "'s c_i never moved";
   }
+
+  // `cohort status` says what divides c's step, and --json has it per round.
+  ASSERT_EQ(RunCohort({"status", "--run-dir", c.dir() / "daemons"}, &out, c.dir() / "status.log"),
+            0);
+  EXPECT_NE(out.find("SCAFFOLD: c steps by the sum of the counted clients' c_i changes / N, "
+                     "N = 4 after round 4 (the most clients registered in the run; it never "
+                     "falls)\n"),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(RunCohort({"status", "--run-dir", c.dir() / "daemons", "--json"}, &out,
+                      c.dir() / "status.log"),
+            0);
+  EXPECT_NE(out.find("\"scaffold_population\":4"), std::string::npos) << out;
+  // A store from before N was kept (the column reads 0) shows no N.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((c.dir() / "daemons/run.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_exec(db, "UPDATE rounds SET scaffold_population = 0", nullptr, nullptr, nullptr),
+      SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  ASSERT_EQ(RunCohort({"status", "--run-dir", c.dir() / "daemons"}, &out, c.dir() / "status.log"),
+            0);
+  EXPECT_EQ(out.find("SCAFFOLD:"), std::string::npos) << out;
+  ASSERT_EQ(RunCohort({"status", "--run-dir", c.dir() / "daemons", "--json"}, &out,
+                      c.dir() / "status.log"),
+            0);
+  EXPECT_EQ(out.find("scaffold_population"), std::string::npos) << out;
 
   // The virtual clients' c_i were in memory: no resume.
   const std::string longer = ScaffoldConfig(c, "longer.textproto", kRounds + 1, GetParam());
