@@ -351,7 +351,6 @@ Status Session::AdvanceVariate(const TrainTask& task, const train::TrainResult& 
 
 void Session::RollBackVariate(uint64_t task_id) {
   if (!variate_ || task_id == 0 || task_id != variate_task_) return;
-  variate_task_ = 0;
   ClientVariate back = *variate_;
   back.after = back.before;
   if (!variate_path_.empty()) {
@@ -363,10 +362,17 @@ void Session::RollBackVariate(uint64_t task_id) {
     }
   }
   variate_ = std::move(back);
+  variate_task_ = 0;  // Taken back once.
   env_->Log().warn(
       "SCAFFOLD: round {}'s update did not count, so c_i goes back to what the round trained "
       "from",
       variate_->round);
+}
+
+void Session::DropUnsentInput() {
+  // The session of the task that comes now (started by its SecAggStart)
+  // has made no update yet: RollBackVariate leaves it.
+  if (secagg_ && !secagg_->input_sent) RollBackVariate(secagg_->task_id);
 }
 
 void Session::LeaveTaskSaying(uint32_t round, uint64_t task_id, const std::string& why,
@@ -836,6 +842,7 @@ void Session::OnTask(const wire::RoundTask& t, const net::Envelope& env, TimeMs 
   task.fednova = t.train().fednova();
   task.scaffold = t.train().scaffold();
   env_->Log().info("round {}: task received", t.round());
+  DropUnsentInput();
   if (task.scaffold) {
     task.server_variate.assign(env.payloads[0].begin() + num_params_, env.payloads[0].end());
     if (Status ready = PrepareScaffold(task); !ready.ok()) {
@@ -869,6 +876,7 @@ void Session::OnSecAggStart(const wire::SecAggStart& st, TimeMs now, Actions& a)
   // A new round: whatever was still training is obsolete.
   a.cancel_training = running_.has_value();
   running_.reset();
+  DropUnsentInput();
   StartSecureTask(st.round(), st.task_id(), st.setup(), /*scaffold=*/false, now, a);
 }
 

@@ -298,6 +298,11 @@ class Session {
   // goes back to what that round trained from, as the coordinator's c never
   // has the change. Any other task (or 0): nothing.
   void RollBackVariate(uint64_t task_id);
+  // A task or SecAggStart comes while the secure session of an earlier task
+  // has not sent its masked input (its key exchange stalled and the round
+  // went on without it): that update can no longer count, so c_i goes back
+  // before the next task trains from it.
+  void DropUnsentInput();
   Status AdvanceVariate(const TrainTask& task, const train::TrainResult& result,
                         std::span<const float> local, std::vector<float>& delta_c);
   // Leaves task `task_id` before or after training with a Goodbye saying

@@ -751,11 +751,15 @@ TEST(SecureSessionTest, AKeyListLongerThanTheGraphAllowsIsRefusedBeforeTheCopy) 
   EXPECT_EQ(a.send[0].header.goodbye().task_id(), 7u);
 }
 
-// A SCAFFOLD client whose secure round ended (here it refused a stage
-// message) before its training did sends nothing when the training ends,
-// and its c_i stays as the round found it: the coordinator's c will not
-// have the change (secure_decode_test follows c_i through a whole round).
-TEST(SecureSessionTest, AScaffoldTaskWhoseSessionEndedBeforeItsTrainingKeepsItsVariate) {
+net::Envelope SecAggStartFor(const net::Envelope& secure_task);
+
+// A SCAFFOLD update that is never sent leaves c_i as its round found it,
+// as the coordinator's c never has the change: when the secure session
+// ended (here the client refused a stage message) before the training
+// did, c_i never moves; when the update was made but its session stalled
+// before the masked input, the next task (or SecAggStart) takes c_i back
+// (secure_decode_test follows c_i through whole rounds).
+TEST(SecureSessionTest, AScaffoldUpdateNeverSentLeavesTheVariateAsItsRoundFoundIt) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
   Session s(
       "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
@@ -777,6 +781,45 @@ TEST(SecureSessionTest, AScaffoldTaskWhoseSessionEndedBeforeItsTrainingKeepsItsV
   Actions a = s.OnTrainingDone(7, r, std::vector<float>{-0.25f, 0, 0, 0.25f}, 40);
   EXPECT_TRUE(a.send.empty());
   EXPECT_EQ(std::vector<float>(s.control_variate().begin(), s.control_variate().end()),
+            std::vector<float>(kParams, 0.0f));
+
+  // The key exchange stalls (no key list) while the training ends: the
+  // update is made, c_i moves, the input waits. The round goes on without
+  // it, and round 2's task comes: the input will never be sent, so round 2
+  // trains from the c_i round 1 started from (its correction is c - 0).
+  Session stalled(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  stalled.Start(0);
+  stalled.OnMessage(Welcome(), 10);
+  ASSERT_TRUE(stalled.OnMessage(task, 20).train.has_value());
+  EXPECT_TRUE(
+      stalled.OnTrainingDone(7, r, std::vector<float>{-0.25f, 0, 0, 0.25f}, 40).send.empty());
+  const std::vector<float> moved = {0.5f, 0, 0, -0.5f};  // -c + (x - y) / (2 x 0.125).
+  EXPECT_EQ(std::vector<float>(stalled.control_variate().begin(), stalled.control_variate().end()),
+            moved);
+  net::Envelope next = SecureTask(9, identity.public_key);
+  next.header.mutable_task()->set_round(2);
+  next.payloads[0] = {0, 0, 0, 0, 0.5f, 0, 0, -0.5f};
+  next.header.mutable_task()->mutable_train()->set_scaffold(true);
+  next.header.mutable_task()->mutable_train()->set_learning_rate(0.125f);
+  Seal(next);
+  a = stalled.OnMessage(next, 50);
+  ASSERT_TRUE(a.train.has_value());
+  EXPECT_EQ(a.train->options.scaffold_correction, moved) << "trained from the unsent update's c_i";
+  EXPECT_EQ(std::vector<float>(stalled.control_variate().begin(), stalled.control_variate().end()),
+            std::vector<float>(kParams, 0.0f));
+  // So does a SecAggStart of another round (a session that starts before
+  // its task), which ends the stalled session as well.
+  Session early(
+      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
+  early.Start(0);
+  early.OnMessage(Welcome(), 10);
+  ASSERT_TRUE(early.OnMessage(task, 20).train.has_value());
+  (void)early.OnTrainingDone(7, r, std::vector<float>{-0.25f, 0, 0, 0.25f}, 40);
+  ASSERT_EQ(std::vector<float>(early.control_variate().begin(), early.control_variate().end()),
+            moved);
+  early.OnMessage(SecAggStartFor(next), 50);
+  EXPECT_EQ(std::vector<float>(early.control_variate().begin(), early.control_variate().end()),
             std::vector<float>(kParams, 0.0f));
 }
 
@@ -872,8 +915,6 @@ TEST(SecureSessionTest, AdvertisesKeysAndNeverSendsAPlaintextUpdate) {
   std::vector<float> local(kParams, 1.0f);
   EXPECT_TRUE(s.OnTrainingDone(7, train::TrainResult{}, local, 40).send.empty());
 }
-
-net::Envelope SecAggStartFor(const net::Envelope& secure_task);
 
 TEST(SecureSessionTest, LeavesARoundWhoseNextStageDoesNotComeInTime) {
   // A client-side deadline between stages (issue 29): a coordinator cannot

@@ -87,6 +87,9 @@ class InProcessRun {
         ASSERT_TRUE(next.has_value()) << "stalled";
         now_ = std::max(now_, *next);
         for (auto& o : engine_->OnTick(now_)) ToClient(o);
+        for (size_t i = 0; tick_clients_ && i < sessions_.size(); ++i) {
+          Handle(static_cast<int>(i), sessions_[i]->OnTick(now_));
+        }
       }
     }
     ASSERT_TRUE(engine_->done());
@@ -105,6 +108,9 @@ class InProcessRun {
     drop_ = std::move(drop);
   }
   client::Session& session(int i) { return *sessions_[i]; }
+  // The sessions' clocks run too (heartbeats, their stage deadlines) each
+  // time the engine's does, as daemons' would.
+  void set_tick_clients(bool tick) { tick_clients_ = tick; }
   TimeMs now() const { return now_; }
   // Errors the engine sent; without a tamper function each is a failure.
   const std::vector<std::string>& errors() const { return errors_; }
@@ -182,6 +188,7 @@ class InProcessRun {
   std::deque<Job> pending_training_;
   std::function<void(int, net::Envelope&)> tamper_;
   std::function<bool(int, const wire::Header&)> drop_;
+  bool tick_clients_ = false;
   std::vector<std::string> errors_;
 };
 
@@ -729,6 +736,48 @@ TEST(SecureDecodeTest, AScaffoldClientLeavingItsSecureRoundKeepsItsVariateAsTheS
     }
     EXPECT_NEAR(cp.velocity[j], sum / kClients, 1e-5) << "c at " << j;
   }
+}
+
+// As above, but the two clients hear of round 2 before any deadline of
+// round 1: client 1's round-1 input was never sent, so round 2's task takes
+// its c_i back before it trains; client 4's was, and its c_i keeps the
+// change. After round 2, which all nine are in, c is still the mean c_i.
+TEST(SecureDecodeTest, AScaffoldClientWhoseUnsentInputANewTaskReplacesTakesBackItsVariate) {
+  constexpr int kClients = 9;
+  const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 2, 15, 5, 20};
+  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
+  for (int i = 0; i < kClients; ++i) {
+    for (size_t j = 0; j < kParams; ++j) {
+      deltas[i][j] = 0.04f * static_cast<float>((3 * i + j) % 11) - 0.2f;
+    }
+  }
+  config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
+  config.mutable_rounds()->set_num_rounds(2);
+  config.mutable_train()->set_scaffold(true);
+  config.mutable_train()->set_learning_rate(0.125f);
+  InProcessRun run(config, std::vector<uint64_t>(kClients, 50), deltas, {});
+  run.set_steps(steps);
+  run.set_tick_clients(true);  // Client 1's heartbeats make it active again.
+  run.set_drop([](int client, const wire::Header& h) {
+    return (client == 1 && h.has_secagg_confirm() && h.secagg_confirm().round() == 1) ||
+           (client == 4 && h.has_secagg_survivors() && h.secagg_survivors().round() == 1);
+  });
+  run.Run();
+  auto rounds = std::move(run.store().Rounds()).value();
+  ASSERT_EQ(rounds.size(), 2u);
+  EXPECT_EQ(rounds[0].participants, 8u);
+  EXPECT_EQ(rounds[1].participants, 9u);
+  const store::Checkpoint cp = std::move(run.store().LatestCheckpoint()).value();
+  ASSERT_EQ(cp.round, 2u);
+  ASSERT_EQ(cp.velocity.size(), kParams);
+  double moved = 0;
+  for (size_t j = 0; j < kParams; ++j) {
+    double sum = 0;
+    for (int i = 0; i < kClients; ++i) sum += run.session(i).control_variate()[j];
+    EXPECT_NEAR(cp.velocity[j], sum / kClients, 1e-5) << "c at " << j;
+    moved += std::fabs(cp.velocity[j]);
+  }
+  EXPECT_GT(moved, 0.1) << "c never moved";
 }
 
 // secagg.l2_clip with FedNova: the bound applies to what is summed, the
