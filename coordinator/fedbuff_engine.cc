@@ -25,10 +25,6 @@ std::unique_ptr<Env> GroupEnv(Env* base) {
   return std::make_unique<LogRedirectEnv>(base, std::move(log));
 }
 
-bool AllFinite(std::span<const float> v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
-
 // A model as the schedule stores it: little-endian float32, as the store's
 // checkpoint blobs.
 std::string ModelBytes(const std::vector<float>& v) {
@@ -471,39 +467,55 @@ void FedBuffEngine::CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out) {
   for (auto it = groups_.begin(); it != groups_.end() && version_ < versions;) {
     Group& g = it->second;
     if (!g.engine->store_error().ok()) store_error_ = g.engine->store_error();
-    if (!g.engine->done()) {
+    // A group's clients are fixed: one whose round must run again with too
+    // few of them answering would wait, holding the others, for ever.
+    const std::vector<std::string> absent =
+        g.engine->done() ? std::vector<std::string>() : g.engine->AwaitedAbsentClients();
+    if (!g.engine->done() && absent.empty()) {
       ++it;
       continue;
     }
-    // Before the commit, whose schedule keeps them.
-    for (const auto& [name, why] : g.engine->banned()) {
-      if (banned_.emplace(name, why).second) {
-        env_->Log().warn("fedbuff: client {} is drawn into no later group: {} (group {})", name,
-                         why, g.id);
-      }
-    }
-    const std::vector<store::RoundRecord> records = g.engine->TakeCommitted();
-    const uint32_t before = version_;
-    std::string why = "not applied";
-    if (!records.empty() && records.back().outcome == "committed") {
-      if (Status applied = ApplyGroup(g, records.back(), now); !applied.ok()) {
-        store_error_ = applied;
-      }
-    } else {
-      why = records.empty() ? "no record" : records.back().outcome_reason;
-      env_->Log().warn("fedbuff: group {} (from version {}) aborted: {}; the model is unchanged",
-                       g.id, g.base_version, why);
-    }
-    CountGroupsWithoutAVersion(version_ > before, why);
-    for (const std::string& name : g.members) {
-      Member& m = members_.at(name);
-      m.group = 0;
-      if (Drawable(name)) free_.push_back(name);
-    }
+    CloseGroup(g, absent, now);
     it = groups_.erase(it);
   }
   if (!done_ && version_ >= versions) Finish(out);
   MaybeOpenGroups(now, out);
+}
+
+void FedBuffEngine::CloseGroup(Group& g, const std::vector<std::string>& absent, TimeMs now) {
+  // Before the commit, whose schedule keeps them.
+  for (const auto& [name, why] : g.engine->banned()) {
+    if (banned_.emplace(name, why).second) {
+      env_->Log().warn("fedbuff: client {} is drawn into no later group: {} (group {})", name, why,
+                       g.id);
+    }
+  }
+  const std::vector<store::RoundRecord> records = g.engine->TakeCommitted();
+  const uint32_t before = version_;
+  std::string why = "not applied";
+  if (!records.empty() && records.back().outcome == "committed") {
+    if (Status applied = ApplyGroup(g, records.back(), now); !applied.ok()) store_error_ = applied;
+  } else {
+    std::string names;
+    for (const std::string& name : absent) names += (names.empty() ? "" : ", ") + name;
+    why = !absent.empty() ? fmt::format(
+                                "its round must run again, and fewer of its members answer than "
+                                "rounds.min_clients ({}): {} stopped answering",
+                                config_.rounds().min_clients(), names)
+          : records.empty() ? "no record"
+                            : records.back().outcome_reason;
+    env_->Log().warn("fedbuff: group {} (from version {}) {}: {}; the model is unchanged", g.id,
+                     g.base_version, absent.empty() ? "aborted" : "closed", why);
+  }
+  CountGroupsWithoutAVersion(version_ > before, why);
+  for (const std::string& name : g.members) {
+    Member& m = members_.at(name);
+    m.group = 0;
+    // One that stopped answering waits, as a silent free client does,
+    // until it speaks again (WelcomeBack).
+    m.silent = std::find(absent.begin(), absent.end(), name) != absent.end();
+    if (Drawable(name) && !m.silent) free_.push_back(name);
+  }
 }
 
 void FedBuffEngine::CountGroupsWithoutAVersion(bool committed, const std::string& why) {
@@ -528,12 +540,7 @@ Status FedBuffEngine::ApplyGroup(Group& g, const store::RoundRecord& group_recor
   const uint32_t staleness = version_ - g.base_version;
   std::vector<float> model = global_;
   fedbuff_->SetStaleness(staleness);
-  Status stepped = strategy_->Aggregate(mean, model);
-  if (stepped.ok() && !AllFinite(model)) {
-    stepped = FailedPreconditionError("the step gives values that are not finite");
-  }
-  StatusOr<std::optional<EvalMetrics>> metrics =
-      stepped.ok() ? strategy_->Evaluate(model) : StatusOr<std::optional<EvalMetrics>>(stepped);
+  StatusOr<std::optional<EvalMetrics>> metrics = StepAndEvaluate(*strategy_, mean, model);
   if (!metrics.ok()) {
     env_->Log().error("fedbuff: group {} not applied: {}; the model is unchanged", g.id,
                       metrics.status().message());

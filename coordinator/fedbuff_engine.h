@@ -174,9 +174,13 @@ class FedBuffEngine final : public ProtocolEngine {
   // The config of group `id`'s engine: one round of buffer_size clients,
   // its server step FedAvg at learning rate 1.
   config::RunConfig GroupConfig(uint64_t id) const;
-  // Closes the groups whose engines are done: folds each committed one in,
-  // frees their clients; then opens what that allows.
+  // Closes the groups whose engines are done, or wait for members that
+  // stopped answering (RoundEngine::AwaitedAbsentClients); then opens what
+  // that allows.
   void CloseDoneGroups(TimeMs now, std::vector<Outgoing>& out);
+  // Folds group `g` in if it committed, and frees its clients but the
+  // `absent` ones, which wait until they speak again.
+  void CloseGroup(Group& g, const std::vector<std::string>& absent, TimeMs now);
   // After a group closes: `committed` whether it made a version, else
   // `why` not. kMaxGroupsWithoutVersion in a row stop the run (store_error_)
   // naming the last reason: groups that all abort (a deadline shorter than

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -416,6 +417,104 @@ TEST(FedBuffEngineTest, EachGroupIsFoldedInWeighedByItsStaleness) {
   ASSERT_EQ(engine->last_committed_round(), 2u);
   const float want = static_cast<float>(1.0 + 0.5 / std::sqrt(2.0));
   for (float v : engine->global_model()) EXPECT_NEAR(v, want, 1e-6f);
+  EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+}
+
+// A version whose evaluation is not finite is not made, as a synchronous
+// round that gives one aborts (StepAndEvaluate is both engines' step): the
+// model stays, the run goes on, and the next group makes version 1. (A NaN
+// loss used to be committed, where the store refuses it: the run stopped,
+// and a resume stopped at the same group again.)
+TEST(FedBuffEngineTest, AGroupWhoseNewModelEvaluatesNotFiniteMakesNoVersion) {
+  std::ostringstream lines;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(lines);
+  spdlog::default_logger_raw()->sinks().push_back(sink);
+  auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
+  const Evaluator nan_above_one = [](std::span<const float> model) -> StatusOr<EvalMetrics> {
+    if (model[0] > 1.5f) return EvalMetrics{std::numeric_limits<double>::quiet_NaN(), 0.5};
+    return EvalMetrics{0.25, 0.5};
+  };
+  auto engine =
+      std::move(FedBuffEngine::Create(OneGroupAtATime(), std::vector<float>(kParams, 0.0f),
+                                      store.get(), nan_above_one, "test"))
+          .value();
+  std::map<std::string, wire::RoundTask> tasks;
+  auto send = [&](const std::string& name, const net::Envelope& message, TimeMs now) {
+    for (const Outgoing& o : engine->OnMessage(name, message, now, nullptr)) {
+      if (o.header.has_task()) tasks[o.peer] = o.header.task();
+    }
+  };
+  send("c0", Hello("c0"), 0);
+  send("c1", Hello("c1"), 1);
+  ASSERT_EQ(tasks.size(), 2u);
+  const uint64_t first = tasks.at("c0").task_id();
+  send("c0", UpdateFor(tasks.at("c0"), 2.0f), 2);
+  send("c1", UpdateFor(tasks.at("c1"), 2.0f), 2);
+  EXPECT_EQ(engine->last_committed_round(), 0u);
+  for (float v : engine->global_model()) EXPECT_EQ(v, 0.0f);
+  EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
+  EXPECT_NE(lines.str().find("fedbuff: group 1 not applied: the new model's test loss is not "
+                             "finite; the model is unchanged"),
+            std::string::npos)
+      << lines.str();
+  ASSERT_NE(tasks.at("c0").task_id(), first) << "no next group for c0";
+  send("c0", UpdateFor(tasks.at("c0"), 1.0f), 3);
+  send("c1", UpdateFor(tasks.at("c1"), 1.0f), 3);
+  spdlog::default_logger_raw()->sinks().pop_back();
+  EXPECT_EQ(engine->last_committed_round(), 1u);
+  auto rounds = std::move(store->Rounds()).value();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].test_loss, 0.25);
+}
+
+// A plain group whose member stops answering: the one update it has is
+// short of rounds.min_clients (2), and a re-run could select only from its
+// own members, of which one answers. It would wait for ever, holding c0; it
+// closes instead, naming the silent member, c0 is free for the next group,
+// and c1 is drawn into none until it speaks again.
+TEST(FedBuffEngineTest, AGroupWhoseMemberStoppedAnsweringClosesAndFreesTheOthers) {
+  std::ostringstream lines;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_st>(lines);
+  spdlog::default_logger_raw()->sinks().push_back(sink);
+  auto store = std::move(store::OpenSqliteRunStore(":memory:")).value();
+  auto engine = NewEngine(Config(), store.get());  // Groups of 2, two in flight.
+  std::map<std::string, wire::RoundTask> tasks;
+  auto take = [&](const std::vector<Outgoing>& out) {
+    std::set<std::string> tasked;
+    for (const Outgoing& o : out) {
+      if (o.header.has_task()) tasks[o.peer] = o.header.task(), tasked.insert(o.peer);
+    }
+    return tasked;
+  };
+  for (const char* name : {"c0", "c1", "c2", "c3"})
+    take(engine->OnMessage(name, Hello(name), 0, nullptr));
+  ASSERT_EQ(tasks.size(), 4u);
+  (void)engine->OnMessage("c0", UpdateFor(tasks.at("c0"), 1.0f), 1000, nullptr);
+  // c2 and c3 make version 1 and form the next group at once (its
+  // deadline 15 s).
+  (void)engine->OnMessage("c2", UpdateFor(tasks.at("c2"), 1.0f), 5000, nullptr);
+  EXPECT_EQ(take(engine->OnMessage("c3", UpdateFor(tasks.at("c3"), 1.0f), 5000, nullptr)),
+            (std::set<std::string>{"c2", "c3"}));
+  ASSERT_EQ(engine->last_committed_round(), 1u);
+  // The 10 s deadline passes: c1 is cut, c0's group closes.
+  (void)engine->OnTick(11'000);
+  EXPECT_EQ(take(engine->OnMessage("c4", Hello("c4"), 12'000, nullptr)),
+            (std::set<std::string>{"c0", "c4"}))
+      << "c0 is still held by its group";
+  spdlog::default_logger_raw()->sinks().pop_back();
+  EXPECT_NE(lines.str().find("fedbuff: group 1 (from version 0) closed: its round must run again, "
+                             "and fewer of its members answer than rounds.min_clients (2): c1 "
+                             "stopped answering; the model is unchanged"),
+            std::string::npos)
+      << lines.str();
+  EXPECT_TRUE(take(engine->OnMessage("c5", Hello("c5"), 13'000, nullptr)).empty())
+      << "c1 was drawn before it spoke again";
+  net::Envelope heartbeat;
+  heartbeat.header.set_version(wire::VERSION_1);
+  heartbeat.header.mutable_heartbeat();
+  EXPECT_EQ(take(engine->OnMessage("c1", heartbeat, 14'000, nullptr)).size(), 0u)
+      << "two groups are in flight";
+  EXPECT_EQ(engine->last_committed_round(), 1u);
   EXPECT_TRUE(engine->store_error().ok()) << engine->store_error();
 }
 

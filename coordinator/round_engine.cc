@@ -992,6 +992,18 @@ void RoundEngine::CloseRound(TimeMs now, std::vector<Outgoing>& out) {
   FinishRound(now, env_->MonotonicSeconds(), out);
 }
 
+std::vector<std::string> RoundEngine::AwaitedAbsentClients() const {
+  if (phase_ != Phase::kWaiting) return {};
+  size_t reachable = 0;
+  for (const std::string& name : clients_.ActiveNames()) reachable += banned_.count(name) == 0;
+  if (reachable >= ClientsNeeded()) return {};
+  std::vector<std::string> absent;
+  for (const auto& [name, c] : clients_.clients()) {
+    if (!c.active && banned_.count(name) == 0) absent.push_back(name);
+  }
+  return absent;
+}
+
 std::string RoundEngine::WhyARerunIsFutile() const {
   // A plain round's task is the same model with the same seeds each time
   // (strategy_fedavg: the seed is the run's, the round's and the
@@ -1128,19 +1140,9 @@ Status RoundEngine::StepModel(const aggregation::RoundMean& mean, EvalMetrics& m
   std::vector<float> model = global_;
   // Adaptive clipping under distributed DP: the unmasked noisy count.
   if (dp_ != nullptr && mean.dp_clip_count) dp_->SetClipCount(*mean.dp_clip_count);
-  COHORT_RETURN_IF_ERROR(strategy_->Aggregate(delta, model));
-  if (!AllFinite(model)) return FailedPreconditionError("the aggregated model is not finite");
-  auto evaluated = strategy_->Evaluate(model);
-  if (!evaluated.ok()) {
-    return FailedPreconditionError("evaluation failed: " + evaluated.status().message());
-  }
-  if (evaluated->has_value()) {
-    const EvalMetrics& m = **evaluated;
-    if (!std::isfinite(m.loss) || !std::isfinite(m.accuracy)) {
-      return FailedPreconditionError("the new model's test loss is not finite");
-    }
-    metrics = m;
-  }
+  COHORT_ASSIGN_OR_RETURN(std::optional<EvalMetrics> evaluated,
+                          StepAndEvaluate(*strategy_, delta, model));
+  if (evaluated) metrics = *evaluated;
   global_ = std::move(model);
   strategy_->CommitAggregate();
   return OkStatus();

@@ -90,6 +90,11 @@ class RoundEngine final : public ProtocolEngine {
     return clients_.AllAcknowledgedFinish(now);
   }
   uint32_t last_committed_round() const override { return round_; }
+  // A round waiting to start (or to run again) with fewer reachable
+  // (active, unbanned) clients than it needs waits until one speaks again:
+  // the registered clients it waits for, by name; empty when it is not
+  // waiting so. A FedBuff group, whose clients are fixed, closes instead.
+  std::vector<std::string> AwaitedAbsentClients() const;
   std::span<const float> global_model() const { return global_; }
   size_t num_params() const override { return global_.size(); }
   // Rounds committed since the last call (for the daemon's per-round line).

@@ -1,5 +1,9 @@
 #include "coordinator/strategy.h"
 
+#include <cmath>
+
+#include "common/bytes.h"
+
 namespace cohort::coordinator {
 
 // Each strategy's factory, defined in its own file (strategy_<name>.cc).
@@ -33,6 +37,22 @@ constexpr Registration kStrategies[] = {
 };
 
 }  // namespace
+
+StatusOr<std::optional<EvalMetrics>> StepAndEvaluate(Strategy& strategy,
+                                                     std::span<const float> mean_delta,
+                                                     std::span<float> model) {
+  COHORT_RETURN_IF_ERROR(strategy.Aggregate(mean_delta, model));
+  if (!AllFinite(model)) return FailedPreconditionError("the aggregated model is not finite");
+  auto evaluated = strategy.Evaluate(model);
+  if (!evaluated.ok()) {
+    return FailedPreconditionError("evaluation failed: " + evaluated.status().message());
+  }
+  if (evaluated->has_value() &&
+      (!std::isfinite((*evaluated)->loss) || !std::isfinite((*evaluated)->accuracy))) {
+    return FailedPreconditionError("the new model's test loss is not finite");
+  }
+  return evaluated;
+}
 
 StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const config::RunConfig& config,
                                                  Evaluator evaluator) {

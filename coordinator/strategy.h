@@ -115,6 +115,15 @@ class StrategyDecorator : public Strategy {
   std::unique_ptr<Strategy> inner_;
 };
 
+// The server step both engines take: `strategy` steps `model` (a copy of
+// the global model) by `mean_delta` and evaluates the result. The step's
+// own error as it is; kFailedPrecondition, saying why, for a model or an
+// evaluation that is not finite, or an evaluation that fails. The caller
+// commits (CommitAggregate) only on success.
+StatusOr<std::optional<EvalMetrics>> StepAndEvaluate(Strategy& strategy,
+                                                     std::span<const float> mean_delta,
+                                                     std::span<float> model);
+
 // The strategy `config` asks for (server.optimizer FEDADAM, FEDYOGI or
 // FEDADAGRAD; else server.momentum != 0: FedAvgM; else FedAvg), evaluating
 // with `evaluator`. kInvalidArgument for a config no strategy takes.
