@@ -260,7 +260,8 @@ Status PrintCsv(const std::vector<store::RoundRecord>& rounds, store::RunStore& 
           "%u,%s,%s,%s,%u,%u,%u,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r.round,
           CsvField(r.aggregation).c_str(), CsvField(r.outcome).c_str(),
           CsvField(r.outcome_reason).c_str(), r.participants, r.selected, r.dropped,
-          Number(r.train_loss).c_str(), r.test_accuracy >= 0 ? Number(r.test_accuracy).c_str() : "",
+          r.train_loss >= 0 ? Number(r.train_loss).c_str() : "",
+          r.test_accuracy >= 0 ? Number(r.test_accuracy).c_str() : "",
           r.test_loss >= 0 ? Number(r.test_loss).c_str() : "", Number(r.seconds).c_str(),
           fed ? std::to_string(r.round - 1).c_str() : "",
           fed ? Number(r.federated_eval_accuracy).c_str() : "",
@@ -300,10 +301,11 @@ Status PrintRows(store::RunStore& store, const std::vector<store::RoundRecord>& 
     }
     // No central evaluation (no test shard, or a model the clients bring): "-".
     std::printf(
-        "%5u %-8s %8u/%-3u %7u %10.4f %8s %9s %8.2f%s%s%s%s\n", r.round, r.aggregation.c_str(),
-        r.participants, r.selected, r.dropped, r.train_loss, Metric(r.test_accuracy).c_str(),
-        Metric(r.test_loss).c_str(), r.seconds, FederatedEvalColumns(rounds, i).c_str(),
-        PrivacyColumn(rounds, i).c_str(), ClipColumn(rounds, i).c_str(),
+        "%5u %-8s %8u/%-3u %7u %10s %8s %9s %8.2f%s%s%s%s\n", r.round, r.aggregation.c_str(),
+        r.participants, r.selected, r.dropped, Metric(r.train_loss).c_str(),
+        Metric(r.test_accuracy).c_str(), Metric(r.test_loss).c_str(), r.seconds,
+        FederatedEvalColumns(rounds, i).c_str(), PrivacyColumn(rounds, i).c_str(),
+        ClipColumn(rounds, i).c_str(),
         r.outcome == "committed" ? "" : ("  " + r.outcome + ": " + r.outcome_reason).c_str());
     if (clients_rows) {
       PrintClientRows(r, clients);

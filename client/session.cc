@@ -460,11 +460,17 @@ size_t Session::SecureSlots(const train::TrainResult& result,
                             const std::optional<train::EvalResult>& eval, double fednova_norm,
                             std::span<float> slots) const {
   const float clip = secagg_->fixed_point.clip;
-  aggregation::MetricsToSlots({result.mean_loss, result.accuracy, result.seconds}, clip,
-                              slots.first(aggregation::kSecureMetricSlots));
+  // Under distributed DP only the noised delta (and its count word) is what
+  // the coordinator may learn: the metric and evaluation slots, means of
+  // this client's data no noise covers, stay zero whatever the setup asks.
+  const bool noised = secagg_->dp_scale > 0;
+  if (!noised) {
+    aggregation::MetricsToSlots({result.mean_loss, result.accuracy, result.seconds}, clip,
+                                slots.first(aggregation::kSecureMetricSlots));
+  }
   size_t n = aggregation::kSecureMetricSlots;
   if (secagg_->eval_slots) {
-    if (eval) {
+    if (eval && !noised) {
       aggregation::EvalToSlots(eval->samples, num_samples_, eval->loss, eval->accuracy, clip,
                                slots.subspan(n, aggregation::kSecureEvalSlots));
     }

@@ -1531,6 +1531,31 @@ class DistributedDpLedgerTest : public ::testing::Test {
 // its setup, before training, with a Goodbye naming the round and why;
 // the client takes the rounds after it, and so does a restarted client
 // on the same state directory.
+// Under distributed DP only the noised delta leaves the client: the
+// metric slots (loss, accuracy, seconds) and the evaluation's, which no
+// noise covers, are zero in the input it masks, whatever it trained, and
+// whatever the setup asks.
+TEST_F(DistributedDpLedgerTest, NoUnnoisedStatisticRidesInTheMaskedVector) {
+  std::unique_ptr<Session> s = Make();
+  net::Envelope task = DpTask(3, 7);
+  task.header.mutable_task()->set_evaluate(true);
+  task.header.mutable_task()->mutable_secagg()->set_eval_slots(true);
+  Seal(task);
+  ASSERT_TRUE(s->OnMessage(task, 20).train.has_value());
+  train::TrainResult trained;
+  trained.mean_loss = 0.7, trained.accuracy = 0.6, trained.seconds = 3;
+  (void)s->OnTrainingDone(7, trained, std::vector<float>{0.1f, -0.2f, 0, 0.05f}, 40,
+                          train::EvalResult{.loss = 0.5, .accuracy = 0.75, .samples = 25});
+  ASSERT_EQ(last_input_.size(),
+            kParams + aggregation::kSecureMetricSlots + aggregation::kSecureEvalSlots);
+  for (size_t i = kParams; i < last_input_.size(); ++i) {
+    EXPECT_EQ(last_input_[i], 0u) << "slot " << i - kParams;
+  }
+  EXPECT_NE(std::vector<uint32_t>(last_input_.begin(), last_input_.begin() + kParams),
+            std::vector<uint32_t>(kParams, 0u))
+      << "the noised delta is there";
+}
+
 TEST_F(DistributedDpLedgerTest, ARepeatOfANoisedRoundIsRefusedAcrossARestart) {
   {
     std::unique_ptr<Session> s = Make();

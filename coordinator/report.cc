@@ -121,7 +121,7 @@ std::string RoundJson(const store::RoundRecord& r,
          ",\"selected\":" + std::to_string(r.selected) +
          ",\"dropped\":" + std::to_string(r.dropped) + ",\"dropped_clients\":[" + dropped + "]" +
          stages + ",\"misbehaving\":[" + misbehaving +
-         "],\"train_loss\":" + JsonNumber(r.train_loss) +
+         "],\"train_loss\":" + (r.train_loss >= 0 ? JsonNumber(r.train_loss) : "null") +
          ",\"test_accuracy\":" + (r.test_accuracy >= 0 ? JsonNumber(r.test_accuracy) : "null") +
          ",\"test_loss\":" + (r.test_loss >= 0 ? JsonNumber(r.test_loss) : "null") +
          ",\"seconds\":" + JsonNumber(r.seconds) +
@@ -142,8 +142,14 @@ void PrintRound(const store::RoundRecord& r, uint32_t total) {
     std::fflush(stdout);
     return;
   }
-  std::printf("round %3u/%u  clients %u/%u  dropped %u  train_loss %.4f", r.round, total,
-              r.participants, r.selected, r.dropped, r.train_loss);
+  // A train loss below 0 is not known (distributed DP: the clients do not say).
+  std::printf("round %3u/%u  clients %u/%u  dropped %u  train_loss ", r.round, total,
+              r.participants, r.selected, r.dropped);
+  if (r.train_loss >= 0) {
+    std::printf("%.4f", r.train_loss);
+  } else {
+    std::printf("-");
+  }
   if (r.test_accuracy >= 0) {
     std::printf("  test_acc %.4f  test_loss %.4f", r.test_accuracy, r.test_loss);
   }

@@ -59,5 +59,30 @@ TEST(ReportTest, AnAbortedRoundSaysSoOnItsLine) {
       << line;
 }
 
+// Under distributed DP the coordinator does not learn the training loss
+// (stored as -1): the line and the JSON say so rather than print -1.
+TEST(ReportTest, ATrainLossNotKnownIsADashAndNull) {
+  store::RoundRecord r;
+  r.round = 2;
+  r.outcome = "committed";
+  r.selected = r.participants = 5;
+  r.train_loss = -1;
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  FILE* saved = stdout;
+  stdout = out;
+  PrintRound(r, 3);
+  stdout = saved;
+  std::fclose(out);
+  const std::string line(text, size);
+  std::free(text);
+  EXPECT_EQ(line.rfind("round   2/3  clients 5/5  dropped 0  train_loss -  ", 0), 0u) << line;
+  const std::string json = RoundJson(r, {});
+  EXPECT_NE(json.find("\"train_loss\":null"), std::string::npos) << json;
+  r.train_loss = 0.25;
+  EXPECT_NE(RoundJson(r, {}).find("\"train_loss\":0.25"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cohort::coordinator

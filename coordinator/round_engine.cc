@@ -1238,8 +1238,12 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   record.selected = static_cast<uint32_t>(participants_.size());
   record.participants = mean != nullptr ? static_cast<uint32_t>(ok) : 0;
   record.dropped = record.selected - record.participants;
-  // Secure rounds learn only the weighted mean of the training loss.
-  record.train_loss = mean != nullptr && mean->metrics    ? mean->metrics->loss
+  // Secure rounds learn only the weighted mean of the training loss, and
+  // under distributed DP not even that (the clients leave its slot empty):
+  // -1, not known.
+  const bool noised = config_.privacy().mechanism() == config::DISTRIBUTED_SKELLAM;
+  record.train_loss = mean != nullptr && noised           ? -1
+                      : mean != nullptr && mean->metrics  ? mean->metrics->loss
                       : mean != nullptr && weight_sum > 0 ? loss_sum / weight_sum
                                                           : 0;
   if (mean != nullptr && EvaluatesRound(round)) RecordFederatedEval(*mean, record);

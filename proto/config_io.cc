@@ -771,6 +771,14 @@ Status CheckDistributedPrivacy(const RunConfig& c) {
                                 "each client clips its update to privacy.clip_norm itself; "
                                 "leave secagg.l2_clip 0");
   }
+  if (c.rounds().federated_eval_every() > 0) {
+    return InvalidArgumentError(
+        std::string(kWhat) +
+        "rounds.federated_eval_every would have the clients' evaluation means unmasked without "
+        "noise, which the accountant does not cover (the clients leave those slots empty under "
+        "distributed DP); set rounds.federated_eval_every to 0 (the coordinator's own test set "
+        "still evaluates each round)");
+  }
   return OkStatus();
 }
 

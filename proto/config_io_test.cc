@@ -825,6 +825,12 @@ TEST(ConfigTest, DistributedPrivacyNeedsSecureRoundsAndABoundedCohort) {
       {bounded + "server { robust { rule: MEDIAN } } " + ddp + "}", "server.robust"},
       {bounded + "mode: DATA_PARALLEL data { train_shard: \"t.shard\" } " + ddp + "}",
        "privacy.mechanism DISTRIBUTED_SKELLAM: needs mode: FEDERATED"},
+      {"rounds { max_clients_per_round: 10 federated_eval_every: 2 } " + ddp + "}",
+       "privacy.mechanism DISTRIBUTED_SKELLAM: rounds.federated_eval_every would have the "
+       "clients' evaluation means unmasked without noise, which the accountant does not cover "
+       "(the clients leave those slots empty under distributed DP); set "
+       "rounds.federated_eval_every to 0 (the coordinator's own test set still evaluates each "
+       "round)"},
   };
   for (const auto& [text, want] : bad) {
     EXPECT_TRUE(Contains(ErrorOf(text), want)) << text << " -> " << ErrorOf(text);

@@ -110,7 +110,9 @@ LineChart LossChart(const std::vector<RunData>& runs) {
     LineSeries test = Series(runs, i, 1, "test_loss", "test (central evaluation)");
     LineSeries fed = Series(runs, i, 2, "federated_eval_loss", "test (federated evaluation)");
     for (const auto& r : runs[i].rounds) {
-      if (r.outcome == "committed") train.points.push_back({r.round, r.train_loss});
+      if (r.outcome == "committed" && r.train_loss >= 0) {
+        train.points.push_back({r.round, r.train_loss});
+      }
       if (r.test_loss >= 0) test.points.push_back({r.round, r.test_loss});
       if (r.federated_eval_samples > 0)
         fed.points.push_back({r.round - 1.0, r.federated_eval_loss});

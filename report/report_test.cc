@@ -120,6 +120,9 @@ TEST(HtmlReportTest, EveryPlotHasAMarkPerStoredFigure) {
   EXPECT_EQ(Marks(html, "accuracy", "federated_eval_accuracy"), 2u);
   EXPECT_EQ(Marks(html, "accuracy", "train_accuracy"), 0u);  // Secure rounds: none.
   EXPECT_EQ(Marks(html, "loss", "train_loss"), 4u);          // Not the aborted round's.
+  RunData noised = SecureRun();  // Distributed DP: no train loss is known (-1).
+  noised.rounds[0].train_loss = -1;
+  EXPECT_EQ(Marks(RenderHtmlReport({noised}), "loss", "train_loss"), 3u);
   EXPECT_EQ(Marks(html, "loss", "test_loss"), 3u);
   EXPECT_EQ(Marks(html, "participation", "selected"), 5u);
   EXPECT_EQ(Marks(html, "round-time", "seconds"), 5u);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,10 @@ TEST(PrivacyRunTest, DistributedDpStopsOnTheReleasedModelViewAndStatusShowsBothV
   // Each round's JSON line carries both views.
   EXPECT_NE(out.find("\"privacy\":{\"sampling_rate\":0.5,\"epsilon\":"), std::string::npos) << out;
   EXPECT_NE(out.find(",\"epsilon_released_model\":"), std::string::npos) << out;
+  // The clients leave the metric slots empty under distributed DP: the
+  // coordinator does not know the training loss, and says so.
+  EXPECT_NE(out.find("\"train_loss\":null"), std::string::npos) << out;
+  EXPECT_EQ(out.find("\"train_loss\":0"), std::string::npos) << out;
   const std::string log = ReadFile(dir / "sim.log");
   ASSERT_NE(log.find("privacy: distributed DP (Skellam) over 404 values"), std::string::npos)
       << log;
@@ -159,6 +164,7 @@ TEST(PrivacyRunTest, DistributedDpStopsOnTheReleasedModelViewAndStatusShowsBothV
       EXPECT_EQ(rounds[k].dp_sampling_rate, 0.5);
       EXPECT_NEAR(rounds[k].dp_epsilon, against[k], 1e-9 * against[k]);
       EXPECT_NEAR(rounds[k].dp_epsilon_released_model, released[k], 1e-9 * released[k]);
+      EXPECT_EQ(rounds[k].train_loss, -1) << "round " << k + 1;
     }
   }
   ASSERT_EQ(RunCohort({"status", "--run-dir", dir / "run"}, &out, dir / "status.log"), 0);
@@ -178,6 +184,20 @@ TEST(PrivacyRunTest, DistributedDpStopsOnTheReleasedModelViewAndStatusShowsBothV
             std::string::npos)
       << out;
   EXPECT_NE(out.find("  epsilon  released\n"), std::string::npos) << out;
+  // Round 1's row: "-" where the train loss would be.
+  const size_t row = out.find("\n    1 ");
+  ASSERT_NE(row, std::string::npos) << out;
+  std::istringstream fields(out.substr(row + 1, out.find('\n', row + 1) - row - 1));
+  std::string field;
+  for (int k = 0; k < 5; ++k) fields >> field;  // round, agg, participants, dropped, train_loss.
+  EXPECT_EQ(field, "-") << out;
+  // And in the CSV, an empty field.
+  ASSERT_EQ(RunCohort({"status", "--run-dir", dir / "run", "--csv"}, &out, dir / "status.log"), 0);
+  const size_t csv_row = out.find("\n1,");
+  ASSERT_NE(csv_row, std::string::npos) << out;
+  std::istringstream cells(out.substr(csv_row + 1, out.find('\n', csv_row + 1) - csv_row - 1));
+  for (int k = 0; k < 8; ++k) std::getline(cells, field, ',');  // ... dropped, train_loss.
+  EXPECT_EQ(field, "") << out;
 }
 
 TEST(PrivacyRunTest, CentralPrivacyUnderSecureAggregationIsRefused) {
