@@ -761,66 +761,60 @@ net::Envelope SecAggStartFor(const net::Envelope& secure_task);
 // (secure_decode_test follows c_i through whole rounds).
 TEST(SecureSessionTest, AScaffoldUpdateNeverSentLeavesTheVariateAsItsRoundFoundIt) {
   auto identity = std::move(crypto::GenerateEd25519()).value();
-  Session s(
-      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
-  s.Start(0);
-  s.OnMessage(Welcome(), 10);
-  net::Envelope task = SecureTask(7, identity.public_key);
-  task.payloads[0] = {0, 0, 0, 0, 0.5f, 0, 0, -0.5f};  // [x | c].
-  task.header.mutable_task()->mutable_train()->set_scaffold(true);
-  task.header.mutable_task()->mutable_train()->set_learning_rate(0.125f);
-  Seal(task);
-  ASSERT_TRUE(s.OnMessage(task, 20).train.has_value());
-  wire::Header keys;
-  keys.mutable_secagg_keys()->set_round(1);
-  keys.mutable_secagg_keys()->set_task_id(7);
-  for (int i = 0; i < 4; ++i) keys.mutable_secagg_keys()->add_listed();
-  ASSERT_EQ(s.OnMessage(Env(keys), 30).printed.size(), 1u);  // Refused: left the round.
+  // Secure SCAFFOLD task `id` of `round`: x = 0, c = {0.5, 0, 0, -0.5}.
+  auto scaffold_task = [&](uint64_t id, uint32_t round) {
+    net::Envelope task = SecureTask(id, identity.public_key);
+    task.header.mutable_task()->set_round(round);
+    task.payloads[0] = {0, 0, 0, 0, 0.5f, 0, 0, -0.5f};  // [x | c].
+    task.header.mutable_task()->mutable_train()->set_scaffold(true);
+    task.header.mutable_task()->mutable_train()->set_learning_rate(0.125f);
+    Seal(task);
+    return task;
+  };
+  const net::Envelope task = scaffold_task(7, 1), next = scaffold_task(9, 2);
   train::TrainResult r;
   r.steps = 2;
-  Actions a = s.OnTrainingDone(7, r, std::vector<float>{-0.25f, 0, 0, 0.25f}, 40);
-  EXPECT_TRUE(a.send.empty());
-  EXPECT_EQ(std::vector<float>(s.control_variate().begin(), s.control_variate().end()),
-            std::vector<float>(kParams, 0.0f));
+  const std::vector<float> local = {-0.25f, 0, 0, 0.25f}, zeros(kParams, 0.0f);
+  const std::vector<float> moved = {0.5f, 0, 0, -0.5f};  // -c + (x - y) / (2 x 0.125).
+  // A session training task 7; `refused`: it left the round before the end.
+  auto trained = [&](bool refused) {
+    auto s = std::make_unique<Session>(
+        "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; },
+        &identity);
+    s->Start(0);
+    s->OnMessage(Welcome(), 10);
+    EXPECT_TRUE(s->OnMessage(task, 20).train.has_value());
+    if (refused) {
+      wire::Header keys;
+      keys.mutable_secagg_keys()->set_round(1);
+      keys.mutable_secagg_keys()->set_task_id(7);
+      for (int i = 0; i < 4; ++i) keys.mutable_secagg_keys()->add_listed();
+      EXPECT_EQ(s->OnMessage(Env(keys), 30).printed.size(), 1u);  // Refused: left the round.
+    }
+    EXPECT_TRUE(s->OnTrainingDone(7, r, local, 40).send.empty());
+    return s;
+  };
+  auto variate = [](const Session& s) {
+    return std::vector<float>(s.control_variate().begin(), s.control_variate().end());
+  };
+  EXPECT_EQ(variate(*trained(true)), zeros);
 
   // The key exchange stalls (no key list) while the training ends: the
   // update is made, c_i moves, the input waits. The round goes on without
   // it, and round 2's task comes: the input will never be sent, so round 2
   // trains from the c_i round 1 started from (its correction is c - 0).
-  Session stalled(
-      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
-  stalled.Start(0);
-  stalled.OnMessage(Welcome(), 10);
-  ASSERT_TRUE(stalled.OnMessage(task, 20).train.has_value());
-  EXPECT_TRUE(
-      stalled.OnTrainingDone(7, r, std::vector<float>{-0.25f, 0, 0, 0.25f}, 40).send.empty());
-  const std::vector<float> moved = {0.5f, 0, 0, -0.5f};  // -c + (x - y) / (2 x 0.125).
-  EXPECT_EQ(std::vector<float>(stalled.control_variate().begin(), stalled.control_variate().end()),
-            moved);
-  net::Envelope next = SecureTask(9, identity.public_key);
-  next.header.mutable_task()->set_round(2);
-  next.payloads[0] = {0, 0, 0, 0, 0.5f, 0, 0, -0.5f};
-  next.header.mutable_task()->mutable_train()->set_scaffold(true);
-  next.header.mutable_task()->mutable_train()->set_learning_rate(0.125f);
-  Seal(next);
-  a = stalled.OnMessage(next, 50);
+  std::unique_ptr<Session> stalled = trained(false);
+  EXPECT_EQ(variate(*stalled), moved);
+  Actions a = stalled->OnMessage(next, 50);
   ASSERT_TRUE(a.train.has_value());
   EXPECT_EQ(a.train->options.scaffold_correction, moved) << "trained from the unsent update's c_i";
-  EXPECT_EQ(std::vector<float>(stalled.control_variate().begin(), stalled.control_variate().end()),
-            std::vector<float>(kParams, 0.0f));
+  EXPECT_EQ(variate(*stalled), zeros);
   // So does a SecAggStart of another round (a session that starts before
   // its task), which ends the stalled session as well.
-  Session early(
-      "c1", 50, [](const config::ModelConfig&) -> StatusOr<size_t> { return kParams; }, &identity);
-  early.Start(0);
-  early.OnMessage(Welcome(), 10);
-  ASSERT_TRUE(early.OnMessage(task, 20).train.has_value());
-  (void)early.OnTrainingDone(7, r, std::vector<float>{-0.25f, 0, 0, 0.25f}, 40);
-  ASSERT_EQ(std::vector<float>(early.control_variate().begin(), early.control_variate().end()),
-            moved);
-  early.OnMessage(SecAggStartFor(next), 50);
-  EXPECT_EQ(std::vector<float>(early.control_variate().begin(), early.control_variate().end()),
-            std::vector<float>(kParams, 0.0f));
+  std::unique_ptr<Session> early = trained(false);
+  ASSERT_EQ(variate(*early), moved);
+  early->OnMessage(SecAggStartFor(next), 50);
+  EXPECT_EQ(variate(*early), zeros);
 }
 
 TEST(SecureSessionTest, TheEvaluationRidesInTheMaskedVectorWhereTheSetupSaysSo) {

@@ -35,6 +35,21 @@ TEST(ReportTest, DroppedByStageAgreesWithDropped) {
       << json;
 }
 
+// PrintRound's line for `r`, as stdout gets it.
+std::string PrintedRound(const store::RoundRecord& r, uint32_t total) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* out = open_memstream(&text, &size);
+  FILE* saved = stdout;
+  stdout = out;
+  PrintRound(r, total);
+  stdout = saved;
+  std::fclose(out);
+  const std::string line(text, size);
+  std::free(text);
+  return line;
+}
+
 TEST(ReportTest, AnAbortedRoundSaysSoOnItsLine) {
   store::RoundRecord r;
   r.round = 1;
@@ -42,16 +57,7 @@ TEST(ReportTest, AnAbortedRoundSaysSoOnItsLine) {
   r.outcome_reason = "secure aggregation aborted: 2 clients shared keys, need 3";
   r.selected = 4;
   r.dropped = 4;
-  char* text = nullptr;
-  size_t size = 0;
-  FILE* out = open_memstream(&text, &size);
-  FILE* saved = stdout;
-  stdout = out;
-  PrintRound(r, 3);
-  stdout = saved;
-  std::fclose(out);
-  const std::string line(text, size);
-  std::free(text);
+  const std::string line = PrintedRound(r, 3);
   EXPECT_EQ(line.rfind("round   1/3  aborted: secure aggregation aborted: 2 clients shared keys, "
                        "need 3  clients 0/4  dropped 4",
                        0),
@@ -67,16 +73,7 @@ TEST(ReportTest, ATrainLossNotKnownIsADashAndNull) {
   r.outcome = "committed";
   r.selected = r.participants = 5;
   r.train_loss = -1;
-  char* text = nullptr;
-  size_t size = 0;
-  FILE* out = open_memstream(&text, &size);
-  FILE* saved = stdout;
-  stdout = out;
-  PrintRound(r, 3);
-  stdout = saved;
-  std::fclose(out);
-  const std::string line(text, size);
-  std::free(text);
+  const std::string line = PrintedRound(r, 3);
   EXPECT_EQ(line.rfind("round   2/3  clients 5/5  dropped 0  train_loss -  ", 0), 0u) << line;
   const std::string json = RoundJson(r, {});
   EXPECT_NE(json.find("\"train_loss\":null"), std::string::npos) << json;

@@ -48,6 +48,17 @@ config::RunConfig Config(int clients, config::Aggregation aggregation) {
   return c;
 }
 
+// Deltas in [-0.2, 0.2], each client's another cycle of eleven values.
+std::vector<std::vector<float>> SpreadDeltas(int clients) {
+  std::vector<std::vector<float>> deltas(clients, std::vector<float>(kParams));
+  for (int i = 0; i < clients; ++i) {
+    for (size_t j = 0; j < kParams; ++j) {
+      deltas[i][j] = 0.04f * static_cast<float>((3 * i + j) % 11) - 0.2f;
+    }
+  }
+  return deltas;
+}
+
 // Everything in one process: messages are delivered in order, time only
 // moves when the test advances it.
 class InProcessRun {
@@ -554,12 +565,7 @@ TEST(SecureDecodeTest, FedNovaCommitsTheNormalisedStepUnderSecAggPlusAndInTheCle
   constexpr float kMomentum = 0.9f;
   const std::vector<uint64_t> samples = {100, 250, 40, 300, 80, 7, 120, 60, 90};
   const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 1, 15, 5, 20};
-  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
-  for (int i = 0; i < kClients; ++i) {
-    for (size_t j = 0; j < kParams; ++j) {
-      deltas[i][j] = 0.04f * static_cast<float>((3 * i + j) % 11) - 0.2f;
-    }
-  }
+  std::vector<std::vector<float>> deltas = SpreadDeltas(kClients);
   for (config::Aggregation mode : {config::SECAGG_PLUS, config::PLAIN}) {
     const bool secure = mode != config::PLAIN;
     config::RunConfig config = Config(kClients, mode);
@@ -623,12 +629,7 @@ TEST(SecureDecodeTest, ScaffoldCommitsTheModelAndVariateUnderSecAggPlusAndInTheC
   constexpr float kLr = 0.125f;
   const std::vector<uint64_t> samples = {100, 250, 40, 300, 80, 7, 120, 60, 90};
   const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 2, 15, 5, 20};
-  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
-  for (int i = 0; i < kClients; ++i) {
-    for (size_t j = 0; j < kParams; ++j) {
-      deltas[i][j] = 0.04f * static_cast<float>((3 * i + j) % 11) - 0.2f;
-    }
-  }
+  std::vector<std::vector<float>> deltas = SpreadDeltas(kClients);
   for (config::Aggregation mode : {config::SECAGG_PLUS, config::PLAIN}) {
     const bool secure = mode != config::PLAIN;
     config::RunConfig config = Config(kClients, mode);
@@ -688,12 +689,7 @@ TEST(SecureDecodeTest, AScaffoldClientLeavingItsSecureRoundKeepsItsVariateAsTheS
   constexpr float kLr = 0.125f;
   const std::vector<uint64_t> samples(kClients, 50);
   const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 2, 15, 5, 20};
-  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
-  for (int i = 0; i < kClients; ++i) {
-    for (size_t j = 0; j < kParams; ++j) {
-      deltas[i][j] = 0.04f * static_cast<float>((3 * i + j) % 11) - 0.2f;
-    }
-  }
+  std::vector<std::vector<float>> deltas = SpreadDeltas(kClients);
   config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
   config.mutable_train()->set_scaffold(true);
   config.mutable_train()->set_learning_rate(kLr);
@@ -745,12 +741,7 @@ TEST(SecureDecodeTest, AScaffoldClientLeavingItsSecureRoundKeepsItsVariateAsTheS
 TEST(SecureDecodeTest, AScaffoldClientWhoseUnsentInputANewTaskReplacesTakesBackItsVariate) {
   constexpr int kClients = 9;
   const std::vector<uint64_t> steps = {3, 10, 25, 40, 7, 2, 15, 5, 20};
-  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
-  for (int i = 0; i < kClients; ++i) {
-    for (size_t j = 0; j < kParams; ++j) {
-      deltas[i][j] = 0.04f * static_cast<float>((3 * i + j) % 11) - 0.2f;
-    }
-  }
+  std::vector<std::vector<float>> deltas = SpreadDeltas(kClients);
   config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
   config.mutable_rounds()->set_num_rounds(2);
   config.mutable_train()->set_scaffold(true);
@@ -788,12 +779,7 @@ TEST(SecureDecodeTest, FedNovaBoundsTheNormalisedDeltasL2Norm) {
   constexpr double kBound = 0.15;
   const std::vector<uint64_t> samples = {100, 250, 40, 300, 80};
   const std::vector<uint64_t> steps = {2, 5, 9, 3, 7};
-  std::vector<std::vector<float>> deltas(kClients, std::vector<float>(kParams));
-  for (int i = 0; i < kClients; ++i) {
-    for (size_t j = 0; j < kParams; ++j) {
-      deltas[i][j] = 0.04f * static_cast<float>((3 * i + j) % 11) - 0.2f;
-    }
-  }
+  std::vector<std::vector<float>> deltas = SpreadDeltas(kClients);
   config::RunConfig config = Config(kClients, config::SECAGG_PLUS);
   config.mutable_train()->set_fednova(true);
   config.mutable_train()->set_batch_size(1);  // Up to n steps: each client's are fewer.
