@@ -228,8 +228,10 @@ std::string FedBuffEngine::SaveSchedule(const Group& g, uint32_t version, TimeMs
     pg.set_closes_at_commit(closing);
     pg.set_base_model(ModelBytes(o.base));
   };
+  // A group closes in this pass when its engine is done, or waits for
+  // members that stopped answering (CloseDoneGroups).
   for (const auto& [id, o] : groups_) {
-    if (id != g.id) put(o, o.engine->done());
+    if (id != g.id) put(o, o.engine->done() || !o.engine->AwaitedAbsentClients().empty());
   }
   for (const Group& o : to_reopen_) put(o, o.closes_at_commit);
   return s.SerializeAsString();

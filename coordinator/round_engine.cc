@@ -1242,7 +1242,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   // under distributed DP not even that (the clients leave its slot empty):
   // -1, not known.
   const bool noised = config_.privacy().mechanism() == config::DISTRIBUTED_SKELLAM;
-  record.train_loss = mean != nullptr && noised           ? -1
+  record.train_loss = noised                              ? -1
                       : mean != nullptr && mean->metrics  ? mean->metrics->loss
                       : mean != nullptr && weight_sum > 0 ? loss_sum / weight_sum
                                                           : 0;

@@ -119,8 +119,12 @@ LineChart LossChart(const std::vector<RunData>& runs) {
     }
     chart.series.insert(chart.series.end(), {train, test, fed});
   }
-  chart.empty_text = "No loss recorded: no round has committed.";
-  chart.note = "Training loss of committed rounds (aborted rounds have none).";
+  chart.empty_text =
+      "No loss recorded: no round has committed, or (under distributed DP, where the "
+      "coordinator does not learn the training loss) none was evaluated centrally.";
+  chart.note =
+      "Training loss of committed rounds (aborted rounds have none, nor do rounds under "
+      "distributed DP: the clients do not report it).";
   return chart;
 }
 

@@ -432,6 +432,7 @@ TEST(SecureDecodeTest, DistributedDpAbortsBelowTheSurvivorsTheSharesAreSizedFor)
   EXPECT_NE(rounds[0].outcome_reason.find("7 masked inputs, need 8"), std::string::npos)
       << rounds[0].outcome_reason;
   EXPECT_EQ(rounds[0].dp_epsilon, 0);  // Nothing unmasked, nothing charged.
+  EXPECT_EQ(rounds[0].train_loss, -1);  // Not known under distributed DP, aborted or not.
 }
 
 // Adaptive clipping under distributed DP (Andrew et al. 2021 with the
