@@ -1148,6 +1148,32 @@ Status RoundEngine::StepModel(const aggregation::RoundMean& mean, EvalMetrics& m
   return OkStatus();
 }
 
+double RoundEngine::RoundTrainLoss(const aggregation::RoundMean* mean,
+                                   const std::vector<store::ClientRoundRecord>& clients,
+                                   double loss_sum, double weight_sum) const {
+  // Under distributed DP the coordinator learns no training loss (the
+  // clients leave its slot empty): -1, not known.
+  if (config_.privacy().mechanism() == config::DISTRIBUTED_SKELLAM) return -1;
+  if (mean == nullptr) return 0;
+  // Secure rounds learn only the weighted mean, inside the masked sum.
+  if (mean->metrics) return mean->metrics->loss;
+  if (config_.server().has_robust()) {
+    // As the model, so its figure: the median of the counted clients'
+    // losses, which neither a claimed sample count nor one wild loss moves.
+    std::vector<float> losses;
+    for (const auto& c : clients) {
+      if (c.status == "ok") losses.push_back(static_cast<float>(c.train_loss));
+    }
+    if (losses.empty()) return 0;
+    std::vector<std::span<const float>> each;
+    for (const float& loss : losses) each.emplace_back(&loss, 1);
+    float median = 0;
+    aggregation::CoordinateMedian(each, std::span<float>(&median, 1));
+    return median;
+  }
+  return weight_sum > 0 ? loss_sum / weight_sum : 0;
+}
+
 std::vector<store::ClientRoundRecord> RoundEngine::ClientRecords(double& loss_sum,
                                                                  double& weight_sum) const {
   std::vector<store::ClientRoundRecord> clients;
@@ -1238,14 +1264,7 @@ void RoundEngine::CommitRound(TimeMs now, const aggregation::RoundMean* mean, do
   record.selected = static_cast<uint32_t>(participants_.size());
   record.participants = mean != nullptr ? static_cast<uint32_t>(ok) : 0;
   record.dropped = record.selected - record.participants;
-  // Secure rounds learn only the weighted mean of the training loss, and
-  // under distributed DP not even that (the clients leave its slot empty):
-  // -1, not known.
-  const bool noised = config_.privacy().mechanism() == config::DISTRIBUTED_SKELLAM;
-  record.train_loss = noised                              ? -1
-                      : mean != nullptr && mean->metrics  ? mean->metrics->loss
-                      : mean != nullptr && weight_sum > 0 ? loss_sum / weight_sum
-                                                          : 0;
+  record.train_loss = RoundTrainLoss(mean, clients, loss_sum, weight_sum);
   if (mean != nullptr && EvaluatesRound(round)) RecordFederatedEval(*mean, record);
   RecordPrivacy(record);
   if (scaffold_ != nullptr) record.scaffold_population = scaffold_population_;

@@ -239,6 +239,12 @@ class RoundEngine final : public ProtocolEngine {
   // The round's per-client records; sums the weighted training loss of the
   // clients whose updates count.
   std::vector<store::ClientRoundRecord> ClientRecords(double& loss_sum, double& weight_sum) const;
+  // The round's training loss as the store keeps it: -1 under distributed
+  // DP (not known), the masked mean's in a secure round, the median of the
+  // counted clients' under a robust rule, else their sample-weighted mean.
+  double RoundTrainLoss(const aggregation::RoundMean* mean,
+                        const std::vector<store::ClientRoundRecord>& clients, double loss_sum,
+                        double weight_sum) const;
 
   // Whether the round still waits on `p`.
   bool Waiting(const Participant& p) const;

@@ -843,20 +843,26 @@ TEST_F(RoundEngineTest, ARobustRuleKeepsAFarUpdateOutOfTheModel) {
                                                         {config::MULTI_KRUM, at(2.5)},
                                                         {config::BULYAN, at(2)}};
   for (const auto& [rule, exact] : rules) {
-    config::RunConfig c = TestConfig(7, 7, 1);
+    config::RunConfig c = TestConfig(8, 7, 1);
     c.mutable_server()->mutable_robust()->set_rule(rule);
     if (rule == config::TRIMMED_MEAN) c.mutable_server()->mutable_robust()->set_trim_fraction(0.2f);
     store_.reset();
     tasks_.clear();
     Start(c);
-    Register(7);
+    Register(8);
     for (int k = 0; k < 7; ++k) {
       const std::string peer = "p" + std::to_string(k);
       const float v = k == 6 ? 30.0f : at(k);
-      Deliver(peer, UpdateFor(tasks_[peer], std::vector<float>(kParams, v)));
+      net::Envelope update = UpdateFor(tasks_[peer], std::vector<float>(kParams, v));
+      // The far client's loss is wild too: the round's figure is the median.
+      update.header.mutable_update()->set_train_loss(k == 6 ? 1e6 : 0.25 * k);
+      Deliver(peer, update);
     }
+    // An eighth, refused (not finite): its update and its loss never count.
+    Deliver("p7", UpdateFor(tasks_["p7"], std::vector<float>(kParams, NAN)));
     ASSERT_EQ(engine_->last_committed_round(), 1u) << config::RobustRule_Name(rule);
     for (float x : Global()) EXPECT_NEAR(x, 1.0f + exact, 1e-6) << config::RobustRule_Name(rule);
+    EXPECT_EQ(store_->Rounds()->back().train_loss, 0.75) << config::RobustRule_Name(rule);
   }
 }
 
